@@ -1,0 +1,112 @@
+// Typed events the trainer publishes, and the bus that delivers them. Subscribers (CLI progress
+// bar, GUI charts, the SQLite recorder) each own a queue and drain it on their own thread, so
+// none of them can stall the step loop: publish() only locks each queue briefly and never waits
+// for a consumer.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace td {
+
+using MetricMap = std::map<std::string, double>;  // "loss", "accuracy", "val_loss", ...
+
+struct RunStarted {
+    int64_t runId = 0;  // id in the run store (0 when no store)
+    std::string runName;
+    std::vector<std::string> devices;  // one entry per replica, e.g. "cpu:0"
+    int initialEpoch = 0;
+    int epochs = 0;               // total epochs requested (final epoch index + 1)
+    int64_t stepsPerEpoch = 0;
+    int64_t batchSize = 0;        // global batch size
+    int64_t trainSamples = 0;
+    int64_t validationSamples = 0;
+    int64_t params = 0;
+};
+
+struct StepMetrics {
+    int epoch = 0;               // 0-based
+    int64_t step = 0;            // 1-based step within the epoch
+    int64_t globalStep = 0;      // 1-based step since the start of training
+    MetricMap metrics;           // running means over the epoch so far: loss, accuracy, ...
+    double learningRate = 0;
+    double lossScale = 0;        // 0 when loss scaling is off
+    double inputWaitSeconds = 0; // time the step loop waited for the pipeline, since last event
+    double computeSeconds = 0;   // time spent in forward/backward/update, since last event
+    double samplesPerSecond = 0; // global throughput since the last event
+    std::vector<double> replicaSamplesPerSecond;  // one entry per replica
+};
+
+struct EpochMetrics {
+    int epoch = 0;
+    MetricMap metrics;  // train metrics plus val_* when validation ran
+    double seconds = 0;
+    double samplesPerSecond = 0;
+    double learningRate = 0;
+};
+
+struct DeviceStats {
+    std::string device;     // "cpu:0"
+    double utilization = 0; // 0..1, compute time / wall time since last sample
+    int64_t memoryBytes = 0;
+    double samplesPerSecond = 0;
+};
+
+struct LogLine {
+    enum class Level { Info, Warning, Error } level = Level::Info;
+    std::string text;
+};
+
+enum class RunStatus { Running, Completed, Stopped, Failed, Interrupted };
+const char* runStatusName(RunStatus s);  // "running", "completed", ...
+
+struct RunFinished {
+    RunStatus status = RunStatus::Completed;
+    std::string message;  // error text for Failed, reason for early stop
+    MetricMap finalMetrics;  // last epoch's metrics plus test_* when a test set was evaluated
+    double seconds = 0;
+};
+
+using Event = std::variant<RunStarted, StepMetrics, EpochMetrics, DeviceStats, LogLine, RunFinished>;
+
+// One subscriber's queue. Thread-safe.
+class EventQueue {
+public:
+    void push(Event e);
+    // Non-blocking: everything queued so far.
+    std::vector<Event> drain();
+    // Blocks until an event arrives, the queue is closed, or the timeout passes.
+    std::optional<Event> pop(std::chrono::milliseconds timeout);
+    void close();
+    bool closed() const;
+
+private:
+    mutable std::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<Event> q_;
+    bool closed_ = false;
+};
+
+class EventBus {
+public:
+    // Subscribe before the run starts to see every event.
+    std::shared_ptr<EventQueue> subscribe();
+    void publish(const Event& e);
+    // Closes every queue (after RunFinished).
+    void closeAll();
+
+private:
+    std::mutex mu_;
+    std::vector<std::shared_ptr<EventQueue>> subs_;
+};
+
+}  // namespace td

@@ -1,0 +1,89 @@
+// The engine's public face: project -> compiled model -> fit / evaluate / predict, with an event
+// stream. The CLI and the GUI use only this header (plus the plain structs it includes).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/api/events.h"
+#include "engine/core/result.h"
+#include "engine/io/project.h"
+
+namespace td {
+
+struct DeviceInfo {
+    std::string id;         // "cpu:0", "cuda:1"
+    std::string kind;       // "cpu", "cuda"
+    std::string name;       // "Intel(R) Xeon(R) ... (2 threads)", "NVIDIA H200"
+    int64_t memoryBytes = 0;
+};
+
+// Every device the engine can use on this machine (CPU always; CUDA devices when the CUDA backend
+// is built and a driver reports GPUs).
+std::vector<DeviceInfo> listDevices();
+
+// Whether an option can run on this machine; when not, why (for disabled UI controls).
+struct Capability {
+    bool available = true;
+    std::string reason;
+};
+Capability precisionCapability(PrecisionPolicy p);
+Capability strategyCapability(const std::string& strategyType);
+
+struct SessionOptions {
+    std::string storePath;    // SQLite run store; empty = do not record
+    std::string runName;      // empty = project name + timestamp
+    std::optional<int> epochs;
+    std::optional<int64_t> batchSize;
+    std::optional<uint64_t> seed;
+};
+
+struct EvalResult {
+    MetricMap metrics;  // loss, accuracy, ...
+    int64_t samples = 0;
+};
+
+class Session {
+public:
+    // Loads data, validates and compiles the model. Errors name the field, layer or file.
+    static Result<std::unique_ptr<Session>> create(const Project& project,
+                                                   const SessionOptions& options);
+    ~Session();  // requests stop and joins the engine thread
+
+    const Project& project() const;
+    EventBus& events();
+    int64_t runId() const;  // 0 until fit starts, or without a store
+
+    // Blocking fit on the calling thread. The final status comes as RunFinished too.
+    Status fit();
+    // fit() on a background engine thread.
+    void start();
+    void join();
+    bool running() const;
+
+    // Cooperative control, safe from any thread; acts between steps.
+    void requestStop();
+    void pause();
+    void resume();
+    bool paused() const;
+
+    Result<EvalResult> evaluateTest();
+    // Class probabilities (or outputs) for x (f32 or u8 [N, ...], u8 goes through the map steps).
+    Result<Tensor> predict(const Tensor& x);
+
+    // Textual IR after a pass ("build", "autodiff", "fusion", "dce", "memory", "final").
+    Result<std::string> dumpIr(const std::string& afterPass);
+
+    struct Impl;
+
+private:
+    explicit Session(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace td
