@@ -1,1 +1,83 @@
-int main() { return 0; }
+// traindeck: the desktop app by default; headless subcommands for servers and scripts.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "app/cli.h"
+#include "engine/api/session.h"
+#ifdef TRAINDECK_HAVE_GUI
+#include "ui/gui_main.h"
+#endif
+
+int main(int argc, char** argv) {
+    CLI::App app{"TrainDeck: design, train and monitor neural networks"};
+    app.set_version_flag("--version", std::string("traindeck ") + TRAINDECK_VERSION);
+    std::string db, project;
+    bool start = false;
+    app.add_option("--db", db, "SQLite run store (default: the per-user store)");
+    app.add_option("project", project, "Project file to open in the app");
+    app.add_flag("--start", start, "Start training the opened project at once");
+    app.require_subcommand(0, 1);
+
+    td::cli::TrainArgs ta;
+    auto* train = app.add_subcommand("train", "Train a project headless with a progress bar");
+    train->add_option("project", ta.project, "Project file (JSON)")->required();
+    train->add_option("--epochs", ta.epochs, "Override training.epochs")->check(CLI::PositiveNumber);
+    train->add_option("--batch-size", ta.batchSize, "Override training.batch_size")->check(CLI::PositiveNumber);
+    train->add_option("--seed", ta.seed, "Override training.seed")->check(CLI::NonNegativeNumber);
+    train->add_option("--run-name", ta.runName, "Name of the stored run");
+    train->add_option("--db", ta.db, "SQLite run store");
+    train->add_flag("--plain", ta.plain, "Plain progress lines even on a terminal");
+
+    std::string sumProject;
+    auto* summary = app.add_subcommand("summary", "Print the Keras-style model summary");
+    summary->add_option("project", sumProject, "Project file (JSON)")->required();
+
+    bool json = false;
+    std::string runsDb;
+    auto* runs = app.add_subcommand("runs", "List stored runs");
+    runs->add_option("--db", runsDb, "SQLite run store");
+    runs->add_flag("--json", json, "JSON output");
+
+    std::string showRun, showDb;
+    bool showJson = false;
+    auto* show = app.add_subcommand("show", "Show one stored run (id or name)");
+    show->add_option("run", showRun, "Run id or name")->required();
+    show->add_option("--db", showDb, "SQLite run store");
+    show->add_flag("--json", showJson, "JSON output");
+
+    bool devJson = false;
+    auto* devices = app.add_subcommand("devices", "List the devices TrainDeck can use");
+    devices->add_flag("--json", devJson, "JSON output");
+
+    std::string compProject, dumpAfter = "final";
+    auto* compile = app.add_subcommand("compile", "Compile a project and print its IR");
+    compile->add_option("project", compProject, "Project file (JSON)")->required();
+    compile->add_option("--dump-after", dumpAfter,
+                        "Stage to print: forward, autodiff, fusion, dce, memory, final");
+
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e);
+    }
+
+    if (*train) return td::cli::train(ta);
+    if (*summary) return td::cli::summary(sumProject);
+    if (*runs) return td::cli::runs(runsDb, json);
+    if (*show) return td::cli::show(showDb, showRun, showJson);
+    if (*devices) return td::cli::devices(devJson);
+    if (*compile) return td::cli::compile(compProject, dumpAfter);
+
+#ifdef TRAINDECK_HAVE_GUI
+    return td::ui::runGui(argc, argv, db, project, start);
+#else
+    if (!project.empty()) {
+        // Headless build: the app's default action trains the project.
+        ta.project = project;
+        ta.db = db;
+        return td::cli::train(ta);
+    }
+    std::fputs(app.help().c_str(), stdout);
+    return 0;
+#endif
+}

@@ -60,7 +60,8 @@ struct Batch {
 struct PipelineStats {
     int64_t prefetchDepth = 0;   // current buffer size (tuned when AUTOTUNE)
     int64_t parallelCalls = 0;   // current map workers (tuned when AUTOTUNE)
-    double producerSecondsPerBatch = 0;
+    double producerSecondsPerBatch = 0;  // one worker's time to form a batch (moving average)
+    bool readingCacheFile = false;       // cache "file:": epochs now read the completed file
 };
 
 class Pipeline {

@@ -38,6 +38,10 @@ Result<Project> loadProject(const std::string& path);
 std::string projectToJson(const Project& p);  // pretty-printed, parses back to an equal Project
 Status saveProject(const Project& p, const std::string& path);  // atomic (write temp + rename)
 
+// Field-by-field comparison (tests, round trips): "" when equal, else the project-file path of the
+// first field that differs, e.g. "training.optimizer.config.beta_1" or "model.config.layers[2]".
+std::string projectDifference(const Project& a, const Project& b);
+
 // Keras model.to_json() text for a Sequential model, and back.
 Result<ModelSpec> modelFromKerasJson(const std::string& jsonText);
 std::string modelToKerasJson(const ModelSpec& model);

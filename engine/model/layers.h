@@ -21,6 +21,13 @@ Result<LayerType> parseLayerType(const std::string& kerasClassName);
 const char* activationName(ActivationKind a);  // "linear", "relu", "leaky_relu", ...
 Result<ActivationKind> parseActivation(const std::string& name);
 
+// Keras initializer names. Accepts snake_case names ("glorot_uniform", also "zero", "uniform",
+// "normal") and Keras class names ("GlorotUniform", "Zeros", "RandomNormal"); returns the canonical
+// snake_case name stored in InitializerSpec::name. Errors list the valid names.
+Result<std::string> canonicalInitializerName(const std::string& name);
+// Keras class name of a canonical initializer name: "glorot_uniform" -> "GlorotUniform".
+const char* initializerClassName(const std::string& canonicalName);
+
 // Keras initializer by name with its config values.
 struct InitializerSpec {
     std::string name = "glorot_uniform";  // glorot_uniform, glorot_normal, he_uniform,
@@ -31,12 +38,16 @@ struct InitializerSpec {
     double minval = -0.05, maxval = 0.05; // random_uniform
     double mean = 0.0, stddev = 0.05;     // random_normal, truncated_normal
     std::optional<uint64_t> seed;
+
+    bool operator==(const InitializerSpec&) const = default;
 };
 
 struct RegularizerSpec {
     double l1 = 0.0;
     double l2 = 0.0;
     bool active() const { return l1 != 0.0 || l2 != 0.0; }
+
+    bool operator==(const RegularizerSpec&) const = default;
 };
 
 struct LayerSpec {
@@ -60,11 +71,15 @@ struct LayerSpec {
     std::optional<uint64_t> seed;
     // Reshape
     Shape targetShape;          // may hold one -1
+
+    bool operator==(const LayerSpec&) const = default;  // field by field (tests, round trips)
 };
 
 struct ModelSpec {
     std::string name = "sequential";
     std::vector<LayerSpec> layers;  // may start with an Input layer
+
+    bool operator==(const ModelSpec&) const = default;
 };
 
 // Per-layer result of shape inference.
@@ -83,15 +98,31 @@ struct ModelInfo {
     int64_t totalParams = 0;
     int64_t trainableParams = 0;
     int64_t nonTrainableParams = 0;
-    int64_t activationBytesPerSample = 0;  // f32 forward activations, for the memory estimate
+    // f32 forward activations, for the memory estimate: the sum over the layers in `layers` (so
+    // not the InputLayer, nor the input batch itself) of numElements(outputShape) * 4 bytes.
+    // Weights, gradients and optimizer slots are not counted; a training step keeps roughly twice
+    // this (activations plus their gradients), which callers multiply in themselves.
+    int64_t activationBytesPerSample = 0;
 };
 
-// Validates the model and infers shapes. Errors name the layer index, its name and what was
-// expected, e.g. "layer 2 'reshape': cannot reshape [784] into [30,30]".
-// Fills in generated names for layers with an empty name.
+// Keras' default name prefix of a layer type: "input_layer", "flatten", "reshape", "dense",
+// "dropout", "activation". Generated names are prefix, prefix_1, prefix_2, ... per type.
+const char* defaultLayerNamePrefix(LayerType t);
+
+// Validates the model and infers shapes. Errors name the layer index (0-based position in
+// model.layers, the same index as "layers[i]" in the Keras JSON), its name and what was expected,
+// e.g. "layer 2 'reshape': cannot reshape [784] into [30,30]".
+// Fills in generated names for layers with an empty name; duplicate explicit names are an error.
+// The input shape comes from an InputLayer at position 0 or from layers[0].inputShape; a later
+// layer's non-empty inputShape must equal the shape that reaches it.
 Result<ModelInfo> inferShapes(ModelSpec& model);
 
-// Keras-style model.summary() text.
+// Keras-style model.summary() text, in the classic Keras 2 layout (plain ASCII '_' and '=' rules,
+// "Layer (type)  Output Shape  Param #", shapes as "(None, 128)", counts with thousands separators,
+// then Total / Trainable / Non-trainable params). Every line ends with '\n'; no trailing spaces.
 std::string summaryTable(const ModelSpec& model, const ModelInfo& info);
+
+// 101770 -> "101,770"
+std::string formatThousands(int64_t n);
 
 }  // namespace td

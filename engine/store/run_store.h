@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -34,6 +35,7 @@ struct RunRecord {
     std::string message;       // failure or stop reason
     std::string notes;
     std::optional<double> bestValAccuracy;  // derived from epoch metrics
+    int64_t updatedAtMs = 0;   // last write for this run (create, append, finish); unix ms
 };
 
 struct StepRow {
@@ -83,6 +85,9 @@ public:
     Status appendEpochs(int64_t runId, const std::vector<EpochRow>& rows);
     Status appendDeviceStats(int64_t runId, const std::vector<DeviceRow>& rows);
     Status appendLogs(int64_t runId, const std::vector<LogRow>& rows);
+    // Fills in what is known once the run has started (RunStarted): empty devices and params 0
+    // leave the stored values unchanged.
+    Status updateRunInfo(int64_t runId, const std::string& devices, int64_t params);
 
     Result<std::vector<RunRecord>> listRuns();
     // By id ("12") or by name (the newest run with that name).
@@ -101,6 +106,8 @@ public:
 
 private:
     RunStore() = default;
+    // One connection; every public method holds this, so a RunStore may be shared by threads.
+    mutable std::mutex mu_;
     sqlite3* db_ = nullptr;
     std::string path_;
 };

@@ -1,0 +1,315 @@
+#include "app/cli.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "engine/api/session.h"
+#include "engine/store/run_store.h"
+
+namespace td::cli {
+
+namespace {
+
+void printError(const std::string& msg) { std::fprintf(stderr, "traindeck: error: %s\n", msg.c_str()); }
+
+std::string fmtDuration(double s) {
+    char buf[32];
+    if (s < 60) std::snprintf(buf, sizeof buf, "%.0fs", s);
+    else if (s < 3600) std::snprintf(buf, sizeof buf, "%dm%02ds", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
+    else std::snprintf(buf, sizeof buf, "%dh%02dm", static_cast<int>(s) / 3600, (static_cast<int>(s) / 60) % 60);
+    return buf;
+}
+
+std::string fmtMetrics(const MetricMap& m) {
+    std::string out;
+    // Keras prints metrics in alphabetical order, val_* after the training ones.
+    for (int pass = 0; pass < 2; ++pass)
+        for (const auto& [k, v] : m) {
+            const bool val = k.rfind("val_", 0) == 0 || k.rfind("test_", 0) == 0;
+            if (val != (pass == 1)) continue;
+            char buf[64];
+            std::snprintf(buf, sizeof buf, " - %s: %.4f", k.c_str(), v);
+            out += buf;
+        }
+    return out;
+}
+
+// Keras-style progress bar on a terminal; plain lines (one per epoch) otherwise.
+class Progress {
+public:
+    explicit Progress(bool tty) : tty_(tty) {}
+    void onEvent(const Event& e) {
+        if (auto* s = std::get_if<RunStarted>(&e)) {
+            steps_ = s->stepsPerEpoch;
+            epochs_ = s->epochs;
+            std::printf("Training %lld samples (%lld validation), batch %lld, %lld steps/epoch, %lld params on %s\n",
+                        static_cast<long long>(s->trainSamples), static_cast<long long>(s->validationSamples),
+                        static_cast<long long>(s->batchSize), static_cast<long long>(s->stepsPerEpoch),
+                        static_cast<long long>(s->params), s->devices.empty() ? "?" : s->devices[0].c_str());
+            if (s->runId) std::printf("Run %lld\n", static_cast<long long>(s->runId));
+        } else if (auto* m = std::get_if<StepMetrics>(&e)) {
+            if (m->epoch != epoch_ || !started_) {
+                epoch_ = m->epoch;
+                started_ = true;
+                epochT0_ = std::chrono::steady_clock::now();
+                std::printf("Epoch %d/%d\n", m->epoch + 1, epochs_);
+            }
+            if (!tty_) return;
+            const double el = secondsSinceEpoch();
+            const int width = 20;
+            const int filled = steps_ ? static_cast<int>(width * m->step / steps_) : width;
+            std::string bar;
+            for (int i = 0; i < width; ++i) bar += i < filled ? "\u2501" : "\u2500";
+            const double eta = m->step ? el / static_cast<double>(m->step) * static_cast<double>(steps_ - m->step) : 0;
+            std::printf("\r\033[K%lld/%lld %s %s %s%s", static_cast<long long>(m->step),
+                        static_cast<long long>(steps_), bar.c_str(),
+                        m->step < steps_ ? ("ETA " + fmtDuration(eta)).c_str() : fmtDuration(el).c_str(),
+                        ("- " + std::to_string(static_cast<long long>(m->samplesPerSecond)) + " samples/s").c_str(),
+                        fmtMetrics(m->metrics).c_str());
+            std::fflush(stdout);
+        } else if (auto* em = std::get_if<EpochMetrics>(&e)) {
+            if (!started_ || em->epoch != epoch_) std::printf("Epoch %d/%d\n", em->epoch + 1, epochs_);
+            started_ = false;
+            char head[160];
+            std::snprintf(head, sizeof head, "%lld/%lld %s %.0fus/step %.0f samples/s",
+                          static_cast<long long>(steps_), static_cast<long long>(steps_),
+                          fmtDuration(em->seconds).c_str(), em->seconds / std::max<int64_t>(1, steps_) * 1e6,
+                          em->samplesPerSecond);
+            std::printf("%s%s%s\n", tty_ ? "\r\033[K" : "", head, fmtMetrics(em->metrics).c_str());
+            std::fflush(stdout);
+        } else if (auto* l = std::get_if<LogLine>(&e)) {
+            std::printf("%s%s\n", tty_ ? "\r\033[K" : "", l->text.c_str());
+        } else if (auto* f = std::get_if<RunFinished>(&e)) {
+            finished_ = true;
+            status_ = f->status;
+            std::printf("Run %s after %s%s\n", runStatusName(f->status), fmtDuration(f->seconds).c_str(),
+                        f->message.empty() ? "" : (": " + f->message).c_str());
+            MetricMap test;
+            for (const auto& [k, v] : f->finalMetrics)
+                if (k.rfind("test_", 0) == 0) test[k] = v;
+            if (!test.empty()) std::printf("Test%s\n", fmtMetrics(test).c_str());
+            std::fflush(stdout);
+        }
+    }
+    bool finished() const { return finished_; }
+    RunStatus status() const { return status_; }
+
+private:
+    double secondsSinceEpoch() const {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - epochT0_).count();
+    }
+    bool tty_;
+    int64_t steps_ = 0;
+    int epochs_ = 0, epoch_ = -1;
+    bool started_ = false, finished_ = false;
+    RunStatus status_ = RunStatus::Failed;
+    std::chrono::steady_clock::time_point epochT0_;
+};
+
+std::string fmtParams(int64_t n) {
+    std::string s = std::to_string(n);
+    for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<size_t>(i), ",");
+    return s;
+}
+
+std::string fmtTime(int64_t ms) {
+    if (ms <= 0) return "-";
+    std::time_t t = ms / 1000;
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", std::localtime(&t));
+    return buf;
+}
+
+nlohmann::json runJson(const RunRecord& r) {
+    nlohmann::json j = {{"id", r.id}, {"name", r.name}, {"status", r.status},
+                        {"started_at_ms", r.startedAtMs}, {"ended_at_ms", r.endedAtMs},
+                        {"host", r.host}, {"pid", r.pid}, {"devices", r.devices},
+                        {"model", r.modelName}, {"params", r.params}, {"message", r.message},
+                        {"notes", r.notes}};
+    j["final_metrics"] = nlohmann::json::parse(r.finalMetricsJson.empty() ? "{}" : r.finalMetricsJson, nullptr, false);
+    if (r.bestValAccuracy) j["best_val_accuracy"] = *r.bestValAccuracy;
+    else j["best_val_accuracy"] = nullptr;
+    return j;
+}
+
+}  // namespace
+
+std::string defaultDbPath() {
+    if (const char* e = std::getenv("TRAINDECK_DB")) return e;
+    std::string base;
+    if (const char* x = std::getenv("XDG_DATA_HOME"); x && *x) base = x;
+    else if (const char* h = std::getenv("HOME"); h && *h) base = std::string(h) + "/.local/share";
+    else base = ".";
+    // The same folder the GUI uses (QStandardPaths::AppDataLocation: <data home>/TrainDeck/TrainDeck).
+    std::string dir = base + "/TrainDeck/TrainDeck";
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    return dir + "/runs.db";
+}
+
+int train(const TrainArgs& a) {
+    auto project = loadProject(a.project);
+    if (!project.ok()) {
+        printError(project.error());
+        return 2;
+    }
+    SessionOptions opt;
+    opt.storePath = a.db.empty() ? defaultDbPath() : a.db;
+    opt.runName = a.runName;
+    if (a.epochs > 0) opt.epochs = a.epochs;
+    if (a.batchSize > 0) opt.batchSize = a.batchSize;
+    if (a.seed >= 0) opt.seed = static_cast<uint64_t>(a.seed);
+    auto session = Session::create(*project, opt);
+    if (!session.ok()) {
+        printError(a.project + ": " + session.error());
+        return 2;
+    }
+    Progress progress(!a.plain && isatty(STDOUT_FILENO));
+    auto queue = (*session)->events().subscribe();
+    (*session)->start();
+    while (true) {
+        auto e = queue->pop(std::chrono::milliseconds(200));
+        if (e) progress.onEvent(*e);
+        else if (queue->closed()) break;
+    }
+    (*session)->join();
+    std::printf("Stored in %s\n", opt.storePath.c_str());
+    return progress.status() == RunStatus::Completed || progress.status() == RunStatus::Stopped ? 0 : 1;
+}
+
+int summary(const std::string& path) {
+    auto project = loadProject(path);
+    if (!project.ok()) {
+        printError(project.error());
+        return 2;
+    }
+    auto info = inferShapes(project->model);
+    if (!info.ok()) {
+        printError(path + ": " + info.error());
+        return 2;
+    }
+    std::fputs(summaryTable(project->model, *info).c_str(), stdout);
+    return 0;
+}
+
+int runs(const std::string& db, bool json) {
+    auto store = RunStore::open(db.empty() ? defaultDbPath() : db);
+    if (!store.ok()) {
+        printError(store.error());
+        return 2;
+    }
+    auto list = (*store)->listRuns();
+    if (!list.ok()) {
+        printError(list.error());
+        return 2;
+    }
+    if (json) {
+        nlohmann::json arr = nlohmann::json::array();
+        for (const auto& r : *list) arr.push_back(runJson(r));
+        std::printf("%s\n", arr.dump(2).c_str());
+        return 0;
+    }
+    std::printf("%-5s %-24s %-11s %-19s %9s %-12s %10s %8s\n", "ID", "NAME", "STATUS", "STARTED",
+                "DURATION", "MODEL", "PARAMS", "BEST VAL");
+    for (const auto& r : *list) {
+        const double dur = r.endedAtMs > 0 ? (r.endedAtMs - r.startedAtMs) / 1000.0 : 0;
+        char best[16] = "-";
+        if (r.bestValAccuracy) std::snprintf(best, sizeof best, "%.4f", *r.bestValAccuracy);
+        std::printf("%-5lld %-24s %-11s %-19s %9s %-12s %10s %8s\n", static_cast<long long>(r.id),
+                    r.name.substr(0, 24).c_str(), r.status.c_str(), fmtTime(r.startedAtMs).c_str(),
+                    r.endedAtMs > 0 ? fmtDuration(dur).c_str() : "-", r.modelName.substr(0, 12).c_str(),
+                    fmtParams(r.params).c_str(), best);
+    }
+    return 0;
+}
+
+int show(const std::string& db, const std::string& run, bool json) {
+    auto store = RunStore::open(db.empty() ? defaultDbPath() : db);
+    if (!store.ok()) {
+        printError(store.error());
+        return 2;
+    }
+    auto r = (*store)->findRun(run);
+    if (!r.ok()) {
+        printError(r.error());
+        return 2;
+    }
+    auto epochs = (*store)->epochs(r->id);
+    if (!epochs.ok()) {
+        printError(epochs.error());
+        return 2;
+    }
+    if (json) {
+        nlohmann::json j = runJson(*r);
+        j["config"] = nlohmann::json::parse(r->configJson.empty() ? "{}" : r->configJson, nullptr, false);
+        j["epochs"] = nlohmann::json::array();
+        for (const auto& e : *epochs) {
+            nlohmann::json ej = {{"epoch", e.epoch}, {"seconds", e.seconds}};
+            for (const auto& [k, v] : e.metrics) ej[k] = v;
+            j["epochs"].push_back(ej);
+        }
+        std::printf("%s\n", j.dump(2).c_str());
+        return 0;
+    }
+    std::printf("Run %lld: %s\n", static_cast<long long>(r->id), r->name.c_str());
+    std::printf("  status:   %s%s\n", r->status.c_str(), r->message.empty() ? "" : (" (" + r->message + ")").c_str());
+    std::printf("  started:  %s on %s (pid %lld)\n", fmtTime(r->startedAtMs).c_str(), r->host.c_str(), static_cast<long long>(r->pid));
+    std::printf("  ended:    %s\n", fmtTime(r->endedAtMs).c_str());
+    std::printf("  model:    %s, %s params, devices %s\n", r->modelName.c_str(), fmtParams(r->params).c_str(), r->devices.c_str());
+    std::printf("  config:   %s\n", r->configJson.c_str());
+    if (!r->notes.empty()) std::printf("  notes:    %s\n", r->notes.c_str());
+    for (const auto& e : *epochs) std::printf("  epoch %3d %8.2fs%s\n", e.epoch + 1, e.seconds, fmtMetrics(e.metrics).c_str());
+    auto fm = nlohmann::json::parse(r->finalMetricsJson.empty() ? "{}" : r->finalMetricsJson, nullptr, false);
+    if (fm.is_object() && !fm.empty()) {
+        MetricMap m;
+        for (auto it = fm.begin(); it != fm.end(); ++it)
+            if (it.value().is_number()) m[it.key()] = it.value().get<double>();
+        std::printf("  final:   %s\n", fmtMetrics(m).c_str());
+    }
+    return 0;
+}
+
+int devices(bool json) {
+    auto devs = listDevices();
+    if (json) {
+        nlohmann::json arr = nlohmann::json::array();
+        for (const auto& d : devs)
+            arr.push_back({{"id", d.id}, {"kind", d.kind}, {"name", d.name}, {"memory_bytes", d.memoryBytes}});
+        std::printf("%s\n", arr.dump(2).c_str());
+        return 0;
+    }
+    for (const auto& d : devs)
+        std::printf("%-8s %-6s %8.1f GiB  %s\n", d.id.c_str(), d.kind.c_str(),
+                    static_cast<double>(d.memoryBytes) / (1024.0 * 1024.0 * 1024.0), d.name.c_str());
+    return 0;
+}
+
+int compile(const std::string& path, const std::string& dumpAfter) {
+    auto project = loadProject(path);
+    if (!project.ok()) {
+        printError(project.error());
+        return 2;
+    }
+    auto session = Session::create(*project, SessionOptions{});
+    if (!session.ok()) {
+        printError(path + ": " + session.error());
+        return 2;
+    }
+    auto text = (*session)->dumpIr(dumpAfter.empty() ? "final" : dumpAfter);
+    if (!text.ok()) {
+        printError(text.error());
+        return 2;
+    }
+    std::fputs(text->c_str(), stdout);
+    return 0;
+}
+
+}  // namespace td::cli

@@ -1,0 +1,771 @@
+// Session: compiles a project once (forward, autodiff, passes, lowering per batch size) and runs
+// the Keras-style fit loop on the calling thread or an engine thread. The step loop does no
+// allocation and no I/O: it copies the batch into the program's input buffer, runs the program,
+// reads back the scalar outputs and applies the optimizer. Everything else (progress bar, charts,
+// SQLite) consumes events from the bus on its own thread.
+#include "engine/api/session.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+
+#include "engine/backend/backend.h"
+#include "engine/data/pipeline.h"
+#include "engine/graph/builder.h"
+#include "engine/graph/initializers.h"
+#include "engine/graph/passes.h"
+#include "engine/store/run_store.h"
+#include "engine/train/callbacks.h"
+#include "engine/train/optimizer.h"
+
+namespace td {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double secondsSince(Clock::time_point t0) {
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+int64_t unixMs() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+}
+
+std::string hostName() {
+    char buf[256] = {0};
+    if (gethostname(buf, sizeof buf - 1) != 0) return "localhost";
+    return buf;
+}
+
+// A compiled program for one (mode, batch size) with its own input and label buffers.
+struct Compiled {
+    GraphMode mode = GraphMode::Train;
+    int64_t batch = 0;
+    Graph graph;
+    std::unique_ptr<Executable> exe;
+    Buffer input, label;
+    int lossId = -1;
+    std::vector<std::pair<std::string, int>> metricIds;
+    int predId = -1;
+    std::vector<FusionDecision> fusion;
+    std::vector<PassTiming> timings;
+};
+
+}  // namespace
+
+struct Session::Impl {
+    Project project;
+    SessionOptions options;
+    EventBus bus;
+    ModelInfo info;
+    LabelSpec labelSpec;
+    std::vector<MetricSpec> metrics;
+    DataSplits splits;
+    Dataset trainSet;
+    std::optional<Dataset> valSet;
+    std::unique_ptr<Device> device;
+
+    // Parameters, shared by every program.
+    struct Param {
+        std::string name;
+        Shape shape;
+        bool trainable = true;
+        Buffer value, grad;
+    };
+    std::vector<Param> params;
+    std::map<std::pair<int, int64_t>, std::unique_ptr<Compiled>> programs;  // (mode, batch)
+
+    std::unique_ptr<Optimizer> optimizer;
+    std::vector<ParamRef> paramRefs;
+    std::vector<std::unique_ptr<Callback>> callbacks;
+
+    int64_t runId = 0;
+    std::thread thread;
+    std::atomic<bool> stopRequested{false};
+    std::atomic<bool> isRunning{false};
+    std::mutex pauseMu;
+    std::condition_variable pauseCv;
+    bool pausedFlag = false;
+    std::atomic<int64_t> globalStep{0};
+
+    ~Impl() {
+        if (device)
+            for (auto& [key, c] : programs) {
+                if (c->input.ptr) device->release(c->input);
+                if (c->label.ptr) device->release(c->label);
+            }
+        programs.clear();
+        if (device)
+            for (auto& p : params) {
+                device->release(p.value);
+                if (p.grad.ptr) device->release(p.grad);
+            }
+    }
+
+    int64_t batchSize() const { return project.training.batchSize; }
+
+    Status initParams(const Graph& g);
+    Result<Compiled*> program(GraphMode mode, int64_t batch);
+    Status uploadBatch(Compiled& c, const Batch& b);
+    Result<EvalResult> evaluate(const Dataset& d);
+    Status fitLoop();
+    void log(LogLine::Level lvl, const std::string& text) { bus.publish(LogLine{lvl, text}); }
+};
+
+Status Session::Impl::initParams(const Graph& g) {
+    // Layer specs by parameter name prefix.
+    std::map<std::string, const LayerSpec*> byName;
+    for (const LayerSpec& L : project.model.layers) byName[L.name] = &L;
+    uint64_t index = 0;
+    for (int id : g.params()) {
+        const Node& n = g.node(id);
+        Param p;
+        p.name = n.attr("name");
+        p.shape = n.shape;
+        p.trainable = n.attr("trainable", "1") != "0";
+        const size_t bytes = static_cast<size_t>(numElements(n.shape)) * 4;
+        TD_ASSIGN_OR_RETURN(p.value, device->allocate(bytes));
+        if (p.trainable) {
+            TD_ASSIGN_OR_RETURN(p.grad, device->allocate(bytes));
+        }
+        const std::string layer = p.name.substr(0, p.name.rfind('/'));
+        const bool isKernel = p.name.size() > 7 && p.name.substr(p.name.size() - 7) == "/kernel";
+        const LayerSpec* L = byName.at(layer);
+        std::vector<float> host(static_cast<size_t>(numElements(n.shape)));
+        const int64_t fanIn = isKernel ? n.shape[0] : 1, fanOut = n.shape.back();
+        const uint64_t seed = project.training.seed * 7919ull + 1000003ull * ++index;
+        Status s = initializeParam(host.data(), numElements(n.shape), fanIn, fanOut,
+                                   isKernel ? L->kernelInitializer : L->biasInitializer, seed);
+        if (!s.ok()) return err("layer '" + layer + "': " + s.error());
+        TD_RETURN_IF_ERROR(device->copyToDevice(p.value, 0, host.data(), bytes));
+        params.push_back(std::move(p));
+    }
+    return Status::success();
+}
+
+Result<Compiled*> Session::Impl::program(GraphMode mode, int64_t batch) {
+    auto key = std::make_pair(static_cast<int>(mode), batch);
+    auto it = programs.find(key);
+    if (it != programs.end()) return it->second.get();
+
+    auto c = std::make_unique<Compiled>();
+    c->mode = mode;
+    c->batch = batch;
+    BuildOptions bo;
+    bo.batch = batch;
+    bo.mode = mode;
+    bo.loss = project.training.loss;
+    bo.metrics = project.training.metrics;
+    bo.seed = project.training.seed;
+    TD_ASSIGN_OR_RETURN(c->graph, buildGraph(project.model, info, bo));
+    if (mode == GraphMode::Train) TD_RETURN_IF_ERROR(autodiff(c->graph));
+    PassManager pm;
+    addStandardPasses(pm);
+    if (!project.fusion) pm.disable("fusion");
+    TD_RETURN_IF_ERROR(pm.run(c->graph));
+    c->fusion = static_cast<FusionPass*>(pm.find("fusion"))->decisions();
+    c->timings = pm.timings();
+
+    if (params.empty()) TD_RETURN_IF_ERROR(initParams(c->graph));
+    ProgramBindings bind;
+    const Graph& g = c->graph;
+    for (const Node& n : g.nodes) {
+        const size_t bytes = static_cast<size_t>(numElements(n.shape)) * 4;
+        if (n.op == Op::Input) {
+            TD_ASSIGN_OR_RETURN(c->input, device->allocate(bytes));
+        } else if (n.op == Op::Label) {
+            TD_ASSIGN_OR_RETURN(c->label, device->allocate(bytes));
+        }
+    }
+    bind.input = c->input;
+    bind.label = c->label.ptr ? c->label : c->input;
+    std::vector<int> pids = g.params();
+    if (pids.size() != params.size()) return err("internal: parameter count differs between programs");
+    for (size_t i = 0; i < pids.size(); ++i) {
+        bind.params.push_back(params[i].value);
+        bind.grads.push_back(params[i].grad);
+    }
+    TD_ASSIGN_OR_RETURN(c->exe, device->compile(g, bind));
+    c->lossId = g.output("loss");
+    c->predId = g.output("predictions");
+    for (const auto& m : metrics) c->metricIds.emplace_back(m.key, g.output(m.key));
+    Compiled* raw = c.get();
+    programs[key] = std::move(c);
+    return raw;
+}
+
+Status Session::Impl::uploadBatch(Compiled& c, const Batch& b) {
+    const size_t xBytes = static_cast<size_t>(b.x.size()) * 4;
+    if (b.x.dtype() != DType::F32) return err("internal: pipeline produced non-f32 features");
+    TD_RETURN_IF_ERROR(device->copyToDevice(c.input, 0, b.x.raw(), std::min(xBytes, c.input.bytes)));
+    if (!c.label.ptr) return Status::success();
+    const Shape ls = labelSpec.shape;
+    const int64_t perRow = numElements(ls);
+    if (labelSpec.dtype == DType::I32) {
+        if (b.y.dtype() != DType::I32)
+            return err("loss " + project.training.loss.name +
+                       " expects integer class labels, but the pipeline produced " +
+                       dtypeName(b.y.dtype()) + " labels " + shapeToString(b.y.shape()) +
+                       " (remove the one_hot map step, or use categorical_crossentropy)");
+        const int32_t* y = b.y.data<int32_t>();
+        const int64_t units = info.outputShape[0];
+        for (int64_t i = 0; i < b.size; ++i)
+            if (y[i] < 0 || y[i] >= units)
+                return err("label " + std::to_string(y[i]) + " is outside the " +
+                           std::to_string(units) + " output units of the last layer");
+        return device->copyToDevice(c.label, 0, y, static_cast<size_t>(b.size) * 4);
+    }
+    // f32 targets [B, perRow]
+    if (b.y.dtype() == DType::F32 && b.y.size() == b.size * perRow)
+        return device->copyToDevice(c.label, 0, b.y.raw(), static_cast<size_t>(b.y.size()) * 4);
+    if (b.y.dtype() == DType::I32 && perRow == 1) {
+        // Integer 0/1 labels for a single-unit binary or regression output: convert in the input
+        // buffer itself (host-addressable devices) or through a bounce copy.
+        float* dst = static_cast<float*>(c.label.ptr);
+        const int32_t* y = b.y.data<int32_t>();
+        if (device->hostAddressable()) {
+            for (int64_t i = 0; i < b.size; ++i) dst[i] = static_cast<float>(y[i]);
+            return Status::success();
+        }
+    }
+    return err("loss " + project.training.loss.name + " expects targets of shape " +
+               shapeToString(ls) + " per sample, but the pipeline produced " +
+               dtypeName(b.y.dtype()) + " labels " + shapeToString(b.y.shape()) +
+               (labelSpec.shape.size() == 1 && labelSpec.shape[0] > 1 && b.y.dtype() == DType::I32
+                    ? " (add a one_hot map step with depth " + std::to_string(ls[0]) + ")"
+                    : std::string()));
+}
+
+Result<EvalResult> Session::Impl::evaluate(const Dataset& d) {
+    PipelineConfig pc = project.data.pipeline;
+    pc.shuffleBuffer = 0;
+    if (pc.cache.rfind("file:", 0) == 0) pc.cache = "memory";
+    TD_ASSIGN_OR_RETURN(auto pipe, Pipeline::create(d, pc, batchSize(), false, 0));
+    TD_RETURN_IF_ERROR(pipe->beginEpoch(0));
+    double lossSum = 0;
+    std::vector<double> metricSums(metrics.size(), 0.0);
+    int64_t seen = 0;
+    while (true) {
+        TD_ASSIGN_OR_RETURN(const Batch* b, pipe->next());
+        if (!b) break;
+        TD_ASSIGN_OR_RETURN(Compiled * c, program(GraphMode::Eval, b->size));
+        TD_RETURN_IF_ERROR(uploadBatch(*c, *b));
+        TD_RETURN_IF_ERROR(c->exe->run(StepArgs{}));
+        float v = 0;
+        Buffer out{const_cast<void*>(c->exe->valuePtr(c->lossId)), 4};
+        TD_RETURN_IF_ERROR(device->copyToHost(&v, out, 0, 4));
+        lossSum += static_cast<double>(v) * static_cast<double>(b->size);
+        for (size_t m = 0; m < metrics.size(); ++m) {
+            Buffer mo{const_cast<void*>(c->exe->valuePtr(c->metricIds[m].second)), 4};
+            TD_RETURN_IF_ERROR(device->copyToHost(&v, mo, 0, 4));
+            metricSums[m] += v;
+        }
+        seen += b->size;
+    }
+    EvalResult r;
+    r.samples = seen;
+    if (seen == 0) return r;
+    r.metrics["loss"] = lossSum / static_cast<double>(seen);
+    for (size_t m = 0; m < metrics.size(); ++m)
+        r.metrics[metrics[m].key] = metricSums[m] / static_cast<double>(seen);
+    return r;
+}
+
+Status Session::Impl::fitLoop() {
+    const TrainConfig& tc = project.training;
+    TD_ASSIGN_OR_RETURN(auto pipe, Pipeline::create(trainSet, project.data.pipeline, batchSize(),
+                                                    true, tc.seed));
+    const int64_t steps = pipe->batchesPerEpoch();
+    if (steps == 0)
+        return err("the training data has " + std::to_string(trainSet.size()) +
+                   " samples: not one batch of " + std::to_string(batchSize()) +
+                   (project.data.pipeline.dropRemainder ? " with drop_remainder" : ""));
+    // Compile every program the epoch needs before the loop.
+    TD_ASSIGN_OR_RETURN(Compiled * full, program(GraphMode::Train, batchSize()));
+    const int64_t rem = trainSet.size() % batchSize();
+    Compiled* tail = nullptr;
+    if (rem && !project.data.pipeline.dropRemainder) {
+        TD_ASSIGN_OR_RETURN(tail, program(GraphMode::Train, rem));
+    }
+
+    // Optimizer over the trainable params.
+    paramRefs.clear();
+    std::vector<int64_t> sizes;
+    std::vector<size_t> trainableIdx;
+    for (size_t i = 0; i < params.size(); ++i)
+        if (params[i].trainable) {
+            paramRefs.push_back(ParamRef{static_cast<float*>(params[i].value.ptr),
+                                         static_cast<float*>(params[i].grad.ptr),
+                                         numElements(params[i].shape)});
+            sizes.push_back(numElements(params[i].shape));
+            trainableIdx.push_back(i);
+        }
+    if (!optimizer) {
+        TD_ASSIGN_OR_RETURN(optimizer, Optimizer::create(tc.optimizer));
+        optimizer->build(sizes);
+    }
+
+    TrainControl ctl;
+    ctl.getLearningRate = [&] { return optimizer->currentLearningRate(); };
+    ctl.setLearningRate = [&](double lr) { optimizer->setLearningRateOverride(lr); };
+    ctl.getWeights = [&] {
+        std::vector<Tensor> w;
+        for (auto& p : params) {
+            Tensor t(DType::F32, p.shape);
+            (void)device->copyToHost(t.raw(), p.value, 0, t.bytes());
+            w.push_back(std::move(t));
+        }
+        return w;
+    };
+    ctl.setWeights = [&](const std::vector<Tensor>& w) {
+        for (size_t i = 0; i < params.size() && i < w.size(); ++i)
+            (void)device->copyToDevice(params[i].value, 0, w[i].raw(), w[i].bytes());
+    };
+    ctl.log = [&](const std::string& s) { log(LogLine::Level::Info, s); };
+    for (auto& cb : callbacks) cb->onTrainBegin(ctl);
+
+    const auto runT0 = Clock::now();
+    MetricMap last;
+    RunStatus status = RunStatus::Completed;
+    std::string message;
+    const int64_t logEvery = std::max<int64_t>(1, tc.logEverySteps);
+    int64_t gstep = static_cast<int64_t>(tc.initialEpoch) * steps;
+
+    for (int epoch = tc.initialEpoch; epoch < tc.epochs && !stopRequested; ++epoch) {
+        TD_RETURN_IF_ERROR(pipe->beginEpoch(epoch));
+        const auto epochT0 = Clock::now();
+        double lossSum = 0, waitS = 0, computeS = 0;
+        std::vector<double> metricSums(metrics.size(), 0.0);
+        int64_t seen = 0, seenSinceLog = 0;
+        auto logT0 = Clock::now();
+        double logWait = 0, logCompute = 0;
+        for (int64_t s = 1; s <= steps; ++s) {
+            if (stopRequested) break;
+            {
+                std::unique_lock<std::mutex> lk(pauseMu);
+                if (pausedFlag) {
+                    const auto p0 = Clock::now();
+                    pauseCv.wait(lk, [&] { return !pausedFlag || stopRequested; });
+                    logT0 += Clock::now() - p0;  // paused time is not throughput time
+                }
+            }
+            const auto t0 = Clock::now();
+            TD_ASSIGN_OR_RETURN(const Batch* b, pipe->next());
+            if (!b) break;
+            const auto t1 = Clock::now();
+            Compiled* c = b->size == batchSize() ? full : tail;
+            if (!c) return err("internal: no program for a batch of " + std::to_string(b->size));
+            TD_RETURN_IF_ERROR(uploadBatch(*c, *b));
+            ++gstep;
+            TD_RETURN_IF_ERROR(c->exe->run(StepArgs{gstep, static_cast<int64_t>(epoch) * trainSet.size() + b->firstIndex}));
+            optimizer->apply(paramRefs);
+            float v = 0;
+            TD_RETURN_IF_ERROR(device->copyToHost(&v, Buffer{const_cast<void*>(c->exe->valuePtr(c->lossId)), 4}, 0, 4));
+            lossSum += static_cast<double>(v) * static_cast<double>(b->size);
+            for (size_t m = 0; m < metrics.size(); ++m) {
+                float mv = 0;
+                TD_RETURN_IF_ERROR(device->copyToHost(&mv, Buffer{const_cast<void*>(c->exe->valuePtr(c->metricIds[m].second)), 4}, 0, 4));
+                metricSums[m] += mv;
+            }
+            seen += b->size;
+            seenSinceLog += b->size;
+            const auto t2 = Clock::now();
+            const double w = std::chrono::duration<double>(t1 - t0).count();
+            const double cpt = std::chrono::duration<double>(t2 - t1).count();
+            waitS += w;
+            computeS += cpt;
+            logWait += w;
+            logCompute += cpt;
+            globalStep = gstep;
+
+            MetricMap running;
+            running["loss"] = lossSum / static_cast<double>(seen);
+            for (size_t m = 0; m < metrics.size(); ++m)
+                running[metrics[m].key] = metricSums[m] / static_cast<double>(seen);
+            for (auto& cb : callbacks) cb->onBatchEnd(gstep, MetricMap{{"loss", v}}, ctl);
+            if (ctl.stopTraining) {
+                stopRequested = true;
+                status = RunStatus::Stopped;
+                message = ctl.stopReason;
+            }
+            if (s % logEvery == 0 || s == steps || stopRequested) {
+                const double wall = secondsSince(logT0);
+                StepMetrics sm;
+                sm.epoch = epoch;
+                sm.step = s;
+                sm.globalStep = gstep;
+                sm.metrics = running;
+                sm.learningRate = optimizer->currentLearningRate();
+                sm.inputWaitSeconds = logWait;
+                sm.computeSeconds = logCompute;
+                sm.samplesPerSecond = wall > 0 ? static_cast<double>(seenSinceLog) / wall : 0;
+                sm.replicaSamplesPerSecond = {sm.samplesPerSecond};
+                bus.publish(sm);
+                bus.publish(DeviceStats{device->desc().id, wall > 0 ? std::min(1.0, logCompute / wall) : 0,
+                                        0, sm.samplesPerSecond});
+                logT0 = Clock::now();
+                logWait = logCompute = 0;
+                seenSinceLog = 0;
+            }
+        }
+        if (seen == 0) break;
+        EpochMetrics em;
+        em.epoch = epoch;
+        em.metrics["loss"] = lossSum / static_cast<double>(seen);
+        for (size_t m = 0; m < metrics.size(); ++m)
+            em.metrics[metrics[m].key] = metricSums[m] / static_cast<double>(seen);
+        em.seconds = secondsSince(epochT0);
+        em.samplesPerSecond = static_cast<double>(seen) / std::max(1e-9, em.seconds);
+        em.learningRate = optimizer->currentLearningRate();
+        if (valSet && !stopRequested) {
+            TD_ASSIGN_OR_RETURN(EvalResult vr, evaluate(*valSet));
+            for (const auto& [k, val] : vr.metrics) em.metrics["val_" + k] = val;
+        }
+        (void)waitS;
+        (void)computeS;
+        bus.publish(em);
+        last = em.metrics;
+        if (status != RunStatus::Stopped && stopRequested) {
+            status = RunStatus::Stopped;
+            message = "stopped by request";
+        }
+        for (auto& cb : callbacks) cb->onEpochEnd(epoch, em.metrics, ctl);
+        if (ctl.stopTraining && status == RunStatus::Completed) {
+            status = RunStatus::Stopped;
+            message = ctl.stopReason.empty() ? "stopped by a callback" : ctl.stopReason;
+            break;
+        }
+    }
+    if (stopRequested && status == RunStatus::Completed) {
+        status = RunStatus::Stopped;
+        message = "stopped by request";
+    }
+    for (auto& cb : callbacks) cb->onTrainEnd(ctl);
+
+    RunFinished fin;
+    fin.status = status;
+    fin.message = message;
+    fin.finalMetrics = last;
+    if (tc.evaluateTest && splits.test && status != RunStatus::Failed && !stopRequested) {
+        TD_ASSIGN_OR_RETURN(EvalResult tr, evaluate(*splits.test));
+        for (const auto& [k, val] : tr.metrics) fin.finalMetrics["test_" + k] = val;
+    }
+    fin.seconds = secondsSince(runT0);
+    bus.publish(fin);
+    return Status::success();
+}
+
+// ---- Session -------------------------------------------------------------------------------------
+
+Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Session::~Session() {
+    if (impl_) {
+        requestStop();
+        join();
+    }
+}
+
+Result<std::unique_ptr<Session>> Session::create(const Project& projectIn,
+                                                 const SessionOptions& opt) {
+    auto im = std::make_unique<Impl>();
+    im->project = projectIn;
+    im->options = opt;
+    Project& p = im->project;
+    if (opt.epochs) p.training.epochs = *opt.epochs;
+    if (opt.batchSize) p.training.batchSize = *opt.batchSize;
+    if (opt.seed) p.training.seed = *opt.seed;
+    if (p.training.batchSize <= 0)
+        return err("training.batch_size: expected a positive integer, got " +
+                   std::to_string(p.training.batchSize));
+    if (p.training.epochs <= 0 || p.training.initialEpoch < 0 ||
+        p.training.initialEpoch >= p.training.epochs)
+        return err("training.epochs: expected epochs > initial_epoch >= 0, got epochs " +
+                   std::to_string(p.training.epochs) + ", initial_epoch " +
+                   std::to_string(p.training.initialEpoch));
+    if (p.precision != PrecisionPolicy::Float32) {
+        Capability cap = precisionCapability(p.precision);
+        return err(std::string("precision: ") + precisionName(p.precision) + ": " + cap.reason);
+    }
+    if (p.strategy.type != "one_device") {
+        Capability cap = strategyCapability(p.strategy.type);
+        if (!cap.available) return err("strategy.type: " + p.strategy.type + ": " + cap.reason);
+    }
+    const std::string devId = p.strategy.devices.empty() ? "cpu:0" : p.strategy.devices[0];
+    TD_ASSIGN_OR_RETURN(im->device, openDevice(devId));
+
+    TD_ASSIGN_OR_RETURN(im->info, inferShapes(p.model));
+    TD_ASSIGN_OR_RETURN(im->labelSpec, labelSpecFor(p.training.loss, im->info.outputShape));
+    TD_ASSIGN_OR_RETURN(im->metrics, resolveMetrics(p.training.metrics, p.training.loss));
+    for (const auto& cbc : p.training.callbacks) {
+        auto cb = Callback::create(cbc);
+        if (!cb.ok()) return err("training.callbacks: " + cb.error());
+        im->callbacks.push_back(std::move(cb).value());
+    }
+    {
+        auto opt0 = Optimizer::create(p.training.optimizer);
+        if (!opt0.ok()) return err("training." + opt0.error());
+    }
+
+    auto data = loadSource(p.data.source);
+    if (!data.ok()) return err("data.source: " + data.error());
+    im->splits = std::move(data).value();
+    if (p.data.validationSplit > 0) {
+        auto [tr, va] = splitTail(im->splits.train, p.data.validationSplit);
+        im->trainSet = tr;
+        if (va.size() > 0) im->valSet = va;
+    } else {
+        im->trainSet = im->splits.train;
+    }
+    const Shape sample = im->trainSet.sampleShape();
+    if (numElements(sample) != numElements(im->info.inputShape))
+        return err("the model's input shape " + shapeToString(im->info.inputShape) +
+                   " does not match the data's samples " + shapeToString(sample) + " (" +
+                   std::to_string(numElements(sample)) + " values)");
+    if (im->labelSpec.dtype == DType::I32 && im->trainSet.numClasses > im->info.outputShape[0])
+        return err("the data has " + std::to_string(im->trainSet.numClasses) +
+                   " classes but the last layer has " + std::to_string(im->info.outputShape[0]) +
+                   " units");
+    // Compile the training program now so model and pipeline errors surface before a run starts.
+    TD_ASSIGN_OR_RETURN(Compiled * c, im->program(GraphMode::Train, p.training.batchSize));
+    (void)c;
+    return std::unique_ptr<Session>(new Session(std::move(im)));
+}
+
+const Project& Session::project() const { return impl_->project; }
+EventBus& Session::events() { return impl_->bus; }
+int64_t Session::runId() const { return impl_->runId; }
+
+Status Session::fit() {
+    Impl& im = *impl_;
+    im.isRunning = true;
+    std::unique_ptr<RunRecorder> recorder;
+    std::unique_ptr<RunStore> store;
+    const Project& p = im.project;
+    int64_t totalParams = im.info.totalParams;
+    if (!im.options.storePath.empty()) {
+        auto st = RunStore::open(im.options.storePath);
+        if (!st.ok()) {
+            im.isRunning = false;
+            return err("run store: " + st.error());
+        }
+        store = std::move(st).value();
+        RunRecord r;
+        r.name = im.options.runName.empty() ? p.name : im.options.runName;
+        r.projectJson = projectToJson(p);
+        nlohmann::json cfg = {{"epochs", p.training.epochs},
+                              {"batch_size", p.training.batchSize},
+                              {"seed", p.training.seed},
+                              {"precision", precisionName(p.precision)},
+                              {"fusion", p.fusion},
+                              {"strategy", p.strategy.type},
+                              {"optimizer", p.training.optimizer.name},
+                              {"learning_rate", p.training.optimizer.learningRate}};
+        r.configJson = cfg.dump();
+        r.startedAtMs = unixMs();
+        r.host = hostName();
+        r.pid = getpid();
+        r.devices = im.device->desc().id;
+        r.modelName = p.model.name;
+        r.params = totalParams;
+        auto id = store->createRun(r);
+        if (!id.ok()) {
+            im.isRunning = false;
+            return err("run store: " + id.error());
+        }
+        im.runId = *id;
+        auto rec = RunRecorder::start(im.options.storePath, im.runId, im.bus.subscribe());
+        if (!rec.ok()) {
+            im.isRunning = false;
+            return err("run store: " + rec.error());
+        }
+        recorder = std::move(rec).value();
+    }
+    RunStarted rs;
+    rs.runId = im.runId;
+    rs.runName = im.options.runName.empty() ? p.name : im.options.runName;
+    rs.devices = {im.device->desc().id};
+    rs.initialEpoch = p.training.initialEpoch;
+    rs.epochs = p.training.epochs;
+    {
+        int64_t n = im.trainSet.size(), b = p.training.batchSize;
+        rs.stepsPerEpoch = p.data.pipeline.dropRemainder ? n / b : (n + b - 1) / b;
+        rs.trainSamples = n;
+    }
+    rs.batchSize = p.training.batchSize;
+    rs.validationSamples = im.valSet ? im.valSet->size() : 0;
+    rs.params = totalParams;
+    im.bus.publish(rs);
+
+    Status s = im.fitLoop();
+    if (!s.ok()) {
+        RunFinished fin;
+        fin.status = RunStatus::Failed;
+        fin.message = s.error();
+        im.bus.publish(LogLine{LogLine::Level::Error, s.error()});
+        im.bus.publish(fin);
+    }
+    if (recorder) recorder->join();
+    im.bus.closeAll();
+    im.isRunning = false;
+    return s;
+}
+
+void Session::start() {
+    impl_->isRunning = true;
+    impl_->thread = std::thread([this] { (void)fit(); });
+}
+
+void Session::join() {
+    if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+bool Session::running() const { return impl_->isRunning; }
+
+void Session::requestStop() {
+    impl_->stopRequested = true;
+    std::lock_guard<std::mutex> lk(impl_->pauseMu);
+    impl_->pauseCv.notify_all();
+}
+
+void Session::pause() {
+    std::lock_guard<std::mutex> lk(impl_->pauseMu);
+    impl_->pausedFlag = true;
+}
+
+void Session::resume() {
+    {
+        std::lock_guard<std::mutex> lk(impl_->pauseMu);
+        impl_->pausedFlag = false;
+    }
+    impl_->pauseCv.notify_all();
+}
+
+bool Session::paused() const {
+    std::lock_guard<std::mutex> lk(impl_->pauseMu);
+    return impl_->pausedFlag;
+}
+
+Result<EvalResult> Session::evaluateTest() {
+    if (running()) return err("evaluate: a run is in progress");
+    if (!impl_->splits.test) return err("evaluate: the data source has no test split");
+    return impl_->evaluate(*impl_->splits.test);
+}
+
+Result<Tensor> Session::predict(const Tensor& xIn) {
+    Impl& im = *impl_;
+    if (running()) return err("predict: a run is in progress");
+    if (xIn.rank() < 1 || numElements(im.info.inputShape) * xIn.dim(0) != xIn.size())
+        return err("predict: expected samples of shape " + shapeToString(im.info.inputShape) +
+                   ", got " + shapeToString(xIn.shape()));
+    Dataset d;
+    d.x = xIn;
+    d.y = Tensor(DType::I32, {xIn.dim(0)});
+    PipelineConfig pc = im.project.data.pipeline;
+    pc.shuffleBuffer = 0;
+    pc.cache = "none";
+    std::vector<MapStep> featureSteps;
+    for (const MapStep& m : pc.map)
+        if (m.op != "one_hot") featureSteps.push_back(m);
+    pc.map = featureSteps;
+    TD_ASSIGN_OR_RETURN(auto pipe, Pipeline::create(d, pc, im.batchSize(), false, 0));
+    TD_RETURN_IF_ERROR(pipe->beginEpoch(0));
+    Shape outShape{xIn.dim(0)};
+    outShape.insert(outShape.end(), im.info.outputShape.begin(), im.info.outputShape.end());
+    Tensor out(DType::F32, outShape);
+    const int64_t row = numElements(im.info.outputShape);
+    int64_t done = 0;
+    while (true) {
+        TD_ASSIGN_OR_RETURN(const Batch* b, pipe->next());
+        if (!b) break;
+        TD_ASSIGN_OR_RETURN(Compiled * c, im.program(GraphMode::Predict, b->size));
+        TD_RETURN_IF_ERROR(im.uploadBatch(*c, *b));
+        TD_RETURN_IF_ERROR(c->exe->run(StepArgs{}));
+        Buffer pb{const_cast<void*>(c->exe->valuePtr(c->predId)),
+                  static_cast<size_t>(b->size * row) * 4};
+        TD_RETURN_IF_ERROR(im.device->copyToHost(out.data<float>() + done * row, pb, 0, pb.bytes));
+        done += b->size;
+    }
+    return out;
+}
+
+Result<std::string> Session::dumpIr(const std::string& afterPass) {
+    Impl& im = *impl_;
+    BuildOptions bo;
+    bo.batch = im.batchSize();
+    bo.mode = GraphMode::Train;
+    bo.loss = im.project.training.loss;
+    bo.metrics = im.project.training.metrics;
+    bo.seed = im.project.training.seed;
+    TD_ASSIGN_OR_RETURN(Graph g, buildGraph(im.project.model, im.info, bo));
+    if (afterPass == "forward") return printGraph(g);
+    TD_RETURN_IF_ERROR(autodiff(g));
+    if (afterPass == "build" || afterPass == "autodiff") return printGraph(g);
+    PassManager pm;
+    addStandardPasses(pm);
+    if (!im.project.fusion) pm.disable("fusion");
+    std::string dump;
+    std::vector<std::string> names{"forward", "autodiff"};
+    for (auto& n : pm.passNames()) names.push_back(n);
+    names.push_back("final");
+    bool known = false;
+    for (auto& n : names) known = known || n == afterPass;
+    if (!known) {
+        std::string list;
+        for (auto& n : names) list += (list.empty() ? "" : ", ") + n;
+        return err("unknown pass '" + afterPass + "' (expected one of: " + list + ")");
+    }
+    pm.setDumpHook([&](const std::string& pass, const Graph& gg) {
+        if (pass == afterPass) dump = printGraph(gg);
+    });
+    TD_RETURN_IF_ERROR(pm.run(g));
+    if (afterPass == "final") dump = printGraph(g);
+    if (dump.empty()) dump = "# pass " + afterPass + " is disabled for this project\n" + printGraph(g);
+    std::string notes = "# passes:";
+    for (const auto& t : pm.timings())
+        notes += " " + t.pass + (t.skipped ? "(off)" : t.changed ? "(changed)" : "(unchanged)");
+    notes += "\n";
+    if (auto* fp = static_cast<FusionPass*>(pm.find("fusion")))
+        for (const auto& d : fp->decisions())
+            notes += std::string("# fusion: ") + (d.fused ? "fused " + d.what : "kept apart: " + d.reason) + "\n";
+    if (auto* mp = static_cast<MemoryPlanPass*>(pm.find("memory")); mp && !pm.isDisabled("memory"))
+        notes += "# memory: arena " + std::to_string(mp->arenaBytes()) + " bytes (" +
+                 std::to_string(mp->naiveBytes()) + " without reuse)\n";
+    return notes + dump;
+}
+
+// ---- devices and capabilities --------------------------------------------------------------------
+
+std::vector<DeviceInfo> listDevices() {
+    std::vector<DeviceInfo> out;
+    for (const DeviceDesc& d : enumerateDevices())
+        out.push_back(DeviceInfo{d.id, d.kind == DeviceKind::Cpu ? "cpu" : "cuda", d.name,
+                                 d.memoryBytes});
+    return out;
+}
+
+Capability precisionCapability(PrecisionPolicy p) {
+    if (p == PrecisionPolicy::Float32) return {};
+    return {false, std::string(precisionName(p)) +
+                       " needs the mixed-precision compiler passes (16-bit compute with loss "
+                       "scaling), which this version does not have yet; use float32"};
+}
+
+Capability strategyCapability(const std::string& type) {
+    if (type == "one_device") return {};
+    if (type == "mirrored" || type == "multi_worker_mirrored")
+        return {false, type + " needs the replica and all-reduce runtime, which this version "
+                              "does not have yet; use one_device"};
+    return {false, "unknown strategy '" + type +
+                       "' (expected one_device, mirrored or multi_worker_mirrored)"};
+}
+
+}  // namespace td

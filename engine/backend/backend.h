@@ -1,0 +1,98 @@
+// The device contract: what a device is and how it runs a lowered Program. Callers ask a device
+// what it supports (supportsOp) instead of #ifdef-ing on backends. One implementation per folder:
+// cpu/ (oneDNN + the project's own vectorised kernels, the reference every other backend is
+// tested against) and cuda/ (built when the CUDA toolkit is found).
+//
+// Threading: a Device and its Executables are used from one engine thread at a time.
+// Asynchrony: run() enqueues work on the device's stream; synchronize() is the explicit host
+// sync point. The CPU device executes synchronously (its stream is the calling thread).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/core/result.h"
+#include "engine/graph/ir.h"
+
+namespace td {
+
+enum class DeviceKind { Cpu, Cuda };
+
+struct DeviceDesc {
+    DeviceKind kind = DeviceKind::Cpu;
+    int index = 0;
+    std::string id;          // "cpu:0", "cuda:0"
+    std::string name;        // human-readable model name
+    int64_t memoryBytes = 0; // total device memory (host RAM for the CPU)
+    int threads = 1;         // CPU: worker threads used by kernels
+};
+
+// A device allocation. Owned by the device that made it; release with Device::release.
+struct Buffer {
+    void* ptr = nullptr;
+    size_t bytes = 0;
+};
+
+// Per-step values a Program reads (keyed randomness, batch bookkeeping).
+struct StepArgs {
+    int64_t step = 0;        // global optimizer step (dropout mask key)
+    int64_t sampleBase = 0;  // global index of row 0 of this replica's batch slice
+};
+
+// Where a Program finds the values that live outside its arena.
+struct ProgramBindings {
+    Buffer input;                      // features [B, ...] f32
+    Buffer label;                      // labels
+    std::vector<Buffer> params;        // in Graph::params() order
+    std::vector<Buffer> grads;         // in Graph::params() order (empty for non-trainable)
+};
+
+class Executable {
+public:
+    virtual ~Executable() = default;
+    // Enqueues one execution of the program.
+    virtual Status run(const StepArgs& args) = 0;
+    // Device address of a value of the graph (outputs: loss, metrics, predictions).
+    virtual const void* valuePtr(int nodeId) const = 0;
+    virtual size_t arenaBytes() const = 0;
+};
+
+// Answer of supportsOp: yes, or no with the reason.
+struct Support {
+    bool ok = true;
+    std::string reason;
+};
+
+class Device {
+public:
+    virtual ~Device() = default;
+    virtual const DeviceDesc& desc() const = 0;
+    virtual Result<Buffer> allocate(size_t bytes) = 0;
+    virtual void release(Buffer& b) = 0;
+    virtual Status copyToDevice(const Buffer& dst, size_t offset, const void* src,
+                                size_t bytes) = 0;
+    virtual Status copyToHost(void* dst, const Buffer& src, size_t offset, size_t bytes) = 0;
+    virtual Support supportsOp(const Graph& g, const Node& n) const = 0;
+    // Lowers a planned graph (MemoryPlanPass ran) to a Program bound to buffers.
+    virtual Result<std::unique_ptr<Executable>> compile(const Graph& g,
+                                                        const ProgramBindings& bindings) = 0;
+    virtual Status synchronize() = 0;
+    // Host-addressable memory (CPU): buffers can be read and written directly.
+    virtual bool hostAddressable() const = 0;
+};
+
+// Devices on this machine: the CPU, then CUDA devices when the CUDA backend is built and a
+// driver reports GPUs (errors from the driver mean zero GPUs).
+std::vector<DeviceDesc> enumerateDevices();
+// Creates a device by id ("cpu:0", "cuda:1"). Errors name the id and what exists.
+Result<std::unique_ptr<Device>> openDevice(const std::string& id);
+
+// Backend-specific entry points (each backend's folder implements its own).
+std::unique_ptr<Device> makeCpuDevice(int threads);
+DeviceDesc cpuDeviceDesc();
+std::vector<DeviceDesc> cudaDevices();  // empty without the CUDA backend or GPUs
+Result<std::unique_ptr<Device>> makeCudaDevice(int index);
+
+}  // namespace td

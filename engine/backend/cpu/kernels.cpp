@@ -1,0 +1,417 @@
+#include "engine/backend/cpu/kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "engine/core/result.h"
+
+namespace td::cpu {
+
+namespace {
+constexpr float kEps = 1e-7f;  // Keras backend epsilon
+// Above this many elements an elementwise kernel splits across threads; below, OpenMP's fork
+// costs more than the work.
+constexpr int64_t kParallelMin = 1 << 16;
+
+inline uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+inline uint32_t mix32(uint32_t h) {
+    h ^= h >> 16;
+    h *= 0x7feb352du;
+    h ^= h >> 15;
+    h *= 0x846ca68bu;
+    h ^= h >> 16;
+    return h;
+}
+inline float sigmoidf(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+}  // namespace
+
+ActKind actKindFromName(const std::string& n) {
+    if (n == "relu") return ActKind::Relu;
+    if (n == "leaky_relu") return ActKind::LeakyRelu;
+    if (n == "elu") return ActKind::Elu;
+    if (n == "gelu") return ActKind::Gelu;
+    if (n == "sigmoid") return ActKind::Sigmoid;
+    if (n == "tanh") return ActKind::Tanh;
+    if (n == "softmax") return ActKind::Softmax;
+    TD_ASSERT_MSG(n == "linear", "unknown activation name");
+    return ActKind::Linear;
+}
+
+LossKind lossKindFromName(const std::string& n) {
+    if (n == "sparse_softmax_xent") return LossKind::SparseSoftmaxXent;
+    if (n == "softmax_xent") return LossKind::SoftmaxXent;
+    if (n == "sparse_xent") return LossKind::SparseXent;
+    if (n == "xent") return LossKind::Xent;
+    if (n == "sigmoid_bce") return LossKind::SigmoidBce;
+    if (n == "bce") return LossKind::Bce;
+    TD_ASSERT_MSG(n == "mse", "unknown loss kernel name");
+    return LossKind::Mse;
+}
+
+MetricKind metricKindFromName(const std::string& n) {
+    if (n == "sparse_categorical") return MetricKind::SparseCategorical;
+    if (n == "categorical") return MetricKind::Categorical;
+    if (n == "binary") return MetricKind::Binary;
+    if (n == "sparse_top_k") return MetricKind::SparseTopK;
+    TD_ASSERT_MSG(n == "top_k", "unknown metric kernel name");
+    return MetricKind::TopK;
+}
+
+void activation(ActKind k, float alpha, const float* x, float* y, int64_t rows, int64_t cols) {
+    const int64_t n = rows * cols;
+    switch (k) {
+        case ActKind::Linear: std::memcpy(y, x, static_cast<size_t>(n) * 4); return;
+        case ActKind::Relu:
+#pragma omp parallel for simd if (n > kParallelMin)
+            for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.f ? x[i] : 0.f;
+            return;
+        case ActKind::LeakyRelu:
+#pragma omp parallel for simd if (n > kParallelMin)
+            for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.f ? x[i] : alpha * x[i];
+            return;
+        case ActKind::Elu:
+#pragma omp parallel for if (n > kParallelMin)
+            for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.f ? x[i] : alpha * std::expm1(x[i]);
+            return;
+        case ActKind::Gelu:
+#pragma omp parallel for if (n > kParallelMin)
+            for (int64_t i = 0; i < n; ++i)
+                y[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * 0.70710678118654752f));
+            return;
+        case ActKind::Sigmoid:
+#pragma omp parallel for if (n > kParallelMin)
+            for (int64_t i = 0; i < n; ++i) y[i] = sigmoidf(x[i]);
+            return;
+        case ActKind::Tanh:
+#pragma omp parallel for if (n > kParallelMin)
+            for (int64_t i = 0; i < n; ++i) y[i] = std::tanh(x[i]);
+            return;
+        case ActKind::Softmax:
+            for (int64_t r = 0; r < rows; ++r) {
+                const float* xr = x + r * cols;
+                float* yr = y + r * cols;
+                float m = xr[0];
+                for (int64_t c = 1; c < cols; ++c) m = std::max(m, xr[c]);
+                float s = 0.f;
+                for (int64_t c = 0; c < cols; ++c) s += (yr[c] = std::exp(xr[c] - m));
+                const float inv = 1.0f / s;
+                for (int64_t c = 0; c < cols; ++c) yr[c] *= inv;
+            }
+            return;
+    }
+}
+
+void activationGrad(ActKind k, float alpha, bool usesOutput, const float* dy, const float* s,
+                    float* dx, int64_t rows, int64_t cols) {
+    const int64_t n = rows * cols;
+    switch (k) {
+        case ActKind::Linear: std::memcpy(dx, dy, static_cast<size_t>(n) * 4); return;
+        case ActKind::Relu:  // s = y or x: both are > 0 exactly where the unit is active
+#pragma omp parallel for simd if (n > kParallelMin)
+            for (int64_t i = 0; i < n; ++i) dx[i] = s[i] > 0.f ? dy[i] : 0.f;
+            return;
+        case ActKind::LeakyRelu:
+#pragma omp parallel for simd if (n > kParallelMin)
+            for (int64_t i = 0; i < n; ++i) dx[i] = s[i] > 0.f ? dy[i] : alpha * dy[i];
+            return;
+        case ActKind::Elu:
+            if (usesOutput) {
+                for (int64_t i = 0; i < n; ++i) dx[i] = s[i] > 0.f ? dy[i] : dy[i] * (s[i] + alpha);
+            } else {
+#pragma omp parallel for if (n > kParallelMin)
+                for (int64_t i = 0; i < n; ++i)
+                    dx[i] = s[i] > 0.f ? dy[i] : dy[i] * alpha * std::exp(s[i]);
+            }
+            return;
+        case ActKind::Gelu:
+            TD_ASSERT(!usesOutput);
+#pragma omp parallel for if (n > kParallelMin)
+            for (int64_t i = 0; i < n; ++i) {
+                const float x = s[i];
+                const float cdf = 0.5f * (1.0f + std::erf(x * 0.70710678118654752f));
+                const float pdf = 0.39894228040143268f * std::exp(-0.5f * x * x);
+                dx[i] = dy[i] * (cdf + x * pdf);
+            }
+            return;
+        case ActKind::Sigmoid:
+            if (usesOutput) {
+#pragma omp parallel for simd if (n > kParallelMin)
+                for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * s[i] * (1.f - s[i]);
+            } else {
+                for (int64_t i = 0; i < n; ++i) {
+                    const float y = sigmoidf(s[i]);
+                    dx[i] = dy[i] * y * (1.f - y);
+                }
+            }
+            return;
+        case ActKind::Tanh:
+            if (usesOutput) {
+#pragma omp parallel for simd if (n > kParallelMin)
+                for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * (1.f - s[i] * s[i]);
+            } else {
+                for (int64_t i = 0; i < n; ++i) {
+                    const float y = std::tanh(s[i]);
+                    dx[i] = dy[i] * (1.f - y * y);
+                }
+            }
+            return;
+        case ActKind::Softmax:
+            TD_ASSERT(usesOutput);
+            for (int64_t r = 0; r < rows; ++r) {
+                const float* yr = s + r * cols;
+                const float* gr = dy + r * cols;
+                float dot = 0.f;
+                for (int64_t c = 0; c < cols; ++c) dot += gr[c] * yr[c];
+                for (int64_t c = 0; c < cols; ++c) dx[r * cols + c] = yr[c] * (gr[c] - dot);
+            }
+            return;
+    }
+}
+
+void biasAdd(const float* x, const float* b, float* y, int64_t rows, int64_t cols) {
+#pragma omp parallel for if (rows * cols > kParallelMin)
+    for (int64_t r = 0; r < rows; ++r) {
+#pragma omp simd
+        for (int64_t c = 0; c < cols; ++c) y[r * cols + c] = x[r * cols + c] + b[c];
+    }
+}
+
+void biasGrad(const float* dy, float* db, int64_t rows, int64_t cols) {
+    std::memset(db, 0, static_cast<size_t>(cols) * 4);
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* g = dy + r * cols;
+#pragma omp simd
+        for (int64_t c = 0; c < cols; ++c) db[c] += g[c];
+    }
+}
+
+float keyedUniform(uint64_t seed, int64_t step, int64_t sample, int64_t col) {
+    const uint64_t rowKey = mix64(seed * 0x9e3779b97f4a7c15ull ^ mix64(static_cast<uint64_t>(step)) ^
+                                  (static_cast<uint64_t>(sample) * 0xc2b2ae3d27d4eb4full));
+    const uint32_t h = mix32(static_cast<uint32_t>(rowKey) ^ static_cast<uint32_t>(rowKey >> 32) ^
+                             (static_cast<uint32_t>(col) * 0x9e3779b9u));
+    return static_cast<float>(h >> 8) * (1.0f / 16777216.0f);
+}
+
+void dropout(const float* x, float* y, int64_t rows, int64_t cols, float rate, uint64_t seed,
+             int64_t step, int64_t sampleBase) {
+    const float keepScale = 1.0f / (1.0f - rate);
+    // Threshold on the top 24 bits of the keyed hash, as keyedUniform() computes it.
+    const uint32_t threshold = static_cast<uint32_t>(static_cast<double>(rate) * 16777216.0);
+#pragma omp parallel for if (rows * cols > kParallelMin)
+    for (int64_t r = 0; r < rows; ++r) {
+        const uint64_t rowKey =
+            mix64(seed * 0x9e3779b97f4a7c15ull ^ mix64(static_cast<uint64_t>(step)) ^
+                  (static_cast<uint64_t>(sampleBase + r) * 0xc2b2ae3d27d4eb4full));
+        const uint32_t base = static_cast<uint32_t>(rowKey) ^ static_cast<uint32_t>(rowKey >> 32);
+        const float* xr = x + r * cols;
+        float* yr = y + r * cols;
+        for (int64_t c = 0; c < cols; ++c) {
+            const uint32_t h = mix32(base ^ (static_cast<uint32_t>(c) * 0x9e3779b9u)) >> 8;
+            yr[c] = h >= threshold ? xr[c] * keepScale : 0.f;
+        }
+    }
+}
+
+void add(const float* a, const float* b, float* y, int64_t n) {
+#pragma omp parallel for simd if (n > kParallelMin)
+    for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
+}
+
+namespace {
+// log-sum-exp of a row and its max.
+inline float logSumExp(const float* x, int64_t n, float* maxOut) {
+    float m = x[0];
+    for (int64_t c = 1; c < n; ++c) m = std::max(m, x[c]);
+    float s = 0.f;
+    for (int64_t c = 0; c < n; ++c) s += std::exp(x[c] - m);
+    *maxOut = m;
+    return m + std::log(s);
+}
+inline float clampP(float p) { return std::min(std::max(p, kEps), 1.f - kEps); }
+}  // namespace
+
+void loss(LossKind k, const float* pred, const void* labels, float* out, int64_t rows,
+          int64_t cols, float scale) {
+    const int32_t* yi = static_cast<const int32_t*>(labels);
+    const float* yf = static_cast<const float*>(labels);
+    double total = 0.0;
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* p = pred + r * cols;
+        double l = 0.0;
+        switch (k) {
+            case LossKind::SparseSoftmaxXent: {
+                float m;
+                l = logSumExp(p, cols, &m) - p[yi[r]];
+                break;
+            }
+            case LossKind::SoftmaxXent: {
+                float m;
+                const float lse = logSumExp(p, cols, &m);
+                for (int64_t c = 0; c < cols; ++c) l += yf[r * cols + c] * (lse - p[c]);
+                break;
+            }
+            case LossKind::SparseXent: {
+                float s = 0.f;
+                for (int64_t c = 0; c < cols; ++c) s += p[c];
+                l = -std::log(clampP(p[yi[r]] / s));
+                break;
+            }
+            case LossKind::Xent: {
+                float s = 0.f;
+                for (int64_t c = 0; c < cols; ++c) s += p[c];
+                for (int64_t c = 0; c < cols; ++c) l -= yf[r * cols + c] * std::log(clampP(p[c] / s));
+                break;
+            }
+            case LossKind::SigmoidBce:
+                for (int64_t c = 0; c < cols; ++c) {
+                    const float x = p[c], y = yf[r * cols + c];
+                    l += std::max(x, 0.f) - x * y + std::log1p(std::exp(-std::fabs(x)));
+                }
+                l /= static_cast<double>(cols);
+                break;
+            case LossKind::Bce:
+                for (int64_t c = 0; c < cols; ++c) {
+                    const float q = clampP(p[c]), y = yf[r * cols + c];
+                    l -= y * std::log(q) + (1.f - y) * std::log(1.f - q);
+                }
+                l /= static_cast<double>(cols);
+                break;
+            case LossKind::Mse:
+                for (int64_t c = 0; c < cols; ++c) {
+                    const double d = static_cast<double>(p[c]) - yf[r * cols + c];
+                    l += d * d;
+                }
+                l /= static_cast<double>(cols);
+                break;
+        }
+        total += l;
+    }
+    out[0] = static_cast<float>(total * scale);
+}
+
+void lossGrad(LossKind k, const float* pred, const void* labels, float* dp, int64_t rows,
+              int64_t cols, float scale) {
+    const int32_t* yi = static_cast<const int32_t*>(labels);
+    const float* yf = static_cast<const float*>(labels);
+    const float invCols = 1.0f / static_cast<float>(cols);
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* p = pred + r * cols;
+        float* g = dp + r * cols;
+        switch (k) {
+            case LossKind::SparseSoftmaxXent:
+            case LossKind::SoftmaxXent: {
+                float m = p[0];
+                for (int64_t c = 1; c < cols; ++c) m = std::max(m, p[c]);
+                float s = 0.f;
+                for (int64_t c = 0; c < cols; ++c) s += (g[c] = std::exp(p[c] - m));
+                const float inv = scale / s;
+                if (k == LossKind::SparseSoftmaxXent) {
+                    for (int64_t c = 0; c < cols; ++c) g[c] *= inv;
+                    g[yi[r]] -= scale;
+                } else {
+                    float ysum = 0.f;
+                    for (int64_t c = 0; c < cols; ++c) ysum += yf[r * cols + c];
+                    for (int64_t c = 0; c < cols; ++c)
+                        g[c] = g[c] * inv * ysum - scale * yf[r * cols + c];
+                }
+                break;
+            }
+            case LossKind::SparseXent:
+            case LossKind::Xent: {
+                float s = 0.f;
+                for (int64_t c = 0; c < cols; ++c) s += p[c];
+                // loss = -sum_j y_j log(clip(p_j / s)); unclipped terms contribute
+                // -y_k/p_k to dp_k and +y_j/s to every dp_k.
+                float common = 0.f;
+                for (int64_t c = 0; c < cols; ++c) {
+                    const float y = k == LossKind::SparseXent ? (c == yi[r] ? 1.f : 0.f)
+                                                              : yf[r * cols + c];
+                    const float q = p[c] / s;
+                    const bool live = q > kEps && q < 1.f - kEps;
+                    g[c] = live ? -y / p[c] : 0.f;
+                    if (live) common += y;
+                }
+                for (int64_t c = 0; c < cols; ++c) g[c] = (g[c] + common / s) * scale;
+                break;
+            }
+            case LossKind::SigmoidBce:
+                for (int64_t c = 0; c < cols; ++c)
+                    g[c] = (sigmoidf(p[c]) - yf[r * cols + c]) * invCols * scale;
+                break;
+            case LossKind::Bce:
+                for (int64_t c = 0; c < cols; ++c) {
+                    const float y = yf[r * cols + c];
+                    const bool live = p[c] > kEps && p[c] < 1.f - kEps;
+                    g[c] = live ? (-y / p[c] + (1.f - y) / (1.f - p[c])) * invCols * scale : 0.f;
+                }
+                break;
+            case LossKind::Mse:
+                for (int64_t c = 0; c < cols; ++c)
+                    g[c] = 2.f * (p[c] - yf[r * cols + c]) * invCols * scale;
+                break;
+        }
+    }
+}
+
+void metric(MetricKind k, int64_t topK, bool onLogits, const float* pred, const void* labels,
+            float* out, int64_t rows, int64_t cols) {
+    const int32_t* yi = static_cast<const int32_t*>(labels);
+    const float* yf = static_cast<const float*>(labels);
+    double correct = 0.0;
+    auto argmax = [cols](const float* v) {
+        int64_t best = 0;
+        for (int64_t c = 1; c < cols; ++c)
+            if (v[c] > v[best]) best = c;
+        return best;
+    };
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* p = pred + r * cols;
+        switch (k) {
+            case MetricKind::SparseCategorical: correct += argmax(p) == yi[r] ? 1 : 0; break;
+            case MetricKind::Categorical: correct += argmax(p) == argmax(yf + r * cols) ? 1 : 0; break;
+            case MetricKind::Binary: {
+                const float thr = onLogits ? 0.f : 0.5f;
+                int64_t ok = 0;
+                for (int64_t c = 0; c < cols; ++c)
+                    ok += (p[c] > thr) == (yf[r * cols + c] > 0.5f) ? 1 : 0;
+                correct += static_cast<double>(ok) / static_cast<double>(cols);
+                break;
+            }
+            case MetricKind::SparseTopK:
+            case MetricKind::TopK: {
+                const int64_t y = k == MetricKind::SparseTopK ? yi[r] : argmax(yf + r * cols);
+                int64_t greater = 0;
+                for (int64_t c = 0; c < cols; ++c) greater += p[c] > p[y] ? 1 : 0;
+                correct += greater < topK ? 1 : 0;
+                break;
+            }
+        }
+    }
+    out[0] = static_cast<float>(correct);
+}
+
+void regLoss(const float* w, int64_t n, float l1, float l2, float* out) {
+    double s1 = 0, s2 = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        s1 += std::fabs(w[i]);
+        s2 += static_cast<double>(w[i]) * w[i];
+    }
+    out[0] = static_cast<float>(l1 * s1 + l2 * s2);
+}
+
+void regGrad(const float* g, const float* w, float* out, int64_t n, float l1, float l2) {
+#pragma omp parallel for simd if (n > kParallelMin)
+    for (int64_t i = 0; i < n; ++i) {
+        const float sgn = w[i] > 0.f ? 1.f : (w[i] < 0.f ? -1.f : 0.f);
+        out[i] = g[i] + l1 * sgn + 2.f * l2 * w[i];
+    }
+}
+
+}  // namespace td::cpu

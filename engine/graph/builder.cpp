@@ -1,0 +1,344 @@
+#include "engine/graph/builder.h"
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+
+namespace td {
+
+namespace {
+
+bool isSparse(const LossConfig& l) { return l.name == "sparse_categorical_crossentropy"; }
+bool isCategorical(const LossConfig& l) { return l.name == "categorical_crossentropy"; }
+bool isBinary(const LossConfig& l) { return l.name == "binary_crossentropy"; }
+bool isMse(const LossConfig& l) {
+    return l.name == "mean_squared_error" || l.name == "mse";
+}
+
+}  // namespace
+
+Result<std::vector<MetricSpec>> resolveMetrics(const std::vector<std::string>& names,
+                                               const LossConfig& loss) {
+    std::vector<MetricSpec> out;
+    for (const std::string& raw : names) {
+        std::string n = raw;
+        std::transform(n.begin(), n.end(), n.begin(),
+                       [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+        MetricSpec m;
+        m.key = n;
+        if (n == "accuracy" || n == "acc") {
+            m.key = "accuracy";
+            if (isSparse(loss)) m.kind = "sparse_categorical";
+            else if (isCategorical(loss)) m.kind = "categorical";
+            else if (isBinary(loss)) m.kind = "binary";
+            else
+                return err("metric 'accuracy' needs a classification loss, not " + loss.name);
+        } else if (n == "sparse_categorical_accuracy") {
+            m.kind = "sparse_categorical";
+        } else if (n == "categorical_accuracy") {
+            m.kind = "categorical";
+        } else if (n == "binary_accuracy") {
+            m.kind = "binary";
+        } else if (n.find("top") != std::string::npos) {
+            // "sparse_top_k_categorical_accuracy" (k=5), "sparse_top_3_categorical_accuracy",
+            // "top_k_categorical_accuracy", "top5"...
+            m.k = 5;
+            for (size_t i = 0; i < n.size(); ++i)
+                if (std::isdigit(static_cast<unsigned char>(n[i]))) {
+                    m.k = std::atoll(n.c_str() + i);
+                    break;
+                }
+            bool sparse = n.rfind("sparse", 0) == 0 || (n.rfind("top", 0) == 0 && isSparse(loss));
+            m.kind = sparse ? "sparse_top_k" : "top_k";
+            if (m.k < 1) return err("metric '" + raw + "': k must be >= 1");
+        } else {
+            return err("unknown metric '" + raw +
+                       "' (expected accuracy, sparse_categorical_accuracy, categorical_accuracy, "
+                       "binary_accuracy, sparse_top_k_categorical_accuracy, "
+                       "top_k_categorical_accuracy)");
+        }
+        bool sparseKind = m.kind == "sparse_categorical" || m.kind == "sparse_top_k";
+        if (sparseKind && !isSparse(loss))
+            return err("metric '" + raw + "' needs integer class labels, but loss " + loss.name +
+                       " uses one-hot or real-valued targets");
+        if ((m.kind == "categorical" || m.kind == "top_k") && !isCategorical(loss))
+            return err("metric '" + raw + "' needs one-hot labels (categorical_crossentropy)");
+        out.push_back(m);
+    }
+    return out;
+}
+
+Result<LabelSpec> labelSpecFor(const LossConfig& loss, const Shape& out) {
+    if (out.size() != 1)
+        return err("loss " + loss.name + " expects a flat model output, got " +
+                   shapeToString(out));
+    if (isSparse(loss)) {
+        if (out[0] < 2)
+            return err("loss sparse_categorical_crossentropy needs at least 2 output units, got " +
+                       std::to_string(out[0]));
+        return LabelSpec{DType::I32, {}};
+    }
+    if (isCategorical(loss) || isBinary(loss) || isMse(loss)) return LabelSpec{DType::F32, out};
+    return err("unknown loss '" + loss.name +
+               "' (expected sparse_categorical_crossentropy, categorical_crossentropy, "
+               "binary_crossentropy, mean_squared_error)");
+}
+
+Result<Graph> buildGraph(const ModelSpec& model, const ModelInfo& info, const BuildOptions& opt) {
+    Graph g;
+    g.name = opt.mode == GraphMode::Train ? "train" : opt.mode == GraphMode::Eval ? "eval"
+                                                                                 : "predict";
+    const int64_t B = opt.batch;
+    auto withBatch = [&](const Shape& s) {
+        Shape r{B};
+        r.insert(r.end(), s.begin(), s.end());
+        return r;
+    };
+    int x = g.add(Op::Input, {}, DType::F32, withBatch(info.inputShape));
+    std::vector<std::pair<int, RegularizerSpec>> regs;
+    int lastAct = -1;  // node id of a trailing Act, to pair softmax/sigmoid with the loss
+
+    size_t layerIdx = 0;
+    for (const LayerSpec& L : model.layers) {
+        if (L.type == LayerType::Input) continue;
+        const LayerInfo& li = info.layers.at(layerIdx++);
+        const Shape outShape = withBatch(li.outputShape);
+        lastAct = -1;
+        auto addAct = [&](int in, ActivationKind a) {
+            if (a == ActivationKind::Linear) return in;
+            std::map<std::string, std::string> at{{"act", activationName(a)}};
+            if (a == ActivationKind::LeakyRelu) at["alpha"] = fmtNum(L.negativeSlope);
+            if (a == ActivationKind::Elu) at["alpha"] = fmtNum(L.eluAlpha);
+            int id = g.add(Op::Act, {in}, DType::F32, g.node(in).shape, at);
+            lastAct = id;
+            return id;
+        };
+        switch (L.type) {
+            case LayerType::Flatten:
+            case LayerType::Reshape:
+                if (g.node(x).shape != outShape)
+                    x = g.add(Op::Reshape, {x}, DType::F32, outShape);
+                break;
+            case LayerType::Dense: {
+                const int64_t in = g.node(x).shape[1];
+                std::map<std::string, std::string> pa{{"name", L.name + "/kernel"}};
+                if (!L.trainable) pa["trainable"] = "0";
+                int w = g.add(Op::Param, {}, DType::F32, {in, L.units}, pa);
+                if (L.kernelRegularizer.active()) regs.emplace_back(w, L.kernelRegularizer);
+                x = g.add(Op::MatMul, {x, w}, DType::F32, outShape,
+                          {{"trans_a", "0"}, {"trans_b", "0"}});
+                if (L.useBias) {
+                    std::map<std::string, std::string> pb{{"name", L.name + "/bias"}};
+                    if (!L.trainable) pb["trainable"] = "0";
+                    int b = g.add(Op::Param, {}, DType::F32, {L.units}, pb);
+                    if (L.biasRegularizer.active()) regs.emplace_back(b, L.biasRegularizer);
+                    x = g.add(Op::BiasAdd, {x, b}, DType::F32, outShape);
+                }
+                x = addAct(x, L.activation);
+                break;
+            }
+            case LayerType::Activation: x = addAct(x, L.activation); break;
+            case LayerType::Dropout:
+                if (opt.mode == GraphMode::Train && L.rate > 0) {
+                    uint64_t seed = L.seed ? *L.seed : opt.seed * 1000003ull + layerIdx;
+                    x = g.add(Op::Dropout, {x}, DType::F32, g.node(x).shape,
+                              {{"rate", fmtNum(L.rate)}, {"seed", std::to_string(seed)}});
+                }
+                break;
+            case LayerType::Input: break;
+        }
+    }
+    const int pred = x;
+    g.outputs.emplace_back("predictions", pred);
+    if (opt.mode == GraphMode::Predict) return g;
+
+    TD_ASSIGN_OR_RETURN(LabelSpec ls, labelSpecFor(opt.loss, info.outputShape));
+    int y = g.add(Op::Label, {}, ls.dtype, withBatch(ls.shape));
+
+    // Pick the loss kernel; pair a trailing softmax/sigmoid with its loss so the pair is
+    // computed stably from logits.
+    const Node* last = lastAct == pred ? &g.node(pred) : nullptr;
+    std::string lossKind;
+    int lossIn = pred;
+    bool onLogits = false;
+    const LossConfig& L = opt.loss;
+    if (isSparse(L) || isCategorical(L)) {
+        const char* fused = isSparse(L) ? "sparse_softmax_xent" : "softmax_xent";
+        const char* probs = isSparse(L) ? "sparse_xent" : "xent";
+        if (L.fromLogits) {
+            lossKind = fused;
+            onLogits = true;
+        } else if (last && last->attr("act") == "softmax") {
+            lossKind = fused;
+            lossIn = last->inputs[0];
+            onLogits = true;
+        } else {
+            lossKind = probs;
+        }
+    } else if (isBinary(L)) {
+        if (L.fromLogits) {
+            lossKind = "sigmoid_bce";
+            onLogits = true;
+        } else if (last && last->attr("act") == "sigmoid") {
+            lossKind = "sigmoid_bce";
+            lossIn = last->inputs[0];
+            onLogits = true;
+        } else {
+            lossKind = "bce";
+        }
+    } else {
+        lossKind = "mse";
+    }
+    const std::string invBatch = fmtNum(1.0 / static_cast<double>(B));
+    int loss = g.add(Op::Loss, {lossIn, y}, DType::F32, {1},
+                     {{"loss", lossKind}, {"scale", invBatch}});
+    for (const auto& [p, r] : regs) {
+        int rl = g.add(Op::RegLoss, {p}, DType::F32, {1}, {{"l1", fmtNum(r.l1)}, {"l2", fmtNum(r.l2)}});
+        loss = g.add(Op::Add, {loss, rl}, DType::F32, {1});
+    }
+    g.outputs.emplace_back("loss", loss);
+
+    TD_ASSIGN_OR_RETURN(auto metrics, resolveMetrics(opt.metrics, opt.loss));
+    for (const MetricSpec& m : metrics) {
+        int id = g.add(Op::Metric, {lossIn, y}, DType::F32, {1},
+                       {{"metric", m.kind}, {"k", std::to_string(m.k)},
+                        {"on_logits", onLogits ? "1" : "0"}});
+        g.outputs.emplace_back(m.key, id);
+    }
+    TD_RETURN_IF_ERROR(verifyGraph(g));
+    return g;
+}
+
+// ---- autodiff ------------------------------------------------------------------------------------
+
+namespace {
+bool actUsesOutput(const std::string& act) {
+    return act == "relu" || act == "sigmoid" || act == "tanh" || act == "softmax";
+}
+}  // namespace
+
+Status autodiff(Graph& g) {
+    const int root = g.output("loss");
+    if (root < 0) return err("autodiff: the graph has no 'loss' output");
+    const size_t n0 = g.nodes.size();
+
+    // Which nodes depend on a trainable param (only those need gradients).
+    std::vector<bool> needs(n0, false);
+    for (size_t i = 0; i < n0; ++i) {
+        const Node& nd = g.nodes[i];
+        if (nd.op == Op::Param) needs[i] = nd.attr("trainable", "1") != "0";
+        for (int in : nd.inputs) needs[i] = needs[i] || needs[static_cast<size_t>(in)];
+    }
+
+    // Loss terms: leaves of the add-tree under the root.
+    std::vector<int> terms, stack{root};
+    while (!stack.empty()) {
+        int id = stack.back();
+        stack.pop_back();
+        const Node& nd = g.node(id);
+        if (nd.op == Op::Add) {
+            stack.push_back(nd.inputs[0]);
+            stack.push_back(nd.inputs[1]);
+        } else if (nd.op == Op::Loss || nd.op == Op::RegLoss) {
+            terms.push_back(id);
+        } else {
+            return err("autodiff: the loss must be a sum of loss and reg_loss terms, found " +
+                       std::string(opName(nd.op)) + " %" + std::to_string(id));
+        }
+    }
+
+    std::vector<std::vector<int>> contrib(n0);
+    std::map<int, RegularizerSpec> regOf;
+    for (int t : terms) {
+        const Node nd = g.node(t);
+        if (nd.op == Op::RegLoss) {
+            regOf[nd.inputs[0]] = RegularizerSpec{nd.attrF("l1"), nd.attrF("l2")};
+            continue;
+        }
+        int pred = nd.inputs[0];
+        if (!needs[static_cast<size_t>(pred)]) continue;
+        int d = g.add(Op::LossGrad, {pred, nd.inputs[1]}, DType::F32, g.node(pred).shape,
+                      nd.attrs);
+        contrib[static_cast<size_t>(pred)].push_back(d);
+    }
+
+    auto sumOf = [&](size_t id) {
+        auto& c = contrib[id];
+        int acc = c[0];
+        for (size_t i = 1; i < c.size(); ++i)
+            acc = g.add(Op::Add, {acc, c[i]}, DType::F32, g.node(acc).shape);
+        return acc;
+    };
+
+    for (size_t ii = n0; ii-- > 0;) {
+        if (contrib[ii].empty()) continue;
+        const Node nd = g.nodes[ii];  // copy: g.nodes grows below
+        if (nd.op == Op::Param) continue;
+        const int dy = sumOf(ii);
+        auto give = [&](int input, int grad) {
+            contrib[static_cast<size_t>(input)].push_back(grad);
+        };
+        auto wants = [&](int input) { return needs[static_cast<size_t>(input)]; };
+        switch (nd.op) {
+            case Op::Reshape:
+                if (wants(nd.inputs[0]))
+                    give(nd.inputs[0], g.add(Op::Reshape, {dy}, DType::F32,
+                                             g.node(nd.inputs[0]).shape));
+                break;
+            case Op::MatMul: {
+                if (nd.attrI("trans_a") || nd.attrI("trans_b"))
+                    return err("autodiff: transposed matmul in a forward graph is not supported");
+                int a = nd.inputs[0], b = nd.inputs[1];
+                if (wants(a))  // dA = dY B^T
+                    give(a, g.add(Op::MatMul, {dy, b}, DType::F32, g.node(a).shape,
+                                  {{"trans_a", "0"}, {"trans_b", "1"}}));
+                if (wants(b))  // dB = A^T dY
+                    give(b, g.add(Op::MatMul, {a, dy}, DType::F32, g.node(b).shape,
+                                  {{"trans_a", "1"}, {"trans_b", "0"}}));
+                break;
+            }
+            case Op::BiasAdd:
+                if (wants(nd.inputs[0])) give(nd.inputs[0], dy);
+                if (wants(nd.inputs[1]))
+                    give(nd.inputs[1], g.add(Op::BiasGrad, {dy}, DType::F32,
+                                             g.node(nd.inputs[1]).shape));
+                break;
+            case Op::Act: {
+                if (!wants(nd.inputs[0])) break;
+                auto attrs = nd.attrs;
+                bool useOut = actUsesOutput(nd.attr("act"));
+                attrs["uses_output"] = useOut ? "1" : "0";
+                int saved = useOut ? nd.id : nd.inputs[0];
+                give(nd.inputs[0], g.add(Op::ActGrad, {dy, saved}, DType::F32, nd.shape, attrs));
+                break;
+            }
+            case Op::Dropout:
+                if (wants(nd.inputs[0]))
+                    give(nd.inputs[0], g.add(Op::DropoutGrad, {dy}, DType::F32, nd.shape, nd.attrs));
+                break;
+            case Op::Add:
+                if (wants(nd.inputs[0])) give(nd.inputs[0], dy);
+                if (wants(nd.inputs[1])) give(nd.inputs[1], dy);
+                break;
+            default:
+                return err(std::string("autodiff: no gradient rule for ") + opName(nd.op) +
+                           " %" + std::to_string(nd.id));
+        }
+    }
+
+    for (int p : g.params()) {
+        const Node& pn = g.node(p);
+        if (pn.attr("trainable", "1") == "0") continue;
+        auto& c = contrib[static_cast<size_t>(p)];
+        if (c.empty()) continue;
+        int gr = sumOf(static_cast<size_t>(p));
+        auto it = regOf.find(p);
+        if (it != regOf.end())
+            gr = g.add(Op::RegGrad, {gr, p}, DType::F32, pn.shape,
+                       {{"l1", fmtNum(it->second.l1)}, {"l2", fmtNum(it->second.l2)}});
+        g.grads[p] = gr;
+    }
+    return verifyGraph(g);
+}
+
+}  // namespace td

@@ -1,0 +1,382 @@
+#include "engine/graph/ir.h"
+
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+
+namespace td {
+
+namespace {
+struct OpEntry {
+    Op op;
+    const char* name;
+    int minInputs;
+    int maxInputs;
+};
+constexpr OpEntry kOps[] = {
+    {Op::Input, "input", 0, 0},          {Op::Label, "label", 0, 0},
+    {Op::Param, "param", 0, 0},          {Op::Reshape, "reshape", 1, 1},
+    {Op::MatMul, "matmul", 2, 2},        {Op::BiasAdd, "bias_add", 2, 2},
+    {Op::Act, "act", 1, 1},              {Op::Dense, "dense", 2, 3},
+    {Op::Dropout, "dropout", 1, 1},      {Op::Loss, "loss", 2, 2},
+    {Op::Metric, "metric", 2, 2},        {Op::RegLoss, "reg_loss", 1, 1},
+    {Op::LossGrad, "loss_grad", 2, 2},   {Op::ActGrad, "act_grad", 2, 2},
+    {Op::DropoutGrad, "dropout_grad", 1, 1}, {Op::BiasGrad, "bias_grad", 1, 1},
+    {Op::RegGrad, "reg_grad", 2, 2},     {Op::Add, "add", 2, 2},
+};
+const OpEntry& entry(Op op) {
+    for (const auto& e : kOps)
+        if (e.op == op) return e;
+    TD_ASSERT_MSG(false, "op missing from kOps");
+}
+}  // namespace
+
+const char* opName(Op op) { return entry(op).name; }
+
+Result<Op> parseOp(const std::string& s) {
+    for (const auto& e : kOps)
+        if (s == e.name) return e.op;
+    return err("unknown op '" + s + "'");
+}
+
+std::string fmtNum(double v) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.9g", v);
+    return buf;
+}
+
+std::string Node::attr(const std::string& k, const std::string& def) const {
+    auto it = attrs.find(k);
+    return it == attrs.end() ? def : it->second;
+}
+double Node::attrF(const std::string& k, double def) const {
+    auto it = attrs.find(k);
+    return it == attrs.end() ? def : std::strtod(it->second.c_str(), nullptr);
+}
+int64_t Node::attrI(const std::string& k, int64_t def) const {
+    auto it = attrs.find(k);
+    return it == attrs.end() ? def : std::strtoll(it->second.c_str(), nullptr, 10);
+}
+
+int Graph::add(Op op, std::vector<int> inputs, DType dtype, Shape shape,
+               std::map<std::string, std::string> attrs) {
+    Node n;
+    n.id = static_cast<int>(nodes.size());
+    n.op = op;
+    n.inputs = std::move(inputs);
+    n.dtype = dtype;
+    n.shape = std::move(shape);
+    n.attrs = std::move(attrs);
+    nodes.push_back(std::move(n));
+    return nodes.back().id;
+}
+
+int Graph::output(const std::string& outputName) const {
+    for (const auto& [n, id] : outputs)
+        if (n == outputName) return id;
+    return -1;
+}
+
+std::vector<int> Graph::params() const {
+    std::vector<int> out;
+    for (const auto& n : nodes)
+        if (n.op == Op::Param) out.push_back(n.id);
+    return out;
+}
+
+std::vector<std::vector<int>> Graph::users() const {
+    std::vector<std::vector<int>> u(nodes.size());
+    for (const auto& n : nodes)
+        for (int i : n.inputs) u[static_cast<size_t>(i)].push_back(n.id);
+    return u;
+}
+
+// ---- text form -----------------------------------------------------------------------------------
+
+namespace {
+bool needsQuotes(const std::string& v) {
+    if (v.empty()) return true;
+    for (char c : v)
+        if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_' ||
+              c == '+'))
+            return true;
+    return false;
+}
+}  // namespace
+
+std::string printGraph(const Graph& g) {
+    std::ostringstream os;
+    os << "graph " << g.name << " {\n";
+    for (const auto& n : g.nodes) {
+        os << "  %" << n.id << " = " << opName(n.op) << "(";
+        for (size_t i = 0; i < n.inputs.size(); ++i) os << (i ? ", %" : "%") << n.inputs[i];
+        os << ")";
+        if (!n.attrs.empty()) {
+            os << " {";
+            bool first = true;
+            for (const auto& [k, v] : n.attrs) {
+                os << (first ? "" : ", ") << k << "=";
+                if (needsQuotes(v))
+                    os << '"' << v << '"';
+                else
+                    os << v;
+                first = false;
+            }
+            os << "}";
+        }
+        os << " : " << dtypeName(n.dtype) << shapeToString(n.shape) << "\n";
+    }
+    for (const auto& [name, id] : g.outputs) os << "  output " << name << " = %" << id << "\n";
+    for (const auto& [p, gr] : g.grads) os << "  grad %" << p << " = %" << gr << "\n";
+    os << "}\n";
+    return os.str();
+}
+
+namespace {
+class Lexer {
+public:
+    explicit Lexer(const std::string& s) : s_(s) {}
+    // Skips blanks and '#' comments (to the end of the line).
+    void skipWs() {
+        while (i_ < s_.size()) {
+            if (s_[i_] == '#') {
+                while (i_ < s_.size() && s_[i_] != '\n') ++i_;
+            } else if (std::isspace(static_cast<unsigned char>(s_[i_]))) {
+                if (s_[i_] == '\n') ++line_;
+                ++i_;
+            } else {
+                break;
+            }
+        }
+    }
+    bool eat(char c) {
+        skipWs();
+        if (i_ < s_.size() && s_[i_] == c) {
+            ++i_;
+            return true;
+        }
+        return false;
+    }
+    bool peek(char c) {
+        skipWs();
+        return i_ < s_.size() && s_[i_] == c;
+    }
+    std::string word() {
+        skipWs();
+        size_t b = i_;
+        while (i_ < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[i_])) ||
+                                  s_[i_] == '_' || s_[i_] == '.' || s_[i_] == '-' || s_[i_] == '+'))
+            ++i_;
+        return s_.substr(b, i_ - b);
+    }
+    Result<std::string> quoted() {
+        skipWs();
+        if (i_ >= s_.size() || s_[i_] != '"') return fail("expected '\"'");
+        size_t b = ++i_;
+        while (i_ < s_.size() && s_[i_] != '"') ++i_;
+        if (i_ >= s_.size()) return fail("unterminated string");
+        return s_.substr(b, i_++ - b);
+    }
+    Result<int> ref() {
+        if (!eat('%')) return fail("expected a value reference like %3");
+        std::string w = word();
+        if (w.empty() || !std::isdigit(static_cast<unsigned char>(w[0])))
+            return fail("expected a value number after '%'");
+        return std::atoi(w.c_str());
+    }
+    Error fail(const std::string& what) const {
+        return err("IR line " + std::to_string(line_) + ": " + what);
+    }
+    bool atEnd() {
+        skipWs();
+        return i_ >= s_.size();
+    }
+
+private:
+    const std::string& s_;
+    size_t i_ = 0;
+    int line_ = 1;
+};
+
+Result<std::pair<DType, Shape>> parseType(Lexer& lx) {
+    std::string dt = lx.word();
+    auto d = parseDType(dt);
+    if (!d.ok()) return lx.fail(d.error());
+    Shape shape;
+    if (!lx.eat('[')) return lx.fail("expected '[' after dtype");
+    if (!lx.eat(']')) {
+        do {
+            std::string w = lx.word();
+            if (w.empty()) return lx.fail("expected a dimension");
+            shape.push_back(std::atoll(w.c_str()));
+        } while (lx.eat(','));
+        if (!lx.eat(']')) return lx.fail("expected ']'");
+    }
+    return std::make_pair(*d, shape);
+}
+}  // namespace
+
+Result<Graph> parseGraph(const std::string& text) {
+    Lexer lx(text);
+    Graph g;
+    if (lx.word() != "graph") return lx.fail("expected 'graph NAME {'");
+    g.name = lx.word();
+    if (!lx.eat('{')) return lx.fail("expected '{'");
+    while (!lx.eat('}')) {
+        if (lx.atEnd()) return lx.fail("unexpected end of text, expected '}'");
+        if (lx.peek('%')) {
+            TD_ASSIGN_OR_RETURN(int id, lx.ref());
+            if (id != static_cast<int>(g.nodes.size()))
+                return lx.fail("expected %" + std::to_string(g.nodes.size()) + ", got %" +
+                               std::to_string(id) + " (values are numbered in order)");
+            if (!lx.eat('=')) return lx.fail("expected '='");
+            std::string opn = lx.word();
+            auto op = parseOp(opn);
+            if (!op.ok()) return lx.fail(op.error());
+            if (!lx.eat('(')) return lx.fail("expected '('");
+            std::vector<int> ins;
+            if (!lx.eat(')')) {
+                do {
+                    TD_ASSIGN_OR_RETURN(int r, lx.ref());
+                    ins.push_back(r);
+                } while (lx.eat(','));
+                if (!lx.eat(')')) return lx.fail("expected ')'");
+            }
+            std::map<std::string, std::string> attrs;
+            if (lx.eat('{')) {
+                if (!lx.eat('}')) {
+                    do {
+                        std::string k = lx.word();
+                        if (k.empty()) return lx.fail("expected an attribute name");
+                        if (!lx.eat('=')) return lx.fail("expected '=' after " + k);
+                        std::string v;
+                        if (lx.peek('"')) {
+                            TD_ASSIGN_OR_RETURN(v, lx.quoted());
+                        } else {
+                            v = lx.word();
+                        }
+                        attrs[k] = v;
+                    } while (lx.eat(','));
+                    if (!lx.eat('}')) return lx.fail("expected '}'");
+                }
+            }
+            if (!lx.eat(':')) return lx.fail("expected ': TYPE'");
+            TD_ASSIGN_OR_RETURN(auto type, parseType(lx));
+            g.add(*op, ins, type.first, type.second, attrs);
+        } else {
+            std::string kw = lx.word();
+            if (kw == "output") {
+                std::string name = lx.word();
+                if (!lx.eat('=')) return lx.fail("expected '='");
+                TD_ASSIGN_OR_RETURN(int r, lx.ref());
+                g.outputs.emplace_back(name, r);
+            } else if (kw == "grad") {
+                TD_ASSIGN_OR_RETURN(int p, lx.ref());
+                if (!lx.eat('=')) return lx.fail("expected '='");
+                TD_ASSIGN_OR_RETURN(int r, lx.ref());
+                g.grads[p] = r;
+            } else {
+                return lx.fail("expected a node, 'output' or 'grad', got '" + kw + "'");
+            }
+        }
+    }
+    TD_RETURN_IF_ERROR(verifyGraph(g));
+    return g;
+}
+
+// ---- verifier ------------------------------------------------------------------------------------
+
+Status verifyGraph(const Graph& g) {
+    const int n = static_cast<int>(g.nodes.size());
+    auto where = [&](const Node& nd) {
+        return "%" + std::to_string(nd.id) + " = " + opName(nd.op) + ": ";
+    };
+    for (int i = 0; i < n; ++i) {
+        const Node& nd = g.nodes[static_cast<size_t>(i)];
+        if (nd.id != i) return err("node at position " + std::to_string(i) + " has id " +
+                                   std::to_string(nd.id));
+        const OpEntry& e = entry(nd.op);
+        int k = static_cast<int>(nd.inputs.size());
+        if (k < e.minInputs || k > e.maxInputs)
+            return err(where(nd) + "takes " + std::to_string(e.minInputs) + ".." +
+                       std::to_string(e.maxInputs) + " operands, got " + std::to_string(k));
+        for (int in : nd.inputs)
+            if (in < 0 || in >= i)
+                return err(where(nd) + "operand %" + std::to_string(in) +
+                           " is not defined before it");
+        auto in = [&](int j) -> const Node& { return g.node(nd.inputs[static_cast<size_t>(j)]); };
+        auto mismatch = [&](const std::string& what) { return err(where(nd) + what); };
+        switch (nd.op) {
+            case Op::Reshape:
+                if (numElements(in(0).shape) != numElements(nd.shape))
+                    return mismatch("cannot reshape " + shapeToString(in(0).shape) + " into " +
+                                    shapeToString(nd.shape));
+                break;
+            case Op::MatMul:
+            case Op::Dense: {
+                const Shape& a = in(0).shape;
+                const Shape& b = in(1).shape;
+                if (a.size() != 2 || b.size() != 2) return mismatch("operands must be rank 2");
+                bool ta = nd.attrI("trans_a") != 0, tb = nd.attrI("trans_b") != 0;
+                int64_t m = ta ? a[1] : a[0], ka = ta ? a[0] : a[1];
+                int64_t kb = tb ? b[1] : b[0], nn = tb ? b[0] : b[1];
+                if (ka != kb)
+                    return mismatch("inner dimensions differ: " + shapeToString(a) + " x " +
+                                    shapeToString(b));
+                if (nd.shape != Shape{m, nn})
+                    return mismatch("result shape " + shapeToString(nd.shape) + ", expected " +
+                                    shapeToString({m, nn}));
+                if (nd.op == Op::Dense && k == 3 && in(2).shape != Shape{nn})
+                    return mismatch("bias shape " + shapeToString(in(2).shape) +
+                                    " does not match " + shapeToString(nd.shape));
+                break;
+            }
+            case Op::BiasAdd:
+                if (in(0).shape.size() != 2 || in(1).shape != Shape{in(0).shape[1]})
+                    return mismatch("bias shape " + shapeToString(in(1).shape) +
+                                    " does not match " + shapeToString(in(0).shape));
+                if (nd.shape != in(0).shape) return mismatch("result shape differs from input");
+                break;
+            case Op::Act:
+            case Op::Dropout:
+            case Op::DropoutGrad:
+                if (nd.shape != in(0).shape) return mismatch("result shape differs from input");
+                break;
+            case Op::ActGrad:
+            case Op::Add:
+            case Op::RegGrad:
+                if (in(0).shape != in(1).shape || nd.shape != in(0).shape)
+                    return mismatch("operand shapes differ: " + shapeToString(in(0).shape) +
+                                    " and " + shapeToString(in(1).shape));
+                break;
+            case Op::BiasGrad:
+                if (in(0).shape.size() != 2 || nd.shape != Shape{in(0).shape[1]})
+                    return mismatch("expects [B,N] -> [N]");
+                break;
+            case Op::Loss:
+            case Op::Metric:
+            case Op::RegLoss:
+                if (nd.shape != Shape{1}) return mismatch("result must be a scalar [1]");
+                break;
+            case Op::LossGrad:
+                if (nd.shape != in(0).shape) return mismatch("result shape differs from pred");
+                break;
+            default: break;
+        }
+    }
+    for (const auto& [name, id] : g.outputs)
+        if (id < 0 || id >= n) return err("output " + name + " refers to a missing value");
+    for (const auto& [p, gr] : g.grads) {
+        if (p < 0 || p >= n || g.node(p).op != Op::Param)
+            return err("grad binding %" + std::to_string(p) + " is not a param");
+        if (gr < 0 || gr >= n) return err("grad of %" + std::to_string(p) + " is missing");
+        if (g.node(gr).shape != g.node(p).shape)
+            return err("grad %" + std::to_string(gr) + " shape " +
+                       shapeToString(g.node(gr).shape) + " differs from param %" +
+                       std::to_string(p) + " " + shapeToString(g.node(p).shape));
+    }
+    return Status::success();
+}
+
+}  // namespace td

@@ -1,0 +1,549 @@
+// Keras model.to_json() of a Sequential model, in (Keras 2 and Keras 3 forms) and out (Keras 3).
+//
+// Read: class_name "Sequential"; config.name; config.layers[] each {class_name, config} plus
+// whatever else Keras writes next to them (module, registered_name, build_config: ignored).
+// Layer classes: InputLayer, Flatten, Reshape, Dense, Dropout, Activation, and the activation
+// layers ReLU (defaults only), LeakyReLU, ELU and Softmax (read as Activation layers).
+// Fields Keras writes that do not change the computation (dtype and dtype policies, sparse/ragged
+// false, data_format channels_last, null constraints, null noise_shape, ...) are ignored; a field
+// that would change it and that TrainDeck does not implement (a constraint, an activity
+// regularizer, a LoRA rank, ...) is an error naming the field.
+#include <cctype>
+#include <cmath>
+
+#include "engine/io/json_fields.h"
+#include "engine/io/project.h"
+
+namespace td {
+
+namespace jsonio {
+
+namespace {
+
+const std::vector<std::string>& supportedClasses() {
+    static const std::vector<std::string> v{"InputLayer", "Flatten", "Reshape", "Dense",
+                                            "Dropout", "Activation", "ReLU", "LeakyReLU",
+                                            "ELU", "Softmax"};
+    return v;
+}
+
+// Fields that must be null (or absent) because TrainDeck has no such feature.
+void requireNull(const Json& cfg, const std::string& path, const char* key, const char* what) {
+    const Json* v = member(cfg, key);
+    if (v && !v->is_null())
+        fail(child(path, key), std::string(what) + " is not supported (expected null), got " +
+                                   describe(*v));
+}
+
+// A shape without the batch dimension: [28, 28]. Every dimension must be a positive integer.
+Shape readShape(const Json& v, const std::string& path) {
+    requireArray(v, path);
+    Shape s;
+    for (size_t i = 0; i < v.size(); ++i) {
+        if (v[i].is_null())
+            fail(child(path, i), "unknown (null) dimensions are not supported; give a size");
+        s.push_back(getPositiveInteger(v[i], child(path, i)));
+    }
+    if (s.empty()) fail(path, "expected at least one dimension, got []");
+    return s;
+}
+
+// A shape with the batch dimension first: [null, 28, 28] (the batch size is ignored).
+Shape readBatchShape(const Json& v, const std::string& path) {
+    requireArray(v, path);
+    if (v.empty() || !(v[0].is_null() || v[0].is_number_integer()))
+        fail(path, "expected [batch, dims...] with the batch size first (null or an integer), got " +
+                       v.dump());
+    Json rest = Json::array();
+    for (size_t i = 1; i < v.size(); ++i) rest.push_back(v[i]);
+    try {
+        return readShape(rest, path);
+    } catch (FieldError& e) {
+        // Re-number the element index to its position in the batch shape.
+        if (e.path.size() > path.size() && e.path.compare(0, path.size() + 1, path + "[") == 0) {
+            size_t idx = std::stoul(e.path.substr(path.size() + 1));
+            e.path = child(path, idx + 1);
+        }
+        throw;
+    }
+}
+
+// The input shape a layer config may carry: batch_shape / batch_input_shape (with the batch
+// dimension), shape / input_shape (without), input_dim (Dense, legacy).
+Shape readLayerInputShape(const Json& cfg, const std::string& path) {
+    if (const Json* v = member(cfg, "batch_shape"); v && !v->is_null())
+        return readBatchShape(*v, child(path, "batch_shape"));
+    if (const Json* v = member(cfg, "batch_input_shape"); v && !v->is_null())
+        return readBatchShape(*v, child(path, "batch_input_shape"));
+    if (const Json* v = member(cfg, "shape"); v && !v->is_null())
+        return readShape(*v, child(path, "shape"));
+    if (const Json* v = member(cfg, "input_shape"); v && !v->is_null())
+        return readShape(*v, child(path, "input_shape"));
+    if (const Json* v = member(cfg, "input_dim"); v && !v->is_null())
+        return Shape{getPositiveInteger(*v, child(path, "input_dim"))};
+    return {};
+}
+
+ActivationKind readActivation(const Json& v, const std::string& path) {
+    if (v.is_null()) return ActivationKind::Linear;
+    std::string name;
+    if (v.is_string()) {
+        name = v.get<std::string>();
+    } else if (v.is_object() && member(v, "config") && (*member(v, "config")).is_string()) {
+        // Keras 3 may serialize a built-in activation function as an object whose config is
+        // the function's name.
+        name = (*member(v, "config")).get<std::string>();
+    } else {
+        fail(path, "expected an activation name (a string), got " + describe(v));
+    }
+    if (name == "leaky_relu" || name == "LeakyReLU") name = "leaky_relu";
+    auto a = parseActivation(name);
+    if (!a) fail(path, a.error());
+    return *a;
+}
+
+InitializerSpec readInitializer(const Json& v, const std::string& path, const char* fallback) {
+    InitializerSpec spec;
+    spec.name = fallback;
+    if (v.is_null()) return spec;
+    std::string className;
+    const Json* cfg = nullptr;
+    if (v.is_string()) {
+        className = v.get<std::string>();
+    } else if (v.is_object()) {
+        className = getString(requireMember(v, path, "class_name"), child(path, "class_name"));
+        cfg = member(v, "config");
+        if (cfg && cfg->is_null()) cfg = nullptr;
+        if (cfg) requireObject(*cfg, child(path, "config"));
+    } else {
+        fail(path, "expected an initializer (a name or {\"class_name\", \"config\"}), got " +
+                       describe(v));
+    }
+    auto name = canonicalInitializerName(className);
+    if (!name) fail(v.is_object() ? child(path, "class_name") : path, name.error());
+    spec.name = *name;
+    if (!cfg) return spec;
+    const std::string cpath = child(path, "config");
+    std::vector<std::string> valid{"seed"};
+    if (spec.name == "constant") valid = {"value"};
+    if (spec.name == "zeros" || spec.name == "ones") valid = {};
+    if (spec.name == "random_uniform") valid = {"seed", "minval", "maxval"};
+    if (spec.name == "random_normal" || spec.name == "truncated_normal")
+        valid = {"seed", "mean", "stddev"};
+    // Keras 2 may write a dtype into initializer configs; it does not change the values.
+    valid.push_back("dtype");
+    checkKeys(*cfg, cpath, valid);
+    if (const Json* s = member(*cfg, "seed")) spec.seed = getOptionalSeed(*s, child(cpath, "seed"));
+    if (const Json* x = member(*cfg, "value")) spec.value = getNumber(*x, child(cpath, "value"));
+    if (const Json* x = member(*cfg, "minval")) spec.minval = getNumber(*x, child(cpath, "minval"));
+    if (const Json* x = member(*cfg, "maxval")) spec.maxval = getNumber(*x, child(cpath, "maxval"));
+    if (const Json* x = member(*cfg, "mean")) spec.mean = getNumber(*x, child(cpath, "mean"));
+    if (const Json* x = member(*cfg, "stddev"))
+        spec.stddev = getPositiveNumber(*x, child(cpath, "stddev"));
+    if (spec.name == "random_uniform" && !(spec.minval < spec.maxval))
+        fail(cpath, "expected minval < maxval, got minval " + Json(spec.minval).dump() +
+                        " and maxval " + Json(spec.maxval).dump());
+    return spec;
+}
+
+RegularizerSpec readRegularizer(const Json& v, const std::string& path) {
+    RegularizerSpec spec;
+    if (v.is_null()) return spec;
+    std::string className;
+    const Json* cfg = nullptr;
+    if (v.is_string()) {
+        className = v.get<std::string>();
+    } else if (v.is_object()) {
+        className = getString(requireMember(v, path, "class_name"), child(path, "class_name"));
+        cfg = member(v, "config");
+        if (cfg && cfg->is_null()) cfg = nullptr;
+        if (cfg) requireObject(*cfg, child(path, "config"));
+    } else {
+        fail(path, "expected a regularizer (null, a name or {\"class_name\", \"config\"}), got " +
+                       describe(v));
+    }
+    std::string key;
+    for (char c : className)
+        if (c != '_') key += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    // Keras defaults: L1(l1=0.01), L2(l2=0.01), L1L2(l1=0.0, l2=0.0).
+    std::vector<std::string> valid;
+    if (key == "l1") {
+        spec.l1 = 0.01;
+        valid = {"l1"};
+    } else if (key == "l2") {
+        spec.l2 = 0.01;
+        valid = {"l2"};
+    } else if (key == "l1l2") {
+        valid = {"l1", "l2"};
+    } else {
+        fail(v.is_object() ? child(path, "class_name") : path,
+             "unsupported regularizer " + squote(className) + " (supported: L1, L2, L1L2)");
+    }
+    if (cfg) {
+        const std::string cpath = child(path, "config");
+        checkKeys(*cfg, cpath, valid);
+        if (const Json* x = member(*cfg, "l1")) spec.l1 = getNonNegativeNumber(*x, child(cpath, "l1"));
+        if (const Json* x = member(*cfg, "l2")) spec.l2 = getNonNegativeNumber(*x, child(cpath, "l2"));
+    }
+    return spec;
+}
+
+LayerSpec readLayer(const Json& entry, const std::string& path, size_t index) {
+    requireObject(entry, path);
+    const std::string className =
+        getString(requireMember(entry, path, "class_name"), child(path, "class_name"));
+    const Json emptyConfig = Json::object();
+    const Json* cfgPtr = member(entry, "config");
+    if (cfgPtr && cfgPtr->is_null()) cfgPtr = nullptr;
+    const Json& cfg = cfgPtr ? *cfgPtr : emptyConfig;
+    const std::string cpath = child(path, "config");
+    requireObject(cfg, cpath);
+
+    LayerSpec layer;
+    bool isActivationLayer = false;
+    if (className == "ReLU" || className == "LeakyReLU" || className == "ELU" ||
+        className == "Softmax") {
+        isActivationLayer = true;
+        layer.type = LayerType::Activation;
+    } else {
+        auto t = parseLayerType(className);
+        if (!t)
+            fail(child(path, "class_name"),
+                 "layer " + std::to_string(index) + " has unsupported class " +
+                     squote(className) + " (supported: " + joinPlain(supportedClasses()) + ")");
+        layer.type = *t;
+    }
+
+    if (const Json* n = member(cfg, "name"); n && !n->is_null())
+        layer.name = getString(*n, child(cpath, "name"));
+    else if (const Json* n2 = member(entry, "name"); n2 && n2->is_string())
+        layer.name = n2->get<std::string>();
+    if (const Json* t = member(cfg, "trainable"); t && !t->is_null())
+        layer.trainable = getBool(*t, child(cpath, "trainable"));
+    layer.inputShape = readLayerInputShape(cfg, cpath);
+    requireNull(cfg, cpath, "activity_regularizer", "an activity regularizer");
+
+    if (isActivationLayer) {
+        if (className == "ReLU") {
+            layer.activation = ActivationKind::Relu;
+            requireNull(cfg, cpath, "max_value", "a ReLU max_value");
+            for (const char* key : {"negative_slope", "threshold"})
+                if (const Json* x = member(cfg, key);
+                    x && !(x->is_number() && x->get<double>() == 0.0))
+                    fail(child(cpath, key), "only 0 is supported, got " + describe(*x));
+        } else if (className == "LeakyReLU") {
+            layer.activation = ActivationKind::LeakyRelu;
+            layer.negativeSlope = 0.3;  // Keras' LeakyReLU layer default (Keras 2 and 3)
+            if (const Json* x = member(cfg, "negative_slope"))
+                layer.negativeSlope = getNonNegativeNumber(*x, child(cpath, "negative_slope"));
+            else if (const Json* a = member(cfg, "alpha"))
+                layer.negativeSlope = getNonNegativeNumber(*a, child(cpath, "alpha"));
+        } else if (className == "ELU") {
+            layer.activation = ActivationKind::Elu;
+            if (const Json* x = member(cfg, "alpha"))
+                layer.eluAlpha = getPositiveNumber(*x, child(cpath, "alpha"));
+        } else {  // Softmax
+            layer.activation = ActivationKind::Softmax;
+            if (const Json* x = member(cfg, "axis"); x && !(x->is_number_integer() &&
+                                                           x->get<int64_t>() == -1))
+                fail(child(cpath, "axis"), "only the last axis (-1) is supported, got " +
+                                               describe(*x));
+        }
+        return layer;
+    }
+
+    switch (layer.type) {
+        case LayerType::Input:
+            if (layer.inputShape.empty())
+                fail(cpath, "an InputLayer needs batch_shape (Keras 3), batch_input_shape "
+                            "(Keras 2) or shape");
+            for (const char* key : {"sparse", "ragged"})
+                if (const Json* x = member(cfg, key); x && x->is_boolean() && x->get<bool>())
+                    fail(child(cpath, key), std::string(key) + " inputs are not supported");
+            break;
+        case LayerType::Flatten:
+            if (const Json* x = member(cfg, "data_format");
+                x && !x->is_null() && !(x->is_string() && x->get<std::string>() == "channels_last"))
+                fail(child(cpath, "data_format"),
+                     "only \"channels_last\" is supported, got " + describe(*x));
+            break;
+        case LayerType::Reshape: {
+            const Json& ts = requireMember(cfg, cpath, "target_shape");
+            const std::string tpath = child(cpath, "target_shape");
+            requireArray(ts, tpath);
+            if (ts.empty()) fail(tpath, "expected at least one dimension, got []");
+            for (size_t i = 0; i < ts.size(); ++i) {
+                int64_t d = getInteger(ts[i], child(tpath, i));
+                if (d == 0 || d < -1)
+                    fail(child(tpath, i), "expected a positive integer or -1, got " +
+                                              describe(ts[i]));
+                layer.targetShape.push_back(d);
+            }
+            break;
+        }
+        case LayerType::Dense:
+            layer.units = getPositiveInteger(requireMember(cfg, cpath, "units"),
+                                             child(cpath, "units"));
+            if (const Json* x = member(cfg, "activation"))
+                layer.activation = readActivation(*x, child(cpath, "activation"));
+            if (const Json* x = member(cfg, "use_bias"))
+                layer.useBias = getBool(*x, child(cpath, "use_bias"));
+            if (const Json* x = member(cfg, "kernel_initializer"))
+                layer.kernelInitializer =
+                    readInitializer(*x, child(cpath, "kernel_initializer"), "glorot_uniform");
+            if (const Json* x = member(cfg, "bias_initializer"))
+                layer.biasInitializer =
+                    readInitializer(*x, child(cpath, "bias_initializer"), "zeros");
+            if (const Json* x = member(cfg, "kernel_regularizer"))
+                layer.kernelRegularizer = readRegularizer(*x, child(cpath, "kernel_regularizer"));
+            if (const Json* x = member(cfg, "bias_regularizer"))
+                layer.biasRegularizer = readRegularizer(*x, child(cpath, "bias_regularizer"));
+            requireNull(cfg, cpath, "kernel_constraint", "a kernel constraint");
+            requireNull(cfg, cpath, "bias_constraint", "a bias constraint");
+            requireNull(cfg, cpath, "lora_rank", "LoRA");
+            requireNull(cfg, cpath, "quantization_config", "quantization");
+            break;
+        case LayerType::Dropout:
+            layer.rate = getNumberInRange(requireMember(cfg, cpath, "rate"),
+                                          child(cpath, "rate"), 0.0, 1.0, false);
+            if (const Json* x = member(cfg, "seed"))
+                layer.seed = getOptionalSeed(*x, child(cpath, "seed"));
+            requireNull(cfg, cpath, "noise_shape", "a Dropout noise_shape");
+            break;
+        case LayerType::Activation:
+            layer.activation =
+                readActivation(requireMember(cfg, cpath, "activation"), child(cpath, "activation"));
+            break;
+    }
+    return layer;
+}
+
+Json dtypePolicy() {
+    return Json{{"module", "keras"},
+                {"class_name", "DTypePolicy"},
+                {"config", {{"name", "float32"}}},
+                {"registered_name", nullptr}};
+}
+
+Json batchShapeJson(const Shape& s) {
+    Json out = Json::array({nullptr});
+    for (int64_t d : s) out.push_back(d);
+    return out;
+}
+
+Json shapeJson(const Shape& s) {
+    Json out = Json::array();
+    for (int64_t d : s) out.push_back(d);
+    return out;
+}
+
+Json seedJson(const std::optional<uint64_t>& seed) { return seed ? Json(*seed) : Json(nullptr); }
+
+Json initializerJson(const InitializerSpec& init) {
+    Json cfg = Json::object();
+    const std::string& n = init.name;
+    if (n == "constant") {
+        cfg["value"] = init.value;
+    } else if (n == "zeros" || n == "ones") {
+        // no config
+    } else if (n == "random_uniform") {
+        cfg["seed"] = seedJson(init.seed);
+        cfg["minval"] = init.minval;
+        cfg["maxval"] = init.maxval;
+    } else if (n == "random_normal" || n == "truncated_normal") {
+        cfg["seed"] = seedJson(init.seed);
+        cfg["mean"] = init.mean;
+        cfg["stddev"] = init.stddev;
+    } else {
+        cfg["seed"] = seedJson(init.seed);
+    }
+    return Json{{"module", "keras.initializers"},
+                {"class_name", initializerClassName(n)},
+                {"config", cfg},
+                {"registered_name", nullptr}};
+}
+
+Json regularizerJson(const RegularizerSpec& r) {
+    if (!r.active()) return nullptr;
+    Json cfg = Json::object();
+    std::string cls;
+    if (r.l1 != 0.0 && r.l2 != 0.0) {
+        cls = "L1L2";
+        cfg["l1"] = r.l1;
+        cfg["l2"] = r.l2;
+    } else if (r.l1 != 0.0) {
+        cls = "L1";
+        cfg["l1"] = r.l1;
+    } else {
+        cls = "L2";
+        cfg["l2"] = r.l2;
+    }
+    return Json{{"module", "keras.regularizers"},
+                {"class_name", cls},
+                {"config", cfg},
+                {"registered_name", nullptr}};
+}
+
+}  // namespace
+
+ModelSpec parseKerasModel(const Json& rootIn, const std::string& path) {
+    Json parsed;
+    const Json* root = &rootIn;
+    if (rootIn.is_string()) {
+        parsed = parseText(rootIn.get<std::string>(), path);
+        root = &parsed;
+    }
+    requireObject(*root, path);
+    const Json& cls = requireMember(*root, path, "class_name");
+    const std::string className = getString(cls, child(path, "class_name"));
+    if (className != "Sequential")
+        fail(child(path, "class_name"), "expected \"Sequential\" (TrainDeck models are Sequential "
+                                        "stacks of layers), got " + describe(cls));
+    const Json& config = requireMember(*root, path, "config");
+    const std::string cpath = child(path, "config");
+
+    ModelSpec model;
+    const Json* layers = nullptr;
+    std::string lpath;
+    Shape buildShape;
+    if (config.is_array()) {  // early Keras 2: config is the layer list itself
+        layers = &config;
+        lpath = cpath;
+    } else {
+        requireObject(config, cpath);
+        if (const Json* n = member(config, "name"); n && !n->is_null())
+            model.name = getNonEmptyString(*n, child(cpath, "name"));
+        layers = &requireMember(config, cpath, "layers");
+        lpath = child(cpath, "layers");
+        if (const Json* b = member(config, "build_input_shape"); b && b->is_array())
+            buildShape = readBatchShape(*b, child(cpath, "build_input_shape"));
+    }
+    if (buildShape.empty())
+        if (const Json* bc = member(*root, "build_config"); bc && bc->is_object())
+            if (const Json* b = member(*bc, "input_shape"); b && b->is_array())
+                buildShape = readBatchShape(*b, child(child(path, "build_config"), "input_shape"));
+
+    requireArray(*layers, lpath);
+    if (layers->empty()) fail(lpath, "expected at least one layer, got []");
+    for (size_t i = 0; i < layers->size(); ++i)
+        model.layers.push_back(readLayer((*layers)[i], child(lpath, i), i));
+
+    // Keras 2 repeats the InputLayer's shape as batch_input_shape on the next layer: drop it.
+    if (model.layers.size() > 1 && model.layers[0].type == LayerType::Input &&
+        model.layers[1].inputShape == model.layers[0].inputShape)
+        model.layers[1].inputShape.clear();
+    // A Sequential built from build_input_shape without an InputLayer in the list.
+    if (model.layers[0].inputShape.empty() && !buildShape.empty())
+        model.layers[0].inputShape = buildShape;
+    return model;
+}
+
+Json kerasModelToJson(const ModelSpec& model) {
+    // Shapes for build_config, when the model is valid (names are not taken from the copy: an
+    // empty name stays empty so that the text parses back to the same spec).
+    ModelSpec copy = model;
+    auto info = inferShapes(copy);
+    std::vector<Shape> inputShapes;  // per layer of `model.layers`, when known
+    if (info) {
+        Shape shape = info->inputShape;
+        size_t k = 0;
+        for (const LayerSpec& l : model.layers) {
+            inputShapes.push_back(shape);
+            if (l.type != LayerType::Input) shape = info->layers[k++].outputShape;
+        }
+    }
+
+    Json layers = Json::array();
+    for (size_t i = 0; i < model.layers.size(); ++i) {
+        const LayerSpec& l = model.layers[i];
+        Json cfg = Json::object();
+        std::string cls = layerTypeName(l.type);
+        if (l.type == LayerType::Input) {
+            cfg["batch_shape"] = batchShapeJson(l.inputShape);
+            cfg["dtype"] = "float32";
+            cfg["sparse"] = false;
+            cfg["ragged"] = false;
+            if (!l.name.empty()) cfg["name"] = l.name;
+            layers.push_back(Json{{"module", "keras.layers"},
+                                  {"class_name", cls},
+                                  {"config", cfg},
+                                  {"registered_name", nullptr}});
+            continue;
+        }
+        if (!l.name.empty()) cfg["name"] = l.name;
+        cfg["trainable"] = l.trainable;
+        cfg["dtype"] = dtypePolicy();
+        if (!l.inputShape.empty()) cfg["input_shape"] = shapeJson(l.inputShape);
+        switch (l.type) {
+            case LayerType::Input: break;
+            case LayerType::Flatten: cfg["data_format"] = "channels_last"; break;
+            case LayerType::Reshape: cfg["target_shape"] = shapeJson(l.targetShape); break;
+            case LayerType::Dense:
+                cfg["units"] = l.units;
+                cfg["activation"] = activationName(l.activation);
+                cfg["use_bias"] = l.useBias;
+                cfg["kernel_initializer"] = initializerJson(l.kernelInitializer);
+                cfg["bias_initializer"] = initializerJson(l.biasInitializer);
+                cfg["kernel_regularizer"] = regularizerJson(l.kernelRegularizer);
+                cfg["bias_regularizer"] = regularizerJson(l.biasRegularizer);
+                cfg["kernel_constraint"] = nullptr;
+                cfg["bias_constraint"] = nullptr;
+                break;
+            case LayerType::Dropout:
+                cfg["rate"] = l.rate;
+                cfg["seed"] = seedJson(l.seed);
+                cfg["noise_shape"] = nullptr;
+                break;
+            case LayerType::Activation:
+                // Parameters an activation string cannot carry go out as the Keras layer class.
+                if (l.activation == ActivationKind::LeakyRelu && l.negativeSlope != 0.2) {
+                    cls = "LeakyReLU";
+                    cfg["negative_slope"] = l.negativeSlope;
+                } else if (l.activation == ActivationKind::Elu && l.eluAlpha != 1.0) {
+                    cls = "ELU";
+                    cfg["alpha"] = l.eluAlpha;
+                } else {
+                    cfg["activation"] = activationName(l.activation);
+                }
+                break;
+        }
+        Json entry{{"module", "keras.layers"},
+                   {"class_name", cls},
+                   {"config", cfg},
+                   {"registered_name", nullptr}};
+        if (i < inputShapes.size())
+            entry["build_config"] = Json{{"input_shape", batchShapeJson(inputShapes[i])}};
+        layers.push_back(entry);
+    }
+
+    Json config = Json::object();
+    config["name"] = model.name;
+    config["trainable"] = true;
+    config["dtype"] = dtypePolicy();
+    config["layers"] = layers;
+    if (info) config["build_input_shape"] = batchShapeJson(info->inputShape);
+    Json out{{"module", "keras"},
+             {"class_name", "Sequential"},
+             {"config", config},
+             {"registered_name", nullptr}};
+    // Keras writes build_config for a built model and compile_config only for a compiled one.
+    if (info) out["build_config"] = Json{{"input_shape", batchShapeJson(info->inputShape)}};
+    return out;
+}
+
+}  // namespace jsonio
+
+Result<ModelSpec> modelFromKerasJson(const std::string& jsonText) {
+    try {
+        jsonio::Json root = jsonio::parseText(jsonText, "");
+        return jsonio::parseKerasModel(root, "");
+    } catch (const jsonio::FieldError& e) {
+        return err(jsonio::formatError("Keras model JSON", e));
+    } catch (const std::exception& e) {
+        return err(std::string("Keras model JSON: ") + e.what());
+    }
+}
+
+std::string modelToKerasJson(const ModelSpec& model) { return jsonio::kerasModelToJson(model).dump(); }
+
+}  // namespace td

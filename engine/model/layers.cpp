@@ -1,0 +1,349 @@
+// Layer name tables, shape inference and the model.summary() table.
+#include "engine/model/layers.h"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cstdio>
+#include <map>
+#include <utility>
+
+namespace td {
+
+namespace {
+
+struct LayerTypeEntry {
+    LayerType type;
+    const char* className;
+    const char* prefix;
+};
+
+constexpr std::array<LayerTypeEntry, 6> kLayerTypes{{
+    {LayerType::Input, "InputLayer", "input_layer"},
+    {LayerType::Flatten, "Flatten", "flatten"},
+    {LayerType::Reshape, "Reshape", "reshape"},
+    {LayerType::Dense, "Dense", "dense"},
+    {LayerType::Dropout, "Dropout", "dropout"},
+    {LayerType::Activation, "Activation", "activation"},
+}};
+
+struct ActivationEntry {
+    ActivationKind kind;
+    const char* name;
+};
+
+constexpr std::array<ActivationEntry, 8> kActivations{{
+    {ActivationKind::Linear, "linear"},
+    {ActivationKind::Relu, "relu"},
+    {ActivationKind::LeakyRelu, "leaky_relu"},
+    {ActivationKind::Elu, "elu"},
+    {ActivationKind::Gelu, "gelu"},
+    {ActivationKind::Sigmoid, "sigmoid"},
+    {ActivationKind::Tanh, "tanh"},
+    {ActivationKind::Softmax, "softmax"},
+}};
+
+struct InitializerEntry {
+    const char* name;       // canonical snake_case
+    const char* className;  // Keras class name
+};
+
+constexpr std::array<InitializerEntry, 12> kInitializers{{
+    {"glorot_uniform", "GlorotUniform"},
+    {"glorot_normal", "GlorotNormal"},
+    {"he_uniform", "HeUniform"},
+    {"he_normal", "HeNormal"},
+    {"lecun_uniform", "LecunUniform"},
+    {"lecun_normal", "LecunNormal"},
+    {"zeros", "Zeros"},
+    {"ones", "Ones"},
+    {"constant", "Constant"},
+    {"random_uniform", "RandomUniform"},
+    {"random_normal", "RandomNormal"},
+    {"truncated_normal", "TruncatedNormal"},
+}};
+
+// "GlorotUniform", "glorot_uniform" and "glorotuniform" all map to "glorotuniform".
+std::string squash(const std::string& s) {
+    std::string out;
+    for (char c : s) {
+        if (c == '_' || c == '-' || c == ' ') continue;
+        out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    }
+    return out;
+}
+
+std::string layerLabel(size_t index, const std::string& name) {
+    return "layer " + std::to_string(index) + " '" + name + "'";
+}
+
+// "(None, 128)", "(None, 28, 28)", "(None,)" for a scalar per sample.
+std::string kerasShape(const Shape& s) {
+    std::string out = "(None";
+    if (s.empty()) return out + ",)";
+    for (int64_t d : s) out += ", " + (d < 0 ? std::string("None") : std::to_string(d));
+    return out + ")";
+}
+
+std::string numberText(double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    return buf;
+}
+
+// A Reshape target as written: [-1,28] (shapeToString would print the -1 as '?').
+std::string targetText(const Shape& s) {
+    std::string out = "[";
+    for (size_t i = 0; i < s.size(); ++i) {
+        if (i) out += ',';
+        out += std::to_string(s[i]);
+    }
+    return out + "]";
+}
+
+std::string padRight(std::string s, size_t width) {
+    if (s.size() < width) s.append(width - s.size(), ' ');
+    return s;
+}
+
+std::string rstrip(std::string s) {
+    while (!s.empty() && s.back() == ' ') s.pop_back();
+    return s;
+}
+
+}  // namespace
+
+const char* layerTypeName(LayerType t) {
+    for (const auto& e : kLayerTypes)
+        if (e.type == t) return e.className;
+    return "?";
+}
+
+const char* defaultLayerNamePrefix(LayerType t) {
+    for (const auto& e : kLayerTypes)
+        if (e.type == t) return e.prefix;
+    return "layer";
+}
+
+Result<LayerType> parseLayerType(const std::string& kerasClassName) {
+    for (const auto& e : kLayerTypes)
+        if (kerasClassName == e.className) return e.type;
+    std::string valid;
+    for (const auto& e : kLayerTypes) valid += std::string(valid.empty() ? "" : ", ") + e.className;
+    return err("unsupported layer class '" + kerasClassName + "' (supported: " + valid + ")");
+}
+
+const char* activationName(ActivationKind a) {
+    for (const auto& e : kActivations)
+        if (e.kind == a) return e.name;
+    return "?";
+}
+
+Result<ActivationKind> parseActivation(const std::string& name) {
+    for (const auto& e : kActivations)
+        if (name == e.name) return e.kind;
+    std::string valid;
+    for (const auto& e : kActivations) valid += std::string(valid.empty() ? "" : ", ") + e.name;
+    return err("unknown activation '" + name + "' (valid: " + valid + ")");
+}
+
+Result<std::string> canonicalInitializerName(const std::string& name) {
+    std::string key = squash(name);
+    if (key == "zero") key = "zeros";
+    if (key == "one") key = "ones";
+    if (key == "uniform") key = "randomuniform";
+    if (key == "normal") key = "randomnormal";
+    for (const auto& e : kInitializers)
+        if (key == squash(e.name)) return std::string(e.name);
+    std::string valid;
+    for (const auto& e : kInitializers) valid += std::string(valid.empty() ? "" : ", ") + e.name;
+    return err("unknown initializer '" + name + "' (valid: " + valid + ")");
+}
+
+const char* initializerClassName(const std::string& canonicalName) {
+    for (const auto& e : kInitializers)
+        if (canonicalName == e.name) return e.className;
+    return "?";
+}
+
+std::string formatThousands(int64_t n) {
+    std::string digits = std::to_string(n < 0 ? -n : n);
+    std::string out;
+    int count = 0;
+    for (auto it = digits.rbegin(); it != digits.rend(); ++it) {
+        if (count && count % 3 == 0) out += ',';
+        out += *it;
+        ++count;
+    }
+    if (n < 0) out += '-';
+    std::reverse(out.begin(), out.end());
+    return out;
+}
+
+Result<ModelInfo> inferShapes(ModelSpec& model) {
+    if (model.layers.empty()) return err("the model has no layers");
+
+    // Names: explicit duplicates are an error, then empty names get Keras-style generated names
+    // that avoid every explicit name.
+    std::map<std::string, size_t> used;
+    for (size_t i = 0; i < model.layers.size(); ++i) {
+        const std::string& name = model.layers[i].name;
+        if (name.empty()) continue;
+        auto [it, inserted] = used.emplace(name, i);
+        if (!inserted)
+            return err(layerLabel(i, name) + ": duplicate layer name (layer " +
+                       std::to_string(it->second) + " has the same name); layer names must be " +
+                       "unique");
+    }
+    std::map<std::string, int> nextSuffix;
+    for (size_t i = 0; i < model.layers.size(); ++i) {
+        LayerSpec& layer = model.layers[i];
+        if (!layer.name.empty()) continue;
+        const std::string prefix = defaultLayerNamePrefix(layer.type);
+        int& n = nextSuffix[prefix];
+        std::string candidate;
+        do {
+            candidate = n == 0 ? prefix : prefix + "_" + std::to_string(n);
+            ++n;
+        } while (used.count(candidate));
+        layer.name = candidate;
+        used.emplace(candidate, i);
+    }
+
+    ModelInfo info;
+    const LayerSpec& first = model.layers.front();
+    if (first.inputShape.empty())
+        return err(
+            "the model needs an input shape: add an InputLayer or set batch_input_shape on the "
+            "first layer");
+    for (int64_t d : first.inputShape)
+        if (d <= 0)
+            return err(layerLabel(0, first.name) + ": input shape " +
+                       shapeToString(first.inputShape) + " must have positive dimensions");
+    info.inputShape = first.inputShape;
+
+    Shape shape = first.inputShape;
+    for (size_t i = 0; i < model.layers.size(); ++i) {
+        const LayerSpec& layer = model.layers[i];
+        const std::string label = layerLabel(i, layer.name);
+        if (layer.type == LayerType::Input) {
+            if (i != 0)
+                return err(label + ": an InputLayer can only be the first layer of a Sequential "
+                                   "model");
+            continue;
+        }
+        if (i > 0 && !layer.inputShape.empty() && layer.inputShape != shape)
+            return err(label + ": declared input shape " + shapeToString(layer.inputShape) +
+                       " does not match the incoming shape " + shapeToString(shape));
+
+        LayerInfo li;
+        li.name = layer.name;
+        li.typeName = layerTypeName(layer.type);
+        switch (layer.type) {
+            case LayerType::Input: break;
+            case LayerType::Flatten: shape = Shape{numElements(shape)}; break;
+            case LayerType::Reshape: {
+                if (layer.targetShape.empty())
+                    return err(label + ": Reshape needs a non-empty target_shape");
+                int unknown = -1;
+                int64_t known = 1;
+                for (size_t d = 0; d < layer.targetShape.size(); ++d) {
+                    int64_t v = layer.targetShape[d];
+                    if (v == -1) {
+                        if (unknown >= 0)
+                            return err(label + ": target_shape " +
+                                       targetText(layer.targetShape) +
+                                       " may hold at most one -1");
+                        unknown = static_cast<int>(d);
+                    } else if (v <= 0) {
+                        return err(label + ": target_shape " + targetText(layer.targetShape) +
+                                   " must hold positive dimensions (or one -1)");
+                    } else {
+                        known *= v;
+                    }
+                }
+                const int64_t count = numElements(shape);
+                Shape out = layer.targetShape;
+                if (unknown >= 0) {
+                    if (count % known != 0)
+                        return err(label + ": cannot reshape " + shapeToString(shape) + " (" +
+                                   std::to_string(count) + " elements) into " +
+                                   targetText(layer.targetShape));
+                    out[static_cast<size_t>(unknown)] = count / known;
+                } else if (known != count) {
+                    return err(label + ": cannot reshape " + shapeToString(shape) + " (" +
+                               std::to_string(count) + " elements) into " +
+                               targetText(layer.targetShape) + " (" + std::to_string(known) +
+                               " elements)");
+                }
+                shape = out;
+                break;
+            }
+            case LayerType::Dense: {
+                if (shape.size() != 1)
+                    return err(label + ": Dense expects a flat input (rank 1), got " +
+                               shapeToString(shape) + "; add a Flatten layer first");
+                if (layer.units <= 0)
+                    return err(label + ": units must be a positive integer, got " +
+                               std::to_string(layer.units));
+                li.params = shape[0] * layer.units + (layer.useBias ? layer.units : 0);
+                shape = Shape{layer.units};
+                break;
+            }
+            case LayerType::Dropout:
+                if (!(layer.rate >= 0.0 && layer.rate < 1.0))
+                    return err(label + ": Dropout rate must be in [0, 1), got " +
+                               numberText(layer.rate));
+                break;
+            case LayerType::Activation: break;
+        }
+        if (layer.activation == ActivationKind::Elu && !(layer.eluAlpha > 0.0))
+            return err(label + ": elu alpha must be positive");
+        li.outputShape = shape;
+        li.trainableParams = layer.trainable ? li.params : 0;
+        info.totalParams += li.params;
+        info.trainableParams += li.trainableParams;
+        info.activationBytesPerSample += numElements(shape) * 4;
+        info.layers.push_back(std::move(li));
+    }
+    info.nonTrainableParams = info.totalParams - info.trainableParams;
+    info.outputShape = shape;
+    return info;
+}
+
+std::string summaryTable(const ModelSpec& model, const ModelInfo& info) {
+    // Keras 2 print_summary positions for Sequential models: [.45, .85, 1.] of 65 columns,
+    // widened when a cell does not fit (one space always separates columns).
+    size_t c1 = 29, c2 = 26, c3 = 10;
+    std::vector<std::array<std::string, 3>> rows;
+    for (const LayerInfo& li : info.layers) {
+        rows.push_back({li.name + " (" + li.typeName + ")", kerasShape(li.outputShape),
+                        formatThousands(li.params)});
+        c1 = std::max(c1, rows.back()[0].size() + 1);
+        c2 = std::max(c2, rows.back()[1].size() + 1);
+        c3 = std::max(c3, rows.back()[2].size() + 1);
+    }
+    const size_t width = c1 + c2 + c3;
+    const std::string rule(width, '_');
+    const std::string doubleRule(width, '=');
+    auto row = [&](const std::string& a, const std::string& b, const std::string& c) {
+        return rstrip(padRight(a, c1) + padRight(b, c2) + c) + "\n";
+    };
+
+    std::string out = "Model: \"" + model.name + "\"\n";
+    out += rule + "\n";
+    out += row("Layer (type)", "Output Shape", "Param #");
+    out += doubleRule + "\n";
+    for (size_t i = 0; i < rows.size(); ++i) {
+        if (i) out += rule + "\n";
+        out += row(rows[i][0], rows[i][1], rows[i][2]);
+    }
+    out += doubleRule + "\n";
+    out += "Total params: " + formatThousands(info.totalParams) + "\n";
+    out += "Trainable params: " + formatThousands(info.trainableParams) + "\n";
+    out += "Non-trainable params: " + formatThousands(info.nonTrainableParams) + "\n";
+    out += rule + "\n";
+    return out;
+}
+
+}  // namespace td

@@ -1,0 +1,180 @@
+// RunRecorder: drains one EventQueue on its own thread and writes the events to the run store in
+// batches, so the training thread never waits on SQLite and a viewer sees a live run.
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <type_traits>
+#include <utility>
+
+#include "engine/store/run_store.h"
+
+namespace td {
+namespace {
+
+constexpr auto kPopTimeout = std::chrono::milliseconds(100);
+constexpr auto kFlushInterval = std::chrono::milliseconds(250);
+constexpr size_t kFlushRows = 256;
+
+int64_t nowMs() {
+    using namespace std::chrono;
+    return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+const char* levelName(LogLine::Level l) {
+    switch (l) {
+        case LogLine::Level::Info:
+            return "info";
+        case LogLine::Level::Warning:
+            return "warning";
+        case LogLine::Level::Error:
+            return "error";
+    }
+    return "info";
+}
+
+}  // namespace
+
+struct RunRecorder::Impl {
+    std::unique_ptr<RunStore> store;
+    int64_t runId = 0;
+    std::shared_ptr<EventQueue> queue;
+    std::thread thread;
+
+    mutable std::mutex errorMu;
+    std::optional<std::string> error;
+
+    // Owned by the recorder thread.
+    std::vector<StepRow> steps;
+    std::vector<EpochRow> epochs;
+    std::vector<DeviceRow> devices;
+    std::vector<LogRow> logs;
+    std::chrono::steady_clock::time_point lastFlush = std::chrono::steady_clock::now();
+    bool finished = false;
+
+    size_t pending() const { return steps.size() + epochs.size() + devices.size() + logs.size(); }
+
+    void report(const Status& st) {
+        if (st.ok()) return;
+        std::lock_guard<std::mutex> lock(errorMu);
+        if (error) return;  // keep (and print) only the first
+        error = st.error();
+        std::fprintf(stderr, "traindeck: run store: %s (later write errors are not shown)\n",
+                     st.error().c_str());
+    }
+
+    // A failed batch is dropped (its transaction rolled back) so memory stays bounded.
+    void flush() {
+        report(store->appendSteps(runId, steps));
+        report(store->appendEpochs(runId, epochs));
+        report(store->appendDeviceStats(runId, devices));
+        report(store->appendLogs(runId, logs));
+        steps.clear();
+        epochs.clear();
+        devices.clear();
+        logs.clear();
+        lastFlush = std::chrono::steady_clock::now();
+    }
+
+    void finish(RunStatus status, const MetricMap& finalMetrics, const std::string& message) {
+        flush();
+        report(store->finishRun(runId, status, finalMetrics, message));
+        finished = true;
+    }
+
+    void handle(Event& event) {
+        if (finished) return;
+        const int64_t t = nowMs();
+        std::visit(
+            [&](auto& e) {
+                using T = std::decay_t<decltype(e)>;
+                if constexpr (std::is_same_v<T, RunStarted>) {
+                    std::string devs;
+                    for (const auto& d : e.devices) devs += (devs.empty() ? "" : ",") + d;
+                    if (!devs.empty() || e.params > 0)
+                        report(store->updateRunInfo(runId, devs, e.params));
+                } else if constexpr (std::is_same_v<T, StepMetrics>) {
+                    StepRow r;
+                    r.globalStep = e.globalStep;
+                    r.epoch = e.epoch;
+                    r.step = e.step;
+                    r.timeMs = t;
+                    r.metrics = std::move(e.metrics);
+                    r.metrics["lr"] = e.learningRate;
+                    if (e.lossScale > 0) r.metrics["loss_scale"] = e.lossScale;
+                    r.metrics["input_wait_s"] = e.inputWaitSeconds;
+                    r.metrics["compute_s"] = e.computeSeconds;
+                    r.metrics["samples_per_s"] = e.samplesPerSecond;
+                    steps.push_back(std::move(r));
+                } else if constexpr (std::is_same_v<T, EpochMetrics>) {
+                    EpochRow r;
+                    r.epoch = e.epoch;
+                    r.timeMs = t;
+                    r.seconds = e.seconds;
+                    r.metrics = std::move(e.metrics);
+                    if (e.learningRate > 0) r.metrics["lr"] = e.learningRate;
+                    if (e.samplesPerSecond > 0) r.metrics["samples_per_s"] = e.samplesPerSecond;
+                    epochs.push_back(std::move(r));
+                } else if constexpr (std::is_same_v<T, DeviceStats>) {
+                    devices.push_back(
+                        DeviceRow{t, e.device, e.utilization, e.memoryBytes, e.samplesPerSecond});
+                } else if constexpr (std::is_same_v<T, LogLine>) {
+                    logs.push_back(LogRow{t, levelName(e.level), std::move(e.text)});
+                } else if constexpr (std::is_same_v<T, RunFinished>) {
+                    finish(e.status, e.finalMetrics, e.message);
+                }
+            },
+            event);
+    }
+
+    void loop() {
+        while (!finished) {
+            std::optional<Event> e = queue->pop(kPopTimeout);
+            if (e) {
+                handle(*e);
+                for (Event& more : queue->drain()) handle(more);
+            } else if (queue->closed()) {
+                finish(RunStatus::Failed, {}, "run ended without a final status");
+                break;
+            }
+            if (!finished && pending() > 0 &&
+                (pending() >= kFlushRows ||
+                 std::chrono::steady_clock::now() - lastFlush >= kFlushInterval))
+                flush();
+        }
+    }
+};
+
+Result<std::unique_ptr<RunRecorder>> RunRecorder::start(const std::string& storePath, int64_t runId,
+                                                        std::shared_ptr<EventQueue> events) {
+    TD_ASSERT_MSG(events != nullptr, "RunRecorder::start needs an event queue");
+    TD_ASSIGN_OR_RETURN(std::unique_ptr<RunStore> store, RunStore::open(storePath));
+    TD_RETURN_IF_ERROR(store->getRun(runId));
+    std::unique_ptr<RunRecorder> rec(new RunRecorder());
+    rec->impl_ = std::make_unique<Impl>();
+    Impl* impl = rec->impl_.get();
+    impl->store = std::move(store);
+    impl->runId = runId;
+    impl->queue = std::move(events);
+    impl->thread = std::thread([impl] { impl->loop(); });
+    return rec;
+}
+
+RunRecorder::~RunRecorder() {
+    if (!impl_) return;
+    // Whatever is queued is still written; a run that never sent RunFinished is marked failed
+    // instead of blocking here forever.
+    if (impl_->thread.joinable()) impl_->queue->close();
+    join();
+}
+
+void RunRecorder::join() {
+    if (impl_ && impl_->thread.joinable()) impl_->thread.join();
+}
+
+std::optional<std::string> RunRecorder::lastError() const {
+    if (!impl_) return std::nullopt;
+    std::lock_guard<std::mutex> lock(impl_->errorMu);
+    return impl_->error;
+}
+
+}  // namespace td

@@ -1,0 +1,906 @@
+// SQLite run store. Every sqlite3 call that returns a status goes through TD_SQLITE, which turns a
+// failure into an error naming the database path, the call, the statement and sqlite3_errmsg.
+#include "engine/store/run_store.h"
+
+#include <signal.h>
+#include <sqlite3.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string_view>
+#include <system_error>
+#include <utility>
+
+namespace td {
+namespace {
+
+// --- schema
+// ---------------------------------------------------------------------------------------
+// Migrations are applied in order; migration i takes the schema from user_version i to i + 1.
+// Never edit a migration that has shipped: add a new one.
+constexpr const char* kMigrations[] = {
+    // 0 -> 1: initial schema.
+    R"sql(
+CREATE TABLE runs (
+    id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL,
+    project_json TEXT NOT NULL DEFAULT '',
+    config_json TEXT NOT NULL DEFAULT '{}',
+    status TEXT NOT NULL DEFAULT 'running',
+    started_at_ms INTEGER NOT NULL,
+    ended_at_ms INTEGER NOT NULL DEFAULT 0,
+    host TEXT NOT NULL DEFAULT '',
+    pid INTEGER NOT NULL DEFAULT 0,
+    devices TEXT NOT NULL DEFAULT '',
+    model_name TEXT NOT NULL DEFAULT '',
+    params INTEGER NOT NULL DEFAULT 0,
+    final_metrics_json TEXT NOT NULL DEFAULT '{}',
+    message TEXT NOT NULL DEFAULT '',
+    notes TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX runs_started ON runs(started_at_ms);
+CREATE TABLE steps (
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    global_step INTEGER NOT NULL,
+    epoch INTEGER NOT NULL,
+    step INTEGER NOT NULL,
+    time_ms INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    value REAL,
+    PRIMARY KEY (run_id, global_step, name)
+) WITHOUT ROWID;
+CREATE TABLE epochs (
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    epoch INTEGER NOT NULL,
+    time_ms INTEGER NOT NULL,
+    seconds REAL NOT NULL DEFAULT 0,
+    metrics_json TEXT NOT NULL DEFAULT '{}',
+    PRIMARY KEY (run_id, epoch)
+) WITHOUT ROWID;
+CREATE TABLE device_stats (
+    id INTEGER PRIMARY KEY,
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    time_ms INTEGER NOT NULL,
+    device TEXT NOT NULL,
+    utilization REAL,
+    memory_bytes INTEGER NOT NULL DEFAULT 0,
+    samples_per_s REAL
+);
+CREATE INDEX device_stats_run ON device_stats(run_id, id);
+CREATE TABLE logs (
+    id INTEGER PRIMARY KEY,
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    time_ms INTEGER NOT NULL,
+    level TEXT NOT NULL,
+    text TEXT NOT NULL
+);
+CREATE INDEX logs_run ON logs(run_id, id);
+)sql",
+    // 1 -> 2: last-activity time per run (a viewer can tell a stalled run from a live one), filled
+    // in from the rows already stored; index for finding runs by name.
+    R"sql(
+ALTER TABLE runs ADD COLUMN updated_at_ms INTEGER NOT NULL DEFAULT 0;
+UPDATE runs SET updated_at_ms = MAX(started_at_ms, ended_at_ms,
+    COALESCE((SELECT MAX(time_ms) FROM steps WHERE run_id = runs.id), 0),
+    COALESCE((SELECT MAX(time_ms) FROM epochs WHERE run_id = runs.id), 0),
+    COALESCE((SELECT MAX(time_ms) FROM device_stats WHERE run_id = runs.id), 0),
+    COALESCE((SELECT MAX(time_ms) FROM logs WHERE run_id = runs.id), 0));
+CREATE INDEX runs_name ON runs(name, started_at_ms);
+)sql",
+};
+constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
+
+constexpr int kBusyTimeoutMs = 5000;
+
+// Validation accuracy metric names, in order of preference, for RunRecord::bestValAccuracy.
+constexpr const char* kBestValAccuracySql = R"sql(COALESCE(
+    (SELECT MAX(json_extract(e.metrics_json, '$.val_accuracy')) FROM epochs e WHERE e.run_id = r.id),
+    (SELECT MAX(json_extract(e.metrics_json, '$.val_sparse_categorical_accuracy')) FROM epochs e
+        WHERE e.run_id = r.id),
+    (SELECT MAX(json_extract(e.metrics_json, '$.val_categorical_accuracy')) FROM epochs e
+        WHERE e.run_id = r.id),
+    (SELECT MAX(json_extract(e.metrics_json, '$.val_binary_accuracy')) FROM epochs e
+        WHERE e.run_id = r.id)))sql";
+
+// --- helpers
+// --------------------------------------------------------------------------------------
+
+int64_t nowMs() {
+    using namespace std::chrono;
+    return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+std::string hostName() {
+    char buf[256] = {};
+    if (gethostname(buf, sizeof buf - 1) != 0) return "localhost";
+    return buf;
+}
+
+// True unless the process certainly does not exist on this host.
+bool pidAlive(int64_t pid) {
+    if (pid <= 0 || pid > std::numeric_limits<pid_t>::max()) return false;
+    if (kill(static_cast<pid_t>(pid), 0) == 0) return true;
+    return errno != ESRCH;  // EPERM: alive, owned by someone else
+}
+
+// A statement for an error message: whitespace collapsed, cut after a few words.
+std::string shortSql(std::string_view sql) {
+    std::string out;
+    bool space = false;
+    for (char c : sql) {
+        if (c == ' ' || c == '\n' || c == '\t' || c == '\r') {
+            space = !out.empty();
+            continue;
+        }
+        if (space) out += ' ';
+        space = false;
+        out += c;
+        if (out.size() >= 40) {
+            out += "...";
+            break;
+        }
+    }
+    return out;
+}
+
+Error noRun(int64_t runId, const std::string& path) {
+    return err("no run with id " + std::to_string(runId) + " in " + path);
+}
+
+bool sqlOk(int rc) {
+    return rc == SQLITE_OK || rc == SQLITE_ROW || rc == SQLITE_DONE;
+}
+
+// "runs.db: sqlite3_prepare_v2(INSERT INTO steps ...): no such table: steps"
+Error sqlError(sqlite3* db, const std::string& path, int rc, const char* call,
+               std::string_view what) {
+    std::string msg = path + ": " + call;
+    if (!what.empty()) {
+        msg += '(';
+        msg += shortSql(what);
+        msg += ')';
+    }
+    const char* text = nullptr;
+    if (db && sqlite3_errcode(db) != SQLITE_OK) text = sqlite3_errmsg(db);
+    msg += ": ";
+    msg += text ? text : sqlite3_errstr(rc);
+    return err(std::move(msg));
+}
+
+Status sqlCheck(sqlite3* db, const std::string& path, int rc, const char* call,
+                std::string_view what) {
+    if (sqlOk(rc)) return {};
+    return sqlError(db, path, rc, call, what);
+}
+
+// TD_SQLITE(db, path, what, sqlite3_fn, args...): calls sqlite3_fn(args...) and returns a Status
+// naming the call (and `what`, usually the statement) when it fails.
+#define TD_SQLITE(db, path, what, fn, ...) sqlCheck((db), (path), fn(__VA_ARGS__), #fn, (what))
+
+class Stmt {
+  public:
+    static Result<Stmt> prepare(sqlite3* db, const std::string& path, std::string_view sql) {
+        sqlite3_stmt* s = nullptr;
+        Status st = TD_SQLITE(db, path, sql, sqlite3_prepare_v2, db, sql.data(),
+                              static_cast<int>(sql.size()), &s, nullptr);
+        if (!st.ok()) {
+            (void)sqlite3_finalize(s);  // s is null on failure; finalize(null) is a no-op
+            return std::move(st).takeError();
+        }
+        return Stmt(db, path, s, sql);
+    }
+    Stmt(Stmt&& o) noexcept
+        : db_(o.db_), path_(o.path_), s_(std::exchange(o.s_, nullptr)), sql_(o.sql_) {}
+    Stmt& operator=(Stmt&&) = delete;
+    Stmt(const Stmt&) = delete;
+    ~Stmt() {
+        // Its status repeats the last sqlite3_step error, which was already reported.
+        (void)sqlite3_finalize(s_);
+    }
+
+    Status bindInt(int i, int64_t v) {
+        return TD_SQLITE(db_, path_, sql_, sqlite3_bind_int64, s_, i,
+                         static_cast<sqlite3_int64>(v));
+    }
+    // NaN is stored as NULL and read back as NaN.
+    Status bindDouble(int i, double v) {
+        if (std::isnan(v)) return TD_SQLITE(db_, path_, sql_, sqlite3_bind_null, s_, i);
+        return TD_SQLITE(db_, path_, sql_, sqlite3_bind_double, s_, i, v);
+    }
+    Status bindText(int i, std::string_view v) {
+        return TD_SQLITE(db_, path_, sql_, sqlite3_bind_text, s_, i, v.data(),
+                         static_cast<int>(v.size()), SQLITE_TRANSIENT);
+    }
+
+    // true: a row is ready; false: done.
+    Result<bool> step() {
+        int rc = sqlite3_step(s_);
+        if (rc == SQLITE_ROW) return true;
+        if (rc == SQLITE_DONE) return false;
+        return sqlError(db_, path_, rc, "sqlite3_step", sql_);
+    }
+    // Runs a statement that returns no rows, then resets it for the next bindings.
+    Status run() {
+        TD_ASSIGN_OR_RETURN(bool row, step());
+        (void)row;
+        return reset();
+    }
+    Status reset() {
+        TD_RETURN_IF_ERROR(TD_SQLITE(db_, path_, sql_, sqlite3_reset, s_));
+        return TD_SQLITE(db_, path_, sql_, sqlite3_clear_bindings, s_);
+    }
+
+    int64_t colInt(int c) const { return sqlite3_column_int64(s_, c); }
+    double colDouble(int c) const {
+        if (sqlite3_column_type(s_, c) == SQLITE_NULL)
+            return std::numeric_limits<double>::quiet_NaN();
+        return sqlite3_column_double(s_, c);
+    }
+    std::optional<double> colOptDouble(int c) const {
+        if (sqlite3_column_type(s_, c) == SQLITE_NULL) return std::nullopt;
+        return sqlite3_column_double(s_, c);
+    }
+    std::string colText(int c) const {
+        const unsigned char* t = sqlite3_column_text(s_, c);
+        if (!t) return {};
+        return std::string(reinterpret_cast<const char*>(t),
+                           static_cast<size_t>(sqlite3_column_bytes(s_, c)));
+    }
+
+  private:
+    Stmt(sqlite3* db, const std::string& path, sqlite3_stmt* s, std::string_view sql)
+        : db_(db), path_(path), s_(s), sql_(sql) {}
+    sqlite3* db_;
+    const std::string& path_;
+    sqlite3_stmt* s_;
+    std::string_view sql_;  // statements are string literals
+};
+
+Status exec(sqlite3* db, const std::string& path, const char* sql) {
+    return TD_SQLITE(db, path, sql, sqlite3_exec, db, sql, nullptr, nullptr, nullptr);
+}
+
+// BEGIN IMMEDIATE ... COMMIT; rolls back when destroyed uncommitted.
+class Transaction {
+  public:
+    static Result<Transaction> begin(sqlite3* db, const std::string& path) {
+        TD_RETURN_IF_ERROR(exec(db, path, "BEGIN IMMEDIATE"));
+        return Transaction(db, path);
+    }
+    Transaction(Transaction&& o) noexcept : db_(std::exchange(o.db_, nullptr)), path_(o.path_) {}
+    Transaction& operator=(Transaction&&) = delete;
+    ~Transaction() {
+        // Best effort: the error that made us roll back is the one reported.
+        if (db_) (void)sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    }
+    Status commit() {
+        sqlite3* db = std::exchange(db_, nullptr);
+        Status st = exec(db, path_, "COMMIT");
+        if (!st.ok()) (void)sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
+        return st;
+    }
+
+  private:
+    Transaction(sqlite3* db, const std::string& path) : db_(db), path_(path) {}
+    sqlite3* db_;
+    const std::string& path_;
+};
+
+Result<int64_t> queryInt(sqlite3* db, const std::string& path, const char* sql) {
+    TD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db, path, sql));
+    TD_ASSIGN_OR_RETURN(bool row, s.step());
+    if (!row) return err(path + ": " + shortSql(sql) + " returned no row");
+    return s.colInt(0);
+}
+
+std::string metricsToJson(const MetricMap& m) {
+    nlohmann::json j = nlohmann::json::object();
+    for (const auto& [k, v] : m) {
+        if (std::isfinite(v)) {
+            j[k] = v;
+        } else if (std::isnan(v)) {
+            j[k] = nullptr;
+        } else {
+            j[k] = v > 0 ? "inf" : "-inf";
+        }
+    }
+    return j.dump();
+}
+
+Result<MetricMap> metricsFromJson(const std::string& path, const std::string& text,
+                                  std::string_view what) {
+    MetricMap m;
+    if (text.empty()) return m;
+    nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object()) return err(path + ": " + std::string(what) + ": not a JSON object");
+    for (const auto& [k, v] : j.items()) {
+        if (v.is_number()) {
+            m[k] = v.get<double>();
+        } else if (v.is_null()) {
+            m[k] = std::numeric_limits<double>::quiet_NaN();
+        } else if (v.is_string() && (v == "inf" || v == "-inf")) {
+            m[k] = v == "inf" ? std::numeric_limits<double>::infinity()
+                              : -std::numeric_limits<double>::infinity();
+        } else {
+            return err(path + ": " + std::string(what) + ": metric '" + k + "' is not a number");
+        }
+    }
+    return m;
+}
+
+bool validStatus(const std::string& s) {
+    for (RunStatus st : {RunStatus::Running, RunStatus::Completed, RunStatus::Stopped,
+                         RunStatus::Failed, RunStatus::Interrupted})
+        if (s == runStatusName(st)) return true;
+    return false;
+}
+
+// Marks the run as written now; errors when it does not exist. Call inside a transaction.
+Status touchRun(sqlite3* db, const std::string& path, int64_t runId, int64_t timeMs) {
+    static constexpr const char* kSql =
+        "UPDATE runs SET updated_at_ms = MAX(updated_at_ms, ?1) WHERE id = ?2";
+    TD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db, path, kSql));
+    TD_RETURN_IF_ERROR(s.bindInt(1, timeMs));
+    TD_RETURN_IF_ERROR(s.bindInt(2, runId));
+    TD_RETURN_IF_ERROR(s.run());
+    if (sqlite3_changes(db) == 0) return noRun(runId, path);
+    return {};
+}
+
+constexpr const char* kRunSelect =
+    "SELECT r.id, r.name, r.project_json, r.config_json, r.status, r.started_at_ms, "
+    "r.ended_at_ms, r.host, r.pid, r.devices, r.model_name, r.params, r.final_metrics_json, "
+    "r.message, r.notes, r.updated_at_ms, ";
+
+RunRecord readRun(const Stmt& s) {
+    RunRecord r;
+    r.id = s.colInt(0);
+    r.name = s.colText(1);
+    r.projectJson = s.colText(2);
+    r.configJson = s.colText(3);
+    r.status = s.colText(4);
+    r.startedAtMs = s.colInt(5);
+    r.endedAtMs = s.colInt(6);
+    r.host = s.colText(7);
+    r.pid = s.colInt(8);
+    r.devices = s.colText(9);
+    r.modelName = s.colText(10);
+    r.params = s.colInt(11);
+    r.finalMetricsJson = s.colText(12);
+    r.message = s.colText(13);
+    r.notes = s.colText(14);
+    r.updatedAtMs = s.colInt(15);
+    r.bestValAccuracy = s.colOptDouble(16);
+    return r;
+}
+
+Result<std::vector<RunRecord>> selectRuns(sqlite3* db, const std::string& path,
+                                          const std::string& where, const std::string& param,
+                                          int64_t intParam, bool useInt) {
+    const std::string sql = std::string(kRunSelect) + kBestValAccuracySql + " FROM runs r " +
+                            where + " ORDER BY r.started_at_ms DESC, r.id DESC";
+    TD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db, path, sql));
+    if (where.find("?1") != std::string::npos) {
+        if (useInt) {
+            TD_RETURN_IF_ERROR(s.bindInt(1, intParam));
+        } else {
+            TD_RETURN_IF_ERROR(s.bindText(1, param));
+        }
+    }
+    std::vector<RunRecord> out;
+    for (;;) {
+        TD_ASSIGN_OR_RETURN(bool row, s.step());
+        if (!row) break;
+        out.push_back(readRun(s));
+    }
+    return out;
+}
+
+Result<RunRecord> selectRunById(sqlite3* db, const std::string& path, int64_t id) {
+    TD_ASSIGN_OR_RETURN(auto runs, selectRuns(db, path, "WHERE r.id = ?1", {}, id, true));
+    if (runs.empty()) return noRun(id, path);
+    return std::move(runs.front());
+}
+
+Result<std::vector<StepRow>> selectSteps(sqlite3* db, const std::string& path, int64_t runId,
+                                         int64_t afterGlobalStep) {
+    static constexpr const char* kSql =
+        "SELECT global_step, epoch, step, time_ms, name, value FROM steps "
+        "WHERE run_id = ?1 AND global_step > ?2 ORDER BY global_step, name";
+    TD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db, path, kSql));
+    TD_RETURN_IF_ERROR(s.bindInt(1, runId));
+    TD_RETURN_IF_ERROR(s.bindInt(2, afterGlobalStep));
+    std::vector<StepRow> out;
+    for (;;) {
+        TD_ASSIGN_OR_RETURN(bool row, s.step());
+        if (!row) break;
+        const int64_t g = s.colInt(0);
+        if (out.empty() || out.back().globalStep != g) {
+            StepRow r;
+            r.globalStep = g;
+            r.epoch = static_cast<int>(s.colInt(1));
+            r.step = s.colInt(2);
+            r.timeMs = s.colInt(3);
+            out.push_back(std::move(r));
+        }
+        out.back().metrics[s.colText(4)] = s.colDouble(5);
+    }
+    return out;
+}
+
+Result<std::vector<EpochRow>> selectEpochs(sqlite3* db, const std::string& path, int64_t runId) {
+    static constexpr const char* kSql =
+        "SELECT epoch, time_ms, seconds, metrics_json FROM epochs WHERE run_id = ?1 ORDER BY epoch";
+    TD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db, path, kSql));
+    TD_RETURN_IF_ERROR(s.bindInt(1, runId));
+    std::vector<EpochRow> out;
+    for (;;) {
+        TD_ASSIGN_OR_RETURN(bool row, s.step());
+        if (!row) break;
+        EpochRow r;
+        r.epoch = static_cast<int>(s.colInt(0));
+        r.timeMs = s.colInt(1);
+        r.seconds = s.colDouble(2);
+        TD_ASSIGN_OR_RETURN(r.metrics, metricsFromJson(path, s.colText(3),
+                                                       "run " + std::to_string(runId) + " epoch " +
+                                                           std::to_string(r.epoch)));
+        out.push_back(std::move(r));
+    }
+    return out;
+}
+
+std::string csvField(const std::string& s) {
+    if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+    std::string out = "\"";
+    for (char c : s) {
+        if (c == '"') out += '"';
+        out += c;
+    }
+    return out + "\"";
+}
+
+std::string csvNumber(double v) {
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "%.9g", v);
+    return buf;
+}
+
+}  // namespace
+
+// --- RunStore
+// -------------------------------------------------------------------------------------
+
+int RunStore::schemaVersion() {
+    return kSchemaVersion;
+}
+
+Result<std::unique_ptr<RunStore>> RunStore::open(const std::string& path) {
+    if (path.empty()) return err("run store: empty database path");
+    std::unique_ptr<RunStore> store(new RunStore());
+    store->path_ = path;
+    const std::string& p = store->path_;
+
+    const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+    if (!parent.empty()) {
+        std::error_code ec;
+        std::filesystem::create_directories(parent, ec);
+        if (ec)
+            return err(path + ": cannot create directory " + parent.string() + ": " + ec.message());
+    }
+
+    sqlite3* db = nullptr;
+    const int rc = sqlite3_open_v2(
+        path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+        nullptr);
+    store->db_ = db;  // closed by ~RunStore, also when open fails half-way
+    // sqlite3_open_v2 reports its error on the handle it returns, so check after keeping it.
+    TD_RETURN_IF_ERROR(sqlCheck(db, p, rc, "sqlite3_open_v2", ""));
+    TD_RETURN_IF_ERROR(TD_SQLITE(db, p, "", sqlite3_busy_timeout, db, kBusyTimeoutMs));
+
+    // Read before writing anything: a file that is not a database fails here, untouched.
+    TD_ASSIGN_OR_RETURN(int64_t version, queryInt(db, p, "PRAGMA user_version"));
+    if (version < 0)
+        return err(path + ": invalid database schema version " + std::to_string(version));
+    if (version > kSchemaVersion)
+        return err(path + ": database schema version " + std::to_string(version) +
+                   " is newer than this TrainDeck supports (" + std::to_string(kSchemaVersion) +
+                   "); use a newer TrainDeck to open it");
+
+    {
+        // WAL lets viewers read while a trainer writes. Where WAL is impossible (some network
+        // file systems) SQLite keeps the old journal mode, which still works, one at a time.
+        TD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db, p, "PRAGMA journal_mode=WAL"));
+        TD_ASSIGN_OR_RETURN(bool row, s.step());
+        (void)row;
+    }
+    TD_RETURN_IF_ERROR(exec(db, p, "PRAGMA synchronous=NORMAL"));
+    TD_RETURN_IF_ERROR(exec(db, p, "PRAGMA foreign_keys=ON"));
+
+    if (version < kSchemaVersion) {
+        TD_ASSIGN_OR_RETURN(Transaction txn, Transaction::begin(db, p));
+        // Another process may have migrated it while we waited for the write lock.
+        TD_ASSIGN_OR_RETURN(version, queryInt(db, p, "PRAGMA user_version"));
+        if (version > kSchemaVersion)
+            return err(path + ": database schema version " + std::to_string(version) +
+                       " is newer than this TrainDeck supports (" + std::to_string(kSchemaVersion) +
+                       ")");
+        for (int64_t v = version; v < kSchemaVersion; ++v) {
+            Status ms = exec(db, p, kMigrations[v]);
+            if (!ms.ok())
+                return err(path + ": schema migration " + std::to_string(v) + " -> " +
+                           std::to_string(v + 1) + " failed: " + ms.error());
+        }
+        const std::string setVersion = "PRAGMA user_version = " + std::to_string(kSchemaVersion);
+        TD_RETURN_IF_ERROR(exec(db, p, setVersion.c_str()));
+        TD_RETURN_IF_ERROR(txn.commit());
+    }
+
+    // Runs of this host left 'running' by a process that no longer exists were interrupted.
+    {
+        const std::string host = hostName();
+        std::vector<std::pair<int64_t, int64_t>> dead;  // id, pid
+        {
+            TD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db, p,
+                                                      "SELECT id, pid FROM runs WHERE status = "
+                                                      "'running' AND host = ?1"));
+            TD_RETURN_IF_ERROR(s.bindText(1, host));
+            for (;;) {
+                TD_ASSIGN_OR_RETURN(bool row, s.step());
+                if (!row) break;
+                if (!pidAlive(s.colInt(1))) dead.emplace_back(s.colInt(0), s.colInt(1));
+            }
+        }
+        if (!dead.empty()) {
+            static constexpr const char* kSql =
+                "UPDATE runs SET status = 'interrupted', "
+                "ended_at_ms = MAX(started_at_ms, updated_at_ms), message = ?1 "
+                "WHERE id = ?2 AND status = 'running'";
+            TD_ASSIGN_OR_RETURN(Transaction txn, Transaction::begin(db, p));
+            TD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db, p, kSql));
+            for (const auto& [id, pid] : dead) {
+                TD_RETURN_IF_ERROR(s.bindText(1, "process " + std::to_string(pid) + " on " + host +
+                                                     " ended without a final status"));
+                TD_RETURN_IF_ERROR(s.bindInt(2, id));
+                TD_RETURN_IF_ERROR(s.run());
+            }
+            TD_RETURN_IF_ERROR(txn.commit());
+        }
+    }
+    return store;
+}
+
+RunStore::~RunStore() {
+    // close_v2 defers the close until every statement is finalized; ours always are.
+    if (db_) (void)sqlite3_close_v2(db_);
+}
+
+Result<int64_t> RunStore::createRun(const RunRecord& run) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!validStatus(run.status))
+        return err(path_ + ": createRun: invalid run status '" + run.status + "'");
+    static constexpr const char* kSql =
+        "INSERT INTO runs (name, project_json, config_json, status, started_at_ms, ended_at_ms, "
+        "host, pid, devices, model_name, params, final_metrics_json, message, notes, "
+        "updated_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)";
+    const int64_t started = run.startedAtMs > 0 ? run.startedAtMs : nowMs();
+    TD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db_, path_, kSql));
+    TD_RETURN_IF_ERROR(s.bindText(1, run.name));
+    TD_RETURN_IF_ERROR(s.bindText(2, run.projectJson));
+    TD_RETURN_IF_ERROR(s.bindText(3, run.configJson.empty() ? "{}" : run.configJson));
+    TD_RETURN_IF_ERROR(s.bindText(4, run.status));
+    TD_RETURN_IF_ERROR(s.bindInt(5, started));
+    TD_RETURN_IF_ERROR(s.bindInt(6, run.endedAtMs));
+    TD_RETURN_IF_ERROR(s.bindText(7, run.host.empty() ? hostName() : run.host));
+    TD_RETURN_IF_ERROR(s.bindInt(8, run.pid != 0 ? run.pid : static_cast<int64_t>(getpid())));
+    TD_RETURN_IF_ERROR(s.bindText(9, run.devices));
+    TD_RETURN_IF_ERROR(s.bindText(10, run.modelName));
+    TD_RETURN_IF_ERROR(s.bindInt(11, run.params));
+    TD_RETURN_IF_ERROR(s.bindText(12, run.finalMetricsJson.empty() ? "{}" : run.finalMetricsJson));
+    TD_RETURN_IF_ERROR(s.bindText(13, run.message));
+    TD_RETURN_IF_ERROR(s.bindText(14, run.notes));
+    TD_RETURN_IF_ERROR(s.bindInt(15, std::max({started, run.endedAtMs, run.updatedAtMs})));
+    TD_RETURN_IF_ERROR(s.run());
+    return static_cast<int64_t>(sqlite3_last_insert_rowid(db_));
+}
+
+Status RunStore::finishRun(int64_t runId, RunStatus status, const MetricMap& finalMetrics,
+                           const std::string& message) {
+    std::lock_guard<std::mutex> lock(mu_);
+    static constexpr const char* kSql =
+        "UPDATE runs SET status = ?1, ended_at_ms = ?2, updated_at_ms = MAX(updated_at_ms, ?2), "
+        "final_metrics_json = ?3, message = ?4 WHERE id = ?5";
+    TD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db_, path_, kSql));
+    TD_RETURN_IF_ERROR(s.bindText(1, runStatusName(status)));
+    TD_RETURN_IF_ERROR(s.bindInt(2, status == RunStatus::Running ? 0 : nowMs()));
+    TD_RETURN_IF_ERROR(s.bindText(3, metricsToJson(finalMetrics)));
+    TD_RETURN_IF_ERROR(s.bindText(4, message));
+    TD_RETURN_IF_ERROR(s.bindInt(5, runId));
+    TD_RETURN_IF_ERROR(s.run());
+    if (sqlite3_changes(db_) == 0) return noRun(runId, path_);
+    return {};
+}
+
+Status RunStore::appendSteps(int64_t runId, const std::vector<StepRow>& rows) {
+    if (rows.empty()) return {};
+    std::lock_guard<std::mutex> lock(mu_);
+    static constexpr const char* kSql =
+        "INSERT OR REPLACE INTO steps (run_id, global_step, epoch, step, time_ms, name, value) "
+        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+    TD_ASSIGN_OR_RETURN(Transaction txn, Transaction::begin(db_, path_));
+    int64_t last = 0;
+    for (const StepRow& r : rows) last = std::max(last, r.timeMs);
+    TD_RETURN_IF_ERROR(touchRun(db_, path_, runId, last));
+    TD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db_, path_, kSql));
+    for (const StepRow& r : rows) {
+        for (const auto& [name, value] : r.metrics) {
+            TD_RETURN_IF_ERROR(s.bindInt(1, runId));
+            TD_RETURN_IF_ERROR(s.bindInt(2, r.globalStep));
+            TD_RETURN_IF_ERROR(s.bindInt(3, r.epoch));
+            TD_RETURN_IF_ERROR(s.bindInt(4, r.step));
+            TD_RETURN_IF_ERROR(s.bindInt(5, r.timeMs));
+            TD_RETURN_IF_ERROR(s.bindText(6, name));
+            TD_RETURN_IF_ERROR(s.bindDouble(7, value));
+            TD_RETURN_IF_ERROR(s.run());
+        }
+    }
+    return txn.commit();
+}
+
+Status RunStore::appendEpochs(int64_t runId, const std::vector<EpochRow>& rows) {
+    if (rows.empty()) return {};
+    std::lock_guard<std::mutex> lock(mu_);
+    static constexpr const char* kSql =
+        "INSERT OR REPLACE INTO epochs (run_id, epoch, time_ms, seconds, metrics_json) "
+        "VALUES (?1, ?2, ?3, ?4, ?5)";
+    TD_ASSIGN_OR_RETURN(Transaction txn, Transaction::begin(db_, path_));
+    int64_t last = 0;
+    for (const EpochRow& r : rows) last = std::max(last, r.timeMs);
+    TD_RETURN_IF_ERROR(touchRun(db_, path_, runId, last));
+    TD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db_, path_, kSql));
+    for (const EpochRow& r : rows) {
+        TD_RETURN_IF_ERROR(s.bindInt(1, runId));
+        TD_RETURN_IF_ERROR(s.bindInt(2, r.epoch));
+        TD_RETURN_IF_ERROR(s.bindInt(3, r.timeMs));
+        TD_RETURN_IF_ERROR(s.bindDouble(4, r.seconds));
+        TD_RETURN_IF_ERROR(s.bindText(5, metricsToJson(r.metrics)));
+        TD_RETURN_IF_ERROR(s.run());
+    }
+    return txn.commit();
+}
+
+Status RunStore::appendDeviceStats(int64_t runId, const std::vector<DeviceRow>& rows) {
+    if (rows.empty()) return {};
+    std::lock_guard<std::mutex> lock(mu_);
+    static constexpr const char* kSql =
+        "INSERT INTO device_stats (run_id, time_ms, device, utilization, memory_bytes, "
+        "samples_per_s) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+    TD_ASSIGN_OR_RETURN(Transaction txn, Transaction::begin(db_, path_));
+    int64_t last = 0;
+    for (const DeviceRow& r : rows) last = std::max(last, r.timeMs);
+    TD_RETURN_IF_ERROR(touchRun(db_, path_, runId, last));
+    TD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db_, path_, kSql));
+    for (const DeviceRow& r : rows) {
+        TD_RETURN_IF_ERROR(s.bindInt(1, runId));
+        TD_RETURN_IF_ERROR(s.bindInt(2, r.timeMs));
+        TD_RETURN_IF_ERROR(s.bindText(3, r.device));
+        TD_RETURN_IF_ERROR(s.bindDouble(4, r.utilization));
+        TD_RETURN_IF_ERROR(s.bindInt(5, r.memoryBytes));
+        TD_RETURN_IF_ERROR(s.bindDouble(6, r.samplesPerSecond));
+        TD_RETURN_IF_ERROR(s.run());
+    }
+    return txn.commit();
+}
+
+Status RunStore::appendLogs(int64_t runId, const std::vector<LogRow>& rows) {
+    if (rows.empty()) return {};
+    std::lock_guard<std::mutex> lock(mu_);
+    static constexpr const char* kSql =
+        "INSERT INTO logs (run_id, time_ms, level, text) VALUES (?1, ?2, ?3, ?4)";
+    TD_ASSIGN_OR_RETURN(Transaction txn, Transaction::begin(db_, path_));
+    int64_t last = 0;
+    for (const LogRow& r : rows) last = std::max(last, r.timeMs);
+    TD_RETURN_IF_ERROR(touchRun(db_, path_, runId, last));
+    TD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db_, path_, kSql));
+    for (const LogRow& r : rows) {
+        TD_RETURN_IF_ERROR(s.bindInt(1, runId));
+        TD_RETURN_IF_ERROR(s.bindInt(2, r.timeMs));
+        TD_RETURN_IF_ERROR(s.bindText(3, r.level));
+        TD_RETURN_IF_ERROR(s.bindText(4, r.text));
+        TD_RETURN_IF_ERROR(s.run());
+    }
+    return txn.commit();
+}
+
+Status RunStore::updateRunInfo(int64_t runId, const std::string& devices, int64_t params) {
+    std::lock_guard<std::mutex> lock(mu_);
+    static constexpr const char* kSql =
+        "UPDATE runs SET devices = CASE WHEN ?1 = '' THEN devices ELSE ?1 END, "
+        "params = CASE WHEN ?2 = 0 THEN params ELSE ?2 END, "
+        "updated_at_ms = MAX(updated_at_ms, ?3) WHERE id = ?4";
+    TD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db_, path_, kSql));
+    TD_RETURN_IF_ERROR(s.bindText(1, devices));
+    TD_RETURN_IF_ERROR(s.bindInt(2, params));
+    TD_RETURN_IF_ERROR(s.bindInt(3, nowMs()));
+    TD_RETURN_IF_ERROR(s.bindInt(4, runId));
+    TD_RETURN_IF_ERROR(s.run());
+    if (sqlite3_changes(db_) == 0) return noRun(runId, path_);
+    return {};
+}
+
+Result<std::vector<RunRecord>> RunStore::listRuns() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return selectRuns(db_, path_, "", {}, 0, false);
+}
+
+Result<RunRecord> RunStore::findRun(const std::string& idOrName) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const bool digits =
+        !idOrName.empty() && idOrName.size() <= 18 &&
+        std::all_of(idOrName.begin(), idOrName.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (digits) {
+        TD_ASSIGN_OR_RETURN(
+            auto byId, selectRuns(db_, path_, "WHERE r.id = ?1", {}, std::stoll(idOrName), true));
+        if (!byId.empty()) return std::move(byId.front());
+    }
+    // Newest first, so the first match is the newest run with that name.
+    TD_ASSIGN_OR_RETURN(auto byName,
+                        selectRuns(db_, path_, "WHERE r.name = ?1", idOrName, 0, false));
+    if (!byName.empty()) return std::move(byName.front());
+    return err("no run '" + idOrName + "' in " + path_);
+}
+
+Result<RunRecord> RunStore::getRun(int64_t runId) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return selectRunById(db_, path_, runId);
+}
+
+Result<std::vector<StepRow>> RunStore::steps(int64_t runId, int64_t afterGlobalStep) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return selectSteps(db_, path_, runId, afterGlobalStep);
+}
+
+Result<std::vector<EpochRow>> RunStore::epochs(int64_t runId) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return selectEpochs(db_, path_, runId);
+}
+
+Result<std::vector<DeviceRow>> RunStore::deviceStats(int64_t runId) {
+    std::lock_guard<std::mutex> lock(mu_);
+    static constexpr const char* kSql =
+        "SELECT time_ms, device, utilization, memory_bytes, samples_per_s FROM device_stats "
+        "WHERE run_id = ?1 ORDER BY id";
+    TD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db_, path_, kSql));
+    TD_RETURN_IF_ERROR(s.bindInt(1, runId));
+    std::vector<DeviceRow> out;
+    for (;;) {
+        TD_ASSIGN_OR_RETURN(bool row, s.step());
+        if (!row) break;
+        DeviceRow r;
+        r.timeMs = s.colInt(0);
+        r.device = s.colText(1);
+        r.utilization = s.colDouble(2);
+        r.memoryBytes = s.colInt(3);
+        r.samplesPerSecond = s.colDouble(4);
+        out.push_back(std::move(r));
+    }
+    return out;
+}
+
+Result<std::vector<LogRow>> RunStore::logs(int64_t runId) {
+    std::lock_guard<std::mutex> lock(mu_);
+    static constexpr const char* kSql =
+        "SELECT time_ms, level, text FROM logs WHERE run_id = ?1 ORDER BY id";
+    TD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db_, path_, kSql));
+    TD_RETURN_IF_ERROR(s.bindInt(1, runId));
+    std::vector<LogRow> out;
+    for (;;) {
+        TD_ASSIGN_OR_RETURN(bool row, s.step());
+        if (!row) break;
+        out.push_back(LogRow{s.colInt(0), s.colText(1), s.colText(2)});
+    }
+    return out;
+}
+
+Status RunStore::renameRun(int64_t runId, const std::string& name) {
+    std::lock_guard<std::mutex> lock(mu_);
+    static constexpr const char* kSql = "UPDATE runs SET name = ?1 WHERE id = ?2";
+    TD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db_, path_, kSql));
+    TD_RETURN_IF_ERROR(s.bindText(1, name));
+    TD_RETURN_IF_ERROR(s.bindInt(2, runId));
+    TD_RETURN_IF_ERROR(s.run());
+    if (sqlite3_changes(db_) == 0) return noRun(runId, path_);
+    return {};
+}
+
+Status RunStore::setNotes(int64_t runId, const std::string& notes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    static constexpr const char* kSql = "UPDATE runs SET notes = ?1 WHERE id = ?2";
+    TD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db_, path_, kSql));
+    TD_RETURN_IF_ERROR(s.bindText(1, notes));
+    TD_RETURN_IF_ERROR(s.bindInt(2, runId));
+    TD_RETURN_IF_ERROR(s.run());
+    if (sqlite3_changes(db_) == 0) return noRun(runId, path_);
+    return {};
+}
+
+Status RunStore::deleteRun(int64_t runId) {
+    std::lock_guard<std::mutex> lock(mu_);
+    // The child tables cascade (foreign_keys=ON); deleting them explicitly as well keeps a
+    // database opened elsewhere without foreign keys from leaving orphans behind.
+    static constexpr const char* kChildren[] = {
+        "DELETE FROM steps WHERE run_id = ?1",
+        "DELETE FROM epochs WHERE run_id = ?1",
+        "DELETE FROM device_stats WHERE run_id = ?1",
+        "DELETE FROM logs WHERE run_id = ?1",
+    };
+    TD_ASSIGN_OR_RETURN(Transaction txn, Transaction::begin(db_, path_));
+    for (const char* sql : kChildren) {
+        TD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db_, path_, sql));
+        TD_RETURN_IF_ERROR(s.bindInt(1, runId));
+        TD_RETURN_IF_ERROR(s.run());
+    }
+    TD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db_, path_, "DELETE FROM runs WHERE id = ?1"));
+    TD_RETURN_IF_ERROR(s.bindInt(1, runId));
+    TD_RETURN_IF_ERROR(s.run());
+    if (sqlite3_changes(db_) == 0) return noRun(runId, path_);
+    return txn.commit();
+}
+
+Result<std::string> RunStore::exportCsv(int64_t runId) {
+    std::lock_guard<std::mutex> lock(mu_);
+    TD_RETURN_IF_ERROR(selectRunById(db_, path_, runId));
+    TD_ASSIGN_OR_RETURN(auto epochRows, selectEpochs(db_, path_, runId));
+    TD_ASSIGN_OR_RETURN(auto stepRows, selectSteps(db_, path_, runId, 0));
+
+    auto writeCells = [](std::string& out, const std::set<std::string>& names, const MetricMap& m) {
+        for (const std::string& n : names) {
+            out += ',';
+            auto it = m.find(n);
+            if (it != m.end()) out += csvNumber(it->second);
+        }
+        out += '\n';
+    };
+
+    std::string out;
+    std::set<std::string> names;
+    for (const auto& e : epochRows)
+        for (const auto& kv : e.metrics) names.insert(kv.first);
+    out += "epoch,seconds";
+    for (const auto& n : names) {
+        out += ',';
+        out += csvField(n);
+    }
+    out += '\n';
+    for (const auto& e : epochRows) {
+        out += std::to_string(e.epoch) + "," + csvNumber(e.seconds);
+        writeCells(out, names, e.metrics);
+    }
+
+    out += '\n';
+    names.clear();
+    for (const auto& s : stepRows)
+        for (const auto& kv : s.metrics) names.insert(kv.first);
+    out += "global_step,epoch,step";
+    for (const auto& n : names) {
+        out += ',';
+        out += csvField(n);
+    }
+    out += '\n';
+    for (const auto& s : stepRows) {
+        out += std::to_string(s.globalStep) + "," + std::to_string(s.epoch) + "," +
+               std::to_string(s.step);
+        writeCells(out, names, s.metrics);
+    }
+    return out;
+}
+
+}  // namespace td

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Installs what TrainDeck needs to build, run and test on Debian 12, from Debian's packages.
+#   installer/deps.sh            build + run dependencies
+#   installer/deps.sh --test     also what the tests and benchmarks need
+#   installer/deps.sh --bench    also the reference frameworks for side-by-side benchmarks
+set -euo pipefail
+
+want_test=0
+want_bench=0
+for a in "$@"; do
+  case "$a" in
+    --test) want_test=1 ;;
+    --bench) want_test=1; want_bench=1 ;;
+    *) echo "deps.sh: unknown option $a" >&2; exit 2 ;;
+  esac
+done
+
+pkgs=(
+  build-essential cmake ninja-build pkg-config git
+  libdnnl-dev libsqlite3-dev nlohmann-json3-dev libcli11-dev zlib1g-dev libomp-dev
+  qt6-base-dev qt6-base-dev-tools
+  libqcustomplot-dev libqcustomplot2.1-qt6
+  dataset-fashion-mnist
+)
+if [ "$want_test" = 1 ]; then
+  pkgs+=(xvfb xauth xfonts-base python3 python3-numpy)
+fi
+if [ "$want_bench" = 1 ]; then
+  pkgs+=(python3-torch)
+fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "deps.sh: all ${#pkgs[@]} packages present"
+  exit 0
+fi
+echo "deps.sh: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Sets up everything on a fresh Debian 12 machine, builds TrainDeck and runs it on its embedded
+# default project (Fashion-MNIST, the TensorFlow guide's MLP): the desktop app when a display is
+# present, otherwise a headless training run with a progress bar. Extra arguments go to traindeck.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+"$root/installer/deps.sh"
+"$root/installer/build.sh"
+bin="$root/build/traindeck"
+if [ $# -gt 0 ]; then
+  exec "$bin" "$@"
+fi
+if [ -n "${DISPLAY:-}${WAYLAND_DISPLAY:-}" ] && "$bin" --help | grep -q "Start training"; then
+  exec "$bin" "$root/projects/fashion_mnist_mlp.json"
+fi
+exec "$bin" train "$root/projects/fashion_mnist_mlp.json"

@@ -1,0 +1,1036 @@
+// engine/data: sources (IDX, NPY, CSV, synthetic, Fashion-MNIST) and the tf.data-style pipeline.
+#include <zlib.h>
+
+#include <QDir>
+#include <QFile>
+#include <QTemporaryDir>
+#include <QtTest>
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <set>
+#include <vector>
+
+#include "engine/data/cache_file.h"
+#include "engine/data/pipeline.h"
+
+using namespace td;
+
+Q_DECLARE_METATYPE(QList<MapStep>)
+
+namespace {
+
+// --- fixtures -------------------------------------------------------------------------------------
+
+void writeBytes(const QString& path, const std::string& bytes, bool gzip) {
+    if (gzip) {
+        gzFile f = gzopen(path.toStdString().c_str(), "wb");
+        QVERIFY(f != nullptr);
+        QCOMPARE(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())),
+                 static_cast<int>(bytes.size()));
+        QCOMPARE(gzclose(f), Z_OK);
+    } else {
+        QFile f(path);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        QCOMPARE(f.write(bytes.data(), static_cast<qint64>(bytes.size())),
+                 static_cast<qint64>(bytes.size()));
+    }
+}
+
+void appendBigEndian32(std::string& s, uint32_t v) {
+    for (int shift = 24; shift >= 0; shift -= 8) s += static_cast<char>((v >> shift) & 0xff);
+}
+
+// An IDX file: magic 00 00 type ndim, big-endian dims, then `payload` (already big-endian).
+std::string idxBytes(uint8_t type, const std::vector<uint32_t>& dims, const std::string& payload) {
+    std::string s = {0, 0, static_cast<char>(type), static_cast<char>(dims.size())};
+    for (uint32_t d : dims) appendBigEndian32(s, d);
+    return s + payload;
+}
+
+// u8 images [n, 2, 3] with pixel value (i * 6 + k) % 256, and labels i % 10.
+std::string idxImagesU8(uint32_t n) {
+    std::string payload;
+    for (uint32_t i = 0; i < n * 6; ++i) payload += static_cast<char>(i % 256);
+    return idxBytes(0x08, {n, 2, 3}, payload);
+}
+std::string idxLabelsU8(uint32_t n) {
+    std::string payload;
+    for (uint32_t i = 0; i < n; ++i) payload += static_cast<char>(i % 10);
+    return idxBytes(0x08, {n}, payload);
+}
+
+std::string npyBytes(const std::string& descr, const std::string& shape, const std::string& data,
+                     int version = 1, bool fortran = false) {
+    std::string header = "{'descr': '" + descr + "', 'fortran_order': " +
+                         (fortran ? "True" : "False") + ", 'shape': " + shape + ", }";
+    const size_t prefix = version == 1 ? 10 : 12;
+    while ((prefix + header.size() + 1) % 64 != 0) header += ' ';
+    header += '\n';
+    std::string s = "\x93NUMPY";
+    s += static_cast<char>(version);
+    s += '\0';
+    const auto len = static_cast<uint32_t>(header.size());
+    s += static_cast<char>(len & 0xff);
+    s += static_cast<char>((len >> 8) & 0xff);
+    if (version != 1) {
+        s += static_cast<char>((len >> 16) & 0xff);
+        s += static_cast<char>((len >> 24) & 0xff);
+    }
+    return s + header + data;
+}
+
+template <typename T>
+std::string rawBytes(const std::vector<T>& v) {
+    return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
+
+// n samples of `dims` u8 features, row i = (i * 7 + k) % 251, label i: the label names the row.
+Dataset indexedDataset(int64_t n, int64_t dims = 5) {
+    Dataset d;
+    d.x = Tensor(DType::U8, {n, dims});
+    d.y = Tensor(DType::I32, {n});
+    for (int64_t i = 0; i < n; ++i) {
+        for (int64_t k = 0; k < dims; ++k) {
+            d.x.data<uint8_t>()[i * dims + k] = static_cast<uint8_t>((i * 7 + k) % 251);
+        }
+        d.y.data<int32_t>()[i] = static_cast<int32_t>(i);
+    }
+    d.numClasses = n;
+    return d;
+}
+
+struct EpochOutput {
+    std::vector<int32_t> labels;  // in output order
+    std::vector<float> x;         // all batches' x, concatenated
+    std::vector<int64_t> sizes;
+    std::vector<int64_t> firstIndices;
+};
+
+EpochOutput runEpoch(Pipeline& p, int epoch) {
+    EpochOutput out;
+    const Status begun = p.beginEpoch(epoch);
+    if (!begun.ok()) qFatal("beginEpoch: %s", begun.error().c_str());
+    while (true) {
+        Result<const Batch*> b = p.next();
+        if (!b.ok()) qFatal("next: %s", b.error().c_str());
+        if (!*b) break;
+        const Batch& batch = **b;
+        out.sizes.push_back(batch.size);
+        out.firstIndices.push_back(batch.firstIndex);
+        if (batch.x.dim(0) != batch.size) qFatal("x rows != batch size");
+        const float* x = batch.x.data<float>();
+        out.x.insert(out.x.end(), x, x + batch.x.size());
+        if (batch.y.dtype() == DType::I32) {
+            const int32_t* y = batch.y.data<int32_t>();
+            out.labels.insert(out.labels.end(), y, y + batch.size);
+        }
+    }
+    return out;
+}
+
+std::unique_ptr<Pipeline> makePipeline(const Dataset& d, const PipelineConfig& cfg,
+                                       int64_t batch, bool shuffle = true, uint64_t seed = 7) {
+    auto p = Pipeline::create(d, cfg, batch, shuffle, seed);
+    if (!p.ok()) qFatal("Pipeline::create: %s", p.error().c_str());
+    return std::move(p).value();
+}
+
+PipelineConfig shuffled(int64_t buffer, uint64_t seed = 42, bool reshuffle = true) {
+    PipelineConfig cfg;
+    cfg.shuffleBuffer = buffer;
+    cfg.shuffleSeed = seed;
+    cfg.reshuffleEachIteration = reshuffle;
+    return cfg;
+}
+
+bool isPermutation(std::vector<int32_t> v, int64_t n) {
+    if (static_cast<int64_t>(v.size()) != n) return false;
+    std::sort(v.begin(), v.end());
+    for (int64_t i = 0; i < n; ++i) {
+        if (v[static_cast<size_t>(i)] != i) return false;
+    }
+    return true;
+}
+
+const char* kFashionDir = "/usr/share/datasets/fashion-mnist";
+
+}  // namespace
+
+class TestData : public QObject {
+    Q_OBJECT
+
+private slots:
+    // --- IDX ------------------------------------------------------------------------------------
+    void idxRoundTrip_data() {
+        QTest::addColumn<bool>("gzip");
+        QTest::addColumn<int>("type");
+        QTest::newRow("u8 raw") << false << 0x08;
+        QTest::newRow("u8 gzip") << true << 0x08;
+        QTest::newRow("i32 raw") << false << 0x0C;
+        QTest::newRow("i32 gzip") << true << 0x0C;
+        QTest::newRow("f32 gzip") << true << 0x0D;
+        QTest::newRow("i16 raw") << false << 0x0B;
+        QTest::newRow("f64 raw") << false << 0x0E;
+    }
+    void idxRoundTrip() {
+        QFETCH(bool, gzip);
+        QFETCH(int, type);
+        QTemporaryDir dir;
+        const QString path = dir.filePath(gzip ? "a.idx.gz" : "a.idx");
+        // 4 x 3 values -2.5 * (i - 5), stored big-endian in the file's type.
+        std::string payload;
+        std::vector<double> values;
+        for (int i = 0; i < 12; ++i) values.push_back(type == 0x08 ? i * 20 : -2.0 * (i - 5));
+        for (double v : values) {
+            if (type == 0x08) {
+                payload += static_cast<char>(static_cast<uint8_t>(v));
+            } else if (type == 0x0B) {
+                const auto u = static_cast<uint16_t>(static_cast<int16_t>(v));
+                payload += static_cast<char>(u >> 8);
+                payload += static_cast<char>(u & 0xff);
+            } else if (type == 0x0C) {
+                appendBigEndian32(payload, static_cast<uint32_t>(static_cast<int32_t>(v)));
+            } else if (type == 0x0D) {
+                const auto f = static_cast<float>(v);
+                uint32_t bits;
+                std::memcpy(&bits, &f, 4);
+                appendBigEndian32(payload, bits);
+            } else {
+                uint64_t bits;
+                std::memcpy(&bits, &v, 8);
+                appendBigEndian32(payload, static_cast<uint32_t>(bits >> 32));
+                appendBigEndian32(payload, static_cast<uint32_t>(bits));
+            }
+        }
+        writeBytes(path, idxBytes(static_cast<uint8_t>(type), {4, 3}, payload), gzip);
+
+        Result<Tensor> t = readIdx(path.toStdString());
+        QVERIFY2(t.ok(), t.ok() ? "" : t.error().c_str());
+        QCOMPARE(t->shape(), (Shape{4, 3}));
+        const DType expected = type == 0x08   ? DType::U8
+                               : type == 0x0D || type == 0x0E ? DType::F32
+                                                              : DType::I32;
+        QCOMPARE(t->dtype(), expected);
+        const Tensor f = t->to(DType::F32);
+        for (int i = 0; i < 12; ++i) QCOMPARE(f.data<float>()[i], static_cast<float>(values[i]));
+    }
+
+    void idxErrors_data() {
+        QTest::addColumn<QByteArray>("bytes");
+        QTest::addColumn<QString>("expected");
+        const std::string full = idxImagesU8(10);
+        QTest::newRow("truncated") << QByteArray::fromStdString(full.substr(0, full.size() - 7))
+                                   << "truncated: header says 10x2x3 = 60 bytes, found 53";
+        QTest::newRow("trailing") << QByteArray::fromStdString(full + "xyz")
+                                  << "3 more bytes";
+        QTest::newRow("wrong magic")
+            << QByteArray::fromStdString("PK\x03\x04" + full.substr(4))
+            << "not an IDX file: expected magic 00 00";
+        QTest::newRow("bad type") << QByteArray::fromStdString(idxBytes(0x07, {2}, "ab"))
+                                  << "found 00 00 07 01";
+        QTest::newRow("short header") << QByteArray::fromStdString(full.substr(0, 9))
+                                      << "truncated: header declares 3 dimensions";
+    }
+    void idxErrors() {
+        QFETCH(QByteArray, bytes);
+        QFETCH(QString, expected);
+        QTemporaryDir dir;
+        for (bool gzip : {false, true}) {
+            const QString path = dir.filePath(gzip ? "images.gz" : "images.idx");
+            writeBytes(path, bytes.toStdString(), gzip);
+            Result<Tensor> t = readIdx(path.toStdString());
+            QVERIFY(!t.ok());
+            QVERIFY2(QString::fromStdString(t.error()).contains(expected), t.error().c_str());
+            QVERIFY2(QString::fromStdString(t.error()).startsWith(path), t.error().c_str());
+        }
+    }
+
+    void idxMissingFile() {
+        Result<Tensor> t = readIdx("/nonexistent/train-images.gz");
+        QVERIFY(!t.ok());
+        QVERIFY(QString::fromStdString(t.error()).contains("/nonexistent/train-images.gz"));
+    }
+
+    void idxSourceLoadsSplits() {
+        QTemporaryDir dir;
+        writeBytes(dir.filePath("tx.gz"), idxImagesU8(12), true);
+        writeBytes(dir.filePath("ty.gz"), idxLabelsU8(12), true);
+        writeBytes(dir.filePath("vx"), idxImagesU8(4), false);
+        writeBytes(dir.filePath("vy"), idxLabelsU8(4), false);
+        SourceConfig cfg;
+        cfg.type = "idx";
+        cfg.trainImages = dir.filePath("tx.gz").toStdString();
+        cfg.trainLabels = dir.filePath("ty.gz").toStdString();
+        Result<DataSplits> s = loadSource(cfg);
+        QVERIFY2(s.ok(), s.ok() ? "" : s.error().c_str());
+        QCOMPARE(s->train.size(), int64_t{12});
+        QVERIFY(!s->test.has_value());
+        QCOMPARE(s->train.y.dtype(), DType::I32);
+        QCOMPARE(s->train.numClasses, int64_t{10});
+        QCOMPARE(s->train.sampleShape(), (Shape{2, 3}));
+
+        cfg.testImages = dir.filePath("vx").toStdString();
+        cfg.testLabels = dir.filePath("vy").toStdString();
+        s = loadSource(cfg);
+        QVERIFY2(s.ok(), s.ok() ? "" : s.error().c_str());
+        QVERIFY(s->test.has_value());
+        QCOMPARE(s->test->size(), int64_t{4});
+    }
+
+    void idxSampleCountMismatch() {
+        QTemporaryDir dir;
+        writeBytes(dir.filePath("train-images.gz"), idxImagesU8(12), true);
+        writeBytes(dir.filePath("train-labels.gz"), idxLabelsU8(11), true);
+        SourceConfig cfg;
+        cfg.type = "idx";
+        cfg.trainImages = dir.filePath("train-images.gz").toStdString();
+        cfg.trainLabels = dir.filePath("train-labels.gz").toStdString();
+        Result<DataSplits> s = loadSource(cfg);
+        QVERIFY(!s.ok());
+        const QString e = QString::fromStdString(s.error());
+        QVERIFY2(e.contains("train-images.gz has 12 samples"), s.error().c_str());
+        QVERIFY2(e.contains("train-labels.gz has 11 labels"), s.error().c_str());
+    }
+
+    // --- NPY ------------------------------------------------------------------------------------
+    void npyDtypes_data() {
+        QTest::addColumn<QByteArray>("bytes");
+        QTest::addColumn<int>("dtype");
+        QTest::addColumn<QList<double>>("values");
+        const QList<double> values{0, 1.5, -3, 250};
+        const QList<double> ints{0, 7, -3, 250};
+        QTest::newRow("<f4 v1") << QByteArray::fromStdString(
+                                       npyBytes("<f4", "(2, 2)",
+                                                rawBytes(std::vector<float>{0, 1.5f, -3, 250})))
+                                << int(DType::F32) << values;
+        QTest::newRow("<f8 v2") << QByteArray::fromStdString(
+                                       npyBytes("<f8", "(2, 2)",
+                                                rawBytes(std::vector<double>{0, 1.5, -3, 250}), 2))
+                                << int(DType::F32) << values;
+        QTest::newRow("<i4 v3") << QByteArray::fromStdString(npyBytes(
+                                       "<i4", "(2, 2)", rawBytes(std::vector<int32_t>{0, 7, -3, 250}), 3))
+                                << int(DType::I32) << ints;
+        QTest::newRow("<i8 v1") << QByteArray::fromStdString(npyBytes(
+                                       "<i8", "(2, 2)", rawBytes(std::vector<int64_t>{0, 7, -3, 250})))
+                                << int(DType::I32) << ints;
+        QTest::newRow("|u1 v1") << QByteArray::fromStdString(npyBytes(
+                                       "|u1", "(2, 2)", rawBytes(std::vector<uint8_t>{0, 7, 3, 250})))
+                                << int(DType::U8) << QList<double>{0, 7, 3, 250};
+    }
+    void npyDtypes() {
+        QFETCH(QByteArray, bytes);
+        QFETCH(int, dtype);
+        QFETCH(QList<double>, values);
+        QTemporaryDir dir;
+        const QString path = dir.filePath("a.npy");
+        writeBytes(path, bytes.toStdString(), false);
+        Result<Tensor> t = readNpy(path.toStdString());
+        QVERIFY2(t.ok(), t.ok() ? "" : t.error().c_str());
+        QCOMPARE(int(t->dtype()), dtype);
+        QCOMPARE(t->shape(), (Shape{2, 2}));
+        const Tensor f = t->to(DType::F32);
+        for (int i = 0; i < 4; ++i) QCOMPARE(f.data<float>()[i], static_cast<float>(values[i]));
+    }
+
+    void npyErrors_data() {
+        QTest::addColumn<QByteArray>("bytes");
+        QTest::addColumn<QString>("expected");
+        QTest::newRow("complex dtype")
+            << QByteArray::fromStdString(npyBytes("<c8", "(1,)", std::string(8, '\0')))
+            << "unsupported dtype '<c8' (supported: <f4, <f8";
+        QTest::newRow("big endian")
+            << QByteArray::fromStdString(npyBytes(">f4", "(1,)", std::string(4, '\0')))
+            << "unsupported dtype '>f4'";
+        QTest::newRow("fortran")
+            << QByteArray::fromStdString(npyBytes("<f4", "(2, 2)", std::string(16, '\0'), 1, true))
+            << "fortran_order True is not supported";
+        QTest::newRow("truncated")
+            << QByteArray::fromStdString(npyBytes("<f4", "(3, 2)", std::string(20, '\0')))
+            << "truncated: header says shape [3,2] <f4 = 24 bytes, found 20";
+        QTest::newRow("not npy") << QByteArray("hello world, not numpy") << "not a .npy file";
+        QTest::newRow("version 4")
+            << QByteArray::fromStdString("\x93NUMPY\x04" + std::string(20, '\0'))
+            << "unsupported .npy format version 4.0";
+    }
+    void npyErrors() {
+        QFETCH(QByteArray, bytes);
+        QFETCH(QString, expected);
+        QTemporaryDir dir;
+        const QString path = dir.filePath("bad.npy");
+        writeBytes(path, bytes.toStdString(), false);
+        Result<Tensor> t = readNpy(path.toStdString());
+        QVERIFY(!t.ok());
+        QVERIFY2(QString::fromStdString(t.error()).contains(expected), t.error().c_str());
+        QVERIFY2(QString::fromStdString(t.error()).contains("bad.npy"), t.error().c_str());
+    }
+
+    void npySource() {
+        QTemporaryDir dir;
+        std::vector<float> x(6 * 3);
+        for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i);
+        writeBytes(dir.filePath("x.npy"), npyBytes("<f4", "(6, 3)", rawBytes(x)), false);
+        writeBytes(dir.filePath("y.npy"),
+                   npyBytes("<i8", "(6,)", rawBytes(std::vector<int64_t>{0, 1, 2, 0, 1, 4})), false);
+        writeBytes(dir.filePath("y5.npy"),
+                   npyBytes("<i8", "(5,)", rawBytes(std::vector<int64_t>{0, 1, 2, 0, 1})), false);
+        SourceConfig cfg;
+        cfg.type = "npy";
+        cfg.trainImages = dir.filePath("x.npy").toStdString();
+        cfg.trainLabels = dir.filePath("y.npy").toStdString();
+        Result<DataSplits> s = loadSource(cfg);
+        QVERIFY2(s.ok(), s.ok() ? "" : s.error().c_str());
+        QCOMPARE(s->train.numClasses, int64_t{5});
+        QCOMPARE(s->train.x.dtype(), DType::F32);
+
+        cfg.trainLabels = dir.filePath("y5.npy").toStdString();
+        s = loadSource(cfg);
+        QVERIFY(!s.ok());
+        QVERIFY2(QString::fromStdString(s.error()).contains("x.npy has 6 samples"), s.error().c_str());
+        QVERIFY2(QString::fromStdString(s.error()).contains("y5.npy has 5 labels"), s.error().c_str());
+    }
+
+    // --- CSV ------------------------------------------------------------------------------------
+    void csvLabels_data() {
+        QTest::addColumn<QString>("text");
+        QTest::addColumn<int>("labelType");
+        QTest::addColumn<QList<double>>("labels");
+        QTest::newRow("class ids") << "a,species,b\n1,0,2\n3,2,4\n\n5,1,6\n" << int(DType::I32)
+                                   << QList<double>{0, 2, 1};
+        QTest::newRow("float targets") << "a,species,b\r\n1,0.5,2\r\n3,2,4\r\n5,-1,6\r\n"
+                                       << int(DType::F32) << QList<double>{0.5, 2, -1};
+        QTest::newRow("quoted header") << "\"a\",\"species\",b\n1,\"0\",2\n3,2,4\n5,1,6"
+                                       << int(DType::I32) << QList<double>{0, 2, 1};
+    }
+    void csvLabels() {
+        QFETCH(QString, text);
+        QFETCH(int, labelType);
+        QFETCH(QList<double>, labels);
+        QTemporaryDir dir;
+        const QString path = dir.filePath("d.csv");
+        writeBytes(path, text.toStdString(), false);
+        Result<CsvData> c = readCsv(path.toStdString(), "species");
+        QVERIFY2(c.ok(), c.ok() ? "" : c.error().c_str());
+        QCOMPARE(c->x.shape(), (Shape{3, 2}));
+        QCOMPARE(c->featureNames, (std::vector<std::string>{"a", "b"}));
+        QCOMPARE(int(c->y.dtype()), labelType);
+        const Tensor y = c->y.to(DType::F32);
+        for (int i = 0; i < 3; ++i) QCOMPARE(y.data<float>()[i], static_cast<float>(labels[i]));
+        const float expectedX[] = {1, 2, 3, 4, 5, 6};
+        for (int i = 0; i < 6; ++i) QCOMPARE(c->x.data<float>()[i], expectedX[i]);
+    }
+
+    void csvErrors_data() {
+        QTest::addColumn<QString>("text");
+        QTest::addColumn<QString>("expected");
+        QTest::newRow("missing column") << "a,b,c\n1,2,3\n"
+                                        << "no label column 'species' (columns: a, b, c)";
+        QTest::newRow("bad cell") << "a,species\n1,2\n3,4\nx1,5\n"
+                                  << "d.csv:4: column 1 'a': 'x1' is not a number";
+        QTest::newRow("field count") << "a,species\n1,2\n3,4,5\n"
+                                     << "d.csv:3: expected 2 fields as in the header, found 3";
+        QTest::newRow("empty") << "" << "empty file";
+        QTest::newRow("header only") << "a,species\n" << "no data rows";
+    }
+    void csvErrors() {
+        QFETCH(QString, text);
+        QFETCH(QString, expected);
+        QTemporaryDir dir;
+        const QString path = dir.filePath("d.csv");
+        writeBytes(path, text.toStdString(), false);
+        Result<CsvData> c = readCsv(path.toStdString(), "species");
+        QVERIFY(!c.ok());
+        QVERIFY2(QString::fromStdString(c.error()).contains(expected), c.error().c_str());
+    }
+
+    void csvSource() {
+        QTemporaryDir dir;
+        writeBytes(dir.filePath("train.csv"), "f1,f2,label\n0.5,1,0\n1.5,2,2\n2.5,3,1\n", false);
+        writeBytes(dir.filePath("test.csv"), "f1,f2,label\n0.5,1,3\n", false);
+        SourceConfig cfg;
+        cfg.type = "csv";
+        cfg.trainPath = dir.filePath("train.csv").toStdString();
+        Result<DataSplits> s = loadSource(cfg);
+        QVERIFY2(s.ok(), s.ok() ? "" : s.error().c_str());
+        QVERIFY(!s->test.has_value());
+        QCOMPARE(s->train.numClasses, int64_t{3});
+        QCOMPARE(s->train.sampleShape(), (Shape{2}));
+        cfg.testPath = dir.filePath("test.csv").toStdString();
+        s = loadSource(cfg);
+        QVERIFY2(s.ok(), s.ok() ? "" : s.error().c_str());
+        QCOMPARE(s->test->size(), int64_t{1});
+        QCOMPARE(s->train.numClasses, int64_t{4});  // the largest label of both splits
+        QCOMPARE(s->test->numClasses, int64_t{4});
+    }
+
+    // --- synthetic, fashion_mnist, dispatch -----------------------------------------------------
+    void syntheticDeterministic() {
+        const Dataset a = makeSynthetic(300, {4, 2}, 3, 11);
+        const Dataset b = makeSynthetic(300, {4, 2}, 3, 11);
+        const Dataset c = makeSynthetic(300, {4, 2}, 3, 12);
+        const Dataset prefix = makeSynthetic(100, {4, 2}, 3, 11);
+        QCOMPARE(a.x.shape(), (Shape{300, 4, 2}));
+        QCOMPARE(a.x.dtype(), DType::F32);
+        QCOMPARE(a.y.dtype(), DType::I32);
+        QCOMPARE(a.numClasses, int64_t{3});
+        QCOMPARE(std::memcmp(a.x.raw(), b.x.raw(), a.x.bytes()), 0);
+        QCOMPARE(std::memcmp(a.y.raw(), b.y.raw(), a.y.bytes()), 0);
+        QVERIFY(std::memcmp(a.x.raw(), c.x.raw(), a.x.bytes()) != 0);
+        QCOMPARE(std::memcmp(a.x.raw(), prefix.x.raw(), prefix.x.bytes()), 0);
+    }
+
+    // Nearest class mean fitted on the training split classifies the test split well: the problem
+    // is learnable and both splits share the class centroids.
+    void syntheticLearnable() {
+        SourceConfig cfg;
+        cfg.type = "synthetic";
+        cfg.samples = 2000;
+        cfg.testSamples = 500;
+        cfg.sampleShape = {16};
+        cfg.classes = 4;
+        Result<DataSplits> s = loadSource(cfg);
+        QVERIFY2(s.ok(), s.ok() ? "" : s.error().c_str());
+        QVERIFY(s->test.has_value());
+        QCOMPARE(s->train.size(), int64_t{2000});
+        QCOMPARE(s->test->size(), int64_t{500});
+        std::vector<double> means(4 * 16, 0.0);
+        std::vector<int> counts(4, 0);
+        for (int64_t i = 0; i < 2000; ++i) {
+            const int label = s->train.y.data<int32_t>()[i];
+            ++counts[static_cast<size_t>(label)];
+            for (int k = 0; k < 16; ++k) {
+                means[static_cast<size_t>(label * 16 + k)] += s->train.x.data<float>()[i * 16 + k];
+            }
+        }
+        for (int c = 0; c < 4; ++c) {
+            QVERIFY(counts[static_cast<size_t>(c)] > 300);
+            for (int k = 0; k < 16; ++k) means[static_cast<size_t>(c * 16 + k)] /= counts[static_cast<size_t>(c)];
+        }
+        int correct = 0;
+        for (int64_t i = 0; i < 500; ++i) {
+            int best = 0;
+            double bestDist = 1e300;
+            for (int c = 0; c < 4; ++c) {
+                double dist = 0;
+                for (int k = 0; k < 16; ++k) {
+                    const double diff = s->test->x.data<float>()[i * 16 + k] -
+                                        means[static_cast<size_t>(c * 16 + k)];
+                    dist += diff * diff;
+                }
+                if (dist < bestDist) {
+                    bestDist = dist;
+                    best = c;
+                }
+            }
+            correct += best == s->test->y.data<int32_t>()[i];
+        }
+        QVERIFY2(correct > 450, qPrintable(QString("nearest-mean accuracy %1/500").arg(correct)));
+    }
+
+    void unknownSourceType() {
+        SourceConfig cfg;
+        cfg.type = "parquet";
+        Result<DataSplits> s = loadSource(cfg);
+        QVERIFY(!s.ok());
+        QVERIFY2(QString::fromStdString(s.error())
+                     .contains("'parquet' (valid types: fashion_mnist, idx, npy, csv, synthetic)"),
+                 s.error().c_str());
+    }
+
+    void fashionMnistMissing() {
+        QTemporaryDir dir;
+        qputenv("TRAINDECK_FASHION_MNIST_DIR", dir.path().toUtf8());
+        SourceConfig cfg;
+        Result<DataSplits> s = loadSource(cfg);
+        qunsetenv("TRAINDECK_FASHION_MNIST_DIR");
+        QVERIFY(!s.ok());
+        QVERIFY2(QString::fromStdString(s.error()).contains("dataset-fashion-mnist"),
+                 s.error().c_str());
+        QVERIFY2(QString::fromStdString(s.error()).contains(dir.path()), s.error().c_str());
+    }
+
+    void fashionMnistReal() {
+        if (!QDir(kFashionDir).exists()) QSKIP("dataset-fashion-mnist is not installed");
+        qunsetenv("TRAINDECK_FASHION_MNIST_DIR");
+        Result<DataSplits> s = loadSource(SourceConfig{});
+        QVERIFY2(s.ok(), s.ok() ? "" : s.error().c_str());
+        QCOMPARE(s->train.size(), int64_t{60000});
+        QVERIFY(s->test.has_value());
+        QCOMPARE(s->test->size(), int64_t{10000});
+        QCOMPARE(s->train.sampleShape(), (Shape{28, 28}));
+        QCOMPARE(s->test->sampleShape(), (Shape{28, 28}));
+        QCOMPARE(s->train.x.dtype(), DType::U8);
+        QCOMPARE(s->train.y.dtype(), DType::I32);
+        QCOMPARE(s->train.numClasses, int64_t{10});
+        QCOMPARE(s->train.classNames.size(), size_t{10});
+        QCOMPARE(s->train.classNames[0], std::string("T-shirt/top"));
+        QCOMPARE(s->train.classNames[9], std::string("Ankle boot"));
+        std::vector<int> counts(10, 0);
+        for (int64_t i = 0; i < 60000; ++i) ++counts[static_cast<size_t>(s->train.y.data<int32_t>()[i])];
+        for (int c : counts) QCOMPARE(c, 6000);  // Fashion-MNIST is balanced
+    }
+
+    // Not a pass/fail check on speed: prints what the pipeline sustains with no consumer work.
+    void fashionMnistThroughput() {
+        if (!QDir(kFashionDir).exists()) QSKIP("dataset-fashion-mnist is not installed");
+        Result<DataSplits> s = loadSource(SourceConfig{});
+        QVERIFY(s.ok());
+        for (const int64_t prefetch : {int64_t{0}, kAutotune}) {
+            PipelineConfig cfg;
+            cfg.map = {MapStep{.op = "scale", .factor = 1.0 / 255}};
+            cfg.shuffleBuffer = 60000;
+            cfg.prefetch = prefetch;
+            auto p = makePipeline(s->train, cfg, 32);
+            int64_t samples = 0;
+            const auto start = std::chrono::steady_clock::now();
+            for (int epoch = 0; epoch < 3; ++epoch) {
+                QVERIFY(p->beginEpoch(epoch).ok());
+                while (true) {
+                    Result<const Batch*> b = p->next();
+                    QVERIFY(b.ok());
+                    if (!*b) break;
+                    samples += (*b)->size;
+                }
+            }
+            const double seconds =
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+            QCOMPARE(samples, int64_t{3 * 60000});
+            const PipelineStats st = p->stats();
+            qInfo("fashion_mnist batch 32 scale 1/255 prefetch %s: %.0f samples/s (depth %lld, "
+                  "workers %lld, %.1f us to form a batch)",
+                  prefetch == 0 ? "0" : "AUTOTUNE", static_cast<double>(samples) / seconds,
+                  static_cast<long long>(st.prefetchDepth), static_cast<long long>(st.parallelCalls),
+                  st.producerSecondsPerBatch * 1e6);
+        }
+    }
+
+    void splitTailKeras() {
+        const Dataset d = indexedDataset(10);
+        const auto [train, val] = splitTail(d, 0.25);  // int(10 * 0.75) = 7
+        QCOMPARE(train.size(), int64_t{7});
+        QCOMPARE(val.size(), int64_t{3});
+        QCOMPARE(val.y.data<int32_t>()[0], 7);
+        QCOMPARE(val.x.data<uint8_t>()[0], d.x.data<uint8_t>()[7 * 5]);
+        QCOMPARE(train.numClasses, d.numClasses);
+        const auto [all, none] = splitTail(d, 0.0);
+        QCOMPARE(all.size(), int64_t{10});
+        QCOMPARE(none.size(), int64_t{0});
+    }
+
+    // --- shuffle --------------------------------------------------------------------------------
+    void shuffleSameSeedIsReproducibleAndAPermutation_data() {
+        QTest::addColumn<qlonglong>("buffer");
+        QTest::newRow("full") << 1000LL;
+        QTest::newRow("larger than N") << 5000LL;
+        QTest::newRow("partial") << 64LL;
+    }
+    void shuffleSameSeedIsReproducibleAndAPermutation() {
+        QFETCH(qlonglong, buffer);
+        const Dataset d = indexedDataset(1000);
+        auto p1 = makePipeline(d, shuffled(buffer), 32);
+        auto p2 = makePipeline(d, shuffled(buffer), 32);
+        const EpochOutput a = runEpoch(*p1, 0), b = runEpoch(*p2, 0);
+        QCOMPARE(a.labels, b.labels);
+        QCOMPARE(a.x, b.x);
+        QVERIFY(isPermutation(a.labels, 1000));
+        std::vector<int32_t> identity(1000);
+        for (int i = 0; i < 1000; ++i) identity[static_cast<size_t>(i)] = i;
+        QVERIFY(a.labels != identity);
+        auto p3 = makePipeline(d, shuffled(buffer, 43), 32);
+        QVERIFY(runEpoch(*p3, 0).labels != a.labels);
+    }
+
+    void shuffleEachIteration() {
+        const Dataset d = indexedDataset(500);
+        auto reshuffling = makePipeline(d, shuffled(500, 42, true), 50);
+        const EpochOutput e0 = runEpoch(*reshuffling, 0), e1 = runEpoch(*reshuffling, 1);
+        QVERIFY(isPermutation(e1.labels, 500));
+        QVERIFY(e0.labels != e1.labels);
+        QCOMPARE(runEpoch(*reshuffling, 0).labels, e0.labels);  // epoch e's order is keyed by e
+
+        auto fixed = makePipeline(d, shuffled(500, 42, false), 50);
+        const EpochOutput f0 = runEpoch(*fixed, 0), f1 = runEpoch(*fixed, 1);
+        QCOMPARE(f0.labels, f1.labels);
+        QCOMPARE(runEpoch(*fixed, 5).labels, f0.labels);
+    }
+
+    void shuffleBufferSemantics_data() {
+        QTest::addColumn<qlonglong>("buffer");
+        QTest::newRow("1") << 1LL;
+        QTest::newRow("2") << 2LL;
+        QTest::newRow("10") << 10LL;
+    }
+    void shuffleBufferSemantics() {
+        QFETCH(qlonglong, buffer);
+        const Dataset d = indexedDataset(400);
+        auto p = makePipeline(d, shuffled(buffer), 16);
+        for (int epoch = 0; epoch < 3; ++epoch) {
+            const EpochOutput e = runEpoch(*p, epoch);
+            QVERIFY(isPermutation(e.labels, 400));
+            bool moved = false;
+            for (int pos = 0; pos < 400; ++pos) {
+                // The output at position p was among the first p + buffer inputs.
+                QVERIFY(e.labels[static_cast<size_t>(pos)] <= pos + buffer - 1);
+                moved |= e.labels[static_cast<size_t>(pos)] != pos;
+            }
+            QCOMPARE(moved, buffer > 1);
+        }
+    }
+
+    void noShuffleForEvaluation() {
+        const Dataset d = indexedDataset(100);
+        auto p = makePipeline(d, shuffled(100), 8, /*shuffle=*/false);
+        const EpochOutput e = runEpoch(*p, 3);
+        for (int i = 0; i < 100; ++i) QCOMPARE(e.labels[static_cast<size_t>(i)], i);
+    }
+
+    // --- batch ----------------------------------------------------------------------------------
+    void batchRemainder_data() {
+        QTest::addColumn<bool>("drop");
+        QTest::addColumn<qlonglong>("prefetch");
+        QTest::addColumn<QList<qlonglong>>("sizes");
+        QTest::newRow("keep, sync") << false << 0LL << QList<qlonglong>{4, 4, 2};
+        QTest::newRow("keep, prefetch") << false << qlonglong(kAutotune) << QList<qlonglong>{4, 4, 2};
+        QTest::newRow("drop, sync") << true << 0LL << QList<qlonglong>{4, 4};
+        QTest::newRow("drop, prefetch") << true << 3LL << QList<qlonglong>{4, 4};
+    }
+    void batchRemainder() {
+        QFETCH(bool, drop);
+        QFETCH(qlonglong, prefetch);
+        QFETCH(QList<qlonglong>, sizes);
+        const Dataset d = indexedDataset(10);
+        PipelineConfig cfg;
+        cfg.dropRemainder = drop;
+        cfg.prefetch = prefetch;
+        auto p = makePipeline(d, cfg, 4);
+        QCOMPARE(p->batchesPerEpoch(), static_cast<int64_t>(sizes.size()));
+        QCOMPARE(p->featureShape(), (Shape{5}));
+        for (int epoch = 0; epoch < 2; ++epoch) {
+            const EpochOutput e = runEpoch(*p, epoch);
+            QCOMPARE(e.sizes.size(), static_cast<size_t>(sizes.size()));
+            for (int i = 0; i < sizes.size(); ++i) {
+                QCOMPARE(e.sizes[static_cast<size_t>(i)], static_cast<int64_t>(sizes[i]));
+                QCOMPARE(e.firstIndices[static_cast<size_t>(i)], int64_t{4} * i);
+            }
+        }
+    }
+
+    void batchLargerThanDatasetWithDropIsAnError() {
+        PipelineConfig cfg;
+        cfg.dropRemainder = true;
+        auto p = Pipeline::create(indexedDataset(10), cfg, 32, true, 1);
+        QVERIFY(!p.ok());
+        QVERIFY2(QString::fromStdString(p.error()).contains("leaves no batch"), p.error().c_str());
+    }
+
+    // --- map ------------------------------------------------------------------------------------
+    void mapSteps_data() {
+        QTest::addColumn<QList<MapStep>>("steps");
+        QTest::addColumn<float>("from0");
+        QTest::addColumn<float>("from255");
+        QTest::newRow("none (cast to f32)") << QList<MapStep>{} << 0.0f << 255.0f;
+        QTest::newRow("cast") << QList<MapStep>{MapStep{.op = "cast"}} << 0.0f << 255.0f;
+        QTest::newRow("scale 1/255")
+            << QList<MapStep>{MapStep{.op = "scale", .factor = 1.0 / 255}} << 0.0f << 1.0f;
+        QTest::newRow("scale then normalize")
+            << QList<MapStep>{MapStep{.op = "scale", .factor = 1.0 / 255},
+                              MapStep{.op = "normalize", .mean = 0.5, .stddev = 0.25}}
+            << -2.0f << 2.0f;
+    }
+    void mapSteps() {
+        QFETCH(QList<MapStep>, steps);
+        QFETCH(float, from0);
+        QFETCH(float, from255);
+        Dataset d;
+        d.x = Tensor(DType::U8, {3, 2});
+        d.y = Tensor(DType::I32, {3});
+        const uint8_t pixels[] = {0, 255, 255, 0, 0, 0};
+        std::memcpy(d.x.raw(), pixels, 6);
+        PipelineConfig cfg;
+        cfg.map = std::vector<MapStep>(steps.begin(), steps.end());
+        auto p = makePipeline(d, cfg, 3, false);
+        const EpochOutput e = runEpoch(*p, 0);
+        QCOMPARE(e.x.size(), size_t{6});
+        for (int i = 0; i < 6; ++i) {
+            QCOMPARE(e.x[static_cast<size_t>(i)], pixels[i] == 255 ? from255 : from0);
+        }
+    }
+
+    void mapOneHot() {
+        Dataset d = indexedDataset(6);
+        for (int i = 0; i < 6; ++i) d.y.data<int32_t>()[i] = (i * 5) % 3;
+        PipelineConfig cfg;
+        cfg.map = {MapStep{.op = "one_hot", .depth = 4}};
+        cfg.shuffleBuffer = 6;
+        auto p = makePipeline(d, cfg, 4);
+        QVERIFY(p->beginEpoch(0).ok());
+        int64_t rows = 0;
+        while (true) {
+            Result<const Batch*> b = p->next();
+            QVERIFY(b.ok());
+            if (!*b) break;
+            const Batch& batch = **b;
+            QCOMPARE(batch.y.dtype(), DType::F32);
+            QCOMPARE(batch.y.shape(), (Shape{batch.size, 4}));
+            for (int64_t r = 0; r < batch.size; ++r) {
+                // x's first feature identifies the source row: (i * 7) % 251.
+                const int i = static_cast<int>(batch.x.data<float>()[r * 5]) / 7;
+                for (int c = 0; c < 4; ++c) {
+                    QCOMPARE(batch.y.data<float>()[r * 4 + c], c == (i * 5) % 3 ? 1.0f : 0.0f);
+                }
+            }
+            rows += batch.size;
+        }
+        QCOMPARE(rows, int64_t{6});
+    }
+
+    void mapErrors_data() {
+        QTest::addColumn<QList<MapStep>>("steps");
+        QTest::addColumn<QString>("expected");
+        QTest::newRow("one_hot depth") << QList<MapStep>{MapStep{.op = "one_hot", .depth = 9}}
+                                       << "depth 9 must exceed the largest label 9";
+        QTest::newRow("unknown op") << QList<MapStep>{MapStep{.op = "flip"}}
+                                    << "unknown map step 'flip' (valid steps: cast, scale";
+        QTest::newRow("zero stddev")
+            << QList<MapStep>{MapStep{.op = "normalize", .stddev = 0}} << "stddev";
+    }
+    void mapErrors() {
+        QFETCH(QList<MapStep>, steps);
+        QFETCH(QString, expected);
+        PipelineConfig cfg;
+        cfg.map = std::vector<MapStep>(steps.begin(), steps.end());
+        auto p = Pipeline::create(indexedDataset(10), cfg, 4, true, 1);
+        QVERIFY(!p.ok());
+        QVERIFY2(QString::fromStdString(p.error()).contains(expected), p.error().c_str());
+    }
+
+    void oneHotNeedsClassIds() {
+        Dataset d = indexedDataset(4);
+        d.y = Tensor(DType::F32, {4, 1});
+        PipelineConfig cfg;
+        cfg.map = {MapStep{.op = "one_hot", .depth = 4}};
+        auto p = Pipeline::create(d, cfg, 2, true, 1);
+        QVERIFY(!p.ok());
+        QVERIFY2(QString::fromStdString(p.error()).contains("class-id labels"), p.error().c_str());
+    }
+
+    void f32FeaturesAndTargets() {
+        Dataset d;
+        d.x = Tensor(DType::F32, {5, 3});
+        d.y = Tensor(DType::F32, {5, 2});
+        for (int i = 0; i < 15; ++i) d.x.data<float>()[i] = static_cast<float>(i);
+        for (int i = 0; i < 10; ++i) d.y.data<float>()[i] = static_cast<float>(100 + i);
+        PipelineConfig cfg;
+        cfg.map = {MapStep{.op = "scale", .factor = 2}};
+        cfg.shuffleBuffer = 5;
+        auto p = makePipeline(d, cfg, 2);
+        QVERIFY(p->beginEpoch(0).ok());
+        std::set<int> seen;
+        while (true) {
+            Result<const Batch*> b = p->next();
+            QVERIFY(b.ok());
+            if (!*b) break;
+            QCOMPARE((*b)->y.shape(), (Shape{(*b)->size, 2}));
+            for (int64_t r = 0; r < (*b)->size; ++r) {
+                const int i = static_cast<int>((*b)->x.data<float>()[r * 3]) / 6;  // 2 * (3i)
+                QCOMPARE((*b)->x.data<float>()[r * 3 + 2], 2.0f * (3 * i + 2));
+                QCOMPARE((*b)->y.data<float>()[r * 2 + 1], 100.0f + 2 * i + 1);
+                seen.insert(i);
+            }
+        }
+        QCOMPARE(seen.size(), size_t{5});
+    }
+
+    // --- threads --------------------------------------------------------------------------------
+    // Parallel map and prefetch change when batches are formed, never what they contain.
+    void threadedOutputEqualsSynchronous_data() {
+        QTest::addColumn<qlonglong>("prefetch");
+        QTest::addColumn<qlonglong>("parallelCalls");
+        QTest::newRow("prefetch 1, 1 call") << 1LL << 1LL;
+        QTest::newRow("prefetch 2, 4 calls") << 2LL << 4LL;
+        QTest::newRow("prefetch AUTOTUNE, 1 call") << qlonglong(kAutotune) << 1LL;
+        QTest::newRow("AUTOTUNE both") << qlonglong(kAutotune) << qlonglong(kAutotune);
+        QTest::newRow("prefetch 8, 3 calls") << 8LL << 3LL;
+    }
+    void threadedOutputEqualsSynchronous() {
+        QFETCH(qlonglong, prefetch);
+        QFETCH(qlonglong, parallelCalls);
+        const Dataset d = indexedDataset(1003, 37);
+        PipelineConfig cfg = shuffled(300);
+        cfg.map = {MapStep{.op = "scale", .factor = 1.0 / 255}};
+        cfg.prefetch = 0;
+        cfg.parallelCalls = 1;
+        auto reference = makePipeline(d, cfg, 16);
+        cfg.prefetch = prefetch;
+        cfg.parallelCalls = parallelCalls;
+        auto threaded = makePipeline(d, cfg, 16);
+        for (int epoch = 0; epoch < 3; ++epoch) {
+            const EpochOutput a = runEpoch(*reference, epoch), b = runEpoch(*threaded, epoch);
+            QCOMPARE(b.labels, a.labels);
+            QCOMPARE(b.x, a.x);
+            QCOMPARE(b.sizes, a.sizes);
+            QCOMPARE(b.firstIndices, a.firstIndices);
+        }
+        const PipelineStats st = threaded->stats();
+        QVERIFY(st.prefetchDepth >= 1);
+        QVERIFY(st.parallelCalls >= 1);
+        if (parallelCalls > 0) QCOMPARE(st.parallelCalls, static_cast<int64_t>(parallelCalls));
+        if (prefetch > 0) QCOMPARE(st.prefetchDepth, static_cast<int64_t>(prefetch));
+        QCOMPARE(reference->stats().prefetchDepth, int64_t{0});
+        QCOMPARE(reference->stats().parallelCalls, int64_t{1});
+    }
+
+    // AUTOTUNE starts the buffer at 2 and grows it only up to its cap of 16.
+    void autotunePrefetchStaysWithinBounds() {
+        const Dataset d = indexedDataset(20000, 784);
+        PipelineConfig cfg;
+        cfg.prefetch = kAutotune;
+        cfg.parallelCalls = 1;
+        auto p = makePipeline(d, cfg, 8);
+        QCOMPARE(p->stats().prefetchDepth, int64_t{2});
+        for (int epoch = 0; epoch < 2; ++epoch) runEpoch(*p, epoch);
+        const PipelineStats st = p->stats();
+        QVERIFY(st.prefetchDepth >= 2 && st.prefetchDepth <= 16);
+        QVERIFY(st.producerSecondsPerBatch > 0);
+    }
+
+    // Batches come from the preallocated pool: the same buffers across epochs.
+    void batchesComeFromAPool() {
+        const Dataset d = indexedDataset(300);
+        PipelineConfig cfg;
+        cfg.prefetch = 3;
+        cfg.parallelCalls = 2;
+        auto p = makePipeline(d, cfg, 8);
+        std::set<const void*> buffers;
+        for (int epoch = 0; epoch < 4; ++epoch) {
+            QVERIFY(p->beginEpoch(epoch).ok());
+            while (true) {
+                Result<const Batch*> b = p->next();
+                QVERIFY(b.ok());
+                if (!*b) break;
+                buffers.insert((*b)->x.raw());
+            }
+        }
+        QVERIFY(buffers.size() <= size_t{3 + 2 + 2});
+    }
+
+    // Stopping mid-epoch, restarting an epoch, or destroying a running pipeline never hangs.
+    void earlyStopAndRestart() {
+        const Dataset d = indexedDataset(2000, 64);
+        for (const int64_t calls : {int64_t{1}, int64_t{4}}) {
+            PipelineConfig cfg = shuffled(2000);
+            cfg.prefetch = kAutotune;
+            cfg.parallelCalls = calls;
+            auto p = makePipeline(d, cfg, 10);
+            QVERIFY(p->beginEpoch(0).ok());
+            QVERIFY(p->next().ok());
+            QVERIFY(p->beginEpoch(0).ok());  // restart the unfinished epoch
+            const EpochOutput e = runEpoch(*p, 1);
+            QVERIFY(isPermutation(e.labels, 2000));
+            QVERIFY(p->beginEpoch(2).ok());
+            for (int i = 0; i < 3; ++i) QVERIFY(p->next().ok());
+            p.reset();  // destroy with workers mid-epoch
+        }
+        // Never started, and ended then destroyed.
+        auto idle = makePipeline(d, PipelineConfig{}, 10);
+        idle.reset();
+    }
+
+    void nextAfterEndKeepsReturningNull() {
+        auto p = makePipeline(indexedDataset(10), PipelineConfig{}, 5);
+        runEpoch(*p, 0);
+        Result<const Batch*> b = p->next();
+        QVERIFY(b.ok());
+        QVERIFY(*b == nullptr);
+    }
+
+    // --- cache ----------------------------------------------------------------------------------
+    void cacheFile_data() {
+        QTest::addColumn<qlonglong>("prefetch");
+        QTest::addColumn<qlonglong>("parallelCalls");
+        QTest::newRow("sync") << 0LL << 1LL;
+        QTest::newRow("prefetch, 3 calls") << qlonglong(kAutotune) << 3LL;
+    }
+    void cacheFile() {
+        QFETCH(qlonglong, prefetch);
+        QFETCH(qlonglong, parallelCalls);
+        QTemporaryDir dir;
+        const QString path = dir.filePath("train.cache");
+        const Dataset d = indexedDataset(103, 6);
+        PipelineConfig cfg;
+        cfg.cache = "file:" + path.toStdString();
+        cfg.prefetch = prefetch;
+        cfg.parallelCalls = parallelCalls;
+        auto p = makePipeline(d, cfg, 10);
+        QVERIFY(!QFile::exists(path));
+
+        // A partial first epoch publishes no cache file; its temporary is deleted.
+        QVERIFY(p->beginEpoch(0).ok());
+        QVERIFY(p->next().ok());
+        QVERIFY(p->beginEpoch(0).ok());
+        QVERIFY(!QFile::exists(path));
+        QVERIFY(!p->stats().readingCacheFile);
+
+        const EpochOutput e0 = runEpoch(*p, 0);
+        QVERIFY(QFile::exists(path));
+        QCOMPARE(QDir(dir.path()).entryList(QDir::Files), QStringList{"train.cache"});
+        QVERIFY(p->stats().readingCacheFile);
+        const EpochOutput e1 = runEpoch(*p, 1);
+        QCOMPARE(e1.labels, e0.labels);
+        QCOMPARE(e1.x, e0.x);
+
+        // Epochs after the first read the file: a byte changed there shows up in the output.
+        auto q = makePipeline(d, cfg, 10);
+        QVERIFY(q->beginEpoch(0).ok());
+        Result<const Batch*> first = q->next();
+        QVERIFY(first.ok() && *first);
+        runEpoch(*q, 0);
+        QFile file(path);
+        QVERIFY(file.open(QIODevice::ReadWrite));
+        QVERIFY(file.seek(kCacheHeaderBytes));  // row 0, feature 0 (was 0)
+        QCOMPARE(file.write("\x2a", 1), qint64{1});
+        file.close();
+        const EpochOutput changed = runEpoch(*q, 1);
+        QCOMPARE(changed.x[0], 42.0f);
+        QCOMPARE(changed.x[1], e0.x[1]);
+    }
+
+    // A cache file that disappears between epochs fails the next epoch with its path, and next()
+    // reports the same error instead of waiting for batches that never come.
+    void cacheFileRemovedBetweenEpochs() {
+        QTemporaryDir dir;
+        const QString path = dir.filePath("gone.cache");
+        PipelineConfig cfg;
+        cfg.cache = "file:" + path.toStdString();
+        auto p = makePipeline(indexedDataset(50), cfg, 8);
+        runEpoch(*p, 0);
+        QVERIFY(QFile::remove(path));
+        const Status s = p->beginEpoch(1);
+        QVERIFY(!s.ok());
+        QVERIFY2(QString::fromStdString(s.error()).contains(path), s.error().c_str());
+        Result<const Batch*> b = p->next();
+        QVERIFY(!b.ok());
+        QCOMPARE(b.error(), s.error());
+    }
+
+    void cacheFileUnwritable() {
+        PipelineConfig cfg;
+        cfg.cache = "file:/nonexistent-dir/sub/train.cache";
+        auto p = Pipeline::create(indexedDataset(10), cfg, 4, true, 1);
+        QVERIFY(!p.ok());
+        QVERIFY2(QString::fromStdString(p.error()).contains("/nonexistent-dir/sub/train.cache"),
+                 p.error().c_str());
+    }
+
+    void cacheConfigErrors() {
+        PipelineConfig cfg;
+        cfg.cache = "disk";
+        auto p = Pipeline::create(indexedDataset(10), cfg, 4, true, 1);
+        QVERIFY(!p.ok());
+        QVERIFY2(QString::fromStdString(p.error()).contains("none, memory, file:<path>"),
+                 p.error().c_str());
+    }
+};
+
+QTEST_GUILESS_MAIN(TestData)
+#include "test_data.moc"

@@ -1,0 +1,3 @@
+td_add_test(test_data SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_data.cpp LABELS unit data LIBS traindeck_data)
+# The tests write gzip fixtures themselves.
+target_link_libraries(test_data PRIVATE ZLIB::ZLIB)

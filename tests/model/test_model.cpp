@@ -1,0 +1,416 @@
+// engine/model: name tables, shape inference, parameter counts, generated names, summary text.
+#include <QtTest>
+
+#include "engine/model/layers.h"
+
+using namespace td;
+
+namespace {
+
+LayerSpec input(Shape shape, std::string name = "") {
+    LayerSpec l;
+    l.type = LayerType::Input;
+    l.inputShape = std::move(shape);
+    l.name = std::move(name);
+    return l;
+}
+
+LayerSpec flatten(Shape inputShape = {}) {
+    LayerSpec l;
+    l.type = LayerType::Flatten;
+    l.inputShape = std::move(inputShape);
+    return l;
+}
+
+LayerSpec dense(int64_t units, ActivationKind a = ActivationKind::Linear, std::string name = "") {
+    LayerSpec l;
+    l.type = LayerType::Dense;
+    l.units = units;
+    l.activation = a;
+    l.name = std::move(name);
+    return l;
+}
+
+LayerSpec dropout(double rate) {
+    LayerSpec l;
+    l.type = LayerType::Dropout;
+    l.rate = rate;
+    return l;
+}
+
+LayerSpec reshape(Shape target) {
+    LayerSpec l;
+    l.type = LayerType::Reshape;
+    l.targetShape = std::move(target);
+    return l;
+}
+
+// The seed model: Flatten (28,28) -> Dense 128 relu -> Dropout 0.2 -> Dense 10.
+ModelSpec seedModel(bool withInputLayer) {
+    ModelSpec m;
+    if (withInputLayer) {
+        m.layers.push_back(input({28, 28}));
+        m.layers.push_back(flatten());
+    } else {
+        m.layers.push_back(flatten({28, 28}));
+    }
+    m.layers.push_back(dense(128, ActivationKind::Relu));
+    m.layers.push_back(dropout(0.2));
+    m.layers.push_back(dense(10));
+    return m;
+}
+
+QStringList lines(const std::string& text) {
+    return QString::fromStdString(text).split('\n');
+}
+
+}  // namespace
+
+class TestModel : public QObject {
+    Q_OBJECT
+
+private slots:
+    void layerTypeNames_data() {
+        QTest::addColumn<int>("type");
+        QTest::addColumn<QString>("className");
+        QTest::addColumn<QString>("prefix");
+        QTest::newRow("input") << int(LayerType::Input) << "InputLayer" << "input_layer";
+        QTest::newRow("flatten") << int(LayerType::Flatten) << "Flatten" << "flatten";
+        QTest::newRow("reshape") << int(LayerType::Reshape) << "Reshape" << "reshape";
+        QTest::newRow("dense") << int(LayerType::Dense) << "Dense" << "dense";
+        QTest::newRow("dropout") << int(LayerType::Dropout) << "Dropout" << "dropout";
+        QTest::newRow("activation") << int(LayerType::Activation) << "Activation"
+                                    << "activation";
+    }
+    void layerTypeNames() {
+        QFETCH(int, type);
+        QFETCH(QString, className);
+        QFETCH(QString, prefix);
+        const auto t = static_cast<LayerType>(type);
+        QCOMPARE(QString(layerTypeName(t)), className);
+        QCOMPARE(QString(defaultLayerNamePrefix(t)), prefix);
+        auto parsed = parseLayerType(className.toStdString());
+        QVERIFY(parsed.ok());
+        QCOMPARE(int(*parsed), type);
+    }
+
+    void unknownLayerClass() {
+        auto r = parseLayerType("Conv2D");
+        QVERIFY(!r.ok());
+        QCOMPARE(QString::fromStdString(r.error()),
+                 "unsupported layer class 'Conv2D' (supported: InputLayer, Flatten, Reshape, "
+                 "Dense, Dropout, Activation)");
+    }
+
+    void activationNames_data() {
+        QTest::addColumn<int>("kind");
+        QTest::addColumn<QString>("name");
+        QTest::newRow("linear") << int(ActivationKind::Linear) << "linear";
+        QTest::newRow("relu") << int(ActivationKind::Relu) << "relu";
+        QTest::newRow("leaky_relu") << int(ActivationKind::LeakyRelu) << "leaky_relu";
+        QTest::newRow("elu") << int(ActivationKind::Elu) << "elu";
+        QTest::newRow("gelu") << int(ActivationKind::Gelu) << "gelu";
+        QTest::newRow("sigmoid") << int(ActivationKind::Sigmoid) << "sigmoid";
+        QTest::newRow("tanh") << int(ActivationKind::Tanh) << "tanh";
+        QTest::newRow("softmax") << int(ActivationKind::Softmax) << "softmax";
+    }
+    void activationNames() {
+        QFETCH(int, kind);
+        QFETCH(QString, name);
+        QCOMPARE(QString(activationName(static_cast<ActivationKind>(kind))), name);
+        auto parsed = parseActivation(name.toStdString());
+        QVERIFY(parsed.ok());
+        QCOMPARE(int(*parsed), kind);
+    }
+
+    void unknownActivation() {
+        auto r = parseActivation("swish");
+        QVERIFY(!r.ok());
+        QCOMPARE(QString::fromStdString(r.error()),
+                 "unknown activation 'swish' (valid: linear, relu, leaky_relu, elu, gelu, "
+                 "sigmoid, tanh, softmax)");
+    }
+
+    void initializerNames_data() {
+        QTest::addColumn<QString>("given");
+        QTest::addColumn<QString>("canonical");
+        QTest::addColumn<QString>("className");
+        QTest::newRow("GlorotUniform") << "GlorotUniform" << "glorot_uniform" << "GlorotUniform";
+        QTest::newRow("glorot_normal") << "glorot_normal" << "glorot_normal" << "GlorotNormal";
+        QTest::newRow("HeNormal") << "HeNormal" << "he_normal" << "HeNormal";
+        QTest::newRow("he_uniform") << "he_uniform" << "he_uniform" << "HeUniform";
+        QTest::newRow("LecunNormal") << "LecunNormal" << "lecun_normal" << "LecunNormal";
+        QTest::newRow("lecun_uniform") << "lecun_uniform" << "lecun_uniform" << "LecunUniform";
+        QTest::newRow("Zeros") << "Zeros" << "zeros" << "Zeros";
+        QTest::newRow("zero") << "zero" << "zeros" << "Zeros";
+        QTest::newRow("Ones") << "Ones" << "ones" << "Ones";
+        QTest::newRow("Constant") << "Constant" << "constant" << "Constant";
+        QTest::newRow("RandomUniform") << "RandomUniform" << "random_uniform" << "RandomUniform";
+        QTest::newRow("uniform") << "uniform" << "random_uniform" << "RandomUniform";
+        QTest::newRow("RandomNormal") << "RandomNormal" << "random_normal" << "RandomNormal";
+        QTest::newRow("TruncatedNormal")
+            << "TruncatedNormal" << "truncated_normal" << "TruncatedNormal";
+    }
+    void initializerNames() {
+        QFETCH(QString, given);
+        QFETCH(QString, canonical);
+        QFETCH(QString, className);
+        auto r = canonicalInitializerName(given.toStdString());
+        QVERIFY2(r.ok(), r.ok() ? "" : r.error().c_str());
+        QCOMPARE(QString::fromStdString(*r), canonical);
+        QCOMPARE(QString(initializerClassName(*r)), className);
+    }
+
+    void unknownInitializer() {
+        auto r = canonicalInitializerName("Orthogonal");
+        QVERIFY(!r.ok());
+        QVERIFY(QString::fromStdString(r.error()).startsWith("unknown initializer 'Orthogonal'"));
+        QVERIFY(r.error().find("glorot_uniform") != std::string::npos);
+    }
+
+    void seedModelParams_data() {
+        QTest::addColumn<bool>("withInputLayer");
+        QTest::newRow("InputLayer") << true;
+        QTest::newRow("input shape on Flatten") << false;
+    }
+    void seedModelParams() {
+        QFETCH(bool, withInputLayer);
+        ModelSpec m = seedModel(withInputLayer);
+        auto info = inferShapes(m);
+        QVERIFY2(info.ok(), info.ok() ? "" : info.error().c_str());
+        QCOMPARE(info->totalParams, int64_t(101770));
+        QCOMPARE(info->trainableParams, int64_t(101770));
+        QCOMPARE(info->nonTrainableParams, int64_t(0));
+        QCOMPARE(info->inputShape, (Shape{28, 28}));
+        QCOMPARE(info->outputShape, (Shape{10}));
+        QCOMPARE(info->layers.size(), size_t(4));  // the InputLayer is not listed
+        const int64_t params[] = {0, 100480, 0, 1290};
+        const Shape shapes[] = {{784}, {128}, {128}, {10}};
+        const char* names[] = {"flatten", "dense", "dropout", "dense_1"};
+        const char* types[] = {"Flatten", "Dense", "Dropout", "Dense"};
+        for (size_t i = 0; i < 4; ++i) {
+            QCOMPARE(info->layers[i].params, params[i]);
+            QCOMPARE(info->layers[i].outputShape, shapes[i]);
+            QCOMPARE(QString::fromStdString(info->layers[i].name), QString(names[i]));
+            QCOMPARE(QString::fromStdString(info->layers[i].typeName), QString(types[i]));
+        }
+        QCOMPARE(info->activationBytesPerSample, int64_t((784 + 128 + 128 + 10) * 4));
+        if (withInputLayer) QCOMPARE(QString::fromStdString(m.layers[0].name), "input_layer");
+    }
+
+    void summaryText() {
+        ModelSpec m = seedModel(true);
+        auto info = inferShapes(m);
+        QVERIFY(info.ok());
+        const QStringList expected{
+            "Model: \"sequential\"",
+            "_________________________________________________________________",
+            "Layer (type)                 Output Shape              Param #",
+            "=================================================================",
+            "flatten (Flatten)            (None, 784)               0",
+            "_________________________________________________________________",
+            "dense (Dense)                (None, 128)               100,480",
+            "_________________________________________________________________",
+            "dropout (Dropout)            (None, 128)               0",
+            "_________________________________________________________________",
+            "dense_1 (Dense)              (None, 10)                1,290",
+            "=================================================================",
+            "Total params: 101,770",
+            "Trainable params: 101,770",
+            "Non-trainable params: 0",
+            "_________________________________________________________________",
+            "",
+        };
+        QCOMPARE(lines(summaryTable(m, *info)), expected);
+    }
+
+    void summaryWidensForLongNames() {
+        ModelSpec m;
+        m.layers.push_back(input({3}));
+        m.layers.push_back(dense(2, ActivationKind::Linear, "a_really_long_layer_name_for_the_test"));
+        auto info = inferShapes(m);
+        QVERIFY(info.ok());
+        const QStringList out = lines(summaryTable(m, *info));
+        const QString row = out[4];
+        QVERIFY(row.startsWith("a_really_long_layer_name_for_the_test (Dense) (None, 2)"));
+        QVERIFY(row.endsWith(" 8"));
+        QCOMPARE(out[1].size(), out[3].size());
+        QVERIFY(out[1].size() > 65);
+    }
+
+    void nonTrainableParams() {
+        ModelSpec m = seedModel(true);
+        m.layers[2].trainable = false;  // dense 784 -> 128
+        auto info = inferShapes(m);
+        QVERIFY(info.ok());
+        QCOMPARE(info->totalParams, int64_t(101770));
+        QCOMPARE(info->trainableParams, int64_t(1290));
+        QCOMPARE(info->nonTrainableParams, int64_t(100480));
+        QCOMPARE(info->layers[1].trainableParams, int64_t(0));
+        QVERIFY(summaryTable(m, *info).find("Non-trainable params: 100,480\n") != std::string::npos);
+    }
+
+    void noBias() {
+        ModelSpec m;
+        m.layers.push_back(input({5}));
+        m.layers.push_back(dense(3));
+        m.layers.back().useBias = false;
+        auto info = inferShapes(m);
+        QVERIFY(info.ok());
+        QCOMPARE(info->totalParams, int64_t(15));
+    }
+
+    void reshapeInference_data() {
+        QTest::addColumn<QString>("target");
+        QTest::addColumn<QString>("expected");
+        QTest::newRow("explicit") << "[28,28]" << "[28,28]";
+        QTest::newRow("one -1 first") << "[-1,28]" << "[28,28]";
+        QTest::newRow("one -1 last") << "[4,-1]" << "[4,196]";
+        QTest::newRow("flat") << "[-1]" << "[784]";
+        QTest::newRow("rank 3") << "[7,4,28]" << "[7,4,28]";
+    }
+    void reshapeInference() {
+        QFETCH(QString, target);
+        QFETCH(QString, expected);
+        Shape t;
+        for (const QString& part : target.mid(1, target.size() - 2).split(','))
+            t.push_back(part.toLongLong());
+        ModelSpec m;
+        m.layers.push_back(input({784}));
+        m.layers.push_back(reshape(t));
+        auto info = inferShapes(m);
+        QVERIFY2(info.ok(), info.ok() ? "" : info.error().c_str());
+        QCOMPARE(QString::fromStdString(shapeToString(info->outputShape)), expected);
+    }
+
+    void generatedNames() {
+        ModelSpec m;
+        m.layers.push_back(input({28, 28}));
+        m.layers.push_back(flatten());
+        m.layers.push_back(dense(64));
+        m.layers.push_back(dense(32, ActivationKind::Linear, "dense_1"));  // explicit, taken
+        m.layers.push_back(dense(16));
+        m.layers.push_back(dropout(0.1));
+        m.layers.push_back(dense(10));
+        LayerSpec act;
+        act.type = LayerType::Activation;
+        act.activation = ActivationKind::Softmax;
+        m.layers.push_back(act);
+        auto info = inferShapes(m);
+        QVERIFY(info.ok());
+        QStringList names;
+        for (const auto& l : m.layers) names << QString::fromStdString(l.name);
+        QCOMPARE(names, (QStringList{"input_layer", "flatten", "dense", "dense_1", "dense_2",
+                                     "dropout", "dense_3", "activation"}));
+        // Running again changes nothing.
+        ModelSpec again = m;
+        QVERIFY(inferShapes(again).ok());
+        QVERIFY(again == m);
+    }
+
+    void shapeErrors_data() {
+        QTest::addColumn<int>("which");
+        QTest::addColumn<QString>("message");
+        QTest::newRow("Dense on rank 2")
+            << 0
+            << "layer 1 'dense': Dense expects a flat input (rank 1), got [28,28]; add a Flatten "
+               "layer first";
+        QTest::newRow("reshape mismatch")
+            << 1 << "layer 2 'reshape': cannot reshape [784] (784 elements) into [30,30] (900 "
+                    "elements)";
+        QTest::newRow("reshape -1 mismatch")
+            << 2 << "layer 2 'reshape': cannot reshape [784] (784 elements) into [-1,5]";
+        QTest::newRow("reshape two -1")
+            << 3 << "layer 2 'reshape': target_shape [-1,-1] may hold at most one -1";
+        QTest::newRow("missing input shape")
+            << 4
+            << "the model needs an input shape: add an InputLayer or set batch_input_shape on "
+               "the first layer";
+        QTest::newRow("dropout rate 1.5")
+            << 5 << "layer 3 'drop': Dropout rate must be in [0, 1), got 1.5";
+        QTest::newRow("duplicate names")
+            << 6
+            << "layer 3 'dense': duplicate layer name (layer 2 has the same name); layer names "
+               "must be unique";
+        QTest::newRow("units 0") << 7 << "layer 2 'out': units must be a positive integer, got 0";
+        QTest::newRow("InputLayer not first")
+            << 8
+            << "layer 2 'input_layer': an InputLayer can only be the first layer of a Sequential "
+               "model";
+        QTest::newRow("declared input shape mismatch")
+            << 9
+            << "layer 2 'dense': declared input shape [100] does not match the incoming shape "
+               "[784]";
+        QTest::newRow("empty model") << 10 << "the model has no layers";
+        QTest::newRow("non-positive input dim")
+            << 11 << "layer 0 'input_layer': input shape [0,28] must have positive dimensions";
+    }
+    void shapeErrors() {
+        QFETCH(int, which);
+        QFETCH(QString, message);
+        ModelSpec m;
+        switch (which) {
+            case 0:
+                m.layers = {input({28, 28}), dense(128)};
+                break;
+            case 1:
+                m.layers = {input({28, 28}), flatten(), reshape({30, 30})};
+                break;
+            case 2:
+                m.layers = {input({28, 28}), flatten(), reshape({-1, 5})};
+                break;
+            case 3:
+                m.layers = {input({28, 28}), flatten(), reshape({-1, -1})};
+                break;
+            case 4:
+                m.layers = {flatten(), dense(10)};
+                break;
+            case 5:
+                m.layers = {input({28, 28}), flatten(), dense(10), dropout(1.5)};
+                m.layers[3].name = "drop";
+                break;
+            case 6:
+                m.layers = {input({28, 28}), flatten(), dense(10, ActivationKind::Linear, "dense"),
+                            dense(10, ActivationKind::Linear, "dense")};
+                break;
+            case 7:
+                m.layers = {input({28, 28}), flatten(), dense(0, ActivationKind::Linear, "out")};
+                break;
+            case 8:
+                m.layers = {input({28, 28}), flatten(), input({784})};
+                m.layers[0].name = "in";
+                break;
+            case 9:
+                m.layers = {input({28, 28}), flatten(), dense(10)};
+                m.layers[2].inputShape = {100};
+                break;
+            case 10:
+                break;
+            case 11:
+                m.layers = {input({0, 28}), flatten()};
+                break;
+        }
+        auto info = inferShapes(m);
+        QVERIFY(!info.ok());
+        QCOMPARE(QString::fromStdString(info.error()), message);
+    }
+
+    void formatThousands_data() {
+        QTest::addColumn<qlonglong>("n");
+        QTest::addColumn<QString>("text");
+        QTest::newRow("0") << 0LL << "0";
+        QTest::newRow("999") << 999LL << "999";
+        QTest::newRow("1000") << 1000LL << "1,000";
+        QTest::newRow("101770") << 101770LL << "101,770";
+        QTest::newRow("1234567") << 1234567LL << "1,234,567";
+        QTest::newRow("-45000") << -45000LL << "-45,000";
+    }
+    void formatThousands() {
+        QFETCH(qlonglong, n);
+        QFETCH(QString, text);
+        QCOMPARE(QString::fromStdString(td::formatThousands(n)), text);
+    }
+};
+
+QTEST_APPLESS_MAIN(TestModel)
+#include "test_model.moc"

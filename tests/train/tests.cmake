@@ -1,0 +1,1 @@
+td_add_test(test_optim SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_optim.cpp LABELS unit train LIBS traindeck_train)

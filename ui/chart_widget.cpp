@@ -1,0 +1,173 @@
+#include "ui/chart_widget.h"
+
+#include <qcustomplot.h>
+
+#include <QFileDialog>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QMessageBox>
+#include <QToolButton>
+#include <QVBoxLayout>
+
+namespace td::ui {
+
+QColor seriesColor(int i) {
+    static const QColor colors[] = {QColor(31, 119, 180), QColor(255, 127, 14),
+                                    QColor(44, 160, 44),  QColor(214, 39, 40),
+                                    QColor(148, 103, 189), QColor(140, 86, 75),
+                                    QColor(227, 119, 194), QColor(127, 127, 127),
+                                    QColor(188, 189, 34), QColor(23, 190, 207)};
+    return colors[static_cast<size_t>(i) % std::size(colors)];
+}
+
+ChartWidget::ChartWidget(const QString& title, const QString& xLabel, const QString& yLabel,
+                         QWidget* parent)
+    : QWidget(parent), title_(title), plot_(new QCustomPlot) {
+    setObjectName("chart_" + title);
+    auto* header = new QHBoxLayout;
+    auto* label = new QLabel("<b>" + title.toHtmlEscaped() + "</b>");
+    header->addWidget(label);
+    header->addStretch(1);
+    auto* fitButton = new QToolButton;
+    fitButton->setText(tr("Fit"));
+    fitButton->setObjectName("fitButton");
+    fitButton->setToolTip(tr("Rescale to all data and follow new data again"));
+    connect(fitButton, &QToolButton::clicked, this, &ChartWidget::fit);
+    auto* saveButton = new QToolButton;
+    saveButton->setText(tr("Save…"));
+    saveButton->setToolTip(tr("Save this chart as PNG or PDF"));
+    connect(saveButton, &QToolButton::clicked, this, &ChartWidget::saveDialog);
+    header->addWidget(fitButton);
+    header->addWidget(saveButton);
+
+    plot_->setMinimumSize(240, 160);
+    plot_->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
+    plot_->xAxis->setLabel(xLabel);
+    plot_->yAxis->setLabel(yLabel);
+    plot_->legend->setVisible(true);
+    QFont lf = font();
+    lf.setPointSizeF(lf.pointSizeF() * 0.85);
+    plot_->legend->setFont(lf);
+    plot_->legend->setBrush(QColor(255, 255, 255, 200));
+    plot_->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignRight);
+    plot_->setNoAntialiasingOnDrag(true);
+    // Any zoom or pan by the user freezes the view they chose.
+    auto interacted = [this] {
+        if (autoFit_) {
+            autoFit_ = false;
+            emit userInteracted();
+        }
+    };
+    connect(plot_, &QCustomPlot::mousePress, this, interacted);
+    connect(plot_, &QCustomPlot::mouseWheel, this, interacted);
+
+    auto* layout = new QVBoxLayout(this);
+    layout->setContentsMargins(2, 2, 2, 2);
+    layout->setSpacing(0);
+    layout->addLayout(header);
+    layout->addWidget(plot_, 1);
+}
+
+int ChartWidget::addSeries(const QString& name, const QColor& color, Style style) {
+    QCPGraph* g = plot_->addGraph();
+    g->setName(name);
+    QPen pen(color);
+    pen.setWidthF(1.5);
+    if (style == Style::Dashed) pen.setStyle(Qt::DashLine);
+    g->setPen(pen);
+    if (style == Style::Dots) {
+        g->setLineStyle(QCPGraph::lsNone);
+        g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, color, 6));
+    } else if (style == Style::LineAndDots) {
+        g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, color, 6));
+    }
+    graphs_.push_back(g);
+    dirty_ = true;
+    return static_cast<int>(graphs_.size()) - 1;
+}
+
+void ChartWidget::append(int series, double x, double y) {
+    if (series < 0 || series >= seriesCount()) return;
+    graphs_[series]->addData(x, y);
+    dirty_ = true;
+}
+
+void ChartWidget::append(int series, const QVector<double>& xs, const QVector<double>& ys) {
+    if (series < 0 || series >= seriesCount() || xs.isEmpty()) return;
+    graphs_[series]->addData(xs, ys, /*alreadySorted=*/true);
+    dirty_ = true;
+}
+
+int ChartWidget::pointCount(int series) const {
+    if (series < 0 || series >= seriesCount()) return 0;
+    return graphs_[series]->dataCount();
+}
+
+void ChartWidget::clearData() {
+    for (QCPGraph* g : graphs_) g->data()->clear();
+    autoFit_ = true;
+    dirty_ = true;
+}
+
+void ChartWidget::clearSeries() {
+    plot_->clearGraphs();
+    graphs_.clear();
+    autoFit_ = true;
+    dirty_ = true;
+}
+
+void ChartWidget::setLogY(bool on) {
+    plot_->yAxis->setScaleType(on ? QCPAxis::stLogarithmic : QCPAxis::stLinear);
+    if (on) {
+        plot_->yAxis->setTicker(QSharedPointer<QCPAxisTickerLog>(new QCPAxisTickerLog));
+    } else {
+        plot_->yAxis->setTicker(QSharedPointer<QCPAxisTicker>(new QCPAxisTicker));
+    }
+    dirty_ = true;
+}
+
+void ChartWidget::replotIfDirty() {
+    if (!dirty_) return;
+    dirty_ = false;
+    if (autoFit_) {
+        plot_->rescaleAxes();
+        // Leave a little room so the newest point is not glued to the frame.
+        QCPRange y = plot_->yAxis->range();
+        if (plot_->yAxis->scaleType() == QCPAxis::stLinear && y.size() > 0) {
+            plot_->yAxis->setRange(y.lower - 0.05 * y.size(), y.upper + 0.05 * y.size());
+        }
+    }
+    plot_->replot(QCustomPlot::rpQueuedReplot);
+}
+
+void ChartWidget::fit() {
+    autoFit_ = true;
+    dirty_ = true;
+    replotIfDirty();
+}
+
+bool ChartWidget::savePng(const QString& path) {
+    return plot_->savePng(path, 0, 0, 2.0);  // 2x for crisp documents
+}
+
+bool ChartWidget::savePdf(const QString& path) { return plot_->savePdf(path); }
+
+void ChartWidget::saveDialog() {
+    QString selected;
+    QString path = QFileDialog::getSaveFileName(this, tr("Save chart"), title_ + ".png",
+                                                tr("PNG image (*.png);;PDF document (*.pdf)"),
+                                                &selected);
+    if (path.isEmpty()) return;
+    bool pdf = path.endsWith(".pdf", Qt::CaseInsensitive) || selected.contains("pdf");
+    if (pdf && !path.endsWith(".pdf", Qt::CaseInsensitive)) path += ".pdf";
+    if (!pdf && !path.endsWith(".png", Qt::CaseInsensitive)) path += ".png";
+    bool ok = pdf ? savePdf(path) : savePng(path);
+    if (!ok) {
+        QMessageBox::warning(this, tr("Save chart"),
+                             tr("Could not write %1: check that the folder exists and is "
+                                "writable.")
+                                 .arg(path));
+    }
+}
+
+}  // namespace td::ui

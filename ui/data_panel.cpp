@@ -1,0 +1,613 @@
+#include "ui/data_panel.h"
+
+#include <qcustomplot.h>
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QDir>
+#include <QDoubleSpinBox>
+#include <QFormLayout>
+#include <QGroupBox>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QLineEdit>
+#include <QListWidget>
+#include <QPushButton>
+#include <QScrollArea>
+#include <QSpinBox>
+#include <QSplitter>
+#include <QStackedWidget>
+#include <QTableWidget>
+#include <QTimer>
+#include <QVBoxLayout>
+
+#include "ui/async.h"
+#include "ui/file_picker.h"
+#include "ui/layer_property_editor.h"
+#include "ui/project_checks.h"
+#include "ui/project_controller.h"
+
+namespace td::ui {
+
+namespace {
+
+constexpr int kPreviewSamples = 48;
+const QStringList kSourceTypes{"fashion_mnist", "idx", "csv", "npy", "synthetic"};
+
+QString q(const std::string& s) { return QString::fromStdString(s); }
+
+// Finds, updates or removes the map step `op`, keeping the order of the others.
+void setMapStep(std::vector<td::MapStep>& steps, const std::string& op, bool on,
+                const td::MapStep& value, bool atFront) {
+    auto it = std::find_if(steps.begin(), steps.end(), [&](const td::MapStep& s) { return s.op == op; });
+    if (!on) {
+        if (it != steps.end()) steps.erase(it);
+    } else if (it != steps.end()) {
+        *it = value;
+    } else if (atFront) {
+        steps.insert(steps.begin(), value);
+    } else {
+        steps.push_back(value);
+    }
+}
+
+const td::MapStep* findStep(const std::vector<td::MapStep>& steps, const std::string& op) {
+    for (const auto& s : steps)
+        if (s.op == op) return &s;
+    return nullptr;
+}
+
+// Picture of sample i when the samples are images ([H, W] or [H, W, 1|3]).
+QImage sampleImage(const td::Dataset& d, int64_t i) {
+    td::Shape s = d.sampleShape();
+    if (s.size() < 2 || s.size() > 3 || s[0] < 4 || s[1] < 4) return {};
+    const int64_t h = s[0], w = s[1], c = s.size() == 3 ? s[2] : 1;
+    if (c != 1 && c != 3) return {};
+    const int64_t n = h * w * c;
+    std::vector<float> px(static_cast<size_t>(n));
+    if (d.x.dtype() == td::DType::U8) {
+        const uint8_t* p = d.x.data<uint8_t>() + i * n;
+        for (int64_t k = 0; k < n; ++k) px[k] = p[k];
+    } else if (d.x.dtype() == td::DType::F32) {
+        const float* p = d.x.data<float>() + i * n;
+        float lo = *std::min_element(p, p + n), hi = *std::max_element(p, p + n);
+        float scale = hi > lo ? 255.f / (hi - lo) : 0.f;
+        for (int64_t k = 0; k < n; ++k) px[k] = (p[k] - lo) * scale;
+    } else {
+        return {};
+    }
+    QImage img(static_cast<int>(w), static_cast<int>(h), QImage::Format_RGB32);
+    for (int64_t y = 0; y < h; ++y) {
+        for (int64_t x = 0; x < w; ++x) {
+            const float* v = &px[(y * w + x) * c];
+            int r = static_cast<int>(v[0]), g = c == 3 ? static_cast<int>(v[1]) : r,
+                b = c == 3 ? static_cast<int>(v[2]) : r;
+            img.setPixel(static_cast<int>(x), static_cast<int>(y), qRgb(r, g, b));
+        }
+    }
+    return img;
+}
+
+int labelOf(const td::Dataset& d, int64_t i) {
+    if (d.y.empty()) return -1;
+    if (d.y.dtype() == td::DType::I32 && d.y.rank() == 1) return d.y.data<int32_t>()[i];
+    if (d.y.dtype() == td::DType::F32 && d.y.rank() == 2) {  // one-hot / targets: argmax
+        const int64_t k = d.y.dim(1);
+        const float* p = d.y.data<float>() + i * k;
+        return static_cast<int>(std::max_element(p, p + k) - p);
+    }
+    return -1;
+}
+
+}  // namespace
+
+AutotuneSpin::AutotuneSpin(int minimum, int maximum, QWidget* parent) : QWidget(parent) {
+    auto_ = new QCheckBox(tr("AUTOTUNE"));
+    auto_->setToolTip(tr("Let the pipeline tune this value while it runs (tf.data.AUTOTUNE)."));
+    spin_ = new QSpinBox;
+    spin_->setRange(minimum, maximum);
+    auto* h = new QHBoxLayout(this);
+    h->setContentsMargins(0, 0, 0, 0);
+    h->addWidget(auto_);
+    h->addWidget(spin_, 1);
+    connect(auto_, &QCheckBox::toggled, this, [this](bool on) {
+        spin_->setEnabled(!on);
+        emit edited(value());
+    });
+    connect(spin_, &QSpinBox::valueChanged, this, [this] { emit edited(value()); });
+}
+
+int64_t AutotuneSpin::value() const { return auto_->isChecked() ? td::kAutotune : spin_->value(); }
+
+void AutotuneSpin::setValue(int64_t v) {
+    QSignalBlocker b1(auto_), b2(spin_);
+    auto_->setChecked(v == td::kAutotune);
+    spin_->setEnabled(v != td::kAutotune);
+    if (v != td::kAutotune) spin_->setValue(static_cast<int>(v));
+}
+
+DataPanel::DataPanel(ProjectController* project, QWidget* parent)
+    : QWidget(parent), project_(project) {
+    sourceType_ = new QComboBox;
+    sourceType_->setObjectName("sourceType");
+    sourceType_->addItem(tr("Fashion-MNIST (built-in)"), "fashion_mnist");
+    sourceType_->addItem(tr("IDX files (MNIST format)"), "idx");
+    sourceType_->addItem(tr("CSV file"), "csv");
+    sourceType_->addItem(tr("NumPy .npy arrays"), "npy");
+    sourceType_->addItem(tr("Synthetic (generated)"), "synthetic");
+    pages_ = new QStackedWidget;
+    buildSourcePages();
+    connect(sourceType_, &QComboBox::activated, this, [this](int i) {
+        pages_->setCurrentIndex(i);
+        writeSource();
+    });
+    auto* sourceBox = new QGroupBox(tr("Source"));
+    auto* sl = new QVBoxLayout(sourceBox);
+    sl->addWidget(sourceType_);
+    sl->addWidget(pages_);
+
+    auto* left = new QWidget;
+    auto* ll = new QVBoxLayout(left);
+    ll->addWidget(sourceBox);
+    ll->addWidget(buildPipeline());
+    ll->addStretch(1);
+    auto* leftScroll = new QScrollArea;
+    leftScroll->setWidgetResizable(true);
+    leftScroll->setWidget(left);
+
+    // Preview
+    previewStatus_ = new QLabel;
+    previewStatus_->setObjectName("previewStatus");
+    previewStatus_->setWordWrap(true);
+    auto* reloadButton = new QPushButton(tr("Reload preview"));
+    connect(reloadButton, &QPushButton::clicked, this, &DataPanel::loadPreview);
+    samples_ = new QListWidget;
+    samples_->setObjectName("samplePreview");
+    samples_->setViewMode(QListView::IconMode);
+    samples_->setIconSize(QSize(56, 56));
+    samples_->setGridSize(QSize(84, 84));
+    samples_->setResizeMode(QListView::Adjust);
+    samples_->setMovement(QListView::Static);
+    table_ = new QTableWidget;
+    table_->setObjectName("tablePreview");
+    table_->setVisible(false);
+    histogram_ = new QCustomPlot;
+    histogram_->setObjectName("classHistogram");
+    histogram_->setMinimumHeight(180);
+    histogram_->yAxis->setLabel(tr("training samples"));
+    auto* previewBox = new QGroupBox(tr("Preview (first %1 training samples)").arg(kPreviewSamples));
+    auto* pl = new QVBoxLayout(previewBox);
+    auto* ph = new QHBoxLayout;
+    ph->addWidget(previewStatus_, 1);
+    ph->addWidget(reloadButton);
+    pl->addLayout(ph);
+    pl->addWidget(samples_, 3);
+    pl->addWidget(table_, 3);
+    pl->addWidget(new QLabel(tr("<b>Class histogram</b>")));
+    pl->addWidget(histogram_, 2);
+
+    auto* split = new QSplitter(Qt::Horizontal);
+    split->addWidget(leftScroll);
+    split->addWidget(previewBox);
+    split->setStretchFactor(0, 2);
+    split->setStretchFactor(1, 3);
+    auto* layout = new QVBoxLayout(this);
+    layout->addWidget(split);
+
+    previewTimer_ = new QTimer(this);
+    previewTimer_->setSingleShot(true);
+    previewTimer_->setInterval(500);
+    connect(previewTimer_, &QTimer::timeout, this, &DataPanel::loadPreview);
+    connect(project_, &ProjectController::projectReplaced, this, &DataPanel::reload);
+    reload();
+}
+
+void DataPanel::buildSourcePages() {
+    // Built-in
+    auto* fashion = new QWidget;
+    auto* fl = new QVBoxLayout(fashion);
+    fashionStatus_ = new QLabel;
+    fashionStatus_->setWordWrap(true);
+    fl->addWidget(fashionStatus_);
+    fl->addStretch(1);
+    pages_->addWidget(fashion);
+
+    const QString idxFilter = tr("IDX files (*-ubyte *-ubyte.gz *.idx *.gz);;All files (*)");
+    const QString npyFilter = tr("NumPy arrays (*.npy);;All files (*)");
+    const QString csvFilter = tr("CSV files (*.csv *.txt);;All files (*)");
+    auto pickerPage = [this](FilePicker* a, FilePicker* b, FilePicker* c, FilePicker* d,
+                             const QStringList& labels) {
+        auto* page = new QWidget;
+        auto* form = new QFormLayout(page);
+        FilePicker* all[] = {a, b, c, d};
+        for (int i = 0; i < 4; ++i) {
+            form->addRow(labels[i], all[i]);
+            connect(all[i], &FilePicker::pathEdited, this, &DataPanel::writeSource);
+        }
+        return page;
+    };
+    idxTrainX_ = new FilePicker(idxFilter, false);
+    idxTrainY_ = new FilePicker(idxFilter, false);
+    idxTestX_ = new FilePicker(idxFilter, true);
+    idxTestY_ = new FilePicker(idxFilter, true);
+    idxTrainX_->setObjectName("idxTrainImages");
+    pages_->addWidget(pickerPage(idxTrainX_, idxTrainY_, idxTestX_, idxTestY_,
+                                 {tr("Training images"), tr("Training labels"), tr("Test images"),
+                                  tr("Test labels")}));
+
+    auto* csv = new QWidget;
+    auto* cf = new QFormLayout(csv);
+    csvTrain_ = new FilePicker(csvFilter, false);
+    csvTest_ = new FilePicker(csvFilter, true);
+    csvLabel_ = new QLineEdit;
+    csvLabel_->setToolTip(tr("Name of the header column that holds the class id."));
+    cf->addRow(tr("Training file"), csvTrain_);
+    cf->addRow(tr("Test file"), csvTest_);
+    cf->addRow(tr("Label column"), csvLabel_);
+    connect(csvTrain_, &FilePicker::pathEdited, this, &DataPanel::writeSource);
+    connect(csvTest_, &FilePicker::pathEdited, this, &DataPanel::writeSource);
+    connect(csvLabel_, &QLineEdit::textEdited, this, &DataPanel::writeSource);
+    pages_->addWidget(csv);
+
+    npyTrainX_ = new FilePicker(npyFilter, false);
+    npyTrainY_ = new FilePicker(npyFilter, false);
+    npyTestX_ = new FilePicker(npyFilter, true);
+    npyTestY_ = new FilePicker(npyFilter, true);
+    pages_->addWidget(pickerPage(npyTrainX_, npyTrainY_, npyTestX_, npyTestY_,
+                                 {tr("Training x"), tr("Training y"), tr("Test x"), tr("Test y")}));
+
+    auto* syn = new QWidget;
+    auto* sf = new QFormLayout(syn);
+    synSamples_ = new QSpinBox;
+    synSamples_->setObjectName("synSamples");
+    synSamples_->setRange(1, 10000000);
+    synTestSamples_ = new QSpinBox;
+    synTestSamples_->setRange(0, 10000000);
+    synShape_ = new QLineEdit;
+    synShape_->setObjectName("synShape");
+    synShape_->setPlaceholderText(tr("e.g. 16 or 28, 28"));
+    synShapeError_ = new QLabel;
+    synShapeError_->setStyleSheet("color: #b00020;");
+    synClasses_ = new QSpinBox;
+    synClasses_->setRange(2, 100000);
+    synSeed_ = new QSpinBox;
+    synSeed_->setRange(0, INT32_MAX);
+    sf->addRow(tr("Training samples"), synSamples_);
+    sf->addRow(tr("Test samples"), synTestSamples_);
+    sf->addRow(tr("Sample shape"), synShape_);
+    sf->addRow(QString(), synShapeError_);
+    sf->addRow(tr("Classes"), synClasses_);
+    sf->addRow(tr("Seed"), synSeed_);
+    for (QSpinBox* s : {synSamples_, synTestSamples_, synClasses_, synSeed_}) {
+        connect(s, &QSpinBox::valueChanged, this, &DataPanel::writeSource);
+    }
+    connect(synShape_, &QLineEdit::textEdited, this, &DataPanel::writeSource);
+    pages_->addWidget(syn);
+}
+
+QWidget* DataPanel::buildPipeline() {
+    auto* box = new QGroupBox(tr("Input pipeline (cache → shuffle → batch → map → prefetch)"));
+    auto* form = new QFormLayout(box);
+    auto dspin = [](double lo, double hi, int decimals) {
+        auto* s = new QDoubleSpinBox;
+        s->setRange(lo, hi);
+        s->setDecimals(decimals);
+        return s;
+    };
+    scaleOn_ = new QCheckBox(tr("Scale"));
+    scale_ = dspin(1e-9, 1e9, 8);
+    scale_->setToolTip(tr("x · factor, e.g. 1/255 = 0.00392157 for 8-bit pixels"));
+    auto* scaleRow = new QHBoxLayout;
+    scaleRow->addWidget(scaleOn_);
+    scaleRow->addWidget(scale_, 1);
+    form->addRow(tr("Normalize"), scaleRow);
+    normalizeOn_ = new QCheckBox(tr("Standardize"));
+    mean_ = dspin(-1e9, 1e9, 5);
+    mean_->setPrefix(tr("mean "));
+    stddev_ = dspin(1e-9, 1e9, 5);
+    stddev_->setPrefix(tr("std "));
+    auto* normRow = new QHBoxLayout;
+    normRow->addWidget(normalizeOn_);
+    normRow->addWidget(mean_, 1);
+    normRow->addWidget(stddev_, 1);
+    form->addRow(QString(), normRow);
+    oneHotOn_ = new QCheckBox(tr("One-hot labels"));
+    oneHotDepth_ = new QSpinBox;
+    oneHotDepth_->setRange(2, 100000);
+    oneHotDepth_->setPrefix(tr("depth "));
+    auto* ohRow = new QHBoxLayout;
+    ohRow->addWidget(oneHotOn_);
+    ohRow->addWidget(oneHotDepth_, 1);
+    form->addRow(QString(), ohRow);
+
+    cache_ = new QComboBox;
+    cache_->addItem(tr("none"), "none");
+    cache_->addItem(tr("in memory"), "memory");
+    cache_->addItem(tr("file"), "file");
+    cacheFile_ = new QLineEdit;
+    cacheFile_->setPlaceholderText(tr("cache file path"));
+    auto* cacheRow = new QHBoxLayout;
+    cacheRow->addWidget(cache_);
+    cacheRow->addWidget(cacheFile_, 1);
+    form->addRow(tr("Cache"), cacheRow);
+
+    shuffle_ = new QSpinBox;
+    shuffle_->setObjectName("shuffleBuffer");
+    shuffle_->setRange(0, 100000000);
+    shuffle_->setSpecialValueText(tr("off"));
+    shuffle_->setToolTip(tr("Shuffle buffer size in samples; ≥ the dataset size gives a full "
+                            "shuffle. 0 = no shuffle."));
+    reshuffle_ = new QCheckBox(tr("reshuffle each epoch"));
+    auto* shRow = new QHBoxLayout;
+    shRow->addWidget(shuffle_, 1);
+    shRow->addWidget(reshuffle_);
+    form->addRow(tr("Shuffle buffer"), shRow);
+
+    batch_ = new QSpinBox;
+    batch_->setObjectName("batchSize");
+    batch_->setRange(1, 1 << 20);
+    dropRemainder_ = new QCheckBox(tr("drop remainder"));
+    auto* bRow = new QHBoxLayout;
+    bRow->addWidget(batch_, 1);
+    bRow->addWidget(dropRemainder_);
+    form->addRow(tr("Batch size"), bRow);
+
+    parallel_ = new AutotuneSpin(1, 256);
+    parallel_->setToolTip(tr("Map workers (num_parallel_calls)."));
+    form->addRow(tr("Parallel calls"), parallel_);
+    prefetch_ = new AutotuneSpin(0, 1024);
+    prefetch_->setToolTip(tr("Batches prepared ahead of the step loop; 0 = off."));
+    form->addRow(tr("Prefetch"), prefetch_);
+    validation_ = dspin(0.0, 0.9, 3);
+    validation_->setObjectName("validationSplit");
+    validation_->setSingleStep(0.05);
+    validation_->setToolTip(tr("Last fraction of the training data held out for validation "
+                               "(taken before shuffling, as Keras' validation_split)."));
+    form->addRow(tr("Validation split"), validation_);
+
+    for (QCheckBox* c : {scaleOn_, normalizeOn_, oneHotOn_, reshuffle_, dropRemainder_})
+        connect(c, &QCheckBox::toggled, this, &DataPanel::writePipeline);
+    for (QDoubleSpinBox* s : {scale_, mean_, stddev_, validation_})
+        connect(s, &QDoubleSpinBox::valueChanged, this, &DataPanel::writePipeline);
+    for (QSpinBox* s : {oneHotDepth_, shuffle_, batch_})
+        connect(s, &QSpinBox::valueChanged, this, &DataPanel::writePipeline);
+    connect(cache_, &QComboBox::activated, this, &DataPanel::writePipeline);
+    connect(cacheFile_, &QLineEdit::textEdited, this, &DataPanel::writePipeline);
+    connect(parallel_, &AutotuneSpin::edited, this, &DataPanel::writePipeline);
+    connect(prefetch_, &AutotuneSpin::edited, this, &DataPanel::writePipeline);
+    return box;
+}
+
+void DataPanel::reload() {
+    loading_ = true;
+    const td::DataConfig& d = project_->project().data;
+    const td::SourceConfig& s = d.source;
+    int idx = std::max(0, static_cast<int>(kSourceTypes.indexOf(q(s.type))));
+    sourceType_->setCurrentIndex(idx);
+    pages_->setCurrentIndex(idx);
+    const bool haveFashion = QDir(kFashionMnistDir).exists();
+    fashionStatus_->setText(
+        haveFashion ? tr("70,000 grayscale 28×28 images of 10 clothing classes, read from %1.")
+                          .arg(kFashionMnistDir)
+                    : tr("<span style='color:#b00020'>Not installed: %1 is missing. Install the "
+                         "Debian package <b>dataset-fashion-mnist</b>.</span>")
+                          .arg(kFashionMnistDir));
+    idxTrainX_->setPath(q(s.trainImages));
+    idxTrainY_->setPath(q(s.trainLabels));
+    idxTestX_->setPath(q(s.testImages));
+    idxTestY_->setPath(q(s.testLabels));
+    npyTrainX_->setPath(q(s.trainImages));
+    npyTrainY_->setPath(q(s.trainLabels));
+    npyTestX_->setPath(q(s.testImages));
+    npyTestY_->setPath(q(s.testLabels));
+    csvTrain_->setPath(q(s.trainPath));
+    csvTest_->setPath(q(s.testPath));
+    csvLabel_->setText(q(s.labelColumn));
+    synSamples_->setValue(static_cast<int>(s.samples));
+    synTestSamples_->setValue(static_cast<int>(s.testSamples));
+    QStringList dims;
+    for (int64_t v : s.sampleShape) dims << QString::number(v);
+    synShape_->setText(dims.join(", "));
+    synShapeError_->clear();
+    synClasses_->setValue(static_cast<int>(s.classes));
+    synSeed_->setValue(static_cast<int>(s.seed));
+
+    const td::PipelineConfig& p = d.pipeline;
+    const td::MapStep* sc = findStep(p.map, "scale");
+    scaleOn_->setChecked(sc != nullptr);
+    scale_->setValue(sc ? sc->factor : 1.0 / 255.0);
+    const td::MapStep* nm = findStep(p.map, "normalize");
+    normalizeOn_->setChecked(nm != nullptr);
+    mean_->setValue(nm ? nm->mean : 0.0);
+    stddev_->setValue(nm ? nm->stddev : 1.0);
+    const td::MapStep* oh = findStep(p.map, "one_hot");
+    oneHotOn_->setChecked(oh != nullptr);
+    oneHotDepth_->setValue(oh ? static_cast<int>(oh->depth) : 10);
+    QString cache = q(p.cache);
+    if (cache.startsWith("file:")) {
+        cache_->setCurrentIndex(2);
+        cacheFile_->setText(cache.mid(5));
+    } else {
+        cache_->setCurrentIndex(cache == "none" ? 0 : 1);
+        cacheFile_->clear();
+    }
+    cacheFile_->setEnabled(cache_->currentIndex() == 2);
+    shuffle_->setValue(static_cast<int>(std::min<int64_t>(p.shuffleBuffer, 100000000)));
+    reshuffle_->setChecked(p.reshuffleEachIteration);
+    batch_->setValue(static_cast<int>(project_->project().training.batchSize));
+    dropRemainder_->setChecked(p.dropRemainder);
+    parallel_->setValue(p.parallelCalls);
+    prefetch_->setValue(p.prefetch);
+    validation_->setValue(d.validationSplit);
+    loading_ = false;
+    schedulePreview();
+}
+
+void DataPanel::writeSource() {
+    if (loading_) return;
+    const QString type = sourceType_->currentData().toString();
+    td::Shape shape;
+    QString shapeError;
+    const bool shapeOk = LayerPropertyEditor::parseShape(synShape_->text(), false, &shape, &shapeError);
+    synShapeError_->setText(shapeOk ? QString() : tr("Sample shape: %1.").arg(shapeError));
+    project_->edit(
+        [&](td::Project& p) {
+            td::SourceConfig& s = p.data.source;
+            s.type = type.toStdString();
+            if (type == "idx") {
+                s.trainImages = idxTrainX_->path().toStdString();
+                s.trainLabels = idxTrainY_->path().toStdString();
+                s.testImages = idxTestX_->path().toStdString();
+                s.testLabels = idxTestY_->path().toStdString();
+            } else if (type == "npy") {
+                s.trainImages = npyTrainX_->path().toStdString();
+                s.trainLabels = npyTrainY_->path().toStdString();
+                s.testImages = npyTestX_->path().toStdString();
+                s.testLabels = npyTestY_->path().toStdString();
+            } else if (type == "csv") {
+                s.trainPath = csvTrain_->path().toStdString();
+                s.testPath = csvTest_->path().toStdString();
+                s.labelColumn = csvLabel_->text().trimmed().toStdString();
+            } else if (type == "synthetic") {
+                s.samples = synSamples_->value();
+                s.testSamples = synTestSamples_->value();
+                if (shapeOk) s.sampleShape = shape;
+                s.classes = synClasses_->value();
+                s.seed = static_cast<uint64_t>(synSeed_->value());
+            }
+        },
+        this);
+    schedulePreview();
+}
+
+void DataPanel::writePipeline() {
+    if (loading_) return;
+    cacheFile_->setEnabled(cache_->currentIndex() == 2);
+    project_->edit(
+        [&](td::Project& p) {
+            td::PipelineConfig& c = p.data.pipeline;
+            setMapStep(c.map, "scale", scaleOn_->isChecked(),
+                       td::MapStep{.op = "scale", .factor = scale_->value()}, true);
+            setMapStep(c.map, "normalize", normalizeOn_->isChecked(),
+                       td::MapStep{.op = "normalize", .mean = mean_->value(),
+                                   .stddev = stddev_->value()},
+                       false);
+            setMapStep(c.map, "one_hot", oneHotOn_->isChecked(),
+                       td::MapStep{.op = "one_hot", .depth = oneHotDepth_->value()}, false);
+            const QString cache = cache_->currentData().toString();
+            c.cache = cache == "file" ? "file:" + cacheFile_->text().trimmed().toStdString()
+                                      : cache.toStdString();
+            c.shuffleBuffer = shuffle_->value();
+            c.reshuffleEachIteration = reshuffle_->isChecked();
+            c.dropRemainder = dropRemainder_->isChecked();
+            c.parallelCalls = parallel_->value();
+            c.prefetch = prefetch_->value();
+            p.training.batchSize = batch_->value();
+            p.data.validationSplit = validation_->value();
+        },
+        this);
+}
+
+void DataPanel::schedulePreview() { previewTimer_->start(); }
+
+void DataPanel::loadPreview() {
+    const td::SourceConfig cfg = project_->project().data.source;
+    const QString problem = dataProblem(project_->project().data);
+    if (!problem.isEmpty()) {
+        previewStatus_->setText(tr("<span style='color:#b00020'>%1</span>").arg(problem.toHtmlEscaped()));
+        samples_->clear();
+        emit previewLoaded(false);
+        return;
+    }
+    const int generation = ++previewGeneration_;
+    previewStatus_->setText(tr("Loading…"));
+    runAsync(
+        this, [cfg] { return td::loadSource(cfg); },
+        [this, generation](td::Result<td::DataSplits> r) {
+            if (generation != previewGeneration_) return;  // a newer request is on its way
+            if (!r) {
+                previewStatus_->setText(tr("<span style='color:#b00020'>%1</span>")
+                                            .arg(QString::fromStdString(r.error()).toHtmlEscaped()));
+                samples_->clear();
+                emit previewLoaded(false);
+                return;
+            }
+            showPreview(r.value());
+            emit previewLoaded(true);
+        });
+}
+
+int DataPanel::previewSampleCount() const {
+    return samples_->count() > 0 ? samples_->count() : table_->rowCount();
+}
+
+void DataPanel::showPreview(const td::DataSplits& splits) {
+    const td::Dataset& d = splits.train;
+    const int64_t n = d.size();
+    auto className = [&](int label) {
+        if (label >= 0 && label < static_cast<int>(d.classNames.size()))
+            return q(d.classNames[static_cast<size_t>(label)]);
+        return QString::number(label);
+    };
+    previewStatus_->setText(tr("%1 training samples of shape %2 (%3), %4 test samples, %5 classes.")
+                                .arg(n)
+                                .arg(q(td::shapeToString(d.sampleShape())))
+                                .arg(td::dtypeName(d.x.dtype()))
+                                .arg(splits.test ? splits.test->size() : 0)
+                                .arg(d.numClasses));
+    samples_->clear();
+    table_->clear();
+    const int64_t shown = std::min<int64_t>(n, kPreviewSamples);
+    const bool images = n > 0 && !sampleImage(d, 0).isNull();
+    samples_->setVisible(images);
+    table_->setVisible(!images);
+    if (images) {
+        for (int64_t i = 0; i < shown; ++i) {
+            QImage img = sampleImage(d, i).scaled(56, 56, Qt::KeepAspectRatio, Qt::FastTransformation);
+            auto* item = new QListWidgetItem(QIcon(QPixmap::fromImage(img)), className(labelOf(d, i)));
+            item->setToolTip(tr("sample %1, label %2").arg(i).arg(labelOf(d, i)));
+            samples_->addItem(item);
+        }
+    } else if (n > 0) {
+        const int64_t features = std::min<int64_t>(d.x.size() / n, 12);
+        table_->setRowCount(static_cast<int>(shown));
+        table_->setColumnCount(static_cast<int>(features) + 1);
+        QStringList headers{tr("label")};
+        for (int64_t f = 0; f < features; ++f) headers << QString("x[%1]").arg(f);
+        table_->setHorizontalHeaderLabels(headers);
+        td::Tensor xf = d.x.to(td::DType::F32);
+        const int64_t stride = d.x.size() / n;
+        for (int64_t i = 0; i < shown; ++i) {
+            table_->setItem(static_cast<int>(i), 0, new QTableWidgetItem(className(labelOf(d, i))));
+            for (int64_t f = 0; f < features; ++f) {
+                table_->setItem(static_cast<int>(i), static_cast<int>(f) + 1,
+                                new QTableWidgetItem(QString::number(xf.data<float>()[i * stride + f], 'g', 4)));
+            }
+        }
+    }
+    // Class histogram over the whole training split.
+    histogram_->clearPlottables();
+    std::map<int, double> counts;
+    for (int64_t i = 0; i < n; ++i) counts[labelOf(d, i)] += 1;
+    auto* bars = new QCPBars(histogram_->xAxis, histogram_->yAxis);
+    bars->setBrush(QColor(31, 119, 180, 180));
+    bars->setPen(QPen(QColor(31, 119, 180)));
+    QSharedPointer<QCPAxisTickerText> ticker(new QCPAxisTickerText);
+    QVector<double> keys, values;
+    for (const auto& [label, count] : counts) {
+        keys << label;
+        values << count;
+        ticker->addTick(label, className(label));
+    }
+    bars->setData(keys, values);
+    histogram_->xAxis->setTicker(ticker);
+    histogram_->xAxis->setTickLabelRotation(counts.size() > 6 ? 45 : 0);
+    histogram_->rescaleAxes();
+    histogram_->xAxis->setRange(histogram_->xAxis->range().lower - 1,
+                                histogram_->xAxis->range().upper + 1);
+    histogram_->yAxis->setRangeLower(0);
+    histogram_->replot(QCustomPlot::rpQueuedReplot);
+}
+
+}  // namespace td::ui

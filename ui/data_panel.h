@@ -1,0 +1,116 @@
+// Data panel: the source (built-in Fashion-MNIST, IDX, CSV, NPY, synthetic) with validated file
+// pickers, a preview of samples (pictures for image data) with labels and a class histogram, and
+// the input pipeline stages with AUTOTUNE where the engine has it.
+#pragma once
+
+#include <QWidget>
+#include <memory>
+
+#include "engine/data/pipeline.h"
+
+class QCheckBox;
+class QComboBox;
+class QCustomPlot;
+class QDoubleSpinBox;
+class QLabel;
+class QLineEdit;
+class QListWidget;
+class QSpinBox;
+class QStackedWidget;
+class QTableWidget;
+class QTimer;
+
+namespace td::ui {
+
+class FilePicker;
+class ProjectController;
+
+// A count that can also be AUTOTUNE (tf.data.AUTOTUNE).
+class AutotuneSpin : public QWidget {
+    Q_OBJECT
+public:
+    AutotuneSpin(int minimum, int maximum, QWidget* parent = nullptr);
+    int64_t value() const;  // td::kAutotune or the count
+    void setValue(int64_t v);
+    QCheckBox* autotuneBox() const { return auto_; }
+    QSpinBox* spin() const { return spin_; }
+
+signals:
+    void edited(int64_t value);
+
+private:
+    QCheckBox* auto_;
+    QSpinBox* spin_;
+};
+
+class DataPanel : public QWidget {
+    Q_OBJECT
+public:
+    explicit DataPanel(ProjectController* project, QWidget* parent = nullptr);
+
+    void loadPreview();  // asynchronous; previewLoaded() when done
+    int previewSampleCount() const;
+    QComboBox* sourceCombo() const { return sourceType_; }
+
+signals:
+    void previewLoaded(bool ok);
+
+private:
+    void reload();
+    void buildSourcePages();
+    QWidget* buildPipeline();
+    void writeSource();
+    void writePipeline();
+    void showPreview(const td::DataSplits& splits);
+    void schedulePreview();
+
+    ProjectController* project_;
+    bool loading_ = false;
+    int previewGeneration_ = 0;
+
+    QComboBox* sourceType_;
+    QStackedWidget* pages_;
+    QLabel* fashionStatus_;
+    FilePicker* idxTrainX_;
+    FilePicker* idxTrainY_;
+    FilePicker* idxTestX_;
+    FilePicker* idxTestY_;
+    FilePicker* npyTrainX_;
+    FilePicker* npyTrainY_;
+    FilePicker* npyTestX_;
+    FilePicker* npyTestY_;
+    FilePicker* csvTrain_;
+    FilePicker* csvTest_;
+    QLineEdit* csvLabel_;
+    QSpinBox* synSamples_;
+    QSpinBox* synTestSamples_;
+    QLineEdit* synShape_;
+    QLabel* synShapeError_;
+    QSpinBox* synClasses_;
+    QSpinBox* synSeed_;
+
+    QCheckBox* scaleOn_;
+    QDoubleSpinBox* scale_;
+    QCheckBox* normalizeOn_;
+    QDoubleSpinBox* mean_;
+    QDoubleSpinBox* stddev_;
+    QCheckBox* oneHotOn_;
+    QSpinBox* oneHotDepth_;
+    QComboBox* cache_;
+    QLineEdit* cacheFile_;
+    QSpinBox* shuffle_;
+    QCheckBox* reshuffle_;
+    QSpinBox* batch_;
+    QCheckBox* dropRemainder_;
+    AutotuneSpin* prefetch_;
+    AutotuneSpin* parallel_;
+    QDoubleSpinBox* validation_;
+
+    QLabel* previewStatus_;
+    QListWidget* samples_;
+    QTableWidget* table_;
+    QCustomPlot* histogram_;
+    QTimer* previewTimer_;
+};
+
+}  // namespace td::ui

@@ -1,0 +1,367 @@
+#include "ui/layer_property_editor.h"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QDoubleSpinBox>
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QLineEdit>
+#include <QRegularExpression>
+#include <QSpinBox>
+#include <QVBoxLayout>
+
+namespace td::ui {
+
+namespace {
+
+const std::vector<td::ActivationKind>& activations() {
+    static const std::vector<td::ActivationKind> a{
+        td::ActivationKind::Linear, td::ActivationKind::Relu,    td::ActivationKind::LeakyRelu,
+        td::ActivationKind::Elu,    td::ActivationKind::Gelu,    td::ActivationKind::Sigmoid,
+        td::ActivationKind::Tanh,   td::ActivationKind::Softmax};
+    return a;
+}
+
+const QStringList& initializerNames() {
+    static const QStringList names{"glorot_uniform", "glorot_normal",  "he_uniform",
+                                   "he_normal",      "lecun_uniform",  "lecun_normal",
+                                   "zeros",          "ones",           "constant",
+                                   "random_uniform", "random_normal",  "truncated_normal"};
+    return names;
+}
+
+QString shapeToText(const td::Shape& s) {
+    QStringList parts;
+    for (int64_t d : s) parts << QString::number(d);
+    return parts.join(", ");
+}
+
+QDoubleSpinBox* makeDoubleSpin(double lo, double hi, double step, int decimals, double value) {
+    auto* s = new QDoubleSpinBox;
+    s->setRange(lo, hi);
+    s->setSingleStep(step);
+    s->setDecimals(decimals);
+    s->setValue(value);
+    return s;
+}
+
+}  // namespace
+
+LayerPropertyEditor::LayerPropertyEditor(std::function<bool(const QString&)> nameTaken,
+                                         QWidget* parent)
+    : QWidget(parent), nameTaken_(std::move(nameTaken)) {
+    auto* layout = new QVBoxLayout(this);
+    layout->setContentsMargins(0, 0, 0, 0);
+    title_ = new QLabel(tr("Select a layer to edit its properties."));
+    title_->setWordWrap(true);
+    QFont f = title_->font();
+    f.setBold(true);
+    title_->setFont(f);
+    layout->addWidget(title_);
+    formHost_ = new QWidget;
+    layout->addWidget(formHost_);
+    message_ = new QLabel;
+    message_->setObjectName("propertyMessage");
+    message_->setWordWrap(true);
+    message_->setStyleSheet("color: #b00020;");
+    layout->addWidget(message_);
+    layout->addStretch(1);
+}
+
+void LayerPropertyEditor::clear() {
+    hasLayer_ = false;
+    spec_ = {};
+    rebuild();
+}
+
+void LayerPropertyEditor::setLayer(const td::LayerSpec& spec) {
+    hasLayer_ = true;
+    spec_ = spec;
+    rebuild();
+}
+
+QString LayerPropertyEditor::validationMessage() const { return message_->text(); }
+
+bool LayerPropertyEditor::parseShape(const QString& text, bool allowInfer, td::Shape* out,
+                                     QString* error) {
+    td::Shape shape;
+    QString t = text.trimmed();
+    t.remove('(').remove(')').remove('[').remove(']');
+    const QStringList parts = t.split(QRegularExpression("[,\\sx]+"), Qt::SkipEmptyParts);
+    if (parts.isEmpty()) {
+        *error = QObject::tr("expected dimensions such as \"28, 28\"");
+        return false;
+    }
+    int inferred = 0;
+    for (const QString& p : parts) {
+        bool ok = false;
+        qlonglong d = p.toLongLong(&ok);
+        if (!ok) {
+            *error = QObject::tr("\"%1\" is not a whole number").arg(p);
+            return false;
+        }
+        if (d == -1 && allowInfer) {
+            if (++inferred > 1) {
+                *error = QObject::tr("only one dimension may be -1");
+                return false;
+            }
+        } else if (d <= 0) {
+            *error = allowInfer ? QObject::tr("dimensions must be positive (or one -1), got %1").arg(d)
+                                : QObject::tr("dimensions must be positive, got %1").arg(d);
+            return false;
+        }
+        shape.push_back(d);
+    }
+    *out = shape;
+    return true;
+}
+
+void LayerPropertyEditor::setFieldError(QWidget* field, const QString& message) {
+    if (message.isEmpty()) {
+        fieldErrors_.erase(field);
+        field->setStyleSheet({});
+    } else {
+        fieldErrors_[field] = message;
+        field->setStyleSheet("border: 1px solid #b00020;");
+    }
+    QStringList all;
+    for (const auto& [w, m] : fieldErrors_) all << m;
+    message_->setText(all.join('\n'));
+}
+
+void LayerPropertyEditor::commit() { emit layerEdited(spec_); }
+
+void LayerPropertyEditor::rebuild() {
+    fieldErrors_.clear();
+    message_->clear();
+    auto* layout = static_cast<QVBoxLayout*>(this->layout());
+    auto* fresh = new QWidget;
+    layout->replaceWidget(formHost_, fresh);
+    formHost_->deleteLater();
+    formHost_ = fresh;
+    if (!hasLayer_) {
+        title_->setText(tr("Select a layer to edit its properties."));
+        return;
+    }
+    title_->setText(tr("%1 layer").arg(td::layerTypeName(spec_.type)));
+    auto* form = new QFormLayout(formHost_);
+    form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
+
+    auto* name = new QLineEdit(QString::fromStdString(spec_.name));
+    name->setObjectName("nameEdit");
+    name->setToolTip(tr("Unique within the model: letters, digits, '_', '.', '-'."));
+    connect(name, &QLineEdit::textEdited, this, [this, name](const QString& text) {
+        static const QRegularExpression valid("^[A-Za-z_][A-Za-z0-9_.\\-]*$");
+        if (!valid.match(text).hasMatch()) {
+            setFieldError(name, tr("Name: use letters, digits, '_', '.' or '-', starting with a "
+                                   "letter or '_'."));
+        } else if (nameTaken_ && nameTaken_(text)) {
+            setFieldError(name, tr("Name: another layer is already called \"%1\".").arg(text));
+        } else {
+            setFieldError(name, {});
+            spec_.name = text.toStdString();
+            commit();
+        }
+    });
+    form->addRow(tr("Name"), name);
+
+    auto* trainable = new QCheckBox;
+    trainable->setObjectName("trainableCheck");
+    trainable->setChecked(spec_.trainable);
+    connect(trainable, &QCheckBox::toggled, this, [this](bool on) {
+        spec_.trainable = on;
+        commit();
+    });
+    form->addRow(tr("Trainable"), trainable);
+
+    // Input shape: required on an Input layer, optional on a first non-Input layer.
+    const bool isInput = spec_.type == td::LayerType::Input;
+    auto* shape = new QLineEdit(shapeToText(spec_.inputShape));
+    shape->setObjectName(isInput ? "shapeEdit" : "inputShapeEdit");
+    shape->setPlaceholderText(isInput ? tr("e.g. 28, 28") : tr("only on a first layer"));
+    shape->setToolTip(tr("Shape of one sample without the batch dimension."));
+    connect(shape, &QLineEdit::textEdited, this, [this, shape, isInput](const QString& text) {
+        if (!isInput && text.trimmed().isEmpty()) {
+            setFieldError(shape, {});
+            spec_.inputShape.clear();
+            commit();
+            return;
+        }
+        td::Shape s;
+        QString error;
+        if (!parseShape(text, false, &s, &error)) {
+            setFieldError(shape, tr("Input shape: %1.").arg(error));
+            return;
+        }
+        setFieldError(shape, {});
+        spec_.inputShape = s;
+        commit();
+    });
+    form->addRow(isInput ? tr("Shape") : tr("Input shape"), shape);
+
+    switch (spec_.type) {
+        case td::LayerType::Input:
+        case td::LayerType::Flatten: break;
+        case td::LayerType::Reshape: {
+            auto* target = new QLineEdit(shapeToText(spec_.targetShape));
+            target->setObjectName("targetShapeEdit");
+            target->setPlaceholderText(tr("e.g. 28, 28 or -1"));
+            connect(target, &QLineEdit::textEdited, this, [this, target](const QString& text) {
+                td::Shape s;
+                QString error;
+                if (!parseShape(text, true, &s, &error)) {
+                    setFieldError(target, tr("Target shape: %1.").arg(error));
+                    return;
+                }
+                setFieldError(target, {});
+                spec_.targetShape = s;
+                commit();
+            });
+            form->addRow(tr("Target shape"), target);
+            break;
+        }
+        case td::LayerType::Dense: {
+            auto* units = new QSpinBox;
+            units->setObjectName("unitsSpin");
+            units->setRange(1, 1000000);
+            units->setValue(static_cast<int>(std::max<int64_t>(1, spec_.units)));
+            units->setToolTip(tr("Number of output features (1 to 1,000,000)."));
+            connect(units, &QSpinBox::valueChanged, this, [this](int v) {
+                spec_.units = v;
+                commit();
+            });
+            form->addRow(tr("Units"), units);
+            addActivationFields(form);
+            auto* bias = new QCheckBox;
+            bias->setObjectName("useBiasCheck");
+            bias->setChecked(spec_.useBias);
+            connect(bias, &QCheckBox::toggled, this, [this](bool on) {
+                spec_.useBias = on;
+                commit();
+            });
+            form->addRow(tr("Use bias"), bias);
+            addInitializerRow(form, tr("Kernel initializer"), &spec_.kernelInitializer);
+            addInitializerRow(form, tr("Bias initializer"), &spec_.biasInitializer);
+            addRegularizerRow(form, tr("Kernel regularizer"), &spec_.kernelRegularizer);
+            addRegularizerRow(form, tr("Bias regularizer"), &spec_.biasRegularizer);
+            break;
+        }
+        case td::LayerType::Dropout: {
+            auto* rate = makeDoubleSpin(0.0, 0.99, 0.05, 3, spec_.rate);
+            rate->setObjectName("rateSpin");
+            rate->setToolTip(tr("Fraction of inputs to drop, in [0, 1)."));
+            connect(rate, &QDoubleSpinBox::valueChanged, this, [this](double v) {
+                spec_.rate = v;
+                commit();
+            });
+            form->addRow(tr("Rate"), rate);
+            auto* seed = new QLineEdit(spec_.seed ? QString::number(*spec_.seed) : QString());
+            seed->setObjectName("seedEdit");
+            seed->setPlaceholderText(tr("empty = from the training seed"));
+            connect(seed, &QLineEdit::textEdited, this, [this, seed](const QString& text) {
+                if (text.trimmed().isEmpty()) {
+                    setFieldError(seed, {});
+                    spec_.seed.reset();
+                    commit();
+                    return;
+                }
+                bool ok = false;
+                qulonglong v = text.trimmed().toULongLong(&ok);
+                if (!ok) {
+                    setFieldError(seed, tr("Seed: expected a non-negative whole number."));
+                    return;
+                }
+                setFieldError(seed, {});
+                spec_.seed = v;
+                commit();
+            });
+            form->addRow(tr("Seed"), seed);
+            break;
+        }
+        case td::LayerType::Activation: addActivationFields(form); break;
+    }
+}
+
+void LayerPropertyEditor::addActivationFields(QFormLayout* form) {
+    auto* combo = new QComboBox;
+    combo->setObjectName("activationCombo");
+    for (td::ActivationKind a : activations()) {
+        combo->addItem(td::activationName(a), static_cast<int>(a));
+    }
+    combo->setCurrentIndex(combo->findData(static_cast<int>(spec_.activation)));
+    connect(combo, &QComboBox::activated, this, [this, combo](int) {
+        spec_.activation = static_cast<td::ActivationKind>(combo->currentData().toInt());
+        commit();
+        rebuild();  // slope / alpha fields depend on the activation
+    });
+    form->addRow(tr("Activation"), combo);
+    if (spec_.activation == td::ActivationKind::LeakyRelu) {
+        auto* slope = makeDoubleSpin(0.0, 10.0, 0.05, 3, spec_.negativeSlope);
+        slope->setObjectName("negativeSlopeSpin");
+        connect(slope, &QDoubleSpinBox::valueChanged, this, [this](double v) {
+            spec_.negativeSlope = v;
+            commit();
+        });
+        form->addRow(tr("Negative slope"), slope);
+    } else if (spec_.activation == td::ActivationKind::Elu) {
+        auto* alpha = makeDoubleSpin(0.0, 10.0, 0.1, 3, spec_.eluAlpha);
+        alpha->setObjectName("eluAlphaSpin");
+        connect(alpha, &QDoubleSpinBox::valueChanged, this, [this](double v) {
+            spec_.eluAlpha = v;
+            commit();
+        });
+        form->addRow(tr("ELU alpha"), alpha);
+    }
+}
+
+void LayerPropertyEditor::addInitializerRow(QFormLayout* form, const QString& label,
+                                            td::InitializerSpec* init) {
+    auto* combo = new QComboBox;
+    combo->addItems(initializerNames());
+    QString current = QString::fromStdString(init->name);
+    if (combo->findText(current) < 0) combo->addItem(current);
+    combo->setCurrentText(current);
+    auto* value = makeDoubleSpin(-1e6, 1e6, 0.01, 4, init->value);
+    value->setToolTip(tr("Value of the constant initializer."));
+    value->setVisible(current == "constant");
+    connect(combo, &QComboBox::activated, this, [this, combo, value, init](int) {
+        init->name = combo->currentText().toStdString();
+        value->setVisible(init->name == "constant");
+        commit();
+    });
+    connect(value, &QDoubleSpinBox::valueChanged, this, [this, init](double v) {
+        init->value = v;
+        commit();
+    });
+    auto* row = new QWidget;
+    auto* h = new QHBoxLayout(row);
+    h->setContentsMargins(0, 0, 0, 0);
+    h->addWidget(combo, 1);
+    h->addWidget(value);
+    form->addRow(label, row);
+}
+
+void LayerPropertyEditor::addRegularizerRow(QFormLayout* form, const QString& label,
+                                            td::RegularizerSpec* reg) {
+    auto* l1 = makeDoubleSpin(0.0, 10.0, 1e-4, 6, reg->l1);
+    auto* l2 = makeDoubleSpin(0.0, 10.0, 1e-4, 6, reg->l2);
+    l1->setPrefix("L1 ");
+    l2->setPrefix("L2 ");
+    connect(l1, &QDoubleSpinBox::valueChanged, this, [this, reg](double v) {
+        reg->l1 = v;
+        commit();
+    });
+    connect(l2, &QDoubleSpinBox::valueChanged, this, [this, reg](double v) {
+        reg->l2 = v;
+        commit();
+    });
+    auto* row = new QWidget;
+    auto* h = new QHBoxLayout(row);
+    h->setContentsMargins(0, 0, 0, 0);
+    h->addWidget(l1);
+    h->addWidget(l2);
+    form->addRow(label, row);
+}
+
+}  // namespace td::ui

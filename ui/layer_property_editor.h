@@ -1,0 +1,52 @@
+// Property editor for one layer: a form rebuilt for the layer's type. Every field is validated as
+// it is typed; only valid values reach the model, and the reason for a rejected value is shown
+// under the form.
+#pragma once
+
+#include <QWidget>
+#include <functional>
+
+#include "engine/model/layers.h"
+
+class QFormLayout;
+class QLabel;
+class QLineEdit;
+
+namespace td::ui {
+
+class LayerPropertyEditor : public QWidget {
+    Q_OBJECT
+public:
+    // `nameTaken(name)` says whether another layer already uses a name.
+    explicit LayerPropertyEditor(std::function<bool(const QString&)> nameTaken,
+                                 QWidget* parent = nullptr);
+
+    void setLayer(const td::LayerSpec& spec);  // rebuilds the form
+    void clear();
+    const td::LayerSpec& layer() const { return spec_; }
+    QString validationMessage() const;
+
+    // "28, 28" -> {28, 28}; allowInfer accepts a single -1. Errors say what was expected.
+    static bool parseShape(const QString& text, bool allowInfer, td::Shape* out, QString* error);
+
+signals:
+    void layerEdited(const td::LayerSpec& spec);
+
+private:
+    void rebuild();
+    void commit();
+    void setFieldError(QWidget* field, const QString& message);
+    void addActivationFields(QFormLayout* form);
+    void addInitializerRow(QFormLayout* form, const QString& label, td::InitializerSpec* init);
+    void addRegularizerRow(QFormLayout* form, const QString& label, td::RegularizerSpec* reg);
+
+    std::function<bool(const QString&)> nameTaken_;
+    td::LayerSpec spec_;
+    bool hasLayer_ = false;
+    QWidget* formHost_ = nullptr;
+    QLabel* title_ = nullptr;
+    QLabel* message_ = nullptr;
+    std::map<QWidget*, QString> fieldErrors_;
+};
+
+}  // namespace td::ui

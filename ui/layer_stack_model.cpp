@@ -1,0 +1,341 @@
+#include "ui/layer_stack_model.h"
+
+#include <algorithm>
+
+#include <QBrush>
+#include <QColor>
+#include <QDataStream>
+#include <QFont>
+#include <QIODevice>
+#include <QLocale>
+#include <QMimeData>
+#include <QRegularExpression>
+
+namespace td::ui {
+
+namespace {
+
+QString shapeText(const td::Shape& s) {
+    // Keras prints the batch dimension as None.
+    QStringList parts{"None"};
+    for (int64_t d : s) parts << QString::number(d);
+    return "(" + parts.join(", ") + ")";
+}
+
+QString baseName(td::LayerType t) {
+    switch (t) {
+        case td::LayerType::Input: return "input_layer";
+        case td::LayerType::Flatten: return "flatten";
+        case td::LayerType::Reshape: return "reshape";
+        case td::LayerType::Dense: return "dense";
+        case td::LayerType::Dropout: return "dropout";
+        case td::LayerType::Activation: return "activation";
+    }
+    return "layer";
+}
+
+}  // namespace
+
+const std::vector<td::LayerType>& supportedLayerTypes() {
+    static const std::vector<td::LayerType> types{
+        td::LayerType::Input,   td::LayerType::Flatten, td::LayerType::Reshape,
+        td::LayerType::Dense,   td::LayerType::Dropout, td::LayerType::Activation};
+    return types;
+}
+
+QString layerTypeDescription(td::LayerType t) {
+    switch (t) {
+        case td::LayerType::Input:
+            return QObject::tr("Declares the shape of one sample (without the batch dimension).");
+        case td::LayerType::Flatten: return QObject::tr("Flattens each sample to one dimension.");
+        case td::LayerType::Reshape:
+            return QObject::tr("Reshapes each sample; one dimension may be -1 (inferred).");
+        case td::LayerType::Dense:
+            return QObject::tr("Fully connected layer: activation(x · W + b).");
+        case td::LayerType::Dropout:
+            return QObject::tr("Randomly zeroes a fraction of inputs while training.");
+        case td::LayerType::Activation:
+            return QObject::tr("Applies an activation function element-wise.");
+    }
+    return {};
+}
+
+LayerStackModel::LayerStackModel(QObject* parent) : QAbstractTableModel(parent) { revalidate(); }
+
+void LayerStackModel::setSpec(const td::ModelSpec& spec) {
+    beginResetModel();
+    spec_ = spec;
+    revalidate();
+    endResetModel();
+}
+
+td::LayerSpec LayerStackModel::makeLayer(td::LayerType type) const {
+    td::LayerSpec l;
+    l.type = type;
+    l.name = uniqueName(baseName(type)).toStdString();
+    switch (type) {
+        case td::LayerType::Input: l.inputShape = {28, 28}; break;
+        case td::LayerType::Reshape: l.targetShape = {-1}; break;
+        case td::LayerType::Dense:
+            l.units = 64;
+            l.activation = td::ActivationKind::Relu;
+            break;
+        case td::LayerType::Dropout: l.rate = 0.2; break;
+        case td::LayerType::Activation: l.activation = td::ActivationKind::Relu; break;
+        case td::LayerType::Flatten: break;
+    }
+    return l;
+}
+
+bool LayerStackModel::nameTaken(const QString& name, int ignoreRow) const {
+    for (int i = 0; i < layerCount(); ++i) {
+        if (i != ignoreRow && QString::fromStdString(spec_.layers[i].name) == name) return true;
+    }
+    return false;
+}
+
+QString LayerStackModel::uniqueName(const QString& base, int ignoreRow) const {
+    if (!nameTaken(base, ignoreRow)) return base;
+    for (int n = 1;; ++n) {
+        QString candidate = QString("%1_%2").arg(base).arg(n);
+        if (!nameTaken(candidate, ignoreRow)) return candidate;
+    }
+}
+
+int LayerStackModel::insertLayer(int row, td::LayerType type) {
+    row = std::clamp(row, 0, layerCount());
+    beginInsertRows({}, row, row);
+    spec_.layers.insert(spec_.layers.begin() + row, makeLayer(type));
+    endInsertRows();
+    edited();
+    return row;
+}
+
+void LayerStackModel::updateLayer(int row, const td::LayerSpec& spec) {
+    if (row < 0 || row >= layerCount()) return;
+    spec_.layers[row] = spec;
+    edited();
+}
+
+bool LayerStackModel::moveLayer(int from, int to) {
+    int n = layerCount();
+    if (from < 0 || from >= n || to < 0 || to >= n || from == to) return false;
+    // beginMoveRows wants the destination in pre-removal coordinates.
+    int dest = to > from ? to + 1 : to;
+    beginMoveRows({}, from, from, {}, dest);
+    td::LayerSpec l = std::move(spec_.layers[from]);
+    spec_.layers.erase(spec_.layers.begin() + from);
+    spec_.layers.insert(spec_.layers.begin() + to, std::move(l));
+    endMoveRows();
+    edited();
+    return true;
+}
+
+int LayerStackModel::duplicateLayer(int row) {
+    if (row < 0 || row >= layerCount()) return -1;
+    td::LayerSpec copy = spec_.layers[row];
+    QString base = QString::fromStdString(copy.name);
+    base.remove(QRegularExpression("_\\d+$"));
+    copy.name = uniqueName(base).toStdString();
+    beginInsertRows({}, row + 1, row + 1);
+    spec_.layers.insert(spec_.layers.begin() + row + 1, std::move(copy));
+    endInsertRows();
+    edited();
+    return row + 1;
+}
+
+void LayerStackModel::removeLayer(int row) {
+    if (row < 0 || row >= layerCount()) return;
+    beginRemoveRows({}, row, row);
+    spec_.layers.erase(spec_.layers.begin() + row);
+    endRemoveRows();
+    edited();
+}
+
+void LayerStackModel::edited() {
+    revalidate();
+    emit specEdited();
+}
+
+void LayerStackModel::revalidate() {
+    const int n = layerCount();
+    rowInfo_.assign(n, std::nullopt);
+    errorRow_ = -1;
+    errorText_.reset();
+    info_ = {};
+
+    // Maps inference results back to spec rows: ModelInfo::layers excludes Input layers.
+    auto assign = [&](const td::ModelSpec& m, const td::ModelInfo& info) {
+        size_t k = 0;
+        for (size_t i = 0; i < m.layers.size(); ++i) {
+            if (m.layers[i].type == td::LayerType::Input) {
+                td::LayerInfo li;
+                li.name = m.layers[i].name;
+                li.typeName = "InputLayer";
+                li.outputShape = m.layers[i].inputShape;
+                rowInfo_[i] = li;
+            } else if (k < info.layers.size()) {
+                rowInfo_[i] = info.layers[k++];
+            }
+        }
+    };
+
+    td::ModelSpec copy = spec_;
+    auto result = td::inferShapes(copy);
+    if (result) {
+        info_ = result.value();
+        assign(copy, info_);
+    } else {
+        QString msg = QString::fromStdString(result.error());
+        errorText_ = msg;
+        // Blame the layer the engine names; otherwise the shortest prefix that fails the same way.
+        static const QRegularExpression quoted("'([^']+)'");
+        auto m = quoted.match(msg);
+        if (m.hasMatch()) {
+            for (int i = 0; i < n; ++i) {
+                if (QString::fromStdString(spec_.layers[i].name) == m.captured(1)) errorRow_ = i;
+            }
+        }
+        if (errorRow_ < 0) {
+            for (int k = 1; k <= n && errorRow_ < 0; ++k) {
+                td::ModelSpec prefix;
+                prefix.name = spec_.name;
+                prefix.layers.assign(spec_.layers.begin(), spec_.layers.begin() + k);
+                auto r = td::inferShapes(prefix);
+                if (!r && r.error() == result.error()) errorRow_ = k - 1;
+            }
+        }
+        if (errorRow_ > 0) {
+            td::ModelSpec prefix;
+            prefix.name = spec_.name;
+            prefix.layers.assign(spec_.layers.begin(), spec_.layers.begin() + errorRow_);
+            auto r = td::inferShapes(prefix);
+            if (r) assign(prefix, r.value());
+        }
+    }
+    if (n > 0) emit dataChanged(index(0, 0), index(n - 1, ColCount - 1));
+    emit validationChanged();
+}
+
+QString LayerStackModel::summaryText() const {
+    if (errorText_) return tr("Model is invalid:\n%1").arg(*errorText_);
+    td::ModelSpec copy = spec_;
+    QString table = QString::fromStdString(td::summaryTable(copy, info_));
+    QLocale loc = QLocale::c();
+    const double kib = 1024.0;
+    double actKiB = static_cast<double>(info_.activationBytesPerSample) / kib;
+    double paramMiB = static_cast<double>(info_.totalParams) * 4.0 / (kib * kib);
+    table += tr("\nEstimated memory per sample: %1 KiB of f32 activations (forward pass; training "
+                "keeps about twice that for gradients)\nParameters: %2 MiB as f32 (Adam adds two "
+                "slots of the same size)")
+                 .arg(loc.toString(actKiB, 'f', 1))
+                 .arg(loc.toString(paramMiB, 'f', 2));
+    return table;
+}
+
+int LayerStackModel::rowCount(const QModelIndex& parent) const {
+    return parent.isValid() ? 0 : layerCount();
+}
+
+int LayerStackModel::columnCount(const QModelIndex& parent) const {
+    return parent.isValid() ? 0 : ColCount;
+}
+
+QVariant LayerStackModel::data(const QModelIndex& index, int role) const {
+    if (!index.isValid() || index.row() >= layerCount()) return {};
+    const int row = index.row();
+    const td::LayerSpec& l = spec_.layers[row];
+    const auto& info = rowInfo_[row];
+    const bool bad = row == errorRow_;
+    if (role == Qt::DisplayRole) {
+        switch (index.column()) {
+            case ColIndex: return row;
+            case ColLayer:
+                return QString("%1 (%2)").arg(QString::fromStdString(l.name),
+                                              td::layerTypeName(l.type));
+            case ColOutputShape:
+                if (bad) return tr("⚠ %1").arg(errorText());
+                return info ? shapeText(info->outputShape) : QString("?");
+            case ColParams:
+                return info ? QLocale::c().toString(static_cast<qlonglong>(info->params))
+                            : QString("?");
+        }
+    } else if (role == Qt::ToolTipRole) {
+        if (bad) return errorText();
+        return layerTypeDescription(l.type);
+    } else if (role == Qt::ForegroundRole) {
+        if (bad) return QBrush(QColor(0xb0, 0x00, 0x20));
+        if (!info) return QBrush(Qt::gray);
+    } else if (role == Qt::BackgroundRole) {
+        if (bad) return QBrush(QColor(0xff, 0xe4, 0xe4));
+    } else if (role == Qt::TextAlignmentRole) {
+        if (index.column() == ColParams || index.column() == ColIndex)
+            return int(Qt::AlignRight | Qt::AlignVCenter);
+    } else if (role == Qt::UserRole) {
+        return static_cast<int>(l.type);
+    }
+    return {};
+}
+
+QVariant LayerStackModel::headerData(int section, Qt::Orientation o, int role) const {
+    if (o != Qt::Horizontal || role != Qt::DisplayRole) return {};
+    switch (section) {
+        case ColIndex: return "#";
+        case ColLayer: return tr("Layer (type)");
+        case ColOutputShape: return tr("Output shape");
+        case ColParams: return tr("Param #");
+    }
+    return {};
+}
+
+Qt::ItemFlags LayerStackModel::flags(const QModelIndex& index) const {
+    Qt::ItemFlags f = Qt::ItemIsDropEnabled;
+    if (index.isValid()) f |= Qt::ItemIsEnabled | Qt::ItemIsSelectable | Qt::ItemIsDragEnabled;
+    return f;
+}
+
+// Reorders are applied by dropMimeData itself and announced as copies, so the view never removes
+// the source row after a drop.
+Qt::DropActions LayerStackModel::supportedDropActions() const {
+    return Qt::CopyAction | Qt::MoveAction;
+}
+
+Qt::DropActions LayerStackModel::supportedDragActions() const { return Qt::CopyAction; }
+
+QStringList LayerStackModel::mimeTypes() const { return {kLayerRowsMime, kLayerTypeMime}; }
+
+QMimeData* LayerStackModel::mimeData(const QModelIndexList& indexes) const {
+    if (indexes.isEmpty()) return nullptr;
+    auto* mime = new QMimeData;
+    mime->setData(kLayerRowsMime, QByteArray::number(indexes.first().row()));
+    return mime;
+}
+
+bool LayerStackModel::canDropMimeData(const QMimeData* data, Qt::DropAction, int, int,
+                                      const QModelIndex&) const {
+    return data && (data->hasFormat(kLayerRowsMime) || data->hasFormat(kLayerTypeMime));
+}
+
+bool LayerStackModel::dropMimeData(const QMimeData* data, Qt::DropAction, int row, int,
+                                   const QModelIndex& parent) {
+    if (!data) return false;
+    if (row < 0) row = parent.isValid() ? parent.row() : layerCount();
+    if (data->hasFormat(kLayerTypeMime)) {
+        bool ok = false;
+        int t = data->data(kLayerTypeMime).toInt(&ok);
+        if (!ok) return false;
+        insertLayer(row, static_cast<td::LayerType>(t));
+        return true;
+    }
+    if (data->hasFormat(kLayerRowsMime)) {
+        bool ok = false;
+        int from = data->data(kLayerRowsMime).toInt(&ok);
+        if (!ok) return false;
+        int to = from < row ? row - 1 : row;
+        moveLayer(from, std::clamp(to, 0, layerCount() - 1));
+        return true;
+    }
+    return false;
+}
+
+}  // namespace td::ui

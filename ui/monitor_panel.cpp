@@ -1,0 +1,287 @@
+#include "ui/monitor_panel.h"
+
+#include <QDateTime>
+#include <QFontDatabase>
+#include <QGridLayout>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QLocale>
+#include <QPlainTextEdit>
+#include <QProgressBar>
+#include <QSplitter>
+#include <QToolButton>
+#include <QVBoxLayout>
+
+#include "ui/chart_widget.h"
+#include "ui/run_controller.h"
+
+namespace td::ui {
+
+namespace {
+
+QString hms(qint64 seconds) {
+    if (seconds < 0) return "--:--";
+    qint64 h = seconds / 3600, m = (seconds / 60) % 60, s = seconds % 60;
+    return h > 0 ? QString("%1:%2:%3").arg(h).arg(m, 2, 10, QChar('0')).arg(s, 2, 10, QChar('0'))
+                 : QString("%1:%2").arg(m, 2, 10, QChar('0')).arg(s, 2, 10, QChar('0'));
+}
+
+QToolButton* actionButton(QAction* a) {
+    auto* b = new QToolButton;
+    b->setDefaultAction(a);
+    b->setToolButtonStyle(Qt::ToolButtonTextBesideIcon);
+    b->setMinimumWidth(90);
+    return b;
+}
+
+}  // namespace
+
+MonitorPanel::MonitorPanel(RunController* runs, QWidget* parent) : QWidget(parent), runs_(runs) {
+    auto* controls = new QHBoxLayout;
+    controls->addWidget(actionButton(runs->startAction()));
+    controls->addWidget(actionButton(runs->pauseAction()));
+    controls->addWidget(actionButton(runs->stopAction()));
+    progress_ = new QProgressBar;
+    progress_->setObjectName("runProgress");
+    progress_->setRange(0, 1);
+    progress_->setValue(0);
+    progress_->setTextVisible(true);
+    controls->addWidget(progress_, 1);
+    progressLabel_ = new QLabel(tr("Idle"));
+    progressLabel_->setObjectName("progressLabel");
+    progressLabel_->setMinimumWidth(380);
+    controls->addWidget(progressLabel_);
+    blocker_ = new QLabel;
+    blocker_->setObjectName("startBlocker");
+    blocker_->setWordWrap(true);
+    blocker_->setStyleSheet("color: #b00020;");
+
+    loss_ = new ChartWidget(tr("Loss"), tr("epoch"), tr("loss"));
+    accuracy_ = new ChartWidget(tr("Accuracy"), tr("epoch"), tr("accuracy"));
+    throughput_ = new ChartWidget(tr("Throughput"), tr("epoch"), tr("samples/s"));
+    stepTime_ = new ChartWidget(tr("Step time"), tr("epoch"), tr("ms per step"));
+    learningRate_ = new ChartWidget(tr("Learning rate"), tr("epoch"), tr("learning rate"));
+    lossScale_ = new ChartWidget(tr("Loss scale"), tr("epoch"), tr("loss scale"));
+    lossScale_->setLogY(true);
+    auto* grid = new QGridLayout;
+    grid->addWidget(loss_, 0, 0);
+    grid->addWidget(accuracy_, 0, 1);
+    grid->addWidget(throughput_, 0, 2);
+    grid->addWidget(stepTime_, 1, 0);
+    grid->addWidget(learningRate_, 1, 1);
+    grid->addWidget(lossScale_, 1, 2);
+    auto* chartsHost = new QWidget;
+    chartsHost->setLayout(grid);
+
+    log_ = new QPlainTextEdit;
+    log_->setObjectName("runLog");
+    log_->setReadOnly(true);
+    log_->setMaximumBlockCount(20000);
+    log_->setFont(QFontDatabase::systemFont(QFontDatabase::FixedFont));
+    auto* split = new QSplitter(Qt::Vertical);
+    split->addWidget(chartsHost);
+    split->addWidget(log_);
+    split->setStretchFactor(0, 4);
+    split->setStretchFactor(1, 1);
+
+    auto* layout = new QVBoxLayout(this);
+    layout->addLayout(controls);
+    layout->addWidget(blocker_);
+    layout->addWidget(split, 1);
+
+    connect(runs, &RunController::runStarted, this, &MonitorPanel::onRunStarted);
+    connect(runs, &RunController::eventsArrived, this, &MonitorPanel::onEvents);
+    connect(runs, &RunController::runFinished, this, &MonitorPanel::onFinished);
+    connect(runs, &RunController::message, this, [this](const QString& text, bool error) {
+        appendLog(text, error ? td::LogLine::Level::Error : td::LogLine::Level::Info);
+    });
+    connect(runs, &RunController::stateChanged, this, [this] { updateBlocker(); });
+    connect(runs->startAction(), &QAction::changed, this, &MonitorPanel::updateBlocker);
+    updateBlocker();
+}
+
+QList<ChartWidget*> MonitorPanel::charts() const {
+    return {loss_, accuracy_, throughput_, stepTime_, learningRate_, lossScale_};
+}
+
+void MonitorPanel::setLossScaleVisible(bool on) { lossScale_->setVisible(on); }
+
+void MonitorPanel::updateBlocker() {
+    QString reason = runs_->startBlocker();
+    blocker_->setVisible(!reason.isEmpty() && !runs_->busy());
+    blocker_->setText(tr("⚠ Start is disabled: %1").arg(reason));
+}
+
+void MonitorPanel::appendLog(const QString& text, td::LogLine::Level level) {
+    const char* tag = level == td::LogLine::Level::Error     ? "ERROR "
+                      : level == td::LogLine::Level::Warning ? "WARN  "
+                                                             : "";
+    log_->appendPlainText(QString("%1 %2%3").arg(QTime::currentTime().toString("HH:mm:ss"),
+                                                 tag, text));
+}
+
+void MonitorPanel::onRunStarted(const td::RunStarted& info) {
+    info_ = info;
+    elapsed_.start();
+    lastGlobalStep_ = 0;
+    lastEpoch_ = info.initialEpoch;
+    lastStep_ = 0;
+    lastSamplesPerSecond_ = 0;
+    accuracyKey_.clear();
+    series_.clear();
+    for (ChartWidget* c : charts()) c->clearSeries();
+    series_["loss/step"] = loss_->addSeries(tr("train (per step)"), seriesColor(0));
+    series_["loss/epoch"] = loss_->addSeries(tr("train (per epoch)"), seriesColor(0),
+                                             ChartWidget::Style::Dots);
+    series_["loss/val"] = loss_->addSeries(tr("validation"), seriesColor(1),
+                                           ChartWidget::Style::LineAndDots);
+    series_["acc/step"] = accuracy_->addSeries(tr("train (per step)"), seriesColor(0));
+    series_["acc/epoch"] = accuracy_->addSeries(tr("train (per epoch)"), seriesColor(0),
+                                                ChartWidget::Style::Dots);
+    series_["acc/val"] = accuracy_->addSeries(tr("validation"), seriesColor(1),
+                                              ChartWidget::Style::LineAndDots);
+    series_["tp/total"] = throughput_->addSeries(tr("total"), QColor(40, 40, 40));
+    for (size_t i = 0; i < info.devices.size(); ++i) {
+        series_["tp/" + QString::number(i)] = throughput_->addSeries(
+            QString::fromStdString(info.devices[i]), seriesColor(static_cast<int>(i) + 2),
+            ChartWidget::Style::Dashed);
+    }
+    series_["st/wait"] = stepTime_->addSeries(tr("input wait"), seriesColor(3));
+    series_["st/compute"] = stepTime_->addSeries(tr("compute"), seriesColor(2));
+    series_["lr"] = learningRate_->addSeries(tr("learning rate"), seriesColor(4));
+    series_["ls"] = lossScale_->addSeries(tr("loss scale"), seriesColor(5));
+    const int64_t total = std::max<int64_t>(
+        1, static_cast<int64_t>(info.epochs - info.initialEpoch) * info.stepsPerEpoch);
+    progress_->setRange(0, static_cast<int>(std::min<int64_t>(total, INT32_MAX)));
+    progress_->setValue(0);
+    QStringList devices;
+    for (const auto& d : info.devices) devices << QString::fromStdString(d);
+    appendLog(tr("Run %1 \"%2\" started: %3 epochs × %4 steps, batch %5, %6 training / %7 "
+                 "validation samples, %8 parameters, devices %9")
+                  .arg(info.runId)
+                  .arg(QString::fromStdString(info.runName))
+                  .arg(info.epochs - info.initialEpoch)
+                  .arg(info.stepsPerEpoch)
+                  .arg(info.batchSize)
+                  .arg(info.trainSamples)
+                  .arg(info.validationSamples)
+                  .arg(info.params)
+                  .arg(devices.join(", ")));
+    updateProgress(nullptr);
+    replotAll();
+}
+
+void MonitorPanel::onEvents(const EventBatch& batch) {
+    const double spe = std::max<double>(1.0, static_cast<double>(info_.stepsPerEpoch));
+    for (const td::StepMetrics& s : batch.steps) {
+        const double x = s.epoch + static_cast<double>(s.step) / spe;
+        if (accuracyKey_.isEmpty()) {
+            for (const auto& [k, v] : s.metrics) {
+                if (k != "loss" && QString::fromStdString(k).contains("acc")) {
+                    accuracyKey_ = QString::fromStdString(k);
+                    break;
+                }
+            }
+        }
+        if (auto it = s.metrics.find("loss"); it != s.metrics.end())
+            loss_->append(series_["loss/step"], x, it->second);
+        if (!accuracyKey_.isEmpty()) {
+            if (auto it = s.metrics.find(accuracyKey_.toStdString()); it != s.metrics.end())
+                accuracy_->append(series_["acc/step"], x, it->second);
+        }
+        throughput_->append(series_["tp/total"], x, s.samplesPerSecond);
+        for (size_t i = 0; i < s.replicaSamplesPerSecond.size(); ++i) {
+            auto it = series_.find("tp/" + QString::number(i));
+            if (it != series_.end()) throughput_->append(it->second, x, s.replicaSamplesPerSecond[i]);
+        }
+        // Wait and compute cover every step since the previous event.
+        const double steps = std::max<int64_t>(1, s.globalStep - lastGlobalStep_);
+        stepTime_->append(series_["st/wait"], x, 1000.0 * s.inputWaitSeconds / steps);
+        stepTime_->append(series_["st/compute"], x, 1000.0 * s.computeSeconds / steps);
+        learningRate_->append(series_["lr"], x, s.learningRate);
+        if (s.lossScale > 0) {
+            lossScale_->append(series_["ls"], x, s.lossScale);
+            if (!lossScale_->isVisible()) lossScale_->setVisible(true);
+        }
+        lastGlobalStep_ = s.globalStep;
+        lastSamplesPerSecond_ = s.samplesPerSecond;
+    }
+    for (const td::EpochMetrics& e : batch.epochs) {
+        const double x = e.epoch + 1.0;
+        auto get = [&](const std::string& k) -> std::optional<double> {
+            auto it = e.metrics.find(k);
+            if (it == e.metrics.end()) return std::nullopt;
+            return it->second;
+        };
+        if (auto v = get("loss")) loss_->append(series_["loss/epoch"], x, *v);
+        if (auto v = get("val_loss")) loss_->append(series_["loss/val"], x, *v);
+        if (!accuracyKey_.isEmpty()) {
+            if (auto v = get(accuracyKey_.toStdString())) accuracy_->append(series_["acc/epoch"], x, *v);
+            if (auto v = get("val_" + accuracyKey_.toStdString()))
+                accuracy_->append(series_["acc/val"], x, *v);
+        }
+        QStringList parts;
+        for (const auto& [k, v] : e.metrics) parts << QString("%1=%2").arg(QString::fromStdString(k)).arg(v, 0, 'g', 5);
+        appendLog(tr("Epoch %1/%2 done in %3 s (%4 samples/s): %5")
+                      .arg(e.epoch + 1)
+                      .arg(info_.epochs)
+                      .arg(e.seconds, 0, 'f', 2)
+                      .arg(e.samplesPerSecond, 0, 'f', 0)
+                      .arg(parts.join("  ")));
+    }
+    for (const td::LogLine& l : batch.logs) appendLog(QString::fromStdString(l.text), l.level);
+    updateProgress(batch.steps.empty() ? nullptr : &batch.steps.back());
+    replotAll();
+}
+
+void MonitorPanel::onFinished(const td::RunFinished& result) {
+    QString msg = tr("Run %1 after %2 s")
+                      .arg(td::runStatusName(result.status))
+                      .arg(result.seconds, 0, 'f', 1);
+    if (!result.message.empty()) msg += ": " + QString::fromStdString(result.message);
+    QStringList parts;
+    for (const auto& [k, v] : result.finalMetrics)
+        parts << QString("%1=%2").arg(QString::fromStdString(k)).arg(v, 0, 'g', 5);
+    if (!parts.isEmpty()) msg += tr(". Final: %1").arg(parts.join("  "));
+    appendLog(msg, result.status == td::RunStatus::Failed ? td::LogLine::Level::Error
+                                                           : td::LogLine::Level::Info);
+    if (result.status == td::RunStatus::Completed) progress_->setValue(progress_->maximum());
+    progressLabel_->setText(progressText() + " · " + td::runStatusName(result.status));
+    replotAll();
+    updateBlocker();
+}
+
+void MonitorPanel::updateProgress(const td::StepMetrics* last) {
+    if (last) {
+        lastEpoch_ = last->epoch;
+        lastStep_ = last->step;
+        const int64_t done =
+            static_cast<int64_t>(last->epoch - info_.initialEpoch) * info_.stepsPerEpoch +
+            last->step;
+        progress_->setValue(static_cast<int>(std::min<int64_t>(done, progress_->maximum())));
+    }
+    progressLabel_->setText(progressText());
+}
+
+QString MonitorPanel::progressText() const {
+    if (info_.stepsPerEpoch == 0) return tr("Idle");
+    const qint64 elapsedS = elapsed_.isValid() ? elapsed_.elapsed() / 1000 : 0;
+    const double done = std::max(1, progress_->value());
+    const double total = progress_->maximum();
+    const qint64 leftS =
+        progress_->value() > 0 ? static_cast<qint64>(elapsedS * (total - done) / done) : -1;
+    return tr("Epoch %1/%2 · step %3/%4 · %5 elapsed · %6 left · %7 samples/s")
+        .arg(lastEpoch_ + 1)
+        .arg(info_.epochs)
+        .arg(lastStep_)
+        .arg(info_.stepsPerEpoch)
+        .arg(hms(elapsedS))
+        .arg(hms(leftS))
+        .arg(QLocale::c().toString(lastSamplesPerSecond_, 'f', 0));
+}
+
+void MonitorPanel::replotAll() {
+    for (ChartWidget* c : charts()) c->replotIfDirty();
+}
+
+}  // namespace td::ui

@@ -1,0 +1,80 @@
+#include "ui/project_checks.h"
+
+#include <QDir>
+#include <QFileInfo>
+#include <QObject>
+
+#include "engine/api/session.h"
+
+namespace td::ui {
+
+namespace {
+
+QString fileProblem(const std::string& path, const QString& what, bool required) {
+    if (path.empty()) return required ? QObject::tr("%1: no file chosen").arg(what) : QString();
+    QFileInfo fi(QString::fromStdString(path));
+    if (!fi.isFile()) return QObject::tr("%1: file not found: %2").arg(what, fi.filePath());
+    if (!fi.isReadable()) return QObject::tr("%1: not readable: %2").arg(what, fi.filePath());
+    return {};
+}
+
+}  // namespace
+
+QString modelProblem(const td::ModelSpec& model) {
+    td::ModelSpec copy = model;
+    auto r = td::inferShapes(copy);
+    return r ? QString() : QObject::tr("model: %1").arg(QString::fromStdString(r.error()));
+}
+
+QString dataProblem(const td::DataConfig& data) {
+    const td::SourceConfig& s = data.source;
+    QStringList problems;
+    if (s.type == "fashion_mnist") {
+        if (!QDir(kFashionMnistDir).exists()) {
+            problems << QObject::tr("Fashion-MNIST is not installed in %1 (install the Debian "
+                                    "package dataset-fashion-mnist)")
+                            .arg(kFashionMnistDir);
+        }
+    } else if (s.type == "idx" || s.type == "npy") {
+        const QString kind = s.type == "idx" ? "IDX" : "NPY";
+        problems << fileProblem(s.trainImages, QObject::tr("%1 training samples").arg(kind), true)
+                 << fileProblem(s.trainLabels, QObject::tr("%1 training labels").arg(kind), true)
+                 << fileProblem(s.testImages, QObject::tr("%1 test samples").arg(kind), false)
+                 << fileProblem(s.testLabels, QObject::tr("%1 test labels").arg(kind), false);
+    } else if (s.type == "csv") {
+        problems << fileProblem(s.trainPath, QObject::tr("CSV training file"), true)
+                 << fileProblem(s.testPath, QObject::tr("CSV test file"), false);
+    } else if (s.type != "synthetic") {
+        problems << QObject::tr("unknown data source \"%1\"").arg(QString::fromStdString(s.type));
+    }
+    problems.removeAll(QString());
+    return problems.isEmpty() ? QString() : QObject::tr("data: %1").arg(problems.first());
+}
+
+QString runtimeProblem(const td::Project& project) {
+    td::Capability p = td::precisionCapability(project.precision);
+    if (!p.available) {
+        return QObject::tr("precision %1 is not available here: %2")
+            .arg(td::precisionName(project.precision), QString::fromStdString(p.reason));
+    }
+    if (project.strategy.type == "multi_worker_mirrored") {
+        return QObject::tr("MultiWorkerMirrored runs as several processes: launch it headless "
+                           "with the command shown on the Training tab");
+    }
+    td::Capability s = td::strategyCapability(project.strategy.type);
+    if (!s.available) {
+        return QObject::tr("strategy %1 is not available here: %2")
+            .arg(QString::fromStdString(project.strategy.type), QString::fromStdString(s.reason));
+    }
+    return {};
+}
+
+QString startBlocker(const td::Project& project) {
+    for (QString why : {modelProblem(project.model), dataProblem(project.data),
+                        runtimeProblem(project)}) {
+        if (!why.isEmpty()) return why;
+    }
+    return {};
+}
+
+}  // namespace td::ui

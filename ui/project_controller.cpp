@@ -1,0 +1,110 @@
+#include "ui/project_controller.h"
+
+#include <QFile>
+#include <QFileInfo>
+
+namespace td::ui {
+
+ProjectController::ProjectController(QObject* parent) : QObject(parent) {}
+
+QString ProjectController::displayName() const {
+    if (!path_.isEmpty()) return QFileInfo(path_).fileName();
+    return QString::fromStdString(project_.name);
+}
+
+void ProjectController::edit(const std::function<void(td::Project&)>& change, QObject* source) {
+    change(project_);
+    emit projectEdited(source);
+    updateDirty();
+}
+
+void ProjectController::newProject() {
+    td::Project p;
+    p.name = "untitled";
+    td::LayerSpec input;
+    input.type = td::LayerType::Input;
+    input.name = "input";
+    input.inputShape = {28, 28};
+    td::LayerSpec flatten;
+    flatten.type = td::LayerType::Flatten;
+    flatten.name = "flatten";
+    td::LayerSpec dense;
+    dense.type = td::LayerType::Dense;
+    dense.name = "dense";
+    dense.units = 10;
+    dense.activation = td::ActivationKind::Softmax;
+    p.model.layers = {input, flatten, dense};
+    p.data.pipeline.map = {td::MapStep{.op = "scale", .factor = 1.0 / 255.0}};
+    replace(std::move(p), QString(), false);
+}
+
+bool ProjectController::open(const QString& path, QString* error) {
+    auto loaded = td::loadProject(path.toStdString());
+    if (!loaded) {
+        if (error) *error = QString::fromStdString(loaded.error());
+        return false;
+    }
+    replace(std::move(loaded).value(), QFileInfo(path).absoluteFilePath(), false);
+    return true;
+}
+
+bool ProjectController::openFromText(const QString& jsonText, const QString& name,
+                                     QString* error) {
+    auto parsed = td::parseProject(jsonText.toStdString(), name.toStdString());
+    if (!parsed) {
+        if (error) *error = QString::fromStdString(parsed.error());
+        return false;
+    }
+    replace(std::move(parsed).value(), QString(), false);
+    return true;
+}
+
+bool ProjectController::save(QString* error) {
+    if (path_.isEmpty()) {
+        if (error) *error = tr("The project has no file yet; use Save As.");
+        return false;
+    }
+    return saveAs(path_, error);
+}
+
+bool ProjectController::saveAs(const QString& path, QString* error) {
+    td::Status st = td::saveProject(project_, path.toStdString());
+    if (!st) {
+        if (error) *error = QString::fromStdString(st.error());
+        return false;
+    }
+    QString abs = QFileInfo(path).absoluteFilePath();
+    if (abs != path_) {
+        path_ = abs;
+        emit pathChanged(path_);
+    }
+    savedJson_ = td::projectToJson(project_);
+    updateDirty();
+    return true;
+}
+
+QString ProjectController::defaultProjectText() {
+    QFile f(":/projects/fashion_mnist_mlp.json");
+    if (!f.open(QIODevice::ReadOnly)) return {};
+    return QString::fromUtf8(f.readAll());
+}
+
+void ProjectController::replace(td::Project p, const QString& path, bool dirty) {
+    project_ = std::move(p);
+    savedJson_ = dirty ? std::string() : td::projectToJson(project_);
+    bool pathChangedNow = path != path_;
+    path_ = path;
+    emit projectReplaced();
+    if (pathChangedNow) emit pathChanged(path_);
+    updateDirty();
+}
+
+void ProjectController::updateDirty() {
+    bool d = td::projectToJson(project_) != savedJson_;
+    if (d != dirty_) {
+        dirty_ = d;
+        emit dirtyChanged(dirty_);
+    }
+}
+
+}  // namespace td::ui

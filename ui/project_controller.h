@@ -1,0 +1,55 @@
+// Owns the open project: its file path, its edits and whether they are saved. Panels edit through
+// edit() and reload their widgets on projectReplaced(); nothing else holds a second copy.
+#pragma once
+
+#include <QObject>
+#include <QString>
+#include <functional>
+#include <string>
+
+#include "engine/io/project.h"
+
+namespace td::ui {
+
+class ProjectController : public QObject {
+    Q_OBJECT
+public:
+    explicit ProjectController(QObject* parent = nullptr);
+
+    const td::Project& project() const { return project_; }
+    QString path() const { return path_; }  // empty for a new or example project
+    bool isDirty() const { return dirty_; }
+    QString displayName() const;
+
+    // Applies an edit; `source` is the panel that made it (it does not need to reload).
+    void edit(const std::function<void(td::Project&)>& change, QObject* source = nullptr);
+
+    void newProject();
+    // Loads a file. Errors are the engine's message naming the file and field.
+    bool open(const QString& path, QString* error);
+    // Loads a project from JSON text (an example or the embedded default); it has no path, so the
+    // next save asks for one.
+    bool openFromText(const QString& jsonText, const QString& name, QString* error);
+    bool save(QString* error);  // requires path()
+    bool saveAs(const QString& path, QString* error);
+
+    // The embedded default example (resource :/projects/fashion_mnist_mlp.json).
+    static QString defaultProjectText();
+
+signals:
+    void projectReplaced();
+    void projectEdited(QObject* source);
+    void dirtyChanged(bool dirty);
+    void pathChanged(const QString& path);
+
+private:
+    void replace(td::Project p, const QString& path, bool dirty);
+    void updateDirty();
+
+    td::Project project_;
+    QString path_;
+    std::string savedJson_;  // projectToJson of the last saved/loaded state
+    bool dirty_ = false;
+};
+
+}  // namespace td::ui

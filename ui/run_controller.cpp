@@ -1,0 +1,189 @@
+#include "ui/run_controller.h"
+
+#include <QApplication>
+#include <QStyle>
+
+#include "ui/async.h"
+#include "ui/latency_probe.h"
+
+namespace td::ui {
+
+RunController::RunController(QObject* parent) : QObject(parent), probe_(new LatencyProbe(this)) {
+    QStyle* style = QApplication::style();
+    start_ = new QAction(style->standardIcon(QStyle::SP_MediaPlay), tr("&Start"), this);
+    start_->setObjectName("startAction");
+    start_->setShortcut(QKeySequence(Qt::Key_F5));
+    pause_ = new QAction(style->standardIcon(QStyle::SP_MediaPause), tr("&Pause"), this);
+    pause_->setObjectName("pauseAction");
+    pause_->setShortcut(QKeySequence(Qt::Key_F6));
+    stop_ = new QAction(style->standardIcon(QStyle::SP_MediaStop), tr("S&top"), this);
+    stop_->setObjectName("stopAction");
+    stop_->setShortcut(QKeySequence(Qt::SHIFT | Qt::Key_F5));
+    connect(start_, &QAction::triggered, this, &RunController::startRequested);
+    connect(pause_, &QAction::triggered, this, &RunController::togglePause);
+    connect(stop_, &QAction::triggered, this, &RunController::stop);
+    drainTimer_.setInterval(kDrainIntervalMs);
+    connect(&drainTimer_, &QTimer::timeout, this, &RunController::drain);
+    updateActions();
+}
+
+RunController::~RunController() { shutdown(); }
+
+void RunController::setStartBlocker(const QString& reason) {
+    blocker_ = reason;
+    updateActions();
+}
+
+void RunController::setState(State s) {
+    if (s == state_) return;
+    state_ = s;
+    updateActions();
+    emit stateChanged(s);
+}
+
+void RunController::updateActions() {
+    start_->setEnabled(state_ == State::Idle && blocker_.isEmpty());
+    start_->setToolTip(blocker_.isEmpty() ? tr("Start training (F5)")
+                                          : tr("Cannot start: %1").arg(blocker_));
+    pause_->setEnabled(state_ == State::Running || state_ == State::Paused);
+    pause_->setText(state_ == State::Paused ? tr("&Resume") : tr("&Pause"));
+    pause_->setIcon(QApplication::style()->standardIcon(
+        state_ == State::Paused ? QStyle::SP_MediaPlay : QStyle::SP_MediaPause));
+    stop_->setEnabled(state_ == State::Preparing || state_ == State::Running ||
+                      state_ == State::Paused);
+}
+
+bool RunController::start(const td::Project& project, const QString& storePath, QString* error) {
+    auto fail = [&](const QString& why) {
+        if (error) *error = why;
+        emit message(why, true);
+        return false;
+    };
+    if (state_ != State::Idle) return fail(tr("A run is already in progress."));
+    if (!blocker_.isEmpty()) return fail(tr("Cannot start: %1").arg(blocker_));
+    td::SessionOptions options;
+    options.storePath = storePath.toStdString();
+    stopWhilePreparing_ = false;
+    runId_ = 0;
+    setState(State::Preparing);
+    emit message(tr("Preparing \"%1\": loading data and compiling the model…")
+                     .arg(QString::fromStdString(project.name)),
+                 false);
+    // Loading data and compiling can take seconds: keep it off the GUI thread.
+    runAsync(
+        this, [project, options] { return td::Session::create(project, options); },
+        [this](td::Result<std::unique_ptr<td::Session>> s) { onPrepared(std::move(s)); });
+    return true;
+}
+
+void RunController::onPrepared(td::Result<std::unique_ptr<td::Session>> session) {
+    if (!session) {
+        td::RunFinished failed;
+        failed.status = td::RunStatus::Failed;
+        failed.message = session.error();
+        emit message(tr("Could not start: %1").arg(QString::fromStdString(session.error())), true);
+        setState(State::Idle);
+        emit runFinished(failed);
+        return;
+    }
+    if (stopWhilePreparing_) {
+        td::RunFinished stopped;
+        stopped.status = td::RunStatus::Stopped;
+        stopped.message = "stopped before training began";
+        emit message(tr("Stopped before training began."), false);
+        setState(State::Idle);
+        emit runFinished(stopped);
+        return;
+    }
+    session_ = std::move(session).value();
+    queue_ = session_->events().subscribe();  // before start(): see every event
+    session_->start();
+    probe_->start();
+    drainTimer_.start();
+    setState(State::Running);
+}
+
+void RunController::togglePause() {
+    if (!session_) return;
+    if (state_ == State::Running) {
+        session_->pause();
+        setState(State::Paused);
+        emit message(tr("Paused."), false);
+    } else if (state_ == State::Paused) {
+        session_->resume();
+        setState(State::Running);
+        emit message(tr("Resumed."), false);
+    }
+}
+
+void RunController::stop() {
+    if (state_ == State::Preparing) {
+        stopWhilePreparing_ = true;
+        setState(State::Stopping);
+        return;
+    }
+    if (!session_ || state_ == State::Stopping) return;
+    if (state_ == State::Paused) session_->resume();
+    session_->requestStop();
+    setState(State::Stopping);
+    emit message(tr("Stopping at the next step…"), false);
+}
+
+void RunController::shutdown() {
+    if (!session_) return;
+    session_->requestStop();
+    session_->join();
+    drain();  // delivers RunFinished and releases the session
+    if (session_) {
+        td::RunFinished stopped;
+        stopped.status = td::RunStatus::Stopped;
+        finish(stopped);
+    }
+}
+
+void RunController::drain() {
+    if (!queue_) return;
+    EventBatch batch;
+    std::optional<td::RunFinished> finished;
+    for (td::Event& e : queue_->drain()) {
+        if (auto* s = std::get_if<td::StepMetrics>(&e)) {
+            batch.steps.push_back(std::move(*s));
+        } else if (auto* ep = std::get_if<td::EpochMetrics>(&e)) {
+            batch.epochs.push_back(std::move(*ep));
+        } else if (auto* d = std::get_if<td::DeviceStats>(&e)) {
+            batch.devices.push_back(std::move(*d));
+        } else if (auto* l = std::get_if<td::LogLine>(&e)) {
+            batch.logs.push_back(std::move(*l));
+        } else if (auto* rs = std::get_if<td::RunStarted>(&e)) {
+            // Deliver what came before so the views see events in order.
+            if (!batch.empty()) emit eventsArrived(batch);
+            batch = {};
+            runId_ = rs->runId;
+            emit runStarted(*rs);
+        } else if (auto* f = std::get_if<td::RunFinished>(&e)) {
+            finished = std::move(*f);
+        }
+    }
+    if (!batch.empty()) emit eventsArrived(batch);
+    if (finished) {
+        finish(*finished);
+    } else if (session_ && !session_->running() && queue_->closed()) {
+        td::RunFinished lost;
+        lost.status = td::RunStatus::Failed;
+        lost.message = "the engine thread ended without reporting a result";
+        finish(lost);
+    }
+}
+
+void RunController::finish(const td::RunFinished& result) {
+    drainTimer_.stop();
+    probe_->stop();
+    if (session_) session_->join();
+    session_.reset();
+    queue_.reset();
+    emit message(probe_->report(), false);
+    setState(State::Idle);
+    emit runFinished(result);
+}
+
+}  // namespace td::ui

@@ -1,0 +1,85 @@
+// Runs one training session at a time on the engine's thread and turns its event stream into
+// coalesced batches for the GUI: a 40 ms timer drains the subscriber queue and emits everything
+// that arrived as one EventBatch (PlotJuggler-style), so views update at most ~25 times a second
+// however fast the trainer publishes. Owns the Start / Pause / Stop actions.
+#pragma once
+
+#include <QAction>
+#include <QObject>
+#include <QString>
+#include <QTimer>
+#include <memory>
+#include <vector>
+
+#include "engine/api/session.h"
+
+namespace td::ui {
+
+class LatencyProbe;
+
+struct EventBatch {
+    std::vector<td::StepMetrics> steps;
+    std::vector<td::EpochMetrics> epochs;
+    std::vector<td::DeviceStats> devices;
+    std::vector<td::LogLine> logs;
+    bool empty() const { return steps.empty() && epochs.empty() && devices.empty() && logs.empty(); }
+};
+
+class RunController : public QObject {
+    Q_OBJECT
+public:
+    enum class State { Idle, Preparing, Running, Paused, Stopping };
+    Q_ENUM(State)
+    static constexpr int kDrainIntervalMs = 40;
+
+    explicit RunController(QObject* parent = nullptr);
+    ~RunController() override;  // stops and joins a run still going
+
+    QAction* startAction() const { return start_; }
+    QAction* pauseAction() const { return pause_; }
+    QAction* stopAction() const { return stop_; }
+    State state() const { return state_; }
+    bool busy() const { return state_ != State::Idle; }
+    int64_t runId() const { return runId_; }
+    LatencyProbe* latencyProbe() const { return probe_; }
+
+    // Why Start is disabled (empty when a run can start). Shown as the action's tooltip.
+    void setStartBlocker(const QString& reason);
+    QString startBlocker() const { return blocker_; }
+
+    // Compiles off the GUI thread, then starts the engine thread. Returns false (and says why in
+    // *error) only when a run cannot even be attempted.
+    bool start(const td::Project& project, const QString& storePath, QString* error = nullptr);
+    void togglePause();
+    void stop();      // asynchronous: the run ends at the next step boundary
+    void shutdown();  // blocking: stop, join and deliver the final events (window closing)
+
+signals:
+    void startRequested();  // the Start action was triggered (the owner supplies the project)
+    void stateChanged(td::ui::RunController::State state);
+    void runStarted(const td::RunStarted& info);
+    void eventsArrived(const td::ui::EventBatch& batch);
+    void runFinished(const td::RunFinished& result);
+    void message(const QString& text, bool error);
+
+private:
+    void setState(State s);
+    void onPrepared(td::Result<std::unique_ptr<td::Session>> session);
+    void drain();
+    void finish(const td::RunFinished& result);
+    void updateActions();
+
+    QAction* start_;
+    QAction* pause_;
+    QAction* stop_;
+    QTimer drainTimer_;
+    LatencyProbe* probe_;
+    State state_ = State::Idle;
+    QString blocker_;
+    bool stopWhilePreparing_ = false;
+    std::unique_ptr<td::Session> session_;
+    std::shared_ptr<td::EventQueue> queue_;
+    int64_t runId_ = 0;
+};
+
+}  // namespace td::ui

@@ -1,0 +1,33 @@
+// Persistent user settings (QSettings): window layout, last project, database path, recent files.
+// One place names the keys so panels never spell them.
+#pragma once
+
+#include <QByteArray>
+#include <QString>
+#include <QStringList>
+
+namespace td::ui {
+
+class Settings {
+public:
+    static constexpr int kMaxRecentFiles = 8;
+
+    static QString databasePath();  // stored path, or the default under AppDataLocation
+    static void setDatabasePath(const QString& path);
+    static QString defaultDatabasePath();  // AppDataLocation/runs.db (creates the folder)
+
+    static QString lastProject();
+    static void setLastProject(const QString& path);
+
+    static QStringList recentFiles();
+    static void addRecentFile(const QString& path);
+    static void clearRecentFiles();
+
+    static QByteArray windowGeometry();
+    static QByteArray windowState();
+    static void setWindowLayout(const QByteArray& geometry, const QByteArray& state);
+    static int currentTab();
+    static void setCurrentTab(int index);
+};
+
+}  // namespace td::ui
