@@ -28,7 +28,9 @@ struct CacheHeader {
 };
 static_assert(sizeof(CacheHeader) <= kCacheHeaderBytes);
 
-std::string errnoText() { return std::strerror(errno); }
+std::string errnoText() {
+    return std::strerror(errno);
+}
 
 Status writeAll(int fd, const void* data, size_t bytes, uint64_t offset, const std::string& path) {
     const auto* p = static_cast<const char*>(data);
@@ -56,8 +58,7 @@ uint64_t CacheLayout::fileBytes() const {
     return yOffset() + static_cast<uint64_t>(rows * yRowBytes);
 }
 
-CacheFileWriter::CacheFileWriter(std::string path, std::string tempPath, int fd,
-                                 CacheLayout layout)
+CacheFileWriter::CacheFileWriter(std::string path, std::string tempPath, int fd, CacheLayout layout)
     : path_(std::move(path)), tempPath_(std::move(tempPath)), fd_(fd), layout_(layout) {}
 
 Result<std::unique_ptr<CacheFileWriter>> CacheFileWriter::create(const std::string& path,
@@ -85,10 +86,9 @@ Status CacheFileWriter::writeRows(const void* x, const void* y, int64_t begin, i
     TD_ASSERT(0 <= begin && begin <= end && end <= layout_.rows);
     const auto* xb = static_cast<const char*>(x);
     const auto* yb = static_cast<const char*>(y);
-    TD_RETURN_IF_ERROR(writeAll(fd_, xb + begin * layout_.xRowBytes,
-                                static_cast<size_t>((end - begin) * layout_.xRowBytes),
-                                layout_.xOffset() + static_cast<uint64_t>(begin * layout_.xRowBytes),
-                                path_));
+    TD_RETURN_IF_ERROR(writeAll(
+        fd_, xb + begin * layout_.xRowBytes, static_cast<size_t>((end - begin) * layout_.xRowBytes),
+        layout_.xOffset() + static_cast<uint64_t>(begin * layout_.xRowBytes), path_));
     return writeAll(fd_, yb + begin * layout_.yRowBytes,
                     static_cast<size_t>((end - begin) * layout_.yRowBytes),
                     layout_.yOffset() + static_cast<uint64_t>(begin * layout_.yRowBytes), path_);
@@ -144,6 +144,8 @@ Result<std::unique_ptr<CacheFileMapping>> CacheFileMapping::open(const std::stri
         new CacheFileMapping(static_cast<const uint8_t*>(base), expected.fileBytes(), expected));
 }
 
-CacheFileMapping::~CacheFileMapping() { ::munmap(const_cast<uint8_t*>(base_), bytes_); }
+CacheFileMapping::~CacheFileMapping() {
+    ::munmap(const_cast<uint8_t*>(base_), bytes_);
+}
 
 }  // namespace td

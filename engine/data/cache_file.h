@@ -31,7 +31,7 @@ struct CacheLayout {
 // commit() and the destructor from one thread once the writers are done. An uncommitted file is
 // deleted by the destructor.
 class CacheFileWriter {
-public:
+  public:
     static Result<std::unique_ptr<CacheFileWriter>> create(const std::string& path,
                                                            const CacheLayout& layout);
     ~CacheFileWriter();
@@ -43,7 +43,7 @@ public:
     // Writes the header and renames the temporary file to the final path.
     Status commit();
 
-private:
+  private:
     CacheFileWriter(std::string path, std::string tempPath, int fd, CacheLayout layout);
     std::string path_, tempPath_;
     int fd_ = -1;
@@ -53,7 +53,7 @@ private:
 
 // A read-only mapping of a committed cache file; the header must match `expected`.
 class CacheFileMapping {
-public:
+  public:
     static Result<std::unique_ptr<CacheFileMapping>> open(const std::string& path,
                                                           const CacheLayout& expected);
     ~CacheFileMapping();
@@ -63,7 +63,7 @@ public:
     const uint8_t* x() const { return base_ + layout_.xOffset(); }
     const uint8_t* y() const { return base_ + layout_.yOffset(); }
 
-private:
+  private:
     CacheFileMapping(const uint8_t* base, size_t bytes, CacheLayout layout)
         : base_(base), bytes_(bytes), layout_(layout) {}
     const uint8_t* base_;

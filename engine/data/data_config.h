@@ -15,7 +15,7 @@ struct SourceConfig {
     std::string type = "fashion_mnist";
     // idx: images/labels files (gzip or raw); npy: x/y arrays; csv: trainPath/testPath.
     std::string trainImages, trainLabels, testImages, testLabels;
-    std::string trainPath, testPath;  // csv
+    std::string trainPath, testPath;    // csv
     std::string labelColumn = "label";  // csv
     // synthetic: a deterministic classification problem
     int64_t samples = 2048;
@@ -27,8 +27,8 @@ struct SourceConfig {
 
 // One element-wise map step, applied in order when a batch is formed.
 struct MapStep {
-    std::string op;     // "scale" (x*factor), "normalize" ((x-mean)/std), "cast" (to f32),
-                        // "one_hot" (labels -> depth)
+    std::string op;  // "scale" (x*factor), "normalize" ((x-mean)/std), "cast" (to f32),
+                     // "one_hot" (labels -> depth)
     double factor = 1.0;
     double mean = 0.0, stddev = 1.0;
     int64_t depth = 0;
@@ -37,13 +37,13 @@ struct MapStep {
 constexpr int64_t kAutotune = -1;
 
 struct PipelineConfig {
-    std::vector<MapStep> map;        // e.g. {{"scale", 1/255}}
-    std::string cache = "memory";     // "none", "memory", or "file:<path>"
-    int64_t shuffleBuffer = 0;        // 0 = no shuffle
+    std::vector<MapStep> map;             // e.g. {{"scale", 1/255}}
+    std::string cache = "memory";         // "none", "memory", or "file:<path>"
+    int64_t shuffleBuffer = 0;            // 0 = no shuffle
     std::optional<uint64_t> shuffleSeed;  // unset: derived from the training seed
     bool reshuffleEachIteration = true;
     bool dropRemainder = false;
-    int64_t prefetch = kAutotune;     // 0 = off, N, or kAutotune
+    int64_t prefetch = kAutotune;       // 0 = off, N, or kAutotune
     int64_t parallelCalls = kAutotune;  // 1 = sequential, N, or kAutotune
 };
 

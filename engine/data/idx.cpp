@@ -17,7 +17,7 @@ namespace {
 // Sequential reader over a raw or gzip file. read() returns the bytes read (short only at end of
 // file) or -1 on a read or decompression error, described by error().
 class ByteReader {
-public:
+  public:
     ~ByteReader() {
         if (gz_) gzclose(gz_);
         if (file_) std::fclose(file_);
@@ -72,7 +72,7 @@ public:
         return std::string("read error: ") + std::strerror(errno);
     }
 
-private:
+  private:
     std::string path_;
     std::FILE* file_ = nullptr;
     gzFile gz_ = nullptr;
@@ -132,15 +132,16 @@ void decodeBigEndian(const IdxType& type, const unsigned char* src, int64_t coun
         case 0x0E: {
             float* dst = out.data<float>();
             for (int64_t i = 0; i < count; ++i) {
-                const uint64_t bits =
-                    (uint64_t{loadBigEndian32(src + 8 * i)} << 32) | loadBigEndian32(src + 8 * i + 4);
+                const uint64_t bits = (uint64_t{loadBigEndian32(src + 8 * i)} << 32) |
+                                      loadBigEndian32(src + 8 * i + 4);
                 double v;
                 std::memcpy(&v, &bits, 8);
                 dst[i] = static_cast<float>(v);
             }
             break;
         }
-        default: break;
+        default:
+            break;
     }
 }
 
@@ -159,9 +160,10 @@ Result<Tensor> readIdx(const std::string& path) {
         if (t.code == magic[2]) type = &t;
     }
     if (magic[0] != 0 || magic[1] != 0 || magic[3] == 0 || !type) {
-        return err(path + ": not an IDX file: expected magic 00 00 <type> <ndim> with type one of " +
-                   "08 (u8), 09 (i8), 0b (i16), 0c (i32), 0d (f32), 0e (f64) and ndim >= 1, found " +
-                   hexBytes(magic, 4));
+        return err(
+            path + ": not an IDX file: expected magic 00 00 <type> <ndim> with type one of " +
+            "08 (u8), 09 (i8), 0b (i16), 0c (i32), 0d (f32), 0e (f64) and ndim >= 1, found " +
+            hexBytes(magic, 4));
     }
 
     const int ndim = magic[3];

@@ -61,7 +61,8 @@ Result<NpyHeader> parseHeader(const std::string& path, const std::string& h) {
     }
 
     p = findKey(h, "shape");
-    if (p == std::string::npos || h[p] != '(') return err(path + ": .npy header has no shape: " + h);
+    if (p == std::string::npos || h[p] != '(')
+        return err(path + ": .npy header has no shape: " + h);
     ++p;
     while (true) {
         p = skipSpaces(h, p);
@@ -97,7 +98,7 @@ constexpr NpyType kNpyTypes[] = {
 
 Result<Tensor> readNpy(const std::string& path) {
     std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"),
-                                                          &std::fclose);
+                                                         &std::fclose);
     if (!file) return err(path + ": cannot open: " + std::strerror(errno));
     std::FILE* f = file.get();
 
@@ -113,8 +114,8 @@ Result<Tensor> readNpy(const std::string& path) {
     } else if (major == 2 || major == 3) {
         unsigned char len[4];
         if (std::fread(len, 1, 4, f) != 4) return err(path + ": truncated .npy header");
-        headerLen = len[0] | (uint32_t{len[1]} << 8) | (uint32_t{len[2]} << 16) |
-                    (uint32_t{len[3]} << 24);
+        headerLen =
+            len[0] | (uint32_t{len[1]} << 8) | (uint32_t{len[2]} << 16) | (uint32_t{len[3]} << 24);
     } else {
         return err(path + ": unsupported .npy format version " + std::to_string(major) + "." +
                    std::to_string(pre[7]) + " (expected 1.0, 2.0 or 3.0)");
@@ -176,7 +177,8 @@ Result<Tensor> readNpy(const std::string& path) {
         for (int64_t i = 0; i < count; ++i) {
             int64_t v;
             std::memcpy(&v, dst + 8 * i, 8);
-            if (v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max()) {
+            if (v < std::numeric_limits<int32_t>::min() ||
+                v > std::numeric_limits<int32_t>::max()) {
                 return err(path + ": element " + std::to_string(i) + " = " + std::to_string(v) +
                            " does not fit in int32");
             }

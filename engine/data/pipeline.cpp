@@ -87,7 +87,7 @@ void shuffleOrder(int64_t n, int64_t buffer, uint64_t seed, int32_t* order, int3
 }
 
 class PipelineImpl final : public Pipeline {
-public:
+  public:
     ~PipelineImpl() override { stopWorkers(); }
 
     static Result<std::unique_ptr<Pipeline>> make(const Dataset& data, const PipelineConfig& cfg,
@@ -99,7 +99,7 @@ public:
     Shape featureShape() const override { return data_.sampleShape(); }
     PipelineStats stats() const override;
 
-private:
+  private:
     struct Slot {
         Batch batch;
         Tensor fullX, fullY;  // [B, ...]
@@ -187,8 +187,7 @@ Result<std::unique_ptr<Pipeline>> PipelineImpl::make(const Dataset& data, const 
     p->remainder_ = cfg.dropRemainder ? 0 : n % batchSize;
     if (p->numBatches_ == 0) {
         return err("pipeline: batch size " + std::to_string(batchSize) +
-                   " with drop_remainder leaves no batch of the " + std::to_string(n) +
-                   " samples");
+                   " with drop_remainder leaves no batch of the " + std::to_string(n) + " samples");
     }
     p->xRowElems_ = data.x.size() / n;
     p->yRowElems_ = data.y.size() / n;
@@ -240,8 +239,7 @@ Result<std::unique_ptr<Pipeline>> PipelineImpl::make(const Dataset& data, const 
         // Fail now rather than at the first epoch when the file cannot be written.
         TD_RETURN_IF_ERROR(CacheFileWriter::create(p->cachePath_, p->cacheLayout_));
     } else if (cfg.cache != "memory" && cfg.cache != "none") {
-        return err("unknown pipeline cache '" + cfg.cache +
-                   "' (valid: none, memory, file:<path>)");
+        return err("unknown pipeline cache '" + cfg.cache + "' (valid: none, memory, file:<path>)");
     }
     // "none" and "memory" behave alike: the source is an in-memory Dataset, which is the cache.
 
@@ -262,7 +260,7 @@ Result<std::unique_ptr<Pipeline>> PipelineImpl::make(const Dataset& data, const 
     }
     Shape xShape{batchSize};
     for (int64_t d : data.sampleShape()) xShape.push_back(d);
-    const Shape yShape = p->oneHotDepth_ ? Shape{batchSize, p->oneHotDepth_}
+    const Shape yShape = p->oneHotDepth_                ? Shape{batchSize, p->oneHotDepth_}
                          : data.y.dtype() == DType::I32 ? Shape{batchSize}
                                                         : Shape{batchSize, p->yRowElems_};
     const DType yType = p->oneHotDepth_ ? DType::F32 : data.y.dtype();
@@ -278,9 +276,8 @@ Result<std::unique_ptr<Pipeline>> PipelineImpl::make(const Dataset& data, const 
     } else {
         p->prefetchCap_ = cfg.prefetch;
     }
-    p->prefetchDepth_ = p->autotunePrefetch_
-                            ? std::min(kAutotunePrefetchStart, p->prefetchCap_)
-                            : p->prefetchCap_;
+    p->prefetchDepth_ =
+        p->autotunePrefetch_ ? std::min(kAutotunePrefetchStart, p->prefetchCap_) : p->prefetchCap_;
 
     const auto poolSize = static_cast<size_t>(p->prefetchCap_ + p->workers_ + 2);
     p->slots_.resize(poolSize);
@@ -539,8 +536,9 @@ Result<const Batch*> PipelineImpl::next() {
     }
     const int64_t b = nextToConsume_;
     auto ready = [&] {
-        return nextToStart_ > b && slotReady_[static_cast<size_t>(
-                                       slotOfBatch_[static_cast<size_t>(b % poolSize)])] != 0;
+        return nextToStart_ > b &&
+               slotReady_[static_cast<size_t>(slotOfBatch_[static_cast<size_t>(b % poolSize)])] !=
+                   0;
     };
     if (!ready()) {
         const int64_t depth = prefetchDepth_.load();
@@ -569,8 +567,7 @@ PipelineStats PipelineImpl::stats() const {
 }  // namespace
 
 Result<std::unique_ptr<Pipeline>> Pipeline::create(const Dataset& data, const PipelineConfig& cfg,
-                                                   int64_t batchSize, bool shuffle,
-                                                   uint64_t seed) {
+                                                   int64_t batchSize, bool shuffle, uint64_t seed) {
     return PipelineImpl::make(data, cfg, batchSize, shuffle, seed);
 }
 

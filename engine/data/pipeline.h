@@ -38,9 +38,15 @@ struct DataSplits {
 Result<DataSplits> loadSource(const SourceConfig& cfg);
 
 // Individual loaders (also used by tests).
-Result<Tensor> readIdx(const std::string& path);   // gzip or raw; u8/i8/i16/i32/f32/f64 -> u8/i32/f32
-Result<Tensor> readNpy(const std::string& path);   // <f4, <f8, <i4, <i8, |u1, C order
-struct CsvData { Tensor x; Tensor y; std::vector<std::string> featureNames; };
+// IDX, gzip or raw: u8 -> u8; i8/i16/i32 -> i32; f32/f64 -> f32.
+Result<Tensor> readIdx(const std::string& path);
+// NPY v1-v3, C order: <f4/<f8 -> f32; <i4/<i8 -> i32; |u1 -> u8.
+Result<Tensor> readNpy(const std::string& path);
+struct CsvData {
+    Tensor x;
+    Tensor y;
+    std::vector<std::string> featureNames;
+};
 Result<CsvData> readCsv(const std::string& path, const std::string& labelColumn);
 Dataset makeSynthetic(int64_t samples, const Shape& sampleShape, int64_t classes, uint64_t seed);
 
@@ -53,24 +59,23 @@ std::pair<Dataset, Dataset> splitTail(const Dataset& d, double fraction);
 struct Batch {
     Tensor x;
     Tensor y;
-    int64_t size = 0;          // rows in this batch (== batch size except a remainder)
-    int64_t firstIndex = 0;    // position in the epoch of the first row (for keyed randomness)
+    int64_t size = 0;        // rows in this batch (== batch size except a remainder)
+    int64_t firstIndex = 0;  // position in the epoch of the first row (for keyed randomness)
 };
 
 struct PipelineStats {
-    int64_t prefetchDepth = 0;   // current buffer size (tuned when AUTOTUNE)
-    int64_t parallelCalls = 0;   // current map workers (tuned when AUTOTUNE)
+    int64_t prefetchDepth = 0;           // current buffer size (tuned when AUTOTUNE)
+    int64_t parallelCalls = 0;           // current map workers (tuned when AUTOTUNE)
     double producerSecondsPerBatch = 0;  // one worker's time to form a batch (moving average)
     bool readingCacheFile = false;       // cache "file:": epochs now read the completed file
 };
 
 class Pipeline {
-public:
+  public:
     // `shuffle` false ignores shuffleBuffer (evaluation); `seed` keys the shuffle order when the
     // config has no shuffleSeed.
     static Result<std::unique_ptr<Pipeline>> create(const Dataset& data, const PipelineConfig& cfg,
-                                                    int64_t batchSize, bool shuffle,
-                                                    uint64_t seed);
+                                                    int64_t batchSize, bool shuffle, uint64_t seed);
     virtual ~Pipeline() = default;
 
     // Starts epoch `epoch` (0-based): resets the iterator, reshuffles when configured, starts the

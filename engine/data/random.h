@@ -23,7 +23,7 @@ constexpr uint64_t deriveSeed(uint64_t seed, uint64_t key) {
 
 // splitmix64 generator. Not thread-safe: one instance per thread or stream.
 class Rng {
-public:
+  public:
     explicit Rng(uint64_t seed) : state_(seed) {}
 
     uint64_t next() {
@@ -54,7 +54,7 @@ public:
         return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
     }
 
-private:
+  private:
     uint64_t state_;
 };
 

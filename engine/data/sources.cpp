@@ -36,8 +36,11 @@ Result<Tensor> normaliseLabels(Tensor y, const std::string& file) {
     const int64_t n = y.dim(0);
     const int64_t perSample = n ? y.size() / n : 1;
     if (y.dtype() == DType::U8 || y.dtype() == DType::I32) {
-        if (perSample != 1) return err(file + ": integer labels must be class ids of shape [N] or "
-                                              "[N, 1], found " + shapeToString(y.shape()));
+        if (perSample != 1)
+            return err(file +
+                       ": integer labels must be class ids of shape [N] or "
+                       "[N, 1], found " +
+                       shapeToString(y.shape()));
         if (y.dtype() == DType::U8) y = y.to(DType::I32);
         y = y.reshaped({n});
         const int32_t* p = y.data<int32_t>();
@@ -63,7 +66,8 @@ int64_t maxLabelPlusOne(const Tensor& y) {
 }
 
 // Builds a Dataset from separately loaded x and y, checking that their sample counts agree.
-Result<Dataset> makeDataset(Tensor x, const std::string& xFile, Tensor y, const std::string& yFile) {
+Result<Dataset> makeDataset(Tensor x, const std::string& xFile, Tensor y,
+                            const std::string& yFile) {
     Dataset d;
     TD_ASSIGN_OR_RETURN(d.x, normaliseFeatures(std::move(x), xFile));
     TD_ASSIGN_OR_RETURN(d.y, normaliseLabels(std::move(y), yFile));
@@ -180,7 +184,8 @@ Result<DataSplits> loadSynthetic(const SourceConfig& cfg) {
     if (cfg.testSamples < 0) return err("synthetic data: testSamples must be >= 0");
     if (cfg.classes < 2) return err("synthetic data: classes must be >= 2");
     if (cfg.sampleShape.empty() || numElements(cfg.sampleShape) <= 0 ||
-        std::any_of(cfg.sampleShape.begin(), cfg.sampleShape.end(), [](int64_t d) { return d <= 0; })) {
+        std::any_of(cfg.sampleShape.begin(), cfg.sampleShape.end(),
+                    [](int64_t d) { return d <= 0; })) {
         return err("synthetic data: sampleShape " + shapeToString(cfg.sampleShape) +
                    " must have positive dimensions");
     }

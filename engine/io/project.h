@@ -31,18 +31,28 @@ struct Project {
     StrategyConfig strategy;
 };
 
-// Parse and validate. Errors name the file and the field path, e.g.
-// "project.json: training.optimizer.learning_rate: expected a positive number, got -1".
+// Parse and validate (schema: docs/PROJECT_FORMAT.md). Errors name the file and the field path,
+// e.g. "project.json: training.optimizer.config.learning_rate: expected a positive number, got -1".
+// Relative data paths resolve against fileName's folder (left as written when fileName has none).
+// The model is checked with inferShapes, so the returned layers all have names.
 Result<Project> parseProject(const std::string& jsonText, const std::string& fileName = "project");
+// Reads and parses a file; relative data paths become absolute (against the file's folder).
 Result<Project> loadProject(const std::string& path);
-std::string projectToJson(const Project& p);  // pretty-printed, parses back to an equal Project
-Status saveProject(const Project& p, const std::string& path);  // atomic (write temp + rename)
+// Every field, 2-space indent, the model in the Keras 3 to_json() form; parses back to an equal
+// Project.
+std::string projectToJson(const Project& p);
+// Atomic (temp file in the same folder + fsync + rename). Data paths inside the target's folder are
+// written relative to it.
+Status saveProject(const Project& p, const std::string& path);
 
 // Field-by-field comparison (tests, round trips): "" when equal, else the project-file path of the
 // first field that differs, e.g. "training.optimizer.config.beta_1" or "model.config.layers[2]".
 std::string projectDifference(const Project& a, const Project& b);
 
-// Keras model.to_json() text for a Sequential model, and back.
+// Keras model.to_json() text for a Sequential model, and back. Reads the Keras 2 and Keras 3 forms
+// (errors name the JSON path, e.g. "config.layers[2].config.units: ..."); does not run inferShapes,
+// so empty names stay empty. Writes the Keras 3 form (compact, like to_json()); the text parses back
+// to an equal ModelSpec.
 Result<ModelSpec> modelFromKerasJson(const std::string& jsonText);
 std::string modelToKerasJson(const ModelSpec& model);
 

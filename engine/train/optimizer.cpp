@@ -15,7 +15,7 @@
 // calling thread (a fork/join costs more than updating a few thousand floats).
 //
 // Adam and RMSprop need a square root per element. With the default -fmath-errno GCC cannot
-// vectorise std::sqrt (it may set errno), so those kernels are written once as templates over the
+// vectorise std::sqrt (it may set errno), so the kernels are written once as templates over the
 // element type and instantiated for a SIMD register type (AVX-512, AVX or SSE: whatever the
 // compiler targets) plus a scalar tail. Every operation is an IEEE single-precision operation,
 // so the vector and scalar paths give the same results.
@@ -155,10 +155,6 @@ inline void forElements(int64_t begin, int64_t end, const Step& step) {
 
 // The gradient as the update sees it: scaled by the norm clipping, then clamped by clipvalue
 // (clip = +inf when off). NaN passes through both, as in Keras.
-inline float clippedGrad(float g, float scale, float clip) {
-    return std::min(std::max(g * scale, -clip), clip);
-}
-
 template <class T>
 inline T clippedGradT(const float* grad, int64_t i, float scale, float clip) {
     using L = Lane<T>;
@@ -275,10 +271,9 @@ class OptimizerBase : public Optimizer {
     bool built_ = false;
 };
 
-// ---- SGD
-// ------------------------------------------------------------------------------------------ Keras
-// 3: m = momentum * m - lr * g; w += m (nesterov: w += momentum * m - lr * g); without momentum w
-// -= lr * g. Slots: momentum per parameter (only when momentum != 0).
+// ---- SGD ----------------------------------------------------------------------------------------
+// Keras 3: m = momentum * m - lr * g; w += m (nesterov: w += momentum * m - lr * g);
+// without momentum w -= lr * g. Slots: momentum per parameter (only when momentum != 0).
 class Sgd final : public OptimizerBase {
   public:
     using OptimizerBase::OptimizerBase;
@@ -288,57 +283,51 @@ class Sgd final : public OptimizerBase {
     int slotsPerParam() const override { return cfg_.momentum != 0 ? 1 : 0; }
 
     void update(size_t index, const ParamRef& p, float gs, const StepScalars& s) override {
+        if (cfg_.momentum == 0) {
+            run<0>(index, p, gs, s);
+        } else if (!cfg_.nesterov) {
+            run<1>(index, p, gs, s);
+        } else {
+            run<2>(index, p, gs, s);
+        }
+    }
+
+  private:
+    template <int kMode>  // 0: plain, 1: momentum, 2: nesterov momentum
+    void run(size_t index, const ParamRef& p, float gs, const StepScalars& s) {
         float* w = p.value;
         const float* grad = p.grad;
+        float* m = kMode ? slot(index, 0) : nullptr;
         const float lr = s.lr, clip = s.clip, wdLr = s.wdLr;
         const bool decay = s.decay;
-        if (cfg_.momentum == 0) {
-            forRange(p.size, [=](int64_t b, int64_t e) {
-#pragma omp simd
-                for (int64_t i = b; i < e; ++i) {
-                    const float g = clippedGrad(grad[i], gs, clip);
-                    float wi = w[i];
-                    if (decay) wi -= wi * wdLr;
-                    w[i] = wi - g * lr;
+        const float mom = static_cast<float>(cfg_.momentum);
+        forRange(p.size, [=](int64_t b, int64_t e) {
+            forElements(b, e, [=]<class T>(int64_t i) {
+                using L = Lane<T>;
+                const T g = clippedGradT<T>(grad, i, gs, clip);
+                T wi = L::load(w + i);
+                if (decay) wi = wi - wi * L::splat(wdLr);
+                if constexpr (kMode == 0) {
+                    L::store(w + i, wi - g * L::splat(lr));
+                } else {
+                    const T mi = L::load(m + i) * L::splat(mom) - g * L::splat(lr);
+                    L::store(m + i, mi);
+                    if constexpr (kMode == 2) {
+                        L::store(w + i, wi + (mi * L::splat(mom) - g * L::splat(lr)));
+                    } else {
+                        L::store(w + i, wi + mi);
+                    }
                 }
             });
-            return;
-        }
-        float* m = slot(index, 0);
-        const float mom = static_cast<float>(cfg_.momentum);
-        const bool nesterov = cfg_.nesterov;
-        forRange(p.size, [=](int64_t b, int64_t e) {
-            if (nesterov) {
-#pragma omp simd
-                for (int64_t i = b; i < e; ++i) {
-                    const float g = clippedGrad(grad[i], gs, clip);
-                    float wi = w[i];
-                    if (decay) wi -= wi * wdLr;
-                    const float mi = m[i] * mom - g * lr;
-                    m[i] = mi;
-                    w[i] = wi + (mi * mom - g * lr);
-                }
-            } else {
-#pragma omp simd
-                for (int64_t i = b; i < e; ++i) {
-                    const float g = clippedGrad(grad[i], gs, clip);
-                    float wi = w[i];
-                    if (decay) wi -= wi * wdLr;
-                    const float mi = m[i] * mom - g * lr;
-                    m[i] = mi;
-                    w[i] = wi + mi;
-                }
-            }
         });
     }
 };
 
-// ---- Adam / AdamW
-// ----------------------------------------------------------------------------------- Keras 3: t =
-// iterations + 1; alpha = lr * sqrt(1 - beta_2^t) / (1 - beta_1^t); m += (g - m) * (1 - beta_1); v
-// += (g^2 - v) * (1 - beta_2); amsgrad: vhat = max(vhat, v), v = vhat; w -= alpha * m / (sqrt(v) +
-// epsilon). AdamW is the same update with the base optimizer's decoupled weight decay (w -= w *
-// weight_decay * lr first). Slots per parameter: m, v[, vhat].
+// ---- Adam / AdamW -------------------------------------------------------------------------------
+// Keras 3: t = iterations + 1; alpha = lr * sqrt(1 - beta_2^t) / (1 - beta_1^t);
+// m += (g - m) * (1 - beta_1); v += (g^2 - v) * (1 - beta_2); amsgrad: vhat = max(vhat, v), v =
+// vhat; w -= alpha * m / (sqrt(v) + epsilon). AdamW is the same update with the base optimizer's
+// decoupled weight decay (w -= w * weight_decay * lr first). Slots per parameter: m, v[, vhat].
 class Adam final : public OptimizerBase {
   public:
     Adam(const OptimizerConfig& cfg, std::unique_ptr<LearningRateSchedule> schedule, bool adamw)
@@ -401,12 +390,11 @@ class Adam final : public OptimizerBase {
     float alpha_ = 0;
 };
 
-// ---- RMSprop
-// ------------------------------------------------------------------------------------- Keras 3: v
-// = rho * v + (1 - rho) * g^2; centered: mg = rho * mg + (1 - rho) * g, denom = v - mg^2 + epsilon,
-// else denom = v + epsilon; increment = lr * g / sqrt(denom); momentum > 0: m = momentum * m +
-// increment, w -= m; else w -= increment. Slots per parameter: velocity[, momentum][,
-// average_gradient].
+// ---- RMSprop ------------------------------------------------------------------------------------
+// Keras 3: v = rho * v + (1 - rho) * g^2; centered: mg = rho * mg + (1 - rho) * g,
+// denom = v - mg^2 + epsilon, else denom = v + epsilon; increment = lr * g / sqrt(denom);
+// momentum > 0: m = momentum * m + increment, w -= m; else w -= increment.
+// Slots per parameter: velocity[, momentum][, average_gradient].
 class RmsProp final : public OptimizerBase {
   public:
     using OptimizerBase::OptimizerBase;
@@ -475,8 +463,7 @@ class RmsProp final : public OptimizerBase {
     }
 };
 
-// ---- validation
-// ----------------------------------------------------------------------------------
+// ---- validation ---------------------------------------------------------------------------------
 
 Status checkInUnitInterval(const char* field, double v, bool includeOne) {
     if (v >= 0 && (includeOne ? v <= 1 : v < 1)) return Status::success();

@@ -20,7 +20,8 @@ Q_DECLARE_METATYPE(QList<MapStep>)
 
 namespace {
 
-// --- fixtures -------------------------------------------------------------------------------------
+// --- fixtures
+// -------------------------------------------------------------------------------------
 
 void writeBytes(const QString& path, const std::string& bytes, bool gzip) {
     if (gzip) {
@@ -62,8 +63,9 @@ std::string idxLabelsU8(uint32_t n) {
 
 std::string npyBytes(const std::string& descr, const std::string& shape, const std::string& data,
                      int version = 1, bool fortran = false) {
-    std::string header = "{'descr': '" + descr + "', 'fortran_order': " +
-                         (fortran ? "True" : "False") + ", 'shape': " + shape + ", }";
+    std::string header = "{'descr': '" + descr +
+                         "', 'fortran_order': " + (fortran ? "True" : "False") +
+                         ", 'shape': " + shape + ", }";
     const size_t prefix = version == 1 ? 10 : 12;
     while ((prefix + header.size() + 1) % 64 != 0) header += ' ';
     header += '\n';
@@ -129,8 +131,8 @@ EpochOutput runEpoch(Pipeline& p, int epoch) {
     return out;
 }
 
-std::unique_ptr<Pipeline> makePipeline(const Dataset& d, const PipelineConfig& cfg,
-                                       int64_t batch, bool shuffle = true, uint64_t seed = 7) {
+std::unique_ptr<Pipeline> makePipeline(const Dataset& d, const PipelineConfig& cfg, int64_t batch,
+                                       bool shuffle = true, uint64_t seed = 7) {
     auto p = Pipeline::create(d, cfg, batch, shuffle, seed);
     if (!p.ok()) qFatal("Pipeline::create: %s", p.error().c_str());
     return std::move(p).value();
@@ -160,7 +162,7 @@ const char* kFashionDir = "/usr/share/datasets/fashion-mnist";
 class TestData : public QObject {
     Q_OBJECT
 
-private slots:
+  private slots:
     // --- IDX ------------------------------------------------------------------------------------
     void idxRoundTrip_data() {
         QTest::addColumn<bool>("gzip");
@@ -208,7 +210,7 @@ private slots:
         Result<Tensor> t = readIdx(path.toStdString());
         QVERIFY2(t.ok(), t.ok() ? "" : t.error().c_str());
         QCOMPARE(t->shape(), (Shape{4, 3}));
-        const DType expected = type == 0x08   ? DType::U8
+        const DType expected = type == 0x08                   ? DType::U8
                                : type == 0x0D || type == 0x0E ? DType::F32
                                                               : DType::I32;
         QCOMPARE(t->dtype(), expected);
@@ -222,11 +224,9 @@ private slots:
         const std::string full = idxImagesU8(10);
         QTest::newRow("truncated") << QByteArray::fromStdString(full.substr(0, full.size() - 7))
                                    << "truncated: header says 10x2x3 = 60 bytes, found 53";
-        QTest::newRow("trailing") << QByteArray::fromStdString(full + "xyz")
-                                  << "3 more bytes";
-        QTest::newRow("wrong magic")
-            << QByteArray::fromStdString("PK\x03\x04" + full.substr(4))
-            << "not an IDX file: expected magic 00 00";
+        QTest::newRow("trailing") << QByteArray::fromStdString(full + "xyz") << "3 more bytes";
+        QTest::newRow("wrong magic") << QByteArray::fromStdString("PK\x03\x04" + full.substr(4))
+                                     << "not an IDX file: expected magic 00 00";
         QTest::newRow("bad type") << QByteArray::fromStdString(idxBytes(0x07, {2}, "ab"))
                                   << "found 00 00 07 01";
         QTest::newRow("short header") << QByteArray::fromStdString(full.substr(0, 9))
@@ -308,14 +308,17 @@ private slots:
                                        npyBytes("<f8", "(2, 2)",
                                                 rawBytes(std::vector<double>{0, 1.5, -3, 250}), 2))
                                 << int(DType::F32) << values;
-        QTest::newRow("<i4 v3") << QByteArray::fromStdString(npyBytes(
-                                       "<i4", "(2, 2)", rawBytes(std::vector<int32_t>{0, 7, -3, 250}), 3))
+        QTest::newRow("<i4 v3") << QByteArray::fromStdString(
+                                       npyBytes("<i4", "(2, 2)",
+                                                rawBytes(std::vector<int32_t>{0, 7, -3, 250}), 3))
                                 << int(DType::I32) << ints;
-        QTest::newRow("<i8 v1") << QByteArray::fromStdString(npyBytes(
-                                       "<i8", "(2, 2)", rawBytes(std::vector<int64_t>{0, 7, -3, 250})))
+        QTest::newRow("<i8 v1") << QByteArray::fromStdString(
+                                       npyBytes("<i8", "(2, 2)",
+                                                rawBytes(std::vector<int64_t>{0, 7, -3, 250})))
                                 << int(DType::I32) << ints;
-        QTest::newRow("|u1 v1") << QByteArray::fromStdString(npyBytes(
-                                       "|u1", "(2, 2)", rawBytes(std::vector<uint8_t>{0, 7, 3, 250})))
+        QTest::newRow("|u1 v1") << QByteArray::fromStdString(
+                                       npyBytes("|u1", "(2, 2)",
+                                                rawBytes(std::vector<uint8_t>{0, 7, 3, 250})))
                                 << int(DType::U8) << QList<double>{0, 7, 3, 250};
     }
     void npyDtypes() {
@@ -342,9 +345,9 @@ private slots:
         QTest::newRow("big endian")
             << QByteArray::fromStdString(npyBytes(">f4", "(1,)", std::string(4, '\0')))
             << "unsupported dtype '>f4'";
-        QTest::newRow("fortran")
-            << QByteArray::fromStdString(npyBytes("<f4", "(2, 2)", std::string(16, '\0'), 1, true))
-            << "fortran_order True is not supported";
+        QTest::newRow("fortran") << QByteArray::fromStdString(
+                                        npyBytes("<f4", "(2, 2)", std::string(16, '\0'), 1, true))
+                                 << "fortran_order True is not supported";
         QTest::newRow("truncated")
             << QByteArray::fromStdString(npyBytes("<f4", "(3, 2)", std::string(20, '\0')))
             << "truncated: header says shape [3,2] <f4 = 24 bytes, found 20";
@@ -371,7 +374,8 @@ private slots:
         for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i);
         writeBytes(dir.filePath("x.npy"), npyBytes("<f4", "(6, 3)", rawBytes(x)), false);
         writeBytes(dir.filePath("y.npy"),
-                   npyBytes("<i8", "(6,)", rawBytes(std::vector<int64_t>{0, 1, 2, 0, 1, 4})), false);
+                   npyBytes("<i8", "(6,)", rawBytes(std::vector<int64_t>{0, 1, 2, 0, 1, 4})),
+                   false);
         writeBytes(dir.filePath("y5.npy"),
                    npyBytes("<i8", "(5,)", rawBytes(std::vector<int64_t>{0, 1, 2, 0, 1})), false);
         SourceConfig cfg;
@@ -386,8 +390,10 @@ private slots:
         cfg.trainLabels = dir.filePath("y5.npy").toStdString();
         s = loadSource(cfg);
         QVERIFY(!s.ok());
-        QVERIFY2(QString::fromStdString(s.error()).contains("x.npy has 6 samples"), s.error().c_str());
-        QVERIFY2(QString::fromStdString(s.error()).contains("y5.npy has 5 labels"), s.error().c_str());
+        QVERIFY2(QString::fromStdString(s.error()).contains("x.npy has 6 samples"),
+                 s.error().c_str());
+        QVERIFY2(QString::fromStdString(s.error()).contains("y5.npy has 5 labels"),
+                 s.error().c_str());
     }
 
     // --- CSV ------------------------------------------------------------------------------------
@@ -395,8 +401,8 @@ private slots:
         QTest::addColumn<QString>("text");
         QTest::addColumn<int>("labelType");
         QTest::addColumn<QList<double>>("labels");
-        QTest::newRow("class ids") << "a,species,b\n1,0,2\n3,2,4\n\n5,1,6\n" << int(DType::I32)
-                                   << QList<double>{0, 2, 1};
+        QTest::newRow("class ids") << "a,species,b\n1,0,2\n3,2,4\n\n5,1,6\n"
+                                   << int(DType::I32) << QList<double>{0, 2, 1};
         QTest::newRow("float targets") << "a,species,b\r\n1,0.5,2\r\n3,2,4\r\n5,-1,6\r\n"
                                        << int(DType::F32) << QList<double>{0.5, 2, -1};
         QTest::newRow("quoted header") << "\"a\",\"species\",b\n1,\"0\",2\n3,2,4\n5,1,6"
@@ -429,8 +435,10 @@ private slots:
                                   << "d.csv:4: column 1 'a': 'x1' is not a number";
         QTest::newRow("field count") << "a,species\n1,2\n3,4,5\n"
                                      << "d.csv:3: expected 2 fields as in the header, found 3";
-        QTest::newRow("empty") << "" << "empty file";
-        QTest::newRow("header only") << "a,species\n" << "no data rows";
+        QTest::newRow("empty") << ""
+                               << "empty file";
+        QTest::newRow("header only") << "a,species\n"
+                                     << "no data rows";
     }
     void csvErrors() {
         QFETCH(QString, text);
@@ -504,7 +512,8 @@ private slots:
         }
         for (int c = 0; c < 4; ++c) {
             QVERIFY(counts[static_cast<size_t>(c)] > 300);
-            for (int k = 0; k < 16; ++k) means[static_cast<size_t>(c * 16 + k)] /= counts[static_cast<size_t>(c)];
+            for (int k = 0; k < 16; ++k)
+                means[static_cast<size_t>(c * 16 + k)] /= counts[static_cast<size_t>(c)];
         }
         int correct = 0;
         for (int64_t i = 0; i < 500; ++i) {
@@ -532,8 +541,8 @@ private slots:
         cfg.type = "parquet";
         Result<DataSplits> s = loadSource(cfg);
         QVERIFY(!s.ok());
-        QVERIFY2(QString::fromStdString(s.error())
-                     .contains("'parquet' (valid types: fashion_mnist, idx, npy, csv, synthetic)"),
+        QVERIFY2(QString::fromStdString(s.error()).contains(
+                     "'parquet' (valid types: fashion_mnist, idx, npy, csv, synthetic)"),
                  s.error().c_str());
     }
 
@@ -566,7 +575,8 @@ private slots:
         QCOMPARE(s->train.classNames[0], std::string("T-shirt/top"));
         QCOMPARE(s->train.classNames[9], std::string("Ankle boot"));
         std::vector<int> counts(10, 0);
-        for (int64_t i = 0; i < 60000; ++i) ++counts[static_cast<size_t>(s->train.y.data<int32_t>()[i])];
+        for (int64_t i = 0; i < 60000; ++i)
+            ++counts[static_cast<size_t>(s->train.y.data<int32_t>()[i])];
         for (int c : counts) QCOMPARE(c, 6000);  // Fashion-MNIST is balanced
     }
 
@@ -596,11 +606,12 @@ private slots:
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
             QCOMPARE(samples, int64_t{3 * 60000});
             const PipelineStats st = p->stats();
-            qInfo("fashion_mnist batch 32 scale 1/255 prefetch %s: %.0f samples/s (depth %lld, "
-                  "workers %lld, %.1f us to form a batch)",
-                  prefetch == 0 ? "0" : "AUTOTUNE", static_cast<double>(samples) / seconds,
-                  static_cast<long long>(st.prefetchDepth), static_cast<long long>(st.parallelCalls),
-                  st.producerSecondsPerBatch * 1e6);
+            qInfo(
+                "fashion_mnist batch 32 scale 1/255 prefetch %s: %.0f samples/s (depth %lld, "
+                "workers %lld, %.1f us to form a batch)",
+                prefetch == 0 ? "0" : "AUTOTUNE", static_cast<double>(samples) / seconds,
+                static_cast<long long>(st.prefetchDepth), static_cast<long long>(st.parallelCalls),
+                st.producerSecondsPerBatch * 1e6);
         }
     }
 
@@ -690,7 +701,8 @@ private slots:
         QTest::addColumn<qlonglong>("prefetch");
         QTest::addColumn<QList<qlonglong>>("sizes");
         QTest::newRow("keep, sync") << false << 0LL << QList<qlonglong>{4, 4, 2};
-        QTest::newRow("keep, prefetch") << false << qlonglong(kAutotune) << QList<qlonglong>{4, 4, 2};
+        QTest::newRow("keep, prefetch")
+            << false << qlonglong(kAutotune) << QList<qlonglong>{4, 4, 2};
         QTest::newRow("drop, sync") << true << 0LL << QList<qlonglong>{4, 4};
         QTest::newRow("drop, prefetch") << true << 3LL << QList<qlonglong>{4, 4};
     }

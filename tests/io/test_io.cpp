@@ -179,6 +179,13 @@ private slots:
         QCOMPARE(q(rich["config"]["layers"][3]["class_name"].get<std::string>()), "LeakyReLU");
     }
 
+    void kerasWriterMatchesKeras3Fixture() {
+        // What Keras 3 writes for the seed model is exactly what TrainDeck writes for it.
+        const Json fixture = Json::parse(readText(kSourceDir + "/tests/io/keras3_mlp.json"));
+        const Json written = Json::parse(modelToKerasJson(seedSpec()));
+        QCOMPARE(q(written.dump(1)), q(fixture.dump(1)));
+    }
+
     void kerasVariants_data() {
         QTest::addColumn<QString>("json");
         QTest::addColumn<QString>("check");

@@ -27,8 +27,7 @@ namespace {
 
 using Vec = std::vector<double>;
 
-// ---- reference optimizer (double precision, Keras 3 formulas)
-// -------------------------------------
+// ---- reference optimizer (double precision, Keras 3 formulas) -----------------------------------
 
 struct RefParam {
     Vec w;
@@ -176,8 +175,7 @@ OptimizerConfig sgdConfig(double lr) {
     return c;
 }
 
-// ---- a TrainControl backed by a vector<Tensor>
-// -----------------------------------------------------
+// ---- a TrainControl backed by a vector<Tensor> --------------------------------------------------
 
 struct FakeRun {
     std::vector<Tensor> weights;
@@ -250,8 +248,7 @@ class TestOptim : public QObject {
     Q_OBJECT
 
   private Q_SLOTS:
-    // ---- optimizers vs reference
-    // -----------------------------------------------------------------
+    // ---- optimizers vs reference ----------------------------------------------------------------
     void matchesKerasReference_data() {
         QTest::addColumn<OptimizerConfig>("cfg");
         QTest::addColumn<bool>("decaySchedule");  // exponential_decay: lr * 0.5^(step / 3)
@@ -449,8 +446,7 @@ class TestOptim : public QObject {
         QCOMPARE(QString(opt->name()), QString("adam"));
     }
 
-    // ---- clipping (SGD, lr 1, w 0: the new weights are minus the clipped gradients)
-    // ---------------
+    // ---- clipping (SGD, lr 1, w 0: the new weights are minus the clipped gradients) -------------
     void clipValue() {
         OptimizerConfig cfg = sgdConfig(1.0);
         cfg.clipvalue = 0.5;
@@ -529,8 +525,7 @@ class TestOptim : public QObject {
         QVERIFY(close(p.w[1][9], -1.0 / norm, 1e-6, 0));
     }
 
-    // ---- schedules
-    // -------------------------------------------------------------------------------
+    // ---- schedules ------------------------------------------------------------------------------
     void schedules_data() {
         QTest::addColumn<double>("initial");
         QTest::addColumn<ScheduleConfig>("cfg");
@@ -704,8 +699,7 @@ class TestOptim : public QObject {
                      QString("loss %1 -> %2, max |w - t| %3").arg(initial).arg(final).arg(maxErr)));
     }
 
-    // ---- EarlyStopping
-    // ---------------------------------------------------------------------------
+    // ---- EarlyStopping --------------------------------------------------------------------------
     void earlyStoppingPatience() {
         auto cb = makeCallback(earlyStopping("val_loss", 2));
         FakeRun run;
@@ -869,8 +863,7 @@ class TestOptim : public QObject {
         }
     }
 
-    // ---- ReduceLROnPlateau
-    // -----------------------------------------------------------------------
+    // ---- ReduceLROnPlateau ----------------------------------------------------------------------
     void reduceLrAfterPatience() {
         auto cb = makeCallback(reduceLr(2, 0.5));
         FakeRun run;
@@ -960,8 +953,7 @@ class TestOptim : public QObject {
         QVERIFY(run.logged("Available metrics are: loss"));
     }
 
-    // ---- TerminateOnNaN
-    // --------------------------------------------------------------------------
+    // ---- TerminateOnNaN -------------------------------------------------------------------------
     void terminateOnNaN_data() {
         QTest::addColumn<double>("loss");
         QTest::addColumn<bool>("stops");
@@ -990,8 +982,7 @@ class TestOptim : public QObject {
         }
     }
 
-    // ---- validation
-    // ------------------------------------------------------------------------------
+    // ---- validation -----------------------------------------------------------------------------
     void invalidOptimizer_data() {
         QTest::addColumn<OptimizerConfig>("cfg");
         QTest::addColumn<QString>("message");
@@ -1166,8 +1157,7 @@ class TestOptim : public QObject {
         }
     }
 
-    // ---- performance (reported, not asserted)
-    // ----------------------------------------------------
+    // ---- performance (reported, not asserted) ---------------------------------------------------
     void adamApplyTiming() {
         // The seed model: Dense(784 -> 128) and Dense(128 -> 10), 101,770 parameters.
         Params p;

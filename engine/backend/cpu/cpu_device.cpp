@@ -130,7 +130,11 @@ Status CpuProgram::build(const Graph& g, const ProgramBindings& bind, size_t are
     std::unordered_map<int, size_t> paramIndex;
     for (size_t i = 0; i < params.size(); ++i) paramIndex[params[i]] = i;
     std::unordered_map<int, size_t> gradIndex;
-    for (const auto& [p, gr] : g.grads) gradIndex[gr] = paramIndex.at(p);
+    for (const auto& [p, gr] : g.grads) {
+        int root = gr;  // a reshaped gradient is written by the node it views
+        while (g.node(root).op == Op::Reshape) root = g.node(root).inputs[0];
+        gradIndex[root] = paramIndex.at(p);
+    }
 
     for (const Node& n : g.nodes) {
         const std::string buf = n.attr("buf");

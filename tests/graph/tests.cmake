@@ -1,0 +1,4 @@
+td_add_test(test_graph SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_graph.cpp LABELS unit graph
+            LIBS traindeck_compiler)
+td_add_test(test_ops SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ops.cpp LABELS unit graph ops
+            LIBS traindeck_compiler)

@@ -1,0 +1,21 @@
+// Side-by-side comparison of two runs' configurations: both JSON documents are flattened to
+// "path = value" rows ("training.optimizer.config.learning_rate") and paired by path.
+#pragma once
+
+#include <QString>
+#include <vector>
+
+namespace td::ui {
+
+struct ConfigDiffRow {
+    QString path;
+    QString left;   // empty when the path is missing on that side
+    QString right;
+    bool differs = false;
+};
+
+// Rows for every path in either document, sorted by path. Invalid JSON becomes one row that says
+// so.
+std::vector<ConfigDiffRow> diffJsonConfigs(const QString& leftJson, const QString& rightJson);
+
+}  // namespace td::ui
