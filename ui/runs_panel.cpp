@@ -12,6 +12,7 @@
 #include <QLabel>
 #include <QLineEdit>
 #include <QMessageBox>
+#include <QRegularExpression>
 #include <QPushButton>
 #include <QSortFilterProxyModel>
 #include <QSplitter>

@@ -43,7 +43,7 @@ bool maximizes(const std::string& mode, const std::string& monitor) {
 // current improves on best when (current - delta) < best (min) or > best (max).
 class Monitor {
   public:
-    Monitor(const CallbackConfig& cfg)
+    explicit Monitor(const CallbackConfig& cfg)
         : max_(maximizes(cfg.mode, cfg.monitor)),
           delta_(max_ ? std::fabs(cfg.minDelta) : -std::fabs(cfg.minDelta)) {}
     void reset() {

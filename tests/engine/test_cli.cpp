@@ -1,0 +1,117 @@
+// The headless CLI as a user runs it: exit codes, messages on stderr, JSON output.
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QtTest>
+
+namespace {
+
+struct Run {
+    int code = -1;
+    QString out, err;
+};
+
+Run traindeck(const QStringList& args, const QString& home = QString()) {
+    QProcess p;
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    if (!home.isEmpty()) env.insert("HOME", home);
+    env.insert("OMP_NUM_THREADS", "1");
+    p.setProcessEnvironment(env);
+    p.start(TRAINDECK_BINARY, args);
+    if (!p.waitForFinished(300000)) {
+        p.kill();
+        p.waitForFinished();
+    }
+    return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1,
+            QString::fromUtf8(p.readAllStandardOutput()), QString::fromUtf8(p.readAllStandardError())};
+}
+
+QString project(const char* name) { return QString(TRAINDECK_SOURCE_DIR) + "/projects/" + name; }
+
+}  // namespace
+
+class TestCli : public QObject {
+    Q_OBJECT
+private slots:
+    void summaryPrintsKerasTable();
+    void devicesListsCpu();
+    void compileDumpsAfterPass();
+    void trainStoresRunAndListsIt();
+    void badInput_data();
+    void badInput();
+};
+
+void TestCli::summaryPrintsKerasTable() {
+    Run r = traindeck({"summary", project("fashion_mnist_mlp.json")});
+    QCOMPARE(r.code, 0);
+    QVERIFY(r.out.contains("Total params: 101,770"));
+    QVERIFY(r.out.contains("(None, 128)"));
+}
+
+void TestCli::devicesListsCpu() {
+    Run r = traindeck({"devices", "--json"});
+    QCOMPARE(r.code, 0);
+    auto doc = QJsonDocument::fromJson(r.out.toUtf8());
+    QVERIFY(doc.isArray());
+    QCOMPARE(doc.array().at(0).toObject().value("id").toString(), QString("cpu:0"));
+}
+
+void TestCli::compileDumpsAfterPass() {
+    Run fused = traindeck({"compile", project("synthetic_blobs.json"), "--dump-after=fusion"});
+    QCOMPARE(fused.code, 0);
+    QVERIFY2(fused.out.contains("= dense("), qPrintable(fused.out));
+    QVERIFY(fused.out.contains("# fusion: fused"));
+    Run built = traindeck({"compile", project("synthetic_blobs.json"), "--dump-after=autodiff"});
+    QCOMPARE(built.code, 0);
+    QVERIFY(!built.out.contains("= dense("));
+    QVERIFY(built.out.contains("loss_grad"));
+    Run mem = traindeck({"compile", project("synthetic_blobs.json"), "--dump-after=memory"});
+    QVERIFY(mem.out.contains("buf=arena"));
+    Run bad = traindeck({"compile", project("synthetic_blobs.json"), "--dump-after=frobnicate"});
+    QCOMPARE(bad.code, 2);
+    QVERIFY(bad.err.contains("unknown pass 'frobnicate'"));
+}
+
+void TestCli::trainStoresRunAndListsIt() {
+    QTemporaryDir dir;
+    const QString db = dir.filePath("runs.db");
+    Run r = traindeck({"train", project("synthetic_blobs.json"), "--epochs", "2", "--db", db,
+                       "--run-name", "cli-run", "--plain"});
+    QCOMPARE(r.code, 0);
+    QVERIFY2(r.out.contains("Epoch 2/2"), qPrintable(r.out));
+    QVERIFY(r.out.contains("Run completed"));
+    QVERIFY(r.out.contains("test_accuracy"));
+    Run list = traindeck({"runs", "--db", db, "--json"});
+    QCOMPARE(list.code, 0);
+    auto arr = QJsonDocument::fromJson(list.out.toUtf8()).array();
+    QCOMPARE(arr.size(), 1);
+    QCOMPARE(arr.at(0).toObject().value("name").toString(), QString("cli-run"));
+    QCOMPARE(arr.at(0).toObject().value("status").toString(), QString("completed"));
+    Run show = traindeck({"show", "cli-run", "--db", db, "--json"});
+    QCOMPARE(show.code, 0);
+    auto obj = QJsonDocument::fromJson(show.out.toUtf8()).object();
+    QCOMPARE(obj.value("epochs").toArray().size(), 2);
+    Run table = traindeck({"runs", "--db", db});
+    QVERIFY(table.out.contains("cli-run"));
+}
+
+void TestCli::badInput_data() {
+    QTest::addColumn<QStringList>("args");
+    QTest::addColumn<QString>("expected");
+    QTest::newRow("missing project") << QStringList{"train", "/nonexistent/p.json"} << "/nonexistent/p.json";
+    QTest::newRow("not json") << QStringList{"summary", QString(TRAINDECK_SOURCE_DIR) + "/README.md"} << "README.md";
+    QTest::newRow("unknown run") << QStringList{"show", "no-such-run", "--db", "/tmp/traindeck-cli-test.db"} << "no-such-run";
+    QTest::newRow("bad flag") << QStringList{"train", project("synthetic_blobs.json"), "--epochs", "-3"} << "epochs";
+    QTest::newRow("corrupt db") << QStringList{"runs", "--db", project("synthetic_blobs.json")} << "synthetic_blobs.json";
+}
+
+void TestCli::badInput() {
+    QFETCH(QStringList, args);
+    QFETCH(QString, expected);
+    Run r = traindeck(args);
+    QVERIFY2(r.code > 0, qPrintable(QString::number(r.code)));  // an error exit, not a crash
+    QVERIFY2(r.err.contains(expected), qPrintable(r.err));
+}
+
+QTEST_GUILESS_MAIN(TestCli)
+#include "test_cli.moc"

@@ -1,0 +1,303 @@
+// End-to-end training through the public Session API: thresholds, events, the store, stop and
+// pause, remainder batches, determinism, predict, and clear errors for bad projects.
+#include <QtTest>
+#include <cmath>
+#include <filesystem>
+
+#include "engine/api/session.h"
+#include "engine/store/run_store.h"
+
+using namespace td;
+
+namespace {
+
+Project loadExample(const char* name) {
+    auto p = loadProject(std::string(TRAINDECK_SOURCE_DIR) + "/projects/" + name);
+    if (!p.ok()) qFatal("%s", p.error().c_str());
+    return std::move(p).value();
+}
+
+Project synthetic(int64_t samples = 2048, int epochs = 5) {
+    Project p = loadExample("synthetic_blobs.json");
+    p.data.source.samples = samples;
+    p.training.epochs = epochs;
+    return p;
+}
+
+struct Recorded {
+    std::vector<Event> events;
+    template <typename T>
+    std::vector<T> all() const {
+        std::vector<T> out;
+        for (const auto& e : events)
+            if (auto* x = std::get_if<T>(&e)) out.push_back(*x);
+        return out;
+    }
+};
+
+Recorded runToEnd(Session& s) {
+    auto q = s.events().subscribe();
+    Status st = s.fit();
+    Recorded r;
+    r.events = q->drain();
+    if (!st.ok()) qWarning("fit: %s", st.error().c_str());
+    return r;
+}
+
+}  // namespace
+
+class TestTraining : public QObject {
+    Q_OBJECT
+private slots:
+    void syntheticReachesThreshold();
+    void eventsAndStore();
+    void sameSeedSameLosses();
+    void remainderAndDropRemainder();
+    void stopMidRun();
+    void pauseAndResume();
+    void validationSplitAndEarlyStopping();
+    void predictGivesProbabilities();
+    void csvProjectTrains();
+    void fashionMnistShortRun();
+    void badProjects_data();
+    void badProjects();
+};
+
+void TestTraining::syntheticReachesThreshold() {
+    auto s = Session::create(synthetic(), {});
+    QVERIFY2(s.ok(), s.ok() ? "" : s.error().c_str());
+    Recorded r = runToEnd(**s);
+    auto fin = r.all<RunFinished>();
+    QCOMPARE(fin.size(), size_t(1));
+    QCOMPARE(fin[0].status, RunStatus::Completed);
+    auto epochs = r.all<EpochMetrics>();
+    QCOMPARE(epochs.size(), size_t(5));
+    QVERIFY(epochs.back().metrics.at("loss") < epochs.front().metrics.at("loss"));
+    QVERIFY2(fin[0].finalMetrics.at("test_accuracy") > 0.9,
+             qPrintable(QString::number(fin[0].finalMetrics.at("test_accuracy"))));
+    QVERIFY(fin[0].finalMetrics.at("test_loss") < 0.4);
+}
+
+void TestTraining::eventsAndStore() {
+    QTemporaryDir dir;
+    const std::string db = dir.filePath("runs.db").toStdString();
+    SessionOptions o;
+    o.storePath = db;
+    o.runName = "blobs-run";
+    o.epochs = 2;
+    auto s = Session::create(synthetic(), o);
+    QVERIFY(s.ok());
+    Recorded r = runToEnd(**s);
+    QVERIFY(std::holds_alternative<RunStarted>(r.events.front()));
+    QVERIFY(std::holds_alternative<RunFinished>(r.events.back()));
+    const auto steps = r.all<StepMetrics>();
+    QVERIFY(!steps.empty());
+    for (const auto& sm : steps) {
+        QVERIFY(sm.samplesPerSecond > 0);
+        QVERIFY(sm.inputWaitSeconds >= 0 && sm.computeSeconds > 0);
+        QCOMPARE(sm.replicaSamplesPerSecond.size(), size_t(1));
+        QVERIFY(sm.learningRate > 0);
+    }
+    auto store = RunStore::open(db);
+    QVERIFY(store.ok());
+    auto run = (*store)->findRun("blobs-run");
+    QVERIFY2(run.ok(), run.ok() ? "" : run.error().c_str());
+    QCOMPARE(run->status, std::string("completed"));
+    QCOMPARE(run->params, int64_t(16 * 32 + 32 + 32 * 4 + 4));
+    auto ep = (*store)->epochs(run->id);
+    QVERIFY(ep.ok());
+    QCOMPARE(ep->size(), size_t(2));
+    auto st = (*store)->steps(run->id);
+    QVERIFY(st.ok() && !st->empty());
+    QVERIFY(run->finalMetricsJson.find("test_accuracy") != std::string::npos);
+}
+
+void TestTraining::sameSeedSameLosses() {
+    std::vector<double> a, b;
+    for (auto* out : {&a, &b}) {
+        auto s = Session::create(synthetic(1024, 2), {});
+        QVERIFY(s.ok());
+        for (const auto& e : runToEnd(**s).all<EpochMetrics>()) out->push_back(e.metrics.at("loss"));
+    }
+    QCOMPARE(a, b);
+    SessionOptions o;
+    o.seed = 99;
+    auto s = Session::create(synthetic(1024, 2), o);
+    QVERIFY(s.ok());
+    auto c = runToEnd(**s).all<EpochMetrics>();
+    QVERIFY(c[0].metrics.at("loss") != a[0]);
+}
+
+void TestTraining::remainderAndDropRemainder() {
+    for (bool drop : {false, true}) {
+        Project p = synthetic(100, 1);
+        p.training.batchSize = 32;
+        p.data.pipeline.dropRemainder = drop;
+        p.training.logEverySteps = 1;
+        auto s = Session::create(p, {});
+        QVERIFY(s.ok());
+        Recorded r = runToEnd(**s);
+        auto steps = r.all<StepMetrics>();
+        QCOMPARE(steps.size(), size_t(drop ? 3 : 4));
+        QCOMPARE(r.all<RunFinished>().at(0).status, RunStatus::Completed);
+        QVERIFY(std::isfinite(steps.back().metrics.at("loss")));
+    }
+}
+
+void TestTraining::stopMidRun() {
+    QTemporaryDir dir;
+    SessionOptions o;
+    o.storePath = dir.filePath("runs.db").toStdString();
+    o.epochs = 50;
+    Project p = synthetic(4096, 50);
+    p.training.logEverySteps = 1;
+    auto s = Session::create(p, o);
+    QVERIFY(s.ok());
+    auto q = (*s)->events().subscribe();
+    (*s)->start();
+    int steps = 0;
+    std::optional<RunFinished> fin;
+    while (auto e = q->pop(std::chrono::milliseconds(10000))) {
+        if (std::holds_alternative<StepMetrics>(*e) && ++steps == 3) (*s)->requestStop();
+        if (auto* f = std::get_if<RunFinished>(&*e)) fin = *f;
+    }
+    (*s)->join();
+    QVERIFY(fin.has_value());
+    QCOMPARE(fin->status, RunStatus::Stopped);
+    auto store = RunStore::open(o.storePath);
+    auto run = (*store)->getRun((*s)->runId());
+    QVERIFY(run.ok());
+    QCOMPARE(run->status, std::string("stopped"));
+}
+
+void TestTraining::pauseAndResume() {
+    Project p = synthetic(4096, 3);
+    p.training.logEverySteps = 1;
+    auto s = Session::create(p, {});
+    QVERIFY(s.ok());
+    auto q = (*s)->events().subscribe();
+    (*s)->pause();
+    (*s)->start();
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    // Paused before the first step: no step metrics yet.
+    for (const auto& e : q->drain()) QVERIFY(!std::holds_alternative<StepMetrics>(e));
+    QVERIFY((*s)->paused());
+    (*s)->resume();
+    (*s)->join();
+    bool finished = false;
+    for (const auto& e : q->drain())
+        if (auto* f = std::get_if<RunFinished>(&e)) finished = f->status == RunStatus::Completed;
+    QVERIFY(finished);
+}
+
+void TestTraining::validationSplitAndEarlyStopping() {
+    Project p = synthetic(2048, 40);
+    p.data.validationSplit = 0.25;
+    CallbackConfig es;
+    es.type = "early_stopping";
+    es.monitor = "val_loss";
+    es.patience = 1;
+    es.minDelta = 0.5;  // nothing improves by 0.5: stops after patience epochs
+    p.training.callbacks = {es};
+    auto s = Session::create(p, {});
+    QVERIFY(s.ok());
+    Recorded r = runToEnd(**s);
+    auto started = r.all<RunStarted>().at(0);
+    QCOMPARE(started.validationSamples, int64_t(512));
+    QCOMPARE(started.trainSamples, int64_t(1536));
+    auto epochs = r.all<EpochMetrics>();
+    QVERIFY(epochs.at(0).metrics.count("val_loss"));
+    QVERIFY(epochs.at(0).metrics.count("val_accuracy"));
+    QVERIFY2(epochs.size() < 5, qPrintable(QString::number(epochs.size())));
+    auto fin = r.all<RunFinished>().at(0);
+    QCOMPARE(fin.status, RunStatus::Stopped);
+}
+
+void TestTraining::predictGivesProbabilities() {
+    auto s = Session::create(synthetic(512, 1), {});
+    QVERIFY(s.ok());
+    QVERIFY((*s)->fit().ok());
+    Tensor x(DType::F32, {70, 16});
+    for (int64_t i = 0; i < x.size(); ++i) x.data<float>()[i] = float(i % 7) * 0.1f;
+    auto p = (*s)->predict(x);
+    QVERIFY2(p.ok(), p.ok() ? "" : p.error().c_str());
+    QCOMPARE(p->shape(), (Shape{70, 4}));
+    for (int r = 0; r < 70; ++r) {
+        double sum = 0;
+        for (int c = 0; c < 4; ++c) sum += p->data<float>()[r * 4 + c];
+        QVERIFY(std::fabs(sum - 1) < 1e-5);
+    }
+    Tensor bad(DType::F32, {3, 5});
+    QVERIFY(!(*s)->predict(bad).ok());
+    auto ev = (*s)->evaluateTest();
+    QVERIFY(ev.ok());
+    QCOMPARE(ev->samples, int64_t(512));
+}
+
+void TestTraining::csvProjectTrains() {
+    Project p = loadExample("csv_iris_like.json");
+    auto s = Session::create(p, {});
+    QVERIFY2(s.ok(), s.ok() ? "" : s.error().c_str());
+    Recorded r = runToEnd(**s);
+    auto fin = r.all<RunFinished>().at(0);
+    QCOMPARE(fin.status, RunStatus::Completed);
+    QVERIFY2(fin.finalMetrics.at("test_accuracy") > 0.8,
+             qPrintable(QString::number(fin.finalMetrics.at("test_accuracy"))));
+}
+
+void TestTraining::fashionMnistShortRun() {
+    if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"))
+        QSKIP("dataset-fashion-mnist is not installed");
+    Project p = loadExample("fashion_mnist_mlp.json");
+    p.training.epochs = 1;
+    p.training.batchSize = 64;
+    auto s = Session::create(p, {});
+    QVERIFY2(s.ok(), s.ok() ? "" : s.error().c_str());
+    Recorded r = runToEnd(**s);
+    auto fin = r.all<RunFinished>().at(0);
+    QCOMPARE(fin.status, RunStatus::Completed);
+    // One epoch of the guide's MLP reaches about 0.82 test accuracy in Keras.
+    QVERIFY2(fin.finalMetrics.at("test_accuracy") > 0.80,
+             qPrintable(QString::number(fin.finalMetrics.at("test_accuracy"))));
+    QVERIFY(fin.finalMetrics.at("test_loss") < 0.55);
+}
+
+void TestTraining::badProjects_data() {
+    QTest::addColumn<QString>("what");
+    QTest::addColumn<QString>("expected");
+    QTest::newRow("input shape") << "input" << "does not match the data's samples";
+    QTest::newRow("too few units") << "units" << "classes but the last layer has 3 units";
+    QTest::newRow("missing file") << "file" << "no_such_images.gz";
+    QTest::newRow("precision") << "precision" << "mixed_float16";
+    QTest::newRow("one_hot with sparse loss") << "onehot" << "expects integer class labels";
+    QTest::newRow("batch size") << "batch" << "training.batch_size";
+}
+
+void TestTraining::badProjects() {
+    QFETCH(QString, what);
+    QFETCH(QString, expected);
+    Project p = synthetic(256, 1);
+    if (what == "input") p.data.source.sampleShape = {12};
+    if (what == "units") p.model.layers.back().units = 3;
+    if (what == "file") {
+        p.data.source.type = "idx";
+        p.data.source.trainImages = "/nonexistent/no_such_images.gz";
+        p.data.source.trainLabels = "/nonexistent/no_such_labels.gz";
+    }
+    if (what == "precision") p.precision = PrecisionPolicy::MixedFloat16;
+    if (what == "onehot") p.data.pipeline.map.push_back(MapStep{.op = "one_hot", .depth = 4});
+    if (what == "batch") p.training.batchSize = 0;
+    auto s = Session::create(p, {});
+    std::string error;
+    if (s.ok()) {
+        Status st = (*s)->fit();  // some data problems only show with the first batch
+        QVERIFY(!st.ok());
+        error = st.error();
+    } else {
+        error = s.error();
+    }
+    QVERIFY2(QString::fromStdString(error).contains(expected), error.c_str());
+}
+
+QTEST_GUILESS_MAIN(TestTraining)
+#include "test_training.moc"

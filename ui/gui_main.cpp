@@ -1,0 +1,65 @@
+#include "ui/gui_main.h"
+
+#include <QApplication>
+#include <QFileInfo>
+#include <QIcon>
+#include <QMessageBox>
+#include <QTimer>
+#include <cstdio>
+
+#include "ui/main_window.h"
+#include "ui/screenshot_driver.h"
+#include "ui/settings.h"
+
+namespace td::ui {
+
+int runGui(int argc, char** argv, const std::string& dbPath, const std::string& projectPath,
+           bool start) {
+    QApplication app(argc, argv);
+    QApplication::setOrganizationName("TrainDeck");
+    QApplication::setApplicationName("TrainDeck");
+    QApplication::setApplicationVersion(TRAINDECK_VERSION);
+    QApplication::setDesktopFileName("traindeck");
+    QApplication::setWindowIcon(QIcon(":/icons/traindeck.svg"));
+
+    MainWindow window;
+    const QString screenshots = qEnvironmentVariable("TRAINDECK_SCREENSHOTS");
+    if (!screenshots.isEmpty()) window.setInteractive(false);
+
+    QString db = dbPath.empty() ? Settings::databasePath() : QString::fromStdString(dbPath);
+    QString error;
+    if (!window.openDatabase(db, &error)) {
+        std::fprintf(stderr, "traindeck: %s\n", qPrintable(error));
+        QMessageBox::warning(&window, QObject::tr("Run database"), error);
+    }
+
+    bool opened = false;
+    if (!projectPath.empty()) {
+        opened = window.openProject(QString::fromStdString(projectPath), &error);
+        if (!opened) {
+            std::fprintf(stderr, "traindeck: %s\n", qPrintable(error));
+            QMessageBox::warning(&window, QObject::tr("Open project"), error);
+            start = false;  // never train something other than what was asked for
+        }
+    } else {
+        const QString last = Settings::lastProject();
+        if (!last.isEmpty() && QFileInfo::exists(last)) opened = window.openProject(last);
+    }
+    if (!opened) window.openDefaultProject();
+
+    window.show();
+    if (start) {
+        QTimer::singleShot(0, &window, [&window] {
+            QString why;
+            if (!window.startTraining(&why)) std::fprintf(stderr, "traindeck: %s\n", qPrintable(why));
+        });
+    }
+    if (!screenshots.isEmpty()) {
+        int seconds = qEnvironmentVariableIntValue("TRAINDECK_SCREENSHOT_SECONDS");
+        auto* driver = new ScreenshotDriver(&window, screenshots, seconds > 0 ? seconds : 12);
+        driver->begin();
+    }
+    return app.exec();
+}
+
+}  // namespace td::ui

@@ -1,0 +1,361 @@
+#include "ui/main_window.h"
+
+#include <QAction>
+#include <QApplication>
+#include <QCloseEvent>
+#include <QDir>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QLabel>
+#include <QMenuBar>
+#include <QMessageBox>
+#include <QRegularExpression>
+#include <QStatusBar>
+#include <QStyle>
+#include <QTabWidget>
+#include <QTimer>
+#include <QToolBar>
+
+#include "ui/data_panel.h"
+#include "ui/latency_probe.h"
+#include "ui/model_designer.h"
+#include "ui/monitor_panel.h"
+#include "ui/project_checks.h"
+#include "ui/project_controller.h"
+#include "ui/run_controller.h"
+#include "ui/runs_panel.h"
+#include "ui/settings.h"
+#include "ui/training_panel.h"
+
+namespace td::ui {
+
+MainWindow::MainWindow(QWidget* parent)
+    : QMainWindow(parent), project_(new ProjectController(this)), runs_(new RunController(this)) {
+    setObjectName("TrainDeckMainWindow");
+    designer_ = new ModelDesigner(project_);
+    data_ = new DataPanel(project_);
+    training_ = new TrainingPanel(project_);
+    monitor_ = new MonitorPanel(runs_);
+    runsPanel_ = new RunsPanel;
+    tabs_ = new QTabWidget;
+    tabs_->setObjectName("mainTabs");
+    tabs_->addTab(designer_, tr("&1 Model"));
+    tabs_->addTab(data_, tr("&2 Data"));
+    tabs_->addTab(training_, tr("&3 Training"));
+    tabs_->addTab(monitor_, tr("&4 Monitor"));
+    tabs_->addTab(runsPanel_, tr("&5 Runs"));
+    tabs_->setTabToolTip(ModelTab, tr("Design the layers of a Sequential model"));
+    tabs_->setTabToolTip(DataTab, tr("Choose the data and the input pipeline"));
+    tabs_->setTabToolTip(TrainingTab, tr("Optimizer, loss, callbacks, precision and strategy"));
+    tabs_->setTabToolTip(MonitorTab, tr("Start, watch and stop training"));
+    tabs_->setTabToolTip(RunsTab, tr("Browse and compare stored runs"));
+    setCentralWidget(tabs_);
+
+    latencyLabel_ = new QLabel;
+    latencyLabel_->setObjectName("latencyLabel");
+    dbLabel_ = new QLabel;
+    statusBar()->addPermanentWidget(latencyLabel_);
+    statusBar()->addPermanentWidget(dbLabel_);
+    buildMenus();
+
+    connect(project_, &ProjectController::projectReplaced, this, [this] {
+        updateTitle();
+        updateStartBlocker();
+    });
+    connect(project_, &ProjectController::projectEdited, this, &MainWindow::updateStartBlocker);
+    connect(project_, &ProjectController::dirtyChanged, this, &MainWindow::updateTitle);
+    connect(project_, &ProjectController::pathChanged, this, [this](const QString& path) {
+        updateTitle();
+        if (!path.isEmpty()) {
+            Settings::addRecentFile(path);
+            Settings::setLastProject(path);
+        }
+    });
+    connect(runs_, &RunController::startRequested, this, [this] { startTraining(); });
+    connect(runs_, &RunController::runStarted, runsPanel_, &RunsPanel::refresh);
+    connect(runs_, &RunController::runFinished, this, [this](const td::RunFinished& r) {
+        runsPanel_->refresh();
+        latencyLabel_->setText(runs_->latencyProbe()->report());
+        statusBar()->showMessage(tr("Run %1").arg(td::runStatusName(r.status)), 10000);
+    });
+    connect(runs_, &RunController::stateChanged, this, [this](RunController::State s) {
+        // The model, data and training settings are those of the run while it lasts.
+        const bool idle = s == RunController::State::Idle;
+        designer_->setEnabled(idle);
+        data_->setEnabled(idle);
+        training_->setEnabled(idle);
+    });
+    auto* latencyTimer = new QTimer(this);
+    latencyTimer->setInterval(1000);
+    connect(latencyTimer, &QTimer::timeout, this, [this] {
+        if (runs_->latencyProbe()->active()) latencyLabel_->setText(runs_->latencyProbe()->report());
+    });
+    latencyTimer->start();
+    connect(runsPanel_, &RunsPanel::databaseChanged, this, [this](const QString& path) {
+        dbLabel_->setText(tr("Runs: %1").arg(QFileInfo(path).fileName()));
+        dbLabel_->setToolTip(path);
+        training_->setDatabasePath(path);
+    });
+
+    resize(1400, 900);
+    const QByteArray geometry = Settings::windowGeometry();
+    if (!geometry.isEmpty()) restoreGeometry(geometry);
+    const QByteArray state = Settings::windowState();
+    if (!state.isEmpty()) restoreState(state);
+    tabs_->setCurrentIndex(std::clamp(Settings::currentTab(), 0, tabs_->count() - 1));
+    updateTitle();
+    updateStartBlocker();
+}
+
+MainWindow::~MainWindow() { runs_->shutdown(); }
+
+void MainWindow::buildMenus() {
+    QStyle* st = style();
+    QMenu* file = menuBar()->addMenu(tr("&File"));
+    QAction* newAct = file->addAction(st->standardIcon(QStyle::SP_FileIcon), tr("&New Project"),
+                                      this, &MainWindow::newProject);
+    newAct->setShortcut(QKeySequence::New);
+    QAction* openAct = file->addAction(st->standardIcon(QStyle::SP_DialogOpenButton),
+                                       tr("&Open Project…"), this, &MainWindow::openProjectDialog);
+    openAct->setShortcut(QKeySequence::Open);
+    recentMenu_ = file->addMenu(tr("Open &Recent"));
+    connect(recentMenu_, &QMenu::aboutToShow, this, &MainWindow::populateRecentMenu);
+    examplesMenu_ = file->addMenu(tr("&Examples"));
+    connect(examplesMenu_, &QMenu::aboutToShow, this, &MainWindow::populateExamplesMenu);
+    file->addSeparator();
+    QAction* saveAct = file->addAction(st->standardIcon(QStyle::SP_DialogSaveButton), tr("&Save"),
+                                       this, &MainWindow::save);
+    saveAct->setShortcut(QKeySequence::Save);
+    file->addAction(tr("Save &As…"), this, &MainWindow::saveAs)->setShortcut(QKeySequence::SaveAs);
+    file->addSeparator();
+    file->addAction(tr("Open Run &Database…"), this, &MainWindow::openDatabaseDialog);
+    file->addSeparator();
+    file->addAction(tr("&Quit"), this, &QWidget::close)->setShortcut(QKeySequence::Quit);
+
+    QMenu* run = menuBar()->addMenu(tr("&Run"));
+    run->addAction(runs_->startAction());
+    run->addAction(runs_->pauseAction());
+    run->addAction(runs_->stopAction());
+
+    QMenu* view = menuBar()->addMenu(tr("&View"));
+    for (int i = 0; i < tabs_->count(); ++i) {
+        QAction* a = view->addAction(tabs_->tabText(i).remove('&'));
+        a->setShortcut(QKeySequence(Qt::ALT | static_cast<Qt::Key>(Qt::Key_1 + i)));
+        connect(a, &QAction::triggered, this, [this, i] { tabs_->setCurrentIndex(i); });
+    }
+
+    QMenu* help = menuBar()->addMenu(tr("&Help"));
+    help->addAction(tr("&About TrainDeck"), this, [this] {
+        QMessageBox::about(this, tr("About TrainDeck"),
+                           tr("<b>TrainDeck %1</b><br>Design, train and monitor Keras-style "
+                              "Sequential networks.<br><br>1. Build a model on the Model tab.<br>"
+                              "2. Pick data on the Data tab.<br>3. Tune training on the Training "
+                              "tab.<br>4. Press Start (F5) and watch the Monitor tab.<br>5. "
+                              "Compare runs on the Runs tab.")
+                               .arg(QApplication::applicationVersion()));
+    });
+
+    QToolBar* tb = addToolBar(tr("Main"));
+    tb->setObjectName("mainToolBar");
+    tb->setToolButtonStyle(Qt::ToolButtonTextBesideIcon);
+    tb->addAction(newAct);
+    tb->addAction(openAct);
+    tb->addAction(saveAct);
+    tb->addSeparator();
+    tb->addAction(runs_->startAction());
+    tb->addAction(runs_->pauseAction());
+    tb->addAction(runs_->stopAction());
+}
+
+bool MainWindow::openDatabase(const QString& path, QString* error) {
+    QString why;
+    if (!runsPanel_->setDatabasePath(path, &why)) {
+        if (error) *error = why;
+        return false;
+    }
+    Settings::setDatabasePath(path);
+    return true;
+}
+
+bool MainWindow::openProject(const QString& path, QString* error) {
+    QString why;
+    if (!project_->open(path, &why)) {
+        if (error) *error = why;
+        return false;
+    }
+    Settings::addRecentFile(project_->path());
+    Settings::setLastProject(project_->path());
+    return true;
+}
+
+void MainWindow::openDefaultProject() {
+    QString error;
+    QString text = ProjectController::defaultProjectText();
+    if (text.isEmpty() || !project_->openFromText(text, "fashion_mnist_mlp.json", &error)) {
+        project_->newProject();
+    }
+}
+
+bool MainWindow::startTraining(QString* error) {
+    updateStartBlocker();
+    if (runsPanel_->databasePath().isEmpty()) {
+        openDatabase(Settings::databasePath());
+    }
+    tabs_->setCurrentIndex(MonitorTab);
+    return runs_->start(project_->project(), runsPanel_->databasePath(), error);
+}
+
+void MainWindow::closeEvent(QCloseEvent* event) {
+    if (runs_->busy() && interactive_) {
+        auto answer = QMessageBox::question(
+            this, tr("Training is running"),
+            tr("A run is in progress. Stop it (it is kept in the store, marked stopped) and "
+               "quit?"),
+            QMessageBox::Yes | QMessageBox::Cancel, QMessageBox::Cancel);
+        if (answer != QMessageBox::Yes) {
+            event->ignore();
+            return;
+        }
+    }
+    if (!maybeSave()) {
+        event->ignore();
+        return;
+    }
+    runs_->shutdown();
+    Settings::setWindowLayout(saveGeometry(), saveState());
+    Settings::setCurrentTab(tabs_->currentIndex());
+    event->accept();
+}
+
+void MainWindow::newProject() {
+    if (!maybeSave()) return;
+    project_->newProject();
+    tabs_->setCurrentIndex(ModelTab);
+}
+
+void MainWindow::openProjectDialog() {
+    if (!maybeSave()) return;
+    QString start = project_->path().isEmpty() ? QDir::homePath() : QFileInfo(project_->path()).absolutePath();
+    QString path = QFileDialog::getOpenFileName(this, tr("Open project"), start,
+                                                tr("TrainDeck projects (*.json);;All files (*)"));
+    if (path.isEmpty()) return;
+    QString error;
+    if (!openProject(path, &error)) showError(tr("Open project"), error);
+}
+
+bool MainWindow::save() {
+    if (project_->path().isEmpty()) return saveAs();
+    QString error;
+    if (!project_->save(&error)) {
+        showError(tr("Save project"), error);
+        return false;
+    }
+    statusBar()->showMessage(tr("Saved %1").arg(project_->path()), 5000);
+    return true;
+}
+
+bool MainWindow::saveAs() {
+    QString suggested = project_->path().isEmpty()
+                            ? QDir::homePath() + "/" +
+                                  QString::fromStdString(project_->project().name)
+                                      .toLower()
+                                      .replace(QRegularExpression("[^a-z0-9]+"), "_") +
+                                  ".json"
+                            : project_->path();
+    QString path = QFileDialog::getSaveFileName(this, tr("Save project as"), suggested,
+                                                tr("TrainDeck projects (*.json)"));
+    if (path.isEmpty()) return false;
+    if (!path.endsWith(".json", Qt::CaseInsensitive)) path += ".json";
+    QString error;
+    if (!project_->saveAs(path, &error)) {
+        showError(tr("Save project"), error);
+        return false;
+    }
+    statusBar()->showMessage(tr("Saved %1").arg(path), 5000);
+    return true;
+}
+
+bool MainWindow::maybeSave() {
+    if (!project_->isDirty() || !interactive_) return true;
+    auto answer = QMessageBox::warning(
+        this, tr("Unsaved changes"),
+        tr("The project \"%1\" has unsaved changes. Save them?").arg(project_->displayName()),
+        QMessageBox::Save | QMessageBox::Discard | QMessageBox::Cancel, QMessageBox::Save);
+    if (answer == QMessageBox::Save) return save();
+    return answer == QMessageBox::Discard;
+}
+
+void MainWindow::openDatabaseDialog() {
+    QString path = QFileDialog::getSaveFileName(
+        this, tr("Open or create a run database"), runsPanel_->databasePath(),
+        tr("SQLite run stores (*.db *.sqlite);;All files (*)"), nullptr,
+        QFileDialog::DontConfirmOverwrite);
+    if (path.isEmpty()) return;
+    QString error;
+    if (!openDatabase(path, &error)) showError(tr("Open run database"), error);
+}
+
+void MainWindow::populateRecentMenu() {
+    recentMenu_->clear();
+    const QStringList files = Settings::recentFiles();
+    for (const QString& f : files) {
+        QAction* a = recentMenu_->addAction(QFileInfo(f).fileName());
+        a->setToolTip(f);
+        a->setStatusTip(f);
+        connect(a, &QAction::triggered, this, [this, f] {
+            if (!maybeSave()) return;
+            QString error;
+            if (!openProject(f, &error)) showError(tr("Open recent project"), error);
+        });
+    }
+    if (files.isEmpty()) recentMenu_->addAction(tr("(none)"))->setEnabled(false);
+    recentMenu_->addSeparator();
+    recentMenu_->addAction(tr("Clear list"), [] { Settings::clearRecentFiles(); });
+}
+
+void MainWindow::populateExamplesMenu() {
+    examplesMenu_->clear();
+    QStringList dirs{QString(TRAINDECK_SOURCE_DIR) + "/projects", "/usr/share/traindeck/projects",
+                     QApplication::applicationDirPath() + "/../share/traindeck/projects"};
+    QStringList seen;
+    for (const QString& d : dirs) {
+        for (const QFileInfo& fi : QDir(d).entryInfoList({"*.json"}, QDir::Files, QDir::Name)) {
+            if (seen.contains(fi.fileName())) continue;
+            seen << fi.fileName();
+            QString path = fi.absoluteFilePath();
+            examplesMenu_->addAction(fi.completeBaseName(), this, [this, path] { openExample(path); });
+        }
+    }
+    if (!seen.contains("fashion_mnist_mlp.json")) {
+        examplesMenu_->addAction(tr("fashion_mnist_mlp (built in)"), this, [this] {
+            if (maybeSave()) openDefaultProject();
+        });
+    }
+}
+
+void MainWindow::openExample(const QString& path) {
+    if (!maybeSave()) return;
+    QFile f(path);
+    QString error;
+    if (!f.open(QIODevice::ReadOnly)) {
+        showError(tr("Open example"), tr("Cannot read %1: %2").arg(path, f.errorString()));
+        return;
+    }
+    // Examples open untitled, so saving never writes into the examples folder.
+    if (!project_->openFromText(QString::fromUtf8(f.readAll()), QFileInfo(path).fileName(), &error))
+        showError(tr("Open example"), error);
+}
+
+void MainWindow::updateTitle() {
+    setWindowTitle(QString("%1[*] — TrainDeck").arg(project_->displayName()));
+    setWindowModified(project_->isDirty());
+}
+
+void MainWindow::updateStartBlocker() { runs_->setStartBlocker(startBlocker(project_->project())); }
+
+void MainWindow::showError(const QString& title, const QString& message) {
+    statusBar()->showMessage(message, 10000);
+    if (interactive_) QMessageBox::warning(this, title, message);
+}
+
+}  // namespace td::ui

@@ -1,0 +1,80 @@
+// The main window only arranges things: it owns the project and run controllers, puts the panels
+// in tabs, and wires menus, toolbar and status bar to them. Behaviour lives in the panels and
+// controllers.
+#pragma once
+
+#include <QMainWindow>
+
+class QLabel;
+class QMenu;
+class QTabWidget;
+
+namespace td::ui {
+
+class DataPanel;
+class ModelDesigner;
+class MonitorPanel;
+class ProjectController;
+class RunController;
+class RunsPanel;
+class TrainingPanel;
+
+class MainWindow : public QMainWindow {
+    Q_OBJECT
+public:
+    enum Tab { ModelTab, DataTab, TrainingTab, MonitorTab, RunsTab };
+
+    explicit MainWindow(QWidget* parent = nullptr);
+    ~MainWindow() override;
+
+    ProjectController* projectController() const { return project_; }
+    RunController* runController() const { return runs_; }
+    ModelDesigner* modelDesigner() const { return designer_; }
+    DataPanel* dataPanel() const { return data_; }
+    TrainingPanel* trainingPanel() const { return training_; }
+    MonitorPanel* monitorPanel() const { return monitor_; }
+    RunsPanel* runsPanel() const { return runsPanel_; }
+    QTabWidget* tabs() const { return tabs_; }
+
+    // Dialogs (unsaved changes, stop the run?) are skipped when not interactive (tests, scripts).
+    void setInteractive(bool on) { interactive_ = on; }
+
+    bool openDatabase(const QString& path, QString* error = nullptr);
+    bool openProject(const QString& path, QString* error = nullptr);
+    void openDefaultProject();
+    bool startTraining(QString* error = nullptr);
+
+protected:
+    void closeEvent(QCloseEvent* event) override;
+
+private:
+    void buildMenus();
+    void newProject();
+    void openProjectDialog();
+    bool save();
+    bool saveAs();
+    bool maybeSave();  // true when it is fine to discard the current project
+    void openDatabaseDialog();
+    void populateRecentMenu();
+    void populateExamplesMenu();
+    void openExample(const QString& path);
+    void updateTitle();
+    void updateStartBlocker();
+    void showError(const QString& title, const QString& message);
+
+    ProjectController* project_;
+    RunController* runs_;
+    QTabWidget* tabs_;
+    ModelDesigner* designer_;
+    DataPanel* data_;
+    TrainingPanel* training_;
+    MonitorPanel* monitor_;
+    RunsPanel* runsPanel_;
+    QMenu* recentMenu_ = nullptr;
+    QMenu* examplesMenu_ = nullptr;
+    QLabel* latencyLabel_;
+    QLabel* dbLabel_;
+    bool interactive_ = true;
+};
+
+}  // namespace td::ui
