@@ -7,6 +7,7 @@
 #include <QTimer>
 #include <cstdio>
 
+#include "ui/app_icon.h"
 #include "ui/main_window.h"
 #include "ui/screenshot_driver.h"
 #include "ui/settings.h"
@@ -20,7 +21,7 @@ int runGui(int argc, char** argv, const std::string& dbPath, const std::string& 
     QApplication::setApplicationName("TrainDeck");
     QApplication::setApplicationVersion(TRAINDECK_VERSION);
     QApplication::setDesktopFileName("traindeck");
-    QApplication::setWindowIcon(QIcon(":/icons/traindeck.svg"));
+    QApplication::setWindowIcon(appIcon());
 
     MainWindow window;
     const QString screenshots = qEnvironmentVariable("TRAINDECK_SCREENSHOTS");

@@ -108,10 +108,14 @@ std::string child(const std::string& path, size_t index) {
 
 std::string describe(const Json& v) {
     switch (v.type()) {
-        case Json::value_t::object: return "an object";
-        case Json::value_t::array: return "an array";
-        case Json::value_t::null: return "null";
-        default: return v.dump();
+        case Json::value_t::object:
+            return "an object";
+        case Json::value_t::array:
+            return "an array";
+        case Json::value_t::null:
+            return "null";
+        default:
+            return v.dump();
     }
 }
 
@@ -167,7 +171,9 @@ std::string prettyJson(const Json& v) {
     return out;
 }
 
-std::string squote(const std::string& s) { return "'" + s + "'"; }
+std::string squote(const std::string& s) {
+    return "'" + s + "'";
+}
 
 std::string joinQuoted(const std::vector<std::string>& items) {
     std::string out;
@@ -271,7 +277,8 @@ int64_t getInteger(const Json& v, const std::string& path) {
 
 int64_t getPositiveInteger(const Json& v, const std::string& path) {
     int64_t out = 0;
-    if (!integral(v, out) || out <= 0) fail(path, "expected a positive integer, got " + describe(v));
+    if (!integral(v, out) || out <= 0)
+        fail(path, "expected a positive integer, got " + describe(v));
     return out;
 }
 

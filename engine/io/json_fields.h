@@ -28,7 +28,8 @@ struct FieldError {
 // "<prefix>: <path>: <message>" (parts left out when empty).
 std::string formatError(const std::string& prefix, const FieldError& e);
 
-// Parses JSON text; a syntax error throws FieldError{path, "invalid JSON at line L, column C: ..."}.
+// Parses JSON text; a syntax error throws FieldError{path, "invalid JSON at line L, column C:
+// ..."}.
 Json parseText(const std::string& text, const std::string& path);
 
 std::string child(const std::string& path, const std::string& key);  // "a.b"
@@ -61,11 +62,10 @@ int64_t getInteger(const Json& v, const std::string& path);
 int64_t getPositiveInteger(const Json& v, const std::string& path);
 int64_t getNonNegativeInteger(const Json& v, const std::string& path);
 uint64_t getUnsigned(const Json& v, const std::string& path);
-std::optional<uint64_t> getOptionalSeed(const Json& v, const std::string& path);  // null or N
+std::optional<uint64_t> getOptionalSeed(const Json& v, const std::string& path);    // null or N
 std::optional<double> getOptionalPositive(const Json& v, const std::string& path);  // null or x>0
 // One of the listed strings: "expected one of "float32", "mixed_float16", got "fp8"".
-std::string getOneOf(const Json& v, const std::string& path,
-                     const std::vector<std::string>& valid);
+std::string getOneOf(const Json& v, const std::string& path, const std::vector<std::string>& valid);
 
 // Pretty text with a 2-space indent, like dump(2), except that arrays of scalars stay on one
 // line ("batch_shape": [null, 28, 28]) and empty containers print as [] and {}.

@@ -21,9 +21,9 @@ namespace jsonio {
 namespace {
 
 const std::vector<std::string>& supportedClasses() {
-    static const std::vector<std::string> v{"InputLayer", "Flatten", "Reshape", "Dense",
-                                            "Dropout", "Activation", "ReLU", "LeakyReLU",
-                                            "ELU", "Softmax"};
+    static const std::vector<std::string> v{"InputLayer", "Flatten",    "Reshape", "Dense",
+                                            "Dropout",    "Activation", "ReLU",    "LeakyReLU",
+                                            "ELU",        "Softmax"};
     return v;
 }
 
@@ -31,8 +31,8 @@ const std::vector<std::string>& supportedClasses() {
 void requireNull(const Json& cfg, const std::string& path, const char* key, const char* what) {
     const Json* v = member(cfg, key);
     if (v && !v->is_null())
-        fail(child(path, key), std::string(what) + " is not supported (expected null), got " +
-                                   describe(*v));
+        fail(child(path, key),
+             std::string(what) + " is not supported (expected null), got " + describe(*v));
 }
 
 // A shape without the batch dimension: [28, 28]. Every dimension must be a positive integer.
@@ -52,8 +52,9 @@ Shape readShape(const Json& v, const std::string& path) {
 Shape readBatchShape(const Json& v, const std::string& path) {
     requireArray(v, path);
     if (v.empty() || !(v[0].is_null() || v[0].is_number_integer()))
-        fail(path, "expected [batch, dims...] with the batch size first (null or an integer), got " +
-                       v.dump());
+        fail(path,
+             "expected [batch, dims...] with the batch size first (null or an integer), got " +
+                 v.dump());
     Json rest = Json::array();
     for (size_t i = 1; i < v.size(); ++i) rest.push_back(v[i]);
     try {
@@ -182,8 +183,10 @@ RegularizerSpec readRegularizer(const Json& v, const std::string& path) {
     if (cfg) {
         const std::string cpath = child(path, "config");
         checkKeys(*cfg, cpath, valid);
-        if (const Json* x = member(*cfg, "l1")) spec.l1 = getNonNegativeNumber(*x, child(cpath, "l1"));
-        if (const Json* x = member(*cfg, "l2")) spec.l2 = getNonNegativeNumber(*x, child(cpath, "l2"));
+        if (const Json* x = member(*cfg, "l1"))
+            spec.l1 = getNonNegativeNumber(*x, child(cpath, "l1"));
+        if (const Json* x = member(*cfg, "l2"))
+            spec.l2 = getNonNegativeNumber(*x, child(cpath, "l2"));
     }
     return spec;
 }
@@ -209,8 +212,8 @@ LayerSpec readLayer(const Json& entry, const std::string& path, size_t index) {
         auto t = parseLayerType(className);
         if (!t)
             fail(child(path, "class_name"),
-                 "layer " + std::to_string(index) + " has unsupported class " +
-                     squote(className) + " (supported: " + joinPlain(supportedClasses()) + ")");
+                 "layer " + std::to_string(index) + " has unsupported class " + squote(className) +
+                     " (supported: " + joinPlain(supportedClasses()) + ")");
         layer.type = *t;
     }
 
@@ -244,10 +247,10 @@ LayerSpec readLayer(const Json& entry, const std::string& path, size_t index) {
                 layer.eluAlpha = getPositiveNumber(*x, child(cpath, "alpha"));
         } else {  // Softmax
             layer.activation = ActivationKind::Softmax;
-            if (const Json* x = member(cfg, "axis"); x && !(x->is_number_integer() &&
-                                                           x->get<int64_t>() == -1))
-                fail(child(cpath, "axis"), "only the last axis (-1) is supported, got " +
-                                               describe(*x));
+            if (const Json* x = member(cfg, "axis");
+                x && !(x->is_number_integer() && x->get<int64_t>() == -1))
+                fail(child(cpath, "axis"),
+                     "only the last axis (-1) is supported, got " + describe(*x));
         }
         return layer;
     }
@@ -255,8 +258,9 @@ LayerSpec readLayer(const Json& entry, const std::string& path, size_t index) {
     switch (layer.type) {
         case LayerType::Input:
             if (layer.inputShape.empty())
-                fail(cpath, "an InputLayer needs batch_shape (Keras 3), batch_input_shape "
-                            "(Keras 2) or shape");
+                fail(cpath,
+                     "an InputLayer needs batch_shape (Keras 3), batch_input_shape "
+                     "(Keras 2) or shape");
             for (const char* key : {"sparse", "ragged"})
                 if (const Json* x = member(cfg, key); x && x->is_boolean() && x->get<bool>())
                     fail(child(cpath, key), std::string(key) + " inputs are not supported");
@@ -275,15 +279,15 @@ LayerSpec readLayer(const Json& entry, const std::string& path, size_t index) {
             for (size_t i = 0; i < ts.size(); ++i) {
                 int64_t d = getInteger(ts[i], child(tpath, i));
                 if (d == 0 || d < -1)
-                    fail(child(tpath, i), "expected a positive integer or -1, got " +
-                                              describe(ts[i]));
+                    fail(child(tpath, i),
+                         "expected a positive integer or -1, got " + describe(ts[i]));
                 layer.targetShape.push_back(d);
             }
             break;
         }
         case LayerType::Dense:
-            layer.units = getPositiveInteger(requireMember(cfg, cpath, "units"),
-                                             child(cpath, "units"));
+            layer.units =
+                getPositiveInteger(requireMember(cfg, cpath, "units"), child(cpath, "units"));
             if (const Json* x = member(cfg, "activation"))
                 layer.activation = readActivation(*x, child(cpath, "activation"));
             if (const Json* x = member(cfg, "use_bias"))
@@ -304,8 +308,8 @@ LayerSpec readLayer(const Json& entry, const std::string& path, size_t index) {
             requireNull(cfg, cpath, "quantization_config", "quantization");
             break;
         case LayerType::Dropout:
-            layer.rate = getNumberInRange(requireMember(cfg, cpath, "rate"),
-                                          child(cpath, "rate"), 0.0, 1.0, false);
+            layer.rate = getNumberInRange(requireMember(cfg, cpath, "rate"), child(cpath, "rate"),
+                                          0.0, 1.0, false);
             if (const Json* x = member(cfg, "seed"))
                 layer.seed = getOptionalSeed(*x, child(cpath, "seed"));
             requireNull(cfg, cpath, "noise_shape", "a Dropout noise_shape");
@@ -337,7 +341,9 @@ Json shapeJson(const Shape& s) {
     return out;
 }
 
-Json seedJson(const std::optional<uint64_t>& seed) { return seed ? Json(*seed) : Json(nullptr); }
+Json seedJson(const std::optional<uint64_t>& seed) {
+    return seed ? Json(*seed) : Json(nullptr);
+}
 
 Json initializerJson(const InitializerSpec& init) {
     Json cfg = Json::object();
@@ -397,8 +403,10 @@ ModelSpec parseKerasModel(const Json& rootIn, const std::string& path) {
     const Json& cls = requireMember(*root, path, "class_name");
     const std::string className = getString(cls, child(path, "class_name"));
     if (className != "Sequential")
-        fail(child(path, "class_name"), "expected \"Sequential\" (TrainDeck models are Sequential "
-                                        "stacks of layers), got " + describe(cls));
+        fail(child(path, "class_name"),
+             "expected \"Sequential\" (TrainDeck models are Sequential "
+             "stacks of layers), got " +
+                 describe(cls));
     const Json& config = requireMember(*root, path, "config");
     const std::string cpath = child(path, "config");
 
@@ -475,9 +483,14 @@ Json kerasModelToJson(const ModelSpec& model) {
         cfg["dtype"] = dtypePolicy();
         if (!l.inputShape.empty()) cfg["input_shape"] = shapeJson(l.inputShape);
         switch (l.type) {
-            case LayerType::Input: break;
-            case LayerType::Flatten: cfg["data_format"] = "channels_last"; break;
-            case LayerType::Reshape: cfg["target_shape"] = shapeJson(l.targetShape); break;
+            case LayerType::Input:
+                break;
+            case LayerType::Flatten:
+                cfg["data_format"] = "channels_last";
+                break;
+            case LayerType::Reshape:
+                cfg["target_shape"] = shapeJson(l.targetShape);
+                break;
             case LayerType::Dense:
                 cfg["units"] = l.units;
                 cfg["activation"] = activationName(l.activation);
@@ -544,6 +557,8 @@ Result<ModelSpec> modelFromKerasJson(const std::string& jsonText) {
     }
 }
 
-std::string modelToKerasJson(const ModelSpec& model) { return jsonio::kerasModelToJson(model).dump(); }
+std::string modelToKerasJson(const ModelSpec& model) {
+    return jsonio::kerasModelToJson(model).dump();
+}
 
 }  // namespace td

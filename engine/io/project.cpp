@@ -23,9 +23,12 @@ using namespace jsonio;
 
 const char* precisionName(PrecisionPolicy p) {
     switch (p) {
-        case PrecisionPolicy::Float32: return "float32";
-        case PrecisionPolicy::MixedFloat16: return "mixed_float16";
-        case PrecisionPolicy::MixedBfloat16: return "mixed_bfloat16";
+        case PrecisionPolicy::Float32:
+            return "float32";
+        case PrecisionPolicy::MixedFloat16:
+            return "mixed_float16";
+        case PrecisionPolicy::MixedBfloat16:
+            return "mixed_bfloat16";
     }
     return "?";
 }
@@ -75,7 +78,8 @@ struct Reader {
         auto file = [&](const char* key, bool required) -> std::string {
             const Json* x = member(v, key);
             if (!x) {
-                if (required) fail(child(path, key), "missing (required for a " + s.type + " source)");
+                if (required)
+                    fail(child(path, key), "missing (required for a " + s.type + " source)");
                 return {};
             }
             return resolvePath(getNonEmptyString(*x, child(path, key)), baseDir);
@@ -87,7 +91,8 @@ struct Reader {
         if (s.type == "fashion_mnist") {
             checkKeys(v, path, {"type"});
         } else if (s.type == "idx") {
-            checkKeys(v, path, {"type", "train_images", "train_labels", "test_images", "test_labels"});
+            checkKeys(v, path,
+                      {"type", "train_images", "train_labels", "test_images", "test_labels"});
             s.trainImages = file("train_images", true);
             s.trainLabels = file("train_labels", true);
             bothOrNeither("test_images", "test_labels");
@@ -144,8 +149,7 @@ struct Reader {
             m.stddev = getPositiveNumber(requireMember(v, path, "std"), child(path, "std"));
         } else if (m.op == "cast") {
             checkKeys(v, path, {"op", "dtype"});
-            if (const Json* x = member(v, "dtype"))
-                getOneOf(*x, child(path, "dtype"), {"float32"});
+            if (const Json* x = member(v, "dtype")) getOneOf(*x, child(path, "dtype"), {"float32"});
         } else {
             checkKeys(v, path, {"op", "depth"});
             m.depth = getPositiveInteger(requireMember(v, path, "depth"), child(path, "depth"));
@@ -199,7 +203,8 @@ struct Reader {
             p.reshuffleEachIteration = getBool(*x, child(path, "reshuffle_each_iteration"));
         if (const Json* x = member(v, "drop_remainder"))
             p.dropRemainder = getBool(*x, child(path, "drop_remainder"));
-        if (const Json* x = member(v, "prefetch")) p.prefetch = autotuneOr(*x, child(path, "prefetch"), 0);
+        if (const Json* x = member(v, "prefetch"))
+            p.prefetch = autotuneOr(*x, child(path, "prefetch"), 0);
         if (const Json* x = member(v, "parallel_calls"))
             p.parallelCalls = autotuneOr(*x, child(path, "parallel_calls"), 1);
         return p;
@@ -210,9 +215,11 @@ struct Reader {
         checkKeys(v, path, {"source", "pipeline", "validation_split"});
         DataConfig d;
         if (const Json* x = member(v, "source")) d.source = source(*x, child(path, "source"));
-        if (const Json* x = member(v, "pipeline")) d.pipeline = pipeline(*x, child(path, "pipeline"));
+        if (const Json* x = member(v, "pipeline"))
+            d.pipeline = pipeline(*x, child(path, "pipeline"));
         if (const Json* x = member(v, "validation_split"))
-            d.validationSplit = getNumberInRange(*x, child(path, "validation_split"), 0.0, 1.0, false);
+            d.validationSplit =
+                getNumberInRange(*x, child(path, "validation_split"), 0.0, 1.0, false);
         return d;
     }
 
@@ -237,14 +244,16 @@ struct Reader {
         const std::string cp = child(path, "config");
         requireObject(cfg, cp);
         if (s.type == "exponential_decay") {
-            checkKeys(cfg, cp, {"initial_learning_rate", "decay_steps", "decay_rate", "staircase",
-                                "name"});
-            s.decayRate = getPositiveNumber(requireMember(cfg, cp, "decay_rate"),
-                                            child(cp, "decay_rate"));
-            if (const Json* x = member(cfg, "staircase")) s.staircase = getBool(*x, child(cp, "staircase"));
+            checkKeys(cfg, cp,
+                      {"initial_learning_rate", "decay_steps", "decay_rate", "staircase", "name"});
+            s.decayRate =
+                getPositiveNumber(requireMember(cfg, cp, "decay_rate"), child(cp, "decay_rate"));
+            if (const Json* x = member(cfg, "staircase"))
+                s.staircase = getBool(*x, child(cp, "staircase"));
         } else {
-            checkKeys(cfg, cp, {"initial_learning_rate", "decay_steps", "alpha", "name",
-                                "warmup_target", "warmup_steps"});
+            checkKeys(cfg, cp,
+                      {"initial_learning_rate", "decay_steps", "alpha", "name", "warmup_target",
+                       "warmup_steps"});
             if (const Json* x = member(cfg, "alpha"))
                 s.alpha = getNumberInRange(*x, child(cp, "alpha"), 0.0, 1.0, true);
             if (const Json* x = member(cfg, "warmup_target"))
@@ -254,8 +263,8 @@ struct Reader {
         }
         o.learningRate = getPositiveNumber(requireMember(cfg, cp, "initial_learning_rate"),
                                            child(cp, "initial_learning_rate"));
-        s.decaySteps = getPositiveInteger(requireMember(cfg, cp, "decay_steps"),
-                                          child(cp, "decay_steps"));
+        s.decaySteps =
+            getPositiveInteger(requireMember(cfg, cp, "decay_steps"), child(cp, "decay_steps"));
         if (const Json* x = member(cfg, "name")) getString(*x, child(cp, "name"));
         o.schedule = s;
     }
@@ -274,16 +283,16 @@ struct Reader {
             cfgPtr = member(v, "config");
             if (cfgPtr && cfgPtr->is_null()) cfgPtr = nullptr;
         } else {
-            fail(path, "expected an optimizer name or {\"class_name\", \"config\"}, got " +
-                           describe(v));
+            fail(path,
+                 "expected an optimizer name or {\"class_name\", \"config\"}, got " + describe(v));
         }
         OptimizerConfig o;
         const std::string key = squash(given);
         if (key == "sgd" || key == "adam" || key == "adamw" || key == "rmsprop") {
             o.name = key;
         } else {
-            fail(namePath, "unknown optimizer " + squote(given) + " (supported: " +
-                               joinPlain(classNames) + ")");
+            fail(namePath, "unknown optimizer " + squote(given) +
+                               " (supported: " + joinPlain(classNames) + ")");
         }
         // Keras defaults that differ from OptimizerConfig's.
         if (o.name == "sgd") o.learningRate = 0.01;
@@ -298,7 +307,8 @@ struct Reader {
         if (o.name == "sgd") valid.insert(valid.end(), {"momentum", "nesterov"});
         if (o.name == "adam" || o.name == "adamw")
             valid.insert(valid.end(), {"beta_1", "beta_2", "epsilon", "amsgrad"});
-        if (o.name == "rmsprop") valid.insert(valid.end(), {"rho", "momentum", "epsilon", "centered"});
+        if (o.name == "rmsprop")
+            valid.insert(valid.end(), {"rho", "momentum", "epsilon", "centered"});
         // Written by Keras' get_config(); accepted at their defaults.
         valid.insert(valid.end(), {"name", "use_ema", "ema_momentum", "ema_overwrite_frequency",
                                    "loss_scale_factor", "gradient_accumulation_steps",
@@ -319,20 +329,22 @@ struct Reader {
             o.globalClipnorm = getOptionalPositive(*x, child(cp, "global_clipnorm"));
         if (const Json* x = member(cfg, "clipvalue"))
             o.clipvalue = getOptionalPositive(*x, child(cp, "clipvalue"));
-        if (o.clipnorm && o.globalClipnorm)
-            fail(cp, "give clipnorm or global_clipnorm, not both");
+        if (o.clipnorm && o.globalClipnorm) fail(cp, "give clipnorm or global_clipnorm, not both");
         if (const Json* x = member(cfg, "beta_1"))
             o.beta1 = getNumberInRange(*x, child(cp, "beta_1"), 0.0, 1.0, false);
         if (const Json* x = member(cfg, "beta_2"))
             o.beta2 = getNumberInRange(*x, child(cp, "beta_2"), 0.0, 1.0, false);
-        if (const Json* x = member(cfg, "epsilon")) o.epsilon = getPositiveNumber(*x, child(cp, "epsilon"));
+        if (const Json* x = member(cfg, "epsilon"))
+            o.epsilon = getPositiveNumber(*x, child(cp, "epsilon"));
         if (const Json* x = member(cfg, "amsgrad")) o.amsgrad = getBool(*x, child(cp, "amsgrad"));
         if (const Json* x = member(cfg, "momentum"))
             o.momentum = getNumberInRange(*x, child(cp, "momentum"), 0.0, 1.0, false);
-        if (const Json* x = member(cfg, "nesterov")) o.nesterov = getBool(*x, child(cp, "nesterov"));
+        if (const Json* x = member(cfg, "nesterov"))
+            o.nesterov = getBool(*x, child(cp, "nesterov"));
         if (const Json* x = member(cfg, "rho"))
             o.rho = getNumberInRange(*x, child(cp, "rho"), 0.0, 1.0, false);
-        if (const Json* x = member(cfg, "centered")) o.centered = getBool(*x, child(cp, "centered"));
+        if (const Json* x = member(cfg, "centered"))
+            o.centered = getBool(*x, child(cp, "centered"));
         if (const Json* x = member(cfg, "name")) getString(*x, child(cp, "name"));
         if (const Json* x = member(cfg, "use_ema"); x && !(x->is_boolean() && !x->get<bool>()))
             fail(child(cp, "use_ema"),
@@ -394,17 +406,20 @@ struct Reader {
         const std::string cp = child(path, "config");
         requireObject(*cfg, cp);
         std::vector<std::string> valid{"name", "reduction", "dtype"};
-        if (l.name != "mean_squared_error") valid.insert(valid.end(), {"from_logits", "label_smoothing", "axis"});
+        if (l.name != "mean_squared_error")
+            valid.insert(valid.end(), {"from_logits", "label_smoothing", "axis"});
         if (l.name == "sparse_categorical_crossentropy") valid.push_back("ignore_class");
         checkKeys(*cfg, cp, valid);
-        if (const Json* x = member(*cfg, "from_logits")) l.fromLogits = getBool(*x, child(cp, "from_logits"));
+        if (const Json* x = member(*cfg, "from_logits"))
+            l.fromLogits = getBool(*x, child(cp, "from_logits"));
         if (const Json* x = member(*cfg, "reduction"); x && !x->is_null())
             getOneOf(*x, child(cp, "reduction"), {"sum_over_batch_size", "auto"});
         if (const Json* x = member(*cfg, "label_smoothing");
             x && !(x->is_number() && x->get<double>() == 0.0))
-            fail(child(cp, "label_smoothing"), "label smoothing is not supported (expected 0), got " +
-                                                   describe(*x));
-        if (const Json* x = member(*cfg, "axis"); x && !(x->is_number_integer() && x->get<int64_t>() == -1))
+            fail(child(cp, "label_smoothing"),
+                 "label smoothing is not supported (expected 0), got " + describe(*x));
+        if (const Json* x = member(*cfg, "axis");
+            x && !(x->is_number_integer() && x->get<int64_t>() == -1))
             fail(child(cp, "axis"), "only the last axis (-1) is supported, got " + describe(*x));
         if (const Json* x = member(*cfg, "ignore_class"); x && !x->is_null())
             fail(child(cp, "ignore_class"), "not supported (expected null), got " + describe(*x));
@@ -413,9 +428,13 @@ struct Reader {
     }
 
     static std::string metric(const Json& v, const std::string& path) {
-        static const std::vector<std::string> kNames{
-            "accuracy", "acc", "sparse_categorical_accuracy", "categorical_accuracy",
-            "binary_accuracy", "top_k_categorical_accuracy", "sparse_top_k_categorical_accuracy"};
+        static const std::vector<std::string> kNames{"accuracy",
+                                                     "acc",
+                                                     "sparse_categorical_accuracy",
+                                                     "categorical_accuracy",
+                                                     "binary_accuracy",
+                                                     "top_k_categorical_accuracy",
+                                                     "sparse_top_k_categorical_accuracy"};
         if (v.is_string()) {
             const std::string s = v.get<std::string>();
             if (std::find(kNames.begin(), kNames.end(), s) != kNames.end()) return s;
@@ -425,7 +444,8 @@ struct Reader {
                            ", top_<k>_categorical_accuracy, sparse_top_<k>_categorical_accuracy)");
         }
         if (!v.is_object())
-            fail(path, "expected a metric name or {\"class_name\", \"config\"}, got " + describe(v));
+            fail(path,
+                 "expected a metric name or {\"class_name\", \"config\"}, got " + describe(v));
         checkKeys(v, path, {"class_name", "config", "module", "registered_name"});
         const std::string np = child(path, "class_name");
         const std::string cls = getString(requireMember(v, path, "class_name"), np);
@@ -495,26 +515,32 @@ struct Reader {
         const std::string cp = child(path, "config");
         requireObject(*cfg, cp);
         if (c.type == "early_stopping")
-            checkKeys(*cfg, cp, {"monitor", "min_delta", "patience", "verbose", "mode", "baseline",
-                                 "restore_best_weights", "start_from_epoch"});
+            checkKeys(*cfg, cp,
+                      {"monitor", "min_delta", "patience", "verbose", "mode", "baseline",
+                       "restore_best_weights", "start_from_epoch"});
         else if (c.type == "reduce_lr_on_plateau")
-            checkKeys(*cfg, cp, {"monitor", "factor", "patience", "verbose", "mode", "min_delta",
-                                 "cooldown", "min_lr"});
+            checkKeys(*cfg, cp,
+                      {"monitor", "factor", "patience", "verbose", "mode", "min_delta", "cooldown",
+                       "min_lr"});
         else
             checkKeys(*cfg, cp, {});
         auto smallInt = [&](const char* k) {
             int64_t n = getNonNegativeInteger(*member(*cfg, k), child(cp, k));
-            if (n > 1000000) fail(child(cp, k), "expected at most 1000000, got " + std::to_string(n));
+            if (n > 1000000)
+                fail(child(cp, k), "expected at most 1000000, got " + std::to_string(n));
             return static_cast<int>(n);
         };
-        if (const Json* x = member(*cfg, "monitor")) c.monitor = getNonEmptyString(*x, child(cp, "monitor"));
+        if (const Json* x = member(*cfg, "monitor"))
+            c.monitor = getNonEmptyString(*x, child(cp, "monitor"));
         if (const Json* x = member(*cfg, "min_delta"))
             c.minDelta = getNonNegativeNumber(*x, child(cp, "min_delta"));
         if (member(*cfg, "patience")) c.patience = smallInt("patience");
-        if (const Json* x = member(*cfg, "mode")) c.mode = getOneOf(*x, child(cp, "mode"), {"auto", "min", "max"});
+        if (const Json* x = member(*cfg, "mode"))
+            c.mode = getOneOf(*x, child(cp, "mode"), {"auto", "min", "max"});
         if (const Json* x = member(*cfg, "verbose")) getInteger(*x, child(cp, "verbose"));
         if (const Json* x = member(*cfg, "baseline"); x && !x->is_null())
-            fail(child(cp, "baseline"), "a baseline is not supported (expected null), got " + describe(*x));
+            fail(child(cp, "baseline"),
+                 "a baseline is not supported (expected null), got " + describe(*x));
         if (const Json* x = member(*cfg, "restore_best_weights"))
             c.restoreBestWeights = getBool(*x, child(cp, "restore_best_weights"));
         if (member(*cfg, "start_from_epoch")) c.startFromEpoch = smallInt("start_from_epoch");
@@ -523,14 +549,16 @@ struct Reader {
             if (c.factor == 0.0) fail(child(cp, "factor"), "expected a number in (0, 1), got 0");
         }
         if (member(*cfg, "cooldown")) c.cooldown = smallInt("cooldown");
-        if (const Json* x = member(*cfg, "min_lr")) c.minLr = getNonNegativeNumber(*x, child(cp, "min_lr"));
+        if (const Json* x = member(*cfg, "min_lr"))
+            c.minLr = getNonNegativeNumber(*x, child(cp, "min_lr"));
         return c;
     }
 
     static TrainConfig training(const Json& v, const std::string& path) {
         requireObject(v, path);
-        checkKeys(v, path, {"epochs", "initial_epoch", "batch_size", "seed", "optimizer", "loss",
-                            "metrics", "callbacks", "log_every_steps", "evaluate_test"});
+        checkKeys(v, path,
+                  {"epochs", "initial_epoch", "batch_size", "seed", "optimizer", "loss", "metrics",
+                   "callbacks", "log_every_steps", "evaluate_test"});
         TrainConfig t;
         auto intField = [&](const char* k, bool positive) {
             const std::string p = child(path, k);
@@ -548,7 +576,8 @@ struct Reader {
         if (const Json* x = member(v, "batch_size"))
             t.batchSize = getPositiveInteger(*x, child(path, "batch_size"));
         if (const Json* x = member(v, "seed")) t.seed = getUnsigned(*x, child(path, "seed"));
-        if (const Json* x = member(v, "optimizer")) t.optimizer = optimizer(*x, child(path, "optimizer"));
+        if (const Json* x = member(v, "optimizer"))
+            t.optimizer = optimizer(*x, child(path, "optimizer"));
         if (const Json* x = member(v, "loss")) t.loss = loss(*x, child(path, "loss"));
         if (const Json* x = member(v, "metrics")) {
             const std::string mp = child(path, "metrics");
@@ -564,7 +593,8 @@ struct Reader {
         if (const Json* x = member(v, "callbacks")) {
             const std::string cp = child(path, "callbacks");
             requireArray(*x, cp);
-            for (size_t i = 0; i < x->size(); ++i) t.callbacks.push_back(callback((*x)[i], child(cp, i)));
+            for (size_t i = 0; i < x->size(); ++i)
+                t.callbacks.push_back(callback((*x)[i], child(cp, i)));
         }
         if (const Json* x = member(v, "log_every_steps"))
             t.logEverySteps = getPositiveInteger(*x, child(path, "log_every_steps"));
@@ -603,7 +633,8 @@ struct Reader {
         checkKeys(v, path, {"type", "devices", "replicas"});
         StrategyConfig s;
         if (const Json* x = member(v, "type"))
-            s.type = getOneOf(*x, child(path, "type"), {"one_device", "mirrored", "multi_worker_mirrored"});
+            s.type = getOneOf(*x, child(path, "type"),
+                              {"one_device", "mirrored", "multi_worker_mirrored"});
         if (const Json* x = member(v, "devices")) {
             const std::string dp = child(path, "devices");
             requireArray(*x, dp);
@@ -620,17 +651,19 @@ struct Reader {
         }
         if (const Json* x = member(v, "replicas")) {
             int64_t n = getNonNegativeInteger(*x, child(path, "replicas"));
-            if (n > 4096) fail(child(path, "replicas"), "expected at most 4096, got " + std::to_string(n));
+            if (n > 4096)
+                fail(child(path, "replicas"), "expected at most 4096, got " + std::to_string(n));
             s.replicas = static_cast<int>(n);
         }
         if (s.type == "one_device") {
             if (s.devices.size() > 1)
-                fail(child(path, "devices"), "a one_device strategy takes at most one device, got " +
-                                                 std::to_string(s.devices.size()));
+                fail(child(path, "devices"),
+                     "a one_device strategy takes at most one device, got " +
+                         std::to_string(s.devices.size()));
             if (s.replicas > 1)
-                fail(child(path, "replicas"),
-                     "a one_device strategy has one replica, got " + std::to_string(s.replicas) +
-                         " (use \"mirrored\" for more)");
+                fail(child(path, "replicas"), "a one_device strategy has one replica, got " +
+                                                  std::to_string(s.replicas) +
+                                                  " (use \"mirrored\" for more)");
         }
         return s;
     }
@@ -640,10 +673,12 @@ struct Reader {
     Project project(const Json& root) const {
         requireObject(root, "");
         if (!member(root, "format") && member(root, "class_name") && member(root, "config"))
-            fail("", "this is a Keras model JSON, not a TrainDeck project (import it as the model "
-                     "of a project instead)");
-        checkKeys(root, "", {"format", "version", "name", "description", "model", "data",
-                             "training", "precision", "fusion", "strategy"});
+            fail("",
+                 "this is a Keras model JSON, not a TrainDeck project (import it as the model "
+                 "of a project instead)");
+        checkKeys(root, "",
+                  {"format", "version", "name", "description", "model", "data", "training",
+                   "precision", "fusion", "strategy"});
         getOneOf(requireMember(root, "", "format"), "format", {kFormat});
         if (const Json* x = member(root, "version")) {
             int64_t ver = getPositiveInteger(*x, "version");
@@ -654,7 +689,8 @@ struct Reader {
         }
         Project p;
         if (const Json* x = member(root, "name")) p.name = getNonEmptyString(*x, "name");
-        if (const Json* x = member(root, "description")) p.description = getString(*x, "description");
+        if (const Json* x = member(root, "description"))
+            p.description = getString(*x, "description");
         p.model = parseKerasModel(requireMember(root, "", "model"), "model");
         if (const Json* x = member(root, "data")) p.data = data(*x, "data");
         if (const Json* x = member(root, "training")) p.training = training(*x, "training");
@@ -694,7 +730,9 @@ Result<Project> parseProjectImpl(const std::string& text, const std::string& dis
 
 // ---- writing -----------------------------------------------------------------------------------
 
-Json optionalJson(const std::optional<double>& v) { return v ? Json(*v) : Json(nullptr); }
+Json optionalJson(const std::optional<double>& v) {
+    return v ? Json(*v) : Json(nullptr);
+}
 
 Json sourceJson(const SourceConfig& s) {
     Json j{{"type", s.type}};
@@ -721,7 +759,9 @@ Json sourceJson(const SourceConfig& s) {
     return j;
 }
 
-Json autotuneJson(int64_t v) { return v == kAutotune ? Json("autotune") : Json(v); }
+Json autotuneJson(int64_t v) {
+    return v == kAutotune ? Json("autotune") : Json(v);
+}
 
 Json dataJson(const DataConfig& d) {
     Json map = Json::array();
@@ -802,7 +842,8 @@ Json lossJson(const LossConfig& l) {
     const char* cls = "SparseCategoricalCrossentropy";
     if (l.name == "categorical_crossentropy") cls = "CategoricalCrossentropy";
     if (l.name == "binary_crossentropy") cls = "BinaryCrossentropy";
-    if (l.name == "mean_squared_error") return Json{{"class_name", "MeanSquaredError"}, {"config", Json::object()}};
+    if (l.name == "mean_squared_error")
+        return Json{{"class_name", "MeanSquaredError"}, {"config", Json::object()}};
     return Json{{"class_name", cls}, {"config", {{"from_logits", l.fromLogits}}}};
 }
 
@@ -844,7 +885,9 @@ Json trainingJson(const TrainConfig& t) {
                 {"evaluate_test", t.evaluateTest}};
 }
 
-std::string errnoText() { return std::strerror(errno); }
+std::string errnoText() {
+    return std::strerror(errno);
+}
 
 }  // namespace
 
@@ -893,8 +936,8 @@ Status saveProject(const Project& p, const std::string& path) {
     // Data files inside the project's folder are stored relative to it, so the folder can move.
     Project copy = p;
     SourceConfig& s = copy.data.source;
-    for (std::string* f : {&s.trainImages, &s.trainLabels, &s.testImages, &s.testLabels,
-                           &s.trainPath, &s.testPath})
+    for (std::string* f :
+         {&s.trainImages, &s.trainLabels, &s.testImages, &s.testLabels, &s.trainPath, &s.testPath})
         *f = relativePath(*f, dir);
     if (copy.data.pipeline.cache.rfind("file:", 0) == 0)
         copy.data.pipeline.cache = "file:" + relativePath(copy.data.pipeline.cache.substr(5), dir);
@@ -929,7 +972,8 @@ Status saveProject(const Project& p, const std::string& path) {
     return Status::success();
 }
 
-// ---- comparison ----------------------------------------------------------------------------------
+// ---- comparison
+// ----------------------------------------------------------------------------------
 
 std::string projectDifference(const Project& a, const Project& b) {
 #define TD_DIFF(path, field) \

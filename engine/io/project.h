@@ -15,7 +15,7 @@ enum class PrecisionPolicy { Float32, MixedFloat16, MixedBfloat16 };
 const char* precisionName(PrecisionPolicy p);  // "float32", "mixed_float16", "mixed_bfloat16"
 
 struct StrategyConfig {
-    std::string type = "one_device";  // "one_device", "mirrored", "multi_worker_mirrored"
+    std::string type = "one_device";   // "one_device", "mirrored", "multi_worker_mirrored"
     std::vector<std::string> devices;  // e.g. {"cpu:0"}; empty = default / all detected
     int replicas = 0;                  // mirrored on CPU: number of logical CPU replicas
 };
@@ -51,8 +51,8 @@ std::string projectDifference(const Project& a, const Project& b);
 
 // Keras model.to_json() text for a Sequential model, and back. Reads the Keras 2 and Keras 3 forms
 // (errors name the JSON path, e.g. "config.layers[2].config.units: ..."); does not run inferShapes,
-// so empty names stay empty. Writes the Keras 3 form (compact, like to_json()); the text parses back
-// to an equal ModelSpec.
+// so empty names stay empty. Writes the Keras 3 form (compact, like to_json()); the text parses
+// back to an equal ModelSpec.
 Result<ModelSpec> modelFromKerasJson(const std::string& jsonText);
 std::string modelToKerasJson(const ModelSpec& model);
 

@@ -101,6 +101,19 @@ std::string targetText(const Shape& s) {
     return out + "]";
 }
 
+// Sizes past this are refused (they could not be allocated, and products of them would overflow).
+constexpr int64_t kMaxElements = int64_t(1) << 40;
+
+// Element count, or -1 when it exceeds kMaxElements.
+int64_t checkedElements(const Shape& s) {
+    int64_t n = 1;
+    for (int64_t d : s) {
+        if (d <= 0 || d > kMaxElements || n > kMaxElements / d) return -1;
+        n *= d;
+    }
+    return n;
+}
+
 std::string padRight(std::string s, size_t width) {
     if (s.size() < width) s.append(width - s.size(), ' ');
     return s;
@@ -220,6 +233,9 @@ Result<ModelInfo> inferShapes(ModelSpec& model) {
         if (d <= 0)
             return err(layerLabel(0, first.name) + ": input shape " +
                        shapeToString(first.inputShape) + " must have positive dimensions");
+    if (checkedElements(first.inputShape) < 0)
+        return err(layerLabel(0, first.name) + ": input shape " + shapeToString(first.inputShape) +
+                   " is too large");
     info.inputShape = first.inputShape;
 
     Shape shape = first.inputShape;
@@ -228,8 +244,9 @@ Result<ModelInfo> inferShapes(ModelSpec& model) {
         const std::string label = layerLabel(i, layer.name);
         if (layer.type == LayerType::Input) {
             if (i != 0)
-                return err(label + ": an InputLayer can only be the first layer of a Sequential "
-                                   "model");
+                return err(label +
+                           ": an InputLayer can only be the first layer of a Sequential "
+                           "model");
             continue;
         }
         if (i > 0 && !layer.inputShape.empty() && layer.inputShape != shape)
@@ -240,8 +257,11 @@ Result<ModelInfo> inferShapes(ModelSpec& model) {
         li.name = layer.name;
         li.typeName = layerTypeName(layer.type);
         switch (layer.type) {
-            case LayerType::Input: break;
-            case LayerType::Flatten: shape = Shape{numElements(shape)}; break;
+            case LayerType::Input:
+                break;
+            case LayerType::Flatten:
+                shape = Shape{numElements(shape)};
+                break;
             case LayerType::Reshape: {
                 if (layer.targetShape.empty())
                     return err(label + ": Reshape needs a non-empty target_shape");
@@ -251,13 +271,15 @@ Result<ModelInfo> inferShapes(ModelSpec& model) {
                     int64_t v = layer.targetShape[d];
                     if (v == -1) {
                         if (unknown >= 0)
-                            return err(label + ": target_shape " +
-                                       targetText(layer.targetShape) +
+                            return err(label + ": target_shape " + targetText(layer.targetShape) +
                                        " may hold at most one -1");
                         unknown = static_cast<int>(d);
                     } else if (v <= 0) {
                         return err(label + ": target_shape " + targetText(layer.targetShape) +
                                    " must hold positive dimensions (or one -1)");
+                    } else if (v > kMaxElements || known > kMaxElements / v) {
+                        return err(label + ": target_shape " + targetText(layer.targetShape) +
+                                   " is too large");
                     } else {
                         known *= v;
                     }
@@ -286,6 +308,9 @@ Result<ModelInfo> inferShapes(ModelSpec& model) {
                 if (layer.units <= 0)
                     return err(label + ": units must be a positive integer, got " +
                                std::to_string(layer.units));
+                if (layer.units > kMaxElements || shape[0] > kMaxElements / layer.units)
+                    return err(label + ": " + std::to_string(layer.units) + " units on " +
+                               std::to_string(shape[0]) + " inputs is too large");
                 li.params = shape[0] * layer.units + (layer.useBias ? layer.units : 0);
                 shape = Shape{layer.units};
                 break;
@@ -295,7 +320,8 @@ Result<ModelInfo> inferShapes(ModelSpec& model) {
                     return err(label + ": Dropout rate must be in [0, 1), got " +
                                numberText(layer.rate));
                 break;
-            case LayerType::Activation: break;
+            case LayerType::Activation:
+                break;
         }
         if (layer.activation == ActivationKind::Elu && !(layer.eluAlpha > 0.0))
             return err(label + ": elu alpha must be positive");

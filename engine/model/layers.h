@@ -16,7 +16,7 @@ namespace td {
 enum class LayerType { Input, Flatten, Reshape, Dense, Dropout, Activation };
 enum class ActivationKind { Linear, Relu, LeakyRelu, Elu, Gelu, Sigmoid, Tanh, Softmax };
 
-const char* layerTypeName(LayerType t);   // Keras class name: "InputLayer", "Dense", ...
+const char* layerTypeName(LayerType t);  // Keras class name: "InputLayer", "Dense", ...
 Result<LayerType> parseLayerType(const std::string& kerasClassName);
 const char* activationName(ActivationKind a);  // "linear", "relu", "leaky_relu", ...
 Result<ActivationKind> parseActivation(const std::string& name);
@@ -30,13 +30,13 @@ const char* initializerClassName(const std::string& canonicalName);
 
 // Keras initializer by name with its config values.
 struct InitializerSpec {
-    std::string name = "glorot_uniform";  // glorot_uniform, glorot_normal, he_uniform,
-                                          // he_normal, lecun_uniform, lecun_normal, zeros, ones,
-                                          // constant, random_uniform, random_normal,
-                                          // truncated_normal
-    double value = 0.0;                   // constant
-    double minval = -0.05, maxval = 0.05; // random_uniform
-    double mean = 0.0, stddev = 0.05;     // random_normal, truncated_normal
+    std::string name = "glorot_uniform";   // glorot_uniform, glorot_normal, he_uniform,
+                                           // he_normal, lecun_uniform, lecun_normal, zeros, ones,
+                                           // constant, random_uniform, random_normal,
+                                           // truncated_normal
+    double value = 0.0;                    // constant
+    double minval = -0.05, maxval = 0.05;  // random_uniform
+    double mean = 0.0, stddev = 0.05;      // random_normal, truncated_normal
     std::optional<uint64_t> seed;
 
     bool operator==(const InitializerSpec&) const = default;
@@ -52,9 +52,9 @@ struct RegularizerSpec {
 
 struct LayerSpec {
     LayerType type = LayerType::Dense;
-    std::string name;           // unique within the model; generated ("dense_1") when empty
+    std::string name;  // unique within the model; generated ("dense_1") when empty
     bool trainable = true;
-    Shape inputShape;           // InputLayer / first layer's input shape, without batch dim
+    Shape inputShape;  // InputLayer / first layer's input shape, without batch dim
     // Dense
     int64_t units = 0;
     bool useBias = true;
@@ -70,7 +70,7 @@ struct LayerSpec {
     double rate = 0.0;
     std::optional<uint64_t> seed;
     // Reshape
-    Shape targetShape;          // may hold one -1
+    Shape targetShape;  // may hold one -1
 
     bool operator==(const LayerSpec&) const = default;  // field by field (tests, round trips)
 };
@@ -85,14 +85,14 @@ struct ModelSpec {
 // Per-layer result of shape inference.
 struct LayerInfo {
     std::string name;
-    std::string typeName;       // "Dense"
-    Shape outputShape;          // without batch dim
+    std::string typeName;  // "Dense"
+    Shape outputShape;     // without batch dim
     int64_t params = 0;
     int64_t trainableParams = 0;
 };
 
 struct ModelInfo {
-    Shape inputShape;           // without batch dim
+    Shape inputShape;  // without batch dim
     Shape outputShape;
     std::vector<LayerInfo> layers;  // excludes the Input layer, as Keras' summary does
     int64_t totalParams = 0;

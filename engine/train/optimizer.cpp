@@ -212,7 +212,7 @@ class OptimizerBase : public Optimizer {
         return override_ ? *override_ : schedule_->at(iterations_);
     }
     void setLearningRateOverride(double lr) override { override_ = lr; }
-    std::vector<Tensor*> slots() override {
+    std::vector<Tensor*> slotTensors() override {
         std::vector<Tensor*> out;
         out.reserve(slots_.size());
         for (Tensor& t : slots_) out.push_back(&t);

@@ -47,7 +47,7 @@ public:
     virtual void setLearningRateOverride(double lr) = 0;  // replaces the schedule from now on
 
     // Slot state for checkpoints: one tensor per slot array, in a fixed order, plus iterations.
-    virtual std::vector<Tensor*> slots() = 0;
+    virtual std::vector<Tensor*> slotTensors() = 0;
     virtual void setIterations(int64_t it) = 0;
     virtual const char* name() const = 0;
 };

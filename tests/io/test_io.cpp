@@ -23,7 +23,9 @@ std::string readText(const std::string& path) {
     return s.str();
 }
 
-QString q(const std::string& s) { return QString::fromStdString(s); }
+QString q(const std::string& s) {
+    return QString::fromStdString(s);
+}
 
 // The seed model as a Keras 3 user builds it.
 ModelSpec seedSpec() {
@@ -106,23 +108,29 @@ ModelSpec richSpec() {
     return m;
 }
 
-std::string projectPath(const char* name) { return kSourceDir + "/projects/" + name; }
+std::string projectPath(const char* name) {
+    return kSourceDir + "/projects/" + name;
+}
 
-Json fashionJson() { return Json::parse(readText(projectPath("fashion_mnist_mlp.json"))); }
+Json fashionJson() {
+    return Json::parse(readText(projectPath("fashion_mnist_mlp.json")));
+}
 
 }  // namespace
 
 class TestIo : public QObject {
     Q_OBJECT
 
-private slots:
+  private slots:
     // ---- Keras model JSON -------------------------------------------------------------------
 
     void kerasFixtures_data() {
         QTest::addColumn<QString>("file");
         QTest::addColumn<QString>("inputName");
-        QTest::newRow("Keras 3") << "keras3_mlp.json" << "input_layer";
-        QTest::newRow("Keras 2") << "keras2_mlp.json" << "flatten_input";
+        QTest::newRow("Keras 3") << "keras3_mlp.json"
+                                 << "input_layer";
+        QTest::newRow("Keras 2") << "keras2_mlp.json"
+                                 << "flatten_input";
     }
     void kerasFixtures() {
         QFETCH(QString, file);
@@ -213,14 +221,12 @@ private slots:
                  {"class_name":"InputLayer","config":{"shape":[3]}},
                  {"class_name":"Dense","config":{"units":2,"activation":"leaky_relu"}}]}})"
             << "1:activation=leaky_relu;1:slope=0.2";
-        QTest::newRow("input_dim legacy")
-            << R"({"class_name":"Sequential","config":{"layers":[
+        QTest::newRow("input_dim legacy") << R"({"class_name":"Sequential","config":{"layers":[
                  {"class_name":"Dense","config":{"units":2,"input_dim":5}}]}})"
-            << "0:input=[5]";
-        QTest::newRow("early Keras 2 list config")
-            << R"({"class_name":"Sequential","config":[
+                                          << "0:input=[5]";
+        QTest::newRow("early Keras 2 list config") << R"({"class_name":"Sequential","config":[
                  {"class_name":"Dense","config":{"units":2,"batch_input_shape":[null,5]}}]})"
-            << "0:input=[5]";
+                                                   << "0:input=[5]";
         QTest::newRow("build_input_shape without InputLayer")
             << R"({"module":"keras","class_name":"Sequential","config":{"layers":[
                  {"module":"keras.layers","class_name":"Dense","config":{"units":2}}],
@@ -330,12 +336,12 @@ private slots:
         QTest::addColumn<QString>("file");
         QTest::addColumn<qlonglong>("params");
         QTest::addColumn<QString>("source");
-        QTest::newRow("fashion_mnist_mlp") << "fashion_mnist_mlp.json" << 101770LL
-                                           << "fashion_mnist";
-        QTest::newRow("csv_iris_like") << "csv_iris_like.json" << qlonglong(4 * 16 + 16 + 16 * 3 + 3)
-                                       << "csv";
-        QTest::newRow("synthetic_blobs") << "synthetic_blobs.json"
-                                         << qlonglong(16 * 32 + 32 + 32 * 4 + 4) << "synthetic";
+        QTest::newRow("fashion_mnist_mlp")
+            << "fashion_mnist_mlp.json" << 101770LL << "fashion_mnist";
+        QTest::newRow("csv_iris_like")
+            << "csv_iris_like.json" << qlonglong(4 * 16 + 16 + 16 * 3 + 3) << "csv";
+        QTest::newRow("synthetic_blobs")
+            << "synthetic_blobs.json" << qlonglong(16 * 32 + 32 + 32 * 4 + 4) << "synthetic";
     }
     void exampleProjects() {
         QFETCH(QString, file);
@@ -390,67 +396,83 @@ private slots:
         QTest::addColumn<QString>("value");
         QTest::addColumn<QString>("message");
         QTest::newRow("negative learning rate")
-            << "/training/optimizer/config/learning_rate" << "-0.1"
+            << "/training/optimizer/config/learning_rate"
+            << "-0.1"
             << "training.optimizer.config.learning_rate: expected a positive number, got -0.1";
         QTest::newRow("unknown optimizer")
-            << "/training/optimizer" << R"({"class_name":"Adagrad"})"
+            << "/training/optimizer"
+            << R"({"class_name":"Adagrad"})"
             << "training.optimizer.class_name: unknown optimizer 'Adagrad' (supported: SGD, "
                "Adam, AdamW, RMSprop)";
-        QTest::newRow("batch_size 0") << "/training/batch_size" << "0"
+        QTest::newRow("batch_size 0") << "/training/batch_size"
+                                      << "0"
                                       << "training.batch_size: expected a positive integer, got 0";
         QTest::newRow("validation_split 1.2")
-            << "/data/validation_split" << "1.2"
+            << "/data/validation_split"
+            << "1.2"
             << "data.validation_split: expected a number in [0, 1), got 1.2";
         QTest::newRow("unknown key epocs")
-            << "/training/epocs" << "3"
+            << "/training/epocs"
+            << "3"
             << "training: unknown key 'epocs'; did you mean 'epochs'? (valid keys: epochs, "
                "initial_epoch, batch_size, seed, optimizer, loss, metrics, callbacks, "
                "log_every_steps, evaluate_test)";
         QTest::newRow("unknown top-level key")
-            << "/colour" << "\"blue\""
+            << "/colour"
+            << "\"blue\""
             << "unknown key 'colour' (valid keys: format, version, name, description, model, "
                "data, training, precision, fusion, strategy)";
         QTest::newRow("bad precision")
-            << "/precision" << "\"float64\""
+            << "/precision"
+            << "\"float64\""
             << "precision: expected one of \"float32\", \"mixed_float16\", \"mixed_bfloat16\", "
                "got \"float64\"";
         QTest::newRow("unknown layer class")
-            << "/model/config/layers/2/class_name" << "\"Conv2D\""
+            << "/model/config/layers/2/class_name"
+            << "\"Conv2D\""
             << "model.config.layers[2].class_name: layer 2 has unsupported class 'Conv2D' "
                "(supported: InputLayer, Flatten, Reshape, Dense, Dropout, Activation, ReLU, "
                "LeakyReLU, ELU, Softmax)";
-        QTest::newRow("units 0") << "/model/config/layers/4/config/units" << "0"
+        QTest::newRow("units 0") << "/model/config/layers/4/config/units"
+                                 << "0"
                                  << "model.config.layers[4].config.units: expected a positive "
                                     "integer, got 0";
         QTest::newRow("dropout 1.5")
-            << "/model/config/layers/3/config/rate" << "1.5"
+            << "/model/config/layers/3/config/rate"
+            << "1.5"
             << "model.config.layers[3].config.rate: expected a number in [0, 1), got 1.5";
         QTest::newRow("Dense without Flatten")
-            << "/model/config/layers/1" << "DELETE"
+            << "/model/config/layers/1"
+            << "DELETE"
             << "model: layer 1 'dense': Dense expects a flat input (rank 1), got [28,28]; add a "
                "Flatten layer first";
         QTest::newRow("duplicate layer name")
-            << "/model/config/layers/4/config/name" << "\"dense\""
+            << "/model/config/layers/4/config/name"
+            << "\"dense\""
             << "model: layer 4 'dense': duplicate layer name (layer 2 has the same name); layer "
                "names must be unique";
         QTest::newRow("unknown loss")
-            << "/training/loss" << "\"hinge\""
+            << "/training/loss"
+            << "\"hinge\""
             << "training.loss: unknown loss 'hinge' (supported: sparse_categorical_crossentropy, "
                "categorical_crossentropy, binary_crossentropy, mean_squared_error, mse; or the "
                "class names SparseCategoricalCrossentropy, CategoricalCrossentropy, "
                "BinaryCrossentropy, MeanSquaredError)";
         QTest::newRow("unknown metric")
-            << "/training/metrics" << R"(["accuracy","f1"])"
+            << "/training/metrics"
+            << R"(["accuracy","f1"])"
             << "training.metrics[1]: unknown metric 'f1' (valid: accuracy, acc, "
                "sparse_categorical_accuracy, categorical_accuracy, binary_accuracy, "
                "top_k_categorical_accuracy, sparse_top_k_categorical_accuracy, "
                "top_<k>_categorical_accuracy, sparse_top_<k>_categorical_accuracy)";
         QTest::newRow("bad strategy")
-            << "/strategy/type" << "\"parameter_server\""
+            << "/strategy/type"
+            << "\"parameter_server\""
             << "strategy.type: expected one of \"one_device\", \"mirrored\", "
                "\"multi_worker_mirrored\", got \"parameter_server\"";
         QTest::newRow("beta_1 on SGD")
-            << "/training/optimizer/class_name" << "\"SGD\""
+            << "/training/optimizer/class_name"
+            << "\"SGD\""
             << "training.optimizer.config: unknown key 'beta_1' (valid keys: learning_rate, "
                "weight_decay, clipnorm, global_clipnorm, clipvalue, momentum, nesterov, name, "
                "use_ema, ema_momentum, ema_overwrite_frequency, loss_scale_factor, "
@@ -461,20 +483,27 @@ private slots:
             << "training.callbacks[0].config.monitor: monitor 'val_acc' is not a logged quantity "
                "(logged: loss, accuracy, val_loss, val_accuracy)";
         QTest::newRow("csv without train")
-            << "/data/source" << R"({"type":"csv","test":"t.csv"})"
+            << "/data/source"
+            << R"({"type":"csv","test":"t.csv"})"
             << "data.source.train: missing (required for a csv source)";
         QTest::newRow("prefetch negative")
-            << "/data/pipeline/prefetch" << "-3"
+            << "/data/pipeline/prefetch"
+            << "-3"
             << "data.pipeline.prefetch: expected \"autotune\" or an integer >= 0, got -3";
         QTest::newRow("initial_epoch past epochs")
-            << "/training/initial_epoch" << "10"
+            << "/training/initial_epoch"
+            << "10"
             << "training.initial_epoch: expected an epoch before training.epochs (10), got 10";
-        QTest::newRow("wrong format") << "/format" << "\"keras\""
+        QTest::newRow("wrong format") << "/format"
+                                      << "\"keras\""
                                       << "format: expected one of \"traindeck-project\", got "
                                          "\"keras\"";
-        QTest::newRow("missing model") << "/model" << "DELETE" << "model: missing (required)";
+        QTest::newRow("missing model") << "/model"
+                                       << "DELETE"
+                                       << "model: missing (required)";
         QTest::newRow("one_device with two replicas")
-            << "/strategy/replicas" << "2"
+            << "/strategy/replicas"
+            << "2"
             << "strategy.replicas: a one_device strategy has one replica, got 2 (use \"mirrored\" "
                "for more)";
         QTest::newRow("schedule without decay_steps")
@@ -482,13 +511,16 @@ private slots:
             << R"({"class_name":"ExponentialDecay","config":{"initial_learning_rate":0.1,"decay_rate":0.9}})"
             << "training.optimizer.config.learning_rate.config.decay_steps: missing (required)";
         QTest::newRow("normalize std 0")
-            << "/data/pipeline/map/0" << R"({"op":"normalize","mean":0.5,"std":0})"
+            << "/data/pipeline/map/0"
+            << R"({"op":"normalize","mean":0.5,"std":0})"
             << "data.pipeline.map[0].std: expected a positive number, got 0";
         QTest::newRow("bad device id")
-            << "/strategy/devices" << R"(["gpu0"])"
+            << "/strategy/devices"
+            << R"(["gpu0"])"
             << "strategy.devices[0]: expected a device id like \"cpu:0\" or \"cuda:1\", got "
                "\"gpu0\"";
-        QTest::newRow("fusion not bool") << "/fusion" << "\"yes\""
+        QTest::newRow("fusion not bool") << "/fusion"
+                                         << "\"yes\""
                                          << "fusion: expected true or false, got \"yes\"";
     }
     void projectErrors() {
@@ -531,7 +563,8 @@ private slots:
                                << "bad.json: invalid JSON at line 1, column 1: syntax error while "
                                   "parsing value - unexpected end of input; expected '[', '{', or "
                                   "a literal";
-        QTest::newRow("not an object") << "[1]" << "bad.json: expected an object, got an array";
+        QTest::newRow("not an object") << "[1]"
+                                       << "bad.json: expected an object, got an array";
         QTest::newRow("Keras JSON opened as a project")
             << R"({"class_name":"Sequential","config":{"layers":[]}})"
             << "bad.json: this is a Keras model JSON, not a TrainDeck project (import it as the "
@@ -586,10 +619,9 @@ private slots:
         QCOMPARE(p->training.optimizer.weightDecay, 0.004);
         QCOMPARE(q(p->training.loss.name), "mean_squared_error");
         QCOMPARE(p->training.metrics,
-                 (std::vector<std::string>{"acc", "sparse_top_3_categorical_accuracy",
-                                           "top_5_categorical_accuracy",
-                                           "sparse_top_k_categorical_accuracy",
-                                           "top_7_categorical_accuracy"}));
+                 (std::vector<std::string>{
+                     "acc", "sparse_top_3_categorical_accuracy", "top_5_categorical_accuracy",
+                     "sparse_top_k_categorical_accuracy", "top_7_categorical_accuracy"}));
         QCOMPARE(p->training.callbacks.size(), size_t(2));
         QCOMPARE(q(p->training.callbacks[0].type), "reduce_lr_on_plateau");
         QCOMPARE(p->training.callbacks[0].patience, 10);
@@ -604,7 +636,8 @@ private slots:
         QCOMPARE(s->training.optimizer.learningRate, 0.01);
 
         // A Keras 3 optimizer get_config() is accepted as it is.
-        j["training"]["optimizer"] = Json::parse(R"({"module":"keras.optimizers","class_name":"Adam",
+        j["training"]["optimizer"] =
+            Json::parse(R"({"module":"keras.optimizers","class_name":"Adam",
             "config":{"name":"adam","learning_rate":0.0005,"weight_decay":null,"clipnorm":null,
             "global_clipnorm":null,"clipvalue":null,"use_ema":false,"ema_momentum":0.99,
             "ema_overwrite_frequency":null,"loss_scale_factor":null,
@@ -648,7 +681,8 @@ private slots:
         p.data.source.sampleShape = {4, 6};
         p.data.source.classes = 5;
         p.data.source.seed = 99;
-        p.data.pipeline.map = {MapStep{.op = "cast"}, MapStep{.op = "normalize", .mean = 0.5, .stddev = 2.0},
+        p.data.pipeline.map = {MapStep{.op = "cast"},
+                               MapStep{.op = "normalize", .mean = 0.5, .stddev = 2.0},
                                MapStep{.op = "one_hot", .depth = 5}};
         p.data.pipeline.cache = "file:/tmp/cache.bin";
         p.data.pipeline.shuffleSeed = 17;
@@ -675,18 +709,27 @@ private slots:
         p.training.optimizer.clipvalue = 0.5;
         p.training.loss = LossConfig{.name = "categorical_crossentropy", .fromLogits = true};
         p.training.metrics = {"categorical_accuracy", "top_3_categorical_accuracy"};
-        CallbackConfig es{.type = "early_stopping", .monitor = "val_categorical_accuracy",
-                          .mode = "max", .minDelta = 0.001, .patience = 4,
-                          .restoreBestWeights = true, .startFromEpoch = 1};
-        CallbackConfig rl{.type = "reduce_lr_on_plateau", .minDelta = 1e-4, .patience = 2,
-                          .factor = 0.5, .cooldown = 1, .minLr = 1e-6};
+        CallbackConfig es{.type = "early_stopping",
+                          .monitor = "val_categorical_accuracy",
+                          .mode = "max",
+                          .minDelta = 0.001,
+                          .patience = 4,
+                          .restoreBestWeights = true,
+                          .startFromEpoch = 1};
+        CallbackConfig rl{.type = "reduce_lr_on_plateau",
+                          .minDelta = 1e-4,
+                          .patience = 2,
+                          .factor = 0.5,
+                          .cooldown = 1,
+                          .minLr = 1e-6};
         CallbackConfig nan{.type = "terminate_on_nan"};
         p.training.callbacks = {es, rl, nan};
         p.training.logEverySteps = 3;
         p.training.evaluateTest = false;
         p.precision = PrecisionPolicy::MixedBfloat16;
         p.fusion = false;
-        p.strategy = StrategyConfig{.type = "mirrored", .devices = {"cpu:0", "cpu:1"}, .replicas = 2};
+        p.strategy =
+            StrategyConfig{.type = "mirrored", .devices = {"cpu:0", "cpu:1"}, .replicas = 2};
         {
             ModelSpec named = p.model;
             QVERIFY(inferShapes(named).ok());
@@ -704,11 +747,11 @@ private slots:
         p.training.optimizer.rho = 0.8;
         p.training.optimizer.momentum = 0.5;
         p.training.optimizer.centered = true;
-        p.training.optimizer.schedule =
-            ScheduleConfig{.type = "exponential_decay", .decaySteps = 100, .decayRate = 0.5,
-                           .staircase = true};
+        p.training.optimizer.schedule = ScheduleConfig{
+            .type = "exponential_decay", .decaySteps = 100, .decayRate = 0.5, .staircase = true};
         p.training.optimizer.clipnorm = 2.0;
-        p.data.source = SourceConfig{.type = "idx", .trainImages = "/d/a.gz", .trainLabels = "/d/b.gz"};
+        p.data.source =
+            SourceConfig{.type = "idx", .trainImages = "/d/a.gz", .trainLabels = "/d/b.gz"};
         p.training.loss = LossConfig{.name = "mean_squared_error"};
         auto back2 = parseProject(projectToJson(p), "roundtrip.json");
         QVERIFY2(back2.ok(), back2.ok() ? "" : back2.error().c_str());
@@ -717,8 +760,11 @@ private slots:
         p.training.optimizer = OptimizerConfig{.name = "sgd", .learningRate = 0.1};
         p.training.optimizer.momentum = 0.9;
         p.training.optimizer.nesterov = true;
-        p.data.source = SourceConfig{.type = "npy", .trainImages = "/x.npy", .trainLabels = "/y.npy",
-                                     .testImages = "/tx.npy", .testLabels = "/ty.npy"};
+        p.data.source = SourceConfig{.type = "npy",
+                                     .trainImages = "/x.npy",
+                                     .trainLabels = "/y.npy",
+                                     .testImages = "/tx.npy",
+                                     .testLabels = "/ty.npy"};
         auto back3 = parseProject(projectToJson(p), "roundtrip.json");
         QVERIFY2(back3.ok(), back3.ok() ? "" : back3.error().c_str());
         QCOMPARE(q(projectDifference(p, *back3)), QString());
@@ -764,8 +810,8 @@ private slots:
 
         // Saving again over the file leaves it unchanged and no temporary files behind.
         QVERIFY(saveProject(*loaded, path).ok());
-        QCOMPARE(q(readText(path)), q(projectToJson(*loaded)).replace(
-                                        q(folder + "/data/"), "data/"));
+        QCOMPARE(q(readText(path)),
+                 q(projectToJson(*loaded)).replace(q(folder + "/data/"), "data/"));
         int files = 0;
         for (const auto& e : std::filesystem::directory_iterator(folder)) {
             (void)e;

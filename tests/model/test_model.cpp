@@ -69,16 +69,21 @@ QStringList lines(const std::string& text) {
 class TestModel : public QObject {
     Q_OBJECT
 
-private slots:
+  private slots:
     void layerTypeNames_data() {
         QTest::addColumn<int>("type");
         QTest::addColumn<QString>("className");
         QTest::addColumn<QString>("prefix");
-        QTest::newRow("input") << int(LayerType::Input) << "InputLayer" << "input_layer";
-        QTest::newRow("flatten") << int(LayerType::Flatten) << "Flatten" << "flatten";
-        QTest::newRow("reshape") << int(LayerType::Reshape) << "Reshape" << "reshape";
-        QTest::newRow("dense") << int(LayerType::Dense) << "Dense" << "dense";
-        QTest::newRow("dropout") << int(LayerType::Dropout) << "Dropout" << "dropout";
+        QTest::newRow("input") << int(LayerType::Input) << "InputLayer"
+                               << "input_layer";
+        QTest::newRow("flatten") << int(LayerType::Flatten) << "Flatten"
+                                 << "flatten";
+        QTest::newRow("reshape") << int(LayerType::Reshape) << "Reshape"
+                                 << "reshape";
+        QTest::newRow("dense") << int(LayerType::Dense) << "Dense"
+                               << "dense";
+        QTest::newRow("dropout") << int(LayerType::Dropout) << "Dropout"
+                                 << "dropout";
         QTest::newRow("activation") << int(LayerType::Activation) << "Activation"
                                     << "activation";
     }
@@ -135,21 +140,48 @@ private slots:
         QTest::addColumn<QString>("given");
         QTest::addColumn<QString>("canonical");
         QTest::addColumn<QString>("className");
-        QTest::newRow("GlorotUniform") << "GlorotUniform" << "glorot_uniform" << "GlorotUniform";
-        QTest::newRow("glorot_normal") << "glorot_normal" << "glorot_normal" << "GlorotNormal";
-        QTest::newRow("HeNormal") << "HeNormal" << "he_normal" << "HeNormal";
-        QTest::newRow("he_uniform") << "he_uniform" << "he_uniform" << "HeUniform";
-        QTest::newRow("LecunNormal") << "LecunNormal" << "lecun_normal" << "LecunNormal";
-        QTest::newRow("lecun_uniform") << "lecun_uniform" << "lecun_uniform" << "LecunUniform";
-        QTest::newRow("Zeros") << "Zeros" << "zeros" << "Zeros";
-        QTest::newRow("zero") << "zero" << "zeros" << "Zeros";
-        QTest::newRow("Ones") << "Ones" << "ones" << "Ones";
-        QTest::newRow("Constant") << "Constant" << "constant" << "Constant";
-        QTest::newRow("RandomUniform") << "RandomUniform" << "random_uniform" << "RandomUniform";
-        QTest::newRow("uniform") << "uniform" << "random_uniform" << "RandomUniform";
-        QTest::newRow("RandomNormal") << "RandomNormal" << "random_normal" << "RandomNormal";
-        QTest::newRow("TruncatedNormal")
-            << "TruncatedNormal" << "truncated_normal" << "TruncatedNormal";
+        QTest::newRow("GlorotUniform") << "GlorotUniform"
+                                       << "glorot_uniform"
+                                       << "GlorotUniform";
+        QTest::newRow("glorot_normal") << "glorot_normal"
+                                       << "glorot_normal"
+                                       << "GlorotNormal";
+        QTest::newRow("HeNormal") << "HeNormal"
+                                  << "he_normal"
+                                  << "HeNormal";
+        QTest::newRow("he_uniform") << "he_uniform"
+                                    << "he_uniform"
+                                    << "HeUniform";
+        QTest::newRow("LecunNormal") << "LecunNormal"
+                                     << "lecun_normal"
+                                     << "LecunNormal";
+        QTest::newRow("lecun_uniform") << "lecun_uniform"
+                                       << "lecun_uniform"
+                                       << "LecunUniform";
+        QTest::newRow("Zeros") << "Zeros"
+                               << "zeros"
+                               << "Zeros";
+        QTest::newRow("zero") << "zero"
+                              << "zeros"
+                              << "Zeros";
+        QTest::newRow("Ones") << "Ones"
+                              << "ones"
+                              << "Ones";
+        QTest::newRow("Constant") << "Constant"
+                                  << "constant"
+                                  << "Constant";
+        QTest::newRow("RandomUniform") << "RandomUniform"
+                                       << "random_uniform"
+                                       << "RandomUniform";
+        QTest::newRow("uniform") << "uniform"
+                                 << "random_uniform"
+                                 << "RandomUniform";
+        QTest::newRow("RandomNormal") << "RandomNormal"
+                                      << "random_normal"
+                                      << "RandomNormal";
+        QTest::newRow("TruncatedNormal") << "TruncatedNormal"
+                                         << "truncated_normal"
+                                         << "TruncatedNormal";
     }
     void initializerNames() {
         QFETCH(QString, given);
@@ -227,7 +259,8 @@ private slots:
     void summaryWidensForLongNames() {
         ModelSpec m;
         m.layers.push_back(input({3}));
-        m.layers.push_back(dense(2, ActivationKind::Linear, "a_really_long_layer_name_for_the_test"));
+        m.layers.push_back(
+            dense(2, ActivationKind::Linear, "a_really_long_layer_name_for_the_test"));
         auto info = inferShapes(m);
         QVERIFY(info.ok());
         const QStringList out = lines(summaryTable(m, *info));
@@ -247,7 +280,8 @@ private slots:
         QCOMPARE(info->trainableParams, int64_t(1290));
         QCOMPARE(info->nonTrainableParams, int64_t(100480));
         QCOMPARE(info->layers[1].trainableParams, int64_t(0));
-        QVERIFY(summaryTable(m, *info).find("Non-trainable params: 100,480\n") != std::string::npos);
+        QVERIFY(summaryTable(m, *info).find("Non-trainable params: 100,480\n") !=
+                std::string::npos);
     }
 
     void noBias() {
@@ -263,11 +297,16 @@ private slots:
     void reshapeInference_data() {
         QTest::addColumn<QString>("target");
         QTest::addColumn<QString>("expected");
-        QTest::newRow("explicit") << "[28,28]" << "[28,28]";
-        QTest::newRow("one -1 first") << "[-1,28]" << "[28,28]";
-        QTest::newRow("one -1 last") << "[4,-1]" << "[4,196]";
-        QTest::newRow("flat") << "[-1]" << "[784]";
-        QTest::newRow("rank 3") << "[7,4,28]" << "[7,4,28]";
+        QTest::newRow("explicit") << "[28,28]"
+                                  << "[28,28]";
+        QTest::newRow("one -1 first") << "[-1,28]"
+                                      << "[28,28]";
+        QTest::newRow("one -1 last") << "[4,-1]"
+                                     << "[4,196]";
+        QTest::newRow("flat") << "[-1]"
+                              << "[784]";
+        QTest::newRow("rank 3") << "[7,4,28]"
+                                << "[7,4,28]";
     }
     void reshapeInference() {
         QFETCH(QString, target);
@@ -316,8 +355,9 @@ private slots:
             << "layer 1 'dense': Dense expects a flat input (rank 1), got [28,28]; add a Flatten "
                "layer first";
         QTest::newRow("reshape mismatch")
-            << 1 << "layer 2 'reshape': cannot reshape [784] (784 elements) into [30,30] (900 "
-                    "elements)";
+            << 1
+            << "layer 2 'reshape': cannot reshape [784] (784 elements) into [30,30] (900 "
+               "elements)";
         QTest::newRow("reshape -1 mismatch")
             << 2 << "layer 2 'reshape': cannot reshape [784] (784 elements) into [-1,5]";
         QTest::newRow("reshape two -1")
@@ -344,6 +384,8 @@ private slots:
         QTest::newRow("empty model") << 10 << "the model has no layers";
         QTest::newRow("non-positive input dim")
             << 11 << "layer 0 'input_layer': input shape [0,28] must have positive dimensions";
+        QTest::newRow("too large")
+            << 12 << "layer 2 'dense': 1125899906842624 units on 784 inputs is too large";
     }
     void shapeErrors() {
         QFETCH(int, which);
@@ -388,6 +430,9 @@ private slots:
                 break;
             case 11:
                 m.layers = {input({0, 28}), flatten()};
+                break;
+            case 12:
+                m.layers = {input({28, 28}), flatten(), dense(int64_t(1) << 50)};
                 break;
         }
         auto info = inferShapes(m);

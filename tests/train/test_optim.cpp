@@ -11,9 +11,6 @@
 #include <string>
 #include <vector>
 
-// Optimizer::slots() collides with Qt's `slots` keyword macro: this file uses Q_SLOTS instead.
-#undef slots
-
 #include "engine/train/callbacks.h"
 #include "engine/train/optimizer.h"
 
@@ -247,7 +244,7 @@ CallbackConfig reduceLr(int patience, double factor) {
 class TestOptim : public QObject {
     Q_OBJECT
 
-  private Q_SLOTS:
+  private slots:
     // ---- optimizers vs reference ----------------------------------------------------------------
     void matchesKerasReference_data() {
         QTest::addColumn<OptimizerConfig>("cfg");
@@ -327,7 +324,7 @@ class TestOptim : public QObject {
         }
         opt->build(params.sizes());
         const int slotCount = refSlotCount(cfg);
-        QCOMPARE(opt->slots().size(), params.w.size() * static_cast<size_t>(slotCount));
+        QCOMPARE(opt->slotTensors().size(), params.w.size() * static_cast<size_t>(slotCount));
 
         std::vector<Vec> initial;
         for (const auto& w : params.w) initial.emplace_back(w.begin(), w.end());
@@ -367,7 +364,7 @@ class TestOptim : public QObject {
             }
             return true;
         };
-        const std::vector<Tensor*> slotTensors = opt->slots();
+        const std::vector<Tensor*> slotList = opt->slotTensors();
         for (size_t p = 0; p < ref.size(); ++p) {
             QVERIFY(check("weights", p, params.w[p].data(), ref[p].w, 1e-6));
             // The total change of the weights, to 1e-4 of its size: weights near 1 hold the
@@ -381,7 +378,7 @@ class TestOptim : public QObject {
             QVERIFY(check("update", p, delta.data(), refDelta, 1e-4));
             for (int s = 0; s < slotCount; ++s) {
                 const Tensor* t =
-                    slotTensors[p * static_cast<size_t>(slotCount) + static_cast<size_t>(s)];
+                    slotList[p * static_cast<size_t>(slotCount) + static_cast<size_t>(s)];
                 QCOMPARE(t->size(), static_cast<int64_t>(ref[p].w.size()));
                 QCOMPARE(t->dtype(), DType::F32);
                 QVERIFY(
@@ -412,7 +409,7 @@ class TestOptim : public QObject {
         }
         Params pb = pa;
         b->build(pb.sizes());
-        auto sa = a->slots(), sb = b->slots();
+        auto sa = a->slotTensors(), sb = b->slotTensors();
         QCOMPARE(sa.size(), size_t{6});
         for (size_t i = 0; i < sa.size(); ++i) *sb[i] = sa[i]->clone();
         b->setIterations(a->iterations());
@@ -435,7 +432,7 @@ class TestOptim : public QObject {
         opt->build(p.sizes());
         auto r = p.refs();
         opt->apply(r);
-        auto s = opt->slots();
+        auto s = opt->slotTensors();
         QCOMPARE(s.size(), size_t{4});
         QCOMPARE(s[0]->size(), int64_t{3});
         QCOMPARE(s[2]->size(), int64_t{2});

@@ -1,0 +1,499 @@
+// GUI tests, offscreen: the designer builds a model through its widgets and rejects an invalid
+// layer; a short training run fills the charts and lands in the store; Stop and closing the
+// window mid-run end the run as "stopped"; a project survives open -> edit -> save -> reload.
+#include <QAction>
+#include <QFile>
+#include <QLineEdit>
+#include <QListWidget>
+#include <QMimeData>
+#include <QPlainTextEdit>
+#include <QPushButton>
+#include <QSignalSpy>
+#include <QSpinBox>
+#include <QStandardPaths>
+#include <QTableView>
+#include <QTemporaryDir>
+#include <QTest>
+
+#include "engine/io/project.h"
+#include "engine/store/run_store.h"
+#include "ui/chart_widget.h"
+#include "ui/config_diff.h"
+#include "ui/latency_probe.h"
+#include "ui/layer_property_editor.h"
+#include "ui/layer_stack_model.h"
+#include "ui/main_window.h"
+#include "ui/model_designer.h"
+#include "ui/monitor_panel.h"
+#include "ui/project_checks.h"
+#include "ui/project_controller.h"
+#include "ui/run_controller.h"
+#include "ui/runs_panel.h"
+#include "ui/runs_table_model.h"
+#include "ui/training_panel.h"
+
+using namespace td::ui;
+
+namespace {
+
+// A tiny synthetic classification project: trains in well under a second per epoch.
+QString syntheticProject(int epochs, int samples = 512) {
+    return QString(R"({
+  "format": "traindeck-project", "version": 1, "name": "ui test",
+  "model": {"class_name": "Sequential", "config": {"name": "tiny", "layers": [
+    {"class_name": "InputLayer", "config": {"name": "input_layer", "batch_shape": [null, 8]}},
+    {"class_name": "Dense", "config": {"name": "dense", "units": 16, "activation": "relu"}},
+    {"class_name": "Dense", "config": {"name": "dense_1", "units": 3, "activation": "softmax"}}]}},
+  "data": {"source": {"type": "synthetic", "samples": %2, "test_samples": 64, "shape": [8],
+                      "classes": 3, "seed": 3},
+           "pipeline": {"map": [], "cache": "memory", "shuffle_buffer": 256, "prefetch": 2},
+           "validation_split": 0.25},
+  "training": {"epochs": %1, "batch_size": 16, "seed": 7,
+               "optimizer": {"class_name": "Adam", "config": {"learning_rate": 0.01}},
+               "loss": {"class_name": "SparseCategoricalCrossentropy", "config": {}},
+               "metrics": ["accuracy"], "log_every_steps": 2, "evaluate_test": false},
+  "precision": "float32", "fusion": true, "strategy": {"type": "one_device"}
+})")
+        .arg(epochs)
+        .arg(samples);
+}
+
+bool writeFile(const QString& path, const QString& text) {
+    QFile f(path);
+    if (!f.open(QIODevice::WriteOnly | QIODevice::Truncate)) return false;
+    return f.write(text.toUtf8()) > 0;
+}
+
+template <typename T>
+T* child(QWidget* parent, const char* name) {
+    return parent->findChild<T*>(QString::fromLatin1(name));
+}
+
+}  // namespace
+
+class TestUi : public QObject {
+    Q_OBJECT
+
+private slots:
+    void initTestCase();
+    void designerBuildsModelThroughWidgets();
+    void designerRejectsInvalidLayer();
+    void designerReordersDuplicatesDeletes();
+    void propertyEditorValidatesFields();
+    void trainingFillsChartsAndStore();
+    void stopMidRunMarksStopped();
+    void closingMidRunMarksStopped();
+    void projectRoundTripsUnchanged();
+    void configDiffPairsSettings_data();
+    void configDiffPairsSettings();
+    void chartKeepsUserZoom();
+    void latencyProbeMeasures();
+
+private:
+    std::unique_ptr<MainWindow> makeWindow(const QString& dbName);
+    QTemporaryDir dir_;
+};
+
+void TestUi::initTestCase() {
+    QStandardPaths::setTestModeEnabled(true);
+    QCoreApplication::setOrganizationName("TrainDeckTest");
+    QCoreApplication::setApplicationName("test_ui");
+    QVERIFY(dir_.isValid());
+}
+
+std::unique_ptr<MainWindow> TestUi::makeWindow(const QString& dbName) {
+    auto w = std::make_unique<MainWindow>();
+    w->setInteractive(false);
+    QString error;
+    bool ok = w->openDatabase(dir_.filePath(dbName), &error);
+    if (!ok) qWarning("openDatabase: %s", qPrintable(error));
+    w->show();
+    return w;
+}
+
+void TestUi::designerBuildsModelThroughWidgets() {
+    auto w = makeWindow("designer.db");
+    ProjectController* pc = w->projectController();
+    pc->newProject();
+    ModelDesigner* d = w->modelDesigner();
+    w->tabs()->setCurrentIndex(MainWindow::ModelTab);
+    // Clear the stack with the keyboard.
+    d->selectRow(0);
+    d->stackView()->setFocus();
+    while (d->stackModel()->layerCount() > 0) {
+        d->selectRow(0);
+        QTest::keyClick(d->stackView(), Qt::Key_Delete);
+    }
+    QCOMPARE(pc->project().model.layers.size(), size_t(0));
+
+    auto addFromPalette = [&](td::LayerType t) {
+        for (int i = 0; i < d->palette()->count(); ++i)
+            if (d->palette()->item(i)->data(Qt::UserRole).toInt() == static_cast<int>(t))
+                d->palette()->setCurrentRow(i);
+        QTest::mouseClick(child<QPushButton>(d, "addLayerButton"), Qt::LeftButton);
+    };
+    addFromPalette(td::LayerType::Input);
+    auto* shape = child<QLineEdit>(d->propertyEditor(), "shapeEdit");
+    QVERIFY(shape);
+    shape->selectAll();
+    QTest::keyClicks(shape, "28, 28");
+    addFromPalette(td::LayerType::Flatten);
+    addFromPalette(td::LayerType::Dense);
+    auto* units = child<QSpinBox>(d->propertyEditor(), "unitsSpin");
+    QVERIFY(units);
+    units->selectAll();
+    QTest::keyClicks(units, "10");
+    QCOMPARE(units->value(), 10);
+
+    QVERIFY2(d->stackModel()->valid(), qPrintable(d->stackModel()->errorText()));
+    QCOMPARE(d->stackModel()->info().totalParams, int64_t(784 * 10 + 10));
+    const QString summary = d->summaryView()->toPlainText();
+    QVERIFY2(summary.contains("7,850") || summary.contains("7850"), qPrintable(summary));
+    QVERIFY(summary.contains("memory per sample"));
+    QCOMPARE(pc->project().model.layers.size(), size_t(3));
+    QCOMPARE(pc->project().model.layers[2].units, int64_t(10));
+
+    // The summary follows edits at once.
+    units->selectAll();
+    QTest::keyClicks(units, "32");
+    QCOMPARE(d->stackModel()->info().totalParams, int64_t(784 * 32 + 32));
+    QVERIFY(d->summaryView()->toPlainText().contains("25,120") ||
+            d->summaryView()->toPlainText().contains("25120"));
+    QVERIFY(pc->isDirty());
+}
+
+void TestUi::designerRejectsInvalidLayer() {
+    auto w = makeWindow("invalid.db");
+    ProjectController* pc = w->projectController();
+    pc->newProject();  // input 28x28 -> flatten -> dense 10
+    ModelDesigner* d = w->modelDesigner();
+    QVERIFY(d->stackModel()->valid());
+    // Insert Reshape after Flatten and ask for a shape that cannot hold 784 values.
+    d->selectRow(1);
+    for (int i = 0; i < d->palette()->count(); ++i)
+        if (d->palette()->item(i)->data(Qt::UserRole).toInt() == static_cast<int>(td::LayerType::Reshape))
+            d->palette()->setCurrentRow(i);
+    d->addSelectedPaletteLayer();
+    QCOMPARE(d->currentRow(), 2);
+    auto* target = child<QLineEdit>(d->propertyEditor(), "targetShapeEdit");
+    QVERIFY(target);
+    target->selectAll();
+    QTest::keyClicks(target, "30, 30");
+    QCOMPARE(pc->project().model.layers[2].targetShape, (td::Shape{30, 30}));
+
+    LayerStackModel* m = d->stackModel();
+    QVERIFY(!m->valid());
+    QCOMPARE(m->errorRow(), 2);
+    const QString marked = m->index(2, LayerStackModel::ColOutputShape).data().toString();
+    QVERIFY2(marked.contains(m->errorText()), qPrintable(marked));
+    QVERIFY(!m->errorText().isEmpty());
+    QVERIFY(d->summaryView()->toPlainText().contains(m->errorText()));
+    // Start is disabled, and says why.
+    QAction* start = w->runController()->startAction();
+    QVERIFY(!start->isEnabled());
+    QVERIFY2(start->toolTip().contains(m->errorText()), qPrintable(start->toolTip()));
+    QVERIFY(!w->runController()->startBlocker().isEmpty());
+    QString error;
+    QVERIFY(!w->startTraining(&error));
+    QVERIFY(error.contains("Cannot start"));
+
+    // Fix it: [784] reshaped to [28, 28] is valid again and Start comes back.
+    target->selectAll();
+    QTest::keyClicks(target, "28, 28");
+    QVERIFY(m->valid());
+    QCOMPARE(m->errorRow(), -1);
+    QVERIFY(w->runController()->startBlocker().isEmpty() ||
+            !w->runController()->startBlocker().startsWith("model"));
+}
+
+void TestUi::designerReordersDuplicatesDeletes() {
+    auto w = makeWindow("reorder.db");
+    ProjectController* pc = w->projectController();
+    pc->newProject();  // input, flatten, dense
+    ModelDesigner* d = w->modelDesigner();
+    auto names = [&] {
+        QStringList out;
+        for (const auto& l : pc->project().model.layers) out << QString::fromStdString(l.name);
+        return out;
+    };
+    QCOMPARE(names(), (QStringList{"input", "flatten", "dense"}));
+    d->selectRow(2);
+    d->stackView()->setFocus();
+    QTest::keyClick(d->stackView(), Qt::Key_D, Qt::ControlModifier);  // duplicate
+    QCOMPARE(names(), (QStringList{"input", "flatten", "dense", "dense_1"}));
+    QCOMPARE(d->currentRow(), 3);
+    QTest::keyClick(d->stackView(), Qt::Key_Up, Qt::ControlModifier);  // move up
+    QCOMPARE(names(), (QStringList{"input", "flatten", "dense_1", "dense"}));
+    QCOMPARE(d->currentRow(), 2);
+    QTest::keyClick(d->stackView(), Qt::Key_Down, Qt::ControlModifier);
+    QCOMPARE(names(), (QStringList{"input", "flatten", "dense", "dense_1"}));
+
+    // Drag and drop, as the view delivers it: a row moved onto another, a palette type inserted.
+    LayerStackModel* m = d->stackModel();
+    std::unique_ptr<QMimeData> rows(m->mimeData({m->index(3, 0)}));
+    QVERIFY(m->dropMimeData(rows.get(), Qt::CopyAction, 1, 0, {}));
+    QCOMPARE(names(), (QStringList{"input", "dense_1", "flatten", "dense"}));
+    QMimeData palette;
+    palette.setData(kLayerTypeMime, QByteArray::number(static_cast<int>(td::LayerType::Dropout)));
+    QVERIFY(m->dropMimeData(&palette, Qt::CopyAction, 3, 0, {}));
+    QCOMPARE(names(), (QStringList{"input", "dense_1", "flatten", "dropout", "dense"}));
+
+    d->selectRow(3);
+    QTest::keyClick(d->stackView(), Qt::Key_Delete);
+    QCOMPARE(names(), (QStringList{"input", "dense_1", "flatten", "dense"}));
+}
+
+void TestUi::propertyEditorValidatesFields() {
+    LayerStackModel model;
+    td::ModelSpec spec;
+    spec.layers = {model.makeLayer(td::LayerType::Input)};
+    model.setSpec(spec);
+    LayerPropertyEditor editor([&](const QString& n) { return model.nameTaken(n, -1); });
+    td::LayerSpec dense = model.makeLayer(td::LayerType::Dense);
+    editor.setLayer(dense);
+    QSignalSpy edited(&editor, &LayerPropertyEditor::layerEdited);
+    auto* name = child<QLineEdit>(&editor, "nameEdit");
+    name->selectAll();
+    QTest::keyClicks(name, "input_layer");  // taken by the Input layer
+    QVERIFY(editor.validationMessage().contains("already"));
+    name->selectAll();
+    QTest::keyClicks(name, "9bad");
+    QVERIFY(editor.validationMessage().contains("Name"));
+    name->selectAll();
+    QTest::keyClicks(name, "hidden");
+    QVERIFY(editor.validationMessage().isEmpty());
+    QCOMPARE(editor.layer().name, std::string("hidden"));
+    QVERIFY(edited.count() > 0);
+
+    td::Shape s;
+    QString error;
+    QVERIFY(LayerPropertyEditor::parseShape("28, 28", false, &s, &error));
+    QCOMPARE(s, (td::Shape{28, 28}));
+    QVERIFY(!LayerPropertyEditor::parseShape("28, -1", false, &s, &error));
+    QVERIFY(LayerPropertyEditor::parseShape("-1, 4", true, &s, &error));
+    QVERIFY(!LayerPropertyEditor::parseShape("-1, -1", true, &s, &error));
+    QVERIFY(error.contains("only one"));
+    QVERIFY(!LayerPropertyEditor::parseShape("a, 2", true, &s, &error));
+}
+
+void TestUi::trainingFillsChartsAndStore() {
+    const QString projectPath = dir_.filePath("train.json");
+    QVERIFY(writeFile(projectPath, syntheticProject(2)));
+    auto w = makeWindow("train.db");
+    QString error;
+    QVERIFY2(w->openProject(projectPath, &error), qPrintable(error));
+    RunController* rc = w->runController();
+    QVERIFY2(rc->startBlocker().isEmpty(), qPrintable(rc->startBlocker()));
+    QSignalSpy started(rc, &RunController::runStarted);
+    QSignalSpy batches(rc, &RunController::eventsArrived);
+    QSignalSpy finished(rc, &RunController::runFinished);
+    QVERIFY2(w->startTraining(&error), qPrintable(error));
+    QTRY_VERIFY_WITH_TIMEOUT(finished.count() == 1, 120000);
+    QCOMPARE(started.count(), 1);
+    const auto result = finished.first().first().value<td::RunFinished>();
+    QVERIFY2(result.status == td::RunStatus::Completed, result.message.c_str());
+    QCOMPARE(rc->state(), RunController::State::Idle);
+
+    MonitorPanel* mon = w->monitorPanel();
+    QVERIFY(mon->lossChart()->pointCount(0) > 0);      // per step
+    QVERIFY(mon->lossChart()->pointCount(1) == 2);     // per epoch
+    QVERIFY(mon->lossChart()->pointCount(2) == 2);     // validation
+    QVERIFY(mon->accuracyChart()->pointCount(0) > 0);
+    QVERIFY(mon->throughputChart()->pointCount(0) > 0);
+    QVERIFY(mon->stepTimeChart()->pointCount(1) > 0);
+    QVERIFY(mon->lastSamplesPerSecond() > 0);
+    QCOMPARE(mon->progressBar()->value(), mon->progressBar()->maximum());
+    // Coalescing: far fewer deliveries than step events.
+    QVERIFY(batches.count() >= 1);
+    qInfo("coalesced deliveries: %lld for %d step points", static_cast<long long>(batches.count()),
+          mon->lossChart()->pointCount(0));
+    qInfo("%s", qPrintable(rc->latencyProbe()->report()));
+
+    // The run is in the store, and in the Runs panel.
+    auto store = td::RunStore::open(dir_.filePath("train.db").toStdString());
+    QVERIFY(store.ok());
+    auto runs = store.value()->listRuns();
+    QVERIFY(runs.ok());
+    QCOMPARE(runs.value().size(), size_t(1));
+    QCOMPARE(runs.value()[0].status, std::string("completed"));
+    QCOMPARE(runs.value()[0].id, rc->runId());
+    auto epochs = store.value()->epochs(rc->runId());
+    QVERIFY(epochs.ok());
+    QCOMPARE(epochs.value().size(), size_t(2));
+    w->runsPanel()->refresh();
+    QCOMPARE(w->runsPanel()->model()->rowCount(), 1);
+    // Overlay the run's curves, and export it.
+    w->runsPanel()->view()->selectRow(0);
+    QVERIFY(w->runsPanel()->stepChart()->pointCount(0) > 0);
+    QVERIFY(w->runsPanel()->epochChart()->pointCount(0) == 2);
+    QVERIFY2(w->runsPanel()->exportCsv(rc->runId(), dir_.filePath("run.csv"), &error),
+             qPrintable(error));
+    QVERIFY(QFile(dir_.filePath("run.csv")).size() > 0);
+    QVERIFY(w->runsPanel()->renameRun(rc->runId(), "renamed"));
+    QVERIFY(w->runsPanel()->setNotes(rc->runId(), "a note"));
+    QCOMPARE(w->runsPanel()->model()->run(0)->name, std::string("renamed"));
+    QCOMPARE(w->runsPanel()->model()->run(0)->notes, std::string("a note"));
+    QVERIFY(mon->lossChart()->savePng(dir_.filePath("loss.png")));
+    QVERIFY(QFile(dir_.filePath("loss.png")).size() > 0);
+}
+
+void TestUi::stopMidRunMarksStopped() {
+    const QString projectPath = dir_.filePath("long.json");
+    QVERIFY(writeFile(projectPath, syntheticProject(1000, 2048)));
+    auto w = makeWindow("stop.db");
+    QString error;
+    QVERIFY2(w->openProject(projectPath, &error), qPrintable(error));
+    RunController* rc = w->runController();
+    QSignalSpy finished(rc, &RunController::runFinished);
+    QVERIFY2(w->startTraining(&error), qPrintable(error));
+    QTRY_VERIFY_WITH_TIMEOUT(w->monitorPanel()->lossChart()->pointCount(0) > 5, 60000);
+    // Pause and resume are honoured.
+    rc->pauseAction()->trigger();
+    QCOMPARE(rc->state(), RunController::State::Paused);
+    rc->pauseAction()->trigger();
+    QCOMPARE(rc->state(), RunController::State::Running);
+    rc->stopAction()->trigger();
+    QTRY_VERIFY_WITH_TIMEOUT(finished.count() == 1, 30000);
+    const auto result = finished.first().first().value<td::RunFinished>();
+    QCOMPARE(result.status, td::RunStatus::Stopped);
+    auto store = td::RunStore::open(dir_.filePath("stop.db").toStdString());
+    QVERIFY(store.ok());
+    auto run = store.value()->getRun(rc->runId());
+    QVERIFY(run.ok());
+    QCOMPARE(run.value().status, std::string("stopped"));
+    QVERIFY(rc->startAction()->isEnabled());
+}
+
+void TestUi::closingMidRunMarksStopped() {
+    const QString projectPath = dir_.filePath("close.json");
+    QVERIFY(writeFile(projectPath, syntheticProject(1000, 2048)));
+    auto w = makeWindow("close.db");
+    QString error;
+    QVERIFY2(w->openProject(projectPath, &error), qPrintable(error));
+    QVERIFY2(w->startTraining(&error), qPrintable(error));
+    QTRY_VERIFY_WITH_TIMEOUT(w->monitorPanel()->lossChart()->pointCount(0) > 2, 60000);
+    const int64_t id = w->runController()->runId();
+    QVERIFY(id > 0);
+    QVERIFY(w->close());
+    QCOMPARE(w->runController()->state(), RunController::State::Idle);
+    auto store = td::RunStore::open(dir_.filePath("close.db").toStdString());
+    QVERIFY(store.ok());
+    auto run = store.value()->getRun(id);
+    QVERIFY(run.ok());
+    QCOMPARE(run.value().status, std::string("stopped"));
+}
+
+void TestUi::projectRoundTripsUnchanged() {
+    const QString source = QString(TRAINDECK_SOURCE_DIR) + "/projects/fashion_mnist_mlp.json";
+    auto w = makeWindow("project.db");
+    ProjectController* pc = w->projectController();
+    QString error;
+    QVERIFY2(w->openProject(source, &error), qPrintable(error));
+    QVERIFY(!pc->isDirty());
+    const std::string original = td::projectToJson(pc->project());
+
+    // Save unchanged and reload: identical.
+    const QString copy = dir_.filePath("copy.json");
+    QVERIFY2(pc->saveAs(copy, &error), qPrintable(error));
+    QVERIFY2(w->openProject(copy, &error), qPrintable(error));
+    QCOMPARE(td::projectToJson(pc->project()), original);
+
+    // Edit through the widgets, save, reload: the edit is kept and nothing else moved.
+    auto* epochs = child<QSpinBox>(w->trainingPanel(), "epochs");
+    QVERIFY(epochs);
+    epochs->setValue(3);
+    QVERIFY(pc->isDirty());
+    QVERIFY(w->windowTitle().contains("[*]"));
+    auto* units = static_cast<QSpinBox*>(nullptr);
+    w->modelDesigner()->selectRow(2);  // dense
+    units = child<QSpinBox>(w->modelDesigner()->propertyEditor(), "unitsSpin");
+    QVERIFY(units);
+    units->setValue(64);
+    const std::string edited = td::projectToJson(pc->project());
+    QVERIFY2(pc->save(&error), qPrintable(error));
+    QVERIFY(!pc->isDirty());
+    QVERIFY2(w->openProject(copy, &error), qPrintable(error));
+    QCOMPARE(td::projectToJson(pc->project()), edited);
+    QCOMPARE(pc->project().training.epochs, 3);
+    QCOMPARE(pc->project().model.layers[2].units, int64_t(64));
+    td::Project expected = td::parseProject(original).value();
+    expected.training.epochs = 3;
+    expected.model.layers[2].units = 64;
+    QCOMPARE(td::projectToJson(pc->project()), td::projectToJson(expected));
+
+    // Editing back to the saved value clears the dirty flag.
+    epochs->setValue(4);
+    QVERIFY(pc->isDirty());
+    epochs->setValue(3);
+    QVERIFY(!pc->isDirty());
+
+    // A broken file is rejected with the engine's message naming it.
+    const QString broken = dir_.filePath("broken.json");
+    QVERIFY(writeFile(broken, "{\"format\": \"traindeck-project\", \"model\": 3}"));
+    QVERIFY(!w->openProject(broken, &error));
+    QVERIFY2(!error.isEmpty(), "no error message");
+    QCOMPARE(td::projectToJson(pc->project()), edited);  // the open project is untouched
+}
+
+void TestUi::configDiffPairsSettings_data() {
+    QTest::addColumn<QString>("left");
+    QTest::addColumn<QString>("right");
+    QTest::addColumn<int>("rows");
+    QTest::addColumn<int>("differing");
+    QTest::newRow("same") << R"({"a": 1, "b": {"c": "x"}})" << R"({"a": 1, "b": {"c": "x"}})" << 2
+                          << 0;
+    QTest::newRow("changed") << R"({"a": 1, "b": {"c": "x"}})" << R"({"a": 2, "b": {"c": "x"}})"
+                             << 2 << 1;
+    QTest::newRow("added") << R"({"a": [1, 2]})" << R"({"a": [1, 2, 3]})" << 3 << 1;
+    QTest::newRow("invalid") << "{" << R"({"a": 1})" << 2 << 2;
+}
+
+void TestUi::configDiffPairsSettings() {
+    QFETCH(QString, left);
+    QFETCH(QString, right);
+    QFETCH(int, rows);
+    QFETCH(int, differing);
+    auto out = diffJsonConfigs(left, right);
+    QCOMPARE(static_cast<int>(out.size()), rows);
+    int d = 0;
+    for (const auto& r : out) d += r.differs;
+    QCOMPARE(d, differing);
+}
+
+void TestUi::chartKeepsUserZoom() {
+    ChartWidget chart("test", "x", "y");
+    chart.resize(400, 300);
+    chart.show();
+    int s = chart.addSeries("s", Qt::blue);
+    for (int i = 0; i < 10; ++i) chart.append(s, i, i * i);
+    chart.replotIfDirty();
+    QVERIFY(chart.autoFit());
+    QCOMPARE(chart.pointCount(s), 10);
+    // A wheel or drag by the user freezes the view; new data do not move it.
+    QTest::mousePress(chart.plot(), Qt::LeftButton, {}, QPoint(200, 150));
+    QTest::mouseRelease(chart.plot(), Qt::LeftButton, {}, QPoint(200, 150));
+    QVERIFY(!chart.autoFit());
+    chart.plot()->xAxis->setRange(2, 4);
+    chart.append(s, 100, 5);
+    chart.replotIfDirty();
+    QCOMPARE(chart.plot()->xAxis->range().upper, 4.0);
+    chart.fit();
+    QVERIFY(chart.autoFit());
+    QCOMPARE(chart.plot()->xAxis->range().upper, 100.0);
+    QVERIFY(chart.savePdf(dir_.filePath("chart.pdf")));
+    QVERIFY(QFile(dir_.filePath("chart.pdf")).size() > 0);
+}
+
+void TestUi::latencyProbeMeasures() {
+    LatencyProbe probe;
+    probe.start();
+    QTest::qWait(200);
+    probe.stop();
+    QVERIFY(probe.samples() > 5);
+    QVERIFY(probe.worstMs() >= probe.percentileMs(99));
+    QVERIFY(probe.percentileMs(99) >= probe.percentileMs(50));
+    qInfo("%s (idle)", qPrintable(probe.report()));
+}
+
+QTEST_MAIN(TestUi)
+#include "test_ui.moc"
