@@ -5,6 +5,7 @@
 #include <QGroupBox>
 #include <QHBoxLayout>
 #include <QHeaderView>
+#include <QKeyEvent>
 #include <QItemSelectionModel>
 #include <QLabel>
 #include <QListWidget>
@@ -112,6 +113,8 @@ ModelDesigner::ModelDesigner(ProjectController* project, QWidget* parent)
     deleteAction_ = makeAction(tr("Delete"), QKeySequence(Qt::Key_Delete), tr("Delete layer"),
                                [this] { deleteSelected(); });
     stack_->setContextMenuPolicy(Qt::ActionsContextMenu);
+    // The keys also work without an active window (shortcuts need one); see eventFilter().
+    stack_->installEventFilter(this);
 
     auto* stackButtons = new QHBoxLayout;
     for (QAction* a : {upAction_, downAction_, duplicateAction_, deleteAction_}) {
@@ -171,6 +174,23 @@ ModelDesigner::ModelDesigner(ProjectController* project, QWidget* parent)
     reloadFromProject();
 }
 
+bool ModelDesigner::eventFilter(QObject* watched, QEvent* event) {
+    if (watched == stack_ && event->type() == QEvent::KeyPress) {
+        auto* key = static_cast<QKeyEvent*>(event);
+        const bool ctrl = key->modifiers() & Qt::ControlModifier;
+        QAction* act = nullptr;
+        if (key->key() == Qt::Key_Delete && !ctrl) act = deleteAction_;
+        if (ctrl && key->key() == Qt::Key_Up) act = upAction_;
+        if (ctrl && key->key() == Qt::Key_Down) act = downAction_;
+        if (ctrl && key->key() == Qt::Key_D) act = duplicateAction_;
+        if (act) {
+            if (act->isEnabled()) act->trigger();
+            return true;
+        }
+    }
+    return QWidget::eventFilter(watched, event);
+}
+
 int ModelDesigner::currentRow() const {
     auto rows = stack_->selectionModel()->selectedRows();
     return rows.isEmpty() ? -1 : rows.first().row();
@@ -197,6 +217,7 @@ void ModelDesigner::moveSelected(int delta) {
     int row = currentRow();
     if (row < 0) return;
     if (model_->moveLayer(row, row + delta)) selectRow(row + delta);
+    updateActions();
 }
 
 void ModelDesigner::duplicateSelected() { selectRow(model_->duplicateLayer(currentRow())); }
@@ -220,6 +241,7 @@ void ModelDesigner::onSpecEdited() {
     // Row moves and inserts change which layer is selected: keep the editor in step.
     int row = currentRow();
     if (row >= 0 && model_->layer(row).name != editor_->layer().name) onSelectionChanged();
+    updateActions();
 }
 
 void ModelDesigner::onSelectionChanged() {
@@ -229,6 +251,11 @@ void ModelDesigner::onSelectionChanged() {
     } else {
         editor_->setLayer(model_->layer(row));
     }
+    updateActions();
+}
+
+void ModelDesigner::updateActions() {
+    const int row = currentRow();
     const int n = model_->layerCount();
     upAction_->setEnabled(row > 0);
     downAction_->setEnabled(row >= 0 && row + 1 < n);

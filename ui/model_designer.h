@@ -35,11 +35,15 @@ public:
     void duplicateSelected();
     void deleteSelected();
 
+protected:
+    bool eventFilter(QObject* watched, QEvent* event) override;
+
 private:
     void reloadFromProject();
     void onSpecEdited();
     void onSelectionChanged();
     void refreshSummary();
+    void updateActions();
 
     ProjectController* project_;
     LayerStackModel* model_;

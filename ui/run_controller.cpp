@@ -71,17 +71,27 @@ bool RunController::start(const td::Project& project, const QString& storePath, 
                  false);
     // Loading data and compiling can take seconds: keep it off the GUI thread.
     runAsync(
-        this, [project, options] { return td::Session::create(project, options); },
-        [this](td::Result<std::unique_ptr<td::Session>> s) { onPrepared(std::move(s)); });
+        this,
+        [project, options] {
+            Prepared out;
+            auto created = td::Session::create(project, options);
+            if (created.ok()) {
+                out.session.reset(created->release());
+            } else {
+                out.error = created.error();
+            }
+            return out;
+        },
+        [this](Prepared p) { onPrepared(std::move(p)); });
     return true;
 }
 
-void RunController::onPrepared(td::Result<std::unique_ptr<td::Session>> session) {
-    if (!session) {
+void RunController::onPrepared(Prepared prepared) {
+    if (!prepared.session) {
         td::RunFinished failed;
         failed.status = td::RunStatus::Failed;
-        failed.message = session.error();
-        emit message(tr("Could not start: %1").arg(QString::fromStdString(session.error())), true);
+        failed.message = prepared.error;
+        emit message(tr("Could not start: %1").arg(QString::fromStdString(prepared.error)), true);
         setState(State::Idle);
         emit runFinished(failed);
         return;
@@ -95,7 +105,7 @@ void RunController::onPrepared(td::Result<std::unique_ptr<td::Session>> session)
         emit runFinished(stopped);
         return;
     }
-    session_ = std::move(session).value();
+    session_ = std::move(prepared.session);
     queue_ = session_->events().subscribe();  // before start(): see every event
     session_->start();
     probe_->start();

@@ -64,7 +64,11 @@ signals:
 
 private:
     void setState(State s);
-    void onPrepared(td::Result<std::unique_ptr<td::Session>> session);
+    struct Prepared {
+        std::unique_ptr<td::Session> session;  // null on error
+        std::string error;
+    };
+    void onPrepared(Prepared prepared);
     void drain();
     void finish(const td::RunFinished& result);
     void updateActions();

@@ -79,6 +79,11 @@ public:
     virtual Result<std::unique_ptr<Executable>> compile(const Graph& g,
                                                         const ProgramBindings& bindings) = 0;
     virtual Status synchronize() = 0;
+    // (optional) Called on a thread before it compiles or runs programs. `workerThreads` is how
+    // many threads the device may use for that thread's work (0 = all it has). The CPU device
+    // also sets flush-to-zero / denormals-are-zero there and in its worker pool: optimizer
+    // moments of always-zero gradients decay into denormals, which cost ~100x per operation.
+    virtual void prepareThread(int workerThreads) { (void)workerThreads; }
     // Host-addressable memory (CPU): buffers can be read and written directly.
     virtual bool hostAddressable() const = 0;
 };

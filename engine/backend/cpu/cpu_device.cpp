@@ -3,6 +3,7 @@
 // flat list of instructions with every pointer resolved at compile time: the step loop only walks
 // it.
 #include <omp.h>
+#include <xmmintrin.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -330,6 +331,15 @@ public:
         return std::unique_ptr<Executable>(std::move(prog));
     }
     Status synchronize() override { return Status::success(); }
+    void prepareThread(int workerThreads) override {
+        // oneDNN sizes its thread partitioning when a primitive is created and opens a team of
+        // that size when it runs, so creation and execution must see the same count.
+        omp_set_num_threads(workerThreads > 0 ? workerThreads : desc_.threads);
+        constexpr unsigned kFtzDaz = 0x8040;  // MXCSR bits FTZ (15) and DAZ (6)
+        _mm_setcsr(_mm_getcsr() | kFtzDaz);
+#pragma omp parallel
+        _mm_setcsr(_mm_getcsr() | kFtzDaz);
+    }
     bool hostAddressable() const override { return true; }
 
 private:
