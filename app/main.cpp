@@ -16,6 +16,8 @@ int main(int argc, char** argv) {
     app.add_option("--db", db, "SQLite run store (default: the per-user store)");
     app.add_option("project", project, "Project file to open in the app");
     app.add_flag("--start", start, "Start training the opened project at once");
+    bool quitWhenDone = false;
+    app.add_flag("--quit-when-done", quitWhenDone, "With --start: quit the app when the run ends");
     app.require_subcommand(0, 1);
 
     td::cli::TrainArgs ta;
@@ -69,7 +71,7 @@ int main(int argc, char** argv) {
     if (*compile) return td::cli::compile(compProject, dumpAfter);
 
 #ifdef TRAINDECK_HAVE_GUI
-    return td::ui::runGui(argc, argv, db, project, start);
+    return td::ui::runGui(argc, argv, db, project, start, quitWhenDone);
 #else
     if (!project.empty()) {
         // Headless build: the app's default action trains the project.

@@ -106,14 +106,14 @@ Outcome runTrainDeck(const std::string& binary, const std::string& projectPath, 
     return o;
 }
 
-Outcome runReference(const std::string& script, const std::string& framework,
+Outcome runReference(const std::string& python, const std::string& script, const std::string& framework,
                      const std::vector<int>& hidden, double dropout, int epochs, int batch,
                      int threads) {
     Outcome o;
     std::string out;
     std::vector<std::string> env{"OMP_NUM_THREADS=" + std::to_string(threads),
                                  "TF_CPP_MIN_LOG_LEVEL=2"};
-    int rc = runChild({"/usr/bin/python3", script, "--framework", framework, "--hidden",
+    int rc = runChild({python, script, "--framework", framework, "--hidden",
                        join(hidden), "--dropout", std::to_string(dropout), "--batch",
                        std::to_string(batch), "--epochs", std::to_string(epochs), "--threads",
                        std::to_string(threads)},
@@ -146,6 +146,10 @@ int main(int argc, char** argv) {
     std::string reference = root + "/../shared/bench/reference_mlp.py";
     std::string binary;
     std::string jsonOut;
+    // Debian's PyTorch lives in the system interpreter; TensorFlow from pip in the default python3.
+    std::string pythonTorch = "/usr/bin/python3", pythonKeras = "python3";
+    app.add_option("--python-torch", pythonTorch, "Interpreter with torch");
+    app.add_option("--python-keras", pythonKeras, "Interpreter with tensorflow/keras");
     app.add_option("--epochs", epochs, "Epochs per run (the first is warm-up)")->check(CLI::Range(2, 100));
     app.add_option("--threads", threads, "Threads for every trainer")->check(CLI::PositiveNumber);
     app.add_option("--frameworks", frameworks, "Reference frameworks (torch, keras)");
@@ -223,7 +227,7 @@ int main(int argc, char** argv) {
         }
         Outcome ours = runTrainDeck(binary, pp, epochs, c.batch, threads, (tmp / "bench.db").string());
         for (const std::string& fw : fws) {
-            Outcome ref = runReference(reference, fw, c.hidden, 0.2, epochs, c.batch, threads);
+            Outcome ref = runReference(fw == "keras" ? pythonKeras : pythonTorch, reference, fw, c.hidden, 0.2, epochs, c.batch, threads);
             const double speed = ours.ok && ref.ok ? ours.samplesPerSecond / ref.samplesPerSecond : 0;
             const double mem = ours.ok && ref.ok ? ours.peakRssMiB / ref.peakRssMiB : 0;
             std::printf("%-22s %5d | %-10s %11.0f %8.4f %9.1f | %-16s %11.0f %8.4f %9.1f | %7.2f %7.2f\n",

@@ -26,7 +26,7 @@ if [ "$want_test" = 1 ]; then
   pkgs+=(xvfb xauth xfonts-base python3 python3-numpy)
 fi
 if [ "$want_bench" = 1 ]; then
-  pkgs+=(python3-torch)
+  pkgs+=(python3-torch libopenblas0-pthread)
 fi
 
 missing=()

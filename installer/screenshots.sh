@@ -19,7 +19,7 @@ mkdir -p "$out"
 "$bin" train "$project" --db "$tmp/runs.db" --epochs 1 --run-name "warm-up (CLI)" --plain >/dev/null
 # Own settings and data folders: never touch the user's.
 export XDG_CONFIG_HOME="$tmp/config" XDG_DATA_HOME="$tmp/data"
-export TRAINDECK_SCREENSHOTS="$out" TRAINDECK_SCREENSHOT_SECONDS="${TRAINDECK_SCREENSHOT_SECONDS:-15}"
+export TRAINDECK_SCREENSHOTS="$out" TRAINDECK_SCREENSHOT_SECONDS="${TRAINDECK_SCREENSHOT_SECONDS:-5}"
 timeout 300 xvfb-run -a -s "-screen 0 1600x1000x24" \
   "$bin" --db "$tmp/runs.db" "$project" --start
 ls -l "$out"/*.png

@@ -44,7 +44,8 @@ QPixmap paintIcon(int size) {
 }  // namespace
 
 QIcon appIcon() {
-    if (QImageReader::supportedImageFormats().contains("svg")) return QIcon(":/icons/traindeck.svg");
+    if (QImageReader::supportedImageFormats().contains("svg"))
+        return QIcon(":/icons/traindeck.svg");
     QIcon icon;
     for (int s : {16, 24, 32, 48, 64, 128, 256}) icon.addPixmap(paintIcon(s));
     return icon;

@@ -17,7 +17,8 @@ template <typename Work, typename Done>
 void runAsync(QObject* context, Work work, Done done) {
     using R = std::invoke_result_t<Work>;
     auto result = std::make_shared<std::optional<R>>();
-    QThread* thread = QThread::create([result, w = std::move(work)]() mutable { result->emplace(w()); });
+    QThread* thread =
+        QThread::create([result, w = std::move(work)]() mutable { result->emplace(w()); });
     QObject::connect(thread, &QThread::finished, context,
                      [result, d = std::move(done)]() mutable { d(std::move(**result)); });
     QObject::connect(thread, &QThread::finished, thread, &QObject::deleteLater);

@@ -8,15 +8,15 @@
 #include <QMessageBox>
 #include <QToolButton>
 #include <QVBoxLayout>
+#include <cmath>
 
 namespace td::ui {
 
 QColor seriesColor(int i) {
-    static const QColor colors[] = {QColor(31, 119, 180), QColor(255, 127, 14),
-                                    QColor(44, 160, 44),  QColor(214, 39, 40),
-                                    QColor(148, 103, 189), QColor(140, 86, 75),
-                                    QColor(227, 119, 194), QColor(127, 127, 127),
-                                    QColor(188, 189, 34), QColor(23, 190, 207)};
+    static const QColor colors[] = {
+        QColor(31, 119, 180),  QColor(255, 127, 14), QColor(44, 160, 44),   QColor(214, 39, 40),
+        QColor(148, 103, 189), QColor(140, 86, 75),  QColor(227, 119, 194), QColor(127, 127, 127),
+        QColor(188, 189, 34),  QColor(23, 190, 207)};
     return colors[static_cast<size_t>(i) % std::size(colors)];
 }
 
@@ -51,6 +51,9 @@ ChartWidget::ChartWidget(const QString& title, const QString& xLabel, const QStr
     plot_->legend->setBrush(QColor(255, 255, 255, 200));
     plot_->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignRight);
     plot_->setNoAntialiasingOnDrag(true);
+    // Antialiased polylines cost most of a replot; live charts replot 25 times a second.
+    plot_->setNotAntialiasedElements(QCP::aePlottables | QCP::aeGrid | QCP::aeAxes);
+    plot_->setPlottingHint(QCP::phFastPolylines, true);
     // Any zoom or pan by the user freezes the view they chose.
     auto interacted = [this] {
         if (autoFit_) {
@@ -127,17 +130,39 @@ void ChartWidget::setLogY(bool on) {
 }
 
 void ChartWidget::replotIfDirty() {
-    if (!dirty_) return;
+    if (!dirty_ || !isVisible()) return;
     dirty_ = false;
     if (autoFit_) {
-        plot_->rescaleAxes();
-        // Leave a little room so the newest point is not glued to the frame.
-        QCPRange y = plot_->yAxis->range();
-        if (plot_->yAxis->scaleType() == QCPAxis::stLinear && y.size() > 0) {
-            plot_->yAxis->setRange(y.lower - 0.05 * y.size(), y.upper + 0.05 * y.size());
+        plot_->xAxis->rescale();
+        // The value range of the data themselves: QCPAxis::rescale keeps the old span for a
+        // constant series (e.g. a constant learning rate), so pad it here.
+        const bool log = plot_->yAxis->scaleType() == QCPAxis::stLogarithmic;
+        bool any = false;
+        QCPRange y;
+        for (QCPGraph* g : graphs_) {
+            bool found = false;
+            QCPRange r = g->getValueRange(found, log ? QCP::sdPositive : QCP::sdBoth);
+            if (!found) continue;
+            y = any ? QCPRange(std::min(y.lower, r.lower), std::max(y.upper, r.upper)) : r;
+            any = true;
+        }
+        if (any) {
+            if (!log) {
+                double pad = 0.05 * y.size();
+                if (pad <= 1e-12 * std::max(1.0, std::abs(y.center())))
+                    pad = std::max(std::abs(y.center()) * 0.5, 1e-9);
+                plot_->yAxis->setRange(y.lower - pad, y.upper + pad);
+            } else {
+                plot_->yAxis->setRange(y.lower / 2, y.upper * 2);
+            }
         }
     }
     plot_->replot(QCustomPlot::rpQueuedReplot);
+}
+
+void ChartWidget::showEvent(QShowEvent* event) {
+    QWidget::showEvent(event);
+    replotIfDirty();  // hidden charts skip replots and catch up here
 }
 
 void ChartWidget::fit() {
@@ -146,17 +171,24 @@ void ChartWidget::fit() {
     replotIfDirty();
 }
 
+void ChartWidget::setLegendCorner(Qt::Alignment corner) {
+    plot_->axisRect()->insetLayout()->setInsetAlignment(0, corner);
+    dirty_ = true;
+}
+
 bool ChartWidget::savePng(const QString& path) {
     return plot_->savePng(path, 0, 0, 2.0);  // 2x for crisp documents
 }
 
-bool ChartWidget::savePdf(const QString& path) { return plot_->savePdf(path); }
+bool ChartWidget::savePdf(const QString& path) {
+    return plot_->savePdf(path);
+}
 
 void ChartWidget::saveDialog() {
     QString selected;
-    QString path = QFileDialog::getSaveFileName(this, tr("Save chart"), title_ + ".png",
-                                                tr("PNG image (*.png);;PDF document (*.pdf)"),
-                                                &selected);
+    QString path =
+        QFileDialog::getSaveFileName(this, tr("Save chart"), title_ + ".png",
+                                     tr("PNG image (*.png);;PDF document (*.pdf)"), &selected);
     if (path.isEmpty()) return;
     bool pdf = path.endsWith(".pdf", Qt::CaseInsensitive) || selected.contains("pdf");
     if (pdf && !path.endsWith(".pdf", Qt::CaseInsensitive)) path += ".pdf";

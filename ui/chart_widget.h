@@ -16,7 +16,7 @@ namespace td::ui {
 
 class ChartWidget : public QWidget {
     Q_OBJECT
-public:
+  public:
     explicit ChartWidget(const QString& title, const QString& xLabel, const QString& yLabel,
                          QWidget* parent = nullptr);
 
@@ -27,11 +27,12 @@ public:
     void append(int series, double x, double y);
     void append(int series, const QVector<double>& xs, const QVector<double>& ys);
     int pointCount(int series) const;
-    void clearData();   // keeps series
+    void clearData();    // keeps series
     void clearSeries();  // removes series
     void setLogY(bool on);
+    void setLegendCorner(Qt::Alignment corner);
 
-    void replotIfDirty();
+    void replotIfDirty();  // no-op while hidden (showEvent catches up)
     bool autoFit() const { return autoFit_; }
     void fit();  // rescale to the data and resume automatic rescaling
 
@@ -40,10 +41,13 @@ public:
     QCustomPlot* plot() const { return plot_; }
     QString title() const { return title_; }
 
-signals:
+  signals:
     void userInteracted();
 
-private:
+  protected:
+    void showEvent(QShowEvent* event) override;
+
+  private:
     void saveDialog();
 
     QString title_;

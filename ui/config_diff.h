@@ -9,7 +9,7 @@ namespace td::ui {
 
 struct ConfigDiffRow {
     QString path;
-    QString left;   // empty when the path is missing on that side
+    QString left;  // empty when the path is missing on that side
     QString right;
     bool differs = false;
 };

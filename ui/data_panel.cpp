@@ -35,12 +35,15 @@ namespace {
 constexpr int kPreviewSamples = 48;
 const QStringList kSourceTypes{"fashion_mnist", "idx", "csv", "npy", "synthetic"};
 
-QString q(const std::string& s) { return QString::fromStdString(s); }
+QString q(const std::string& s) {
+    return QString::fromStdString(s);
+}
 
 // Finds, updates or removes the map step `op`, keeping the order of the others.
 void setMapStep(std::vector<td::MapStep>& steps, const std::string& op, bool on,
                 const td::MapStep& value, bool atFront) {
-    auto it = std::find_if(steps.begin(), steps.end(), [&](const td::MapStep& s) { return s.op == op; });
+    auto it =
+        std::find_if(steps.begin(), steps.end(), [&](const td::MapStep& s) { return s.op == op; });
     if (!on) {
         if (it != steps.end()) steps.erase(it);
     } else if (it != steps.end()) {
@@ -118,7 +121,9 @@ AutotuneSpin::AutotuneSpin(int minimum, int maximum, QWidget* parent) : QWidget(
     connect(spin_, &QSpinBox::valueChanged, this, [this] { emit edited(value()); });
 }
 
-int64_t AutotuneSpin::value() const { return auto_->isChecked() ? td::kAutotune : spin_->value(); }
+int64_t AutotuneSpin::value() const {
+    return auto_->isChecked() ? td::kAutotune : spin_->value();
+}
 
 void AutotuneSpin::setValue(int64_t v) {
     QSignalBlocker b1(auto_), b2(spin_);
@@ -176,7 +181,8 @@ DataPanel::DataPanel(ProjectController* project, QWidget* parent)
     histogram_->setObjectName("classHistogram");
     histogram_->setMinimumHeight(180);
     histogram_->yAxis->setLabel(tr("training samples"));
-    auto* previewBox = new QGroupBox(tr("Preview (first %1 training samples)").arg(kPreviewSamples));
+    auto* previewBox =
+        new QGroupBox(tr("Preview (first %1 training samples)").arg(kPreviewSamples));
     auto* pl = new QVBoxLayout(previewBox);
     auto* ph = new QHBoxLayout;
     ph->addWidget(previewStatus_, 1);
@@ -232,9 +238,9 @@ void DataPanel::buildSourcePages() {
     idxTestX_ = new FilePicker(idxFilter, true);
     idxTestY_ = new FilePicker(idxFilter, true);
     idxTrainX_->setObjectName("idxTrainImages");
-    pages_->addWidget(pickerPage(idxTrainX_, idxTrainY_, idxTestX_, idxTestY_,
-                                 {tr("Training images"), tr("Training labels"), tr("Test images"),
-                                  tr("Test labels")}));
+    pages_->addWidget(pickerPage(
+        idxTrainX_, idxTrainY_, idxTestX_, idxTestY_,
+        {tr("Training images"), tr("Training labels"), tr("Test images"), tr("Test labels")}));
 
     auto* csv = new QWidget;
     auto* cf = new QFormLayout(csv);
@@ -336,8 +342,9 @@ QWidget* DataPanel::buildPipeline() {
     shuffle_->setObjectName("shuffleBuffer");
     shuffle_->setRange(0, 100000000);
     shuffle_->setSpecialValueText(tr("off"));
-    shuffle_->setToolTip(tr("Shuffle buffer size in samples; ≥ the dataset size gives a full "
-                            "shuffle. 0 = no shuffle."));
+    shuffle_->setToolTip(
+        tr("Shuffle buffer size in samples; ≥ the dataset size gives a full "
+           "shuffle. 0 = no shuffle."));
     reshuffle_ = new QCheckBox(tr("reshuffle each epoch"));
     auto* shRow = new QHBoxLayout;
     shRow->addWidget(shuffle_, 1);
@@ -362,8 +369,9 @@ QWidget* DataPanel::buildPipeline() {
     validation_ = dspin(0.0, 0.9, 3);
     validation_->setObjectName("validationSplit");
     validation_->setSingleStep(0.05);
-    validation_->setToolTip(tr("Last fraction of the training data held out for validation "
-                               "(taken before shuffling, as Keras' validation_split)."));
+    validation_->setToolTip(
+        tr("Last fraction of the training data held out for validation "
+           "(taken before shuffling, as Keras' validation_split)."));
     form->addRow(tr("Validation split"), validation_);
 
     for (QCheckBox* c : {scaleOn_, normalizeOn_, oneHotOn_, reshuffle_, dropRemainder_})
@@ -449,7 +457,8 @@ void DataPanel::writeSource() {
     const QString type = sourceType_->currentData().toString();
     td::Shape shape;
     QString shapeError;
-    const bool shapeOk = LayerPropertyEditor::parseShape(synShape_->text(), false, &shape, &shapeError);
+    const bool shapeOk =
+        LayerPropertyEditor::parseShape(synShape_->text(), false, &shape, &shapeError);
     synShapeError_->setText(shapeOk ? QString() : tr("Sample shape: %1.").arg(shapeError));
     project_->edit(
         [&](td::Project& p) {
@@ -489,10 +498,10 @@ void DataPanel::writePipeline() {
             td::PipelineConfig& c = p.data.pipeline;
             setMapStep(c.map, "scale", scaleOn_->isChecked(),
                        td::MapStep{.op = "scale", .factor = scale_->value()}, true);
-            setMapStep(c.map, "normalize", normalizeOn_->isChecked(),
-                       td::MapStep{.op = "normalize", .mean = mean_->value(),
-                                   .stddev = stddev_->value()},
-                       false);
+            setMapStep(
+                c.map, "normalize", normalizeOn_->isChecked(),
+                td::MapStep{.op = "normalize", .mean = mean_->value(), .stddev = stddev_->value()},
+                false);
             setMapStep(c.map, "one_hot", oneHotOn_->isChecked(),
                        td::MapStep{.op = "one_hot", .depth = oneHotDepth_->value()}, false);
             const QString cache = cache_->currentData().toString();
@@ -509,13 +518,30 @@ void DataPanel::writePipeline() {
         this);
 }
 
-void DataPanel::schedulePreview() { previewTimer_->start(); }
+// Loading a source costs CPU (Fashion-MNIST is 60,000 gzip'd images): only while the panel is
+// shown, never competing with a run for nothing.
+void DataPanel::schedulePreview() {
+    if (isVisible()) {
+        previewTimer_->start();
+    } else {
+        previewStale_ = true;
+    }
+}
+
+void DataPanel::showEvent(QShowEvent* event) {
+    QWidget::showEvent(event);
+    if (previewStale_) {
+        previewStale_ = false;
+        previewTimer_->start();
+    }
+}
 
 void DataPanel::loadPreview() {
     const td::SourceConfig cfg = project_->project().data.source;
     const QString problem = dataProblem(project_->project().data);
     if (!problem.isEmpty()) {
-        previewStatus_->setText(tr("<span style='color:#b00020'>%1</span>").arg(problem.toHtmlEscaped()));
+        previewStatus_->setText(
+            tr("<span style='color:#b00020'>%1</span>").arg(problem.toHtmlEscaped()));
         samples_->clear();
         emit previewLoaded(false);
         return;
@@ -527,8 +553,9 @@ void DataPanel::loadPreview() {
         [this, generation](td::Result<td::DataSplits> r) {
             if (generation != previewGeneration_) return;  // a newer request is on its way
             if (!r) {
-                previewStatus_->setText(tr("<span style='color:#b00020'>%1</span>")
-                                            .arg(QString::fromStdString(r.error()).toHtmlEscaped()));
+                previewStatus_->setText(
+                    tr("<span style='color:#b00020'>%1</span>")
+                        .arg(QString::fromStdString(r.error()).toHtmlEscaped()));
                 samples_->clear();
                 emit previewLoaded(false);
                 return;
@@ -564,8 +591,10 @@ void DataPanel::showPreview(const td::DataSplits& splits) {
     table_->setVisible(!images);
     if (images) {
         for (int64_t i = 0; i < shown; ++i) {
-            QImage img = sampleImage(d, i).scaled(56, 56, Qt::KeepAspectRatio, Qt::FastTransformation);
-            auto* item = new QListWidgetItem(QIcon(QPixmap::fromImage(img)), className(labelOf(d, i)));
+            QImage img =
+                sampleImage(d, i).scaled(56, 56, Qt::KeepAspectRatio, Qt::FastTransformation);
+            auto* item =
+                new QListWidgetItem(QIcon(QPixmap::fromImage(img)), className(labelOf(d, i)));
             item->setToolTip(tr("sample %1, label %2").arg(i).arg(labelOf(d, i)));
             samples_->addItem(item);
         }
@@ -582,7 +611,8 @@ void DataPanel::showPreview(const td::DataSplits& splits) {
             table_->setItem(static_cast<int>(i), 0, new QTableWidgetItem(className(labelOf(d, i))));
             for (int64_t f = 0; f < features; ++f) {
                 table_->setItem(static_cast<int>(i), static_cast<int>(f) + 1,
-                                new QTableWidgetItem(QString::number(xf.data<float>()[i * stride + f], 'g', 4)));
+                                new QTableWidgetItem(
+                                    QString::number(xf.data<float>()[i * stride + f], 'g', 4)));
             }
         }
     }

@@ -28,34 +28,37 @@ class ProjectController;
 // A count that can also be AUTOTUNE (tf.data.AUTOTUNE).
 class AutotuneSpin : public QWidget {
     Q_OBJECT
-public:
+  public:
     AutotuneSpin(int minimum, int maximum, QWidget* parent = nullptr);
     int64_t value() const;  // td::kAutotune or the count
     void setValue(int64_t v);
     QCheckBox* autotuneBox() const { return auto_; }
     QSpinBox* spin() const { return spin_; }
 
-signals:
+  signals:
     void edited(int64_t value);
 
-private:
+  private:
     QCheckBox* auto_;
     QSpinBox* spin_;
 };
 
 class DataPanel : public QWidget {
     Q_OBJECT
-public:
+  public:
     explicit DataPanel(ProjectController* project, QWidget* parent = nullptr);
 
     void loadPreview();  // asynchronous; previewLoaded() when done
     int previewSampleCount() const;
     QComboBox* sourceCombo() const { return sourceType_; }
 
-signals:
+  signals:
     void previewLoaded(bool ok);
 
-private:
+  protected:
+    void showEvent(QShowEvent* event) override;
+
+  private:
     void reload();
     void buildSourcePages();
     QWidget* buildPipeline();
@@ -67,6 +70,7 @@ private:
     ProjectController* project_;
     bool loading_ = false;
     int previewGeneration_ = 0;
+    bool previewStale_ = true;
 
     QComboBox* sourceType_;
     QStackedWidget* pages_;

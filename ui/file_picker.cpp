@@ -33,7 +33,8 @@ FilePicker::FilePicker(const QString& filter, bool optional, QWidget* parent)
         emit pathEdited(text.trimmed());
     });
     connect(browse, &QToolButton::clicked, this, [this] {
-        QString start = edit_->text().isEmpty() ? QString() : QFileInfo(edit_->text()).absolutePath();
+        QString start =
+            edit_->text().isEmpty() ? QString() : QFileInfo(edit_->text()).absolutePath();
         QString p = QFileDialog::getOpenFileName(this, tr("Choose a file"), start, filter_);
         if (p.isEmpty()) return;
         edit_->setText(p);
@@ -43,7 +44,9 @@ FilePicker::FilePicker(const QString& filter, bool optional, QWidget* parent)
     validate();
 }
 
-QString FilePicker::path() const { return edit_->text().trimmed(); }
+QString FilePicker::path() const {
+    return edit_->text().trimmed();
+}
 
 void FilePicker::setPath(const QString& path) {
     edit_->setText(path);
@@ -60,7 +63,9 @@ QString FilePicker::problem() const {
     return {};
 }
 
-bool FilePicker::isValid() const { return problem().isEmpty(); }
+bool FilePicker::isValid() const {
+    return problem().isEmpty();
+}
 
 void FilePicker::validate() {
     QString why = problem();

@@ -10,7 +10,7 @@ namespace td::ui {
 
 class FilePicker : public QWidget {
     Q_OBJECT
-public:
+  public:
     // `filter` as for QFileDialog ("IDX files (*.gz *-ubyte)"); optional fields accept empty text.
     FilePicker(const QString& filter, bool optional, QWidget* parent = nullptr);
 
@@ -20,10 +20,10 @@ public:
     QString problem() const;  // empty when valid
     QLineEdit* lineEdit() const { return edit_; }
 
-signals:
+  signals:
     void pathEdited(const QString& path);
 
-private:
+  private:
     void validate();
 
     QString filter_;

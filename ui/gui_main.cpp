@@ -9,13 +9,15 @@
 
 #include "ui/app_icon.h"
 #include "ui/main_window.h"
+#include "ui/latency_probe.h"
+#include "ui/run_controller.h"
 #include "ui/screenshot_driver.h"
 #include "ui/settings.h"
 
 namespace td::ui {
 
 int runGui(int argc, char** argv, const std::string& dbPath, const std::string& projectPath,
-           bool start) {
+           bool start, bool quitWhenDone) {
     QApplication app(argc, argv);
     QApplication::setOrganizationName("TrainDeck");
     QApplication::setApplicationName("TrainDeck");
@@ -52,8 +54,18 @@ int runGui(int argc, char** argv, const std::string& dbPath, const std::string& 
     if (start) {
         QTimer::singleShot(0, &window, [&window] {
             QString why;
-            if (!window.startTraining(&why)) std::fprintf(stderr, "traindeck: %s\n", qPrintable(why));
+            if (!window.startTraining(&why))
+                std::fprintf(stderr, "traindeck: %s\n", qPrintable(why));
         });
+    }
+    if (start && quitWhenDone) {
+        QObject::connect(window.runController(), &RunController::runFinished, &app,
+                         [&app, &window](const td::RunFinished& r) {
+                             std::printf("traindeck: run %s; %s\n", runStatusName(r.status),
+                                         qPrintable(window.runController()->latencyProbe()->report()));
+                             std::fflush(stdout);
+                             QTimer::singleShot(0, &app, &QApplication::quit);
+                         });
     }
     if (!screenshots.isEmpty()) {
         int seconds = qEnvironmentVariableIntValue("TRAINDECK_SCREENSHOT_SECONDS");

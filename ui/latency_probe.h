@@ -11,7 +11,7 @@ namespace td::ui {
 
 class LatencyProbe : public QObject {
     Q_OBJECT
-public:
+  public:
     static constexpr int kIntervalMs = 10;
 
     explicit LatencyProbe(QObject* parent = nullptr);
@@ -21,16 +21,18 @@ public:
 
     int samples() const { return static_cast<int>(latenessMs_.size()); }
     double worstMs() const;
+    double worstAtSeconds() const;        // when the worst tick came, since start()
     double percentileMs(double p) const;  // p in [0, 100]
     QString report() const;  // "GUI event latency: worst 3.1 ms, p99 1.2 ms over 1234 ticks"
 
-private:
+  private:
     void tick();
 
     QTimer timer_;
     QElapsedTimer clock_;
     qint64 lastNs_ = 0;
     std::vector<double> latenessMs_;
+    std::vector<float> tickAtSeconds_;
 };
 
 }  // namespace td::ui

@@ -17,17 +17,17 @@ namespace {
 
 const std::vector<td::ActivationKind>& activations() {
     static const std::vector<td::ActivationKind> a{
-        td::ActivationKind::Linear, td::ActivationKind::Relu,    td::ActivationKind::LeakyRelu,
-        td::ActivationKind::Elu,    td::ActivationKind::Gelu,    td::ActivationKind::Sigmoid,
+        td::ActivationKind::Linear, td::ActivationKind::Relu,   td::ActivationKind::LeakyRelu,
+        td::ActivationKind::Elu,    td::ActivationKind::Gelu,   td::ActivationKind::Sigmoid,
         td::ActivationKind::Tanh,   td::ActivationKind::Softmax};
     return a;
 }
 
 const QStringList& initializerNames() {
-    static const QStringList names{"glorot_uniform", "glorot_normal",  "he_uniform",
-                                   "he_normal",      "lecun_uniform",  "lecun_normal",
-                                   "zeros",          "ones",           "constant",
-                                   "random_uniform", "random_normal",  "truncated_normal"};
+    static const QStringList names{"glorot_uniform", "glorot_normal", "he_uniform",
+                                   "he_normal",      "lecun_uniform", "lecun_normal",
+                                   "zeros",          "ones",          "constant",
+                                   "random_uniform", "random_normal", "truncated_normal"};
     return names;
 }
 
@@ -81,7 +81,9 @@ void LayerPropertyEditor::setLayer(const td::LayerSpec& spec) {
     rebuild();
 }
 
-QString LayerPropertyEditor::validationMessage() const { return message_->text(); }
+QString LayerPropertyEditor::validationMessage() const {
+    return message_->text();
+}
 
 bool LayerPropertyEditor::parseShape(const QString& text, bool allowInfer, td::Shape* out,
                                      QString* error) {
@@ -107,8 +109,9 @@ bool LayerPropertyEditor::parseShape(const QString& text, bool allowInfer, td::S
                 return false;
             }
         } else if (d <= 0) {
-            *error = allowInfer ? QObject::tr("dimensions must be positive (or one -1), got %1").arg(d)
-                                : QObject::tr("dimensions must be positive, got %1").arg(d);
+            *error = allowInfer
+                         ? QObject::tr("dimensions must be positive (or one -1), got %1").arg(d)
+                         : QObject::tr("dimensions must be positive, got %1").arg(d);
             return false;
         }
         shape.push_back(d);
@@ -130,7 +133,9 @@ void LayerPropertyEditor::setFieldError(QWidget* field, const QString& message) 
     message_->setText(all.join('\n'));
 }
 
-void LayerPropertyEditor::commit() { emit layerEdited(spec_); }
+void LayerPropertyEditor::commit() {
+    emit layerEdited(spec_);
+}
 
 void LayerPropertyEditor::rebuild() {
     fieldErrors_.clear();
@@ -138,6 +143,7 @@ void LayerPropertyEditor::rebuild() {
     auto* layout = static_cast<QVBoxLayout*>(this->layout());
     auto* fresh = new QWidget;
     layout->replaceWidget(formHost_, fresh);
+    formHost_->hide();  // deleteLater may run only after the next paint
     formHost_->deleteLater();
     formHost_ = fresh;
     if (!hasLayer_) {
@@ -202,7 +208,8 @@ void LayerPropertyEditor::rebuild() {
 
     switch (spec_.type) {
         case td::LayerType::Input:
-        case td::LayerType::Flatten: break;
+        case td::LayerType::Flatten:
+            break;
         case td::LayerType::Reshape: {
             auto* target = new QLineEdit(shapeToText(spec_.targetShape));
             target->setObjectName("targetShapeEdit");
@@ -279,7 +286,9 @@ void LayerPropertyEditor::rebuild() {
             form->addRow(tr("Seed"), seed);
             break;
         }
-        case td::LayerType::Activation: addActivationFields(form); break;
+        case td::LayerType::Activation:
+            addActivationFields(form);
+            break;
     }
 }
 

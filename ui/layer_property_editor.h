@@ -16,7 +16,7 @@ namespace td::ui {
 
 class LayerPropertyEditor : public QWidget {
     Q_OBJECT
-public:
+  public:
     // `nameTaken(name)` says whether another layer already uses a name.
     explicit LayerPropertyEditor(std::function<bool(const QString&)> nameTaken,
                                  QWidget* parent = nullptr);
@@ -29,10 +29,10 @@ public:
     // "28, 28" -> {28, 28}; allowInfer accepts a single -1. Errors say what was expected.
     static bool parseShape(const QString& text, bool allowInfer, td::Shape* out, QString* error);
 
-signals:
+  signals:
     void layerEdited(const td::LayerSpec& spec);
 
-private:
+  private:
     void rebuild();
     void commit();
     void setFieldError(QWidget* field, const QString& message);

@@ -24,12 +24,18 @@ QString shapeText(const td::Shape& s) {
 
 QString baseName(td::LayerType t) {
     switch (t) {
-        case td::LayerType::Input: return "input_layer";
-        case td::LayerType::Flatten: return "flatten";
-        case td::LayerType::Reshape: return "reshape";
-        case td::LayerType::Dense: return "dense";
-        case td::LayerType::Dropout: return "dropout";
-        case td::LayerType::Activation: return "activation";
+        case td::LayerType::Input:
+            return "input_layer";
+        case td::LayerType::Flatten:
+            return "flatten";
+        case td::LayerType::Reshape:
+            return "reshape";
+        case td::LayerType::Dense:
+            return "dense";
+        case td::LayerType::Dropout:
+            return "dropout";
+        case td::LayerType::Activation:
+            return "activation";
     }
     return "layer";
 }
@@ -38,8 +44,8 @@ QString baseName(td::LayerType t) {
 
 const std::vector<td::LayerType>& supportedLayerTypes() {
     static const std::vector<td::LayerType> types{
-        td::LayerType::Input,   td::LayerType::Flatten, td::LayerType::Reshape,
-        td::LayerType::Dense,   td::LayerType::Dropout, td::LayerType::Activation};
+        td::LayerType::Input, td::LayerType::Flatten, td::LayerType::Reshape,
+        td::LayerType::Dense, td::LayerType::Dropout, td::LayerType::Activation};
     return types;
 }
 
@@ -47,7 +53,8 @@ QString layerTypeDescription(td::LayerType t) {
     switch (t) {
         case td::LayerType::Input:
             return QObject::tr("Declares the shape of one sample (without the batch dimension).");
-        case td::LayerType::Flatten: return QObject::tr("Flattens each sample to one dimension.");
+        case td::LayerType::Flatten:
+            return QObject::tr("Flattens each sample to one dimension.");
         case td::LayerType::Reshape:
             return QObject::tr("Reshapes each sample; one dimension may be -1 (inferred).");
         case td::LayerType::Dense:
@@ -60,7 +67,9 @@ QString layerTypeDescription(td::LayerType t) {
     return {};
 }
 
-LayerStackModel::LayerStackModel(QObject* parent) : QAbstractTableModel(parent) { revalidate(); }
+LayerStackModel::LayerStackModel(QObject* parent) : QAbstractTableModel(parent) {
+    revalidate();
+}
 
 void LayerStackModel::setSpec(const td::ModelSpec& spec) {
     beginResetModel();
@@ -74,15 +83,24 @@ td::LayerSpec LayerStackModel::makeLayer(td::LayerType type) const {
     l.type = type;
     l.name = uniqueName(baseName(type)).toStdString();
     switch (type) {
-        case td::LayerType::Input: l.inputShape = {28, 28}; break;
-        case td::LayerType::Reshape: l.targetShape = {-1}; break;
+        case td::LayerType::Input:
+            l.inputShape = {28, 28};
+            break;
+        case td::LayerType::Reshape:
+            l.targetShape = {-1};
+            break;
         case td::LayerType::Dense:
             l.units = 64;
             l.activation = td::ActivationKind::Relu;
             break;
-        case td::LayerType::Dropout: l.rate = 0.2; break;
-        case td::LayerType::Activation: l.activation = td::ActivationKind::Relu; break;
-        case td::LayerType::Flatten: break;
+        case td::LayerType::Dropout:
+            l.rate = 0.2;
+            break;
+        case td::LayerType::Activation:
+            l.activation = td::ActivationKind::Relu;
+            break;
+        case td::LayerType::Flatten:
+            break;
     }
     return l;
 }
@@ -249,7 +267,8 @@ QVariant LayerStackModel::data(const QModelIndex& index, int role) const {
     const bool bad = row == errorRow_;
     if (role == Qt::DisplayRole) {
         switch (index.column()) {
-            case ColIndex: return row;
+            case ColIndex:
+                return row;
             case ColLayer:
                 return QString("%1 (%2)").arg(QString::fromStdString(l.name),
                                               td::layerTypeName(l.type));
@@ -280,10 +299,14 @@ QVariant LayerStackModel::data(const QModelIndex& index, int role) const {
 QVariant LayerStackModel::headerData(int section, Qt::Orientation o, int role) const {
     if (o != Qt::Horizontal || role != Qt::DisplayRole) return {};
     switch (section) {
-        case ColIndex: return "#";
-        case ColLayer: return tr("Layer (type)");
-        case ColOutputShape: return tr("Output shape");
-        case ColParams: return tr("Param #");
+        case ColIndex:
+            return "#";
+        case ColLayer:
+            return tr("Layer (type)");
+        case ColOutputShape:
+            return tr("Output shape");
+        case ColParams:
+            return tr("Param #");
     }
     return {};
 }
@@ -300,9 +323,13 @@ Qt::DropActions LayerStackModel::supportedDropActions() const {
     return Qt::CopyAction | Qt::MoveAction;
 }
 
-Qt::DropActions LayerStackModel::supportedDragActions() const { return Qt::CopyAction; }
+Qt::DropActions LayerStackModel::supportedDragActions() const {
+    return Qt::CopyAction;
+}
 
-QStringList LayerStackModel::mimeTypes() const { return {kLayerRowsMime, kLayerTypeMime}; }
+QStringList LayerStackModel::mimeTypes() const {
+    return {kLayerRowsMime, kLayerTypeMime};
+}
 
 QMimeData* LayerStackModel::mimeData(const QModelIndexList& indexes) const {
     if (indexes.isEmpty()) return nullptr;

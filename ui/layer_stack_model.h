@@ -21,7 +21,7 @@ QString layerTypeDescription(td::LayerType t);
 
 class LayerStackModel : public QAbstractTableModel {
     Q_OBJECT
-public:
+  public:
     enum Column { ColIndex, ColLayer, ColOutputShape, ColParams, ColCount };
 
     explicit LayerStackModel(QObject* parent = nullptr);
@@ -46,7 +46,7 @@ public:
     // Validation state.
     bool valid() const { return !errorText_.has_value(); }
     QString errorText() const { return errorText_.value_or(QString()); }
-    int errorRow() const { return errorRow_; }  // -1 when valid or when no row is to blame
+    int errorRow() const { return errorRow_; }           // -1 when valid or when no row is to blame
     const td::ModelInfo& info() const { return info_; }  // meaningful when valid()
     QString summaryText() const;  // Keras summary + memory estimate, or the error
 
@@ -65,11 +65,11 @@ public:
     bool dropMimeData(const QMimeData* data, Qt::DropAction action, int row, int column,
                       const QModelIndex& parent) override;
 
-signals:
+  signals:
     void specEdited();
     void validationChanged();
 
-private:
+  private:
     void revalidate();
     void edited();
 

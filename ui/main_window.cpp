@@ -78,17 +78,16 @@ MainWindow::MainWindow(QWidget* parent)
         latencyLabel_->setText(runs_->latencyProbe()->report());
         statusBar()->showMessage(tr("Run %1").arg(td::runStatusName(r.status)), 10000);
     });
-    connect(runs_, &RunController::stateChanged, this, [this](RunController::State s) {
-        // The model, data and training settings are those of the run while it lasts.
-        const bool idle = s == RunController::State::Idle;
-        designer_->setEnabled(idle);
-        data_->setEnabled(idle);
-        training_->setEnabled(idle);
+    // A run trains a copy of the project: editing during a run prepares the next one.
+    connect(project_, &ProjectController::projectReplaced, this, [this] {
+        monitor_->setLossScaleVisible(project_->project().precision ==
+                                      td::PrecisionPolicy::MixedFloat16);
     });
     auto* latencyTimer = new QTimer(this);
     latencyTimer->setInterval(1000);
     connect(latencyTimer, &QTimer::timeout, this, [this] {
-        if (runs_->latencyProbe()->active()) latencyLabel_->setText(runs_->latencyProbe()->report());
+        if (runs_->latencyProbe()->active())
+            latencyLabel_->setText(runs_->latencyProbe()->report());
     });
     latencyTimer->start();
     connect(runsPanel_, &RunsPanel::databaseChanged, this, [this](const QString& path) {
@@ -105,9 +104,12 @@ MainWindow::MainWindow(QWidget* parent)
     tabs_->setCurrentIndex(std::clamp(Settings::currentTab(), 0, tabs_->count() - 1));
     updateTitle();
     updateStartBlocker();
+    monitor_->setLossScaleVisible(false);
 }
 
-MainWindow::~MainWindow() { runs_->shutdown(); }
+MainWindow::~MainWindow() {
+    runs_->shutdown();
+}
 
 void MainWindow::buildMenus() {
     QStyle* st = style();
@@ -235,7 +237,8 @@ void MainWindow::newProject() {
 
 void MainWindow::openProjectDialog() {
     if (!maybeSave()) return;
-    QString start = project_->path().isEmpty() ? QDir::homePath() : QFileInfo(project_->path()).absolutePath();
+    QString start =
+        project_->path().isEmpty() ? QDir::homePath() : QFileInfo(project_->path()).absolutePath();
     QString path = QFileDialog::getOpenFileName(this, tr("Open project"), start,
                                                 tr("TrainDeck projects (*.json);;All files (*)"));
     if (path.isEmpty()) return;
@@ -323,7 +326,8 @@ void MainWindow::populateExamplesMenu() {
             if (seen.contains(fi.fileName())) continue;
             seen << fi.fileName();
             QString path = fi.absoluteFilePath();
-            examplesMenu_->addAction(fi.completeBaseName(), this, [this, path] { openExample(path); });
+            examplesMenu_->addAction(fi.completeBaseName(), this,
+                                     [this, path] { openExample(path); });
         }
     }
     if (!seen.contains("fashion_mnist_mlp.json")) {
@@ -351,7 +355,9 @@ void MainWindow::updateTitle() {
     setWindowModified(project_->isDirty());
 }
 
-void MainWindow::updateStartBlocker() { runs_->setStartBlocker(startBlocker(project_->project())); }
+void MainWindow::updateStartBlocker() {
+    runs_->setStartBlocker(startBlocker(project_->project()));
+}
 
 void MainWindow::showError(const QString& title, const QString& message) {
     statusBar()->showMessage(message, 10000);

@@ -21,7 +21,7 @@ class TrainingPanel;
 
 class MainWindow : public QMainWindow {
     Q_OBJECT
-public:
+  public:
     enum Tab { ModelTab, DataTab, TrainingTab, MonitorTab, RunsTab };
 
     explicit MainWindow(QWidget* parent = nullptr);
@@ -44,10 +44,10 @@ public:
     void openDefaultProject();
     bool startTraining(QString* error = nullptr);
 
-protected:
+  protected:
     void closeEvent(QCloseEvent* event) override;
 
-private:
+  private:
     void buildMenus();
     void newProject();
     void openProjectDialog();

@@ -5,8 +5,8 @@
 #include <QGroupBox>
 #include <QHBoxLayout>
 #include <QHeaderView>
-#include <QKeyEvent>
 #include <QItemSelectionModel>
+#include <QKeyEvent>
 #include <QLabel>
 #include <QListWidget>
 #include <QMimeData>
@@ -28,15 +28,16 @@ namespace {
 
 // Palette items drag out as "new layer of this type".
 class PaletteList : public QListWidget {
-public:
+  public:
     using QListWidget::QListWidget;
 
-protected:
+  protected:
     QStringList mimeTypes() const override { return {kLayerTypeMime}; }
     QMimeData* mimeData(const QList<QListWidgetItem*>& items) const override {
         if (items.isEmpty()) return nullptr;
         auto* mime = new QMimeData;
-        mime->setData(kLayerTypeMime, QByteArray::number(items.first()->data(Qt::UserRole).toInt()));
+        mime->setData(kLayerTypeMime,
+                      QByteArray::number(items.first()->data(Qt::UserRole).toInt()));
         return mime;
     }
 };
@@ -167,9 +168,8 @@ ModelDesigner::ModelDesigner(ProjectController* project, QWidget* parent)
     connect(model_, &LayerStackModel::validationChanged, this, &ModelDesigner::refreshSummary);
     connect(stack_->selectionModel(), &QItemSelectionModel::selectionChanged, this,
             &ModelDesigner::onSelectionChanged);
-    connect(editor_, &LayerPropertyEditor::layerEdited, this, [this](const td::LayerSpec& spec) {
-        model_->updateLayer(currentRow(), spec);
-    });
+    connect(editor_, &LayerPropertyEditor::layerEdited, this,
+            [this](const td::LayerSpec& spec) { model_->updateLayer(currentRow(), spec); });
     connect(project_, &ProjectController::projectReplaced, this, &ModelDesigner::reloadFromProject);
     reloadFromProject();
 }
@@ -210,7 +210,8 @@ void ModelDesigner::addSelectedPaletteLayer() {
     QListWidgetItem* item = palette_->currentItem();
     if (!item) return;
     int row = currentRow() < 0 ? model_->layerCount() : currentRow() + 1;
-    selectRow(model_->insertLayer(row, static_cast<td::LayerType>(item->data(Qt::UserRole).toInt())));
+    selectRow(
+        model_->insertLayer(row, static_cast<td::LayerType>(item->data(Qt::UserRole).toInt())));
 }
 
 void ModelDesigner::moveSelected(int delta) {
@@ -220,7 +221,9 @@ void ModelDesigner::moveSelected(int delta) {
     updateActions();
 }
 
-void ModelDesigner::duplicateSelected() { selectRow(model_->duplicateLayer(currentRow())); }
+void ModelDesigner::duplicateSelected() {
+    selectRow(model_->duplicateLayer(currentRow()));
+}
 
 void ModelDesigner::deleteSelected() {
     int row = currentRow();
@@ -267,10 +270,11 @@ void ModelDesigner::refreshSummary() {
     summary_->setPlainText(model_->summaryText());
     if (model_->valid()) {
         status_->setStyleSheet({});
-        status_->setText(tr("%1 layers, %2 parameters. Output shape %3.")
-                             .arg(model_->layerCount())
-                             .arg(model_->info().totalParams)
-                             .arg(QString::fromStdString(td::shapeToString(model_->info().outputShape))));
+        status_->setText(
+            tr("%1 layers, %2 parameters. Output shape %3.")
+                .arg(model_->layerCount())
+                .arg(model_->info().totalParams)
+                .arg(QString::fromStdString(td::shapeToString(model_->info().outputShape))));
     } else {
         status_->setStyleSheet("color: #b00020;");
         status_->setText(tr("⚠ %1").arg(model_->errorText()));

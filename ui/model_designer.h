@@ -18,7 +18,7 @@ class ProjectController;
 
 class ModelDesigner : public QWidget {
     Q_OBJECT
-public:
+  public:
     explicit ModelDesigner(ProjectController* project, QWidget* parent = nullptr);
 
     LayerStackModel* stackModel() const { return model_; }
@@ -35,10 +35,10 @@ public:
     void duplicateSelected();
     void deleteSelected();
 
-protected:
+  protected:
     bool eventFilter(QObject* watched, QEvent* event) override;
 
-private:
+  private:
     void reloadFromProject();
     void onSpecEdited();
     void onSelectionChanged();

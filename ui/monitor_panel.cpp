@@ -63,6 +63,7 @@ MonitorPanel::MonitorPanel(RunController* runs, QWidget* parent) : QWidget(paren
     learningRate_ = new ChartWidget(tr("Learning rate"), tr("epoch"), tr("learning rate"));
     lossScale_ = new ChartWidget(tr("Loss scale"), tr("epoch"), tr("loss scale"));
     lossScale_->setLogY(true);
+    accuracy_->setLegendCorner(Qt::AlignBottom | Qt::AlignRight);
     auto* grid = new QGridLayout;
     grid->addWidget(loss_, 0, 0);
     grid->addWidget(accuracy_, 0, 1);
@@ -104,7 +105,9 @@ QList<ChartWidget*> MonitorPanel::charts() const {
     return {loss_, accuracy_, throughput_, stepTime_, learningRate_, lossScale_};
 }
 
-void MonitorPanel::setLossScaleVisible(bool on) { lossScale_->setVisible(on); }
+void MonitorPanel::setLossScaleVisible(bool on) {
+    lossScale_->setVisible(on);
+}
 
 void MonitorPanel::updateBlocker() {
     QString reason = runs_->startBlocker();
@@ -116,8 +119,8 @@ void MonitorPanel::appendLog(const QString& text, td::LogLine::Level level) {
     const char* tag = level == td::LogLine::Level::Error     ? "ERROR "
                       : level == td::LogLine::Level::Warning ? "WARN  "
                                                              : "";
-    log_->appendPlainText(QString("%1 %2%3").arg(QTime::currentTime().toString("HH:mm:ss"),
-                                                 tag, text));
+    log_->appendPlainText(
+        QString("%1 %2%3").arg(QTime::currentTime().toString("HH:mm:ss"), tag, text));
 }
 
 void MonitorPanel::onRunStarted(const td::RunStarted& info) {
@@ -131,15 +134,15 @@ void MonitorPanel::onRunStarted(const td::RunStarted& info) {
     series_.clear();
     for (ChartWidget* c : charts()) c->clearSeries();
     series_["loss/step"] = loss_->addSeries(tr("train (per step)"), seriesColor(0));
-    series_["loss/epoch"] = loss_->addSeries(tr("train (per epoch)"), seriesColor(0),
-                                             ChartWidget::Style::Dots);
-    series_["loss/val"] = loss_->addSeries(tr("validation"), seriesColor(1),
-                                           ChartWidget::Style::LineAndDots);
+    series_["loss/epoch"] =
+        loss_->addSeries(tr("train (per epoch)"), seriesColor(0), ChartWidget::Style::Dots);
+    series_["loss/val"] =
+        loss_->addSeries(tr("validation"), seriesColor(1), ChartWidget::Style::LineAndDots);
     series_["acc/step"] = accuracy_->addSeries(tr("train (per step)"), seriesColor(0));
-    series_["acc/epoch"] = accuracy_->addSeries(tr("train (per epoch)"), seriesColor(0),
-                                                ChartWidget::Style::Dots);
-    series_["acc/val"] = accuracy_->addSeries(tr("validation"), seriesColor(1),
-                                              ChartWidget::Style::LineAndDots);
+    series_["acc/epoch"] =
+        accuracy_->addSeries(tr("train (per epoch)"), seriesColor(0), ChartWidget::Style::Dots);
+    series_["acc/val"] =
+        accuracy_->addSeries(tr("validation"), seriesColor(1), ChartWidget::Style::LineAndDots);
     series_["tp/total"] = throughput_->addSeries(tr("total"), QColor(40, 40, 40));
     for (size_t i = 0; i < info.devices.size(); ++i) {
         series_["tp/" + QString::number(i)] = throughput_->addSeries(
@@ -192,7 +195,8 @@ void MonitorPanel::onEvents(const EventBatch& batch) {
         throughput_->append(series_["tp/total"], x, s.samplesPerSecond);
         for (size_t i = 0; i < s.replicaSamplesPerSecond.size(); ++i) {
             auto it = series_.find("tp/" + QString::number(i));
-            if (it != series_.end()) throughput_->append(it->second, x, s.replicaSamplesPerSecond[i]);
+            if (it != series_.end())
+                throughput_->append(it->second, x, s.replicaSamplesPerSecond[i]);
         }
         // Wait and compute cover every step since the previous event.
         const double steps = std::max<int64_t>(1, s.globalStep - lastGlobalStep_);
@@ -201,7 +205,7 @@ void MonitorPanel::onEvents(const EventBatch& batch) {
         learningRate_->append(series_["lr"], x, s.learningRate);
         if (s.lossScale > 0) {
             lossScale_->append(series_["ls"], x, s.lossScale);
-            if (!lossScale_->isVisible()) lossScale_->setVisible(true);
+            if (lossScale_->isHidden()) lossScale_->show();
         }
         lastGlobalStep_ = s.globalStep;
         lastSamplesPerSecond_ = s.samplesPerSecond;
@@ -216,12 +220,14 @@ void MonitorPanel::onEvents(const EventBatch& batch) {
         if (auto v = get("loss")) loss_->append(series_["loss/epoch"], x, *v);
         if (auto v = get("val_loss")) loss_->append(series_["loss/val"], x, *v);
         if (!accuracyKey_.isEmpty()) {
-            if (auto v = get(accuracyKey_.toStdString())) accuracy_->append(series_["acc/epoch"], x, *v);
+            if (auto v = get(accuracyKey_.toStdString()))
+                accuracy_->append(series_["acc/epoch"], x, *v);
             if (auto v = get("val_" + accuracyKey_.toStdString()))
                 accuracy_->append(series_["acc/val"], x, *v);
         }
         QStringList parts;
-        for (const auto& [k, v] : e.metrics) parts << QString("%1=%2").arg(QString::fromStdString(k)).arg(v, 0, 'g', 5);
+        for (const auto& [k, v] : e.metrics)
+            parts << QString("%1=%2").arg(QString::fromStdString(k)).arg(v, 0, 'g', 5);
         appendLog(tr("Epoch %1/%2 done in %3 s (%4 samples/s): %5")
                       .arg(e.epoch + 1)
                       .arg(info_.epochs)
@@ -244,7 +250,7 @@ void MonitorPanel::onFinished(const td::RunFinished& result) {
         parts << QString("%1=%2").arg(QString::fromStdString(k)).arg(v, 0, 'g', 5);
     if (!parts.isEmpty()) msg += tr(". Final: %1").arg(parts.join("  "));
     appendLog(msg, result.status == td::RunStatus::Failed ? td::LogLine::Level::Error
-                                                           : td::LogLine::Level::Info);
+                                                          : td::LogLine::Level::Info);
     if (result.status == td::RunStatus::Completed) progress_->setValue(progress_->maximum());
     progressLabel_->setText(progressText() + " · " + td::runStatusName(result.status));
     replotAll();

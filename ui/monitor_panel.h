@@ -21,7 +21,7 @@ struct EventBatch;
 
 class MonitorPanel : public QWidget {
     Q_OBJECT
-public:
+  public:
     explicit MonitorPanel(RunController* runs, QWidget* parent = nullptr);
 
     ChartWidget* lossChart() const { return loss_; }
@@ -39,7 +39,7 @@ public:
     // Whether the loss-scale chart is shown (mixed_float16 projects).
     void setLossScaleVisible(bool on);
 
-private:
+  private:
     void onRunStarted(const td::RunStarted& info);
     void onEvents(const EventBatch& batch);
     void onFinished(const td::RunFinished& result);

@@ -31,8 +31,9 @@ QString dataProblem(const td::DataConfig& data) {
     QStringList problems;
     if (s.type == "fashion_mnist") {
         if (!QDir(kFashionMnistDir).exists()) {
-            problems << QObject::tr("Fashion-MNIST is not installed in %1 (install the Debian "
-                                    "package dataset-fashion-mnist)")
+            problems << QObject::tr(
+                            "Fashion-MNIST is not installed in %1 (install the Debian "
+                            "package dataset-fashion-mnist)")
                             .arg(kFashionMnistDir);
         }
     } else if (s.type == "idx" || s.type == "npy") {
@@ -58,8 +59,9 @@ QString runtimeProblem(const td::Project& project) {
             .arg(td::precisionName(project.precision), QString::fromStdString(p.reason));
     }
     if (project.strategy.type == "multi_worker_mirrored") {
-        return QObject::tr("MultiWorkerMirrored runs as several processes: launch it headless "
-                           "with the command shown on the Training tab");
+        return QObject::tr(
+            "MultiWorkerMirrored runs as several processes: launch it headless "
+            "with the command shown on the Training tab");
     }
     td::Capability s = td::strategyCapability(project.strategy.type);
     if (!s.available) {
@@ -70,8 +72,8 @@ QString runtimeProblem(const td::Project& project) {
 }
 
 QString startBlocker(const td::Project& project) {
-    for (QString why : {modelProblem(project.model), dataProblem(project.data),
-                        runtimeProblem(project)}) {
+    for (QString why :
+         {modelProblem(project.model), dataProblem(project.data), runtimeProblem(project)}) {
         if (!why.isEmpty()) return why;
     }
     return {};

@@ -8,10 +8,10 @@
 
 namespace td::ui {
 
-QString modelProblem(const td::ModelSpec& model);      // empty when the model is valid
-QString dataProblem(const td::DataConfig& data);       // missing or unreadable files
-QString runtimeProblem(const td::Project& project);    // precision / strategy not available here
-QString startBlocker(const td::Project& project);      // the first of the above, or empty
+QString modelProblem(const td::ModelSpec& model);    // empty when the model is valid
+QString dataProblem(const td::DataConfig& data);     // missing or unreadable files
+QString runtimeProblem(const td::Project& project);  // precision / strategy not available here
+QString startBlocker(const td::Project& project);    // the first of the above, or empty
 
 // Folder of the built-in Fashion-MNIST files (Debian package dataset-fashion-mnist).
 inline constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";

@@ -48,8 +48,7 @@ bool ProjectController::open(const QString& path, QString* error) {
     return true;
 }
 
-bool ProjectController::openFromText(const QString& jsonText, const QString& name,
-                                     QString* error) {
+bool ProjectController::openFromText(const QString& jsonText, const QString& name, QString* error) {
     auto parsed = td::parseProject(jsonText.toStdString(), name.toStdString());
     if (!parsed) {
         if (error) *error = QString::fromStdString(parsed.error());

@@ -13,7 +13,7 @@ namespace td::ui {
 
 class ProjectController : public QObject {
     Q_OBJECT
-public:
+  public:
     explicit ProjectController(QObject* parent = nullptr);
 
     const td::Project& project() const { return project_; }
@@ -36,13 +36,13 @@ public:
     // The embedded default example (resource :/projects/fashion_mnist_mlp.json).
     static QString defaultProjectText();
 
-signals:
+  signals:
     void projectReplaced();
     void projectEdited(QObject* source);
     void dirtyChanged(bool dirty);
     void pathChanged(const QString& path);
 
-private:
+  private:
     void replace(td::Project p, const QString& path, bool dirty);
     void updateDirty();
 

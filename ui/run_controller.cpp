@@ -27,7 +27,9 @@ RunController::RunController(QObject* parent) : QObject(parent), probe_(new Late
     updateActions();
 }
 
-RunController::~RunController() { shutdown(); }
+RunController::~RunController() {
+    shutdown();
+}
 
 void RunController::setStartBlocker(const QString& reason) {
     blocker_ = reason;

@@ -22,12 +22,14 @@ struct EventBatch {
     std::vector<td::EpochMetrics> epochs;
     std::vector<td::DeviceStats> devices;
     std::vector<td::LogLine> logs;
-    bool empty() const { return steps.empty() && epochs.empty() && devices.empty() && logs.empty(); }
+    bool empty() const {
+        return steps.empty() && epochs.empty() && devices.empty() && logs.empty();
+    }
 };
 
 class RunController : public QObject {
     Q_OBJECT
-public:
+  public:
     enum class State { Idle, Preparing, Running, Paused, Stopping };
     Q_ENUM(State)
     static constexpr int kDrainIntervalMs = 40;
@@ -54,7 +56,7 @@ public:
     void stop();      // asynchronous: the run ends at the next step boundary
     void shutdown();  // blocking: stop, join and deliver the final events (window closing)
 
-signals:
+  signals:
     void startRequested();  // the Start action was triggered (the owner supplies the project)
     void stateChanged(td::ui::RunController::State state);
     void runStarted(const td::RunStarted& info);
@@ -62,7 +64,7 @@ signals:
     void runFinished(const td::RunFinished& result);
     void message(const QString& text, bool error);
 
-private:
+  private:
     void setState(State s);
     struct Prepared {
         std::unique_ptr<td::Session> session;  // null on error

@@ -12,8 +12,8 @@
 #include <QLabel>
 #include <QLineEdit>
 #include <QMessageBox>
-#include <QRegularExpression>
 #include <QPushButton>
+#include <QRegularExpression>
 #include <QSortFilterProxyModel>
 #include <QSplitter>
 #include <QTableView>
@@ -31,23 +31,24 @@ namespace {
 
 // Filters on any column's text plus an exact status.
 class RunsFilterProxy : public QSortFilterProxyModel {
-public:
+  public:
     using QSortFilterProxyModel::QSortFilterProxyModel;
     void setStatus(const QString& s) {
         status_ = s;
         invalidateFilter();
     }
 
-protected:
+  protected:
     bool filterAcceptsRow(int row, const QModelIndex& parent) const override {
         if (!status_.isEmpty()) {
-            QString st = sourceModel()->index(row, RunsTableModel::ColStatus, parent).data().toString();
+            QString st =
+                sourceModel()->index(row, RunsTableModel::ColStatus, parent).data().toString();
             if (st != status_) return false;
         }
         return QSortFilterProxyModel::filterAcceptsRow(row, parent);
     }
 
-private:
+  private:
     QString status_;
 };
 
@@ -176,8 +177,10 @@ void RunsPanel::refresh() {
         return;
     }
     auto selected = selectedRunIds();
+    const int before = model_->rowCount();
     model_->setRuns(std::move(runs).value());
     selectRuns(selected);
+    if (model_->rowCount() != before) view_->resizeColumnsToContents();
     bool grew = false;
     for (auto& [id, o] : overlays_) {
         const td::RunRecord* r = model_->runById(id);
@@ -208,7 +211,8 @@ void RunsPanel::selectRuns(const std::vector<int64_t>& ids) {
         if (p.isValid()) sel.select(p, p);
     }
     QSignalBlocker block(view_->selectionModel());
-    view_->selectionModel()->select(sel, QItemSelectionModel::ClearAndSelect | QItemSelectionModel::Rows);
+    view_->selectionModel()->select(
+        sel, QItemSelectionModel::ClearAndSelect | QItemSelectionModel::Rows);
     view_->viewport()->update();
 }
 
@@ -237,7 +241,8 @@ void RunsPanel::rebuildOverlays() {
         const QString name = QString("#%1 %2").arg(id).arg(QString::fromStdString(r->name));
         Overlay o;
         o.stepSeries = stepChart_->addSeries(name, seriesColor(i));
-        o.epochSeries = epochChart_->addSeries(name, seriesColor(i), ChartWidget::Style::LineAndDots);
+        o.epochSeries =
+            epochChart_->addSeries(name, seriesColor(i), ChartWidget::Style::LineAndDots);
         pollOverlay(id, o);
         overlays_[id] = o;
         ++i;
@@ -335,9 +340,9 @@ void RunsPanel::notesSelected() {
     if (ids.size() != 1) return;
     const td::RunRecord* r = model_->runById(ids[0]);
     bool ok = false;
-    QString notes = QInputDialog::getMultiLineText(this, tr("Run notes"),
-                                                   tr("Notes for run #%1:").arg(ids[0]),
-                                                   r ? QString::fromStdString(r->notes) : QString(), &ok);
+    QString notes =
+        QInputDialog::getMultiLineText(this, tr("Run notes"), tr("Notes for run #%1:").arg(ids[0]),
+                                       r ? QString::fromStdString(r->notes) : QString(), &ok);
     if (ok) setNotes(ids[0], notes);
 }
 
@@ -367,7 +372,8 @@ void RunsPanel::exportSelected() {
     auto ids = selectedRunIds();
     if (ids.size() != 1) return;
     const td::RunRecord* r = model_->runById(ids[0]);
-    QString suggested = QString("run_%1_%2.csv").arg(ids[0]).arg(r ? QString::fromStdString(r->name) : QString());
+    QString suggested =
+        QString("run_%1_%2.csv").arg(ids[0]).arg(r ? QString::fromStdString(r->name) : QString());
     suggested.replace(QRegularExpression("[^A-Za-z0-9_.-]"), "_");
     QString path = QFileDialog::getSaveFileName(this, tr("Export run metrics"), suggested,
                                                 tr("CSV files (*.csv)"));
@@ -395,9 +401,9 @@ void RunsPanel::diffSelected() {
     dialog.setWindowTitle(tr("Compare run #%1 and run #%2").arg(ids[0]).arg(ids[1]));
     dialog.resize(1000, 640);
     auto* table = new QTableWidget(static_cast<int>(rows.size()), 3);
-    table->setHorizontalHeaderLabels({tr("Setting"),
-                                      QString("#%1 %2").arg(ids[0]).arg(QString::fromStdString(a->name)),
-                                      QString("#%1 %2").arg(ids[1]).arg(QString::fromStdString(b->name))});
+    table->setHorizontalHeaderLabels(
+        {tr("Setting"), QString("#%1 %2").arg(ids[0]).arg(QString::fromStdString(a->name)),
+         QString("#%1 %2").arg(ids[1]).arg(QString::fromStdString(b->name))});
     table->horizontalHeader()->setSectionResizeMode(QHeaderView::Stretch);
     table->verticalHeader()->hide();
     table->setEditTriggers(QAbstractItemView::NoEditTriggers);
@@ -413,7 +419,8 @@ void RunsPanel::diffSelected() {
         }
         differing += r.differs;
     }
-    auto* onlyDiff = new QCheckBox(tr("Only differences (%1 of %2 settings)").arg(differing).arg(rows.size()));
+    auto* onlyDiff =
+        new QCheckBox(tr("Only differences (%1 of %2 settings)").arg(differing).arg(rows.size()));
     connect(onlyDiff, &QCheckBox::toggled, table, [table, rows](bool on) {
         for (int i = 0; i < static_cast<int>(rows.size()); ++i)
             table->setRowHidden(i, on && !rows[static_cast<size_t>(i)].differs);

@@ -25,7 +25,7 @@ class RunsTableModel;
 
 class RunsPanel : public QWidget {
     Q_OBJECT
-public:
+  public:
     static constexpr int kPollIntervalMs = 1000;
 
     explicit RunsPanel(QWidget* parent = nullptr);
@@ -50,10 +50,10 @@ public:
     bool deleteRun(int64_t id);
     bool exportCsv(int64_t id, const QString& path, QString* error);
 
-signals:
+  signals:
     void databaseChanged(const QString& path);
 
-private:
+  private:
     struct Overlay {
         int stepSeries = -1;
         int epochSeries = -1;

@@ -30,8 +30,7 @@ void RunsTableModel::setRuns(std::vector<td::RunRecord> runs) {
     for (size_t i = 0; sameRows && i < runs.size(); ++i) sameRows = runs[i].id == runs_[i].id;
     if (sameRows) {
         runs_ = std::move(runs);
-        if (!runs_.empty())
-            emit dataChanged(index(0, 0), index(rowCount() - 1, ColCount - 1));
+        if (!runs_.empty()) emit dataChanged(index(0, 0), index(rowCount() - 1, ColCount - 1));
         return;
     }
     beginResetModel();
@@ -43,7 +42,9 @@ const td::RunRecord* RunsTableModel::run(int row) const {
     return row >= 0 && row < rowCount() ? &runs_[static_cast<size_t>(row)] : nullptr;
 }
 
-const td::RunRecord* RunsTableModel::runById(int64_t id) const { return run(rowOf(id)); }
+const td::RunRecord* RunsTableModel::runById(int64_t id) const {
+    return run(rowOf(id));
+}
 
 int RunsTableModel::rowOf(int64_t id) const {
     for (size_t i = 0; i < runs_.size(); ++i)
@@ -66,16 +67,21 @@ QVariant RunsTableModel::data(const QModelIndex& index, int role) const {
     if (role == Qt::DisplayRole || role == kSortRole) {
         const bool sort = role == kSortRole;
         switch (index.column()) {
-            case ColId: return static_cast<qlonglong>(r->id);
-            case ColName: return QString::fromStdString(r->name);
-            case ColStatus: return QString::fromStdString(r->status);
+            case ColId:
+                return static_cast<qlonglong>(r->id);
+            case ColName:
+                return QString::fromStdString(r->name);
+            case ColStatus:
+                return QString::fromStdString(r->status);
             case ColStarted:
                 if (sort) return static_cast<qlonglong>(r->startedAtMs);
-                return QDateTime::fromMSecsSinceEpoch(r->startedAtMs).toString("yyyy-MM-dd HH:mm:ss");
+                return QDateTime::fromMSecsSinceEpoch(r->startedAtMs)
+                    .toString("yyyy-MM-dd HH:mm:ss");
             case ColDuration:
                 return sort ? QVariant(static_cast<qlonglong>(durationMs(*r)))
                             : QVariant(duration(durationMs(*r)));
-            case ColModel: return QString::fromStdString(r->modelName);
+            case ColModel:
+                return QString::fromStdString(r->modelName);
             case ColParams:
                 return sort ? QVariant(static_cast<qlonglong>(r->params))
                             : QVariant(QLocale::c().toString(static_cast<qlonglong>(r->params)));
@@ -83,17 +89,21 @@ QVariant RunsTableModel::data(const QModelIndex& index, int role) const {
                 if (!r->bestValAccuracy) return sort ? QVariant(-1.0) : QVariant(QString("—"));
                 return sort ? QVariant(*r->bestValAccuracy)
                             : QVariant(QString::number(*r->bestValAccuracy, 'f', 4));
-            case ColDevices: return QString::fromStdString(r->devices);
-            case ColNotes: return QString::fromStdString(r->notes).section('\n', 0, 0);
+            case ColDevices:
+                return QString::fromStdString(r->devices);
+            case ColNotes:
+                return QString::fromStdString(r->notes).section('\n', 0, 0);
         }
     } else if (role == Qt::ToolTipRole) {
         QString tip = QString::fromStdString(r->message);
-        if (!r->notes.empty()) tip += (tip.isEmpty() ? "" : "\n\n") + QString::fromStdString(r->notes);
+        if (!r->notes.empty())
+            tip += (tip.isEmpty() ? "" : "\n\n") + QString::fromStdString(r->notes);
         return tip.isEmpty() ? QVariant() : QVariant(tip);
     } else if (role == Qt::ForegroundRole && index.column() == ColStatus) {
         if (r->status == "running") return QBrush(QColor(0, 110, 200));
         if (r->status == "failed") return QBrush(QColor(176, 0, 32));
-        if (r->status == "stopped" || r->status == "interrupted") return QBrush(QColor(170, 110, 0));
+        if (r->status == "stopped" || r->status == "interrupted")
+            return QBrush(QColor(170, 110, 0));
         return QBrush(QColor(20, 130, 60));
     } else if (role == Qt::TextAlignmentRole) {
         if (index.column() == ColId || index.column() == ColParams ||
@@ -105,8 +115,8 @@ QVariant RunsTableModel::data(const QModelIndex& index, int role) const {
 
 QVariant RunsTableModel::headerData(int section, Qt::Orientation o, int role) const {
     if (o != Qt::Horizontal || role != Qt::DisplayRole) return {};
-    static const char* names[] = {"ID",     "Name",   "Status",        "Started", "Duration",
-                                  "Model",  "Params", "Best val acc.", "Devices", "Notes"};
+    static const char* names[] = {"ID",    "Name",   "Status",        "Started", "Duration",
+                                  "Model", "Params", "Best val acc.", "Devices", "Notes"};
     return section >= 0 && section < ColCount ? tr(names[section]) : QVariant();
 }
 

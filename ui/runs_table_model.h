@@ -11,7 +11,7 @@ namespace td::ui {
 
 class RunsTableModel : public QAbstractTableModel {
     Q_OBJECT
-public:
+  public:
     enum Column {
         ColId,
         ColName,
@@ -40,7 +40,7 @@ public:
     QVariant data(const QModelIndex& index, int role) const override;
     QVariant headerData(int section, Qt::Orientation o, int role) const override;
 
-private:
+  private:
     std::vector<td::RunRecord> runs_;
 };
 

@@ -24,8 +24,10 @@ void ScreenshotDriver::grab(int tab, const QString& name) {
     // Let layouts settle and queued replots run before grabbing.
     for (int i = 0; i < 5; ++i) QApplication::processEvents();
     QString path = QDir(outDir_).filePath(name + ".png");
-    if (!window_->grab().save(path)) qWarning("screenshots: cannot write %s", qPrintable(path));
-    else qInfo("screenshots: wrote %s", qPrintable(path));
+    if (!window_->grab().save(path))
+        qWarning("screenshots: cannot write %s", qPrintable(path));
+    else
+        qInfo("screenshots: wrote %s", qPrintable(path));
 }
 
 void ScreenshotDriver::begin() {
@@ -39,9 +41,8 @@ void ScreenshotDriver::begin() {
         window_->tabs()->setCurrentIndex(MainWindow::MonitorTab);
     });
     QTimer::singleShot(trainSeconds_ * 1000, this, &ScreenshotDriver::grabLive);
-    connect(window_->runController(), &RunController::runFinished, this, [this] {
-        QTimer::singleShot(500, this, &ScreenshotDriver::grabLive);
-    });
+    connect(window_->runController(), &RunController::runFinished, this,
+            [this] { QTimer::singleShot(500, this, &ScreenshotDriver::grabLive); });
 }
 
 void ScreenshotDriver::grabLive() {

@@ -11,12 +11,12 @@ class MainWindow;
 
 class ScreenshotDriver : public QObject {
     Q_OBJECT
-public:
+  public:
     // Waits `trainSeconds` of training before grabbing the Monitor and Runs panels.
     ScreenshotDriver(MainWindow* window, const QString& outDir, int trainSeconds);
     void begin();
 
-private:
+  private:
     void grab(int tab, const QString& name);
     void grabLive();
 

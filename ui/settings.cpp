@@ -23,11 +23,17 @@ void Settings::setDatabasePath(const QString& path) {
     QSettings().setValue("store/databasePath", path);
 }
 
-QString Settings::lastProject() { return QSettings().value("project/last").toString(); }
+QString Settings::lastProject() {
+    return QSettings().value("project/last").toString();
+}
 
-void Settings::setLastProject(const QString& path) { QSettings().setValue("project/last", path); }
+void Settings::setLastProject(const QString& path) {
+    QSettings().setValue("project/last", path);
+}
 
-QStringList Settings::recentFiles() { return QSettings().value("project/recent").toStringList(); }
+QStringList Settings::recentFiles() {
+    return QSettings().value("project/recent").toStringList();
+}
 
 void Settings::addRecentFile(const QString& path) {
     QString abs = QFileInfo(path).absoluteFilePath();
@@ -38,13 +44,17 @@ void Settings::addRecentFile(const QString& path) {
     QSettings().setValue("project/recent", list);
 }
 
-void Settings::clearRecentFiles() { QSettings().remove("project/recent"); }
+void Settings::clearRecentFiles() {
+    QSettings().remove("project/recent");
+}
 
 QByteArray Settings::windowGeometry() {
     return QSettings().value("window/geometry").toByteArray();
 }
 
-QByteArray Settings::windowState() { return QSettings().value("window/state").toByteArray(); }
+QByteArray Settings::windowState() {
+    return QSettings().value("window/state").toByteArray();
+}
 
 void Settings::setWindowLayout(const QByteArray& geometry, const QByteArray& state) {
     QSettings s;
@@ -52,8 +62,12 @@ void Settings::setWindowLayout(const QByteArray& geometry, const QByteArray& sta
     s.setValue("window/state", state);
 }
 
-int Settings::currentTab() { return QSettings().value("window/tab", 0).toInt(); }
+int Settings::currentTab() {
+    return QSettings().value("window/tab", 0).toInt();
+}
 
-void Settings::setCurrentTab(int index) { QSettings().setValue("window/tab", index); }
+void Settings::setCurrentTab(int index) {
+    QSettings().setValue("window/tab", index);
+}
 
 }  // namespace td::ui

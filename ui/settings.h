@@ -9,7 +9,7 @@
 namespace td::ui {
 
 class Settings {
-public:
+  public:
     static constexpr int kMaxRecentFiles = 8;
 
     static QString databasePath();  // stored path, or the default under AppDataLocation

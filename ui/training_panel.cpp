@@ -91,9 +91,8 @@ TrainingPanel::TrainingPanel(ProjectController* project, QWidget* parent)
     layout->setContentsMargins(0, 0, 0, 0);
     layout->addWidget(scroll);
     connect(project_, &ProjectController::projectReplaced, this, &TrainingPanel::reload);
-    connect(project_, &ProjectController::pathChanged, this, [this] {
-        mwCommand_->setText(multiWorkerCommand());
-    });
+    connect(project_, &ProjectController::pathChanged, this,
+            [this] { mwCommand_->setText(multiWorkerCommand()); });
     reload();
 }
 
@@ -306,9 +305,10 @@ QWidget* TrainingPanel::buildRuntime() {
     deviceList_->setObjectName("deviceList");
     deviceList_->setMaximumHeight(100);
     for (const td::DeviceInfo& d : devices_) {
-        auto* item = new QListWidgetItem(QString("%1 — %2 — %3")
-                                             .arg(QString::fromStdString(d.id),
-                                                  QString::fromStdString(d.name), gib(d.memoryBytes)));
+        auto* item =
+            new QListWidgetItem(QString("%1 — %2 — %3")
+                                    .arg(QString::fromStdString(d.id),
+                                         QString::fromStdString(d.name), gib(d.memoryBytes)));
         item->setData(Qt::UserRole, QString::fromStdString(d.id));
         item->setFlags(Qt::ItemIsEnabled | Qt::ItemIsUserCheckable);
         item->setCheckState(Qt::Checked);
@@ -330,6 +330,7 @@ QWidget* TrainingPanel::buildRuntime() {
     mwCommand_->setReadOnly(true);
     auto* copy = new QToolButton;
     copy->setText(tr("Copy"));
+    copy->setObjectName("copyCommand");
     connect(copy, &QToolButton::clicked, this,
             [this] { QApplication::clipboard()->setText(mwCommand_->text()); });
     auto* mwRow = new QHBoxLayout;
@@ -431,7 +432,8 @@ void TrainingPanel::reload() {
 
     precisionButtons_[p.precision]->setChecked(true);
     fusion_->setChecked(p.fusion);
-    if (QRadioButton* b = strategyButton(QString::fromStdString(p.strategy.type))) b->setChecked(true);
+    if (QRadioButton* b = strategyButton(QString::fromStdString(p.strategy.type)))
+        b->setChecked(true);
     for (int i = 0; i < deviceList_->count(); ++i) {
         QListWidgetItem* item = deviceList_->item(i);
         if (!(item->flags() & Qt::ItemIsUserCheckable)) continue;
@@ -474,13 +476,15 @@ void TrainingPanel::updateVisibility() {
     const QString type = sb ? sb->property("strategyType").toString() : QString("one_device");
     replicas_->setEnabled(type == "mirrored");
     mwCommand_->setVisible(type == "multi_worker_mirrored");
+    if (auto* copy = findChild<QToolButton*>("copyCommand"))
+        copy->setVisible(type == "multi_worker_mirrored");
     strategyNote_->setText(type == "multi_worker_mirrored"
                                ? tr("MultiWorkerMirrored runs as several headless processes. "
                                     "Launch it with:")
-                               : type == "mirrored"
-                                     ? tr("Each checked device is one replica; the global batch "
-                                          "is split between them.")
-                                     : tr("Trains on the first checked device."));
+                           : type == "mirrored"
+                               ? tr("Each checked device is one replica; the global batch "
+                                    "is split between them.")
+                               : tr("Trains on the first checked device."));
 }
 
 void TrainingPanel::write() {
@@ -522,9 +526,11 @@ void TrainingPanel::write() {
                     checked.push_back(metrics_->item(i)->text().toStdString());
             std::vector<std::string> metrics;
             for (const auto& m : t.metrics)
-                if (std::find(checked.begin(), checked.end(), m) != checked.end()) metrics.push_back(m);
+                if (std::find(checked.begin(), checked.end(), m) != checked.end())
+                    metrics.push_back(m);
             for (const auto& m : checked)
-                if (std::find(metrics.begin(), metrics.end(), m) == metrics.end()) metrics.push_back(m);
+                if (std::find(metrics.begin(), metrics.end(), m) == metrics.end())
+                    metrics.push_back(m);
             t.metrics = metrics;
             t.epochs = epochs_->value();
             t.seed = static_cast<uint64_t>(seed_->value());
@@ -535,7 +541,8 @@ void TrainingPanel::write() {
                                    const std::function<void(td::CallbackConfig&)>& fill) {
                 td::CallbackConfig* c = findCallback(t, type);
                 if (!on) {
-                    std::erase_if(t.callbacks, [&](const td::CallbackConfig& x) { return x.type == type; });
+                    std::erase_if(t.callbacks,
+                                  [&](const td::CallbackConfig& x) { return x.type == type; });
                     return;
                 }
                 if (!c) {

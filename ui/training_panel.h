@@ -25,7 +25,7 @@ class ProjectController;
 
 class TrainingPanel : public QWidget {
     Q_OBJECT
-public:
+  public:
     explicit TrainingPanel(ProjectController* project, QWidget* parent = nullptr);
 
     void setDatabasePath(const QString& path);  // for the MultiWorker command line
@@ -33,7 +33,7 @@ public:
     QRadioButton* strategyButton(const QString& type) const;
     QString multiWorkerCommand() const;
 
-private:
+  private:
     QWidget* buildOptimizer();
     QWidget* buildLossAndMetrics();
     QWidget* buildCallbacks();

@@ -9,6 +9,7 @@
 #include <QListWidget>
 #include <QMimeData>
 #include <QPlainTextEdit>
+#include <QProcess>
 #include <QProgressBar>
 #include <QPushButton>
 #include <QSignalSpy>
@@ -22,6 +23,7 @@
 #include "engine/store/run_store.h"
 #include "ui/chart_widget.h"
 #include "ui/config_diff.h"
+#include "ui/data_panel.h"
 #include "ui/latency_probe.h"
 #include "ui/layer_property_editor.h"
 #include "ui/layer_stack_model.h"
@@ -77,7 +79,7 @@ T* child(QWidget* parent, const char* name) {
 class TestUi : public QObject {
     Q_OBJECT
 
-private slots:
+  private slots:
     void initTestCase();
     void designerBuildsModelThroughWidgets();
     void designerRejectsInvalidLayer();
@@ -91,8 +93,10 @@ private slots:
     void configDiffPairsSettings();
     void chartKeepsUserZoom();
     void latencyProbeMeasures();
+    void runsPanelFollowsHeadlessRunLive();
+    void latencyDuringFashionMnistTraining();
 
-private:
+  private:
     std::unique_ptr<MainWindow> makeWindow(const QString& dbName);
     QTemporaryDir dir_;
 };
@@ -176,7 +180,8 @@ void TestUi::designerRejectsInvalidLayer() {
     // Insert Reshape after Flatten and ask for a shape that cannot hold 784 values.
     d->selectRow(1);
     for (int i = 0; i < d->palette()->count(); ++i)
-        if (d->palette()->item(i)->data(Qt::UserRole).toInt() == static_cast<int>(td::LayerType::Reshape))
+        if (d->palette()->item(i)->data(Qt::UserRole).toInt() ==
+            static_cast<int>(td::LayerType::Reshape))
             d->palette()->setCurrentRow(i);
     d->addSelectedPaletteLayer();
     QCOMPARE(d->currentRow(), 2);
@@ -287,6 +292,13 @@ void TestUi::trainingFillsChartsAndStore() {
     auto w = makeWindow("train.db");
     QString error;
     QVERIFY2(w->openProject(projectPath, &error), qPrintable(error));
+    // The data preview loads in the background when the Data tab is shown.
+    QSignalSpy preview(w->dataPanel(), &DataPanel::previewLoaded);
+    w->tabs()->setCurrentIndex(MainWindow::DataTab);
+    QTRY_VERIFY_WITH_TIMEOUT(preview.count() >= 1, 30000);
+    QCOMPARE(preview.last().first().toBool(), true);
+    QVERIFY(w->dataPanel()->previewSampleCount() > 0);
+
     RunController* rc = w->runController();
     QVERIFY2(rc->startBlocker().isEmpty(), qPrintable(rc->startBlocker()));
     QSignalSpy started(rc, &RunController::runStarted);
@@ -300,9 +312,9 @@ void TestUi::trainingFillsChartsAndStore() {
     QCOMPARE(rc->state(), RunController::State::Idle);
 
     MonitorPanel* mon = w->monitorPanel();
-    QVERIFY(mon->lossChart()->pointCount(0) > 0);      // per step
-    QVERIFY(mon->lossChart()->pointCount(1) == 2);     // per epoch
-    QVERIFY(mon->lossChart()->pointCount(2) == 2);     // validation
+    QVERIFY(mon->lossChart()->pointCount(0) > 0);   // per step
+    QVERIFY(mon->lossChart()->pointCount(1) == 2);  // per epoch
+    QVERIFY(mon->lossChart()->pointCount(2) == 2);  // validation
     QVERIFY(mon->accuracyChart()->pointCount(0) > 0);
     QVERIFY(mon->throughputChart()->pointCount(0) > 0);
     QVERIFY(mon->stepTimeChart()->pointCount(1) > 0);
@@ -445,12 +457,14 @@ void TestUi::configDiffPairsSettings_data() {
     QTest::addColumn<QString>("right");
     QTest::addColumn<int>("rows");
     QTest::addColumn<int>("differing");
-    QTest::newRow("same") << R"({"a": 1, "b": {"c": "x"}})" << R"({"a": 1, "b": {"c": "x"}})" << 2
-                          << 0;
-    QTest::newRow("changed") << R"({"a": 1, "b": {"c": "x"}})" << R"({"a": 2, "b": {"c": "x"}})"
-                             << 2 << 1;
-    QTest::newRow("added") << R"({"a": [1, 2]})" << R"({"a": [1, 2, 3]})" << 3 << 1;
-    QTest::newRow("invalid") << "{" << R"({"a": 1})" << 2 << 2;
+    QTest::newRow("same") << R"({"a": 1, "b": {"c": "x"}})"
+                          << R"({"a": 1, "b": {"c": "x"}})" << 2 << 0;
+    QTest::newRow("changed") << R"({"a": 1, "b": {"c": "x"}})"
+                             << R"({"a": 2, "b": {"c": "x"}})" << 2 << 1;
+    QTest::newRow("added") << R"({"a": [1, 2]})"
+                           << R"({"a": [1, 2, 3]})" << 3 << 1;
+    QTest::newRow("invalid") << "{"
+                             << R"({"a": 1})" << 2 << 2;
 }
 
 void TestUi::configDiffPairsSettings() {
@@ -498,6 +512,62 @@ void TestUi::latencyProbeMeasures() {
     QVERIFY(probe.worstMs() >= probe.percentileMs(99));
     QVERIFY(probe.percentileMs(99) >= probe.percentileMs(50));
     qInfo("%s (idle)", qPrintable(probe.report()));
+}
+
+// Measurement, not a pass/fail timing check: the seed project trained from the GUI (two epochs)
+// with the Monitor tab showing; prints throughput and the GUI thread's event latency.
+void TestUi::latencyDuringFashionMnistTraining() {
+    if (!QFile::exists(QString(kFashionMnistDir) + "/train-images-idx3-ubyte.gz"))
+        QSKIP("Fashion-MNIST is not installed (dataset-fashion-mnist)");
+    auto w = makeWindow("fashion.db");
+    QString error;
+    QVERIFY2(
+        w->openProject(QString(TRAINDECK_SOURCE_DIR) + "/projects/fashion_mnist_mlp.json", &error),
+        qPrintable(error));
+    w->trainingPanel()->findChild<QSpinBox*>("epochs")->setValue(2);
+    RunController* rc = w->runController();
+    QSignalSpy finished(rc, &RunController::runFinished);
+    QSignalSpy batches(rc, &RunController::eventsArrived);
+    QVERIFY2(w->startTraining(&error), qPrintable(error));
+    QTRY_VERIFY_WITH_TIMEOUT(finished.count() == 1, 300000);
+    const auto result = finished.first().first().value<td::RunFinished>();
+    QCOMPARE(result.status, td::RunStatus::Completed);
+    auto store = td::RunStore::open(dir_.filePath("fashion.db").toStdString());
+    QVERIFY(store.ok());
+    auto epochs = store.value()->epochs(rc->runId());
+    QVERIFY(epochs.ok() && !epochs.value().empty());
+    QStringList perEpoch;
+    for (const auto& args : batches) {
+        for (const auto& e : args.first().value<EventBatch>().epochs)
+            perEpoch << QString::number(e.samplesPerSecond, 'f', 0);
+    }
+    qInfo("fashion_mnist_mlp from the GUI: %.1f s for 2 epochs, samples/s per epoch: %s",
+          result.seconds, qPrintable(perEpoch.join(", ")));
+    qInfo("%s", qPrintable(rc->latencyProbe()->report()));
+}
+
+// A run that the headless trainer (another process) is writing shows up and grows while it runs.
+void TestUi::runsPanelFollowsHeadlessRunLive() {
+    const QString exe = QCoreApplication::applicationDirPath() + "/../traindeck";
+    if (!QFile::exists(exe)) QSKIP("traindeck binary not built");
+    const QString projectPath = dir_.filePath("headless.json");
+    QVERIFY(writeFile(projectPath, syntheticProject(1000, 2048)));
+    const QString db = dir_.filePath("headless.db");
+    QProcess trainer;
+    trainer.start(exe, {"train", projectPath, "--db", db, "--plain"});
+    QVERIFY2(trainer.waitForStarted(10000), qPrintable(trainer.errorString()));
+    RunsPanel panel;
+    panel.resize(1000, 700);
+    panel.show();
+    QTRY_VERIFY_WITH_TIMEOUT(
+        QFile::exists(db) && panel.setDatabasePath(db) && panel.model()->rowCount() == 1, 30000);
+    QCOMPARE(panel.model()->run(0)->status, std::string("running"));
+    panel.view()->selectRow(0);
+    QTRY_VERIFY_WITH_TIMEOUT(panel.stepChart()->pointCount(0) > 0, 30000);
+    const int first = panel.stepChart()->pointCount(0);
+    QTRY_VERIFY_WITH_TIMEOUT(panel.stepChart()->pointCount(0) > first, 30000);  // polled live
+    trainer.terminate();
+    QVERIFY(trainer.waitForFinished(30000));
 }
 
 QTEST_MAIN(TestUi)
