@@ -18,13 +18,20 @@ namespace td::cli {
 
 namespace {
 
-void printError(const std::string& msg) { std::fprintf(stderr, "traindeck: error: %s\n", msg.c_str()); }
+void printError(const std::string& msg) {
+    std::fprintf(stderr, "traindeck: error: %s\n", msg.c_str());
+}
 
 std::string fmtDuration(double s) {
     char buf[32];
-    if (s < 60) std::snprintf(buf, sizeof buf, "%.0fs", s);
-    else if (s < 3600) std::snprintf(buf, sizeof buf, "%dm%02ds", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
-    else std::snprintf(buf, sizeof buf, "%dh%02dm", static_cast<int>(s) / 3600, (static_cast<int>(s) / 60) % 60);
+    if (s < 60)
+        std::snprintf(buf, sizeof buf, "%.0fs", s);
+    else if (s < 3600)
+        std::snprintf(buf, sizeof buf, "%dm%02ds", static_cast<int>(s) / 60,
+                      static_cast<int>(s) % 60);
+    else
+        std::snprintf(buf, sizeof buf, "%dh%02dm", static_cast<int>(s) / 3600,
+                      (static_cast<int>(s) / 60) % 60);
     return buf;
 }
 
@@ -44,16 +51,19 @@ std::string fmtMetrics(const MetricMap& m) {
 
 // Keras-style progress bar on a terminal; plain lines (one per epoch) otherwise.
 class Progress {
-public:
+  public:
     explicit Progress(bool tty) : tty_(tty) {}
     void onEvent(const Event& e) {
         if (auto* s = std::get_if<RunStarted>(&e)) {
             steps_ = s->stepsPerEpoch;
             epochs_ = s->epochs;
-            std::printf("Training %lld samples (%lld validation), batch %lld, %lld steps/epoch, %lld params on %s\n",
-                        static_cast<long long>(s->trainSamples), static_cast<long long>(s->validationSamples),
-                        static_cast<long long>(s->batchSize), static_cast<long long>(s->stepsPerEpoch),
-                        static_cast<long long>(s->params), s->devices.empty() ? "?" : s->devices[0].c_str());
+            std::printf(
+                "Training %lld samples (%lld validation), batch %lld, %lld steps/epoch, %lld "
+                "params on %s\n",
+                static_cast<long long>(s->trainSamples),
+                static_cast<long long>(s->validationSamples), static_cast<long long>(s->batchSize),
+                static_cast<long long>(s->stepsPerEpoch), static_cast<long long>(s->params),
+                s->devices.empty() ? "?" : s->devices[0].c_str());
             if (s->runId) std::printf("Run %lld\n", static_cast<long long>(s->runId));
         } else if (auto* m = std::get_if<StepMetrics>(&e)) {
             if (m->epoch != epoch_ || !started_) {
@@ -68,21 +78,26 @@ public:
             const int filled = steps_ ? static_cast<int>(width * m->step / steps_) : width;
             std::string bar;
             for (int i = 0; i < width; ++i) bar += i < filled ? "\u2501" : "\u2500";
-            const double eta = m->step ? el / static_cast<double>(m->step) * static_cast<double>(steps_ - m->step) : 0;
-            std::printf("\r\033[K%lld/%lld %s %s %s%s", static_cast<long long>(m->step),
-                        static_cast<long long>(steps_), bar.c_str(),
-                        m->step < steps_ ? ("ETA " + fmtDuration(eta)).c_str() : fmtDuration(el).c_str(),
-                        ("- " + std::to_string(static_cast<long long>(m->samplesPerSecond)) + " samples/s").c_str(),
-                        fmtMetrics(m->metrics).c_str());
+            const double eta =
+                m->step ? el / static_cast<double>(m->step) * static_cast<double>(steps_ - m->step)
+                        : 0;
+            std::printf(
+                "\r\033[K%lld/%lld %s %s %s%s", static_cast<long long>(m->step),
+                static_cast<long long>(steps_), bar.c_str(),
+                m->step < steps_ ? ("ETA " + fmtDuration(eta)).c_str() : fmtDuration(el).c_str(),
+                ("- " + std::to_string(static_cast<long long>(m->samplesPerSecond)) + " samples/s")
+                    .c_str(),
+                fmtMetrics(m->metrics).c_str());
             std::fflush(stdout);
         } else if (auto* em = std::get_if<EpochMetrics>(&e)) {
-            if (!started_ || em->epoch != epoch_) std::printf("Epoch %d/%d\n", em->epoch + 1, epochs_);
+            if (!started_ || em->epoch != epoch_)
+                std::printf("Epoch %d/%d\n", em->epoch + 1, epochs_);
             started_ = false;
             char head[160];
             std::snprintf(head, sizeof head, "%lld/%lld %s %.0fus/step %.0f samples/s",
                           static_cast<long long>(steps_), static_cast<long long>(steps_),
-                          fmtDuration(em->seconds).c_str(), em->seconds / std::max<int64_t>(1, steps_) * 1e6,
-                          em->samplesPerSecond);
+                          fmtDuration(em->seconds).c_str(),
+                          em->seconds / std::max<int64_t>(1, steps_) * 1e6, em->samplesPerSecond);
             std::printf("%s%s%s\n", tty_ ? "\r\033[K" : "", head, fmtMetrics(em->metrics).c_str());
             std::fflush(stdout);
         } else if (auto* l = std::get_if<LogLine>(&e)) {
@@ -90,7 +105,8 @@ public:
         } else if (auto* f = std::get_if<RunFinished>(&e)) {
             finished_ = true;
             status_ = f->status;
-            std::printf("Run %s after %s%s\n", runStatusName(f->status), fmtDuration(f->seconds).c_str(),
+            std::printf("Run %s after %s%s\n", runStatusName(f->status),
+                        fmtDuration(f->seconds).c_str(),
                         f->message.empty() ? "" : (": " + f->message).c_str());
             MetricMap test;
             for (const auto& [k, v] : f->finalMetrics)
@@ -102,7 +118,7 @@ public:
     bool finished() const { return finished_; }
     RunStatus status() const { return status_; }
 
-private:
+  private:
     double secondsSinceEpoch() const {
         return std::chrono::duration<double>(std::chrono::steady_clock::now() - epochT0_).count();
     }
@@ -116,7 +132,8 @@ private:
 
 std::string fmtParams(int64_t n) {
     std::string s = std::to_string(n);
-    for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<size_t>(i), ",");
+    for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3)
+        s.insert(static_cast<size_t>(i), ",");
     return s;
 }
 
@@ -129,14 +146,24 @@ std::string fmtTime(int64_t ms) {
 }
 
 nlohmann::json runJson(const RunRecord& r) {
-    nlohmann::json j = {{"id", r.id}, {"name", r.name}, {"status", r.status},
-                        {"started_at_ms", r.startedAtMs}, {"ended_at_ms", r.endedAtMs},
-                        {"host", r.host}, {"pid", r.pid}, {"devices", r.devices},
-                        {"model", r.modelName}, {"params", r.params}, {"message", r.message},
+    nlohmann::json j = {{"id", r.id},
+                        {"name", r.name},
+                        {"status", r.status},
+                        {"started_at_ms", r.startedAtMs},
+                        {"ended_at_ms", r.endedAtMs},
+                        {"host", r.host},
+                        {"pid", r.pid},
+                        {"devices", r.devices},
+                        {"model", r.modelName},
+                        {"params", r.params},
+                        {"message", r.message},
                         {"notes", r.notes}};
-    j["final_metrics"] = nlohmann::json::parse(r.finalMetricsJson.empty() ? "{}" : r.finalMetricsJson, nullptr, false);
-    if (r.bestValAccuracy) j["best_val_accuracy"] = *r.bestValAccuracy;
-    else j["best_val_accuracy"] = nullptr;
+    j["final_metrics"] = nlohmann::json::parse(
+        r.finalMetricsJson.empty() ? "{}" : r.finalMetricsJson, nullptr, false);
+    if (r.bestValAccuracy)
+        j["best_val_accuracy"] = *r.bestValAccuracy;
+    else
+        j["best_val_accuracy"] = nullptr;
     return j;
 }
 
@@ -145,10 +172,14 @@ nlohmann::json runJson(const RunRecord& r) {
 std::string defaultDbPath() {
     if (const char* e = std::getenv("TRAINDECK_DB")) return e;
     std::string base;
-    if (const char* x = std::getenv("XDG_DATA_HOME"); x && *x) base = x;
-    else if (const char* h = std::getenv("HOME"); h && *h) base = std::string(h) + "/.local/share";
-    else base = ".";
-    // The same folder the GUI uses (QStandardPaths::AppDataLocation: <data home>/TrainDeck/TrainDeck).
+    if (const char* x = std::getenv("XDG_DATA_HOME"); x && *x)
+        base = x;
+    else if (const char* h = std::getenv("HOME"); h && *h)
+        base = std::string(h) + "/.local/share";
+    else
+        base = ".";
+    // The same folder the GUI uses (QStandardPaths::AppDataLocation: <data
+    // home>/TrainDeck/TrainDeck).
     std::string dir = base + "/TrainDeck/TrainDeck";
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
@@ -177,12 +208,15 @@ int train(const TrainArgs& a) {
     (*session)->start();
     while (true) {
         auto e = queue->pop(std::chrono::milliseconds(200));
-        if (e) progress.onEvent(*e);
-        else if (queue->closed()) break;
+        if (e)
+            progress.onEvent(*e);
+        else if (queue->closed())
+            break;
     }
     (*session)->join();
     std::printf("Stored in %s\n", opt.storePath.c_str());
-    return progress.status() == RunStatus::Completed || progress.status() == RunStatus::Stopped ? 0 : 1;
+    return progress.status() == RunStatus::Completed || progress.status() == RunStatus::Stopped ? 0
+                                                                                                : 1;
 }
 
 int summary(const std::string& path) {
@@ -225,8 +259,8 @@ int runs(const std::string& db, bool json) {
         if (r.bestValAccuracy) std::snprintf(best, sizeof best, "%.4f", *r.bestValAccuracy);
         std::printf("%-5lld %-24s %-11s %-19s %9s %-12s %10s %8s\n", static_cast<long long>(r.id),
                     r.name.substr(0, 24).c_str(), r.status.c_str(), fmtTime(r.startedAtMs).c_str(),
-                    r.endedAtMs > 0 ? fmtDuration(dur).c_str() : "-", r.modelName.substr(0, 12).c_str(),
-                    fmtParams(r.params).c_str(), best);
+                    r.endedAtMs > 0 ? fmtDuration(dur).c_str() : "-",
+                    r.modelName.substr(0, 12).c_str(), fmtParams(r.params).c_str(), best);
     }
     return 0;
 }
@@ -249,7 +283,8 @@ int show(const std::string& db, const std::string& run, bool json) {
     }
     if (json) {
         nlohmann::json j = runJson(*r);
-        j["config"] = nlohmann::json::parse(r->configJson.empty() ? "{}" : r->configJson, nullptr, false);
+        j["config"] =
+            nlohmann::json::parse(r->configJson.empty() ? "{}" : r->configJson, nullptr, false);
         j["epochs"] = nlohmann::json::array();
         for (const auto& e : *epochs) {
             nlohmann::json ej = {{"epoch", e.epoch}, {"seconds", e.seconds}};
@@ -260,14 +295,20 @@ int show(const std::string& db, const std::string& run, bool json) {
         return 0;
     }
     std::printf("Run %lld: %s\n", static_cast<long long>(r->id), r->name.c_str());
-    std::printf("  status:   %s%s\n", r->status.c_str(), r->message.empty() ? "" : (" (" + r->message + ")").c_str());
-    std::printf("  started:  %s on %s (pid %lld)\n", fmtTime(r->startedAtMs).c_str(), r->host.c_str(), static_cast<long long>(r->pid));
+    std::printf("  status:   %s%s\n", r->status.c_str(),
+                r->message.empty() ? "" : (" (" + r->message + ")").c_str());
+    std::printf("  started:  %s on %s (pid %lld)\n", fmtTime(r->startedAtMs).c_str(),
+                r->host.c_str(), static_cast<long long>(r->pid));
     std::printf("  ended:    %s\n", fmtTime(r->endedAtMs).c_str());
-    std::printf("  model:    %s, %s params, devices %s\n", r->modelName.c_str(), fmtParams(r->params).c_str(), r->devices.c_str());
+    std::printf("  model:    %s, %s params, devices %s\n", r->modelName.c_str(),
+                fmtParams(r->params).c_str(), r->devices.c_str());
     std::printf("  config:   %s\n", r->configJson.c_str());
     if (!r->notes.empty()) std::printf("  notes:    %s\n", r->notes.c_str());
-    for (const auto& e : *epochs) std::printf("  epoch %3d %8.2fs%s\n", e.epoch + 1, e.seconds, fmtMetrics(e.metrics).c_str());
-    auto fm = nlohmann::json::parse(r->finalMetricsJson.empty() ? "{}" : r->finalMetricsJson, nullptr, false);
+    for (const auto& e : *epochs)
+        std::printf("  epoch %3d %8.2fs%s\n", e.epoch + 1, e.seconds,
+                    fmtMetrics(e.metrics).c_str());
+    auto fm = nlohmann::json::parse(r->finalMetricsJson.empty() ? "{}" : r->finalMetricsJson,
+                                    nullptr, false);
     if (fm.is_object() && !fm.empty()) {
         MetricMap m;
         for (auto it = fm.begin(); it != fm.end(); ++it)
@@ -282,13 +323,17 @@ int devices(bool json) {
     if (json) {
         nlohmann::json arr = nlohmann::json::array();
         for (const auto& d : devs)
-            arr.push_back({{"id", d.id}, {"kind", d.kind}, {"name", d.name}, {"memory_bytes", d.memoryBytes}});
+            arr.push_back({{"id", d.id},
+                           {"kind", d.kind},
+                           {"name", d.name},
+                           {"memory_bytes", d.memoryBytes}});
         std::printf("%s\n", arr.dump(2).c_str());
         return 0;
     }
     for (const auto& d : devs)
         std::printf("%-8s %-6s %8.1f GiB  %s\n", d.id.c_str(), d.kind.c_str(),
-                    static_cast<double>(d.memoryBytes) / (1024.0 * 1024.0 * 1024.0), d.name.c_str());
+                    static_cast<double>(d.memoryBytes) / (1024.0 * 1024.0 * 1024.0),
+                    d.name.c_str());
     return 0;
 }
 

@@ -9,10 +9,10 @@ struct TrainArgs {
     std::string project;
     std::string db;
     std::string runName;
-    int epochs = 0;        // 0 = project's value
+    int epochs = 0;  // 0 = project's value
     long long batchSize = 0;
-    long long seed = -1;   // -1 = project's value
-    bool plain = false;    // force plain lines even on a terminal
+    long long seed = -1;  // -1 = project's value
+    bool plain = false;   // force plain lines even on a terminal
 };
 
 int train(const TrainArgs& a);

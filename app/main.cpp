@@ -23,8 +23,10 @@ int main(int argc, char** argv) {
     td::cli::TrainArgs ta;
     auto* train = app.add_subcommand("train", "Train a project headless with a progress bar");
     train->add_option("project", ta.project, "Project file (JSON)")->required();
-    train->add_option("--epochs", ta.epochs, "Override training.epochs")->check(CLI::PositiveNumber);
-    train->add_option("--batch-size", ta.batchSize, "Override training.batch_size")->check(CLI::PositiveNumber);
+    train->add_option("--epochs", ta.epochs, "Override training.epochs")
+        ->check(CLI::PositiveNumber);
+    train->add_option("--batch-size", ta.batchSize, "Override training.batch_size")
+        ->check(CLI::PositiveNumber);
     train->add_option("--seed", ta.seed, "Override training.seed")->check(CLI::NonNegativeNumber);
     train->add_option("--run-name", ta.runName, "Name of the stored run");
     train->add_option("--db", ta.db, "SQLite run store");

@@ -72,10 +72,10 @@ Outcome runTrainDeck(const std::string& binary, const std::string& projectPath, 
     Outcome o;
     std::string out;
     std::vector<std::string> env{"OMP_NUM_THREADS=" + std::to_string(threads)};
-    int rc = runChild({binary, "train", projectPath, "--epochs", std::to_string(epochs),
-                       "--batch-size", std::to_string(batch), "--plain", "--db", db, "--run-name",
-                       "bench"},
-                      env, &out, &o.peakRssMiB);
+    int rc =
+        runChild({binary, "train", projectPath, "--epochs", std::to_string(epochs), "--batch-size",
+                  std::to_string(batch), "--plain", "--db", db, "--run-name", "bench"},
+                 env, &out, &o.peakRssMiB);
     if (rc != 0) {
         o.error = "traindeck exited with " + std::to_string(rc);
         return o;
@@ -106,17 +106,16 @@ Outcome runTrainDeck(const std::string& binary, const std::string& projectPath, 
     return o;
 }
 
-Outcome runReference(const std::string& python, const std::string& script, const std::string& framework,
-                     const std::vector<int>& hidden, double dropout, int epochs, int batch,
-                     int threads) {
+Outcome runReference(const std::string& python, const std::string& script,
+                     const std::string& framework, const std::vector<int>& hidden, double dropout,
+                     int epochs, int batch, int threads) {
     Outcome o;
     std::string out;
     std::vector<std::string> env{"OMP_NUM_THREADS=" + std::to_string(threads),
                                  "TF_CPP_MIN_LOG_LEVEL=2"};
-    int rc = runChild({python, script, "--framework", framework, "--hidden",
-                       join(hidden), "--dropout", std::to_string(dropout), "--batch",
-                       std::to_string(batch), "--epochs", std::to_string(epochs), "--threads",
-                       std::to_string(threads)},
+    int rc = runChild({python, script, "--framework", framework, "--hidden", join(hidden),
+                       "--dropout", std::to_string(dropout), "--batch", std::to_string(batch),
+                       "--epochs", std::to_string(epochs), "--threads", std::to_string(threads)},
                       env, &out, &o.peakRssMiB);
     if (rc != 0) {
         o.error = framework + " reference exited with " + std::to_string(rc) +
@@ -124,7 +123,8 @@ Outcome runReference(const std::string& python, const std::string& script, const
         return o;
     }
     auto last = out.rfind('{');
-    auto j = nlohmann::json::parse(last == std::string::npos ? "" : out.substr(last), nullptr, false);
+    auto j =
+        nlohmann::json::parse(last == std::string::npos ? "" : out.substr(last), nullptr, false);
     if (j.is_discarded()) {
         o.error = framework + " reference printed no JSON";
         return o;
@@ -150,7 +150,8 @@ int main(int argc, char** argv) {
     std::string pythonTorch = "/usr/bin/python3", pythonKeras = "python3";
     app.add_option("--python-torch", pythonTorch, "Interpreter with torch");
     app.add_option("--python-keras", pythonKeras, "Interpreter with tensorflow/keras");
-    app.add_option("--epochs", epochs, "Epochs per run (the first is warm-up)")->check(CLI::Range(2, 100));
+    app.add_option("--epochs", epochs, "Epochs per run (the first is warm-up)")
+        ->check(CLI::Range(2, 100));
     app.add_option("--threads", threads, "Threads for every trainer")->check(CLI::PositiveNumber);
     app.add_option("--frameworks", frameworks, "Reference frameworks (torch, keras)");
     app.add_option("--reference", reference, "Path of reference_mlp.py");
@@ -158,14 +159,16 @@ int main(int argc, char** argv) {
     app.add_option("--json", jsonOut, "Also write the results as JSON to this file");
     CLI11_PARSE(app, argc, argv);
     if (binary.empty())
-        binary = (std::filesystem::canonical("/proc/self/exe").parent_path() / "traindeck").string();
+        binary =
+            (std::filesystem::canonical("/proc/self/exe").parent_path() / "traindeck").string();
 
     auto base = td::loadProject(root + "/projects/fashion_mnist_mlp.json");
     if (!base.ok()) {
         std::fprintf(stderr, "bench: %s\n", base.error().c_str());
         return 2;
     }
-    const auto tmp = std::filesystem::temp_directory_path() / ("traindeck-bench-" + std::to_string(getpid()));
+    const auto tmp =
+        std::filesystem::temp_directory_path() / ("traindeck-bench-" + std::to_string(getpid()));
     std::filesystem::create_directories(tmp);
 
     struct Config {
@@ -180,11 +183,14 @@ int main(int argc, char** argv) {
     {
         std::stringstream ss(frameworks);
         std::string f;
-        while (std::getline(ss, f, ',')) if (!f.empty()) fws.push_back(f);
+        while (std::getline(ss, f, ','))
+            if (!f.empty()) fws.push_back(f);
     }
 
-    std::printf("TrainDeck MLP benchmark: Fashion-MNIST, %d epochs (steady = epochs 2..%d), %d threads, dropout 0.2\n",
-                epochs, epochs, threads);
+    std::printf(
+        "TrainDeck MLP benchmark: Fashion-MNIST, %d epochs (steady = epochs 2..%d), %d threads, "
+        "dropout 0.2\n",
+        epochs, epochs, threads);
     std::printf("%-22s %5s | %-10s %11s %8s %9s | %-16s %11s %8s %9s | %7s %7s\n", "model", "batch",
                 "trainer", "samples/s", "test acc", "peak MiB", "reference", "samples/s",
                 "test acc", "peak MiB", "speed x", "mem x");
@@ -195,8 +201,9 @@ int main(int argc, char** argv) {
         // Flatten, then Dense(h, relu) + Dropout(0.2) per hidden layer, then Dense(10, softmax).
         td::ModelSpec m;
         m.name = "bench_mlp";
-        td::LayerSpec flat = p.model.layers.front().type == td::LayerType::Input ? p.model.layers[1]
-                                                                               : p.model.layers[0];
+        td::LayerSpec flat = p.model.layers.front().type == td::LayerType::Input
+                                 ? p.model.layers[1]
+                                 : p.model.layers[0];
         m.layers.push_back(p.model.layers.front());
         if (p.model.layers.front().type == td::LayerType::Input) m.layers.push_back(flat);
         int k = 0;
@@ -225,26 +232,34 @@ int main(int argc, char** argv) {
             std::fprintf(stderr, "bench: %s\n", s.error().c_str());
             return 2;
         }
-        Outcome ours = runTrainDeck(binary, pp, epochs, c.batch, threads, (tmp / "bench.db").string());
+        Outcome ours =
+            runTrainDeck(binary, pp, epochs, c.batch, threads, (tmp / "bench.db").string());
         for (const std::string& fw : fws) {
-            Outcome ref = runReference(fw == "keras" ? pythonKeras : pythonTorch, reference, fw, c.hidden, 0.2, epochs, c.batch, threads);
-            const double speed = ours.ok && ref.ok ? ours.samplesPerSecond / ref.samplesPerSecond : 0;
+            Outcome ref = runReference(fw == "keras" ? pythonKeras : pythonTorch, reference, fw,
+                                       c.hidden, 0.2, epochs, c.batch, threads);
+            const double speed =
+                ours.ok && ref.ok ? ours.samplesPerSecond / ref.samplesPerSecond : 0;
             const double mem = ours.ok && ref.ok ? ours.peakRssMiB / ref.peakRssMiB : 0;
-            std::printf("%-22s %5d | %-10s %11.0f %8.4f %9.1f | %-16s %11.0f %8.4f %9.1f | %7.2f %7.2f\n",
-                        c.name.c_str(), c.batch, "traindeck", ours.samplesPerSecond, ours.testAccuracy,
-                        ours.peakRssMiB, (fw + " " + ref.version).substr(0, 16).c_str(),
-                        ref.samplesPerSecond, ref.testAccuracy, ref.peakRssMiB, speed, mem);
+            std::printf(
+                "%-22s %5d | %-10s %11.0f %8.4f %9.1f | %-16s %11.0f %8.4f %9.1f | %7.2f %7.2f\n",
+                c.name.c_str(), c.batch, "traindeck", ours.samplesPerSecond, ours.testAccuracy,
+                ours.peakRssMiB, (fw + " " + ref.version).substr(0, 16).c_str(),
+                ref.samplesPerSecond, ref.testAccuracy, ref.peakRssMiB, speed, mem);
             if (!ours.ok) std::printf("  traindeck: %s\n", ours.error.c_str());
             if (!ref.ok) std::printf("  %s: %s\n", fw.c_str(), ref.error.c_str());
-            results.push_back({{"model", c.name}, {"batch", c.batch}, {"threads", threads},
+            results.push_back({{"model", c.name},
+                               {"batch", c.batch},
+                               {"threads", threads},
                                {"traindeck_samples_per_s", ours.samplesPerSecond},
                                {"traindeck_test_accuracy", ours.testAccuracy},
                                {"traindeck_peak_rss_mib", ours.peakRssMiB},
-                               {"reference", fw}, {"reference_version", ref.version},
+                               {"reference", fw},
+                               {"reference_version", ref.version},
                                {"reference_samples_per_s", ref.samplesPerSecond},
                                {"reference_test_accuracy", ref.testAccuracy},
                                {"reference_peak_rss_mib", ref.peakRssMiB},
-                               {"speed_ratio", speed}, {"memory_ratio", mem}});
+                               {"speed_ratio", speed},
+                               {"memory_ratio", mem}});
             std::fflush(stdout);
         }
     }

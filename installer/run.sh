@@ -10,7 +10,9 @@ bin="$root/build/traindeck"
 if [ $# -gt 0 ]; then
   exec "$bin" "$@"
 fi
-if [ -n "${DISPLAY:-}${WAYLAND_DISPLAY:-}" ] && "$bin" --help | grep -q "Start training"; then
-  exec "$bin" "$root/projects/fashion_mnist_mlp.json"
+# The desktop app when there is a display and the build has it (it opens the last project, or the
+# embedded Fashion-MNIST default on first start).
+if [ -n "${DISPLAY:-}${WAYLAND_DISPLAY:-}" ] && ldd "$bin" | grep -q Qt6Widgets; then
+  exec "$bin"
 fi
 exec "$bin" train "$root/projects/fashion_mnist_mlp.json"

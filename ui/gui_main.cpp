@@ -8,8 +8,8 @@
 #include <cstdio>
 
 #include "ui/app_icon.h"
-#include "ui/main_window.h"
 #include "ui/latency_probe.h"
+#include "ui/main_window.h"
 #include "ui/run_controller.h"
 #include "ui/screenshot_driver.h"
 #include "ui/settings.h"
@@ -61,8 +61,9 @@ int runGui(int argc, char** argv, const std::string& dbPath, const std::string& 
     if (start && quitWhenDone) {
         QObject::connect(window.runController(), &RunController::runFinished, &app,
                          [&app, &window](const td::RunFinished& r) {
-                             std::printf("traindeck: run %s; %s\n", runStatusName(r.status),
-                                         qPrintable(window.runController()->latencyProbe()->report()));
+                             std::printf(
+                                 "traindeck: run %s; %s\n", runStatusName(r.status),
+                                 qPrintable(window.runController()->latencyProbe()->report()));
                              std::fflush(stdout);
                              QTimer::singleShot(0, &app, &QApplication::quit);
                          });

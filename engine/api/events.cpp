@@ -4,11 +4,16 @@ namespace td {
 
 const char* runStatusName(RunStatus s) {
     switch (s) {
-        case RunStatus::Running: return "running";
-        case RunStatus::Completed: return "completed";
-        case RunStatus::Stopped: return "stopped";
-        case RunStatus::Failed: return "failed";
-        case RunStatus::Interrupted: return "interrupted";
+        case RunStatus::Running:
+            return "running";
+        case RunStatus::Completed:
+            return "completed";
+        case RunStatus::Stopped:
+            return "stopped";
+        case RunStatus::Failed:
+            return "failed";
+        case RunStatus::Interrupted:
+            return "interrupted";
     }
     return "unknown";
 }

@@ -25,24 +25,24 @@ struct RunStarted {
     std::string runName;
     std::vector<std::string> devices;  // one entry per replica, e.g. "cpu:0"
     int initialEpoch = 0;
-    int epochs = 0;               // total epochs requested (final epoch index + 1)
+    int epochs = 0;  // total epochs requested (final epoch index + 1)
     int64_t stepsPerEpoch = 0;
-    int64_t batchSize = 0;        // global batch size
+    int64_t batchSize = 0;  // global batch size
     int64_t trainSamples = 0;
     int64_t validationSamples = 0;
     int64_t params = 0;
 };
 
 struct StepMetrics {
-    int epoch = 0;               // 0-based
-    int64_t step = 0;            // 1-based step within the epoch
-    int64_t globalStep = 0;      // 1-based step since the start of training
-    MetricMap metrics;           // running means over the epoch so far: loss, accuracy, ...
+    int epoch = 0;           // 0-based
+    int64_t step = 0;        // 1-based step within the epoch
+    int64_t globalStep = 0;  // 1-based step since the start of training
+    MetricMap metrics;       // running means over the epoch so far: loss, accuracy, ...
     double learningRate = 0;
-    double lossScale = 0;        // 0 when loss scaling is off
-    double inputWaitSeconds = 0; // time the step loop waited for the pipeline, since last event
-    double computeSeconds = 0;   // time spent in forward/backward/update, since last event
-    double samplesPerSecond = 0; // global throughput since the last event
+    double lossScale = 0;         // 0 when loss scaling is off
+    double inputWaitSeconds = 0;  // time the step loop waited for the pipeline, since last event
+    double computeSeconds = 0;    // time spent in forward/backward/update, since last event
+    double samplesPerSecond = 0;  // global throughput since the last event
     std::vector<double> replicaSamplesPerSecond;  // one entry per replica
 };
 
@@ -55,8 +55,8 @@ struct EpochMetrics {
 };
 
 struct DeviceStats {
-    std::string device;     // "cpu:0"
-    double utilization = 0; // 0..1, compute time / wall time since last sample
+    std::string device;      // "cpu:0"
+    double utilization = 0;  // 0..1, compute time / wall time since last sample
     int64_t memoryBytes = 0;
     double samplesPerSecond = 0;
 };
@@ -71,16 +71,17 @@ const char* runStatusName(RunStatus s);  // "running", "completed", ...
 
 struct RunFinished {
     RunStatus status = RunStatus::Completed;
-    std::string message;  // error text for Failed, reason for early stop
+    std::string message;     // error text for Failed, reason for early stop
     MetricMap finalMetrics;  // last epoch's metrics plus test_* when a test set was evaluated
     double seconds = 0;
 };
 
-using Event = std::variant<RunStarted, StepMetrics, EpochMetrics, DeviceStats, LogLine, RunFinished>;
+using Event =
+    std::variant<RunStarted, StepMetrics, EpochMetrics, DeviceStats, LogLine, RunFinished>;
 
 // One subscriber's queue. Thread-safe.
 class EventQueue {
-public:
+  public:
     void push(Event e);
     // Non-blocking: everything queued so far.
     std::vector<Event> drain();
@@ -89,7 +90,7 @@ public:
     void close();
     bool closed() const;
 
-private:
+  private:
     mutable std::mutex mu_;
     std::condition_variable cv_;
     std::deque<Event> q_;
@@ -97,14 +98,14 @@ private:
 };
 
 class EventBus {
-public:
+  public:
     // Subscribe before the run starts to see every event.
     std::shared_ptr<EventQueue> subscribe();
     void publish(const Event& e);
     // Closes every queue (after RunFinished).
     void closeAll();
 
-private:
+  private:
     std::mutex mu_;
     std::vector<std::shared_ptr<EventQueue>> subs_;
 };

@@ -50,7 +50,8 @@ std::string hostName() {
 // is 20 MFLOP) run on one thread; larger steps use every thread the device has.
 int chooseWorkerThreads(const ModelInfo& info, int64_t batch, int deviceThreads) {
     double flops = 0;
-    for (const LayerInfo& l : info.layers) flops += 6.0 * static_cast<double>(batch) * static_cast<double>(l.params);
+    for (const LayerInfo& l : info.layers)
+        flops += 6.0 * static_cast<double>(batch) * static_cast<double>(l.params);
     return flops < 64e6 ? 1 : deviceThreads;
 }
 
@@ -198,7 +199,8 @@ Result<Compiled*> Session::Impl::program(GraphMode mode, int64_t batch) {
     bind.input = c->input;
     bind.label = c->label.ptr ? c->label : c->input;
     std::vector<int> pids = g.params();
-    if (pids.size() != params.size()) return err("internal: parameter count differs between programs");
+    if (pids.size() != params.size())
+        return err("internal: parameter count differs between programs");
     for (size_t i = 0; i < pids.size(); ++i) {
         bind.params.push_back(params[i].value);
         bind.grads.push_back(params[i].grad);
@@ -215,7 +217,8 @@ Result<Compiled*> Session::Impl::program(GraphMode mode, int64_t batch) {
 Status Session::Impl::uploadBatch(Compiled& c, const Batch& b) {
     const size_t xBytes = static_cast<size_t>(b.x.size()) * 4;
     if (b.x.dtype() != DType::F32) return err("internal: pipeline produced non-f32 features");
-    TD_RETURN_IF_ERROR(device->copyToDevice(c.input, 0, b.x.raw(), std::min(xBytes, c.input.bytes)));
+    TD_RETURN_IF_ERROR(
+        device->copyToDevice(c.input, 0, b.x.raw(), std::min(xBytes, c.input.bytes)));
     if (!c.label.ptr) return Status::success();
     const Shape ls = labelSpec.shape;
     const int64_t perRow = numElements(ls);
@@ -293,8 +296,8 @@ Result<EvalResult> Session::Impl::evaluate(const Dataset& d) {
 Status Session::Impl::fitLoop() {
     const TrainConfig& tc = project.training;
     device->prepareThread(workerThreads);
-    TD_ASSIGN_OR_RETURN(auto pipe, Pipeline::create(trainSet, project.data.pipeline, batchSize(),
-                                                    true, tc.seed));
+    TD_ASSIGN_OR_RETURN(
+        auto pipe, Pipeline::create(trainSet, project.data.pipeline, batchSize(), true, tc.seed));
     const int64_t steps = pipe->batchesPerEpoch();
     if (steps == 0)
         return err("the training data has " + std::to_string(trainSet.size()) +
@@ -377,14 +380,18 @@ Status Session::Impl::fitLoop() {
             if (!c) return err("internal: no program for a batch of " + std::to_string(b->size));
             TD_RETURN_IF_ERROR(uploadBatch(*c, *b));
             ++gstep;
-            TD_RETURN_IF_ERROR(c->exe->run(StepArgs{gstep, static_cast<int64_t>(epoch) * trainSet.size() + b->firstIndex}));
+            TD_RETURN_IF_ERROR(c->exe->run(
+                StepArgs{gstep, static_cast<int64_t>(epoch) * trainSet.size() + b->firstIndex}));
             optimizer->apply(paramRefs);
             float v = 0;
-            TD_RETURN_IF_ERROR(device->copyToHost(&v, Buffer{const_cast<void*>(c->exe->valuePtr(c->lossId)), 4}, 0, 4));
+            TD_RETURN_IF_ERROR(device->copyToHost(
+                &v, Buffer{const_cast<void*>(c->exe->valuePtr(c->lossId)), 4}, 0, 4));
             lossSum += static_cast<double>(v) * static_cast<double>(b->size);
             for (size_t m = 0; m < metrics.size(); ++m) {
                 float mv = 0;
-                TD_RETURN_IF_ERROR(device->copyToHost(&mv, Buffer{const_cast<void*>(c->exe->valuePtr(c->metricIds[m].second)), 4}, 0, 4));
+                TD_RETURN_IF_ERROR(device->copyToHost(
+                    &mv, Buffer{const_cast<void*>(c->exe->valuePtr(c->metricIds[m].second)), 4}, 0,
+                    4));
                 metricSums[m] += mv;
             }
             seen += b->size;
@@ -421,8 +428,9 @@ Status Session::Impl::fitLoop() {
                 sm.samplesPerSecond = wall > 0 ? static_cast<double>(seenSinceLog) / wall : 0;
                 sm.replicaSamplesPerSecond = {sm.samplesPerSecond};
                 bus.publish(sm);
-                bus.publish(DeviceStats{device->desc().id, wall > 0 ? std::min(1.0, logCompute / wall) : 0,
-                                        0, sm.samplesPerSecond});
+                bus.publish(DeviceStats{device->desc().id,
+                                        wall > 0 ? std::min(1.0, logCompute / wall) : 0, 0,
+                                        sm.samplesPerSecond});
                 logT0 = Clock::now();
                 logWait = logCompute = 0;
                 seenSinceLog = 0;
@@ -475,7 +483,8 @@ Status Session::Impl::fitLoop() {
     return Status::success();
 }
 
-// ---- Session -------------------------------------------------------------------------------------
+// ---- Session
+// -------------------------------------------------------------------------------------
 
 Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
@@ -546,7 +555,8 @@ Result<std::unique_ptr<Session>> Session::create(const Project& projectIn,
         return err("the data has " + std::to_string(im->trainSet.numClasses) +
                    " classes but the last layer has " + std::to_string(im->info.outputShape[0]) +
                    " units");
-    im->workerThreads = chooseWorkerThreads(im->info, p.training.batchSize, im->device->desc().threads);
+    im->workerThreads =
+        chooseWorkerThreads(im->info, p.training.batchSize, im->device->desc().threads);
     im->device->prepareThread(im->workerThreads);
     // Compile the training program now so model and pipeline errors surface before a run starts.
     TD_ASSIGN_OR_RETURN(Compiled * c, im->program(GraphMode::Train, p.training.batchSize));
@@ -554,9 +564,15 @@ Result<std::unique_ptr<Session>> Session::create(const Project& projectIn,
     return std::unique_ptr<Session>(new Session(std::move(im)));
 }
 
-const Project& Session::project() const { return impl_->project; }
-EventBus& Session::events() { return impl_->bus; }
-int64_t Session::runId() const { return impl_->runId; }
+const Project& Session::project() const {
+    return impl_->project;
+}
+EventBus& Session::events() {
+    return impl_->bus;
+}
+int64_t Session::runId() const {
+    return impl_->runId;
+}
 
 Status Session::fit() {
     Impl& im = *impl_;
@@ -642,7 +658,9 @@ void Session::join() {
     if (impl_->thread.joinable()) impl_->thread.join();
 }
 
-bool Session::running() const { return impl_->isRunning; }
+bool Session::running() const {
+    return impl_->isRunning;
+}
 
 void Session::requestStop() {
     impl_->stopRequested = true;
@@ -743,27 +761,30 @@ Result<std::string> Session::dumpIr(const std::string& afterPass) {
     });
     TD_RETURN_IF_ERROR(pm.run(g));
     if (afterPass == "final") dump = printGraph(g);
-    if (dump.empty()) dump = "# pass " + afterPass + " is disabled for this project\n" + printGraph(g);
+    if (dump.empty())
+        dump = "# pass " + afterPass + " is disabled for this project\n" + printGraph(g);
     std::string notes = "# passes:";
     for (const auto& t : pm.timings())
         notes += " " + t.pass + (t.skipped ? "(off)" : t.changed ? "(changed)" : "(unchanged)");
     notes += "\n";
     if (auto* fp = static_cast<FusionPass*>(pm.find("fusion")))
         for (const auto& d : fp->decisions())
-            notes += std::string("# fusion: ") + (d.fused ? "fused " + d.what : "kept apart: " + d.reason) + "\n";
+            notes += std::string("# fusion: ") +
+                     (d.fused ? "fused " + d.what : "kept apart: " + d.reason) + "\n";
     if (auto* mp = static_cast<MemoryPlanPass*>(pm.find("memory")); mp && !pm.isDisabled("memory"))
         notes += "# memory: arena " + std::to_string(mp->arenaBytes()) + " bytes (" +
                  std::to_string(mp->naiveBytes()) + " without reuse)\n";
     return notes + dump;
 }
 
-// ---- devices and capabilities --------------------------------------------------------------------
+// ---- devices and capabilities
+// --------------------------------------------------------------------
 
 std::vector<DeviceInfo> listDevices() {
     std::vector<DeviceInfo> out;
     for (const DeviceDesc& d : enumerateDevices())
-        out.push_back(DeviceInfo{d.id, d.kind == DeviceKind::Cpu ? "cpu" : "cuda", d.name,
-                                 d.memoryBytes});
+        out.push_back(
+            DeviceInfo{d.id, d.kind == DeviceKind::Cpu ? "cpu" : "cuda", d.name, d.memoryBytes});
     return out;
 }
 
@@ -777,8 +798,9 @@ Capability precisionCapability(PrecisionPolicy p) {
 Capability strategyCapability(const std::string& type) {
     if (type == "one_device") return {};
     if (type == "mirrored" || type == "multi_worker_mirrored")
-        return {false, type + " needs the replica and all-reduce runtime, which this version "
-                              "does not have yet; use one_device"};
+        return {false, type +
+                           " needs the replica and all-reduce runtime, which this version "
+                           "does not have yet; use one_device"};
     return {false, "unknown strategy '" + type +
                        "' (expected one_device, mirrored or multi_worker_mirrored)"};
 }

@@ -17,9 +17,9 @@
 namespace td {
 
 struct DeviceInfo {
-    std::string id;         // "cpu:0", "cuda:1"
-    std::string kind;       // "cpu", "cuda"
-    std::string name;       // "Intel(R) Xeon(R) ... (2 threads)", "NVIDIA H200"
+    std::string id;    // "cpu:0", "cuda:1"
+    std::string kind;  // "cpu", "cuda"
+    std::string name;  // "Intel(R) Xeon(R) ... (2 threads)", "NVIDIA H200"
     int64_t memoryBytes = 0;
 };
 
@@ -36,8 +36,8 @@ Capability precisionCapability(PrecisionPolicy p);
 Capability strategyCapability(const std::string& strategyType);
 
 struct SessionOptions {
-    std::string storePath;    // SQLite run store; empty = do not record
-    std::string runName;      // empty = project name + timestamp
+    std::string storePath;  // SQLite run store; empty = do not record
+    std::string runName;    // empty = project name + timestamp
     std::optional<int> epochs;
     std::optional<int64_t> batchSize;
     std::optional<uint64_t> seed;
@@ -49,7 +49,7 @@ struct EvalResult {
 };
 
 class Session {
-public:
+  public:
     // Loads data, validates and compiles the model. Errors name the field, layer or file.
     static Result<std::unique_ptr<Session>> create(const Project& project,
                                                    const SessionOptions& options);
@@ -81,7 +81,7 @@ public:
 
     struct Impl;
 
-private:
+  private:
     explicit Session(std::unique_ptr<Impl> impl);
     std::unique_ptr<Impl> impl_;
 };

@@ -23,10 +23,10 @@ enum class DeviceKind { Cpu, Cuda };
 struct DeviceDesc {
     DeviceKind kind = DeviceKind::Cpu;
     int index = 0;
-    std::string id;          // "cpu:0", "cuda:0"
-    std::string name;        // human-readable model name
-    int64_t memoryBytes = 0; // total device memory (host RAM for the CPU)
-    int threads = 1;         // CPU: worker threads used by kernels
+    std::string id;           // "cpu:0", "cuda:0"
+    std::string name;         // human-readable model name
+    int64_t memoryBytes = 0;  // total device memory (host RAM for the CPU)
+    int threads = 1;          // CPU: worker threads used by kernels
 };
 
 // A device allocation. Owned by the device that made it; release with Device::release.
@@ -43,14 +43,14 @@ struct StepArgs {
 
 // Where a Program finds the values that live outside its arena.
 struct ProgramBindings {
-    Buffer input;                      // features [B, ...] f32
-    Buffer label;                      // labels
-    std::vector<Buffer> params;        // in Graph::params() order
-    std::vector<Buffer> grads;         // in Graph::params() order (empty for non-trainable)
+    Buffer input;                // features [B, ...] f32
+    Buffer label;                // labels
+    std::vector<Buffer> params;  // in Graph::params() order
+    std::vector<Buffer> grads;   // in Graph::params() order (empty for non-trainable)
 };
 
 class Executable {
-public:
+  public:
     virtual ~Executable() = default;
     // Enqueues one execution of the program.
     virtual Status run(const StepArgs& args) = 0;
@@ -66,7 +66,7 @@ struct Support {
 };
 
 class Device {
-public:
+  public:
     virtual ~Device() = default;
     virtual const DeviceDesc& desc() const = 0;
     virtual Result<Buffer> allocate(size_t bytes) = 0;

@@ -20,7 +20,9 @@ Result<std::unique_ptr<Device>> openDevice(const std::string& id) {
 }
 
 #ifndef TRAINDECK_HAVE_CUDA
-std::vector<DeviceDesc> cudaDevices() { return {}; }
+std::vector<DeviceDesc> cudaDevices() {
+    return {};
+}
 Result<std::unique_ptr<Device>> makeCudaDevice(int index) {
     return err("cuda:" + std::to_string(index) +
                ": this build has no CUDA backend (configure with the CUDA toolkit installed)");

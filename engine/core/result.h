@@ -16,11 +16,13 @@ struct Error {
 };
 
 // Make an error value: `return td::err("layer 'dense': units must be > 0");`
-inline Error err(std::string message) { return Error{std::move(message)}; }
+inline Error err(std::string message) {
+    return Error{std::move(message)};
+}
 
 template <typename T>
 class [[nodiscard]] Result {
-public:
+  public:
     Result(T value) : v_(std::move(value)) {}
     Result(Error e) : v_(std::move(e)) {}
 
@@ -37,13 +39,13 @@ public:
     const T& operator*() const& { return value(); }
     Error takeError() && { return std::get<1>(std::move(v_)); }
 
-private:
+  private:
     std::variant<T, Error> v_;
 };
 
 // Status: a Result with no value.
 class [[nodiscard]] Status {
-public:
+  public:
     Status() = default;
     Status(Error e) : e_(std::move(e)) {}
     static Status success() { return {}; }
@@ -52,22 +54,21 @@ public:
     const std::string& error() const { return e_->message; }
     Error takeError() && { return std::move(*e_); }
 
-private:
+  private:
     std::optional<Error> e_;
 };
 
 [[noreturn]] inline void assertFailed(const char* expr, const char* file, int line,
                                       const char* msg) {
-    std::fprintf(stderr, "TrainDeck internal error: %s:%d: assertion '%s' failed%s%s\n", file,
-                 line, expr, msg ? ": " : "", msg ? msg : "");
+    std::fprintf(stderr, "TrainDeck internal error: %s:%d: assertion '%s' failed%s%s\n", file, line,
+                 expr, msg ? ": " : "", msg ? msg : "");
     std::abort();
 }
 
 }  // namespace td
 
 // Programmer errors only (never bad user input).
-#define TD_ASSERT(cond) \
-    ((cond) ? (void)0 : ::td::assertFailed(#cond, __FILE__, __LINE__, nullptr))
+#define TD_ASSERT(cond) ((cond) ? (void)0 : ::td::assertFailed(#cond, __FILE__, __LINE__, nullptr))
 #define TD_ASSERT_MSG(cond, msg) \
     ((cond) ? (void)0 : ::td::assertFailed(#cond, __FILE__, __LINE__, (msg)))
 
@@ -75,15 +76,16 @@ private:
 #define TD_CONCAT(a, b) TD_CONCAT_INNER(a, b)
 
 // Propagate a failed Status/Result from the enclosing function.
-#define TD_RETURN_IF_ERROR(expr)                                    \
-    do {                                                            \
-        auto&& td_status_ = (expr);                                 \
+#define TD_RETURN_IF_ERROR(expr)                                        \
+    do {                                                                \
+        auto&& td_status_ = (expr);                                     \
         if (!td_status_.ok()) return std::move(td_status_).takeError(); \
     } while (0)
 
 // `TD_ASSIGN_OR_RETURN(auto x, makeX());`
-#define TD_ASSIGN_OR_RETURN(lhs, expr) TD_ASSIGN_OR_RETURN_IMPL(TD_CONCAT(td_res_, __LINE__), lhs, expr)
-#define TD_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr)           \
-    auto tmp = (expr);                                     \
-    if (!tmp.ok()) return std::move(tmp).takeError();      \
+#define TD_ASSIGN_OR_RETURN(lhs, expr) \
+    TD_ASSIGN_OR_RETURN_IMPL(TD_CONCAT(td_res_, __LINE__), lhs, expr)
+#define TD_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr)      \
+    auto tmp = (expr);                                \
+    if (!tmp.ok()) return std::move(tmp).takeError(); \
     lhs = std::move(tmp).value()

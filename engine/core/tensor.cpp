@@ -7,11 +7,16 @@ namespace td {
 
 const char* dtypeName(DType t) {
     switch (t) {
-        case DType::F32: return "f32";
-        case DType::F16: return "f16";
-        case DType::BF16: return "bf16";
-        case DType::I32: return "i32";
-        case DType::U8: return "u8";
+        case DType::F32:
+            return "f32";
+        case DType::F16:
+            return "f16";
+        case DType::BF16:
+            return "bf16";
+        case DType::I32:
+            return "i32";
+        case DType::U8:
+            return "u8";
     }
     return "?";
 }
@@ -28,10 +33,13 @@ Result<DType> parseDType(const std::string& s) {
 size_t dtypeSize(DType t) {
     switch (t) {
         case DType::F32:
-        case DType::I32: return 4;
+        case DType::I32:
+            return 4;
         case DType::F16:
-        case DType::BF16: return 2;
-        case DType::U8: return 1;
+        case DType::BF16:
+            return 2;
+        case DType::U8:
+            return 1;
     }
     return 0;
 }
@@ -156,21 +164,37 @@ Tensor Tensor::to(DType dtype) const {
     for (int64_t i = 0; i < n; ++i) {
         float v = 0;
         switch (dtype_) {
-            case DType::F32: v = data<float>()[i]; break;
+            case DType::F32:
+                v = data<float>()[i];
+                break;
             case DType::F16:
-            case DType::BF16: v = loadAsFloat(data<uint16_t>(), i, dtype_); break;
-            case DType::I32: v = static_cast<float>(data<int32_t>()[i]); break;
-            case DType::U8: v = static_cast<float>(data<uint8_t>()[i]); break;
+            case DType::BF16:
+                v = loadAsFloat(data<uint16_t>(), i, dtype_);
+                break;
+            case DType::I32:
+                v = static_cast<float>(data<int32_t>()[i]);
+                break;
+            case DType::U8:
+                v = static_cast<float>(data<uint8_t>()[i]);
+                break;
         }
         switch (dtype) {
-            case DType::F32: out.data<float>()[i] = v; break;
-            case DType::F16: out.data<uint16_t>()[i] = floatToHalf(v); break;
-            case DType::BF16: out.data<uint16_t>()[i] = floatToBf16(v); break;
+            case DType::F32:
+                out.data<float>()[i] = v;
+                break;
+            case DType::F16:
+                out.data<uint16_t>()[i] = floatToHalf(v);
+                break;
+            case DType::BF16:
+                out.data<uint16_t>()[i] = floatToBf16(v);
+                break;
             case DType::I32:
                 out.data<int32_t>()[i] =
                     dtype_ == DType::I32 ? data<int32_t>()[i] : static_cast<int32_t>(v);
                 break;
-            case DType::U8: out.data<uint8_t>()[i] = static_cast<uint8_t>(v); break;
+            case DType::U8:
+                out.data<uint8_t>()[i] = static_cast<uint8_t>(v);
+                break;
         }
     }
     return out;

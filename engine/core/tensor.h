@@ -15,12 +15,12 @@ namespace td {
 
 enum class DType : uint8_t { F32, F16, BF16, I32, U8 };
 
-const char* dtypeName(DType t);               // "f32", "f16", "bf16", "i32", "u8"
+const char* dtypeName(DType t);                // "f32", "f16", "bf16", "i32", "u8"
 Result<DType> parseDType(const std::string&);  // inverse of dtypeName (also "float32", ...)
 size_t dtypeSize(DType t);
 
 using Shape = std::vector<int64_t>;
-int64_t numElements(const Shape& s);  // product of dims (1 for a scalar)
+int64_t numElements(const Shape& s);        // product of dims (1 for a scalar)
 std::string shapeToString(const Shape& s);  // "[32,784]"
 
 // 16-bit float conversions (round to nearest even).
@@ -30,7 +30,7 @@ uint16_t floatToBf16(float f);
 float bf16ToFloat(uint16_t h);
 
 class Tensor {
-public:
+  public:
     Tensor() = default;
     // Allocates zero-filled, 64-byte aligned storage.
     Tensor(DType dtype, Shape shape);
@@ -46,9 +46,13 @@ public:
     void* raw() { return data_; }
     const void* raw() const { return data_; }
     template <typename T>
-    T* data() { return static_cast<T*>(data_); }
+    T* data() {
+        return static_cast<T*>(data_);
+    }
     template <typename T>
-    const T* data() const { return static_cast<const T*>(data_); }
+    const T* data() const {
+        return static_cast<const T*>(data_);
+    }
 
     // Same storage, new shape with the same element count.
     Tensor reshaped(Shape shape) const;
@@ -59,7 +63,7 @@ public:
     // Rows [begin, end) of the leading dimension, sharing storage.
     Tensor slice(int64_t begin, int64_t end) const;
 
-private:
+  private:
     DType dtype_ = DType::F32;
     Shape shape_;
     std::shared_ptr<void> storage_;

@@ -8,9 +8,15 @@ namespace td {
 
 namespace {
 
-bool isSparse(const LossConfig& l) { return l.name == "sparse_categorical_crossentropy"; }
-bool isCategorical(const LossConfig& l) { return l.name == "categorical_crossentropy"; }
-bool isBinary(const LossConfig& l) { return l.name == "binary_crossentropy"; }
+bool isSparse(const LossConfig& l) {
+    return l.name == "sparse_categorical_crossentropy";
+}
+bool isCategorical(const LossConfig& l) {
+    return l.name == "categorical_crossentropy";
+}
+bool isBinary(const LossConfig& l) {
+    return l.name == "binary_crossentropy";
+}
 bool isMse(const LossConfig& l) {
     return l.name == "mean_squared_error" || l.name == "mse";
 }
@@ -28,9 +34,12 @@ Result<std::vector<MetricSpec>> resolveMetrics(const std::vector<std::string>& n
         m.key = n;
         if (n == "accuracy" || n == "acc") {
             m.key = "accuracy";
-            if (isSparse(loss)) m.kind = "sparse_categorical";
-            else if (isCategorical(loss)) m.kind = "categorical";
-            else if (isBinary(loss)) m.kind = "binary";
+            if (isSparse(loss))
+                m.kind = "sparse_categorical";
+            else if (isCategorical(loss))
+                m.kind = "categorical";
+            else if (isBinary(loss))
+                m.kind = "binary";
             else
                 return err("metric 'accuracy' needs a classification loss, not " + loss.name);
         } else if (n == "sparse_categorical_accuracy") {
@@ -70,8 +79,7 @@ Result<std::vector<MetricSpec>> resolveMetrics(const std::vector<std::string>& n
 
 Result<LabelSpec> labelSpecFor(const LossConfig& loss, const Shape& out) {
     if (out.size() != 1)
-        return err("loss " + loss.name + " expects a flat model output, got " +
-                   shapeToString(out));
+        return err("loss " + loss.name + " expects a flat model output, got " + shapeToString(out));
     if (isSparse(loss)) {
         if (out[0] < 2)
             return err("loss sparse_categorical_crossentropy needs at least 2 output units, got " +
@@ -86,8 +94,9 @@ Result<LabelSpec> labelSpecFor(const LossConfig& loss, const Shape& out) {
 
 Result<Graph> buildGraph(const ModelSpec& model, const ModelInfo& info, const BuildOptions& opt) {
     Graph g;
-    g.name = opt.mode == GraphMode::Train ? "train" : opt.mode == GraphMode::Eval ? "eval"
-                                                                                 : "predict";
+    g.name = opt.mode == GraphMode::Train  ? "train"
+             : opt.mode == GraphMode::Eval ? "eval"
+                                           : "predict";
     const int64_t B = opt.batch;
     auto withBatch = [&](const Shape& s) {
         Shape r{B};
@@ -116,8 +125,7 @@ Result<Graph> buildGraph(const ModelSpec& model, const ModelInfo& info, const Bu
         switch (L.type) {
             case LayerType::Flatten:
             case LayerType::Reshape:
-                if (g.node(x).shape != outShape)
-                    x = g.add(Op::Reshape, {x}, DType::F32, outShape);
+                if (g.node(x).shape != outShape) x = g.add(Op::Reshape, {x}, DType::F32, outShape);
                 break;
             case LayerType::Dense: {
                 const int64_t in = g.node(x).shape[1];
@@ -137,7 +145,9 @@ Result<Graph> buildGraph(const ModelSpec& model, const ModelInfo& info, const Bu
                 x = addAct(x, L.activation);
                 break;
             }
-            case LayerType::Activation: x = addAct(x, L.activation); break;
+            case LayerType::Activation:
+                x = addAct(x, L.activation);
+                break;
             case LayerType::Dropout:
                 if (opt.mode == GraphMode::Train && L.rate > 0) {
                     uint64_t seed = L.seed ? *L.seed : opt.seed * 1000003ull + layerIdx;
@@ -145,7 +155,8 @@ Result<Graph> buildGraph(const ModelSpec& model, const ModelInfo& info, const Bu
                               {{"rate", fmtNum(L.rate)}, {"seed", std::to_string(seed)}});
                 }
                 break;
-            case LayerType::Input: break;
+            case LayerType::Input:
+                break;
         }
     }
     const int pred = x;
@@ -190,26 +201,28 @@ Result<Graph> buildGraph(const ModelSpec& model, const ModelInfo& info, const Bu
         lossKind = "mse";
     }
     const std::string invBatch = fmtNum(1.0 / static_cast<double>(B));
-    int loss = g.add(Op::Loss, {lossIn, y}, DType::F32, {1},
-                     {{"loss", lossKind}, {"scale", invBatch}});
+    int loss =
+        g.add(Op::Loss, {lossIn, y}, DType::F32, {1}, {{"loss", lossKind}, {"scale", invBatch}});
     for (const auto& [p, r] : regs) {
-        int rl = g.add(Op::RegLoss, {p}, DType::F32, {1}, {{"l1", fmtNum(r.l1)}, {"l2", fmtNum(r.l2)}});
+        int rl =
+            g.add(Op::RegLoss, {p}, DType::F32, {1}, {{"l1", fmtNum(r.l1)}, {"l2", fmtNum(r.l2)}});
         loss = g.add(Op::Add, {loss, rl}, DType::F32, {1});
     }
     g.outputs.emplace_back("loss", loss);
 
     TD_ASSIGN_OR_RETURN(auto metrics, resolveMetrics(opt.metrics, opt.loss));
     for (const MetricSpec& m : metrics) {
-        int id = g.add(Op::Metric, {lossIn, y}, DType::F32, {1},
-                       {{"metric", m.kind}, {"k", std::to_string(m.k)},
-                        {"on_logits", onLogits ? "1" : "0"}});
+        int id = g.add(
+            Op::Metric, {lossIn, y}, DType::F32, {1},
+            {{"metric", m.kind}, {"k", std::to_string(m.k)}, {"on_logits", onLogits ? "1" : "0"}});
         g.outputs.emplace_back(m.key, id);
     }
     TD_RETURN_IF_ERROR(verifyGraph(g));
     return g;
 }
 
-// ---- autodiff ------------------------------------------------------------------------------------
+// ---- autodiff
+// ------------------------------------------------------------------------------------
 
 namespace {
 bool actUsesOutput(const std::string& act) {
@@ -257,8 +270,7 @@ Status autodiff(Graph& g) {
         }
         int pred = nd.inputs[0];
         if (!needs[static_cast<size_t>(pred)]) continue;
-        int d = g.add(Op::LossGrad, {pred, nd.inputs[1]}, DType::F32, g.node(pred).shape,
-                      nd.attrs);
+        int d = g.add(Op::LossGrad, {pred, nd.inputs[1]}, DType::F32, g.node(pred).shape, nd.attrs);
         contrib[static_cast<size_t>(pred)].push_back(d);
     }
 
@@ -282,8 +294,8 @@ Status autodiff(Graph& g) {
         switch (nd.op) {
             case Op::Reshape:
                 if (wants(nd.inputs[0]))
-                    give(nd.inputs[0], g.add(Op::Reshape, {dy}, DType::F32,
-                                             g.node(nd.inputs[0]).shape));
+                    give(nd.inputs[0],
+                         g.add(Op::Reshape, {dy}, DType::F32, g.node(nd.inputs[0]).shape));
                 break;
             case Op::MatMul: {
                 if (nd.attrI("trans_a") || nd.attrI("trans_b"))
@@ -300,8 +312,8 @@ Status autodiff(Graph& g) {
             case Op::BiasAdd:
                 if (wants(nd.inputs[0])) give(nd.inputs[0], dy);
                 if (wants(nd.inputs[1]))
-                    give(nd.inputs[1], g.add(Op::BiasGrad, {dy}, DType::F32,
-                                             g.node(nd.inputs[1]).shape));
+                    give(nd.inputs[1],
+                         g.add(Op::BiasGrad, {dy}, DType::F32, g.node(nd.inputs[1]).shape));
                 break;
             case Op::Act: {
                 if (!wants(nd.inputs[0])) break;
@@ -314,15 +326,16 @@ Status autodiff(Graph& g) {
             }
             case Op::Dropout:
                 if (wants(nd.inputs[0]))
-                    give(nd.inputs[0], g.add(Op::DropoutGrad, {dy}, DType::F32, nd.shape, nd.attrs));
+                    give(nd.inputs[0],
+                         g.add(Op::DropoutGrad, {dy}, DType::F32, nd.shape, nd.attrs));
                 break;
             case Op::Add:
                 if (wants(nd.inputs[0])) give(nd.inputs[0], dy);
                 if (wants(nd.inputs[1])) give(nd.inputs[1], dy);
                 break;
             default:
-                return err(std::string("autodiff: no gradient rule for ") + opName(nd.op) +
-                           " %" + std::to_string(nd.id));
+                return err(std::string("autodiff: no gradient rule for ") + opName(nd.op) + " %" +
+                           std::to_string(nd.id));
         }
     }
 

@@ -15,15 +15,24 @@ struct OpEntry {
     int maxInputs;
 };
 constexpr OpEntry kOps[] = {
-    {Op::Input, "input", 0, 0},          {Op::Label, "label", 0, 0},
-    {Op::Param, "param", 0, 0},          {Op::Reshape, "reshape", 1, 1},
-    {Op::MatMul, "matmul", 2, 2},        {Op::BiasAdd, "bias_add", 2, 2},
-    {Op::Act, "act", 1, 1},              {Op::Dense, "dense", 2, 3},
-    {Op::Dropout, "dropout", 1, 1},      {Op::Loss, "loss", 2, 2},
-    {Op::Metric, "metric", 2, 2},        {Op::RegLoss, "reg_loss", 1, 1},
-    {Op::LossGrad, "loss_grad", 2, 2},   {Op::ActGrad, "act_grad", 2, 2},
-    {Op::DropoutGrad, "dropout_grad", 1, 1}, {Op::BiasGrad, "bias_grad", 1, 1},
-    {Op::RegGrad, "reg_grad", 2, 2},     {Op::Add, "add", 2, 2},
+    {Op::Input, "input", 0, 0},
+    {Op::Label, "label", 0, 0},
+    {Op::Param, "param", 0, 0},
+    {Op::Reshape, "reshape", 1, 1},
+    {Op::MatMul, "matmul", 2, 2},
+    {Op::BiasAdd, "bias_add", 2, 2},
+    {Op::Act, "act", 1, 1},
+    {Op::Dense, "dense", 2, 3},
+    {Op::Dropout, "dropout", 1, 1},
+    {Op::Loss, "loss", 2, 2},
+    {Op::Metric, "metric", 2, 2},
+    {Op::RegLoss, "reg_loss", 1, 1},
+    {Op::LossGrad, "loss_grad", 2, 2},
+    {Op::ActGrad, "act_grad", 2, 2},
+    {Op::DropoutGrad, "dropout_grad", 1, 1},
+    {Op::BiasGrad, "bias_grad", 1, 1},
+    {Op::RegGrad, "reg_grad", 2, 2},
+    {Op::Add, "add", 2, 2},
 };
 const OpEntry& entry(Op op) {
     for (const auto& e : kOps)
@@ -32,7 +41,9 @@ const OpEntry& entry(Op op) {
 }
 }  // namespace
 
-const char* opName(Op op) { return entry(op).name; }
+const char* opName(Op op) {
+    return entry(op).name;
+}
 
 Result<Op> parseOp(const std::string& s) {
     for (const auto& e : kOps)
@@ -92,7 +103,8 @@ std::vector<std::vector<int>> Graph::users() const {
     return u;
 }
 
-// ---- text form -----------------------------------------------------------------------------------
+// ---- text form
+// -----------------------------------------------------------------------------------
 
 namespace {
 bool needsQuotes(const std::string& v) {
@@ -135,7 +147,7 @@ std::string printGraph(const Graph& g) {
 
 namespace {
 class Lexer {
-public:
+  public:
     explicit Lexer(const std::string& s) : s_(s) {}
     // Skips blanks and '#' comments (to the end of the line).
     void skipWs() {
@@ -193,7 +205,7 @@ public:
         return i_ >= s_.size();
     }
 
-private:
+  private:
     const std::string& s_;
     size_t i_ = 0;
     int line_ = 1;
@@ -285,7 +297,8 @@ Result<Graph> parseGraph(const std::string& text) {
     return g;
 }
 
-// ---- verifier ------------------------------------------------------------------------------------
+// ---- verifier
+// ------------------------------------------------------------------------------------
 
 Status verifyGraph(const Graph& g) {
     const int n = static_cast<int>(g.nodes.size());
@@ -294,8 +307,9 @@ Status verifyGraph(const Graph& g) {
     };
     for (int i = 0; i < n; ++i) {
         const Node& nd = g.nodes[static_cast<size_t>(i)];
-        if (nd.id != i) return err("node at position " + std::to_string(i) + " has id " +
-                                   std::to_string(nd.id));
+        if (nd.id != i)
+            return err("node at position " + std::to_string(i) + " has id " +
+                       std::to_string(nd.id));
         const OpEntry& e = entry(nd.op);
         int k = static_cast<int>(nd.inputs.size());
         if (k < e.minInputs || k > e.maxInputs)
@@ -362,7 +376,8 @@ Status verifyGraph(const Graph& g) {
             case Op::LossGrad:
                 if (nd.shape != in(0).shape) return mismatch("result shape differs from pred");
                 break;
-            default: break;
+            default:
+                break;
         }
     }
     for (const auto& [name, id] : g.outputs)
@@ -372,9 +387,9 @@ Status verifyGraph(const Graph& g) {
             return err("grad binding %" + std::to_string(p) + " is not a param");
         if (gr < 0 || gr >= n) return err("grad of %" + std::to_string(p) + " is missing");
         if (g.node(gr).shape != g.node(p).shape)
-            return err("grad %" + std::to_string(gr) + " shape " +
-                       shapeToString(g.node(gr).shape) + " differs from param %" +
-                       std::to_string(p) + " " + shapeToString(g.node(p).shape));
+            return err("grad %" + std::to_string(gr) + " shape " + shapeToString(g.node(gr).shape) +
+                       " differs from param %" + std::to_string(p) + " " +
+                       shapeToString(g.node(p).shape));
     }
     return Status::success();
 }

@@ -22,18 +22,18 @@
 namespace td {
 
 enum class Op : uint8_t {
-    Input,        // the batch features, [B, ...]
-    Label,        // the batch labels, i32 [B] or f32 [B, k]
-    Param,        // a trainable (or frozen) variable; attr name
-    Reshape,      // a view with a new shape
-    MatMul,       // [M,K] x [K,N] (with trans_a / trans_b on the stored operands)
-    BiasAdd,      // x [B,N] + b [N]
-    Act,          // elementwise (or row-wise softmax) activation; attrs act, alpha
-    Dense,        // fused matmul + bias + act; inputs x, w, (b); attrs act, alpha, has_bias
-    Dropout,      // inverted dropout keyed by (seed, step, sample index); attrs rate, seed
-    Loss,         // scalar: sum over rows of the per-sample loss / batch; attrs loss, from_logits
-    Metric,       // scalar: number of correct rows; attrs metric, k
-    RegLoss,      // scalar: l1*sum|w| + l2*sum w^2; attrs l1, l2
+    Input,    // the batch features, [B, ...]
+    Label,    // the batch labels, i32 [B] or f32 [B, k]
+    Param,    // a trainable (or frozen) variable; attr name
+    Reshape,  // a view with a new shape
+    MatMul,   // [M,K] x [K,N] (with trans_a / trans_b on the stored operands)
+    BiasAdd,  // x [B,N] + b [N]
+    Act,      // elementwise (or row-wise softmax) activation; attrs act, alpha
+    Dense,    // fused matmul + bias + act; inputs x, w, (b); attrs act, alpha, has_bias
+    Dropout,  // inverted dropout keyed by (seed, step, sample index); attrs rate, seed
+    Loss,     // scalar: sum over rows of the per-sample loss / batch; attrs loss, from_logits
+    Metric,   // scalar: number of correct rows; attrs metric, k
+    RegLoss,  // scalar: l1*sum|w| + l2*sum w^2; attrs l1, l2
     // Backward ops
     LossGrad,     // d loss / d pred for inputs (pred, label)
     ActGrad,      // inputs (dy, x_or_y); attrs act, alpha, uses_output
@@ -62,16 +62,16 @@ struct Node {
 
 struct Graph {
     std::string name = "g";
-    std::vector<Node> nodes;                 // topological order
+    std::vector<Node> nodes;                           // topological order
     std::vector<std::pair<std::string, int>> outputs;  // named results ("loss", "accuracy", ...)
-    std::map<int, int> grads;                // param node -> its gradient node
+    std::map<int, int> grads;                          // param node -> its gradient node
 
     int add(Op op, std::vector<int> inputs, DType dtype, Shape shape,
             std::map<std::string, std::string> attrs = {});
     const Node& node(int id) const { return nodes.at(static_cast<size_t>(id)); }
     Node& node(int id) { return nodes.at(static_cast<size_t>(id)); }
     int output(const std::string& outputName) const;  // -1 when absent
-    std::vector<int> params() const;             // Param node ids in order
+    std::vector<int> params() const;                  // Param node ids in order
     // Users of each node (computed on demand).
     std::vector<std::vector<int>> users() const;
 };

@@ -5,8 +5,12 @@
 
 namespace td {
 
-void PassManager::add(std::unique_ptr<Pass> pass) { passes_.push_back(std::move(pass)); }
-void PassManager::disable(const std::string& name) { disabled_.insert(name); }
+void PassManager::add(std::unique_ptr<Pass> pass) {
+    passes_.push_back(std::move(pass));
+}
+void PassManager::disable(const std::string& name) {
+    disabled_.insert(name);
+}
 void PassManager::setDumpHook(std::function<void(const std::string&, const Graph&)> hook) {
     hook_ = std::move(hook);
 }
@@ -71,19 +75,23 @@ std::vector<int> compactGraph(Graph& g, const std::vector<bool>& keep) {
     g.nodes = std::move(out);
     for (auto& [name, id] : g.outputs) id = remap[static_cast<size_t>(id)];
     std::map<int, int> grads;
-    for (auto& [p, gr] : g.grads) grads[remap[static_cast<size_t>(p)]] = remap[static_cast<size_t>(gr)];
+    for (auto& [p, gr] : g.grads)
+        grads[remap[static_cast<size_t>(p)]] = remap[static_cast<size_t>(gr)];
     g.grads = std::move(grads);
     return remap;
 }
 
-// ---- fusion --------------------------------------------------------------------------------------
+// ---- fusion
+// --------------------------------------------------------------------------------------
 
 namespace {
 bool isPostOpAct(const std::string& act) {
     return act == "relu" || act == "leaky_relu" || act == "elu" || act == "gelu" ||
            act == "sigmoid" || act == "tanh";
 }
-std::string ref(int id) { return "%" + std::to_string(id); }
+std::string ref(int id) {
+    return "%" + std::to_string(id);
+}
 }  // namespace
 
 Result<bool> FusionPass::run(Graph& g) {
@@ -176,7 +184,8 @@ Result<bool> FusionPass::run(Graph& g) {
     return changed;
 }
 
-// ---- dead code -----------------------------------------------------------------------------------
+// ---- dead code
+// -----------------------------------------------------------------------------------
 
 Result<bool> DeadCodePass::run(Graph& g) {
     std::vector<bool> live(g.nodes.size(), false);
@@ -202,7 +211,8 @@ Result<bool> DeadCodePass::run(Graph& g) {
     return true;
 }
 
-// ---- memory planning -----------------------------------------------------------------------------
+// ---- memory planning
+// -----------------------------------------------------------------------------
 
 Result<bool> MemoryPlanPass::run(Graph& g) {
     const size_t n = g.nodes.size();
@@ -210,11 +220,12 @@ Result<bool> MemoryPlanPass::run(Graph& g) {
     std::vector<int> root(n);
     for (size_t i = 0; i < n; ++i) {
         const Node& nd = g.nodes[i];
-        root[i] = nd.op == Op::Reshape ? root[static_cast<size_t>(nd.inputs[0])]
-                                       : static_cast<int>(i);
+        root[i] =
+            nd.op == Op::Reshape ? root[static_cast<size_t>(nd.inputs[0])] : static_cast<int>(i);
     }
     std::vector<bool> gradOut(n, false);
-    for (const auto& [p, gr] : g.grads) gradOut[static_cast<size_t>(root[static_cast<size_t>(gr)])] = true;
+    for (const auto& [p, gr] : g.grads)
+        gradOut[static_cast<size_t>(root[static_cast<size_t>(gr)])] = true;
     std::vector<int> lastUse(n, -1);
     for (size_t i = 0; i < n; ++i) {
         lastUse[static_cast<size_t>(root[i])] =
@@ -269,7 +280,8 @@ Result<bool> MemoryPlanPass::run(Graph& g) {
                                   }),
                    live.end());
         // First fit in the gaps between live blocks.
-        std::sort(live.begin(), live.end(), [](const Block& a, const Block& b) { return a.off < b.off; });
+        std::sort(live.begin(), live.end(),
+                  [](const Block& a, const Block& b) { return a.off < b.off; });
         size_t off = 0;
         for (const Block& b : live) {
             if (b.off >= off + sz) break;

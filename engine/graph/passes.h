@@ -14,7 +14,7 @@
 namespace td {
 
 class Pass {
-public:
+  public:
     virtual ~Pass() = default;
     virtual const char* name() const = 0;
     virtual Result<bool> run(Graph& g) = 0;
@@ -28,7 +28,7 @@ struct PassTiming {
 };
 
 class PassManager {
-public:
+  public:
     void add(std::unique_ptr<Pass> pass);
     void disable(const std::string& name);
     bool isDisabled(const std::string& name) const { return disabled_.count(name) != 0; }
@@ -39,7 +39,7 @@ public:
     std::vector<std::string> passNames() const;
     Pass* find(const std::string& name);
 
-private:
+  private:
     std::vector<std::unique_ptr<Pass>> passes_;
     std::set<std::string> disabled_;
     std::function<void(const std::string&, const Graph&)> hook_;
@@ -50,25 +50,25 @@ private:
 struct FusionDecision {
     std::vector<int> nodes;  // node ids before the pass
     bool fused = false;
-    std::string what;        // "matmul %4 + bias_add %6 + act(relu) %7 -> dense"
-    std::string reason;      // why not, when fused is false
+    std::string what;    // "matmul %4 + bias_add %6 + act(relu) %7 -> dense"
+    std::string reason;  // why not, when fused is false
 };
 
 // matmul -> bias_add -> elementwise act chains become one `dense` node (oneDNN matmul with bias
 // and eltwise post-op). Each link fuses only when the intermediate value has no other user.
 class FusionPass : public Pass {
-public:
+  public:
     const char* name() const override { return "fusion"; }
     Result<bool> run(Graph& g) override;
     const std::vector<FusionDecision>& decisions() const { return decisions_; }
 
-private:
+  private:
     std::vector<FusionDecision> decisions_;
 };
 
 // Removes nodes that no output and no gradient depends on; renumbers.
 class DeadCodePass : public Pass {
-public:
+  public:
     const char* name() const override { return "dce"; }
     Result<bool> run(Graph& g) override;
 };
@@ -77,13 +77,13 @@ public:
 // everything else gets an offset in one arena reused by values whose lifetimes do not overlap.
 // Writes attrs buf=param|grad|input|label|arena|alias and off=<bytes> on each node.
 class MemoryPlanPass : public Pass {
-public:
+  public:
     const char* name() const override { return "memory"; }
     Result<bool> run(Graph& g) override;
     size_t arenaBytes() const { return arenaBytes_; }
     size_t naiveBytes() const { return naiveBytes_; }  // without reuse, for reporting
 
-private:
+  private:
     size_t arenaBytes_ = 0;
     size_t naiveBytes_ = 0;
 };

@@ -21,21 +21,21 @@ namespace td {
 struct RunRecord {
     int64_t id = 0;
     std::string name;
-    std::string projectJson;   // the project file as trained
-    std::string configJson;    // effective settings after CLI overrides (JSON object)
+    std::string projectJson;         // the project file as trained
+    std::string configJson;          // effective settings after CLI overrides (JSON object)
     std::string status = "running";  // runStatusName()
-    int64_t startedAtMs = 0;   // unix epoch milliseconds
-    int64_t endedAtMs = 0;     // 0 while running
+    int64_t startedAtMs = 0;         // unix epoch milliseconds
+    int64_t endedAtMs = 0;           // 0 while running
     std::string host;
     int64_t pid = 0;
-    std::string devices;       // comma-separated, e.g. "cpu:0,cpu:1"
+    std::string devices;  // comma-separated, e.g. "cpu:0,cpu:1"
     std::string modelName;
     int64_t params = 0;
     std::string finalMetricsJson = "{}";
-    std::string message;       // failure or stop reason
+    std::string message;  // failure or stop reason
     std::string notes;
     std::optional<double> bestValAccuracy;  // derived from epoch metrics
-    int64_t updatedAtMs = 0;   // last write for this run (create, append, finish); unix ms
+    int64_t updatedAtMs = 0;  // last write for this run (create, append, finish); unix ms
 };
 
 struct StepRow {
@@ -68,7 +68,7 @@ struct LogRow {
 };
 
 class RunStore {
-public:
+  public:
     // Opens (creating if needed) and migrates the schema. Errors name the path.
     static Result<std::unique_ptr<RunStore>> open(const std::string& path);
     ~RunStore();
@@ -104,7 +104,7 @@ public:
     // CSV with one row per epoch (and a second section per step), columns from the metric names.
     Result<std::string> exportCsv(int64_t runId);
 
-private:
+  private:
     RunStore() = default;
     // One connection; every public method holds this, so a RunStore may be shared by threads.
     mutable std::mutex mu_;
@@ -115,7 +115,7 @@ private:
 // Subscribes to a run's events and writes them to the store in batches on its own thread.
 // The training thread never touches SQLite. Stops after RunFinished (or when the queue closes).
 class RunRecorder {
-public:
+  public:
     // Opens its own connection to storePath. runId must exist already.
     static Result<std::unique_ptr<RunRecorder>> start(const std::string& storePath, int64_t runId,
                                                       std::shared_ptr<EventQueue> events);
@@ -124,7 +124,7 @@ public:
     // First write error seen, if any.
     std::optional<std::string> lastError() const;
 
-private:
+  private:
     RunRecorder() = default;
     struct Impl;
     std::unique_ptr<Impl> impl_;

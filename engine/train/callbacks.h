@@ -20,13 +20,13 @@ struct TrainControl {
     std::string stopReason;
     std::function<double()> getLearningRate;
     std::function<void(double)> setLearningRate;
-    std::function<std::vector<Tensor>()> getWeights;       // copies of all parameters
+    std::function<std::vector<Tensor>()> getWeights;  // copies of all parameters
     std::function<void(const std::vector<Tensor>&)> setWeights;
-    std::function<void(const std::string&)> log;          // a log line for the run
+    std::function<void(const std::string&)> log;  // a log line for the run
 };
 
 class Callback {
-public:
+  public:
     // Errors name the callback and field, e.g. "callbacks[0].patience: expected >= 0".
     static Result<std::unique_ptr<Callback>> create(const CallbackConfig& cfg);
     virtual ~Callback() = default;

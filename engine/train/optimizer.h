@@ -16,7 +16,7 @@
 namespace td {
 
 class LearningRateSchedule {
-public:
+  public:
     static Result<std::unique_ptr<LearningRateSchedule>> create(double initialLearningRate,
                                                                 const ScheduleConfig& cfg);
     virtual ~LearningRateSchedule() = default;
@@ -25,13 +25,13 @@ public:
 };
 
 struct ParamRef {
-    float* value;     // length size
-    float* grad;      // length size; clipping may modify it
+    float* value;  // length size
+    float* grad;   // length size; clipping may modify it
     int64_t size;
 };
 
 class Optimizer {
-public:
+  public:
     // Errors name the field, e.g. "optimizer.beta_1: expected a value in [0, 1), got 1.5".
     static Result<std::unique_ptr<Optimizer>> create(const OptimizerConfig& cfg);
     virtual ~Optimizer() = default;
@@ -43,7 +43,7 @@ public:
     // current iteration unless a learning-rate override is set (ReduceLROnPlateau).
     virtual void apply(std::span<const ParamRef> params) = 0;
     virtual int64_t iterations() const = 0;
-    virtual double currentLearningRate() const = 0;  // rate the next apply() will use
+    virtual double currentLearningRate() const = 0;       // rate the next apply() will use
     virtual void setLearningRateOverride(double lr) = 0;  // replaces the schedule from now on
 
     // Slot state for checkpoints: one tensor per slot array, in a fixed order, plus iterations.

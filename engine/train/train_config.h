@@ -12,10 +12,10 @@ struct ScheduleConfig {
     // "constant", "exponential_decay", "cosine_decay" (with optional warmup)
     std::string type = "constant";
     int64_t decaySteps = 1000;
-    double decayRate = 0.96;      // exponential_decay
-    bool staircase = false;       // exponential_decay
-    double alpha = 0.0;           // cosine_decay: floor as a fraction of the initial rate
-    int64_t warmupSteps = 0;      // cosine_decay: linear warmup from initial rate to warmupTarget
+    double decayRate = 0.96;  // exponential_decay
+    bool staircase = false;   // exponential_decay
+    double alpha = 0.0;       // cosine_decay: floor as a fraction of the initial rate
+    int64_t warmupSteps = 0;  // cosine_decay: linear warmup from initial rate to warmupTarget
     std::optional<double> warmupTarget;
 };
 

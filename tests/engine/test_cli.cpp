@@ -23,16 +23,19 @@ Run traindeck(const QStringList& args, const QString& home = QString()) {
         p.waitForFinished();
     }
     return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1,
-            QString::fromUtf8(p.readAllStandardOutput()), QString::fromUtf8(p.readAllStandardError())};
+            QString::fromUtf8(p.readAllStandardOutput()),
+            QString::fromUtf8(p.readAllStandardError())};
 }
 
-QString project(const char* name) { return QString(TRAINDECK_SOURCE_DIR) + "/projects/" + name; }
+QString project(const char* name) {
+    return QString(TRAINDECK_SOURCE_DIR) + "/projects/" + name;
+}
 
 }  // namespace
 
 class TestCli : public QObject {
     Q_OBJECT
-private slots:
+  private slots:
     void summaryPrintsKerasTable();
     void devicesListsCpu();
     void compileDumpsAfterPass();
@@ -98,11 +101,19 @@ void TestCli::trainStoresRunAndListsIt() {
 void TestCli::badInput_data() {
     QTest::addColumn<QStringList>("args");
     QTest::addColumn<QString>("expected");
-    QTest::newRow("missing project") << QStringList{"train", "/nonexistent/p.json"} << "/nonexistent/p.json";
-    QTest::newRow("not json") << QStringList{"summary", QString(TRAINDECK_SOURCE_DIR) + "/README.md"} << "README.md";
-    QTest::newRow("unknown run") << QStringList{"show", "no-such-run", "--db", "/tmp/traindeck-cli-test.db"} << "no-such-run";
-    QTest::newRow("bad flag") << QStringList{"train", project("synthetic_blobs.json"), "--epochs", "-3"} << "epochs";
-    QTest::newRow("corrupt db") << QStringList{"runs", "--db", project("synthetic_blobs.json")} << "synthetic_blobs.json";
+    QTest::newRow("missing project")
+        << QStringList{"train", "/nonexistent/p.json"} << "/nonexistent/p.json";
+    QTest::newRow("not json") << QStringList{"summary",
+                                             QString(TRAINDECK_SOURCE_DIR) + "/README.md"}
+                              << "README.md";
+    QTest::newRow("unknown run") << QStringList{"show", "no-such-run", "--db",
+                                                "/tmp/traindeck-cli-test.db"}
+                                 << "no-such-run";
+    QTest::newRow("bad flag") << QStringList{"train", project("synthetic_blobs.json"), "--epochs",
+                                             "-3"}
+                              << "epochs";
+    QTest::newRow("corrupt db") << QStringList{"runs", "--db", project("synthetic_blobs.json")}
+                                << "synthetic_blobs.json";
 }
 
 void TestCli::badInput() {

@@ -48,7 +48,7 @@ Recorded runToEnd(Session& s) {
 
 class TestTraining : public QObject {
     Q_OBJECT
-private slots:
+  private slots:
     void syntheticReachesThreshold();
     void eventsAndStore();
     void sameSeedSameLosses();
@@ -117,7 +117,8 @@ void TestTraining::sameSeedSameLosses() {
     for (auto* out : {&a, &b}) {
         auto s = Session::create(synthetic(1024, 2), {});
         QVERIFY(s.ok());
-        for (const auto& e : runToEnd(**s).all<EpochMetrics>()) out->push_back(e.metrics.at("loss"));
+        for (const auto& e : runToEnd(**s).all<EpochMetrics>())
+            out->push_back(e.metrics.at("loss"));
     }
     QCOMPARE(a, b);
     SessionOptions o;
@@ -265,12 +266,18 @@ void TestTraining::fashionMnistShortRun() {
 void TestTraining::badProjects_data() {
     QTest::addColumn<QString>("what");
     QTest::addColumn<QString>("expected");
-    QTest::newRow("input shape") << "input" << "does not match the data's samples";
-    QTest::newRow("too few units") << "units" << "classes but the last layer has 3 units";
-    QTest::newRow("missing file") << "file" << "no_such_images.gz";
-    QTest::newRow("precision") << "precision" << "mixed_float16";
-    QTest::newRow("one_hot with sparse loss") << "onehot" << "expects integer class labels";
-    QTest::newRow("batch size") << "batch" << "training.batch_size";
+    QTest::newRow("input shape") << "input"
+                                 << "does not match the data's samples";
+    QTest::newRow("too few units") << "units"
+                                   << "classes but the last layer has 3 units";
+    QTest::newRow("missing file") << "file"
+                                  << "no_such_images.gz";
+    QTest::newRow("precision") << "precision"
+                               << "mixed_float16";
+    QTest::newRow("one_hot with sparse loss") << "onehot"
+                                              << "expects integer class labels";
+    QTest::newRow("batch size") << "batch"
+                                << "training.batch_size";
 }
 
 void TestTraining::badProjects() {

@@ -29,7 +29,8 @@ struct Harness {
     }
 
     // Plans and compiles `graph` (runs the memory pass; other passes as given).
-    bool compile(td::Graph graph, std::vector<std::string> passes = {}, std::string* error = nullptr) {
+    bool compile(td::Graph graph, std::vector<std::string> passes = {},
+                 std::string* error = nullptr) {
         g = std::move(graph);
         td::PassManager pm;
         for (const auto& p : passes) {
@@ -74,7 +75,9 @@ struct Harness {
     void* lab() { return label.ptr; }
     const float* value(int id) { return static_cast<const float*>(exe->valuePtr(id)); }
     const float* output(const std::string& name) { return value(g.output(name)); }
-    void run(int64_t step = 1, int64_t base = 0) { QVERIFY(exe->run(td::StepArgs{step, base}).ok()); }
+    void run(int64_t step = 1, int64_t base = 0) {
+        QVERIFY(exe->run(td::StepArgs{step, base}).ok());
+    }
 };
 
 inline td::Graph parseOrDie(const std::string& text) {

@@ -53,7 +53,7 @@ Graph trainGraph(const ModelSpec& model, int64_t batch) {
 
 class TestGraph : public QObject {
     Q_OBJECT
-private slots:
+  private slots:
     void textRoundTrip();
     void parseErrors_data();
     void parseErrors();
@@ -84,12 +84,17 @@ void TestGraph::textRoundTrip() {
 void TestGraph::parseErrors_data() {
     QTest::addColumn<QString>("ir");
     QTest::addColumn<QString>("expected");
-    QTest::newRow("unknown op") << "graph t {\n %0 = frobnicate() : f32[1]\n}" << "unknown op 'frobnicate'";
-    QTest::newRow("numbering") << "graph t {\n %1 = input() : f32[1]\n}" << "expected %0, got %1";
-    QTest::newRow("bad dtype") << "graph t {\n %0 = input() : f64[1]\n}" << "unknown dtype 'f64'";
-    QTest::newRow("unterminated") << "graph t {\n %0 = input() : f32[1]\n" << "unexpected end";
-    QTest::newRow("line number") << "graph t {\n %0 = input() : f32[2]\n %1 = act(%0) {act=relu : f32[2]\n}"
-                                 << "IR line 3";
+    QTest::newRow("unknown op") << "graph t {\n %0 = frobnicate() : f32[1]\n}"
+                                << "unknown op 'frobnicate'";
+    QTest::newRow("numbering") << "graph t {\n %1 = input() : f32[1]\n}"
+                               << "expected %0, got %1";
+    QTest::newRow("bad dtype") << "graph t {\n %0 = input() : f64[1]\n}"
+                               << "unknown dtype 'f64'";
+    QTest::newRow("unterminated") << "graph t {\n %0 = input() : f32[1]\n"
+                                  << "unexpected end";
+    QTest::newRow("line number")
+        << "graph t {\n %0 = input() : f32[2]\n %1 = act(%0) {act=relu : f32[2]\n}"
+        << "IR line 3";
 }
 
 void TestGraph::parseErrors() {
@@ -103,18 +108,23 @@ void TestGraph::parseErrors() {
 void TestGraph::verifierRejects_data() {
     QTest::addColumn<QString>("ir");
     QTest::addColumn<QString>("expected");
-    QTest::newRow("matmul inner") << "graph t {\n %0 = input() : f32[2,3]\n %1 = param() {name=w} : f32[4,5]\n"
-                                     " %2 = matmul(%0, %1) {trans_a=0, trans_b=0} : f32[2,5]\n}"
-                                  << "%2 = matmul: inner dimensions differ";
-    QTest::newRow("bias shape") << "graph t {\n %0 = input() : f32[2,3]\n %1 = param() {name=b} : f32[4]\n"
-                                   " %2 = bias_add(%0, %1) : f32[2,3]\n}"
-                                << "bias shape [4] does not match [2,3]";
-    QTest::newRow("reshape count") << "graph t {\n %0 = input() : f32[2,3]\n %1 = reshape(%0) : f32[7]\n}"
-                                   << "cannot reshape [2,3] into [7]";
-    QTest::newRow("operand order") << "graph t {\n %0 = act(%1) {act=relu} : f32[2]\n %1 = input() : f32[2]\n}"
-                                   << "not defined before it";
-    QTest::newRow("grad shape") << "graph t {\n %0 = param() {name=w} : f32[2]\n %1 = input() : f32[3]\n grad %0 = %1\n}"
-                                << "differs from param";
+    QTest::newRow("matmul inner")
+        << "graph t {\n %0 = input() : f32[2,3]\n %1 = param() {name=w} : f32[4,5]\n"
+           " %2 = matmul(%0, %1) {trans_a=0, trans_b=0} : f32[2,5]\n}"
+        << "%2 = matmul: inner dimensions differ";
+    QTest::newRow("bias shape")
+        << "graph t {\n %0 = input() : f32[2,3]\n %1 = param() {name=b} : f32[4]\n"
+           " %2 = bias_add(%0, %1) : f32[2,3]\n}"
+        << "bias shape [4] does not match [2,3]";
+    QTest::newRow("reshape count")
+        << "graph t {\n %0 = input() : f32[2,3]\n %1 = reshape(%0) : f32[7]\n}"
+        << "cannot reshape [2,3] into [7]";
+    QTest::newRow("operand order")
+        << "graph t {\n %0 = act(%1) {act=relu} : f32[2]\n %1 = input() : f32[2]\n}"
+        << "not defined before it";
+    QTest::newRow("grad shape")
+        << "graph t {\n %0 = param() {name=w} : f32[2]\n %1 = input() : f32[3]\n grad %0 = %1\n}"
+        << "differs from param";
 }
 
 void TestGraph::verifierRejects() {
@@ -245,7 +255,8 @@ void TestGraph::memoryPlanReusesWithoutOverlap() {
             if (!overlapTime) continue;
             const int64_t a0 = g.nodes[a].attrI("off"), a1 = a0 + numElements(g.nodes[a].shape) * 4;
             const int64_t b0 = g.nodes[b].attrI("off"), b1 = b0 + numElements(g.nodes[b].shape) * 4;
-            QVERIFY2(a1 <= b0 || b1 <= a0, qPrintable(QString("%%1 and %%2 overlap").arg(a).arg(b)));
+            QVERIFY2(a1 <= b0 || b1 <= a0,
+                     qPrintable(QString("%%1 and %%2 overlap").arg(a).arg(b)));
         }
     }
 }

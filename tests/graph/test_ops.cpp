@@ -38,7 +38,7 @@ double actRef(const std::string& a, double x, double alpha) {
 
 class TestOps : public QObject {
     Q_OBJECT
-private slots:
+  private slots:
     void activationForward_data();
     void activationForward();
     void softmaxForward();
@@ -67,9 +67,9 @@ void TestOps::activationForward() {
     QFETCH(QString, act);
     QFETCH(double, alpha);
     Harness h;
-    std::string ir = "graph t {\n %0 = input() : f32[4,7]\n %1 = act(%0) {act=" +
-                     act.toStdString() + ", alpha=" + fmtNum(alpha) +
-                     "} : f32[4,7]\n output y = %1\n}\n";
+    std::string ir =
+        "graph t {\n %0 = input() : f32[4,7]\n %1 = act(%0) {act=" + act.toStdString() +
+        ", alpha=" + fmtNum(alpha) + "} : f32[4,7]\n output y = %1\n}\n";
     QVERIFY(h.compile(tdtest::parseOrDie(ir)));
     auto x = randomVec(28, 1, -3, 3);
     std::copy(x.begin(), x.end(), h.in());
@@ -114,8 +114,8 @@ void TestOps::matmulForward() {
     Harness h;
     QVERIFY(h.compile(tdtest::parseOrDie(
         "graph t {\n %0 = param() {name=a} : f32" + as + "\n %1 = param() {name=b} : f32" + bs +
-        "\n %2 = matmul(%0, %1) {trans_a=" + std::to_string(ta) + ", trans_b=" +
-        std::to_string(tb) + "} : f32[5,3]\n output c = %2\n}\n")));
+        "\n %2 = matmul(%0, %1) {trans_a=" + std::to_string(ta) +
+        ", trans_b=" + std::to_string(tb) + "} : f32[5,3]\n output c = %2\n}\n")));
     auto a = randomVec(M * K, 3), b = randomVec(K * N, 4);
     std::copy(a.begin(), a.end(), h.param(0));
     std::copy(b.begin(), b.end(), h.param(1));
@@ -138,14 +138,16 @@ void TestOps::denseFusedMatchesUnfused_data() {
 
 void TestOps::denseFusedMatchesUnfused() {
     QFETCH(QString, act);
-    std::string ir = "graph t {\n %0 = input() : f32[6,9]\n %1 = param() {name=w} : f32[9,4]\n"
-                     " %2 = param() {name=b} : f32[4]\n"
-                     " %3 = matmul(%0, %1) {trans_a=0, trans_b=0} : f32[6,4]\n"
-                     " %4 = bias_add(%3, %2) : f32[6,4]\n";
+    std::string ir =
+        "graph t {\n %0 = input() : f32[6,9]\n %1 = param() {name=w} : f32[9,4]\n"
+        " %2 = param() {name=b} : f32[4]\n"
+        " %3 = matmul(%0, %1) {trans_a=0, trans_b=0} : f32[6,4]\n"
+        " %4 = bias_add(%3, %2) : f32[6,4]\n";
     if (act == "linear") {
         ir += " output y = %4\n}\n";
     } else {
-        ir += " %5 = act(%4) {act=" + act.toStdString() + ", alpha=0.3} : f32[6,4]\n output y = %5\n}\n";
+        ir += " %5 = act(%4) {act=" + act.toStdString() +
+              ", alpha=0.3} : f32[6,4]\n output y = %5\n}\n";
     }
     Harness fused, plain;
     // For "linear" the fused node replaces the bias_add, which stays the graph output.
@@ -276,7 +278,8 @@ void TestOps::regularizer() {
     QVERIFY(std::fabs(out[1] - (0.1f - 0.01f - 0.4f)) < 1e-6);
 }
 
-// ---- gradient check ------------------------------------------------------------------------------
+// ---- gradient check
+// ------------------------------------------------------------------------------
 
 void TestOps::gradientCheck_data() {
     QTest::addColumn<QString>("ir");
@@ -284,40 +287,60 @@ void TestOps::gradientCheck_data() {
     const std::string head = "graph t {\n %0 = param() {name=x} : f32[3,4]\n";
     auto actRow = [&](const char* act, const char* extra) {
         return head + " %1 = act(%0) {act=" + act + extra + "} : f32[3,4]\n" +
-               " %2 = label() : f32[3,4]\n %3 = loss(%1, %2) {loss=mse, scale=0.333333333} : f32[1]\n"
+               " %2 = label() : f32[3,4]\n %3 = loss(%1, %2) {loss=mse, scale=0.333333333} : "
+               "f32[1]\n"
                " output loss = %3\n}\n";
     };
     for (const char* a : {"relu", "sigmoid", "tanh", "softmax", "gelu"})
         QTest::newRow(a) << QString::fromStdString(actRow(a, "")) << false;
-    QTest::newRow("leaky_relu") << QString::fromStdString(actRow("leaky_relu", ", alpha=0.2")) << false;
+    QTest::newRow("leaky_relu") << QString::fromStdString(actRow("leaky_relu", ", alpha=0.2"))
+                                << false;
     QTest::newRow("elu") << QString::fromStdString(actRow("elu", ", alpha=1")) << false;
-    QTest::newRow("matmul+bias") << QString::fromStdString(
-        head + " %1 = param() {name=w} : f32[4,2]\n %2 = param() {name=b} : f32[2]\n"
-               " %3 = matmul(%0, %1) {trans_a=0, trans_b=0} : f32[3,2]\n %4 = bias_add(%3, %2) : f32[3,2]\n"
-               " %5 = label() : f32[3,2]\n %6 = loss(%4, %5) {loss=mse, scale=0.333333333} : f32[1]\n"
-               " output loss = %6\n}\n") << false;
-    QTest::newRow("reshape") << QString::fromStdString(
-        head + " %1 = reshape(%0) : f32[2,6]\n %2 = act(%1) {act=tanh} : f32[2,6]\n"
+    QTest::newRow("matmul+bias")
+        << QString::fromStdString(
+               head +
+               " %1 = param() {name=w} : f32[4,2]\n %2 = param() {name=b} : f32[2]\n"
+               " %3 = matmul(%0, %1) {trans_a=0, trans_b=0} : f32[3,2]\n %4 = bias_add(%3, %2) : "
+               "f32[3,2]\n"
+               " %5 = label() : f32[3,2]\n %6 = loss(%4, %5) {loss=mse, scale=0.333333333} : "
+               "f32[1]\n"
+               " output loss = %6\n}\n")
+        << false;
+    QTest::newRow("reshape")
+        << QString::fromStdString(
+               head +
+               " %1 = reshape(%0) : f32[2,6]\n %2 = act(%1) {act=tanh} : f32[2,6]\n"
                " %3 = label() : f32[2,6]\n %4 = loss(%2, %3) {loss=mse, scale=0.5} : f32[1]\n"
-               " output loss = %4\n}\n") << false;
-    QTest::newRow("dropout") << QString::fromStdString(
-        head + " %1 = dropout(%0) {rate=0.3, seed=5} : f32[3,4]\n %2 = label() : f32[3,4]\n"
-               " %3 = loss(%1, %2) {loss=mse, scale=0.333333333} : f32[1]\n output loss = %3\n}\n") << false;
+               " output loss = %4\n}\n")
+        << false;
+    QTest::newRow("dropout")
+        << QString::fromStdString(
+               head +
+               " %1 = dropout(%0) {rate=0.3, seed=5} : f32[3,4]\n %2 = label() : f32[3,4]\n"
+               " %3 = loss(%1, %2) {loss=mse, scale=0.333333333} : f32[1]\n output loss = %3\n}\n")
+        << false;
     for (const char* l : {"softmax_xent", "xent", "sigmoid_bce", "bce", "mse"})
         QTest::newRow(l) << QString::fromStdString(
-            head + " %1 = act(%0) {act=sigmoid} : f32[3,4]\n %2 = label() : f32[3,4]\n"
-                   " %3 = loss(%1, %2) {loss=" + l + ", scale=0.333333333} : f32[1]\n output loss = %3\n}\n")
+                                head +
+                                " %1 = act(%0) {act=sigmoid} : f32[3,4]\n %2 = label() : f32[3,4]\n"
+                                " %3 = loss(%1, %2) {loss=" +
+                                l + ", scale=0.333333333} : f32[1]\n output loss = %3\n}\n")
                          << false;
     for (const char* l : {"sparse_softmax_xent", "sparse_xent"})
         QTest::newRow(l) << QString::fromStdString(
-            head + " %1 = act(%0) {act=sigmoid} : f32[3,4]\n %2 = label() : i32[3]\n"
-                   " %3 = loss(%1, %2) {loss=" + l + ", scale=0.333333333} : f32[1]\n output loss = %3\n}\n")
+                                head +
+                                " %1 = act(%0) {act=sigmoid} : f32[3,4]\n %2 = label() : i32[3]\n"
+                                " %3 = loss(%1, %2) {loss=" +
+                                l + ", scale=0.333333333} : f32[1]\n output loss = %3\n}\n")
                          << true;
-    QTest::newRow("reg_loss") << QString::fromStdString(
-        head + " %1 = act(%0) {act=tanh} : f32[3,4]\n %2 = label() : f32[3,4]\n"
+    QTest::newRow("reg_loss")
+        << QString::fromStdString(
+               head +
+               " %1 = act(%0) {act=tanh} : f32[3,4]\n %2 = label() : f32[3,4]\n"
                " %3 = loss(%1, %2) {loss=mse, scale=0.333333333} : f32[1]\n"
                " %4 = reg_loss(%0) {l1=0.01, l2=0.05} : f32[1]\n %5 = add(%3, %4) : f32[1]\n"
-               " output loss = %5\n}\n") << false;
+               " output loss = %5\n}\n")
+        << false;
 }
 
 void TestOps::gradientCheck() {
@@ -331,14 +354,16 @@ void TestOps::gradientCheck() {
     // Inputs: the params, kept away from kinks; labels in (0,1) or class ids.
     std::vector<int> pids = h.g.params();
     for (size_t i = 0; i < pids.size(); ++i) {
-        auto v = randomVec(static_cast<size_t>(numElements(h.g.node(pids[i]).shape)), 20 + uint32_t(i), -1.5f, 1.5f);
+        auto v = randomVec(static_cast<size_t>(numElements(h.g.node(pids[i]).shape)),
+                           20 + uint32_t(i), -1.5f, 1.5f);
         std::copy(v.begin(), v.end(), h.param(i));
     }
     for (const auto& n : h.g.nodes)
         if (n.op == Op::Label) {
             const int64_t k = numElements(n.shape);
             if (sparseLabels) {
-                for (int64_t i = 0; i < k; ++i) static_cast<int32_t*>(h.lab())[i] = int32_t((i * 3 + 1) % 4);
+                for (int64_t i = 0; i < k; ++i)
+                    static_cast<int32_t*>(h.lab())[i] = int32_t((i * 3 + 1) % 4);
             } else {
                 auto v = randomVec(static_cast<size_t>(k), 30, 0.1f, 0.9f);
                 std::copy(v.begin(), v.end(), static_cast<float*>(h.lab()));
@@ -365,7 +390,10 @@ void TestOps::gradientCheck() {
             const double tol = 2e-3 + 2e-2 * std::fabs(numeric);
             QVERIFY2(std::fabs(numeric - analytic[size_t(j)]) < tol,
                      qPrintable(QString("param %1[%2]: analytic %3 numeric %4")
-                                    .arg(i).arg(j).arg(analytic[size_t(j)]).arg(numeric)));
+                                    .arg(i)
+                                    .arg(j)
+                                    .arg(analytic[size_t(j)])
+                                    .arg(numeric)));
         }
     }
 }

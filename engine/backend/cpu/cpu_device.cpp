@@ -19,13 +19,12 @@ namespace td {
 
 namespace {
 
-
 struct Instr {
     Op op;
-    const float* a = nullptr;   // first operand
-    const void* b = nullptr;    // second operand (labels for loss/metric)
+    const float* a = nullptr;  // first operand
+    const void* b = nullptr;   // second operand (labels for loss/metric)
     float* out = nullptr;
-    int64_t rows = 0, cols = 0; // of the first operand
+    int64_t rows = 0, cols = 0;  // of the first operand
     float alpha = 0, scale = 0, l1 = 0, l2 = 0;
     cpu::ActKind act = cpu::ActKind::Linear;
     cpu::LossKind loss = cpu::LossKind::Mse;
@@ -37,7 +36,7 @@ struct Instr {
 };
 
 class CpuProgram final : public Executable {
-public:
+  public:
     CpuProgram(dnnl::engine& eng, dnnl::stream& strm) : eng_(eng), strm_(strm) {}
     ~CpuProgram() override { std::free(arena_); }
 
@@ -48,7 +47,7 @@ public:
     }
     size_t arenaBytes() const override { return arenaBytes_; }
 
-private:
+  private:
     struct Prim {
         dnnl::primitive p;
         std::unordered_map<int, dnnl::memory> args;
@@ -89,27 +88,39 @@ Status CpuProgram::addMatmul(const Graph& g, const Node& n, Instr& ins) {
         const std::string act = n.attr("act", "linear");
         post_ops po;
         const float alpha = static_cast<float>(n.attrF("alpha"));
-        if (act == "relu") po.append_eltwise(1.f, algorithm::eltwise_relu, 0.f, 0.f);
-        else if (act == "leaky_relu") po.append_eltwise(1.f, algorithm::eltwise_relu, alpha, 0.f);
-        else if (act == "elu") po.append_eltwise(1.f, algorithm::eltwise_elu, alpha, 0.f);
-        else if (act == "gelu") po.append_eltwise(1.f, algorithm::eltwise_gelu_erf, 0.f, 0.f);
-        else if (act == "sigmoid") po.append_eltwise(1.f, algorithm::eltwise_logistic, 0.f, 0.f);
-        else if (act == "tanh") po.append_eltwise(1.f, algorithm::eltwise_tanh, 0.f, 0.f);
-        else if (act != "linear") return err("dense %" + std::to_string(n.id) + ": activation " + act + " is not a post-op");
+        if (act == "relu")
+            po.append_eltwise(1.f, algorithm::eltwise_relu, 0.f, 0.f);
+        else if (act == "leaky_relu")
+            po.append_eltwise(1.f, algorithm::eltwise_relu, alpha, 0.f);
+        else if (act == "elu")
+            po.append_eltwise(1.f, algorithm::eltwise_elu, alpha, 0.f);
+        else if (act == "gelu")
+            po.append_eltwise(1.f, algorithm::eltwise_gelu_erf, 0.f, 0.f);
+        else if (act == "sigmoid")
+            po.append_eltwise(1.f, algorithm::eltwise_logistic, 0.f, 0.f);
+        else if (act == "tanh")
+            po.append_eltwise(1.f, algorithm::eltwise_tanh, 0.f, 0.f);
+        else if (act != "linear")
+            return err("dense %" + std::to_string(n.id) + ": activation " + act +
+                       " is not a post-op");
         attr.set_post_ops(po);
     }
     Prim pr;
     try {
         {
-            matmul::desc d = hasBias ? matmul::desc(aMd, wMd, biasMd, cMd) : matmul::desc(aMd, wMd, cMd);
+            matmul::desc d =
+                hasBias ? matmul::desc(aMd, wMd, biasMd, cMd) : matmul::desc(aMd, wMd, cMd);
             matmul::primitive_desc pd(d, attr, eng_);
             pr.p = matmul(pd);
             const size_t sp = pd.scratchpad_desc().get_size();
             scratch_.emplace_back(new char[sp + 64]);
-            pr.args[DNNL_ARG_SCRATCHPAD] = memory(pd.scratchpad_desc(), eng_, scratch_.back().get());
+            pr.args[DNNL_ARG_SCRATCHPAD] =
+                memory(pd.scratchpad_desc(), eng_, scratch_.back().get());
             pr.args[DNNL_ARG_SRC] = memory(aMd, eng_, ptrs_[static_cast<size_t>(n.inputs[0])]);
             pr.args[DNNL_ARG_WEIGHTS] = memory(wMd, eng_, ptrs_[static_cast<size_t>(n.inputs[1])]);
-            if (hasBias) pr.args[DNNL_ARG_BIAS] = memory(biasMd, eng_, ptrs_[static_cast<size_t>(n.inputs[2])]);
+            if (hasBias)
+                pr.args[DNNL_ARG_BIAS] =
+                    memory(biasMd, eng_, ptrs_[static_cast<size_t>(n.inputs[2])]);
             pr.args[DNNL_ARG_DST] = memory(cMd, eng_, ptrs_[static_cast<size_t>(n.id)]);
         }
     } catch (const dnnl::error& e) {
@@ -140,13 +151,20 @@ Status CpuProgram::build(const Graph& g, const ProgramBindings& bind, size_t are
     for (const Node& n : g.nodes) {
         const std::string buf = n.attr("buf");
         void*& p = ptrs_[static_cast<size_t>(n.id)];
-        if (buf == "param") p = bind.params.at(paramIndex.at(n.id)).ptr;
-        else if (buf == "grad") p = bind.grads.at(gradIndex.at(n.id)).ptr;
-        else if (buf == "input") p = bind.input.ptr;
-        else if (buf == "label") p = bind.label.ptr;
-        else if (buf == "alias") p = ptrs_[static_cast<size_t>(n.inputs[0])];
-        else if (buf == "arena") p = static_cast<char*>(arena_) + n.attrI("off");
-        else return err("%" + std::to_string(n.id) + ": no buffer assigned (run the memory pass)");
+        if (buf == "param")
+            p = bind.params.at(paramIndex.at(n.id)).ptr;
+        else if (buf == "grad")
+            p = bind.grads.at(gradIndex.at(n.id)).ptr;
+        else if (buf == "input")
+            p = bind.input.ptr;
+        else if (buf == "label")
+            p = bind.label.ptr;
+        else if (buf == "alias")
+            p = ptrs_[static_cast<size_t>(n.inputs[0])];
+        else if (buf == "arena")
+            p = static_cast<char*>(arena_) + n.attrI("off");
+        else
+            return err("%" + std::to_string(n.id) + ": no buffer assigned (run the memory pass)");
         if (!p) return err("%" + std::to_string(n.id) + ": buffer is not bound");
     }
 
@@ -169,9 +187,12 @@ Status CpuProgram::build(const Graph& g, const ProgramBindings& bind, size_t are
             case Op::Input:
             case Op::Label:
             case Op::Param:
-            case Op::Reshape: continue;  // no work
+            case Op::Reshape:
+                continue;  // no work
             case Op::MatMul:
-            case Op::Dense: TD_RETURN_IF_ERROR(addMatmul(g, n, ins)); break;
+            case Op::Dense:
+                TD_RETURN_IF_ERROR(addMatmul(g, n, ins));
+                break;
             case Op::Act:
             case Op::ActGrad:
                 ins.act = cpu::actKindFromName(n.attr("act"));
@@ -203,7 +224,8 @@ Status CpuProgram::build(const Graph& g, const ProgramBindings& bind, size_t are
                 break;
             case Op::BiasAdd:
             case Op::BiasGrad:
-            case Op::Add: break;
+            case Op::Add:
+                break;
         }
         code_.push_back(ins);
     }
@@ -226,7 +248,9 @@ Status CpuProgram::run(const StepArgs& args) {
             case Op::BiasAdd:
                 cpu::biasAdd(i.a, static_cast<const float*>(i.b), i.out, i.rows, i.cols);
                 break;
-            case Op::Act: cpu::activation(i.act, i.alpha, i.a, i.out, i.rows, i.cols); break;
+            case Op::Act:
+                cpu::activation(i.act, i.alpha, i.a, i.out, i.rows, i.cols);
+                break;
             case Op::ActGrad:
                 cpu::activationGrad(i.act, i.alpha, i.usesOutput, i.a,
                                     static_cast<const float*>(i.b), i.out, i.rows, i.cols);
@@ -236,23 +260,30 @@ Status CpuProgram::run(const StepArgs& args) {
                 cpu::dropout(i.a, i.out, i.rows, i.cols, i.alpha, i.seed, args.step,
                              args.sampleBase);
                 break;
-            case Op::Loss: cpu::loss(i.loss, i.a, i.b, i.out, i.rows, i.cols, i.scale); break;
+            case Op::Loss:
+                cpu::loss(i.loss, i.a, i.b, i.out, i.rows, i.cols, i.scale);
+                break;
             case Op::LossGrad:
                 cpu::lossGrad(i.loss, i.a, i.b, i.out, i.rows, i.cols, i.scale);
                 break;
             case Op::Metric:
                 cpu::metric(i.metric, i.k, i.onLogits, i.a, i.b, i.out, i.rows, i.cols);
                 break;
-            case Op::RegLoss: cpu::regLoss(i.a, i.rows * i.cols, i.l1, i.l2, i.out); break;
+            case Op::RegLoss:
+                cpu::regLoss(i.a, i.rows * i.cols, i.l1, i.l2, i.out);
+                break;
             case Op::RegGrad:
                 cpu::regGrad(i.a, static_cast<const float*>(i.b), i.out, i.rows * i.cols, i.l1,
                              i.l2);
                 break;
-            case Op::BiasGrad: cpu::biasGrad(i.a, i.out, i.rows, i.cols); break;
+            case Op::BiasGrad:
+                cpu::biasGrad(i.a, i.out, i.rows, i.cols);
+                break;
             case Op::Add:
                 cpu::add(i.a, static_cast<const float*>(i.b), i.out, i.rows * i.cols);
                 break;
-            default: break;
+            default:
+                break;
         }
     }
     return Status::success();
@@ -282,9 +313,8 @@ int64_t hostMemoryBytes() {
 }
 
 class CpuDevice final : public Device {
-public:
-    explicit CpuDevice(int threads)
-        : eng_(dnnl::engine::kind::cpu, 0), strm_(eng_) {
+  public:
+    explicit CpuDevice(int threads) : eng_(dnnl::engine::kind::cpu, 0), strm_(eng_) {
         desc_ = cpuDeviceDesc();
         if (threads > 0) desc_.threads = threads;
     }
@@ -340,9 +370,11 @@ public:
 #pragma omp parallel
         _mm_setcsr(_mm_getcsr() | kFtzDaz);
     }
-    bool hostAddressable() const override { return true; }
+    bool hostAddressable() const override {
+        return true;
+    }
 
-private:
+  private:
     DeviceDesc desc_;
     dnnl::engine eng_;
     dnnl::stream strm_;
@@ -364,6 +396,8 @@ DeviceDesc cpuDeviceDesc() {
     return d;
 }
 
-std::unique_ptr<Device> makeCpuDevice(int threads) { return std::make_unique<CpuDevice>(threads); }
+std::unique_ptr<Device> makeCpuDevice(int threads) {
+    return std::make_unique<CpuDevice>(threads);
+}
 
 }  // namespace td

@@ -28,7 +28,9 @@ inline uint32_t mix32(uint32_t h) {
     h ^= h >> 16;
     return h;
 }
-inline float sigmoidf(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+inline float sigmoidf(float x) {
+    return 1.0f / (1.0f + std::exp(-x));
+}
 }  // namespace
 
 ActKind actKindFromName(const std::string& n) {
@@ -66,7 +68,9 @@ MetricKind metricKindFromName(const std::string& n) {
 void activation(ActKind k, float alpha, const float* x, float* y, int64_t rows, int64_t cols) {
     const int64_t n = rows * cols;
     switch (k) {
-        case ActKind::Linear: std::memcpy(y, x, static_cast<size_t>(n) * 4); return;
+        case ActKind::Linear:
+            std::memcpy(y, x, static_cast<size_t>(n) * 4);
+            return;
         case ActKind::Relu:
 #pragma omp parallel for simd if (n > kParallelMin)
             for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.f ? x[i] : 0.f;
@@ -111,7 +115,9 @@ void activationGrad(ActKind k, float alpha, bool usesOutput, const float* dy, co
                     float* dx, int64_t rows, int64_t cols) {
     const int64_t n = rows * cols;
     switch (k) {
-        case ActKind::Linear: std::memcpy(dx, dy, static_cast<size_t>(n) * 4); return;
+        case ActKind::Linear:
+            std::memcpy(dx, dy, static_cast<size_t>(n) * 4);
+            return;
         case ActKind::Relu:  // s = y or x: both are > 0 exactly where the unit is active
 #pragma omp parallel for simd if (n > kParallelMin)
             for (int64_t i = 0; i < n; ++i) dx[i] = s[i] > 0.f ? dy[i] : 0.f;
@@ -192,8 +198,9 @@ void biasGrad(const float* dy, float* db, int64_t rows, int64_t cols) {
 }
 
 float keyedUniform(uint64_t seed, int64_t step, int64_t sample, int64_t col) {
-    const uint64_t rowKey = mix64(seed * 0x9e3779b97f4a7c15ull ^ mix64(static_cast<uint64_t>(step)) ^
-                                  (static_cast<uint64_t>(sample) * 0xc2b2ae3d27d4eb4full));
+    const uint64_t rowKey =
+        mix64(seed * 0x9e3779b97f4a7c15ull ^ mix64(static_cast<uint64_t>(step)) ^
+              (static_cast<uint64_t>(sample) * 0xc2b2ae3d27d4eb4full));
     const uint32_t h = mix32(static_cast<uint32_t>(rowKey) ^ static_cast<uint32_t>(rowKey >> 32) ^
                              (static_cast<uint32_t>(col) * 0x9e3779b9u));
     return static_cast<float>(h >> 8) * (1.0f / 16777216.0f);
@@ -234,11 +241,13 @@ inline float logSumExp(const float* x, int64_t n, float* maxOut) {
     *maxOut = m;
     return m + std::log(s);
 }
-inline float clampP(float p) { return std::min(std::max(p, kEps), 1.f - kEps); }
+inline float clampP(float p) {
+    return std::min(std::max(p, kEps), 1.f - kEps);
+}
 }  // namespace
 
-void loss(LossKind k, const float* pred, const void* labels, float* out, int64_t rows,
-          int64_t cols, float scale) {
+void loss(LossKind k, const float* pred, const void* labels, float* out, int64_t rows, int64_t cols,
+          float scale) {
     const int32_t* yi = static_cast<const int32_t*>(labels);
     const float* yf = static_cast<const float*>(labels);
     double total = 0.0;
@@ -266,7 +275,8 @@ void loss(LossKind k, const float* pred, const void* labels, float* out, int64_t
             case LossKind::Xent: {
                 float s = 0.f;
                 for (int64_t c = 0; c < cols; ++c) s += p[c];
-                for (int64_t c = 0; c < cols; ++c) l -= yf[r * cols + c] * std::log(clampP(p[c] / s));
+                for (int64_t c = 0; c < cols; ++c)
+                    l -= yf[r * cols + c] * std::log(clampP(p[c] / s));
                 break;
             }
             case LossKind::SigmoidBce:
@@ -331,8 +341,8 @@ void lossGrad(LossKind k, const float* pred, const void* labels, float* dp, int6
                 // -y_k/p_k to dp_k and +y_j/s to every dp_k.
                 float common = 0.f;
                 for (int64_t c = 0; c < cols; ++c) {
-                    const float y = k == LossKind::SparseXent ? (c == yi[r] ? 1.f : 0.f)
-                                                              : yf[r * cols + c];
+                    const float y =
+                        k == LossKind::SparseXent ? (c == yi[r] ? 1.f : 0.f) : yf[r * cols + c];
                     const float q = p[c] / s;
                     const bool live = q > kEps && q < 1.f - kEps;
                     g[c] = live ? -y / p[c] : 0.f;
@@ -374,8 +384,12 @@ void metric(MetricKind k, int64_t topK, bool onLogits, const float* pred, const 
     for (int64_t r = 0; r < rows; ++r) {
         const float* p = pred + r * cols;
         switch (k) {
-            case MetricKind::SparseCategorical: correct += argmax(p) == yi[r] ? 1 : 0; break;
-            case MetricKind::Categorical: correct += argmax(p) == argmax(yf + r * cols) ? 1 : 0; break;
+            case MetricKind::SparseCategorical:
+                correct += argmax(p) == yi[r] ? 1 : 0;
+                break;
+            case MetricKind::Categorical:
+                correct += argmax(p) == argmax(yf + r * cols) ? 1 : 0;
+                break;
             case MetricKind::Binary: {
                 const float thr = onLogits ? 0.f : 0.5f;
                 int64_t ok = 0;

@@ -12,7 +12,13 @@ enum class ActKind : uint8_t { Linear, Relu, LeakyRelu, Elu, Gelu, Sigmoid, Tanh
 ActKind actKindFromName(const std::string& name);
 
 enum class LossKind : uint8_t {
-    SparseSoftmaxXent, SoftmaxXent, SparseXent, Xent, SigmoidBce, Bce, Mse
+    SparseSoftmaxXent,
+    SoftmaxXent,
+    SparseXent,
+    Xent,
+    SigmoidBce,
+    Bce,
+    Mse
 };
 LossKind lossKindFromName(const std::string& name);  // asserts on unknown names
 
@@ -34,8 +40,8 @@ void dropout(const float* x, float* y, int64_t rows, int64_t cols, float rate, u
 void add(const float* a, const float* b, float* y, int64_t n);
 
 // pred [rows, cols]; labels i32 [rows] (sparse kinds) or f32 [rows, cols].
-void loss(LossKind k, const float* pred, const void* labels, float* out, int64_t rows,
-          int64_t cols, float scale);
+void loss(LossKind k, const float* pred, const void* labels, float* out, int64_t rows, int64_t cols,
+          float scale);
 void lossGrad(LossKind k, const float* pred, const void* labels, float* dpred, int64_t rows,
               int64_t cols, float scale);
 // out[0] = number of correct rows (binary: sum over rows of the fraction of correct units).
