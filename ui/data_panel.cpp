@@ -373,8 +373,14 @@ QWidget* DataPanel::buildPipeline() {
         tr("Last fraction of the training data held out for validation "
            "(taken before shuffling, as Keras' validation_split)."));
     form->addRow(tr("Validation split"), validation_);
+    validateOnTest_ = new QCheckBox(tr("Validate on the test split after every epoch"));
+    validateOnTest_->setObjectName("validateOnTest");
+    validateOnTest_->setToolTip(
+        tr("Keras' validation_data=(x_test, y_test); replaces the validation split."));
+    form->addRow(QString(), validateOnTest_);
 
-    for (QCheckBox* c : {scaleOn_, normalizeOn_, oneHotOn_, reshuffle_, dropRemainder_})
+    for (QCheckBox* c :
+         {scaleOn_, normalizeOn_, oneHotOn_, reshuffle_, dropRemainder_, validateOnTest_})
         connect(c, &QCheckBox::toggled, this, &DataPanel::writePipeline);
     for (QDoubleSpinBox* s : {scale_, mean_, stddev_, validation_})
         connect(s, &QDoubleSpinBox::valueChanged, this, &DataPanel::writePipeline);
@@ -448,6 +454,8 @@ void DataPanel::reload() {
     parallel_->setValue(p.parallelCalls);
     prefetch_->setValue(p.prefetch);
     validation_->setValue(d.validationSplit);
+    validateOnTest_->setChecked(d.validationData == "test");
+    validation_->setEnabled(!validateOnTest_->isChecked());
     loading_ = false;
     schedulePreview();
 }
@@ -513,7 +521,10 @@ void DataPanel::writePipeline() {
             c.parallelCalls = parallel_->value();
             c.prefetch = prefetch_->value();
             p.training.batchSize = batch_->value();
-            p.data.validationSplit = validation_->value();
+            const bool onTest = validateOnTest_->isChecked();
+            validation_->setEnabled(!onTest);
+            p.data.validationData = onTest ? "test" : "none";
+            p.data.validationSplit = onTest ? 0.0 : validation_->value();
         },
         this);
 }

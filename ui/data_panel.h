@@ -109,6 +109,7 @@ class DataPanel : public QWidget {
     AutotuneSpin* prefetch_;
     AutotuneSpin* parallel_;
     QDoubleSpinBox* validation_;
+    QCheckBox* validateOnTest_;
 
     QLabel* previewStatus_;
     QListWidget* samples_;

@@ -352,6 +352,8 @@ Status Session::Impl::fitLoop() {
     RunStatus status = RunStatus::Completed;
     std::string message;
     const int64_t logEvery = std::max<int64_t>(1, tc.logEverySteps);
+    MetricMap batchLogs{{"loss", 0.0}};
+    auto batchLoss = batchLogs.find("loss");
     int64_t gstep = static_cast<int64_t>(tc.initialEpoch) * steps;
 
     for (int epoch = tc.initialEpoch; epoch < tc.epochs && !stopRequested; ++epoch) {
@@ -405,11 +407,10 @@ Status Session::Impl::fitLoop() {
             logCompute += cpt;
             globalStep = gstep;
 
-            MetricMap running;
-            running["loss"] = lossSum / static_cast<double>(seen);
-            for (size_t m = 0; m < metrics.size(); ++m)
-                running[metrics[m].key] = metricSums[m] / static_cast<double>(seen);
-            for (auto& cb : callbacks) cb->onBatchEnd(gstep, MetricMap{{"loss", v}}, ctl);
+            if (!callbacks.empty()) {
+                batchLoss->second = v;  // reuses the node: no allocation per step
+                for (auto& cb : callbacks) cb->onBatchEnd(gstep, batchLogs, ctl);
+            }
             if (ctl.stopTraining) {
                 stopRequested = true;
                 status = RunStatus::Stopped;
@@ -417,6 +418,10 @@ Status Session::Impl::fitLoop() {
             }
             if (s % logEvery == 0 || s == steps || stopRequested) {
                 const double wall = secondsSince(logT0);
+                MetricMap running;
+                running["loss"] = lossSum / static_cast<double>(seen);
+                for (size_t m = 0; m < metrics.size(); ++m)
+                    running[metrics[m].key] = metricSums[m] / static_cast<double>(seen);
                 StepMetrics sm;
                 sm.epoch = epoch;
                 sm.step = s;
@@ -539,7 +544,12 @@ Result<std::unique_ptr<Session>> Session::create(const Project& projectIn,
     auto data = loadSource(p.data.source);
     if (!data.ok()) return err("data.source: " + data.error());
     im->splits = std::move(data).value();
-    if (p.data.validationSplit > 0) {
+    if (p.data.validationData == "test") {
+        if (!im->splits.test)
+            return err("data.validation_data: \"test\" needs a source with a test split");
+        im->trainSet = im->splits.train;
+        im->valSet = *im->splits.test;
+    } else if (p.data.validationSplit > 0) {
         auto [tr, va] = splitTail(im->splits.train, p.data.validationSplit);
         im->trainSet = tr;
         if (va.size() > 0) im->valSet = va;

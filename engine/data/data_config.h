@@ -51,6 +51,9 @@ struct DataConfig {
     SourceConfig source;
     PipelineConfig pipeline;
     double validationSplit = 0.0;  // last fraction of the training data, taken before shuffling
+    // "none", or "test": validate on the source's test split after every epoch (Keras'
+    // validation_data=(x_test, y_test)). Exclusive with validationSplit.
+    std::string validationData = "none";
 };
 
 }  // namespace td

@@ -212,7 +212,7 @@ struct Reader {
 
     DataConfig data(const Json& v, const std::string& path) const {
         requireObject(v, path);
-        checkKeys(v, path, {"source", "pipeline", "validation_split"});
+        checkKeys(v, path, {"source", "pipeline", "validation_split", "validation_data"});
         DataConfig d;
         if (const Json* x = member(v, "source")) d.source = source(*x, child(path, "source"));
         if (const Json* x = member(v, "pipeline"))
@@ -220,6 +220,14 @@ struct Reader {
         if (const Json* x = member(v, "validation_split"))
             d.validationSplit =
                 getNumberInRange(*x, child(path, "validation_split"), 0.0, 1.0, false);
+        if (const Json* x = member(v, "validation_data")) {
+            const std::string vpath = child(path, "validation_data");
+            d.validationData = getString(*x, vpath);
+            if (d.validationData != "none" && d.validationData != "test")
+                fail(vpath, "expected \"none\" or \"test\", got \"" + d.validationData + "\"");
+            else if (d.validationData == "test" && d.validationSplit > 0)
+                fail(vpath, "\"test\" cannot be combined with validation_split > 0 (choose one)");
+        }
         return d;
     }
 
@@ -786,7 +794,8 @@ Json dataJson(const DataConfig& d) {
               {"parallel_calls", autotuneJson(p.parallelCalls)}};
     return Json{{"source", sourceJson(d.source)},
                 {"pipeline", pipe},
-                {"validation_split", d.validationSplit}};
+                {"validation_split", d.validationSplit},
+                {"validation_data", d.validationData}};
 }
 
 const char* optimizerClassName(const std::string& name) {
@@ -1014,6 +1023,7 @@ std::string projectDifference(const Project& a, const Project& b) {
     TD_DIFF("data.pipeline.prefetch", data.pipeline.prefetch);
     TD_DIFF("data.pipeline.parallel_calls", data.pipeline.parallelCalls);
     TD_DIFF("data.validation_split", data.validationSplit);
+    TD_DIFF("data.validation_data", data.validationData);
     TD_DIFF("training.epochs", training.epochs);
     TD_DIFF("training.initial_epoch", training.initialEpoch);
     TD_DIFF("training.batch_size", training.batchSize);

@@ -3,6 +3,7 @@
 #include <QtTest>
 #include <cmath>
 #include <filesystem>
+#include <regex>
 
 #include "engine/api/session.h"
 #include "engine/store/run_store.h"
@@ -56,6 +57,7 @@ class TestTraining : public QObject {
     void stopMidRun();
     void pauseAndResume();
     void validationSplitAndEarlyStopping();
+    void validationOnTestSplit();
     void predictGivesProbabilities();
     void csvProjectTrains();
     void fashionMnistShortRun();
@@ -212,6 +214,34 @@ void TestTraining::validationSplitAndEarlyStopping() {
     QVERIFY2(epochs.size() < 5, qPrintable(QString::number(epochs.size())));
     auto fin = r.all<RunFinished>().at(0);
     QCOMPARE(fin.status, RunStatus::Stopped);
+}
+
+void TestTraining::validationOnTestSplit() {
+    Project p = synthetic(1024, 2);
+    p.data.validationData = "test";
+    auto s = Session::create(p, {});
+    QVERIFY2(s.ok(), s.ok() ? "" : s.error().c_str());
+    Recorded r = runToEnd(**s);
+    QCOMPARE(r.all<RunStarted>().at(0).validationSamples, int64_t(512));
+    QCOMPARE(r.all<RunStarted>().at(0).trainSamples, int64_t(1024));
+    auto epochs = r.all<EpochMetrics>();
+    QCOMPARE(epochs.size(), size_t(2));
+    // The validation metrics of the last epoch are the test metrics of the final weights.
+    auto fin = r.all<RunFinished>().at(0);
+    QVERIFY(std::fabs(epochs.back().metrics.at("val_loss") - fin.finalMetrics.at("test_loss")) <
+            1e-9);
+    // Through the project file: bad values and the combination with validation_split are refused.
+    std::string text = projectToJson(p);
+    auto bad = parseProject(std::regex_replace(text, std::regex("\"validation_data\": \"test\""),
+                                               "\"validation_data\": \"train\""),
+                            "p.json");
+    QVERIFY(!bad.ok());
+    QVERIFY2(QString::fromStdString(bad.error()).contains("data.validation_data"),
+             bad.error().c_str());
+    p.data.validationSplit = 0.2;
+    auto both = parseProject(projectToJson(p), "p.json");
+    QVERIFY(!both.ok());
+    QVERIFY(QString::fromStdString(both.error()).contains("cannot be combined"));
 }
 
 void TestTraining::predictGivesProbabilities() {
