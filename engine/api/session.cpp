@@ -347,6 +347,14 @@ Status Session::Impl::fitLoop() {
     ctl.log = [&](const std::string& s) { log(LogLine::Level::Info, s); };
     for (auto& cb : callbacks) cb->onTrainBegin(ctl);
 
+    // Device memory the run holds: parameters, gradients, optimizer slots, program arenas and
+    // batch buffers (all allocated before the loop).
+    int64_t deviceBytes = 0;
+    for (const auto& prm : params)
+        deviceBytes += static_cast<int64_t>(prm.value.bytes + prm.grad.bytes);
+    for (Tensor* t : optimizer->slotTensors()) deviceBytes += static_cast<int64_t>(t->bytes());
+    for (const auto& [key, c] : programs)
+        deviceBytes += static_cast<int64_t>(c->exe->arenaBytes() + c->input.bytes + c->label.bytes);
     const auto runT0 = Clock::now();
     MetricMap last;
     RunStatus status = RunStatus::Completed;
@@ -434,8 +442,8 @@ Status Session::Impl::fitLoop() {
                 sm.replicaSamplesPerSecond = {sm.samplesPerSecond};
                 bus.publish(sm);
                 bus.publish(DeviceStats{device->desc().id,
-                                        wall > 0 ? std::min(1.0, logCompute / wall) : 0, 0,
-                                        sm.samplesPerSecond});
+                                        wall > 0 ? std::min(1.0, logCompute / wall) : 0,
+                                        deviceBytes, sm.samplesPerSecond});
                 logT0 = Clock::now();
                 logWait = logCompute = 0;
                 seenSinceLog = 0;

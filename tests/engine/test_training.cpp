@@ -100,6 +100,11 @@ void TestTraining::eventsAndStore() {
         QCOMPARE(sm.replicaSamplesPerSecond.size(), size_t(1));
         QVERIFY(sm.learningRate > 0);
     }
+    const auto stats = r.all<DeviceStats>();
+    QVERIFY(!stats.empty());
+    // Parameters, gradients and SGD momentum slots: at least 3 x 676 floats.
+    QVERIFY(stats.back().memoryBytes >= 3 * 676 * 4);
+    QCOMPARE(stats.back().device, std::string("cpu:0"));
     auto store = RunStore::open(db);
     QVERIFY(store.ok());
     auto run = (*store)->findRun("blobs-run");
