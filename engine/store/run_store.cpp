@@ -474,6 +474,24 @@ std::string csvNumber(double v) {
     return buf;
 }
 
+// One transaction per batch of rows of a run: touch the run's updated_at_ms with the newest row,
+// then insert every row with `bind` (which binds parameters 2..; ?1 is the run id).
+template <typename Row, typename Bind>
+Status appendRunRows(sqlite3* db, const std::string& path, int64_t runId,
+                     const std::vector<Row>& rows, const char* sql, Bind bind) {
+    TD_ASSIGN_OR_RETURN(Transaction txn, Transaction::begin(db, path));
+    int64_t last = 0;
+    for (const Row& r : rows) last = std::max(last, r.timeMs);
+    TD_RETURN_IF_ERROR(touchRun(db, path, runId, last));
+    TD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db, path, sql));
+    for (const Row& r : rows) {
+        TD_RETURN_IF_ERROR(s.bindInt(1, runId));
+        TD_RETURN_IF_ERROR(bind(s, r));
+        TD_RETURN_IF_ERROR(s.run());
+    }
+    return txn.commit();
+}
+
 }  // namespace
 
 // --- RunStore
@@ -661,20 +679,12 @@ Status RunStore::appendEpochs(int64_t runId, const std::vector<EpochRow>& rows) 
     static constexpr const char* kSql =
         "INSERT OR REPLACE INTO epochs (run_id, epoch, time_ms, seconds, metrics_json) "
         "VALUES (?1, ?2, ?3, ?4, ?5)";
-    TD_ASSIGN_OR_RETURN(Transaction txn, Transaction::begin(db_, path_));
-    int64_t last = 0;
-    for (const EpochRow& r : rows) last = std::max(last, r.timeMs);
-    TD_RETURN_IF_ERROR(touchRun(db_, path_, runId, last));
-    TD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db_, path_, kSql));
-    for (const EpochRow& r : rows) {
-        TD_RETURN_IF_ERROR(s.bindInt(1, runId));
+    return appendRunRows(db_, path_, runId, rows, kSql, [](Stmt& s, const EpochRow& r) -> Status {
         TD_RETURN_IF_ERROR(s.bindInt(2, r.epoch));
         TD_RETURN_IF_ERROR(s.bindInt(3, r.timeMs));
         TD_RETURN_IF_ERROR(s.bindDouble(4, r.seconds));
-        TD_RETURN_IF_ERROR(s.bindText(5, metricsToJson(r.metrics)));
-        TD_RETURN_IF_ERROR(s.run());
-    }
-    return txn.commit();
+        return s.bindText(5, metricsToJson(r.metrics));
+    });
 }
 
 Status RunStore::appendDeviceStats(int64_t runId, const std::vector<DeviceRow>& rows) {
@@ -683,21 +693,13 @@ Status RunStore::appendDeviceStats(int64_t runId, const std::vector<DeviceRow>& 
     static constexpr const char* kSql =
         "INSERT INTO device_stats (run_id, time_ms, device, utilization, memory_bytes, "
         "samples_per_s) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
-    TD_ASSIGN_OR_RETURN(Transaction txn, Transaction::begin(db_, path_));
-    int64_t last = 0;
-    for (const DeviceRow& r : rows) last = std::max(last, r.timeMs);
-    TD_RETURN_IF_ERROR(touchRun(db_, path_, runId, last));
-    TD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db_, path_, kSql));
-    for (const DeviceRow& r : rows) {
-        TD_RETURN_IF_ERROR(s.bindInt(1, runId));
+    return appendRunRows(db_, path_, runId, rows, kSql, [](Stmt& s, const DeviceRow& r) -> Status {
         TD_RETURN_IF_ERROR(s.bindInt(2, r.timeMs));
         TD_RETURN_IF_ERROR(s.bindText(3, r.device));
         TD_RETURN_IF_ERROR(s.bindDouble(4, r.utilization));
         TD_RETURN_IF_ERROR(s.bindInt(5, r.memoryBytes));
-        TD_RETURN_IF_ERROR(s.bindDouble(6, r.samplesPerSecond));
-        TD_RETURN_IF_ERROR(s.run());
-    }
-    return txn.commit();
+        return s.bindDouble(6, r.samplesPerSecond);
+    });
 }
 
 Status RunStore::appendLogs(int64_t runId, const std::vector<LogRow>& rows) {
@@ -705,19 +707,11 @@ Status RunStore::appendLogs(int64_t runId, const std::vector<LogRow>& rows) {
     std::lock_guard<std::mutex> lock(mu_);
     static constexpr const char* kSql =
         "INSERT INTO logs (run_id, time_ms, level, text) VALUES (?1, ?2, ?3, ?4)";
-    TD_ASSIGN_OR_RETURN(Transaction txn, Transaction::begin(db_, path_));
-    int64_t last = 0;
-    for (const LogRow& r : rows) last = std::max(last, r.timeMs);
-    TD_RETURN_IF_ERROR(touchRun(db_, path_, runId, last));
-    TD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db_, path_, kSql));
-    for (const LogRow& r : rows) {
-        TD_RETURN_IF_ERROR(s.bindInt(1, runId));
+    return appendRunRows(db_, path_, runId, rows, kSql, [](Stmt& s, const LogRow& r) -> Status {
         TD_RETURN_IF_ERROR(s.bindInt(2, r.timeMs));
         TD_RETURN_IF_ERROR(s.bindText(3, r.level));
-        TD_RETURN_IF_ERROR(s.bindText(4, r.text));
-        TD_RETURN_IF_ERROR(s.run());
-    }
-    return txn.commit();
+        return s.bindText(4, r.text);
+    });
 }
 
 Status RunStore::updateRunInfo(int64_t runId, const std::string& devices, int64_t params) {
