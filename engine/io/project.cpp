@@ -277,23 +277,37 @@ struct Reader {
         o.schedule = s;
     }
 
-    static OptimizerConfig optimizer(const Json& v, const std::string& path) {
-        static const std::vector<std::string> classNames{"SGD", "Adam", "AdamW", "RMSprop"};
-        const Json* cfgPtr = nullptr;
-        std::string given;
-        std::string namePath = path;
+    // A Keras object reference: a plain name ("adam") or {"class_name": ..., "config": {...}}
+    // (plus the "module"/"registered_name" Keras 3 writes). `what` names it in the error.
+    struct ClassRef {
+        std::string name;      // as given
+        std::string namePath;  // field path of the name, for errors
+        const Json* config = nullptr;
+    };
+    static ClassRef classRef(const Json& v, const std::string& path, const char* what) {
+        ClassRef r;
+        r.namePath = path;
         if (v.is_string()) {
-            given = v.get<std::string>();
+            r.name = v.get<std::string>();
         } else if (v.is_object()) {
             checkKeys(v, path, {"class_name", "config", "module", "registered_name"});
-            namePath = child(path, "class_name");
-            given = getString(requireMember(v, path, "class_name"), namePath);
-            cfgPtr = member(v, "config");
-            if (cfgPtr && cfgPtr->is_null()) cfgPtr = nullptr;
+            r.namePath = child(path, "class_name");
+            r.name = getString(requireMember(v, path, "class_name"), r.namePath);
+            r.config = member(v, "config");
+            if (r.config && r.config->is_null()) r.config = nullptr;
         } else {
-            fail(path,
-                 "expected an optimizer name or {\"class_name\", \"config\"}, got " + describe(v));
+            fail(path, std::string("expected ") + what + " or {\"class_name\", \"config\"}, got " +
+                           describe(v));
         }
+        return r;
+    }
+
+    static OptimizerConfig optimizer(const Json& v, const std::string& path) {
+        static const std::vector<std::string> classNames{"SGD", "Adam", "AdamW", "RMSprop"};
+        const ClassRef ref = classRef(v, path, "an optimizer name");
+        const Json* cfgPtr = ref.config;
+        const std::string& given = ref.name;
+        const std::string& namePath = ref.namePath;
         OptimizerConfig o;
         const std::string key = squash(given);
         if (key == "sgd" || key == "adam" || key == "adamw" || key == "rmsprop") {
@@ -379,20 +393,10 @@ struct Reader {
             {"binary_crossentropy", "BinaryCrossentropy"},
             {"mean_squared_error", "MeanSquaredError"},
         };
-        std::string given;
-        std::string namePath = path;
-        const Json* cfg = nullptr;
-        if (v.is_string()) {
-            given = v.get<std::string>();
-        } else if (v.is_object()) {
-            checkKeys(v, path, {"class_name", "config", "module", "registered_name"});
-            namePath = child(path, "class_name");
-            given = getString(requireMember(v, path, "class_name"), namePath);
-            cfg = member(v, "config");
-            if (cfg && cfg->is_null()) cfg = nullptr;
-        } else {
-            fail(path, "expected a loss name or {\"class_name\", \"config\"}, got " + describe(v));
-        }
+        const ClassRef ref = classRef(v, path, "a loss name");
+        const std::string& given = ref.name;
+        const std::string& namePath = ref.namePath;
+        const Json* cfg = ref.config;
         LossConfig l;
         std::string key = squash(given);
         if (key == "mse") key = "meansquarederror";
@@ -491,20 +495,10 @@ struct Reader {
     }
 
     static CallbackConfig callback(const Json& v, const std::string& path) {
-        std::string given;
-        std::string namePath = path;
-        const Json* cfg = nullptr;
-        if (v.is_string()) {
-            given = v.get<std::string>();
-        } else if (v.is_object()) {
-            checkKeys(v, path, {"class_name", "config", "module", "registered_name"});
-            namePath = child(path, "class_name");
-            given = getString(requireMember(v, path, "class_name"), namePath);
-            cfg = member(v, "config");
-            if (cfg && cfg->is_null()) cfg = nullptr;
-        } else {
-            fail(path, "expected {\"class_name\", \"config\"}, got " + describe(v));
-        }
+        const ClassRef ref = classRef(v, path, "a callback name");
+        const std::string& given = ref.name;
+        const std::string& namePath = ref.namePath;
+        const Json* cfg = ref.config;
         CallbackConfig c;
         const std::string key = squash(given);
         if (key == "earlystopping") {
