@@ -62,8 +62,9 @@ const td::CallbackConfig* findCallback(const td::TrainConfig& t, const std::stri
 }
 
 const QStringList kMonitors{"val_loss", "val_accuracy", "loss", "accuracy"};
-const QStringList kMetrics{"accuracy", "sparse_categorical_accuracy", "categorical_accuracy",
-                           "binary_accuracy"};
+const QStringList kMetrics{
+    "accuracy",        "sparse_categorical_accuracy",       "categorical_accuracy",
+    "binary_accuracy", "sparse_top_k_categorical_accuracy", "top_k_categorical_accuracy"};
 
 }  // namespace
 
