@@ -369,7 +369,7 @@ Status Session::Impl::fitLoop() {
     for (int epoch = tc.initialEpoch; epoch < tc.epochs && !stopRequested; ++epoch) {
         TD_RETURN_IF_ERROR(pipe->beginEpoch(epoch));
         const auto epochT0 = Clock::now();
-        double lossSum = 0, waitS = 0, computeS = 0;
+        double lossSum = 0;
         std::vector<double> metricSums(metrics.size(), 0.0);
         int64_t seen = 0, seenSinceLog = 0;
         auto logT0 = Clock::now();
@@ -411,8 +411,6 @@ Status Session::Impl::fitLoop() {
             const auto t2 = Clock::now();
             const double w = std::chrono::duration<double>(t1 - t0).count();
             const double cpt = std::chrono::duration<double>(t2 - t1).count();
-            waitS += w;
-            computeS += cpt;
             logWait += w;
             logCompute += cpt;
             globalStep = gstep;
@@ -464,8 +462,6 @@ Status Session::Impl::fitLoop() {
             TD_ASSIGN_OR_RETURN(EvalResult vr, evaluate(*valSet));
             for (const auto& [k, val] : vr.metrics) em.metrics["val_" + k] = val;
         }
-        (void)waitS;
-        (void)computeS;
         bus.publish(em);
         last = em.metrics;
         if (status != RunStatus::Stopped && stopRequested) {

@@ -74,7 +74,6 @@ dnnl::memory::desc matDesc(int64_t rows, int64_t cols, bool transposed) {
 Status CpuProgram::addMatmul(const Graph& g, const Node& n, Instr& ins) {
     using namespace dnnl;
     const Node& A = g.node(n.inputs[0]);
-    const Node& W = g.node(n.inputs[1]);
     const bool ta = n.attrI("trans_a") != 0, tb = n.attrI("trans_b") != 0;
     const int64_t M = n.shape[0], N = n.shape[1];
     const int64_t K = ta ? A.shape[0] : A.shape[1];
@@ -126,7 +125,6 @@ Status CpuProgram::addMatmul(const Graph& g, const Node& n, Instr& ins) {
     } catch (const dnnl::error& e) {
         return err("oneDNN matmul %" + std::to_string(n.id) + ": " + e.what());
     }
-    (void)W;
     ins.prim = static_cast<int>(prims_.size());
     prims_.push_back(std::move(pr));
     return Status::success();
@@ -198,9 +196,6 @@ Status CpuProgram::build(const Graph& g, const ProgramBindings& bind, size_t are
                 ins.act = cpu::actKindFromName(n.attr("act"));
                 ins.alpha = static_cast<float>(n.attrF("alpha"));
                 ins.usesOutput = n.attrI("uses_output") != 0;
-                if (n.op == Op::ActGrad) {
-                    // rows/cols of dy; saved operand has the same shape.
-                }
                 break;
             case Op::Dropout:
             case Op::DropoutGrad:
