@@ -322,4 +322,22 @@ std::string getOneOf(const Json& v, const std::string& path,
     fail(path, "expected one of " + joinQuoted(valid) + ", got " + describe(v));
 }
 
+KerasRef readKerasRef(const Json& v, const std::string& path, const std::string& what) {
+    KerasRef r;
+    r.namePath = path;
+    if (v.is_string()) {
+        r.name = v.get<std::string>();
+    } else if (v.is_object()) {
+        checkKeys(v, path, {"class_name", "config", "module", "registered_name"});
+        r.namePath = child(path, "class_name");
+        r.name = getString(requireMember(v, path, "class_name"), r.namePath);
+        r.config = member(v, "config");
+        if (r.config && r.config->is_null()) r.config = nullptr;
+        if (r.config) requireObject(*r.config, child(path, "config"));
+    } else {
+        fail(path, "expected " + what + " or {\"class_name\", \"config\"}, got " + describe(v));
+    }
+    return r;
+}
+
 }  // namespace td::jsonio

@@ -49,6 +49,16 @@ const Json& requireObject(const Json& v, const std::string& path);
 const Json& requireArray(const Json& v, const std::string& path);
 const Json& requireMember(const Json& obj, const std::string& path, const char* key);
 
+// A Keras object reference: a plain name ("adam") or {"class_name": ..., "config": {...}} (plus
+// the "module" and "registered_name" Keras 3 writes). A null config counts as none; any other
+// config must be an object. `what` names the thing in the error ("an optimizer name").
+struct KerasRef {
+    std::string name;      // as written
+    std::string namePath;  // field path of the name, for errors
+    const Json* config = nullptr;
+};
+KerasRef readKerasRef(const Json& v, const std::string& path, const std::string& what);
+
 std::string getString(const Json& v, const std::string& path);
 std::string getNonEmptyString(const Json& v, const std::string& path);
 bool getBool(const Json& v, const std::string& path);

@@ -11,6 +11,7 @@
 #include <cctype>
 #include <cmath>
 
+#include "engine/core/names.h"
 #include "engine/io/json_fields.h"
 #include "engine/io/project.h"
 
@@ -107,21 +108,10 @@ InitializerSpec readInitializer(const Json& v, const std::string& path, const ch
     InitializerSpec spec;
     spec.name = fallback;
     if (v.is_null()) return spec;
-    std::string className;
-    const Json* cfg = nullptr;
-    if (v.is_string()) {
-        className = v.get<std::string>();
-    } else if (v.is_object()) {
-        className = getString(requireMember(v, path, "class_name"), child(path, "class_name"));
-        cfg = member(v, "config");
-        if (cfg && cfg->is_null()) cfg = nullptr;
-        if (cfg) requireObject(*cfg, child(path, "config"));
-    } else {
-        fail(path, "expected an initializer (a name or {\"class_name\", \"config\"}), got " +
-                       describe(v));
-    }
-    auto name = canonicalInitializerName(className);
-    if (!name) fail(v.is_object() ? child(path, "class_name") : path, name.error());
+    const KerasRef ref = readKerasRef(v, path, "an initializer name");
+    const Json* cfg = ref.config;
+    auto name = canonicalInitializerName(ref.name);
+    if (!name) fail(ref.namePath, name.error());
     spec.name = *name;
     if (!cfg) return spec;
     const std::string cpath = child(path, "config");
@@ -150,22 +140,10 @@ InitializerSpec readInitializer(const Json& v, const std::string& path, const ch
 RegularizerSpec readRegularizer(const Json& v, const std::string& path) {
     RegularizerSpec spec;
     if (v.is_null()) return spec;
-    std::string className;
-    const Json* cfg = nullptr;
-    if (v.is_string()) {
-        className = v.get<std::string>();
-    } else if (v.is_object()) {
-        className = getString(requireMember(v, path, "class_name"), child(path, "class_name"));
-        cfg = member(v, "config");
-        if (cfg && cfg->is_null()) cfg = nullptr;
-        if (cfg) requireObject(*cfg, child(path, "config"));
-    } else {
-        fail(path, "expected a regularizer (null, a name or {\"class_name\", \"config\"}), got " +
-                       describe(v));
-    }
-    std::string key;
-    for (char c : className)
-        if (c != '_') key += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    const KerasRef ref = readKerasRef(v, path, "null, a regularizer name");
+    const Json* cfg = ref.config;
+    const std::string& className = ref.name;
+    const std::string key = squashName(className);
     // Keras defaults: L1(l1=0.01), L2(l2=0.01), L1L2(l1=0.0, l2=0.0).
     std::vector<std::string> valid;
     if (key == "l1") {

@@ -1,6 +1,7 @@
 // Project files: parse + validate, write, atomic save. The schema is documented in
 // docs/PROJECT_FORMAT.md; keep the two in step.
 #include "engine/io/project.h"
+#include "engine/core/names.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -37,16 +38,6 @@ namespace {
 
 constexpr const char* kFormat = "traindeck-project";
 constexpr int kVersion = 1;
-
-// "SparseCategoricalCrossentropy", "sparse_categorical_crossentropy" -> one key.
-std::string squash(const std::string& s) {
-    std::string out;
-    for (char c : s) {
-        if (c == '_' || c == '-' || c == ' ') continue;
-        out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    }
-    return out;
-}
 
 std::string resolvePath(const std::string& p, const std::string& baseDir) {
     if (p.empty() || baseDir.empty()) return p;
@@ -237,7 +228,7 @@ struct Reader {
         requireObject(v, path);
         checkKeys(v, path, {"class_name", "config", "module", "registered_name"});
         const Json& cn = requireMember(v, path, "class_name");
-        const std::string cls = squash(getString(cn, child(path, "class_name")));
+        const std::string cls = squashName(getString(cn, child(path, "class_name")));
         ScheduleConfig s;
         if (cls == "exponentialdecay") {
             s.type = "exponential_decay";
@@ -277,39 +268,14 @@ struct Reader {
         o.schedule = s;
     }
 
-    // A Keras object reference: a plain name ("adam") or {"class_name": ..., "config": {...}}
-    // (plus the "module"/"registered_name" Keras 3 writes). `what` names it in the error.
-    struct ClassRef {
-        std::string name;      // as given
-        std::string namePath;  // field path of the name, for errors
-        const Json* config = nullptr;
-    };
-    static ClassRef classRef(const Json& v, const std::string& path, const char* what) {
-        ClassRef r;
-        r.namePath = path;
-        if (v.is_string()) {
-            r.name = v.get<std::string>();
-        } else if (v.is_object()) {
-            checkKeys(v, path, {"class_name", "config", "module", "registered_name"});
-            r.namePath = child(path, "class_name");
-            r.name = getString(requireMember(v, path, "class_name"), r.namePath);
-            r.config = member(v, "config");
-            if (r.config && r.config->is_null()) r.config = nullptr;
-        } else {
-            fail(path, std::string("expected ") + what + " or {\"class_name\", \"config\"}, got " +
-                           describe(v));
-        }
-        return r;
-    }
-
     static OptimizerConfig optimizer(const Json& v, const std::string& path) {
         static const std::vector<std::string> classNames{"SGD", "Adam", "AdamW", "RMSprop"};
-        const ClassRef ref = classRef(v, path, "an optimizer name");
+        const KerasRef ref = readKerasRef(v, path, "an optimizer name");
         const Json* cfgPtr = ref.config;
         const std::string& given = ref.name;
         const std::string& namePath = ref.namePath;
         OptimizerConfig o;
-        const std::string key = squash(given);
+        const std::string key = squashName(given);
         if (key == "sgd" || key == "adam" || key == "adamw" || key == "rmsprop") {
             o.name = key;
         } else {
@@ -393,16 +359,16 @@ struct Reader {
             {"binary_crossentropy", "BinaryCrossentropy"},
             {"mean_squared_error", "MeanSquaredError"},
         };
-        const ClassRef ref = classRef(v, path, "a loss name");
+        const KerasRef ref = readKerasRef(v, path, "a loss name");
         const std::string& given = ref.name;
         const std::string& namePath = ref.namePath;
         const Json* cfg = ref.config;
         LossConfig l;
-        std::string key = squash(given);
+        std::string key = squashName(given);
         if (key == "mse") key = "meansquarederror";
         bool found = false;
         for (const auto& e : kLosses)
-            if (key == squash(e.name)) {
+            if (key == squashName(e.name)) {
                 l.name = e.name;
                 found = true;
             }
@@ -466,7 +432,7 @@ struct Reader {
         if (!cfg || cfg->is_null()) cfg = &emptyConfig;
         const std::string cp = child(path, "config");
         requireObject(*cfg, cp);
-        const std::string key = squash(cls);
+        const std::string key = squashName(cls);
         if (key == "sparsecategoricalaccuracy" || key == "categoricalaccuracy") {
             checkKeys(*cfg, cp, {"name", "dtype"});
             return key == "categoricalaccuracy" ? "categorical_accuracy"
@@ -495,12 +461,12 @@ struct Reader {
     }
 
     static CallbackConfig callback(const Json& v, const std::string& path) {
-        const ClassRef ref = classRef(v, path, "a callback name");
+        const KerasRef ref = readKerasRef(v, path, "a callback name");
         const std::string& given = ref.name;
         const std::string& namePath = ref.namePath;
         const Json* cfg = ref.config;
         CallbackConfig c;
-        const std::string key = squash(given);
+        const std::string key = squashName(given);
         if (key == "earlystopping") {
             c.type = "early_stopping";
         } else if (key == "reducelronplateau") {

@@ -1,5 +1,6 @@
 // Layer name tables, shape inference and the model.summary() table.
 #include "engine/model/layers.h"
+#include "engine/core/names.h"
 
 #include <algorithm>
 #include <array>
@@ -62,16 +63,6 @@ constexpr std::array<InitializerEntry, 12> kInitializers{{
     {"random_normal", "RandomNormal"},
     {"truncated_normal", "TruncatedNormal"},
 }};
-
-// "GlorotUniform", "glorot_uniform" and "glorotuniform" all map to "glorotuniform".
-std::string squash(const std::string& s) {
-    std::string out;
-    for (char c : s) {
-        if (c == '_' || c == '-' || c == ' ') continue;
-        out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    }
-    return out;
-}
 
 std::string layerLabel(size_t index, const std::string& name) {
     return "layer " + std::to_string(index) + " '" + name + "'";
@@ -161,13 +152,13 @@ Result<ActivationKind> parseActivation(const std::string& name) {
 }
 
 Result<std::string> canonicalInitializerName(const std::string& name) {
-    std::string key = squash(name);
+    std::string key = squashName(name);
     if (key == "zero") key = "zeros";
     if (key == "one") key = "ones";
     if (key == "uniform") key = "randomuniform";
     if (key == "normal") key = "randomnormal";
     for (const auto& e : kInitializers)
-        if (key == squash(e.name)) return std::string(e.name);
+        if (key == squashName(e.name)) return std::string(e.name);
     std::string valid;
     for (const auto& e : kInitializers) valid += std::string(valid.empty() ? "" : ", ") + e.name;
     return err("unknown initializer '" + name + "' (valid: " + valid + ")");

@@ -238,7 +238,7 @@ Status checkMonitor(const char* type, const CallbackConfig& cfg) {
 }  // namespace
 
 Result<std::unique_ptr<Callback>> Callback::create(const CallbackConfig& cfg) {
-    const std::string type = optim_detail::normalizeName(cfg.type);
+    const std::string type = squashName(cfg.type);
     if (type == "earlystopping") {
         TD_RETURN_IF_ERROR(checkMonitor("EarlyStopping", cfg));
         if (cfg.startFromEpoch < 0) {

@@ -5,19 +5,11 @@
 #include <charconv>
 #include <string>
 
+#include "engine/core/names.h"
+
 namespace td::optim_detail {
 
-// "Exponential_Decay", "exponential-decay" and "ExponentialDecay" all become "exponentialdecay",
-// so Keras class names and snake_case names are both accepted.
-inline std::string normalizeName(const std::string& s) {
-    std::string out;
-    out.reserve(s.size());
-    for (char c : s) {
-        if (c == '_' || c == '-' || c == ' ') continue;
-        out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    }
-    return out;
-}
+using td::squashName;
 
 // Shortest text that reads back to the same double ("0.1", "2", "1e-07", "inf", "nan").
 inline std::string fmt(double v) {

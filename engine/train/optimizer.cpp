@@ -484,7 +484,7 @@ Status checkClip(const char* field, const std::optional<double>& v) {
 }  // namespace
 
 Result<std::unique_ptr<Optimizer>> Optimizer::create(const OptimizerConfig& cfg) {
-    const std::string kind = optim_detail::normalizeName(cfg.name);
+    const std::string kind = squashName(cfg.name);
     if (kind != "sgd" && kind != "adam" && kind != "adamw" && kind != "rmsprop") {
         return err("optimizer.name: unknown optimizer '" + cfg.name +
                    "' (expected sgd, adam, adamw or rmsprop)");

@@ -78,7 +78,7 @@ class CosineDecaySchedule final : public LearningRateSchedule {
 
 Result<std::unique_ptr<LearningRateSchedule>> LearningRateSchedule::create(
     double initialLearningRate, const ScheduleConfig& cfg) {
-    const std::string type = optim_detail::normalizeName(cfg.type);
+    const std::string type = squashName(cfg.type);
     const bool warmupFromZero =
         type == "cosinedecay" && cfg.warmupTarget && *cfg.warmupTarget > 0 && cfg.warmupSteps > 0;
     // A linear warmup may start from 0 (the usual Keras warmup); otherwise the rate must be > 0.
