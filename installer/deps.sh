@@ -17,7 +17,7 @@ done
 
 pkgs=(
   build-essential cmake ninja-build pkg-config git
-  libdnnl-dev libsqlite3-dev nlohmann-json3-dev libcli11-dev zlib1g-dev libomp-dev
+  libdnnl-dev ocl-icd-opencl-dev libsqlite3-dev nlohmann-json3-dev libcli11-dev zlib1g-dev libomp-dev
   qt6-base-dev qt6-base-dev-tools
   libqcustomplot-dev libqcustomplot2.1-qt6
   dataset-fashion-mnist
