@@ -300,6 +300,7 @@ Status Session::Impl::fitLoop() {
     device->prepareThread(workerThreads);
     TD_ASSIGN_OR_RETURN(
         auto pipe, Pipeline::create(trainSet, project.data.pipeline, batchSize(), true, tc.seed));
+    for (const std::string& m : pipe->messages()) log(LogLine::Level::Warning, m);
     const int64_t steps = pipe->batchesPerEpoch();
     if (steps == 0)
         return err("the training data has " + std::to_string(trainSet.size()) +
@@ -450,6 +451,8 @@ Status Session::Impl::fitLoop() {
             }
         }
         if (seen == 0) break;
+        log(LogLine::Level::Info,
+            "epoch " + std::to_string(epoch + 1) + ": " + describePipeline(pipe->stats()));
         EpochMetrics em;
         em.epoch = epoch;
         em.metrics["loss"] = lossSum / static_cast<double>(seen);

@@ -13,7 +13,7 @@
 namespace td {
 namespace {
 
-constexpr char kMagic[8] = {'T', 'D', 'C', 'A', 'C', 'H', 'E', '1'};
+constexpr char kMagic[8] = {'T', 'D', 'C', 'A', 'C', 'H', 'E', '2'};
 constexpr uint64_t kPageBytes = 4096;
 
 // On-disk header (little-endian host order; the cache is local to this machine).
@@ -25,6 +25,8 @@ struct CacheHeader {
     uint8_t xType;
     uint8_t yType;
     uint8_t reserved[6];
+    uint64_t fingerprint;  // of the source data and the map steps before the cache
+    uint64_t rowsHash;     // of the x rows, then the y rows
 };
 static_assert(sizeof(CacheHeader) <= kCacheHeaderBytes);
 
@@ -32,22 +34,42 @@ std::string errnoText() {
     return std::strerror(errno);
 }
 
-Status writeAll(int fd, const void* data, size_t bytes, uint64_t offset, const std::string& path) {
-    const auto* p = static_cast<const char*>(data);
-    while (bytes > 0) {
-        const ssize_t n = ::pwrite(fd, p, bytes, static_cast<off_t>(offset));
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            return err("cache file " + path + ": write failed: " + errnoText());
-        }
-        p += n;
-        bytes -= static_cast<size_t>(n);
-        offset += static_cast<uint64_t>(n);
-    }
-    return {};
+inline uint64_t rotl(uint64_t v, int r) {
+    return (v << r) | (v >> (64 - r));
+}
+
+inline uint64_t finalMix(uint64_t h) {
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ULL;
+    return h ^ (h >> 33);
+}
+
+uint64_t rowsHash(const uint8_t* base, const CacheLayout& l) {
+    const uint64_t h = hashBytes(base + l.xOffset(), static_cast<size_t>(l.rows * l.xRowBytes), 0);
+    return hashBytes(base + l.yOffset(), static_cast<size_t>(l.rows * l.yRowBytes), h);
 }
 
 }  // namespace
+
+uint64_t hashBytes(const void* data, size_t bytes, uint64_t seed) {
+    constexpr uint64_t kP1 = 0x9e3779b185ebca87ULL, kP2 = 0xc2b2ae3d27d4eb4fULL;
+    const auto* p = static_cast<const uint8_t*>(data);
+    // Four independent lanes keep the multiplier busy: hashing runs near memory bandwidth.
+    uint64_t lane[4] = {seed + kP1, seed ^ kP2, seed, seed - kP1};
+    size_t i = 0;
+    for (; i + 32 <= bytes; i += 32) {
+        for (int j = 0; j < 4; ++j) {
+            uint64_t w;
+            std::memcpy(&w, p + i + 8 * j, 8);
+            lane[j] = rotl(lane[j] + w * kP2, 31) * kP1;
+        }
+    }
+    uint64_t h = rotl(lane[0], 1) + rotl(lane[1], 7) + rotl(lane[2], 12) + rotl(lane[3], 18);
+    for (; i < bytes; ++i) h = rotl(h ^ (p[i] * kP1), 23) * kP2;
+    return finalMix(h ^ bytes);
+}
 
 uint64_t CacheLayout::yOffset() const {
     const uint64_t xEnd = xOffset() + static_cast<uint64_t>(rows * xRowBytes);
@@ -58,44 +80,37 @@ uint64_t CacheLayout::fileBytes() const {
     return yOffset() + static_cast<uint64_t>(rows * yRowBytes);
 }
 
-CacheFileWriter::CacheFileWriter(std::string path, std::string tempPath, int fd, CacheLayout layout)
-    : path_(std::move(path)), tempPath_(std::move(tempPath)), fd_(fd), layout_(layout) {}
-
 Result<std::unique_ptr<CacheFileWriter>> CacheFileWriter::create(const std::string& path,
                                                                  const CacheLayout& layout) {
     static std::atomic<uint64_t> counter{0};
     const std::string temp = path + ".partial-" + std::to_string(::getpid()) + "-" +
                              std::to_string(counter.fetch_add(1));
-    const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    const int fd = ::open(temp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return err("cache file " + path + ": cannot be written: " + errnoText());
-    if (::ftruncate(fd, static_cast<off_t>(layout.fileBytes())) != 0) {
-        const std::string why = errnoText();
+    auto fail = [&](const std::string& what, int code) -> Error {
         ::close(fd);
         ::unlink(temp.c_str());
-        return err("cache file " + path + ": cannot be sized: " + why);
+        return err("cache file " + path + ": " + what + ": " + std::strerror(code));
+    };
+    // Reserved blocks: a disk that fills later cannot turn a store into the mapping into SIGBUS.
+    const int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(layout.fileBytes()));
+    if (rc != 0) {
+        return fail("cannot reserve " + std::to_string(layout.fileBytes()) + " bytes", rc);
     }
-    return std::unique_ptr<CacheFileWriter>(new CacheFileWriter(path, temp, fd, layout));
+    void* base = ::mmap(nullptr, layout.fileBytes(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED) return fail("cannot be mapped", errno);
+    ::close(fd);
+    return std::unique_ptr<CacheFileWriter>(
+        new CacheFileWriter(path, temp, static_cast<uint8_t*>(base), layout));
 }
 
 CacheFileWriter::~CacheFileWriter() {
-    if (fd_ >= 0) ::close(fd_);
+    ::munmap(base_, layout_.fileBytes());
     if (!committed_) ::unlink(tempPath_.c_str());
 }
 
-Status CacheFileWriter::writeRows(const void* x, const void* y, int64_t begin, int64_t end) {
-    TD_ASSERT(0 <= begin && begin <= end && end <= layout_.rows);
-    const auto* xb = static_cast<const char*>(x);
-    const auto* yb = static_cast<const char*>(y);
-    TD_RETURN_IF_ERROR(writeAll(
-        fd_, xb + begin * layout_.xRowBytes, static_cast<size_t>((end - begin) * layout_.xRowBytes),
-        layout_.xOffset() + static_cast<uint64_t>(begin * layout_.xRowBytes), path_));
-    return writeAll(fd_, yb + begin * layout_.yRowBytes,
-                    static_cast<size_t>((end - begin) * layout_.yRowBytes),
-                    layout_.yOffset() + static_cast<uint64_t>(begin * layout_.yRowBytes), path_);
-}
-
-Status CacheFileWriter::commit() {
-    TD_ASSERT(!committed_ && fd_ >= 0);
+Status CacheFileWriter::commit(uint64_t fingerprint) {
+    TD_ASSERT(!committed_);
     CacheHeader h{};
     std::memcpy(h.magic, kMagic, sizeof kMagic);
     h.rows = layout_.rows;
@@ -103,11 +118,11 @@ Status CacheFileWriter::commit() {
     h.yRowBytes = layout_.yRowBytes;
     h.xType = static_cast<uint8_t>(layout_.xType);
     h.yType = static_cast<uint8_t>(layout_.yType);
-    TD_RETURN_IF_ERROR(writeAll(fd_, &h, sizeof h, 0, path_));
-    // No fsync: the file is only trusted by the pipeline that wrote it, in this process.
-    const int rc = ::close(fd_);
-    fd_ = -1;
-    if (rc != 0) return err("cache file " + path_ + ": close failed: " + errnoText());
+    h.fingerprint = fingerprint;
+    h.rowsHash = rowsHash(base_, layout_);
+    std::memcpy(base_, &h, sizeof h);
+    // No fsync: a file cut short or damaged by a crash fails the size or rows-hash check when a
+    // later run opens it, and is rebuilt.
     if (::rename(tempPath_.c_str(), path_.c_str()) != 0) {
         return err("cache file " + path_ + ": cannot rename " + tempPath_ + ": " + errnoText());
     }
@@ -116,32 +131,42 @@ Status CacheFileWriter::commit() {
 }
 
 Result<std::unique_ptr<CacheFileMapping>> CacheFileMapping::open(const std::string& path,
-                                                                 const CacheLayout& expected) {
+                                                                 const CacheLayout& expected,
+                                                                 uint64_t fingerprint) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return err("cache file " + path + ": cannot be opened: " + errnoText());
     struct stat st {};
     if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != expected.fileBytes()) {
         ::close(fd);
         return err("cache file " + path + ": expected " + std::to_string(expected.fileBytes()) +
-                   " bytes, found " + std::to_string(st.st_size) + " (changed since written?)");
+                   " bytes, found " + std::to_string(st.st_size) + " (cut short, or other data)");
     }
     void* base = ::mmap(nullptr, expected.fileBytes(), PROT_READ, MAP_SHARED, fd, 0);
     const std::string why = errnoText();
     ::close(fd);
     if (base == MAP_FAILED) return err("cache file " + path + ": cannot be mapped: " + why);
+    const auto* bytes = static_cast<const uint8_t*>(base);
     CacheHeader h;
-    std::memcpy(&h, base, sizeof h);
-    if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0 || h.rows != expected.rows ||
-        h.xRowBytes != expected.xRowBytes || h.yRowBytes != expected.yRowBytes ||
-        h.xType != static_cast<uint8_t>(expected.xType) ||
-        h.yType != static_cast<uint8_t>(expected.yType)) {
-        ::munmap(base, expected.fileBytes());
-        return err("cache file " + path + ": header does not match the dataset (changed since " +
-                   "written?)");
+    std::memcpy(&h, bytes, sizeof h);
+    std::string mismatch;
+    if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) {
+        mismatch = "not a cache file of this version";
+    } else if (h.rows != expected.rows || h.xRowBytes != expected.xRowBytes ||
+               h.yRowBytes != expected.yRowBytes ||
+               h.xType != static_cast<uint8_t>(expected.xType) ||
+               h.yType != static_cast<uint8_t>(expected.yType)) {
+        mismatch = "its rows have another shape or type";
+    } else if (h.fingerprint != fingerprint) {
+        mismatch = "written for other source data or other map steps";
+    } else if (h.rowsHash != rowsHash(bytes, expected)) {
+        mismatch = "its rows are damaged (hash mismatch)";
     }
-    ::madvise(base, expected.fileBytes(), MADV_WILLNEED);
+    if (!mismatch.empty()) {
+        ::munmap(base, expected.fileBytes());
+        return err("cache file " + path + ": " + mismatch);
+    }
     return std::unique_ptr<CacheFileMapping>(
-        new CacheFileMapping(static_cast<const uint8_t*>(base), expected.fileBytes(), expected));
+        new CacheFileMapping(bytes, expected.fileBytes(), expected));
 }
 
 CacheFileMapping::~CacheFileMapping() {

@@ -1,9 +1,11 @@
-// The file behind PipelineConfig::cache = "file:<path>": the source elements (pre-shuffle, in
-// source order) written during the first complete epoch, memory-mapped by later epochs.
+// The file behind PipelineConfig::cache = "file:<path>": the elements at the cache's place in the
+// pipeline (source elements, or the values after the map steps listed before it), in source order,
+// written during the first complete pass and read by every later epoch and by later runs.
 //
-// Layout: a kCacheHeaderBytes header (magic, dtypes, row sizes, offsets), the x rows from offset
-// kCacheHeaderBytes, then the y rows from the next page boundary. A file is only ever visible under
-// its final name once complete: rows go to "<path>.partial-<pid>-<n>", which commit() renames.
+// Layout: a kCacheHeaderBytes header (magic, dtypes, row sizes, the fingerprint of what produced
+// the rows, a hash of the rows), the x rows from offset kCacheHeaderBytes, then the y rows from the
+// next page boundary. A file is only ever visible under its final name once complete: rows go to
+// "<path>.partial-<pid>-<n>", which commit() renames.
 #pragma once
 
 #include <cstddef>
@@ -27,9 +29,15 @@ struct CacheLayout {
     uint64_t fileBytes() const;
 };
 
-// Writes one cache file. writeRows may be called concurrently for disjoint row ranges (pwrite);
-// commit() and the destructor from one thread once the writers are done. An uncommitted file is
-// deleted by the destructor.
+// A 64-bit hash of a byte range, chained through `seed` (not cryptographic: it tells a cache that
+// belongs to other data or was damaged from a good one).
+uint64_t hashBytes(const void* data, size_t bytes, uint64_t seed);
+
+// Writes one cache file through a shared mapping of its temporary. Rows are written in place
+// (x(), y()) by any number of threads for disjoint rows; commit() and the destructor run from one
+// thread once the writers are done. The storage is reserved up front, so a full disk fails
+// create(), not a write. An uncommitted file is deleted by the destructor; a committed one stays
+// mapped, and readable through x() and y(), until then.
 class CacheFileWriter {
   public:
     static Result<std::unique_ptr<CacheFileWriter>> create(const std::string& path,
@@ -38,24 +46,28 @@ class CacheFileWriter {
     CacheFileWriter(const CacheFileWriter&) = delete;
     CacheFileWriter& operator=(const CacheFileWriter&) = delete;
 
-    // Rows [begin, end) of x and y, given as the source arrays' base pointers.
-    Status writeRows(const void* x, const void* y, int64_t begin, int64_t end);
-    // Writes the header and renames the temporary file to the final path.
-    Status commit();
+    uint8_t* x() const { return base_ + layout_.xOffset(); }
+    uint8_t* y() const { return base_ + layout_.yOffset(); }
+    // Hashes the rows, writes the header and renames the temporary file to the final path.
+    Status commit(uint64_t fingerprint);
+    bool committed() const { return committed_; }
 
   private:
-    CacheFileWriter(std::string path, std::string tempPath, int fd, CacheLayout layout);
+    CacheFileWriter(std::string path, std::string tempPath, uint8_t* base, CacheLayout layout)
+        : path_(std::move(path)), tempPath_(std::move(tempPath)), base_(base), layout_(layout) {}
     std::string path_, tempPath_;
-    int fd_ = -1;
+    uint8_t* base_;
     CacheLayout layout_;
     bool committed_ = false;
 };
 
-// A read-only mapping of a committed cache file; the header must match `expected`.
+// A read-only mapping of a committed cache file. open() checks the size, the header against
+// `expected` and `fingerprint`, and the hash of the rows; the error says which did not match.
 class CacheFileMapping {
   public:
     static Result<std::unique_ptr<CacheFileMapping>> open(const std::string& path,
-                                                          const CacheLayout& expected);
+                                                          const CacheLayout& expected,
+                                                          uint64_t fingerprint);
     ~CacheFileMapping();
     CacheFileMapping(const CacheFileMapping&) = delete;
     CacheFileMapping& operator=(const CacheFileMapping&) = delete;

@@ -25,10 +25,12 @@ struct SourceConfig {
     uint64_t seed = 1;
 };
 
-// One element-wise map step, applied in order when a batch is formed.
+// One element-wise map step, applied in order. A "cache" step marks the cache's place among them:
+// the steps before it are applied once, when the cache is filled; without one, the cache holds the
+// source elements and every step runs on every epoch.
 struct MapStep {
     std::string op;  // "scale" (x*factor), "normalize" ((x-mean)/std), "cast" (to f32),
-                     // "one_hot" (labels -> depth)
+                     // "one_hot" (labels -> depth), "cache" (the cache's place)
     double factor = 1.0;
     double mean = 0.0, stddev = 1.0;
     int64_t depth = 0;
@@ -38,7 +40,7 @@ constexpr int64_t kAutotune = -1;
 
 struct PipelineConfig {
     std::vector<MapStep> map;             // e.g. {{"scale", 1/255}}
-    std::string cache = "memory";         // "none", "memory", or "file:<path>"
+    std::string cache = "memory";         // "none", "memory", or "file:<path>" (kept across runs)
     int64_t shuffleBuffer = 0;            // 0 = no shuffle
     std::optional<uint64_t> shuffleSeed;  // unset: derived from the training seed
     bool reshuffleEachIteration = true;

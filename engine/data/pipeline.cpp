@@ -1,22 +1,45 @@
-// The input pipeline: cache -> shuffle -> batch -> map -> prefetch, with tf.data semantics.
+// The input pipeline: [map steps before the cache] -> cache -> shuffle -> batch -> map -> prefetch,
+// with tf.data semantics.
+//
+// Map steps. cast/scale/normalize fold into affine maps and one_hot expands the labels. A
+// {"op": "cache"} step splits them: the steps before it ("pre") produce the cached elements, the
+// steps after it ("post") run on every epoch. Without one, every step is "post". Values are the
+// same whichever way an element is formed: from the source, pre then post; from the cache, post.
+//
+// Cache. "none" reads the source every epoch. "memory" and "file:" fill the cache, in source
+// order, while the first pass runs (batch b fills the source rows [b*N/nb, (b+1)*N/nb), so a pass
+// fills every row, also those a drop_remainder never batches) and commit it when the pass hands
+// out its last batch: a partial pass is never committed and the next epoch fills again. Committed,
+// the cache is what every later epoch reads (shuffled anew). A memory cache of unmapped elements is
+// the in-memory source itself. A file cache is keyed by its path: one that holds the same elements
+// (header fingerprint of the source data and the pre steps, hash of the rows) is read from the
+// first epoch of a later run; anything else is rebuilt.
 //
 // Threads. The consumer (the trainer) calls beginEpoch/next from one thread; stats() may be called
 // from any thread. With prefetch 0 everything runs inline in next() (parallelCalls is then 1).
-// Otherwise `workers_` threads, started by beginEpoch, claim batch numbers in epoch order, form
-// each batch (gather + map) into a free pool slot and mark it ready; next() hands the slots out in
-// batch order, so the output does not depend on the thread count (deterministic=True). With one
-// worker that thread is the prefetch producer; with N it is N parallel map calls.
+// Otherwise beginEpoch starts `maxWorkers_` threads, of which at most `parallelism_` form batches
+// at a time; they claim batch numbers in epoch order, form each batch (gather + map) into a free
+// pool slot and mark it ready; next() hands the slots out in batch order, so the output does not
+// depend on the thread count (deterministic=True).
 //
-// Flow control. Workers may run at most `prefetchDepth + workers` batches ahead of the consumer.
-// The pool holds prefetchCap + workers + 2 slots (one held by the consumer, one spare), so a claim
-// always finds a free slot. AUTOTUNE prefetch starts at 2 and grows by one (up to the cap, itself
-// bounded by kPrefetchRamBudgetBytes) each time the consumer has to wait for a batch other than
-// the first of an epoch.
+// Flow control. Workers may run at most `prefetchDepth + parallelism` batches ahead of the
+// consumer. The pool holds prefetchCap + maxWorkers + 2 slots (one held by the consumer, one
+// spare), so a claim always finds a free slot.
 //
-// Memory. Every tensor (pool slots, shuffle order) is allocated by create(); beginEpoch() starts
-// threads and, for a file cache, opens the writer or maps the file; next() allocates nothing.
+// AUTOTUNE. Every kTunePeriodBatches consumed batches, from what that period measured: the
+// parallelism becomes the number of workers whose combined rate (each forms a batch in P seconds)
+// meets the consumer's demand (one batch per C seconds of its own work, waits excluded), with
+// kParallelHeadroom to spare, within the CPU budget (schedulable cores, at most
+// kAutotuneMaxWorkers); it grows at once and shrinks at most by half per period. The prefetch
+// depth grows by one when the consumer had to wait in the period and shrinks by one when the
+// buffer never dropped below its depth (the consumer never needed it), within [1, cap], the cap
+// coming from kPrefetchRamBudgetBytes.
+//
+// Memory. Every tensor (pool slots, shuffle order, memory cache) and the cache file's storage are
+// allocated by create(); beginEpoch() starts threads; next() allocates nothing.
 #include <sched.h>
 
+#include <unistd.h>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -25,6 +48,7 @@
 #include <cstring>
 #include <limits>
 #include <mutex>
+#include <sstream>
 #include <system_error>
 #include <thread>
 
@@ -35,10 +59,14 @@
 namespace td {
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
 constexpr int64_t kAutotunePrefetchStart = 2;
 constexpr int64_t kAutotunePrefetchCap = 16;
 constexpr int64_t kAutotuneMaxWorkers = 8;  // the gather is memory-bound beyond a few cores
 constexpr int64_t kPrefetchRamBudgetBytes = int64_t{256} << 20;
+constexpr int64_t kTunePeriodBatches = 8;
+constexpr double kParallelHeadroom = 1.25;  // absorbs jitter in the measured rates
 
 int64_t schedulableCores() {
     cpu_set_t set;
@@ -47,7 +75,11 @@ int64_t schedulableCores() {
     return std::max(1u, std::thread::hardware_concurrency());
 }
 
-// x' = x * scale + shift: the composition of the "cast", "scale" and "normalize" steps.
+double secondsBetween(Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+}
+
+// x' = x * scale + shift: the composition of "cast", "scale" and "normalize" steps.
 struct AffineMap {
     double scale = 1.0, shift = 0.0;
     bool identity() const { return scale == 1.0 && shift == 0.0; }
@@ -57,6 +89,15 @@ struct AffineMap {
 template <typename Src>
 void convertRow(const Src* __restrict src, float* __restrict dst, int64_t n, float a, float b) {
     for (int64_t k = 0; k < n; ++k) dst[k] = static_cast<float>(src[k]) * a + b;
+}
+
+void convertRow(const uint8_t* src, DType type, float* dst, int64_t n, const AffineMap& m) {
+    const auto a = static_cast<float>(m.scale), b = static_cast<float>(m.shift);
+    if (type == DType::U8) {
+        convertRow(src, dst, n, a, b);
+    } else {
+        convertRow(reinterpret_cast<const float*>(src), dst, n, a, b);
+    }
 }
 
 // Software prefetch of a source row a few rows ahead of the gather: shuffled rows are random
@@ -86,51 +127,150 @@ void shuffleOrder(int64_t n, int64_t buffer, uint64_t seed, int32_t* order, int3
     }
 }
 
+// Where a batch's rows are read from: the source, or the cache.
+struct ElementView {
+    const uint8_t* x = nullptr;
+    DType xType = DType::U8;
+    int64_t xRowBytes = 0;
+    const uint8_t* y = nullptr;
+    DType yType = DType::I32;
+    int64_t yRowElems = 0;
+};
+
+enum class CacheKind { None, Memory, File };
+
+// The map steps (split at the cache) and the shapes they produce, as read from the config.
+struct MapPlan {
+    AffineMap pre, post;
+    bool preConverts = false;  // a cast/scale/normalize before the cache: cached x is f32
+    int64_t preOneHot = 0, postOneHot = 0;
+    std::string preText;  // the pre steps, for the cache fingerprint
+};
+
+Result<MapPlan> planMap(const std::vector<MapStep>& steps, const Dataset& data) {
+    MapPlan plan;
+    bool afterCache = false;
+    bool hasCacheStep =
+        std::any_of(steps.begin(), steps.end(), [](const MapStep& s) { return s.op == "cache"; });
+    // Without a cache step every map step runs after the cache.
+    if (!hasCacheStep) afterCache = true;
+    const int64_t n = data.size();
+    for (const MapStep& step : steps) {
+        AffineMap& m = afterCache ? plan.post : plan.pre;
+        std::ostringstream text;
+        text.precision(17);
+        text << step.op;
+        if (step.op == "cache") {
+            if (afterCache) return err("map step 'cache' appears twice");
+            afterCache = true;
+            continue;
+        }
+        if (step.op == "cast") {
+        } else if (step.op == "scale") {
+            if (!std::isfinite(step.factor)) return err("map 'scale': factor must be finite");
+            m.scale *= step.factor;
+            m.shift *= step.factor;
+            text << ' ' << step.factor;
+        } else if (step.op == "normalize") {
+            if (!std::isfinite(step.mean) || !std::isfinite(step.stddev) || step.stddev == 0) {
+                return err("map 'normalize': mean must be finite and stddev finite and non-zero");
+            }
+            m.scale /= step.stddev;
+            m.shift = (m.shift - step.mean) / step.stddev;
+            text << ' ' << step.mean << ' ' << step.stddev;
+        } else if (step.op == "one_hot") {
+            if (plan.preOneHot != 0 || plan.postOneHot != 0) {
+                return err("map 'one_hot' appears twice");
+            }
+            if (data.y.dtype() != DType::I32 || data.y.size() != n) {
+                return err("map 'one_hot' needs class-id labels (i32 [N]), found " +
+                           std::string(dtypeName(data.y.dtype())) + " " +
+                           shapeToString(data.y.shape()));
+            }
+            const int32_t* y = data.y.data<int32_t>();
+            const int32_t maxLabel = *std::max_element(y, y + n);
+            const int32_t minLabel = *std::min_element(y, y + n);
+            if (minLabel < 0) return err("map 'one_hot': labels must be >= 0");
+            if (step.depth <= maxLabel) {
+                return err("map 'one_hot': depth " + std::to_string(step.depth) +
+                           " must exceed the largest label " + std::to_string(maxLabel));
+            }
+            (afterCache ? plan.postOneHot : plan.preOneHot) = step.depth;
+            text << ' ' << step.depth;
+        } else {
+            return err("unknown map step '" + step.op +
+                       "' (valid steps: cast, scale, normalize, one_hot, cache)");
+        }
+        if (!afterCache) {
+            if (step.op != "one_hot") plan.preConverts = true;
+            plan.preText += text.str() + ";";
+        }
+    }
+    return plan;
+}
+
 class PipelineImpl final : public Pipeline {
   public:
     ~PipelineImpl() override { stopWorkers(); }
 
     static Result<std::unique_ptr<Pipeline>> make(const Dataset& data, const PipelineConfig& cfg,
-                                                  int64_t batchSize, bool shuffle, uint64_t seed);
+                                                  int64_t batchSize, bool shuffle, uint64_t seed,
+                                                  const PipelineOptions& options);
 
     Status beginEpoch(int epoch) override;
     Result<const Batch*> next() override;
     int64_t batchesPerEpoch() const override { return numBatches_; }
     Shape featureShape() const override { return data_.sampleShape(); }
     PipelineStats stats() const override;
+    std::vector<std::string> messages() const override { return messages_; }
 
   private:
     struct Slot {
         Batch batch;
-        Tensor fullX, fullY;  // [B, ...]
-        Tensor remX, remY;    // views of the first `remainder` rows (empty when none)
+        Tensor fullX, fullY;        // [B, ...]
+        Tensor remX, remY;          // views of the first `remainder` rows (empty when none)
+        std::vector<float> preRow;  // one element after the pre steps (source read, pre != id)
     };
 
+    Status setUpCache(const PipelineConfig& cfg);
     Status produce(int64_t b, Slot& slot);
+    void fillCache(int64_t begin, int64_t end);
+    Status commitCache();
     void workerLoop();
     void stopWorkers();
-    Status finishEpoch();
+    void finishEpoch();
+    void retune();                        // under mu_
+    void recordProduced(double seconds);  // under mu_
 
     // Immutable after create().
     Dataset data_;
+    PipelineOptions options_;
     int64_t n_ = 0, batchSize_ = 0, numBatches_ = 0, remainder_ = 0;
     int64_t xRowElems_ = 0, yRowElems_ = 0;  // per sample, in the source
-    AffineMap affine_;
-    int64_t oneHotDepth_ = 0;  // 0: labels pass through
+    MapPlan plan_;
+    int64_t oneHotDepth_ = 0;  // of the output labels; 0: labels pass through
     bool shuffle_ = false, reshuffle_ = true;
     int64_t shuffleBuffer_ = 0;
     uint64_t shuffleSeed_ = 0;
-    std::string cachePath_;  // non-empty for "file:<path>"
+    CacheKind cacheKind_ = CacheKind::None;
+    std::string cachePath_;  // for "file:<path>"
     CacheLayout cacheLayout_;
-    bool async_ = false, autotunePrefetch_ = false;
-    int64_t workers_ = 1, prefetchCap_ = 0;
+    uint64_t fingerprint_ = 0;
+    ElementView sourceView_, cacheView_;
+    uint8_t* cacheFillX_ =
+        nullptr;  // where a fill pass writes x rows; null: the source is the cache
+    uint8_t* cacheFillY_ = nullptr;
+    Tensor memoryCacheX_, memoryCacheY_;
+    std::unique_ptr<CacheFileWriter> cacheWriter_;    // a cache file being filled (or committed)
+    std::unique_ptr<CacheFileMapping> cacheMapping_;  // a committed file of an earlier run
+    bool async_ = false, autotunePrefetch_ = false, autotuneParallel_ = false;
+    int64_t maxWorkers_ = 1, prefetchCap_ = 0;
+    std::vector<std::string> messages_;
 
-    // Epoch state, written by beginEpoch() while no worker runs, read-only for the workers.
+    // Epoch state, written by beginEpoch()/next() while no worker runs, read-only for the workers.
     std::vector<int32_t> order_, shuffleScratch_;
-    const uint8_t* srcX_ = nullptr;
-    const uint8_t* srcY_ = nullptr;
-    std::unique_ptr<CacheFileWriter> cacheWriter_;  // while an epoch fills the cache
-    std::unique_ptr<CacheFileMapping> cacheMapping_;
+    bool filling_ = false;        // this epoch fills the cache
+    bool readFromCache_ = false;  // this epoch reads the committed cache
     bool epochBegun_ = false, epochFinished_ = false;
 
     std::vector<Slot> slots_;
@@ -141,6 +281,8 @@ class PipelineImpl final : public Pipeline {
     std::condition_variable workCv_;   // workers: a claim may be possible, or stop
     std::condition_variable readyCv_;  // consumer: a batch became ready, or an error
     int64_t nextToStart_ = 0, nextToConsume_ = 0;
+    int64_t active_ = 0;      // workers forming a batch now
+    int64_t readyAhead_ = 0;  // batches formed and not yet handed out
     std::vector<int> freeSlots_;
     std::vector<int> slotOfBatch_;  // batch b -> slot, at b % slots_.size()
     std::vector<uint8_t> slotReady_;
@@ -148,15 +290,26 @@ class PipelineImpl final : public Pipeline {
     int syncSlot_ = 0;
     bool cancel_ = false;
     std::optional<Error> error_;
+    // AUTOTUNE measurements of the current period.
+    double periodProduceSeconds_ = 0, periodConsumerSeconds_ = 0;
+    int64_t periodProduced_ = 0, periodConsumed_ = 0, periodConsumerBatches_ = 0;
+    int64_t periodWaits_ = 0, periodMinAhead_ = std::numeric_limits<int64_t>::max();
+    Clock::time_point lastReturn_;
+    bool lastReturnValid_ = false;
 
     std::atomic<int64_t> prefetchDepth_{0};
+    std::atomic<int64_t> parallelism_{1};
     std::atomic<double> secondsPerBatch_{0.0};
+    std::atomic<double> consumerSecondsPerBatch_{0.0};
+    std::atomic<int64_t> epochWaits_{0};
+    std::atomic<int64_t> epochSourceElements_{0}, epochCacheElements_{0};
+    std::atomic<bool> cacheComplete_{false};
     std::atomic<bool> readingCacheFile_{false};
 };
 
 Result<std::unique_ptr<Pipeline>> PipelineImpl::make(const Dataset& data, const PipelineConfig& cfg,
-                                                     int64_t batchSize, bool shuffle,
-                                                     uint64_t seed) {
+                                                     int64_t batchSize, bool shuffle, uint64_t seed,
+                                                     const PipelineOptions& options) {
     auto p = std::unique_ptr<PipelineImpl>(new PipelineImpl());
     const int64_t n = data.size();
     if (n == 0) return err("pipeline: the dataset is empty");
@@ -181,6 +334,7 @@ Result<std::unique_ptr<Pipeline>> PipelineImpl::make(const Dataset& data, const 
     }
 
     p->data_ = data;
+    p->options_ = options;
     p->n_ = n;
     p->batchSize_ = batchSize;
     p->numBatches_ = cfg.dropRemainder ? n / batchSize : (n + batchSize - 1) / batchSize;
@@ -191,57 +345,15 @@ Result<std::unique_ptr<Pipeline>> PipelineImpl::make(const Dataset& data, const 
     }
     p->xRowElems_ = data.x.size() / n;
     p->yRowElems_ = data.y.size() / n;
-
-    // Map steps: cast/scale/normalize fold into one affine map; one_hot expands the labels.
-    for (const MapStep& step : cfg.map) {
-        if (step.op == "cast") {
-        } else if (step.op == "scale") {
-            if (!std::isfinite(step.factor)) return err("map 'scale': factor must be finite");
-            p->affine_.scale *= step.factor;
-            p->affine_.shift *= step.factor;
-        } else if (step.op == "normalize") {
-            if (!std::isfinite(step.mean) || !std::isfinite(step.stddev) || step.stddev == 0) {
-                return err("map 'normalize': mean must be finite and stddev finite and non-zero");
-            }
-            p->affine_.scale /= step.stddev;
-            p->affine_.shift = (p->affine_.shift - step.mean) / step.stddev;
-        } else if (step.op == "one_hot") {
-            if (p->oneHotDepth_ != 0) return err("map 'one_hot' appears twice");
-            if (data.y.dtype() != DType::I32 || p->yRowElems_ != 1) {
-                return err("map 'one_hot' needs class-id labels (i32 [N]), found " +
-                           std::string(dtypeName(data.y.dtype())) + " " +
-                           shapeToString(data.y.shape()));
-            }
-            const int32_t* y = data.y.data<int32_t>();
-            const int32_t maxLabel = *std::max_element(y, y + n);
-            const int32_t minLabel = *std::min_element(y, y + n);
-            if (minLabel < 0) return err("map 'one_hot': labels must be >= 0");
-            if (step.depth <= maxLabel) {
-                return err("map 'one_hot': depth " + std::to_string(step.depth) +
-                           " must exceed the largest label " + std::to_string(maxLabel));
-            }
-            p->oneHotDepth_ = step.depth;
-        } else {
-            return err("unknown map step '" + step.op +
-                       "' (valid steps: cast, scale, normalize, one_hot)");
-        }
-    }
-
-    // Cache.
-    if (cfg.cache.rfind("file:", 0) == 0) {
-        p->cachePath_ = cfg.cache.substr(5);
-        if (p->cachePath_.empty()) return err("pipeline cache 'file:' needs a path");
-        p->cacheLayout_.rows = n;
-        p->cacheLayout_.xRowBytes = p->xRowElems_ * static_cast<int64_t>(dtypeSize(data.x.dtype()));
-        p->cacheLayout_.yRowBytes = p->yRowElems_ * static_cast<int64_t>(dtypeSize(data.y.dtype()));
-        p->cacheLayout_.xType = data.x.dtype();
-        p->cacheLayout_.yType = data.y.dtype();
-        // Fail now rather than at the first epoch when the file cannot be written.
-        TD_RETURN_IF_ERROR(CacheFileWriter::create(p->cachePath_, p->cacheLayout_));
-    } else if (cfg.cache != "memory" && cfg.cache != "none") {
-        return err("unknown pipeline cache '" + cfg.cache + "' (valid: none, memory, file:<path>)");
-    }
-    // "none" and "memory" behave alike: the source is an in-memory Dataset, which is the cache.
+    TD_ASSIGN_OR_RETURN(p->plan_, planMap(cfg.map, data));
+    p->oneHotDepth_ = p->plan_.preOneHot + p->plan_.postOneHot;
+    p->sourceView_ = ElementView{static_cast<const uint8_t*>(p->data_.x.raw()),
+                                 data.x.dtype(),
+                                 p->xRowElems_ * static_cast<int64_t>(dtypeSize(data.x.dtype())),
+                                 static_cast<const uint8_t*>(p->data_.y.raw()),
+                                 data.y.dtype(),
+                                 p->yRowElems_};
+    TD_RETURN_IF_ERROR(p->setUpCache(cfg));
 
     // Shuffle.
     p->shuffle_ = shuffle && cfg.shuffleBuffer > 0;
@@ -254,9 +366,15 @@ Result<std::unique_ptr<Pipeline>> PipelineImpl::make(const Dataset& data, const 
     // Threads and buffers.
     p->async_ = cfg.prefetch != 0;
     if (p->async_) {
-        p->workers_ = cfg.parallelCalls == kAutotune
-                          ? std::clamp<int64_t>(schedulableCores() - 1, 1, kAutotuneMaxWorkers)
-                          : cfg.parallelCalls;
+        if (cfg.parallelCalls == kAutotune) {
+            p->autotuneParallel_ = true;
+            const int64_t budget = options.cpuBudget > 0 ? options.cpuBudget : schedulableCores();
+            p->maxWorkers_ = std::clamp<int64_t>(budget, 1, kAutotuneMaxWorkers);
+            p->parallelism_ = (p->maxWorkers_ + 1) / 2;
+        } else {
+            p->maxWorkers_ = cfg.parallelCalls;
+            p->parallelism_ = cfg.parallelCalls;
+        }
     }
     Shape xShape{batchSize};
     for (int64_t d : data.sampleShape()) xShape.push_back(d);
@@ -271,7 +389,7 @@ Result<std::unique_ptr<Pipeline>> PipelineImpl::make(const Dataset& data, const 
     } else if (cfg.prefetch == kAutotune) {
         p->autotunePrefetch_ = true;
         p->prefetchCap_ = std::clamp<int64_t>(
-            kPrefetchRamBudgetBytes / std::max<int64_t>(slotBytes, 1) - p->workers_ - 2, 1,
+            kPrefetchRamBudgetBytes / std::max<int64_t>(slotBytes, 1) - p->maxWorkers_ - 2, 1,
             kAutotunePrefetchCap);
     } else {
         p->prefetchCap_ = cfg.prefetch;
@@ -279,7 +397,8 @@ Result<std::unique_ptr<Pipeline>> PipelineImpl::make(const Dataset& data, const 
     p->prefetchDepth_ =
         p->autotunePrefetch_ ? std::min(kAutotunePrefetchStart, p->prefetchCap_) : p->prefetchCap_;
 
-    const auto poolSize = static_cast<size_t>(p->prefetchCap_ + p->workers_ + 2);
+    const auto poolSize = static_cast<size_t>(p->prefetchCap_ + p->maxWorkers_ + 2);
+    const bool twoStage = !p->plan_.pre.identity();
     p->slots_.resize(poolSize);
     for (Slot& s : p->slots_) {
         s.fullX = Tensor(DType::F32, xShape);
@@ -290,6 +409,7 @@ Result<std::unique_ptr<Pipeline>> PipelineImpl::make(const Dataset& data, const 
         }
         s.batch.x = s.fullX;
         s.batch.y = s.fullY;
+        if (twoStage) s.preRow.resize(static_cast<size_t>(p->xRowElems_));
     }
     p->freeSlots_.reserve(poolSize);
     p->slotOfBatch_.assign(poolSize, -1);
@@ -297,42 +417,101 @@ Result<std::unique_ptr<Pipeline>> PipelineImpl::make(const Dataset& data, const 
     return std::unique_ptr<Pipeline>(std::move(p));
 }
 
+Status PipelineImpl::setUpCache(const PipelineConfig& cfg) {
+    if (cfg.cache == "none") {
+        cacheKind_ = CacheKind::None;
+        return {};
+    }
+    if (cfg.cache == "memory") {
+        cacheKind_ = CacheKind::Memory;
+    } else if (cfg.cache.rfind("file:", 0) == 0) {
+        cacheKind_ = CacheKind::File;
+        cachePath_ = cfg.cache.substr(5);
+        if (cachePath_.empty()) return err("pipeline cache 'file:' needs a path");
+    } else {
+        return err("unknown pipeline cache '" + cfg.cache + "' (valid: none, memory, file:<path>)");
+    }
+
+    // What the cache holds: the elements after the pre steps.
+    cacheLayout_.rows = n_;
+    cacheLayout_.xType = plan_.preConverts ? DType::F32 : data_.x.dtype();
+    cacheLayout_.xRowBytes = xRowElems_ * static_cast<int64_t>(dtypeSize(cacheLayout_.xType));
+    cacheLayout_.yType = plan_.preOneHot ? DType::F32 : data_.y.dtype();
+    const int64_t cacheYElems = plan_.preOneHot ? plan_.preOneHot : yRowElems_;
+    cacheLayout_.yRowBytes = cacheYElems * static_cast<int64_t>(dtypeSize(cacheLayout_.yType));
+
+    const uint8_t* x = nullptr;
+    const uint8_t* y = nullptr;
+    if (cacheKind_ == CacheKind::Memory) {
+        // Unmapped elements are already in memory: the source is the cache.
+        if (plan_.preConverts) {
+            memoryCacheX_ = Tensor(DType::F32, {n_, xRowElems_});
+            cacheFillX_ = static_cast<uint8_t*>(memoryCacheX_.raw());
+        }
+        if (plan_.preOneHot) {
+            memoryCacheY_ = Tensor(DType::F32, {n_, cacheYElems});
+            cacheFillY_ = static_cast<uint8_t*>(memoryCacheY_.raw());
+        }
+        x = cacheFillX_ ? cacheFillX_ : sourceView_.x;
+        y = cacheFillY_ ? cacheFillY_ : sourceView_.y;
+    } else {
+        // The fingerprint names what the rows were made from, so a later run can trust them.
+        uint64_t h = hashBytes(data_.x.raw(), data_.x.bytes(), 1);
+        h = hashBytes(data_.y.raw(), data_.y.bytes(), h);
+        std::string shapes = shapeToString(data_.x.shape()) + dtypeName(data_.x.dtype()) +
+                             shapeToString(data_.y.shape()) + dtypeName(data_.y.dtype()) + "|" +
+                             plan_.preText;
+        fingerprint_ = hashBytes(shapes.data(), shapes.size(), h);
+        if (::access(cachePath_.c_str(), F_OK) == 0) {
+            auto mapping = CacheFileMapping::open(cachePath_, cacheLayout_, fingerprint_);
+            if (mapping.ok()) {
+                cacheMapping_ = std::move(mapping).value();
+                cacheComplete_ = true;
+                readingCacheFile_ = true;
+            } else {
+                messages_.push_back(mapping.error() + "; rebuilding it");
+            }
+        }
+        if (cacheMapping_) {
+            x = cacheMapping_->x();
+            y = cacheMapping_->y();
+        } else {
+            // Fail now rather than at the first epoch when the file cannot be written.
+            TD_ASSIGN_OR_RETURN(cacheWriter_, CacheFileWriter::create(cachePath_, cacheLayout_));
+            cacheFillX_ = cacheWriter_->x();
+            cacheFillY_ = cacheWriter_->y();
+            x = cacheFillX_;
+            y = cacheFillY_;
+        }
+    }
+    cacheView_ = ElementView{x, cacheLayout_.xType, cacheLayout_.xRowBytes,
+                             y, cacheLayout_.yType, cacheYElems};
+    return {};
+}
+
 Status PipelineImpl::beginEpoch(int epoch) {
     stopWorkers();
-    // An unfinished epoch's partial cache file is deleted by the writer's destructor.
-    cacheWriter_.reset();
     {
         std::lock_guard lock(mu_);
         nextToStart_ = nextToConsume_ = 0;
+        active_ = readyAhead_ = 0;
         freeSlots_.clear();
         for (int s = static_cast<int>(slots_.size()) - 1; s >= 0; --s) freeSlots_.push_back(s);
         std::fill(slotReady_.begin(), slotReady_.end(), uint8_t{0});
         heldSlot_ = -1;
         cancel_ = false;
         error_.reset();
+        lastReturnValid_ = false;
     }
     epochBegun_ = true;
     epochFinished_ = false;
-    // A failed start leaves an epoch whose next() returns the same error.
-    auto fail = [this](Error e) -> Status {
-        error_ = e;
-        return e;
-    };
-
-    if (!cachePath_.empty()) {
-        if (readingCacheFile_ && !cacheMapping_) {
-            auto mapping = CacheFileMapping::open(cachePath_, cacheLayout_);
-            if (!mapping.ok()) return fail(std::move(mapping).takeError());
-            cacheMapping_ = std::move(mapping).value();
-        }
-        if (!readingCacheFile_) {
-            auto writer = CacheFileWriter::create(cachePath_, cacheLayout_);
-            if (!writer.ok()) return fail(std::move(writer).takeError());
-            cacheWriter_ = std::move(writer).value();
-        }
-    }
-    srcX_ = cacheMapping_ ? cacheMapping_->x() : static_cast<const uint8_t*>(data_.x.raw());
-    srcY_ = cacheMapping_ ? cacheMapping_->y() : static_cast<const uint8_t*>(data_.y.raw());
+    // An unfinished fill pass is discarded (tf.data never keeps a partial cache): this epoch fills
+    // every row again.
+    readFromCache_ = cacheKind_ != CacheKind::None && cacheComplete_;
+    filling_ = cacheKind_ != CacheKind::None && !cacheComplete_;
+    epochWaits_ = 0;
+    epochSourceElements_ = 0;
+    epochCacheElements_ = 0;
 
     if (shuffle_) {
         const uint64_t epochSeed =
@@ -344,10 +523,14 @@ Status PipelineImpl::beginEpoch(int epoch) {
 
     if (async_) {
         try {
-            for (int64_t w = 0; w < workers_; ++w) threads_.emplace_back([this] { workerLoop(); });
+            for (int64_t w = 0; w < maxWorkers_; ++w) {
+                threads_.emplace_back([this] { workerLoop(); });
+            }
         } catch (const std::system_error& e) {
             stopWorkers();
-            return fail(err(std::string("pipeline: cannot start a worker thread: ") + e.what()));
+            Error e2 = err(std::string("pipeline: cannot start a worker thread: ") + e.what());
+            error_ = e2;  // next() returns the same error
+            return e2;
         }
     }
     return {};
@@ -363,63 +546,103 @@ void PipelineImpl::stopWorkers() {
     threads_.clear();
 }
 
-// Forms batch b (rows order_[b*B, b*B + size)) into `slot`; when filling a file cache, also writes
-// this batch's share of the source rows. Runs on a worker, or inline in next().
-Status PipelineImpl::produce(int64_t b, Slot& slot) {
-    if (cacheWriter_) {
-        const int64_t begin = b * n_ / numBatches_, end = (b + 1) * n_ / numBatches_;
-        TD_RETURN_IF_ERROR(cacheWriter_->writeRows(srcX_, srcY_, begin, end));
-    }
-    const int64_t first = b * batchSize_;
-    const int64_t rows = std::min(batchSize_, n_ - first);
-    const int32_t* idx = order_.data() + first;
-
-    // x: gather + convert to f32 [rows, ...]
-    const int64_t d = xRowElems_;
-    float* x = slot.fullX.data<float>();
-    const auto a = static_cast<float>(affine_.scale), c = static_cast<float>(affine_.shift);
-    const int64_t rowBytes = d * static_cast<int64_t>(dtypeSize(data_.x.dtype()));
-    // Rows past this batch are prefetched too: they start the next batch.
-    const int64_t prefetchable = n_ - first;
-    auto prefetchAhead = [&](int64_t r) {
-        if (r + kPrefetchRowsAhead < prefetchable) {
-            prefetchRow(srcX_ + idx[r + kPrefetchRowsAhead] * rowBytes, rowBytes);
-        }
-    };
-    for (int64_t r = 0; r < std::min(kPrefetchRowsAhead, prefetchable); ++r) {
-        prefetchRow(srcX_ + idx[r] * rowBytes, rowBytes);
-    }
-    if (data_.x.dtype() == DType::U8) {
-        for (int64_t r = 0; r < rows; ++r) {
-            prefetchAhead(r);
-            convertRow(srcX_ + idx[r] * d, x + r * d, d, a, c);
-        }
-    } else {
-        const auto* src = reinterpret_cast<const float*>(srcX_);
-        const bool copy = affine_.identity();
-        for (int64_t r = 0; r < rows; ++r) {
-            prefetchAhead(r);
-            if (copy) {
-                std::memcpy(x + r * d, src + idx[r] * d, static_cast<size_t>(d) * sizeof(float));
+// Source rows [begin, end) after the pre steps, into the cache being filled.
+void PipelineImpl::fillCache(int64_t begin, int64_t end) {
+    const ElementView& src = sourceView_;
+    if (cacheFillX_) {
+        const int64_t dstBytes = cacheLayout_.xRowBytes;
+        for (int64_t i = begin; i < end; ++i) {
+            const uint8_t* s = src.x + i * src.xRowBytes;
+            uint8_t* d = cacheFillX_ + i * dstBytes;
+            if (plan_.preConverts) {
+                convertRow(s, src.xType, reinterpret_cast<float*>(d), xRowElems_, plan_.pre);
             } else {
-                convertRow(src + idx[r] * d, x + r * d, d, a, c);
+                std::memcpy(d, s, static_cast<size_t>(dstBytes));
             }
         }
     }
+    if (cacheFillY_) {
+        const int64_t dstBytes = cacheLayout_.yRowBytes;
+        for (int64_t i = begin; i < end; ++i) {
+            uint8_t* d = cacheFillY_ + i * dstBytes;
+            if (plan_.preOneHot) {
+                auto* row = reinterpret_cast<float*>(d);
+                std::fill(row, row + plan_.preOneHot, 0.0f);
+                row[reinterpret_cast<const int32_t*>(src.y)[i]] = 1.0f;
+            } else {
+                std::memcpy(d, src.y + i * dstBytes, static_cast<size_t>(dstBytes));
+            }
+        }
+    }
+}
 
-    // y: class ids [rows], one-hot f32 [rows, depth], or f32 targets [rows, k]
-    if (oneHotDepth_) {
-        const auto* labels = reinterpret_cast<const int32_t*>(srcY_);
+// Forms batch b (rows order_[b*B, b*B + size)) into `slot`; in a fill pass, also fills this
+// batch's share of the cache. Runs on a worker, or inline in next().
+Status PipelineImpl::produce(int64_t b, Slot& slot) {
+    if (filling_) fillCache(b * n_ / numBatches_, (b + 1) * n_ / numBatches_);
+    const int64_t first = b * batchSize_;
+    const int64_t rows = std::min(batchSize_, n_ - first);
+    const int32_t* idx = order_.data() + first;
+    const ElementView& v = readFromCache_ ? cacheView_ : sourceView_;
+    (readFromCache_ ? epochCacheElements_ : epochSourceElements_) += rows;
+
+    // x: gather + map to f32 [rows, ...]. From the source with pre steps: pre, then post.
+    const int64_t d = xRowElems_;
+    float* x = slot.fullX.data<float>();
+    const AffineMap& post = plan_.post;
+    const auto a = static_cast<float>(post.scale), c = static_cast<float>(post.shift);
+    const int64_t rowBytes = v.xRowBytes;
+    // Rows past this batch are prefetched too: they start the next batch.
+    const int64_t prefetchable = n_ - first;
+    auto gather = [&](auto&& formRow) {
+        for (int64_t r = 0; r < std::min(kPrefetchRowsAhead, prefetchable); ++r) {
+            prefetchRow(v.x + idx[r] * rowBytes, rowBytes);
+        }
+        for (int64_t r = 0; r < rows; ++r) {
+            if (r + kPrefetchRowsAhead < prefetchable) {
+                prefetchRow(v.x + idx[r + kPrefetchRowsAhead] * rowBytes, rowBytes);
+            }
+            formRow(v.x + idx[r] * rowBytes, x + r * d);
+            if (options_.elementHook) options_.elementHook(idx[r]);
+        }
+    };
+    if (!readFromCache_ && !plan_.pre.identity()) {
+        float* tmp = slot.preRow.data();
+        gather([&](const uint8_t* src, float* dst) {
+            convertRow(src, v.xType, tmp, d, plan_.pre);
+            // As when the row is read back from the cache (below).
+            if (post.identity()) {
+                std::memcpy(dst, tmp, static_cast<size_t>(d) * sizeof(float));
+            } else {
+                convertRow(static_cast<const float*>(tmp), dst, d, a, c);
+            }
+        });
+    } else if (v.xType == DType::U8) {
+        gather([&](const uint8_t* src, float* dst) { convertRow(src, dst, d, a, c); });
+    } else if (post.identity()) {
+        gather([&](const uint8_t* src, float* dst) {
+            std::memcpy(dst, src, static_cast<size_t>(d) * sizeof(float));
+        });
+    } else {
+        gather([&](const uint8_t* src, float* dst) {
+            convertRow(reinterpret_cast<const float*>(src), dst, d, a, c);
+        });
+    }
+
+    // y: class ids [rows], one-hot f32 [rows, depth], or f32 rows [rows, k] (targets, or labels
+    // one-hot encoded before the cache).
+    if (v.yType == DType::I32 && oneHotDepth_) {
+        const auto* labels = reinterpret_cast<const int32_t*>(v.y);
         float* y = slot.fullY.data<float>();
         std::memset(y, 0, static_cast<size_t>(rows * oneHotDepth_) * sizeof(float));
         for (int64_t r = 0; r < rows; ++r) y[r * oneHotDepth_ + labels[idx[r]]] = 1.0f;
-    } else if (data_.y.dtype() == DType::I32) {
-        const auto* labels = reinterpret_cast<const int32_t*>(srcY_);
+    } else if (v.yType == DType::I32) {
+        const auto* labels = reinterpret_cast<const int32_t*>(v.y);
         int32_t* y = slot.fullY.data<int32_t>();
         for (int64_t r = 0; r < rows; ++r) y[r] = labels[idx[r]];
     } else {
-        const auto* targets = reinterpret_cast<const float*>(srcY_);
-        const int64_t k = yRowElems_;
+        const auto* targets = reinterpret_cast<const float*>(v.y);
+        const int64_t k = v.yRowElems;
         float* y = slot.fullY.data<float>();
         for (int64_t r = 0; r < rows; ++r) {
             std::memcpy(y + r * k, targets + idx[r] * k, static_cast<size_t>(k) * sizeof(float));
@@ -434,28 +657,40 @@ Status PipelineImpl::produce(int64_t b, Slot& slot) {
     return {};
 }
 
+void PipelineImpl::recordProduced(double seconds) {
+    periodProduceSeconds_ += seconds;
+    ++periodProduced_;
+    const double prev = secondsPerBatch_.load(std::memory_order_relaxed);
+    secondsPerBatch_.store(prev == 0 ? seconds : 0.9 * prev + 0.1 * seconds,
+                           std::memory_order_relaxed);
+}
+
 void PipelineImpl::workerLoop() {
     const auto poolSize = static_cast<int64_t>(slots_.size());
     std::unique_lock lock(mu_);
     while (true) {
         workCv_.wait(lock, [&] {
             return cancel_ || error_ || nextToStart_ >= numBatches_ ||
-                   (nextToStart_ - nextToConsume_ < prefetchDepth_ + workers_ &&
+                   (active_ < parallelism_.load() &&
+                    nextToStart_ - nextToConsume_ < prefetchDepth_.load() + parallelism_.load() &&
                     !freeSlots_.empty());
         });
         if (cancel_ || error_ || nextToStart_ >= numBatches_) return;
         const int64_t b = nextToStart_++;
+        // Workers beyond the tuned parallelism sleep until the epoch's last claim lets them end.
+        if (nextToStart_ == numBatches_) workCv_.notify_all();
         const int s = freeSlots_.back();
         freeSlots_.pop_back();
         slotOfBatch_[static_cast<size_t>(b % poolSize)] = s;
+        ++active_;
         lock.unlock();
 
-        const auto start = std::chrono::steady_clock::now();
+        const auto start = Clock::now();
         Status status = produce(b, slots_[static_cast<size_t>(s)]);
-        const double seconds =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        const double seconds = secondsBetween(start, Clock::now());
 
         lock.lock();
+        --active_;
         if (!status.ok()) {
             if (!error_) error_ = std::move(status).takeError();
             lock.unlock();
@@ -464,25 +699,62 @@ void PipelineImpl::workerLoop() {
             return;
         }
         slotReady_[static_cast<size_t>(s)] = 1;
-        const double prev = secondsPerBatch_.load(std::memory_order_relaxed);
-        secondsPerBatch_.store(prev == 0 ? seconds : 0.9 * prev + 0.1 * seconds,
-                               std::memory_order_relaxed);
+        ++readyAhead_;
+        recordProduced(seconds);
         if (b == nextToConsume_) readyCv_.notify_one();  // the consumer only waits for this one
     }
 }
 
-// At the end of an epoch: join the workers and, when this epoch filled the file cache, commit it.
-Status PipelineImpl::finishEpoch() {
-    if (epochFinished_) return {};
+void PipelineImpl::finishEpoch() {
+    if (epochFinished_) return;
     epochFinished_ = true;
     stopWorkers();
+}
+
+// The pass that filled the cache has formed its last batch: every row is in place.
+Status PipelineImpl::commitCache() {
+    filling_ = false;
     if (cacheWriter_) {
-        Status s = cacheWriter_->commit();
-        cacheWriter_.reset();
-        TD_RETURN_IF_ERROR(s);
+        TD_RETURN_IF_ERROR(cacheWriter_->commit(fingerprint_));
         readingCacheFile_ = true;
     }
+    cacheComplete_ = true;
     return {};
+}
+
+void PipelineImpl::retune() {
+    if (autotuneParallel_ && periodProduced_ > 0 && periodConsumerBatches_ > 0) {
+        const double produce = periodProduceSeconds_ / static_cast<double>(periodProduced_);
+        const double consume = periodConsumerSeconds_ / static_cast<double>(periodConsumerBatches_);
+        const double needed =
+            consume > 0 ? produce / consume * kParallelHeadroom : static_cast<double>(maxWorkers_);
+        const int64_t target = needed >= static_cast<double>(maxWorkers_)
+                                   ? maxWorkers_
+                                   : std::max<int64_t>(1, static_cast<int64_t>(std::ceil(needed)));
+        const int64_t current = parallelism_.load();
+        if (target > current) {
+            parallelism_ = target;
+            workCv_.notify_all();
+        } else if (target < current) {
+            parallelism_ = std::max(target, current / 2);
+        }
+    }
+    if (periodConsumerBatches_ > 0) {
+        consumerSecondsPerBatch_ =
+            periodConsumerSeconds_ / static_cast<double>(periodConsumerBatches_);
+    }
+    if (autotunePrefetch_) {
+        const int64_t depth = prefetchDepth_.load();
+        if (periodWaits_ > 0 && depth < prefetchCap_) {
+            prefetchDepth_ = depth + 1;
+            workCv_.notify_all();
+        } else if (periodWaits_ == 0 && periodMinAhead_ >= depth && depth > 1) {
+            prefetchDepth_ = depth - 1;
+        }
+    }
+    periodProduceSeconds_ = periodConsumerSeconds_ = 0;
+    periodProduced_ = periodConsumed_ = periodConsumerBatches_ = periodWaits_ = 0;
+    periodMinAhead_ = std::numeric_limits<int64_t>::max();
 }
 
 Result<const Batch*> PipelineImpl::next() {
@@ -490,32 +762,33 @@ Result<const Batch*> PipelineImpl::next() {
     if (!async_) {
         if (error_) return *error_;
         if (nextToConsume_ >= numBatches_) {
-            Status s = finishEpoch();
-            if (!s.ok()) {
-                error_ = std::move(s).takeError();
-                return *error_;
-            }
+            finishEpoch();
             return static_cast<const Batch*>(nullptr);
         }
         Slot& slot = slots_[static_cast<size_t>(syncSlot_)];
         syncSlot_ = (syncSlot_ + 1) % static_cast<int>(slots_.size());
-        const auto start = std::chrono::steady_clock::now();
+        const auto start = Clock::now();
         Status s = produce(nextToConsume_, slot);
+        if (s.ok()) {
+            std::lock_guard lock(mu_);
+            recordProduced(secondsBetween(start, Clock::now()));
+        }
+        if (s.ok() && ++nextToConsume_ == numBatches_ && filling_) s = commitCache();
         if (!s.ok()) {
             error_ = std::move(s).takeError();
             return *error_;
         }
-        const double seconds =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        const double prev = secondsPerBatch_.load(std::memory_order_relaxed);
-        secondsPerBatch_.store(prev == 0 ? seconds : 0.9 * prev + 0.1 * seconds,
-                               std::memory_order_relaxed);
-        ++nextToConsume_;
         return static_cast<const Batch*>(&slot.batch);
     }
 
+    const auto enter = Clock::now();
     const auto poolSize = static_cast<int64_t>(slots_.size());
     std::unique_lock lock(mu_);
+    if (lastReturnValid_) {
+        periodConsumerSeconds_ += secondsBetween(lastReturn_, enter);
+        ++periodConsumerBatches_;
+        lastReturnValid_ = false;
+    }
     // The pool always has a free slot for a claim the window allows (see the top of this file), so
     // returning the held slot wakes nobody; advancing nextToConsume_ below does.
     if (heldSlot_ >= 0) {
@@ -526,12 +799,7 @@ Result<const Batch*> PipelineImpl::next() {
     if (error_) return *error_;
     if (nextToConsume_ >= numBatches_) {
         lock.unlock();
-        Status s = finishEpoch();
-        if (!s.ok()) {
-            lock.lock();
-            error_ = std::move(s).takeError();
-            return *error_;
-        }
+        finishEpoch();
         return static_cast<const Batch*>(nullptr);
     }
     const int64_t b = nextToConsume_;
@@ -541,34 +809,66 @@ Result<const Batch*> PipelineImpl::next() {
                    0;
     };
     if (!ready()) {
-        const int64_t depth = prefetchDepth_.load();
-        if (autotunePrefetch_ && b > 0 && depth < prefetchCap_) {
-            prefetchDepth_.store(depth + 1);
-            workCv_.notify_one();
+        // The first batch of an epoch is always waited for: the workers have just started.
+        if (b > 0) {
+            ++periodWaits_;
+            ++epochWaits_;
         }
         readyCv_.wait(lock, [&] { return error_ || ready(); });
         if (error_) return *error_;
     }
     heldSlot_ = slotOfBatch_[static_cast<size_t>(b % poolSize)];
     ++nextToConsume_;
+    --readyAhead_;
+    periodMinAhead_ = std::min(periodMinAhead_, readyAhead_);
+    if (++periodConsumed_ >= kTunePeriodBatches) retune();
     workCv_.notify_one();
+    if (b + 1 == numBatches_ && filling_) {
+        lock.unlock();
+        Status s = commitCache();
+        lock.lock();
+        if (!s.ok()) {
+            error_ = std::move(s).takeError();
+            return *error_;
+        }
+    }
+    lastReturn_ = Clock::now();
+    lastReturnValid_ = true;
     return static_cast<const Batch*>(&slots_[static_cast<size_t>(heldSlot_)].batch);
 }
 
 PipelineStats PipelineImpl::stats() const {
     PipelineStats s;
     s.prefetchDepth = prefetchDepth_.load();
-    s.parallelCalls = async_ ? workers_ : 1;
+    s.parallelCalls = async_ ? parallelism_.load() : 1;
+    s.maxParallelCalls = async_ ? maxWorkers_ : 1;
     s.producerSecondsPerBatch = secondsPerBatch_.load(std::memory_order_relaxed);
+    s.consumerSecondsPerBatch = consumerSecondsPerBatch_.load(std::memory_order_relaxed);
+    s.consumerWaits = epochWaits_.load();
+    s.epochSourceElements = epochSourceElements_.load();
+    s.epochCacheElements = epochCacheElements_.load();
+    s.cacheComplete = cacheComplete_.load();
     s.readingCacheFile = readingCacheFile_.load();
     return s;
 }
 
 }  // namespace
 
+std::string describePipeline(const PipelineStats& s) {
+    std::string text = "input pipeline: " + std::to_string(s.parallelCalls) + " of " +
+                       std::to_string(s.maxParallelCalls) + " map workers, prefetch " +
+                       std::to_string(s.prefetchDepth) + ", waited for " +
+                       std::to_string(s.consumerWaits) + " batches; " +
+                       std::to_string(s.epochSourceElements) + " elements from the source, " +
+                       std::to_string(s.epochCacheElements) + " from the cache";
+    if (s.readingCacheFile) text += " file";
+    return text;
+}
+
 Result<std::unique_ptr<Pipeline>> Pipeline::create(const Dataset& data, const PipelineConfig& cfg,
-                                                   int64_t batchSize, bool shuffle, uint64_t seed) {
-    return PipelineImpl::make(data, cfg, batchSize, shuffle, seed);
+                                                   int64_t batchSize, bool shuffle, uint64_t seed,
+                                                   const PipelineOptions& options) {
+    return PipelineImpl::make(data, cfg, batchSize, shuffle, seed, options);
 }
 
 }  // namespace td

@@ -1,10 +1,12 @@
 // Data sources and the input pipeline, with tf.data semantics (see shared REFERENCE.md):
-// cache -> shuffle -> batch -> map (parallel, order kept) -> prefetch. Images stay u8 until a
-// batch is formed; the map steps then produce f32 features.
+// [map steps before the cache] -> cache -> shuffle -> batch -> map (parallel, order kept) ->
+// prefetch. Without a {"op": "cache"} step the cache holds the source elements, and images stay u8
+// until a batch is formed; the map steps then produce f32 features.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -64,18 +66,43 @@ struct Batch {
 };
 
 struct PipelineStats {
+    // Threads. AUTOTUNE sets parallelCalls so that the map keeps up with the consumer's rate,
+    // within maxParallelCalls (the CPU budget), and prefetchDepth from how often the consumer
+    // waits; both are retuned every few batches.
     int64_t prefetchDepth = 0;           // current buffer size (tuned when AUTOTUNE)
     int64_t parallelCalls = 0;           // current map workers (tuned when AUTOTUNE)
+    int64_t maxParallelCalls = 0;        // worker threads started: the CPU budget under AUTOTUNE
     double producerSecondsPerBatch = 0;  // one worker's time to form a batch (moving average)
-    bool readingCacheFile = false;       // cache "file:": epochs now read the completed file
+    double consumerSecondsPerBatch = 0;  // consumer's time between next() calls, waits excluded
+    int64_t consumerWaits = 0;           // batches of the current epoch the consumer waited for
+    // Cache. Elements of the current (or last) epoch read from the source and from the cache.
+    int64_t epochSourceElements = 0;
+    int64_t epochCacheElements = 0;
+    bool cacheComplete = false;     // a full pass filled the cache; epochs now read it
+    bool readingCacheFile = false;  // cache "file:": epochs now read the completed file
+};
+
+// One line for logs: workers, prefetch and where the epoch's elements came from.
+std::string describePipeline(const PipelineStats& s);
+
+// Knobs that are not part of a project.
+struct PipelineOptions {
+    int64_t cpuBudget = 0;  // cores AUTOTUNE may use for map workers; 0: the schedulable cores
+    // Called once per element as a batch is formed, on the forming thread, with the element's
+    // source index: lets tests make the map stage slow.
+    std::function<void(int64_t)> elementHook;
 };
 
 class Pipeline {
   public:
     // `shuffle` false ignores shuffleBuffer (evaluation); `seed` keys the shuffle order when the
     // config has no shuffleSeed.
+    // A "file:" cache that already holds these elements (same source data, same map steps before
+    // the cache) is read from the first epoch on; one that does not match is rebuilt, and
+    // messages() says why.
     static Result<std::unique_ptr<Pipeline>> create(const Dataset& data, const PipelineConfig& cfg,
-                                                    int64_t batchSize, bool shuffle, uint64_t seed);
+                                                    int64_t batchSize, bool shuffle, uint64_t seed,
+                                                    const PipelineOptions& options = {});
     virtual ~Pipeline() = default;
 
     // Starts epoch `epoch` (0-based): resets the iterator, reshuffles when configured, starts the
@@ -87,6 +114,8 @@ class Pipeline {
     virtual int64_t batchesPerEpoch() const = 0;
     virtual Shape featureShape() const = 0;  // per-sample shape of x after the map steps
     virtual PipelineStats stats() const = 0;
+    // Notes for the run's log (e.g. a cache file rebuilt, and why), oldest first.
+    virtual std::vector<std::string> messages() const = 0;
 };
 
 }  // namespace td

@@ -130,8 +130,10 @@ struct Reader {
         requireObject(v, path);
         MapStep m;
         m.op = getOneOf(requireMember(v, path, "op"), child(path, "op"),
-                        {"scale", "normalize", "cast", "one_hot"});
-        if (m.op == "scale") {
+                        {"scale", "normalize", "cast", "one_hot", "cache"});
+        if (m.op == "cache") {
+            checkKeys(v, path, {"op"});
+        } else if (m.op == "scale") {
             checkKeys(v, path, {"op", "factor"});
             m.factor = getNumber(requireMember(v, path, "factor"), child(path, "factor"));
         } else if (m.op == "normalize") {

@@ -1,14 +1,18 @@
 // engine/data: sources (IDX, NPY, CSV, synthetic, Fashion-MNIST) and the tf.data-style pipeline.
 #include <zlib.h>
 
+#include <sched.h>
 #include <QDir>
 #include <QFile>
 #include <QTemporaryDir>
 #include <QtTest>
 #include <algorithm>
+
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include "engine/data/cache_file.h"
@@ -105,6 +109,7 @@ Dataset indexedDataset(int64_t n, int64_t dims = 5) {
 struct EpochOutput {
     std::vector<int32_t> labels;  // in output order
     std::vector<float> x;         // all batches' x, concatenated
+    std::vector<float> yf;        // all batches' f32 y (one-hot or targets), concatenated
     std::vector<int64_t> sizes;
     std::vector<int64_t> firstIndices;
 };
@@ -126,7 +131,33 @@ EpochOutput runEpoch(Pipeline& p, int epoch) {
         if (batch.y.dtype() == DType::I32) {
             const int32_t* y = batch.y.data<int32_t>();
             out.labels.insert(out.labels.end(), y, y + batch.size);
+        } else {
+            const float* y = batch.y.data<float>();
+            out.yf.insert(out.yf.end(), y, y + batch.y.size());
         }
+    }
+    return out;
+}
+
+// One epoch as the trainer runs it: exactly batchesPerEpoch() calls to next(), each followed by
+// `work` of consumer time; records the tuned values after every batch.
+struct Consumed {
+    std::vector<int32_t> labels;
+    std::vector<int64_t> parallel, depth;
+};
+Consumed consume(Pipeline& p, int epoch, std::chrono::microseconds work) {
+    Consumed out;
+    const Status begun = p.beginEpoch(epoch);
+    if (!begun.ok()) qFatal("beginEpoch: %s", begun.error().c_str());
+    for (int64_t i = 0; i < p.batchesPerEpoch(); ++i) {
+        Result<const Batch*> b = p.next();
+        if (!b.ok() || !*b) qFatal("next: no batch %lld", static_cast<long long>(i));
+        const int32_t* y = (*b)->y.data<int32_t>();
+        out.labels.insert(out.labels.end(), y, y + (*b)->size);
+        const PipelineStats st = p.stats();
+        out.parallel.push_back(st.parallelCalls);
+        out.depth.push_back(st.prefetchDepth);
+        if (work.count() > 0) std::this_thread::sleep_for(work);
     }
     return out;
 }
@@ -892,7 +923,7 @@ class TestData : public QObject {
         QCOMPARE(reference->stats().parallelCalls, int64_t{1});
     }
 
-    // AUTOTUNE starts the buffer at 2 and grows it only up to its cap of 16.
+    // AUTOTUNE starts the buffer at 2 and keeps it within [1, 16].
     void autotunePrefetchStaysWithinBounds() {
         const Dataset d = indexedDataset(20000, 784);
         PipelineConfig cfg;
@@ -902,7 +933,7 @@ class TestData : public QObject {
         QCOMPARE(p->stats().prefetchDepth, int64_t{2});
         for (int epoch = 0; epoch < 2; ++epoch) runEpoch(*p, epoch);
         const PipelineStats st = p->stats();
-        QVERIFY(st.prefetchDepth >= 2 && st.prefetchDepth <= 16);
+        QVERIFY(st.prefetchDepth >= 1 && st.prefetchDepth <= 16);
         QVERIFY(st.producerSecondsPerBatch > 0);
     }
 
@@ -1007,22 +1038,293 @@ class TestData : public QObject {
         QCOMPARE(changed.x[1], e0.x[1]);
     }
 
-    // A cache file that disappears between epochs fails the next epoch with its path, and next()
-    // reports the same error instead of waiting for batches that never come.
+    // Removing a committed cache file does not disturb the run that wrote it (its mapping stays
+    // valid); the next pipeline finds no file and builds it again without a message.
     void cacheFileRemovedBetweenEpochs() {
         QTemporaryDir dir;
         const QString path = dir.filePath("gone.cache");
         PipelineConfig cfg;
         cfg.cache = "file:" + path.toStdString();
-        auto p = makePipeline(indexedDataset(50), cfg, 8);
-        runEpoch(*p, 0);
+        const Dataset d = indexedDataset(50);
+        auto p = makePipeline(d, cfg, 8);
+        const EpochOutput e0 = runEpoch(*p, 0);
         QVERIFY(QFile::remove(path));
-        const Status s = p->beginEpoch(1);
-        QVERIFY(!s.ok());
-        QVERIFY2(QString::fromStdString(s.error()).contains(path), s.error().c_str());
-        Result<const Batch*> b = p->next();
-        QVERIFY(!b.ok());
-        QCOMPARE(b.error(), s.error());
+        const EpochOutput e1 = runEpoch(*p, 1);
+        QCOMPARE(e1.x, e0.x);
+        QCOMPARE(p->stats().epochCacheElements, int64_t{50});
+        auto q = makePipeline(d, cfg, 8);
+        QVERIFY(q->messages().empty());
+        QVERIFY(!q->stats().readingCacheFile);
+        runEpoch(*q, 0);
+        QCOMPARE(q->stats().epochSourceElements, int64_t{50});
+        QVERIFY(QFile::exists(path));
+    }
+
+    // The trainer asks for exactly batchesPerEpoch() batches and never for the end: the pass still
+    // commits when it hands out its last batch, and later epochs read the cache, not the source.
+    void cacheCommitsWhenTheLastBatchIsHandedOut_data() {
+        QTest::addColumn<QString>("cache");
+        QTest::addColumn<qlonglong>("prefetch");
+        QTest::newRow("file, sync") << "file" << 0LL;
+        QTest::newRow("file, prefetch") << "file" << qlonglong(kAutotune);
+        QTest::newRow("memory, sync") << "memory" << 0LL;
+        QTest::newRow("memory, prefetch") << "memory" << qlonglong(kAutotune);
+    }
+    void cacheCommitsWhenTheLastBatchIsHandedOut() {
+        QFETCH(QString, cache);
+        QFETCH(qlonglong, prefetch);
+        QTemporaryDir dir;
+        const QString path = dir.filePath("c.cache");
+        const Dataset d = indexedDataset(103, 6);
+        PipelineConfig cfg = shuffled(50);
+        cfg.cache = cache == "file" ? "file:" + path.toStdString() : std::string("memory");
+        cfg.prefetch = prefetch;
+        auto p = makePipeline(d, cfg, 10);
+        for (int epoch = 0; epoch < 3; ++epoch) {
+            const Consumed c = consume(*p, epoch, std::chrono::microseconds(0));
+            QVERIFY(isPermutation(c.labels, 103));
+            const PipelineStats st = p->stats();
+            QVERIFY(st.cacheComplete);
+            QCOMPARE(st.epochSourceElements, epoch == 0 ? int64_t{103} : int64_t{0});
+            QCOMPARE(st.epochCacheElements, epoch == 0 ? int64_t{0} : int64_t{103});
+            QCOMPARE(st.readingCacheFile, cache == "file");
+            QCOMPARE(QFile::exists(path), cache == "file");
+        }
+    }
+
+    // A cache step after map steps caches the mapped values (the file holds x*0.5, and one-hot
+    // labels when one_hot comes first); later epochs apply only the steps after it, and reshuffle
+    // the cached elements. Every epoch equals the uncached pipeline's output.
+    void cacheAfterMapHoldsMappedValues_data() {
+        QTest::addColumn<QString>("cache");
+        QTest::addColumn<bool>("oneHotFirst");
+        QTest::addColumn<qlonglong>("prefetch");
+        QTest::newRow("file, sync") << "file" << false << 0LL;
+        QTest::newRow("file, one_hot cached, prefetch") << "file" << true << qlonglong(kAutotune);
+        QTest::newRow("memory, prefetch") << "memory" << false << qlonglong(kAutotune);
+        QTest::newRow("memory, one_hot cached, sync") << "memory" << true << 0LL;
+    }
+    void cacheAfterMapHoldsMappedValues() {
+        QFETCH(QString, cache);
+        QFETCH(bool, oneHotFirst);
+        QFETCH(qlonglong, prefetch);
+        QTemporaryDir dir;
+        const QString path = dir.filePath("mapped.cache");
+        const int64_t n = 101, dims = 7;
+        const Dataset d = indexedDataset(n, dims);
+        const MapStep scale{.op = "scale", .factor = 0.5};
+        const MapStep normalize{.op = "normalize", .mean = 3.0, .stddev = 2.0};
+        const MapStep oneHot{.op = "one_hot", .depth = n};
+        const MapStep cacheStep{.op = "cache"};
+        PipelineConfig reference = shuffled(40);
+        reference.cache = "none";
+        reference.map = {scale, normalize, oneHot};
+        reference.prefetch = 0;
+        PipelineConfig cfg = reference;
+        cfg.cache = cache == "file" ? "file:" + path.toStdString() : std::string("memory");
+        cfg.map = oneHotFirst ? std::vector<MapStep>{scale, oneHot, cacheStep, normalize}
+                              : std::vector<MapStep>{scale, cacheStep, normalize, oneHot};
+        cfg.prefetch = prefetch;
+        auto ref = makePipeline(d, reference, 8);
+        auto p = makePipeline(d, cfg, 8);
+        std::vector<float> firstRow;
+        for (int epoch = 0; epoch < 3; ++epoch) {
+            const EpochOutput a = runEpoch(*ref, epoch), b = runEpoch(*p, epoch);
+            QCOMPARE(b.x, a.x);
+            QCOMPARE(b.yf, a.yf);
+            QCOMPARE(p->stats().epochCacheElements, epoch == 0 ? int64_t{0} : n);
+            QCOMPARE(p->stats().epochSourceElements, epoch == 0 ? n : int64_t{0});
+            if (epoch == 0) {
+                firstRow.assign(b.x.begin(), b.x.begin() + dims);
+            } else {  // reshuffled: another element comes first
+                QVERIFY(std::vector<float>(b.x.begin(), b.x.begin() + dims) != firstRow);
+            }
+        }
+        if (cache != "file") return;
+        QFile file(path);
+        QVERIFY(file.open(QIODevice::ReadOnly));
+        const QByteArray bytes = file.readAll();
+        std::vector<float> row0(dims);
+        std::memcpy(row0.data(), bytes.constData() + kCacheHeaderBytes, dims * sizeof(float));
+        for (int64_t k = 0; k < dims; ++k) QCOMPARE(row0[size_t(k)], 0.5f * float(k));
+        const auto yBytes = static_cast<qsizetype>(oneHotFirst ? n * n * 4 : n * 4);
+        float y1[3];
+        std::memcpy(y1, bytes.constData() + bytes.size() - yBytes + (oneHotFirst ? n * 4 : 4),
+                    sizeof y1);
+        if (oneHotFirst) {
+            QCOMPARE(y1[0], 0.0f);  // row 1 one-hot: [0, 1, 0, ...]
+            QCOMPARE(y1[1], 1.0f);
+            QCOMPARE(y1[2], 0.0f);
+        } else {
+            int32_t label = 0;
+            std::memcpy(&label, y1, 4);
+            QCOMPARE(label, 1);
+        }
+    }
+
+    // A pass abandoned halfway is never committed (tf.data discards a partial cache): the next
+    // epoch reads the source again and fills every row, also those drop_remainder leaves out.
+    void cachePartialPassIsDiscarded() {
+        const Dataset d = indexedDataset(100, 5);
+        PipelineConfig reference = shuffled(100);
+        reference.cache = "none";
+        reference.dropRemainder = true;
+        reference.map = {MapStep{.op = "scale", .factor = 0.5}};
+        PipelineConfig cfg = reference;
+        cfg.cache = "memory";
+        cfg.map = {MapStep{.op = "scale", .factor = 0.5}, MapStep{.op = "cache"}};
+        auto ref = makePipeline(d, reference, 8);
+        auto p = makePipeline(d, cfg, 8);
+        QVERIFY(p->beginEpoch(0).ok());
+        for (int i = 0; i < 3; ++i) QVERIFY(p->next().ok());
+        const EpochOutput e1 = runEpoch(*p, 1);
+        QVERIFY(p->stats().cacheComplete);
+        QCOMPARE(p->stats().epochSourceElements, int64_t{96});
+        QCOMPARE(e1.x, runEpoch(*ref, 1).x);
+        const EpochOutput e2 = runEpoch(*p, 2);
+        QCOMPARE(p->stats().epochSourceElements, int64_t{0});
+        QCOMPARE(p->stats().epochCacheElements, int64_t{96});
+        QCOMPARE(e2.x, runEpoch(*ref, 2).x);
+    }
+
+    // A file cache outlives its pipeline: the next one (the next run) reads it from its first
+    // epoch. One that does not hold these elements (other data, other steps before the cache, cut
+    // short, damaged, not a cache) is rebuilt, and messages() says why.
+    void cacheFileAcrossRuns() {
+        QTemporaryDir dir;
+        const QString path = dir.filePath("runs.cache");
+        const Dataset d = indexedDataset(64, 5);
+        PipelineConfig cfg = shuffled(64);
+        cfg.cache = "file:" + path.toStdString();
+        cfg.map = {MapStep{.op = "scale", .factor = 0.5}, MapStep{.op = "cache"}};
+        auto p = makePipeline(d, cfg, 8);
+        const EpochOutput e0 = runEpoch(*p, 0);
+        p.reset();
+        auto q = makePipeline(d, cfg, 8);
+        QVERIFY(q->messages().empty());
+        QVERIFY(q->stats().readingCacheFile);
+        QCOMPARE(runEpoch(*q, 0).x, e0.x);
+        QCOMPARE(q->stats().epochSourceElements, int64_t{0});
+        QCOMPARE(q->stats().epochCacheElements, int64_t{64});
+        q.reset();
+
+        auto expectRebuilt = [&](const Dataset& data, const PipelineConfig& c, const QString& why) {
+            auto r = makePipeline(data, c, 8);
+            const std::vector<std::string> m = r->messages();
+            QCOMPARE(m.size(), size_t{1});
+            const QString text = QString::fromStdString(m[0]);
+            QVERIFY2(text.contains(path) && text.contains(why) && text.contains("rebuilding"),
+                     m[0].c_str());
+            QVERIFY(!r->stats().readingCacheFile);
+            runEpoch(*r, 0);
+            QCOMPARE(r->stats().epochSourceElements, int64_t{64});
+            r.reset();
+            auto again = makePipeline(data, c, 8);
+            QVERIFY(again->messages().empty());
+            QVERIFY(again->stats().readingCacheFile);
+        };
+        Dataset changed = indexedDataset(64, 5);
+        changed.x.data<uint8_t>()[3] ^= 1;
+        expectRebuilt(changed, cfg, "other source data");
+        PipelineConfig otherStep = cfg;
+        otherStep.map[0].factor = 0.25;
+        expectRebuilt(changed, otherStep, "other map steps");
+
+        auto edit = [&](auto&& change) {
+            QFile file(path);
+            QVERIFY(file.open(QIODevice::ReadWrite));
+            change(file);
+        };
+        edit([](QFile& f) { QVERIFY(f.resize(f.size() / 2)); });
+        expectRebuilt(changed, otherStep, "bytes");
+        edit([](QFile& f) {
+            QVERIFY(f.seek(kCacheHeaderBytes + 9));
+            QCOMPARE(f.write("\x7f", 1), qint64{1});
+        });
+        expectRebuilt(changed, otherStep, "damaged");
+        edit([](QFile& f) { QCOMPARE(f.write("NOTCACHE", 8), qint64{8}); });
+        expectRebuilt(changed, otherStep, "not a cache file");
+    }
+
+    // --- AUTOTUNE -------------------------------------------------------------------------------
+    // Map parallelism follows the measured rates: a map that is slow against the consumer gets
+    // more workers, the same pipeline fewer once its map becomes cheap. Sleeps stand in for the
+    // map's cost, so the relation holds on a loaded machine; the order never changes.
+    void autotuneParallelismFollowsMapCost() {
+        const Dataset d = indexedDataset(640, 37);
+        std::atomic<int> delayUs{2000};
+        PipelineOptions opt;
+        opt.cpuBudget = 4;
+        opt.elementHook = [&delayUs](int64_t) {
+            if (const int us = delayUs.load()) {
+                std::this_thread::sleep_for(std::chrono::microseconds(us));
+            }
+        };
+        PipelineConfig cfg = shuffled(640);
+        cfg.prefetch = kAutotune;
+        cfg.parallelCalls = kAutotune;
+        auto created = Pipeline::create(d, cfg, 8, true, 7, opt);
+        QVERIFY(created.ok());
+        auto& p = *created;
+        PipelineConfig seq = cfg;
+        seq.prefetch = 0;
+        auto reference = makePipeline(d, seq, 8);
+        QCOMPARE(p->stats().maxParallelCalls, int64_t{4});
+
+        const auto work = std::chrono::microseconds(1000);
+        const Consumed slow = consume(*p, 0, work);
+        const int64_t slowTuned = p->stats().parallelCalls;
+        delayUs = 0;
+        std::vector<Consumed> fast;
+        for (int epoch = 1; epoch < 3; ++epoch) fast.push_back(consume(*p, epoch, work));
+        const int64_t fastTuned = p->stats().parallelCalls;
+        qInfo("tuned map workers: slow map %lld, fast map %lld (budget 4)",
+              static_cast<long long>(slowTuned), static_cast<long long>(fastTuned));
+        QVERIFY2(slowTuned > fastTuned,
+                 qPrintable(QString("slow %1, fast %2").arg(slowTuned).arg(fastTuned)));
+        QVERIFY(slowTuned >= 2);
+        for (const Consumed* c : std::vector<const Consumed*>{&slow, &fast[0], &fast[1]}) {
+            for (int64_t v : c->parallel) QVERIFY(v >= 1 && v <= 4);
+        }
+        QCOMPARE(slow.labels, consume(*reference, 0, std::chrono::microseconds(0)).labels);
+        QCOMPARE(fast[1].labels, consume(*reference, 2, std::chrono::microseconds(0)).labels);
+    }
+
+    // The prefetch buffer shrinks when it is always full (a cheap map, a slower consumer) and
+    // grows when the consumer waits (a map slower than the consumer), within [1, cap].
+    void autotunePrefetchFollowsWaits() {
+        const Dataset d = indexedDataset(480, 37);
+        PipelineConfig cfg;
+        cfg.prefetch = kAutotune;
+        cfg.parallelCalls = 1;
+        auto full = makePipeline(d, cfg, 8);
+        QCOMPARE(full->stats().prefetchDepth, int64_t{2});
+        const Consumed a = consume(*full, 0, std::chrono::microseconds(3000));
+        const int64_t minDepth = *std::min_element(a.depth.begin(), a.depth.end());
+        QVERIFY2(minDepth == 1, qPrintable(QString::number(minDepth)));
+
+        PipelineOptions opt;
+        opt.elementHook = [](int64_t) {
+            std::this_thread::sleep_for(std::chrono::microseconds(500));
+        };
+        auto created = Pipeline::create(d, cfg, 8, false, 7, opt);
+        QVERIFY(created.ok());
+        const Consumed b = consume(**created, 0, std::chrono::microseconds(0));
+        const int64_t maxDepth = *std::max_element(b.depth.begin(), b.depth.end());
+        QVERIFY2(maxDepth > 2 && maxDepth <= 16, qPrintable(QString::number(maxDepth)));
+        QVERIFY((*created)->stats().consumerWaits > 0);
+    }
+
+    // Without a budget, AUTOTUNE may use the cores this process can be scheduled on.
+    void autotuneBudgetIsTheSchedulableCores() {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        QCOMPARE(sched_getaffinity(0, sizeof set, &set), 0);
+        PipelineConfig cfg;
+        cfg.parallelCalls = kAutotune;
+        auto p = makePipeline(indexedDataset(100), cfg, 10);
+        QCOMPARE(p->stats().maxParallelCalls, std::min<int64_t>(CPU_COUNT(&set), 8));
+        QVERIFY(p->stats().parallelCalls <= p->stats().maxParallelCalls);
     }
 
     void cacheFileUnwritable() {
