@@ -108,8 +108,9 @@ class Pipeline {
     // Starts epoch `epoch` (0-based): resets the iterator, reshuffles when configured, starts the
     // prefetch producer.
     virtual Status beginEpoch(int epoch) = 0;
-    // The next batch of the epoch, or nullptr at its end. Errors (e.g. a cache file that cannot be
-    // written) are returned, never thrown.
+    // The next batch of the epoch, or nullptr at its end. The call that hands out an epoch's last
+    // batch completes a cache being filled (the consumer need not ask for the end). Errors (e.g. a
+    // cache file that cannot be renamed) are returned, never thrown.
     virtual Result<const Batch*> next() = 0;
     virtual int64_t batchesPerEpoch() const = 0;
     virtual Shape featureShape() const = 0;  // per-sample shape of x after the map steps

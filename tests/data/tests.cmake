@@ -1,3 +1,6 @@
 td_add_test(test_data SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_data.cpp LABELS unit data LIBS traindeck_data)
 # The tests write gzip fixtures themselves.
 target_link_libraries(test_data PRIVATE ZLIB::ZLIB)
+# The cache through whole training runs: needs the engine.
+td_add_test(test_pipeline_training SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_pipeline_training.cpp
+            LABELS integration data)

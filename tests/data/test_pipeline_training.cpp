@@ -1,0 +1,159 @@
+// The input pipeline's cache through whole training runs (Session::fit): the first epoch fills a
+// file cache, later epochs and later runs read it instead of the source, and a cache that no
+// longer matches the data is rebuilt with a warning. The pipeline reports, per epoch, where its
+// elements came from in the run's log.
+#include <QFile>
+#include <QTemporaryDir>
+#include <QtTest>
+#include <regex>
+
+#include "engine/api/session.h"
+
+using namespace td;
+
+namespace {
+
+Project blobs(const std::string& cache, uint64_t dataSeed) {
+    auto p = loadProject(std::string(TRAINDECK_SOURCE_DIR) + "/projects/synthetic_blobs.json");
+    if (!p.ok()) qFatal("%s", p.error().c_str());
+    Project project = std::move(p).value();
+    project.data.source.samples = 640;
+    project.data.source.seed = dataSeed;
+    project.training.epochs = 3;
+    project.training.evaluateTest = false;
+    project.data.pipeline.cache = cache;
+    // The cache holds the scaled values; the steps after it run on every epoch.
+    project.data.pipeline.map = {MapStep{.op = "scale", .factor = 0.5}, MapStep{.op = "cache"},
+                                 MapStep{.op = "normalize", .mean = 0.0, .stddev = 2.0}};
+    return project;
+}
+
+struct EpochSources {
+    int64_t source = 0, cache = 0;
+    bool file = false;
+};
+
+struct Run {
+    std::vector<EpochSources> epochs;  // from the pipeline's log line after each epoch
+    std::vector<std::string> warnings;
+    std::vector<double> losses;
+    RunStatus status = RunStatus::Running;
+};
+
+Run train(const Project& project) {
+    auto s = Session::create(project, {});
+    if (!s.ok()) qFatal("Session::create: %s", s.error().c_str());
+    auto q = (*s)->events().subscribe();
+    const Status st = (*s)->fit();
+    if (!st.ok()) qFatal("fit: %s", st.error().c_str());
+    Run run;
+    const std::regex line(
+        R"(epoch \d+: input pipeline: .* (\d+) elements from the source, (\d+) from the cache( file)?)");
+    for (const Event& e : q->drain()) {
+        if (const auto* l = std::get_if<LogLine>(&e)) {
+            std::smatch m;
+            if (std::regex_search(l->text, m, line)) {
+                run.epochs.push_back(
+                    EpochSources{std::stoll(m[1].str()), std::stoll(m[2].str()), m[3].matched});
+            }
+            if (l->level == LogLine::Level::Warning) run.warnings.push_back(l->text);
+        } else if (const auto* em = std::get_if<EpochMetrics>(&e)) {
+            run.losses.push_back(em->metrics.at("loss"));
+        } else if (const auto* f = std::get_if<RunFinished>(&e)) {
+            run.status = f->status;
+        }
+    }
+    return run;
+}
+
+}  // namespace
+
+class TestPipelineTraining : public QObject {
+    Q_OBJECT
+  private slots:
+    void fileCacheReadAfterTheFirstEpochAndByTheNextRun();
+    void memoryCacheReadAfterTheFirstEpoch();
+    void cacheStepInTheProjectFile();
+};
+
+void TestPipelineTraining::fileCacheReadAfterTheFirstEpochAndByTheNextRun() {
+    QTemporaryDir dir;
+    const QString path = dir.filePath("blobs.cache");
+    const Project project = blobs("file:" + path.toStdString(), 1);
+
+    const Run first = train(project);
+    QCOMPARE(first.status, RunStatus::Completed);
+    QCOMPARE(first.epochs.size(), size_t{3});
+    QVERIFY(first.warnings.empty());
+    QCOMPARE(first.epochs[0].source, int64_t{640});
+    QCOMPARE(first.epochs[0].cache, int64_t{0});
+    for (size_t e = 1; e < 3; ++e) {
+        QCOMPARE(first.epochs[e].source, int64_t{0});
+        QCOMPARE(first.epochs[e].cache, int64_t{640});
+        QVERIFY(first.epochs[e].file);
+    }
+    QVERIFY(QFile::exists(path));
+
+    // The next run with the same cache reads the file from its first epoch, and trains on the
+    // same values: the same losses.
+    const Run second = train(project);
+    QVERIFY(second.warnings.empty());
+    for (const EpochSources& e : second.epochs) {
+        QCOMPARE(e.source, int64_t{0});
+        QCOMPARE(e.cache, int64_t{640});
+    }
+    QCOMPARE(second.losses, first.losses);
+
+    // Other source data under the same cache path: rebuilt, with a warning naming the file.
+    const Run other = train(blobs("file:" + path.toStdString(), 2));
+    QCOMPARE(other.warnings.size(), size_t{1});
+    QVERIFY2(other.warnings[0].find(path.toStdString()) != std::string::npos &&
+                 other.warnings[0].find("rebuilding") != std::string::npos,
+             other.warnings[0].c_str());
+    QCOMPARE(other.epochs[0].source, int64_t{640});
+    QCOMPARE(other.epochs[2].cache, int64_t{640});
+}
+
+void TestPipelineTraining::memoryCacheReadAfterTheFirstEpoch() {
+    const Run run = train(blobs("memory", 1));
+    QCOMPARE(run.epochs.size(), size_t{3});
+    QCOMPARE(run.epochs[0].source, int64_t{640});
+    QCOMPARE(run.epochs[1].cache, int64_t{640});
+    QCOMPARE(run.epochs[2].source, int64_t{0});
+    QVERIFY(!run.epochs[1].file);
+    // The cache changes where values come from, not what they are.
+    const Run none = train(blobs("none", 1));
+    QCOMPARE(none.epochs[2].source, int64_t{640});
+    QCOMPARE(run.losses, none.losses);
+}
+
+// {"op": "cache"} in data.pipeline.map survives a project file round trip; a second one, or one
+// with other keys, is refused by name.
+void TestPipelineTraining::cacheStepInTheProjectFile() {
+    const Project project = blobs("memory", 1);
+    auto parsed = parseProject(projectToJson(project));
+    QVERIFY2(parsed.ok(), parsed.ok() ? "" : parsed.error().c_str());
+    QCOMPARE(parsed->data.pipeline.map.size(), size_t{3});
+    QCOMPARE(parsed->data.pipeline.map[1].op, std::string("cache"));
+    QCOMPARE(projectDifference(project, *parsed), std::string());
+
+    const std::string json = projectToJson(project);
+    const std::regex step(R"re("op":\s*"cache")re");
+    QVERIFY(std::regex_search(json, step));
+    const std::string withKey = std::regex_replace(json, step, R"("op": "cache", "x": 1)");
+    auto badKey = parseProject(withKey);
+    QVERIFY(!badKey.ok());
+    QVERIFY2(badKey.error().find("data.pipeline.map[1]") != std::string::npos,
+             badKey.error().c_str());
+
+    Project twice = project;
+    twice.data.pipeline.map.push_back(MapStep{.op = "cache"});
+    auto s = Session::create(twice, {});
+    QVERIFY(s.ok());
+    const Status st = (*s)->fit();
+    QVERIFY(!st.ok());
+    QVERIFY2(st.error().find("'cache' appears twice") != std::string::npos, st.error().c_str());
+}
+
+QTEST_GUILESS_MAIN(TestPipelineTraining)
+#include "test_pipeline_training.moc"
