@@ -451,8 +451,6 @@ Status Session::Impl::fitLoop() {
             }
         }
         if (seen == 0) break;
-        log(LogLine::Level::Info,
-            "epoch " + std::to_string(epoch + 1) + ": " + describePipeline(pipe->stats()));
         EpochMetrics em;
         em.epoch = epoch;
         em.metrics["loss"] = lossSum / static_cast<double>(seen);
@@ -466,6 +464,8 @@ Status Session::Impl::fitLoop() {
             for (const auto& [k, val] : vr.metrics) em.metrics["val_" + k] = val;
         }
         bus.publish(em);
+        log(LogLine::Level::Info,
+            "epoch " + std::to_string(epoch + 1) + ": " + describePipeline(pipe->stats()));
         last = em.metrics;
         if (status != RunStatus::Stopped && stopRequested) {
             status = RunStatus::Stopped;
