@@ -1,3 +1,6 @@
 td_add_test(test_data SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_data.cpp LABELS unit data LIBS traindeck_data)
 # The tests write gzip fixtures themselves.
 target_link_libraries(test_data PRIVATE ZLIB::ZLIB)
+td_add_test(test_data_limits SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_data_limits.cpp
+            LABELS unit data LIBS traindeck_data)
+target_link_libraries(test_data_limits PRIVATE ZLIB::ZLIB)
