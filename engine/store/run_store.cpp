@@ -20,6 +20,8 @@
 #include <system_error>
 #include <utility>
 
+#include "engine/core/text_limits.h"
+
 namespace td {
 namespace {
 
@@ -805,6 +807,7 @@ Result<std::vector<LogRow>> RunStore::logs(int64_t runId) {
 }
 
 Status RunStore::renameRun(int64_t runId, const std::string& name) {
+    if (std::string e = textProblem(name, TextKind::Name); !e.empty()) return err("run name: " + e);
     std::lock_guard<std::mutex> lock(mu_);
     static constexpr const char* kSql = "UPDATE runs SET name = ?1 WHERE id = ?2";
     TD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db_, path_, kSql));
@@ -816,6 +819,8 @@ Status RunStore::renameRun(int64_t runId, const std::string& name) {
 }
 
 Status RunStore::setNotes(int64_t runId, const std::string& notes) {
+    if (std::string e = textProblem(notes, TextKind::LongText); !e.empty())
+        return err("notes: " + e);
     std::lock_guard<std::mutex> lock(mu_);
     static constexpr const char* kSql = "UPDATE runs SET notes = ?1 WHERE id = ?2";
     TD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db_, path_, kSql));

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "engine/core/text_limits.h"
+#include "engine/store/run_store.h"
 
 using Json = nlohmann::ordered_json;
 
@@ -126,6 +127,7 @@ class TestLimits : public QObject {
     void oversizedProjectFile();
     void textProblems_data();
     void textProblems();
+    void storeRefusesOversizedText();
 };
 
 void TestLimits::absurdValues_data() {
@@ -376,6 +378,32 @@ void TestLimits::textProblems() {
         QCOMPARE(QString::fromStdString(problem), QString());
     else
         QVERIFY2(QString::fromStdString(problem).contains(expected), problem.c_str());
+}
+
+// Renaming a run and its notes go through the same limits as the project's text.
+void TestLimits::storeRefusesOversizedText() {
+    QTemporaryDir dir;
+    auto store = td::RunStore::open(dir.filePath("runs.db").toStdString());
+    QVERIFY2(store.ok(), store.ok() ? "" : store.error().c_str());
+    td::RunRecord run;
+    run.name = "run";
+    run.projectJson = "{}";
+    run.configJson = "{}";
+    auto id = (*store)->createRun(run);
+    QVERIFY(id.ok());
+    td::Status s = (*store)->renameRun(*id, std::string(300, 'r'));
+    QVERIFY(!s.ok());
+    QVERIFY2(QString::fromStdString(s.error()).startsWith("run name: is 300 characters long"),
+             s.error().c_str());
+    s = (*store)->setNotes(*id, std::string("a\0b", 3));
+    QVERIFY(!s.ok());
+    QVERIFY2(QString::fromStdString(s.error()).startsWith("notes: contains a NUL character"),
+             s.error().c_str());
+    s = (*store)->setNotes(*id, std::string(100 << 20, 'n'));
+    QVERIFY(!s.ok());
+    QVERIFY2(QString::fromStdString(s.error()).contains("at most 65536"), s.error().c_str());
+    QCOMPARE(QString::fromStdString((*store)->getRun(*id)->name), QString("run"));
+    QVERIFY((*store)->setNotes(*id, "fine").ok());
 }
 
 QTEST_GUILESS_MAIN(TestLimits)
