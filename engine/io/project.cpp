@@ -1139,9 +1139,15 @@ Status checkProjectResources(const Project& p, const ModelInfo& info) {
     const auto batch = double(t.batchSize);
     const double inputBytes = double(numElements(info.inputShape)) * 4;
     const double outputBytes = double(numElements(info.outputShape)) * 4;
+    // Blame the batch size when it is out of the ordinary, else the layer whose output is widest
+    // (a Dense of 1e9 units at batch 32).
+    constexpr int64_t kLargeBatch = 65536;
+    const std::string activationField =
+        t.batchSize > kLargeBatch ? "training.batch_size"
+                                  : "model.config.layers[" + std::to_string(widest + offset) + "]";
     if (!info.layers.empty())
         plan.add(
-            "training.batch_size",
+            activationField,
             "activations and their gradients for batches of " + std::to_string(t.batchSize) +
                 " samples, " + formatBytes(double(info.activationBytesPerSample)) +
                 " per sample (largest: " + layerName(widest) + ", " +

@@ -604,6 +604,8 @@ RunStore::~RunStore() {
 }
 
 Result<int64_t> RunStore::createRun(const RunRecord& run) {
+    if (std::string e = textProblem(run.name, TextKind::Name); !e.empty())
+        return err("run name: " + e);
     std::lock_guard<std::mutex> lock(mu_);
     if (!validStatus(run.status))
         return err(path_ + ": createRun: invalid run status '" + run.status + "'");

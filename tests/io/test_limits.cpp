@@ -239,8 +239,13 @@ void TestLimits::absurdValues_data() {
         "strategy.replicas: expected at most 4096");
     // model
     row("Dense 1e9 units", "/model/config/layers/1/config/units", "1000000000", 2,
+        "model.config.layers[1]: needs about");
+    row("Dense 1e9 units, parameters", "/model/config/layers/1/config/units", "1000000000", 2,
         "for model.config.layers[1] (21000000004 parameters with their gradients and 2 adam "
         "slots each (largest: layer 1 'dense', 17000000000 parameters)");
+    row("Dense 1e9 units, activations", "/model/config/layers/1/config/units", "1000000000", 2,
+        "for model.config.layers[1] (activations and their gradients for batches of 32 samples, "
+        "3.7 GiB per sample (largest: layer 1 'dense', 1000000000 values))");
     row("Dense 1e13 units", "/model/config/layers/1/config/units", "10000000000000", 2,
         "layer 1 'dense': 10000000000000 units on 16 inputs is too large");
     row("input shape 1e7 x 1e7", "/model/config/layers/0/config/batch_shape",
@@ -403,6 +408,8 @@ void TestLimits::storeRefusesOversizedText() {
     QVERIFY(!s.ok());
     QVERIFY2(QString::fromStdString(s.error()).contains("at most 65536"), s.error().c_str());
     QCOMPARE(QString::fromStdString((*store)->getRun(*id)->name), QString("run"));
+    run.name = std::string(100 << 20, 'n');
+    QVERIFY(!(*store)->createRun(run).ok());
     QVERIFY((*store)->setNotes(*id, "fine").ok());
 }
 
