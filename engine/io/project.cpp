@@ -667,6 +667,10 @@ struct Reader {
                 if (!std::regex_match(d, device))
                     fail(child(dp, i), "expected a device id like \"cpu:0\" or \"cuda:1\", got " +
                                            describe((*x)[i]));
+                // Device indices are small; a long one would wrap when read as an int.
+                if (const size_t colon = d.find(':'); d.size() - colon - 1 > 4)
+                    fail(child(dp, i),
+                         "expected a device index of at most 4 digits, got " + describe((*x)[i]));
                 if (std::find(s.devices.begin(), s.devices.end(), d) != s.devices.end())
                     fail(child(dp, i), "duplicate device " + squote(d));
                 s.devices.push_back(d);

@@ -237,6 +237,8 @@ void TestLimits::absurdValues_data() {
     // strategy
     row("replicas 1e9", "/strategy", R"({"type": "mirrored", "replicas": 1000000000})", 2,
         "strategy.replicas: expected at most 4096");
+    row("device index 2^32 + 1", "/strategy/devices", R"(["cuda:4294967297"])", 2,
+        "strategy.devices[0]: expected a device index of at most 4 digits");
     // model
     row("Dense 1e9 units", "/model/config/layers/1/config/units", "1000000000", 2,
         "model.config.layers[1]: needs about");
