@@ -16,7 +16,9 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/backend/backend.h"
+#include "engine/core/text_limits.h"
 #include "engine/data/pipeline.h"
+#include "engine/data/sources.h"
 #include "engine/graph/builder.h"
 #include "engine/graph/initializers.h"
 #include "engine/graph/passes.h"
@@ -538,6 +540,9 @@ Result<std::unique_ptr<Session>> Session::create(const Project& projectIn,
     TD_ASSIGN_OR_RETURN(im->device, openDevice(devId));
 
     TD_ASSIGN_OR_RETURN(im->info, inferShapes(p.model));
+    if (std::string e = textProblem(opt.runName, TextKind::Name); !e.empty())
+        return err("run name: " + e);
+    TD_RETURN_IF_ERROR(checkProjectResources(p, im->info));
     TD_ASSIGN_OR_RETURN(im->labelSpec, labelSpecFor(p.training.loss, im->info.outputShape));
     TD_ASSIGN_OR_RETURN(im->metrics, resolveMetrics(p.training.metrics, p.training.loss));
     for (const auto& cbc : p.training.callbacks) {
@@ -570,10 +575,8 @@ Result<std::unique_ptr<Session>> Session::create(const Project& projectIn,
         return err("the model's input shape " + shapeToString(im->info.inputShape) +
                    " does not match the data's samples " + shapeToString(sample) + " (" +
                    std::to_string(numElements(sample)) + " values)");
-    if (im->labelSpec.dtype == DType::I32 && im->trainSet.numClasses > im->info.outputShape[0])
-        return err("the data has " + std::to_string(im->trainSet.numClasses) +
-                   " classes but the last layer has " + std::to_string(im->info.outputShape[0]) +
-                   " units");
+    if (im->labelSpec.dtype == DType::I32)
+        TD_RETURN_IF_ERROR(checkLabelsFit(p.data.source, im->splits, im->info.outputShape[0]));
     im->workerThreads =
         chooseWorkerThreads(im->info, p.training.batchSize, im->device->desc().threads);
     im->device->prepareThread(im->workerThreads);

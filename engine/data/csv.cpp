@@ -2,12 +2,15 @@
 // commas and may be double-quoted ("" escapes a quote); quoted fields do not span lines. Blank
 // lines are skipped. Every column except the label column is a numeric f32 feature. Labels that
 // are all non-negative integers become i32 class ids [N]; any other numeric labels f32 [N, 1].
+// A NaN, an infinity or a number beyond the float32 range is refused by default, naming the line,
+// row and column; NonFinitePolicy::DropRows leaves such rows out instead.
 #include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -16,6 +19,7 @@
 #include <vector>
 
 #include "engine/data/pipeline.h"
+#include "engine/data/resource_plan.h"
 
 namespace td {
 namespace {
@@ -87,9 +91,19 @@ std::string joinNames(const std::vector<std::string>& names) {
 
 }  // namespace
 
-Result<CsvData> readCsv(const std::string& path, const std::string& labelColumn) {
+Result<CsvData> readCsv(const std::string& path, const std::string& labelColumn,
+                        NonFinitePolicy nonFinite) {
     std::ifstream file(path, std::ios::binary);
     if (!file) return err(path + ": cannot open: " + std::strerror(errno));
+    // The text, then up to about as many bytes again of parsed values (a 2-character field "0,"
+    // becomes a 4-byte float), then the tensors.
+    std::error_code sizeError;
+    const auto fileBytes = std::filesystem::file_size(path, sizeError);
+    if (!sizeError)
+        TD_RETURN_IF_ERROR(checkFileFits(
+            path,
+            "the text of " + formatBytes(double(fileBytes)) + " and the values parsed from it",
+            4.0 * double(fileBytes)));
     std::ostringstream buffer;
     buffer << file.rdbuf();
     const std::string text = std::move(buffer).str();
@@ -134,27 +148,52 @@ Result<CsvData> readCsv(const std::string& path, const std::string& labelColumn)
     const auto numFeatures = static_cast<int64_t>(out.featureNames.size());
     std::vector<float> features;
     std::vector<double> labels;
+    std::vector<double> row(columns.size());
+    int64_t dataRow = 0;  // 1-based, counting the rows after the header (dropped ones too)
     while (nextLine(line)) {
+        ++dataRow;
         const auto where = [&] { return path + ":" + std::to_string(lineNo); };
         if (!splitFields(line, fields, scratch)) return err(where() + ": unterminated quote");
         if (fields.size() != columns.size()) {
             return err(where() + ": expected " + std::to_string(columns.size()) +
                        " fields as in the header, found " + std::to_string(fields.size()));
         }
+        size_t bad = row.size();  // first column whose value does not fit f32
         for (size_t c = 0; c < fields.size(); ++c) {
-            double v = 0;
+            double& v = row[c];
             if (!parseNumber(fields[c], v)) {
                 return err(where() + ": column " + std::to_string(c + 1) + " '" + columns[c] +
                            "': '" + std::string(fields[c]) + "' is not a number");
             }
+            // Every value becomes f32 (a feature, or a target): a finite double beyond the f32
+            // range would turn into an infinity there.
+            if (bad == row.size() && !(std::isfinite(v) && std::isfinite(static_cast<float>(v))))
+                bad = c;
+        }
+        if (bad < row.size()) {
+            if (nonFinite == NonFinitePolicy::DropRows) {
+                ++out.droppedRows;
+                continue;
+            }
+            return err(
+                where() + ": row " + std::to_string(dataRow) + ", column " +
+                std::to_string(bad + 1) + " '" + columns[bad] + "': '" +
+                std::string(trim(fields[bad])) + "' is " +
+                (std::isfinite(row[bad]) ? "beyond the float32 range" : "not a finite number") +
+                " (set data.source.non_finite to \"drop_rows\" to leave such rows out)");
+        }
+        for (size_t c = 0; c < row.size(); ++c) {
             if (c == labelIndex) {
-                labels.push_back(v);
+                labels.push_back(row[c]);
             } else {
-                features.push_back(static_cast<float>(v));
+                features.push_back(static_cast<float>(row[c]));
             }
         }
     }
     const auto n = static_cast<int64_t>(labels.size());
+    if (n == 0 && out.droppedRows > 0)
+        return err(path + ": every one of the " + std::to_string(out.droppedRows) +
+                   " data rows holds a NaN or infinite value (non_finite \"drop_rows\" left none)");
     if (n == 0) return err(path + ": no data rows after the header");
 
     out.x = Tensor(DType::F32, {n, numFeatures});

@@ -10,13 +10,20 @@
 
 namespace td {
 
+// What a NaN or infinite value in a file source's features or labels does.
+enum class NonFinitePolicy {
+    Error,     // refuse the data, naming the file, the row (sample) and the column (feature)
+    DropRows,  // leave every sample holding one out
+};
+
 struct SourceConfig {
     // "fashion_mnist" (built-in), "idx", "csv", "npy", "synthetic"
     std::string type = "fashion_mnist";
     // idx: images/labels files (gzip or raw); npy: x/y arrays; csv: trainPath/testPath.
     std::string trainImages, trainLabels, testImages, testLabels;
-    std::string trainPath, testPath;    // csv
-    std::string labelColumn = "label";  // csv
+    std::string trainPath, testPath;                     // csv
+    std::string labelColumn = "label";                   // csv
+    NonFinitePolicy nonFinite = NonFinitePolicy::Error;  // csv, idx, npy
     // synthetic: a deterministic classification problem
     int64_t samples = 2048;
     int64_t testSamples = 512;

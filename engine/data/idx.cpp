@@ -1,5 +1,6 @@
 // MNIST IDX reader: magic 00 00 <type> <ndim>, ndim big-endian u32 dims, then the big-endian
 // payload. Files may be gzip-compressed (detected by the 1f 8b magic) or raw.
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <cerrno>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "engine/data/pipeline.h"
+#include "engine/data/resource_plan.h"
 
 namespace td {
 namespace {
@@ -61,6 +63,14 @@ class ByteReader {
             }
         }
         return static_cast<int64_t>(total);
+    }
+
+    // Bytes in a raw file (what a header may declare is bounded by it); -1 for gzip, whose size
+    // is known only once decompressed.
+    int64_t rawFileBytes() const {
+        if (!file_) return -1;
+        struct stat st {};
+        return ::fstat(fileno(file_), &st) == 0 ? static_cast<int64_t>(st.st_size) : -1;
     }
 
     std::string error() const {
@@ -176,17 +186,39 @@ Result<Tensor> readIdx(const std::string& path) {
     }
     Shape shape;
     std::string dimsText;
-    int64_t count = 1;
     for (int i = 0; i < ndim; ++i) {
         const int64_t d = loadBigEndian32(dimBytes.data() + 4 * i);
         shape.push_back(d);
         dimsText += (i ? "x" : "") + std::to_string(d);
-        count *= d;
+    }
+    int64_t count = 1;
+    for (int i = 0; i < ndim; ++i) {
+        if (shape[static_cast<size_t>(i)] == 0) {
+            return err(path + ": header dimension " + std::to_string(i + 1) + " of " +
+                       std::to_string(ndim) + " is 0 (dimensions " + dimsText + ")" +
+                       (i == 0 ? ": the file holds no samples" : ": samples would hold no values"));
+        }
+        count *= shape[static_cast<size_t>(i)];
         if (count > (int64_t{1} << 40)) {
-            return err(path + ": header dimensions " + dimsText + "... exceed 2^40 elements");
+            return err(path + ": header dimensions " + dimsText + " exceed 2^40 elements");
         }
     }
     const auto payloadBytes = static_cast<size_t>(count) * type->bytes;
+    // Refuse what cannot be there before allocating for it: a raw file shorter than its header
+    // says, or an array beyond the memory budget.
+    if (const int64_t fileBytes = in.rawFileBytes(); fileBytes >= 0) {
+        const int64_t available = fileBytes - 4 - 4 * int64_t{ndim};
+        if (static_cast<int64_t>(payloadBytes) > available) {
+            return err(path + ": truncated: header says " + dimsText + " = " +
+                       std::to_string(payloadBytes) + " bytes" +
+                       (type->bytes > 1 ? " of " + std::string(type->name) : std::string()) +
+                       ", found " + std::to_string(std::max<int64_t>(available, 0)));
+        }
+    }
+    const size_t stagingBytes = type->bytes != dtypeSize(type->storedAs) ? payloadBytes : 0;
+    TD_RETURN_IF_ERROR(
+        checkFileFits(path, "the " + dimsText + " " + type->name + " array its header declares",
+                      double(count) * double(dtypeSize(type->storedAs)) + double(stagingBytes)));
 
     Tensor out(type->storedAs, shape);
     // u8 and 4-byte payloads decode in place; i8/i16/f64 go through a staging buffer.

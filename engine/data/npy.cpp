@@ -1,5 +1,8 @@
 // NumPy .npy reader (format versions 1.0, 2.0 and 3.0): "\x93NUMPY", major, minor, a little-endian
 // u16 (v1) or u32 (v2, v3) header length, a Python dict literal header, then the C-order payload.
+#include <sys/stat.h>
+
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstdio>
@@ -10,6 +13,7 @@
 #include <vector>
 
 #include "engine/data/pipeline.h"
+#include "engine/data/resource_plan.h"
 
 namespace td {
 namespace {
@@ -141,8 +145,35 @@ Result<Tensor> readNpy(const std::string& path) {
                    "' (supported: <f4, <f8 -> f32; <i4, <i8 -> i32; |u1 -> u8)");
     }
 
-    const int64_t count = numElements(h.shape);
+    int64_t count = 1;
+    for (size_t i = 0; i < h.shape.size(); ++i) {
+        if (h.shape[i] == 0) {
+            return err(
+                path + ": shape " + shapeToString(h.shape) + ": dimension " +
+                std::to_string(i + 1) + " of " + std::to_string(h.shape.size()) + " is 0" +
+                (i == 0 ? ": the array holds no samples" : ": samples would hold no values"));
+        }
+        count *= h.shape[i];
+        if (count > (int64_t{1} << 40))
+            return err(path + ": shape " + shapeToString(h.shape) + " exceeds 2^40 elements");
+    }
     const size_t payloadBytes = static_cast<size_t>(count) * type->bytes;
+    // Refuse what cannot be there before allocating for it: a file shorter than its header says,
+    // or an array beyond the memory budget.
+    struct stat st {};
+    if (::fstat(fileno(f), &st) == 0) {
+        const long at = std::ftell(f);
+        const int64_t available = static_cast<int64_t>(st.st_size) - (at < 0 ? 0 : at);
+        if (static_cast<int64_t>(payloadBytes) > available) {
+            return err(path + ": truncated: header says shape " + shapeToString(h.shape) + " " +
+                       h.descr + " = " + std::to_string(payloadBytes) + " bytes, found " +
+                       std::to_string(std::max<int64_t>(available, 0)));
+        }
+    }
+    const size_t stagingBytes = type->bytes != dtypeSize(type->storedAs) ? payloadBytes : 0;
+    TD_RETURN_IF_ERROR(checkFileFits(
+        path, "the " + shapeToString(h.shape) + " " + h.descr + " array its header declares",
+        double(count) * double(dtypeSize(type->storedAs)) + double(stagingBytes)));
     Tensor out(type->storedAs, h.shape);
     std::vector<unsigned char> staging;
     unsigned char* dst = static_cast<unsigned char*>(out.raw());

@@ -55,6 +55,7 @@
 #include "engine/data/cache_file.h"
 #include "engine/data/pipeline.h"
 #include "engine/data/random.h"
+#include "engine/data/resource_plan.h"
 
 namespace td {
 namespace {
@@ -332,6 +333,7 @@ Result<std::unique_ptr<Pipeline>> PipelineImpl::make(const Dataset& data, const 
     if (cfg.parallelCalls < 1 && cfg.parallelCalls != kAutotune) {
         return err("pipeline: num_parallel_calls must be >= 1 or AUTOTUNE");
     }
+    TD_RETURN_IF_ERROR(checkPipelineResources(data, cfg, batchSize));
 
     p->data_ = data;
     p->options_ = options;

@@ -48,8 +48,10 @@ struct CsvData {
     Tensor x;
     Tensor y;
     std::vector<std::string> featureNames;
+    int64_t droppedRows = 0;  // rows left out for a NaN or infinite value (DropRows)
 };
-Result<CsvData> readCsv(const std::string& path, const std::string& labelColumn);
+Result<CsvData> readCsv(const std::string& path, const std::string& labelColumn,
+                        NonFinitePolicy nonFinite = NonFinitePolicy::Error);
 Dataset makeSynthetic(int64_t samples, const Shape& sampleShape, int64_t classes, uint64_t seed);
 
 // Splits off the last `fraction` of samples (before any shuffling), as Keras' validation_split.

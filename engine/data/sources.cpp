@@ -3,10 +3,16 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <limits>
 #include <string>
+#include <vector>
 
 #include "engine/data/pipeline.h"
+#include "engine/data/resource_plan.h"
+#include "engine/data/sources.h"
 
 namespace td {
 namespace {
@@ -79,12 +85,80 @@ Result<Dataset> makeDataset(Tensor x, const std::string& xFile, Tensor y,
     return d;
 }
 
+// Marks the samples of an f32 array [N, ...] that hold a NaN or an infinity (a float64 beyond the
+// f32 range reads as one), or with `drop` false returns an error naming the first: its sample,
+// its feature (flat within the sample) and its flat index in the file.
+Status findNonFinite(const Tensor& t, const std::string& file, bool drop,
+                     std::vector<uint8_t>& badSample) {
+    if (t.dtype() != DType::F32 || t.rank() == 0 || t.dim(0) == 0) return Status::success();
+    const int64_t n = t.dim(0), perSample = t.size() / n;
+    const float* p = t.data<float>();
+    for (int64_t i = 0; i < t.size(); ++i) {
+        if (std::isfinite(p[i])) continue;
+        const int64_t sample = i / perSample;
+        if (drop) {
+            badSample[static_cast<size_t>(sample)] = 1;
+            i = (sample + 1) * perSample - 1;  // the rest of this sample does not matter
+            continue;
+        }
+        return err(file + ": sample " + std::to_string(sample) + ", feature " +
+                   std::to_string(i % perSample) + " (flat index " + std::to_string(i) +
+                   "): value " +
+                   (std::isnan(p[i]) ? "nan"
+                    : p[i] > 0       ? "inf"
+                                     : "-inf") +
+                   " is not a finite float32 (a NaN, an infinity, or a float64 beyond the float32 "
+                   "range); set data.source.non_finite to \"drop_rows\" to leave such samples "
+                   "out");
+    }
+    return Status::success();
+}
+
+// The samples of t whose mark is 0, in order.
+Tensor keepSamples(const Tensor& t, const std::vector<uint8_t>& badSample, int64_t kept) {
+    Shape shape = t.shape();
+    shape[0] = kept;
+    Tensor out(t.dtype(), shape);
+    const int64_t n = t.dim(0);
+    const size_t rowBytes = t.bytes() / static_cast<size_t>(n);
+    const auto* src = static_cast<const unsigned char*>(t.raw());
+    auto* dst = static_cast<unsigned char*>(out.raw());
+    for (int64_t i = 0; i < n; ++i) {
+        if (badSample[static_cast<size_t>(i)]) continue;
+        std::memcpy(dst, src + static_cast<size_t>(i) * rowBytes, rowBytes);
+        dst += rowBytes;
+    }
+    return out;
+}
+
+// NaN or infinite features or float labels: refused (naming file, sample and feature) or, with
+// DropRows, left out together with their other half.
+Result<Dataset> applyNonFinitePolicy(Dataset d, const std::string& xFile, const std::string& yFile,
+                                     NonFinitePolicy policy) {
+    const bool drop = policy == NonFinitePolicy::DropRows;
+    std::vector<uint8_t> bad(drop ? static_cast<size_t>(d.size()) : 0, 0);
+    TD_RETURN_IF_ERROR(findNonFinite(d.x, xFile, drop, bad));
+    TD_RETURN_IF_ERROR(findNonFinite(d.y, yFile, drop, bad));
+    if (!drop) return d;
+    const auto dropped = static_cast<int64_t>(std::count(bad.begin(), bad.end(), uint8_t{1}));
+    if (dropped == 0) return d;
+    const int64_t kept = d.size() - dropped;
+    if (kept == 0)
+        return err(xFile + ": every one of the " + std::to_string(dropped) +
+                   " samples holds a NaN or infinite value (non_finite \"drop_rows\" left none)");
+    d.x = keepSamples(d.x, bad, kept);
+    d.y = keepSamples(d.y, bad, kept);
+    return d;
+}
+
 using ArrayReader = Result<Tensor> (*)(const std::string&);
 
-Result<Dataset> loadPair(ArrayReader read, const std::string& xFile, const std::string& yFile) {
+Result<Dataset> loadPair(ArrayReader read, const std::string& xFile, const std::string& yFile,
+                         NonFinitePolicy nonFinite) {
     TD_ASSIGN_OR_RETURN(Tensor x, read(xFile));
     TD_ASSIGN_OR_RETURN(Tensor y, read(yFile));
-    return makeDataset(std::move(x), xFile, std::move(y), yFile);
+    TD_ASSIGN_OR_RETURN(Dataset d, makeDataset(std::move(x), xFile, std::move(y), yFile));
+    return applyNonFinitePolicy(std::move(d), xFile, yFile, nonFinite);
 }
 
 // Shared tail of every source: the test split must match the training samples' shape; numClasses
@@ -130,8 +204,9 @@ Result<DataSplits> loadFashionMnist() {
                                           " at a folder holding the four files"));
         }
     }
-    TD_ASSIGN_OR_RETURN(Dataset train, loadPair(&readIdx, trainX, trainY));
-    TD_ASSIGN_OR_RETURN(Dataset test, loadPair(&readIdx, testX, testY));
+    // u8 images: never a NaN.
+    TD_ASSIGN_OR_RETURN(Dataset train, loadPair(&readIdx, trainX, trainY, NonFinitePolicy::Error));
+    TD_ASSIGN_OR_RETURN(Dataset test, loadPair(&readIdx, testX, testY, NonFinitePolicy::Error));
     for (const auto& [d, file] : {std::pair{&train, trainX}, std::pair{&test, testX}}) {
         if (d->x.dtype() != DType::U8 || d->sampleShape() != Shape{28, 28}) {
             return err(file + ": expected u8 images of 28x28, found " + dtypeName(d->x.dtype()) +
@@ -152,29 +227,32 @@ Result<DataSplits> loadArrays(const SourceConfig& cfg, ArrayReader read) {
     if (cfg.trainImages.empty() || cfg.trainLabels.empty()) {
         return err("data source '" + cfg.type + "' needs trainImages and trainLabels paths");
     }
-    TD_ASSIGN_OR_RETURN(Dataset train, loadPair(read, cfg.trainImages, cfg.trainLabels));
+    TD_ASSIGN_OR_RETURN(Dataset train,
+                        loadPair(read, cfg.trainImages, cfg.trainLabels, cfg.nonFinite));
     std::optional<Dataset> test;
     if (!cfg.testImages.empty() || !cfg.testLabels.empty()) {
         if (cfg.testImages.empty() || cfg.testLabels.empty()) {
             return err("data source '" + cfg.type +
                        "': give both testImages and testLabels, or neither");
         }
-        TD_ASSIGN_OR_RETURN(test, loadPair(read, cfg.testImages, cfg.testLabels));
+        TD_ASSIGN_OR_RETURN(test, loadPair(read, cfg.testImages, cfg.testLabels, cfg.nonFinite));
     }
     return finish(std::move(train), std::move(test), cfg.trainImages);
 }
 
-Result<Dataset> loadCsvDataset(const std::string& path, const std::string& labelColumn) {
-    TD_ASSIGN_OR_RETURN(CsvData csv, readCsv(path, labelColumn));
+Result<Dataset> loadCsvDataset(const std::string& path, const std::string& labelColumn,
+                               NonFinitePolicy nonFinite) {
+    TD_ASSIGN_OR_RETURN(CsvData csv, readCsv(path, labelColumn, nonFinite));
     return makeDataset(std::move(csv.x), path, std::move(csv.y), path);
 }
 
 Result<DataSplits> loadCsv(const SourceConfig& cfg) {
     if (cfg.trainPath.empty()) return err("data source 'csv' needs a trainPath");
-    TD_ASSIGN_OR_RETURN(Dataset train, loadCsvDataset(cfg.trainPath, cfg.labelColumn));
+    TD_ASSIGN_OR_RETURN(Dataset train,
+                        loadCsvDataset(cfg.trainPath, cfg.labelColumn, cfg.nonFinite));
     std::optional<Dataset> test;
     if (!cfg.testPath.empty()) {
-        TD_ASSIGN_OR_RETURN(test, loadCsvDataset(cfg.testPath, cfg.labelColumn));
+        TD_ASSIGN_OR_RETURN(test, loadCsvDataset(cfg.testPath, cfg.labelColumn, cfg.nonFinite));
     }
     return finish(std::move(train), std::move(test), cfg.trainPath);
 }
@@ -183,12 +261,25 @@ Result<DataSplits> loadSynthetic(const SourceConfig& cfg) {
     if (cfg.samples <= 0) return err("synthetic data: samples must be > 0");
     if (cfg.testSamples < 0) return err("synthetic data: testSamples must be >= 0");
     if (cfg.classes < 2) return err("synthetic data: classes must be >= 2");
-    if (cfg.sampleShape.empty() || numElements(cfg.sampleShape) <= 0 ||
-        std::any_of(cfg.sampleShape.begin(), cfg.sampleShape.end(),
-                    [](int64_t d) { return d <= 0; })) {
-        return err("synthetic data: sampleShape " + shapeToString(cfg.sampleShape) +
-                   " must have positive dimensions");
+    if (cfg.classes > std::numeric_limits<int32_t>::max())
+        return err("synthetic data: " + std::to_string(cfg.classes) +
+                   " classes do not fit 32-bit class ids");
+    if (cfg.samples > std::numeric_limits<int32_t>::max() - cfg.testSamples)
+        return err("synthetic data: " + std::to_string(cfg.samples) + " + " +
+                   std::to_string(cfg.testSamples) + " samples exceed the 2^31-1 supported");
+    if (cfg.sampleShape.empty())
+        return err("synthetic data: sampleShape [] must have at least one dimension");
+    int64_t values = 1;
+    for (int64_t d : cfg.sampleShape) {
+        if (d <= 0 || d > (int64_t{1} << 40) / values)
+            return err("synthetic data: sampleShape " + shapeToString(cfg.sampleShape) +
+                       (d <= 0 ? " must have positive dimensions" : " exceeds 2^40 values"));
+        values *= d;
     }
+    // Field names as in the project's data.source, which callers put in front of the error.
+    MemoryPlan plan;
+    planSource(cfg, "", plan);
+    if (Status fits = plan.check(); !fits.ok()) return err("synthetic data: " + fits.error());
     // One draw for both splits so they share the class centroids; the first `samples` rows do not
     // depend on testSamples.
     const Dataset all =
@@ -206,6 +297,33 @@ Result<DataSplits> loadSynthetic(const SourceConfig& cfg) {
 }
 
 }  // namespace
+
+Status checkLabelsFit(const SourceConfig& cfg, const DataSplits& splits, int64_t units) {
+    const auto check = [&](const Dataset& d, const std::string& where) -> Status {
+        if (d.y.dtype() != DType::I32) return Status::success();
+        const int32_t* y = d.y.data<int32_t>();
+        for (int64_t i = 0; i < d.y.size(); ++i) {
+            if (y[i] >= 0 && y[i] < units) continue;
+            return err(where + ": sample " + std::to_string(i) + " has label " +
+                       std::to_string(y[i]) + ": the data has " +
+                       std::to_string(splits.train.numClasses) +
+                       " classes but the last layer has " + std::to_string(units) +
+                       " units (class ids 0.." + std::to_string(units - 1) + ")");
+        }
+        return Status::success();
+    };
+    std::string trainWhere = cfg.type + " training labels", testWhere = cfg.type + " test labels";
+    if (cfg.type == "idx" || cfg.type == "npy") {
+        trainWhere = cfg.trainLabels;
+        testWhere = cfg.testLabels;
+    } else if (cfg.type == "csv") {
+        trainWhere = cfg.trainPath + " (column '" + cfg.labelColumn + "')";
+        testWhere = cfg.testPath + " (column '" + cfg.labelColumn + "')";
+    }
+    TD_RETURN_IF_ERROR(check(splits.train, trainWhere));
+    if (splits.test) TD_RETURN_IF_ERROR(check(*splits.test, testWhere));
+    return Status::success();
+}
 
 Result<DataSplits> loadSource(const SourceConfig& cfg) {
     if (cfg.type == "fashion_mnist") return loadFashionMnist();

@@ -2,6 +2,8 @@
 // docs/PROJECT_FORMAT.md; keep the two in step.
 #include "engine/io/project.h"
 #include "engine/core/names.h"
+#include "engine/core/text_limits.h"
+#include "engine/data/resource_plan.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -38,6 +40,30 @@ namespace {
 
 constexpr const char* kFormat = "traindeck-project";
 constexpr int kVersion = 1;
+// Far above any real project (the model is a few KiB of Keras JSON; free text is capped by
+// text_limits.h), low enough that an unrelated huge file is refused before it is read.
+constexpr size_t kMaxProjectBytes = size_t{16} << 20;
+// Sample counts, batch sizes, class ids and one_hot depths are 32-bit inside the pipeline and the
+// label tensors; larger values are refused by the parser whatever the machine.
+constexpr int64_t kMaxInt32 = 2147483647;
+
+// A count that the engine keeps in 32 bits.
+int64_t atMostInt32(int64_t n, const std::string& path, const char* why) {
+    if (n > kMaxInt32)
+        fail(path,
+             "expected at most 2147483647 (" + std::string(why) + "), got " + std::to_string(n));
+    return n;
+}
+
+std::string freeText(const Json& v, const std::string& path, TextKind kind) {
+    std::string s = getString(v, path);
+    if (std::string problem = textProblem(s, kind); !problem.empty()) fail(path, problem);
+    return s;
+}
+
+const char* nonFiniteName(NonFinitePolicy p) {
+    return p == NonFinitePolicy::DropRows ? "drop_rows" : "error";
+}
 
 std::string resolvePath(const std::string& p, const std::string& baseDir) {
     if (p.empty() || baseDir.empty()) return p;
@@ -83,46 +109,66 @@ struct Reader {
             checkKeys(v, path, {"type"});
         } else if (s.type == "idx") {
             checkKeys(v, path,
-                      {"type", "train_images", "train_labels", "test_images", "test_labels"});
+                      {"type", "train_images", "train_labels", "test_images", "test_labels",
+                       "non_finite"});
             s.trainImages = file("train_images", true);
             s.trainLabels = file("train_labels", true);
             bothOrNeither("test_images", "test_labels");
             s.testImages = file("test_images", false);
             s.testLabels = file("test_labels", false);
         } else if (s.type == "npy") {
-            checkKeys(v, path, {"type", "train_x", "train_y", "test_x", "test_y"});
+            checkKeys(v, path, {"type", "train_x", "train_y", "test_x", "test_y", "non_finite"});
             s.trainImages = file("train_x", true);
             s.trainLabels = file("train_y", true);
             bothOrNeither("test_x", "test_y");
             s.testImages = file("test_x", false);
             s.testLabels = file("test_y", false);
         } else if (s.type == "csv") {
-            checkKeys(v, path, {"type", "train", "test", "label_column"});
+            checkKeys(v, path, {"type", "train", "test", "label_column", "non_finite"});
             s.trainPath = file("train", true);
             s.testPath = file("test", false);
             if (const Json* x = member(v, "label_column"))
                 s.labelColumn = getNonEmptyString(*x, child(path, "label_column"));
         } else {  // synthetic
             checkKeys(v, path, {"type", "samples", "test_samples", "shape", "classes", "seed"});
+            const char* why = "samples are indexed with 32-bit integers";
             if (const Json* x = member(v, "samples"))
-                s.samples = getPositiveInteger(*x, child(path, "samples"));
+                s.samples = atMostInt32(getPositiveInteger(*x, child(path, "samples")),
+                                        child(path, "samples"), why);
             if (const Json* x = member(v, "test_samples"))
-                s.testSamples = getNonNegativeInteger(*x, child(path, "test_samples"));
+                s.testSamples = atMostInt32(getNonNegativeInteger(*x, child(path, "test_samples")),
+                                            child(path, "test_samples"), why);
+            if (s.samples + s.testSamples > kMaxInt32)
+                fail(child(path, "test_samples"),
+                     "samples + test_samples must be at most 2147483647 (" + std::string(why) +
+                         "), got " + std::to_string(s.samples + s.testSamples));
             if (const Json* x = member(v, "shape")) {
                 const std::string sp = child(path, "shape");
                 requireArray(*x, sp);
                 if (x->empty()) fail(sp, "expected at least one dimension, got []");
                 s.sampleShape.clear();
-                for (size_t i = 0; i < x->size(); ++i)
-                    s.sampleShape.push_back(getPositiveInteger((*x)[i], child(sp, i)));
+                int64_t values = 1;
+                for (size_t i = 0; i < x->size(); ++i) {
+                    const int64_t d = getPositiveInteger((*x)[i], child(sp, i));
+                    if (d > (int64_t{1} << 40) / values)
+                        fail(child(sp, i), "the shape holds more than 2^40 values per sample");
+                    values *= d;
+                    s.sampleShape.push_back(d);
+                }
             }
             if (const Json* x = member(v, "classes")) {
                 s.classes = getPositiveInteger(*x, child(path, "classes"));
                 if (s.classes < 2)
                     fail(child(path, "classes"), "expected an integer >= 2, got " + describe(*x));
+                atMostInt32(s.classes, child(path, "classes"), "class ids are 32-bit");
             }
             if (const Json* x = member(v, "seed")) s.seed = getUnsigned(*x, child(path, "seed"));
         }
+        if (const Json* x = member(v, "non_finite"))
+            s.nonFinite =
+                getOneOf(*x, child(path, "non_finite"), {"error", "drop_rows"}) == "drop_rows"
+                    ? NonFinitePolicy::DropRows
+                    : NonFinitePolicy::Error;
         return s;
     }
 
@@ -145,7 +191,9 @@ struct Reader {
             if (const Json* x = member(v, "dtype")) getOneOf(*x, child(path, "dtype"), {"float32"});
         } else {
             checkKeys(v, path, {"op", "depth"});
-            m.depth = getPositiveInteger(requireMember(v, path, "depth"), child(path, "depth"));
+            m.depth = atMostInt32(
+                getPositiveInteger(requireMember(v, path, "depth"), child(path, "depth")),
+                child(path, "depth"), "class ids are 32-bit");
         }
         return m;
     }
@@ -419,7 +467,11 @@ struct Reader {
             const std::string s = v.get<std::string>();
             if (std::find(kNames.begin(), kNames.end(), s) != kNames.end()) return s;
             static const std::regex topK("(sparse_)?top_([1-9][0-9]*)_categorical_accuracy");
-            if (std::regex_match(s, topK)) return s;
+            if (std::smatch m; std::regex_match(s, m, topK)) {
+                if (m[2].length() > 10 || std::stoll(m[2].str()) > kMaxInt32)
+                    fail(path, "k in " + squote(s) + " must be at most 2147483647");
+                return s;
+            }
             fail(path, "unknown metric " + squote(s) + " (valid: " + joinPlain(kNames) +
                            ", top_<k>_categorical_accuracy, sparse_top_<k>_categorical_accuracy)");
         }
@@ -450,7 +502,9 @@ struct Reader {
         if (key == "topkcategoricalaccuracy" || key == "sparsetopkcategoricalaccuracy") {
             checkKeys(*cfg, cp, {"name", "dtype", "k", "from_sorted_ids"});
             int64_t k = 5;
-            if (const Json* x = member(*cfg, "k")) k = getPositiveInteger(*x, child(cp, "k"));
+            if (const Json* x = member(*cfg, "k"))
+                k = atMostInt32(getPositiveInteger(*x, child(cp, "k")), child(cp, "k"),
+                                "k counts classes");
             if (const Json* x = member(*cfg, "from_sorted_ids");
                 x && !(x->is_boolean() && !x->get<bool>()))
                 fail(child(cp, "from_sorted_ids"), "expected false, got " + describe(*x));
@@ -544,7 +598,8 @@ struct Reader {
                                                    std::to_string(t.epochs) + "), got " +
                                                    std::to_string(t.initialEpoch));
         if (const Json* x = member(v, "batch_size"))
-            t.batchSize = getPositiveInteger(*x, child(path, "batch_size"));
+            t.batchSize = atMostInt32(getPositiveInteger(*x, child(path, "batch_size")),
+                                      child(path, "batch_size"), "a batch is a set of samples");
         if (const Json* x = member(v, "seed")) t.seed = getUnsigned(*x, child(path, "seed"));
         if (const Json* x = member(v, "optimizer"))
             t.optimizer = optimizer(*x, child(path, "optimizer"));
@@ -614,6 +669,10 @@ struct Reader {
                 if (!std::regex_match(d, device))
                     fail(child(dp, i), "expected a device id like \"cpu:0\" or \"cuda:1\", got " +
                                            describe((*x)[i]));
+                // Device indices are small; a long one would wrap when read as an int.
+                if (const size_t colon = d.find(':'); d.size() - colon - 1 > 4)
+                    fail(child(dp, i),
+                         "expected a device index of at most 4 digits, got " + describe((*x)[i]));
                 if (std::find(s.devices.begin(), s.devices.end(), d) != s.devices.end())
                     fail(child(dp, i), "duplicate device " + squote(d));
                 s.devices.push_back(d);
@@ -658,9 +717,12 @@ struct Reader {
                                     std::to_string(kVersion) + ")");
         }
         Project p;
-        if (const Json* x = member(root, "name")) p.name = getNonEmptyString(*x, "name");
+        if (const Json* x = member(root, "name")) {
+            p.name = freeText(*x, "name", TextKind::Name);
+            if (p.name.empty()) fail("name", "expected a non-empty string, got \"\"");
+        }
         if (const Json* x = member(root, "description"))
-            p.description = getString(*x, "description");
+            p.description = freeText(*x, "description", TextKind::LongText);
         p.model = parseKerasModel(requireMember(root, "", "model"), "model");
         if (const Json* x = member(root, "data")) p.data = data(*x, "data");
         if (const Json* x = member(root, "training")) p.training = training(*x, "training");
@@ -687,6 +749,10 @@ struct Reader {
 
 Result<Project> parseProjectImpl(const std::string& text, const std::string& displayName,
                                  const std::string& baseDir) {
+    if (text.size() > kMaxProjectBytes)
+        return err(displayName + ": " + formatBytes(double(text.size())) +
+                   " is too large for a project file (at most " +
+                   formatBytes(double(kMaxProjectBytes)) + ")");
     try {
         Json root = parseText(text, "");
         Reader r{baseDir};
@@ -719,7 +785,10 @@ Json sourceJson(const SourceConfig& s) {
     } else if (s.type == "csv") {
         pair("train", s.trainPath, "test", s.testPath);
         j["label_column"] = s.labelColumn;
-    } else if (s.type == "synthetic") {
+    }
+    if (s.type == "idx" || s.type == "npy" || s.type == "csv")
+        j["non_finite"] = nonFiniteName(s.nonFinite);
+    else if (s.type == "synthetic") {
         j["samples"] = s.samples;
         j["test_samples"] = s.testSamples;
         j["shape"] = s.sampleShape;
@@ -870,6 +939,10 @@ Result<Project> loadProject(const std::string& path) {
     std::error_code ec;
     if (fs::is_directory(path, ec))
         return err("cannot open project file '" + path + "': it is a directory");
+    if (const auto bytes = fs::file_size(path, ec); !ec && bytes > kMaxProjectBytes)
+        return err(path + ": " + formatBytes(double(bytes)) +
+                   " is too large for a project file (at most " +
+                   formatBytes(double(kMaxProjectBytes)) + ")");
     std::ifstream in(path, std::ios::binary);
     if (!in) return err("cannot open project file '" + path + "': " + errnoText());
     std::ostringstream text;
@@ -964,6 +1037,7 @@ std::string projectDifference(const Project& a, const Project& b) {
     TD_DIFF("data.source.train", data.source.trainPath);
     TD_DIFF("data.source.test", data.source.testPath);
     TD_DIFF("data.source.label_column", data.source.labelColumn);
+    TD_DIFF("data.source.non_finite", data.source.nonFinite);
     TD_DIFF("data.source.samples", data.source.samples);
     TD_DIFF("data.source.test_samples", data.source.testSamples);
     TD_DIFF("data.source.shape", data.source.sampleShape);
@@ -1032,6 +1106,74 @@ std::string projectDifference(const Project& a, const Project& b) {
     TD_DIFF("strategy.replicas", strategy.replicas);
 #undef TD_DIFF
     return {};
+}
+
+Status checkProjectResources(const Project& p, const ModelInfo& info) {
+    MemoryPlan plan;
+    const TrainConfig& t = p.training;
+    const OptimizerConfig& o = t.optimizer;
+    // Slots per parameter, as Optimizer::build allocates them.
+    int slots = 0;
+    if (o.name == "sgd")
+        slots = o.momentum > 0 ? 1 : 0;
+    else if (o.name == "adam" || o.name == "adamw")
+        slots = o.amsgrad ? 3 : 2;
+    else if (o.name == "rmsprop")
+        slots = 1 + (o.momentum > 0 ? 1 : 0) + (o.centered ? 1 : 0);
+
+    // info.layers leaves out a leading InputLayer; field paths count it.
+    const size_t offset = p.model.layers.size() - info.layers.size();
+    const auto layerName = [&](size_t i) {
+        return "layer " + std::to_string(i + offset) + " '" + info.layers[i].name + "'";
+    };
+    size_t mostParams = 0, widest = 0;
+    for (size_t i = 0; i < info.layers.size(); ++i) {
+        if (info.layers[i].params > info.layers[mostParams].params) mostParams = i;
+        if (numElements(info.layers[i].outputShape) > numElements(info.layers[widest].outputShape))
+            widest = i;
+    }
+    if (!info.layers.empty() && info.totalParams > 0)
+        plan.add("model.config.layers[" + std::to_string(mostParams + offset) + "]",
+                 std::to_string(info.totalParams) + " parameters with their gradients and " +
+                     std::to_string(slots) + " " + o.name + " slot" + (slots == 1 ? "" : "s") +
+                     " each (largest: " + layerName(mostParams) + ", " +
+                     std::to_string(info.layers[mostParams].params) + " parameters)",
+                 double(info.totalParams) * 4 * (2 + slots));
+
+    // A training step keeps the activations and their gradients; the evaluation program, built
+    // for the same batch size, its own activations. Input and label buffers come with each.
+    const auto batch = double(t.batchSize);
+    const double inputBytes = double(numElements(info.inputShape)) * 4;
+    const double outputBytes = double(numElements(info.outputShape)) * 4;
+    // Blame the batch size when it is out of the ordinary, else the layer whose output is widest
+    // (a Dense of 1e9 units at batch 32).
+    constexpr int64_t kLargeBatch = 65536;
+    const std::string activationField =
+        t.batchSize > kLargeBatch ? "training.batch_size"
+                                  : "model.config.layers[" + std::to_string(widest + offset) + "]";
+    if (!info.layers.empty())
+        plan.add(
+            activationField,
+            "activations and their gradients for batches of " + std::to_string(t.batchSize) +
+                " samples, " + formatBytes(double(info.activationBytesPerSample)) +
+                " per sample (largest: " + layerName(widest) + ", " +
+                std::to_string(numElements(info.layers[widest].outputShape)) + " values)",
+            batch * (3 * double(info.activationBytesPerSample) + 2 * (inputBytes + outputBytes)));
+
+    planSource(p.data.source, "data.source", plan);
+
+    PipelineShape shape;
+    shape.batchSize = t.batchSize;
+    // File sources: the sample count is known once read (Pipeline::create checks it then).
+    shape.samples = p.data.source.type == "synthetic" ? p.data.source.samples : 0;
+    shape.sampleValues = numElements(info.inputShape);
+    shape.labelValues =
+        t.loss.name == "sparse_categorical_crossentropy" ? 1 : numElements(info.outputShape);
+    shape.pipelines = 2;  // training, and the validation that runs while it is alive
+    shape.prefix = "data.pipeline";
+    shape.batchField = "training.batch_size";
+    TD_RETURN_IF_ERROR(planPipeline(p.data.pipeline, shape, plan));
+    return plan.check();
 }
 
 }  // namespace td

@@ -45,6 +45,16 @@ std::string projectToJson(const Project& p);
 // written relative to it.
 Status saveProject(const Project& p, const std::string& path);
 
+// The host resources a run of `p` takes, checked before anything is allocated: a memory plan
+// (parameters with their gradients and optimizer state, activations of a batch, the synthetic
+// source, the training and evaluation pipelines' batch slots) against hostMemoryBudget(), and the
+// pipeline's thread count against maxParallelCalls() (engine/data/resource_plan.h). `info` is
+// inferShapes(p.model). Errors start with the field that sizes the largest item, e.g.
+// "data.pipeline.prefetch: needs about 1.8 PiB of host memory, over the budget of 15.5 GiB
+// (physical memory; set TRAINDECK_MEMORY_BUDGET to change it): ...". File sources are sized by
+// their readers, from their headers, before they allocate.
+Status checkProjectResources(const Project& p, const ModelInfo& info);
+
 // Field-by-field comparison (tests, round trips): "" when equal, else the project-file path of the
 // first field that differs, e.g. "training.optimizer.config.beta_1" or "model.config.layers[2]".
 std::string projectDifference(const Project& a, const Project& b);

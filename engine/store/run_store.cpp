@@ -20,6 +20,8 @@
 #include <system_error>
 #include <utility>
 
+#include "engine/core/text_limits.h"
+
 namespace td {
 namespace {
 
@@ -602,6 +604,8 @@ RunStore::~RunStore() {
 }
 
 Result<int64_t> RunStore::createRun(const RunRecord& run) {
+    if (std::string e = textProblem(run.name, TextKind::Name); !e.empty())
+        return err("run name: " + e);
     std::lock_guard<std::mutex> lock(mu_);
     if (!validStatus(run.status))
         return err(path_ + ": createRun: invalid run status '" + run.status + "'");
@@ -805,6 +809,7 @@ Result<std::vector<LogRow>> RunStore::logs(int64_t runId) {
 }
 
 Status RunStore::renameRun(int64_t runId, const std::string& name) {
+    if (std::string e = textProblem(name, TextKind::Name); !e.empty()) return err("run name: " + e);
     std::lock_guard<std::mutex> lock(mu_);
     static constexpr const char* kSql = "UPDATE runs SET name = ?1 WHERE id = ?2";
     TD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db_, path_, kSql));
@@ -816,6 +821,8 @@ Status RunStore::renameRun(int64_t runId, const std::string& name) {
 }
 
 Status RunStore::setNotes(int64_t runId, const std::string& notes) {
+    if (std::string e = textProblem(notes, TextKind::LongText); !e.empty())
+        return err("notes: " + e);
     std::lock_guard<std::mutex> lock(mu_);
     static constexpr const char* kSql = "UPDATE runs SET notes = ?1 WHERE id = ?2";
     TD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db_, path_, kSql));

@@ -4,3 +4,6 @@ target_link_libraries(test_data PRIVATE ZLIB::ZLIB)
 # The cache through whole training runs: needs the engine.
 td_add_test(test_pipeline_training SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_pipeline_training.cpp
             LABELS integration data)
+td_add_test(test_data_limits SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_data_limits.cpp
+            LABELS unit data LIBS traindeck_data)
+target_link_libraries(test_data_limits PRIVATE ZLIB::ZLIB)
