@@ -568,6 +568,10 @@ Result<std::unique_ptr<RunStore>> RunStore::open(const std::string& path) {
             return err(path + ": cannot create directory " + parent.string() + ": " + ec.message());
     }
 
+    // SQLite says only "unable to open database file" for a directory.
+    if (std::error_code ec; std::filesystem::is_directory(path, ec))
+        return err(path + ": is a directory, expected a SQLite database file");
+
     sqlite3* db = nullptr;
     const int rc = sqlite3_open_v2(
         path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,

@@ -141,7 +141,7 @@ void TestCli::trainWithBadStore_data() {
     QTest::newRow("not a database") << "garbage"
                                     << "file is not a database";
     QTest::newRow("a directory") << "directory"
-                                 << "unable to open database file";
+                                 << "is a directory";
     QTest::newRow("parent is a file") << "under-file"
                                       << "cannot create directory";
     QTest::newRow("full") << "full"

@@ -421,7 +421,7 @@ void TestTraining::storeCannotBeOpened_data() {
     QTest::newRow("not a database") << "garbage"
                                     << "file is not a database";
     QTest::newRow("a directory") << "directory"
-                                 << "runs.db";
+                                 << "is a directory";
     QTest::newRow("parent is a file") << "under-file"
                                       << "cannot create directory";
 }
