@@ -820,7 +820,7 @@ class TestStore : public QObject {
             QTRY_VERIFY_WITH_TIMEOUT(failed() || reader->steps(*id)->size() == size_t(last), 5000);
         }
         QVERIFY2(failed(), "12 pages took 4000 steps");
-        QVERIFY(last > 20);  // some batches were committed first
+        QVERIFY(last > 20);                   // some batches were committed first
         publishSteps(last + 1, last + 2000);  // dropped: the stored run keeps no gaps
         Status written =
             (*rec)->finish(RunFinished{RunStatus::Completed, "", {{"loss", 0.1}}, 2.0});
