@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "engine/api/session.h"
@@ -103,8 +104,7 @@ class Progress {
         } else if (auto* l = std::get_if<LogLine>(&e)) {
             std::printf("%s%s\n", tty_ ? "\r\033[K" : "", l->text.c_str());
         } else if (auto* f = std::get_if<RunFinished>(&e)) {
-            finished_ = true;
-            status_ = f->status;
+            finished_ = *f;
             std::printf("Run %s after %s%s\n", runStatusName(f->status),
                         fmtDuration(f->seconds).c_str(),
                         f->message.empty() ? "" : (": " + f->message).c_str());
@@ -115,8 +115,8 @@ class Progress {
             std::fflush(stdout);
         }
     }
-    bool finished() const { return finished_; }
-    RunStatus status() const { return status_; }
+    // The run's result; empty until RunFinished arrived.
+    const std::optional<RunFinished>& finished() const { return finished_; }
 
   private:
     double secondsSinceEpoch() const {
@@ -125,8 +125,8 @@ class Progress {
     bool tty_;
     int64_t steps_ = 0;
     int epochs_ = 0, epoch_ = -1;
-    bool started_ = false, finished_ = false;
-    RunStatus status_ = RunStatus::Failed;
+    bool started_ = false;
+    std::optional<RunFinished> finished_;
     std::chrono::steady_clock::time_point epochT0_;
 };
 
@@ -206,17 +206,28 @@ int train(const TrainArgs& a) {
     Progress progress(!a.plain && isatty(STDOUT_FILENO));
     auto queue = (*session)->events().subscribe();
     (*session)->start();
+    // The session closes the queue after RunFinished on every path, the failed ones included.
     while (true) {
-        auto e = queue->pop(std::chrono::milliseconds(200));
-        if (e)
+        if (auto e = queue->pop(std::chrono::milliseconds(200)))
             progress.onEvent(*e);
         else if (queue->closed())
             break;
     }
     (*session)->join();
+    const std::optional<RunFinished>& fin = progress.finished();
+    if (!fin) {
+        printError(a.project + ": the run ended without a final status; the store " +
+                   opt.storePath + " may not hold it");
+        return 1;
+    }
+    if (fin->status == RunStatus::Failed) {
+        printError(fin->message);
+        // A run the store could not take is not stored, or only in part.
+        if (fin->storeError.empty()) std::printf("Stored in %s\n", opt.storePath.c_str());
+        return 1;
+    }
     std::printf("Stored in %s\n", opt.storePath.c_str());
-    return progress.status() == RunStatus::Completed || progress.status() == RunStatus::Stopped ? 0
-                                                                                                : 1;
+    return 0;
 }
 
 int summary(const std::string& path) {

@@ -1,5 +1,7 @@
 #include "engine/api/events.h"
 
+#include <algorithm>
+
 namespace td {
 
 const char* runStatusName(RunStatus s) {
@@ -61,6 +63,11 @@ std::shared_ptr<EventQueue> EventBus::subscribe() {
     std::lock_guard<std::mutex> lock(mu_);
     subs_.push_back(q);
     return q;
+}
+
+void EventBus::unsubscribe(const std::shared_ptr<EventQueue>& queue) {
+    std::lock_guard<std::mutex> lock(mu_);
+    subs_.erase(std::remove(subs_.begin(), subs_.end(), queue), subs_.end());
 }
 
 void EventBus::publish(const Event& e) {

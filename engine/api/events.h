@@ -74,6 +74,9 @@ struct RunFinished {
     std::string message;     // error text for Failed, reason for early stop
     MetricMap finalMetrics;  // last epoch's metrics plus test_* when a test set was evaluated
     double seconds = 0;
+    // Set when the run store failed (it could not be opened, or rows could not be written): the
+    // stored run is incomplete or missing, and status is Failed. Names the database and the error.
+    std::string storeError;
 };
 
 using Event =
@@ -101,6 +104,8 @@ class EventBus {
   public:
     // Subscribe before the run starts to see every event.
     std::shared_ptr<EventQueue> subscribe();
+    // The queue gets no further events (it is not closed).
+    void unsubscribe(const std::shared_ptr<EventQueue>& queue);
     void publish(const Event& e);
     // Closes every queue (after RunFinished).
     void closeAll();

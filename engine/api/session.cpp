@@ -14,6 +14,7 @@
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "engine/backend/backend.h"
 #include "engine/core/text_limits.h"
@@ -99,7 +100,8 @@ struct Session::Impl {
 
     std::unique_ptr<Optimizer> optimizer;
     std::vector<ParamRef> paramRefs;
-    std::vector<std::unique_ptr<Callback>> callbacks;
+    std::vector<std::shared_ptr<Callback>> callbacks;
+    std::vector<std::string> callbackNames;  // for errors: "training.callbacks[0] (early_stopping)"
 
     int workerThreads = 0;  // threads the device may use per step (see chooseWorkerThreads)
     int64_t runId = 0;
@@ -110,6 +112,11 @@ struct Session::Impl {
     std::condition_variable pauseCv;
     bool pausedFlag = false;
     std::atomic<int64_t> globalStep{0};
+
+    // Set from the recorder's thread on the first failed write; the step loop checks it.
+    std::atomic<bool> storeFailed{false};
+    std::mutex storeErrorMu;
+    std::string storeError;
 
     ~Impl() {
         if (device)
@@ -131,8 +138,43 @@ struct Session::Impl {
     Result<Compiled*> program(GraphMode mode, int64_t batch);
     Status uploadBatch(Compiled& c, const Batch& b);
     Result<EvalResult> evaluate(const Dataset& d);
-    Status fitLoop();
+    Status openStore(std::unique_ptr<RunStore>& store, std::unique_ptr<RunRecorder>& recorder,
+                     std::shared_ptr<EventQueue>& recorderQueue);
+    RunStarted runStarted() const;
+    // The run up to its result; publishes every event but RunFinished, which fit() publishes once
+    // the store has written everything.
+    Result<RunFinished> fitLoop();
     void log(LogLine::Level lvl, const std::string& text) { bus.publish(LogLine{lvl, text}); }
+
+    void noteStoreError(const std::string& error) {
+        {
+            std::lock_guard<std::mutex> lk(storeErrorMu);
+            if (storeError.empty()) storeError = error;
+        }
+        storeFailed = true;
+        std::lock_guard<std::mutex> lk(pauseMu);  // wakes a paused run: it ends too
+        pauseCv.notify_all();
+    }
+    Error storeFailure() {
+        std::lock_guard<std::mutex> lk(storeErrorMu);
+        return err("run store: " + storeError +
+                   "; training stopped (rows written before the failure are kept)");
+    }
+
+    // Runs one hook of every callback. A callback that throws fails the run, as in Keras.
+    template <typename Hook>
+    Status runCallbacks(const char* hookName, Hook hook) {
+        for (size_t i = 0; i < callbacks.size(); ++i) {
+            try {
+                hook(*callbacks[i]);
+            } catch (const std::exception& e) {
+                return err(callbackNames[i] + " failed in " + hookName + ": " + e.what());
+            } catch (...) {
+                return err(callbackNames[i] + " failed in " + hookName + ": unknown exception");
+            }
+        }
+        return Status::success();
+    }
 };
 
 Status Session::Impl::initParams(const Graph& g) {
@@ -297,7 +339,7 @@ Result<EvalResult> Session::Impl::evaluate(const Dataset& d) {
     return r;
 }
 
-Status Session::Impl::fitLoop() {
+Result<RunFinished> Session::Impl::fitLoop() {
     const TrainConfig& tc = project.training;
     device->prepareThread(workerThreads);
     TD_ASSIGN_OR_RETURN(
@@ -350,7 +392,7 @@ Status Session::Impl::fitLoop() {
             (void)device->copyToDevice(params[i].value, 0, w[i].raw(), w[i].bytes());
     };
     ctl.log = [&](const std::string& s) { log(LogLine::Level::Info, s); };
-    for (auto& cb : callbacks) cb->onTrainBegin(ctl);
+    TD_RETURN_IF_ERROR(runCallbacks("on_train_begin", [&](Callback& cb) { cb.onTrainBegin(ctl); }));
 
     // Device memory the run holds: parameters, gradients, optimizer slots, program arenas and
     // batch buffers (all allocated before the loop).
@@ -360,7 +402,6 @@ Status Session::Impl::fitLoop() {
     for (Tensor* t : optimizer->slotTensors()) deviceBytes += static_cast<int64_t>(t->bytes());
     for (const auto& [key, c] : programs)
         deviceBytes += static_cast<int64_t>(c->exe->arenaBytes() + c->input.bytes + c->label.bytes);
-    const auto runT0 = Clock::now();
     MetricMap last;
     RunStatus status = RunStatus::Completed;
     std::string message;
@@ -371,7 +412,7 @@ Status Session::Impl::fitLoop() {
 
     for (int epoch = tc.initialEpoch; epoch < tc.epochs && !stopRequested; ++epoch) {
         TD_RETURN_IF_ERROR(pipe->beginEpoch(epoch));
-        const auto epochT0 = Clock::now();
+        auto epochT0 = Clock::now();
         double lossSum = 0;
         std::vector<double> metricSums(metrics.size(), 0.0);
         int64_t seen = 0, seenSinceLog = 0;
@@ -383,10 +424,14 @@ Status Session::Impl::fitLoop() {
                 std::unique_lock<std::mutex> lk(pauseMu);
                 if (pausedFlag) {
                     const auto p0 = Clock::now();
-                    pauseCv.wait(lk, [&] { return !pausedFlag || stopRequested; });
-                    logT0 += Clock::now() - p0;  // paused time is not throughput time
+                    pauseCv.wait(lk, [&] { return !pausedFlag || stopRequested || storeFailed; });
+                    // Paused time is neither epoch time nor throughput time.
+                    const auto paused = Clock::now() - p0;
+                    logT0 += paused;
+                    epochT0 += paused;
                 }
             }
+            if (storeFailed) return storeFailure();
             const auto t0 = Clock::now();
             TD_ASSIGN_OR_RETURN(const Batch* b, pipe->next());
             if (!b) break;
@@ -420,7 +465,8 @@ Status Session::Impl::fitLoop() {
 
             if (!callbacks.empty()) {
                 batchLoss->second = v;  // reuses the node: no allocation per step
-                for (auto& cb : callbacks) cb->onBatchEnd(gstep, batchLogs, ctl);
+                TD_RETURN_IF_ERROR(runCallbacks(
+                    "on_batch_end", [&](Callback& cb) { cb.onBatchEnd(gstep, batchLogs, ctl); }));
             }
             if (ctl.stopTraining) {
                 stopRequested = true;
@@ -473,7 +519,8 @@ Status Session::Impl::fitLoop() {
             status = RunStatus::Stopped;
             message = "stopped by request";
         }
-        for (auto& cb : callbacks) cb->onEpochEnd(epoch, em.metrics, ctl);
+        TD_RETURN_IF_ERROR(runCallbacks(
+            "on_epoch_end", [&](Callback& cb) { cb.onEpochEnd(epoch, em.metrics, ctl); }));
         if (ctl.stopTraining && status == RunStatus::Completed) {
             status = RunStatus::Stopped;
             message = ctl.stopReason.empty() ? "stopped by a callback" : ctl.stopReason;
@@ -484,7 +531,8 @@ Status Session::Impl::fitLoop() {
         status = RunStatus::Stopped;
         message = "stopped by request";
     }
-    for (auto& cb : callbacks) cb->onTrainEnd(ctl);
+    TD_RETURN_IF_ERROR(runCallbacks("on_train_end", [&](Callback& cb) { cb.onTrainEnd(ctl); }));
+    if (storeFailed) return storeFailure();
 
     RunFinished fin;
     fin.status = status;
@@ -494,9 +542,7 @@ Status Session::Impl::fitLoop() {
         TD_ASSIGN_OR_RETURN(EvalResult tr, evaluate(*splits.test));
         for (const auto& [k, val] : tr.metrics) fin.finalMetrics["test_" + k] = val;
     }
-    fin.seconds = secondsSince(runT0);
-    bus.publish(fin);
-    return Status::success();
+    return fin;
 }
 
 // ---- Session
@@ -545,10 +591,17 @@ Result<std::unique_ptr<Session>> Session::create(const Project& projectIn,
     TD_RETURN_IF_ERROR(checkProjectResources(p, im->info));
     TD_ASSIGN_OR_RETURN(im->labelSpec, labelSpecFor(p.training.loss, im->info.outputShape));
     TD_ASSIGN_OR_RETURN(im->metrics, resolveMetrics(p.training.metrics, p.training.loss));
-    for (const auto& cbc : p.training.callbacks) {
-        auto cb = Callback::create(cbc);
+    for (size_t i = 0; i < p.training.callbacks.size(); ++i) {
+        auto cb = Callback::create(p.training.callbacks[i]);
         if (!cb.ok()) return err("training.callbacks: " + cb.error());
         im->callbacks.push_back(std::move(cb).value());
+        im->callbackNames.push_back("training.callbacks[" + std::to_string(i) + "] (" +
+                                    p.training.callbacks[i].type + ")");
+    }
+    for (size_t i = 0; i < opt.callbacks.size(); ++i) {
+        if (!opt.callbacks[i]) return err("callbacks[" + std::to_string(i) + "]: null callback");
+        im->callbacks.push_back(opt.callbacks[i]);
+        im->callbackNames.push_back("callback " + std::to_string(i) + " of the session");
     }
     {
         auto opt0 = Optimizer::create(p.training.optimizer);
@@ -565,8 +618,21 @@ Result<std::unique_ptr<Session>> Session::create(const Project& projectIn,
         im->valSet = *im->splits.test;
     } else if (p.data.validationSplit > 0) {
         auto [tr, va] = splitTail(im->splits.train, p.data.validationSplit);
+        // Keras refuses a split that leaves either side empty; skipping validation silently
+        // would hide that the monitored val_* metrics never exist.
+        if (tr.size() == 0 || va.size() == 0) {
+            std::ostringstream split;
+            split << p.data.validationSplit;
+            return err(
+                "data.validation_split: " + split.str() + " of " +
+                std::to_string(im->splits.train.size()) + " training samples leaves " +
+                std::to_string(tr.size()) + " for training and " + std::to_string(va.size()) +
+                " for validation (the split is at int(samples * (1 - validation_split)))"
+                "; expected at least one sample on each side: use " +
+                (va.size() == 0 ? "a larger" : "a smaller") + " validation_split or more data");
+        }
         im->trainSet = tr;
-        if (va.size() > 0) im->valSet = va;
+        im->valSet = va;
     } else {
         im->trainSet = im->splits.train;
     }
@@ -596,79 +662,134 @@ int64_t Session::runId() const {
     return impl_->runId;
 }
 
+Status Session::Impl::openStore(std::unique_ptr<RunStore>& store,
+                                std::unique_ptr<RunRecorder>& recorder,
+                                std::shared_ptr<EventQueue>& recorderQueue) {
+    if (options.storePath.empty()) return Status::success();
+    TD_ASSIGN_OR_RETURN(store, RunStore::open(options.storePath));
+    const Project& p = project;
+    RunRecord r;
+    r.name = options.runName.empty() ? p.name : options.runName;
+    r.projectJson = projectToJson(p);
+    nlohmann::json cfg = {{"epochs", p.training.epochs},
+                          {"batch_size", p.training.batchSize},
+                          {"seed", p.training.seed},
+                          {"precision", precisionName(p.precision)},
+                          {"fusion", p.fusion},
+                          {"strategy", p.strategy.type},
+                          {"optimizer", p.training.optimizer.name},
+                          {"learning_rate", p.training.optimizer.learningRate}};
+    r.configJson = cfg.dump();
+    r.startedAtMs = unixMs();
+    r.host = hostName();
+    r.pid = getpid();
+    r.devices = device->desc().id;
+    r.modelName = p.model.name;
+    r.params = info.totalParams;
+    TD_ASSIGN_OR_RETURN(runId, store->createRun(r));
+    recorderQueue = bus.subscribe();
+    auto rec = RunRecorder::start(options.storePath, runId, recorderQueue,
+                                  [this](const std::string& e) { noteStoreError(e); });
+    if (!rec.ok()) {
+        bus.unsubscribe(recorderQueue);
+        recorderQueue.reset();
+        return std::move(rec).takeError();
+    }
+    recorder = std::move(rec).value();
+    return Status::success();
+}
+
+RunStarted Session::Impl::runStarted() const {
+    const Project& p = project;
+    RunStarted rs;
+    rs.runId = runId;
+    rs.runName = options.runName.empty() ? p.name : options.runName;
+    rs.devices = {device->desc().id};
+    rs.initialEpoch = p.training.initialEpoch;
+    rs.epochs = p.training.epochs;
+    const int64_t n = trainSet.size(), b = p.training.batchSize;
+    rs.stepsPerEpoch = p.data.pipeline.dropRemainder ? n / b : (n + b - 1) / b;
+    rs.trainSamples = n;
+    rs.batchSize = b;
+    rs.validationSamples = valSet ? valSet->size() : 0;
+    rs.params = info.totalParams;
+    return rs;
+}
+
+namespace {
+
+// f(), with an exception that escapes it turned into an error: the engine thread must always get
+// as far as publishing the end of the run and closing the queues.
+template <typename F>
+auto guarded(const char* what, F&& f) -> decltype(f()) {
+    try {
+        return f();
+    } catch (const std::exception& e) {
+        return err(std::string(what) + ": " + e.what());
+    } catch (...) {
+        return err(std::string(what) + ": unknown exception");
+    }
+}
+
+}  // namespace
+
+// Every way out of here publishes one RunFinished and closes the queues: a subscriber waiting in
+// EventQueue::pop (the CLI, the GUI's controller) always learns how the run ended.
 Status Session::fit() {
     Impl& im = *impl_;
     im.isRunning = true;
-    std::unique_ptr<RunRecorder> recorder;
-    std::unique_ptr<RunStore> store;
-    const Project& p = im.project;
-    int64_t totalParams = im.info.totalParams;
-    if (!im.options.storePath.empty()) {
-        auto st = RunStore::open(im.options.storePath);
-        if (!st.ok()) {
-            im.isRunning = false;
-            return err("run store: " + st.error());
-        }
-        store = std::move(st).value();
-        RunRecord r;
-        r.name = im.options.runName.empty() ? p.name : im.options.runName;
-        r.projectJson = projectToJson(p);
-        nlohmann::json cfg = {{"epochs", p.training.epochs},
-                              {"batch_size", p.training.batchSize},
-                              {"seed", p.training.seed},
-                              {"precision", precisionName(p.precision)},
-                              {"fusion", p.fusion},
-                              {"strategy", p.strategy.type},
-                              {"optimizer", p.training.optimizer.name},
-                              {"learning_rate", p.training.optimizer.learningRate}};
-        r.configJson = cfg.dump();
-        r.startedAtMs = unixMs();
-        r.host = hostName();
-        r.pid = getpid();
-        r.devices = im.device->desc().id;
-        r.modelName = p.model.name;
-        r.params = totalParams;
-        auto id = store->createRun(r);
-        if (!id.ok()) {
-            im.isRunning = false;
-            return err("run store: " + id.error());
-        }
-        im.runId = *id;
-        auto rec = RunRecorder::start(im.options.storePath, im.runId, im.bus.subscribe());
-        if (!rec.ok()) {
-            im.isRunning = false;
-            return err("run store: " + rec.error());
-        }
-        recorder = std::move(rec).value();
-    }
-    RunStarted rs;
-    rs.runId = im.runId;
-    rs.runName = im.options.runName.empty() ? p.name : im.options.runName;
-    rs.devices = {im.device->desc().id};
-    rs.initialEpoch = p.training.initialEpoch;
-    rs.epochs = p.training.epochs;
+    im.runId = 0;
+    im.storeFailed = false;
     {
-        int64_t n = im.trainSet.size(), b = p.training.batchSize;
-        rs.stepsPerEpoch = p.data.pipeline.dropRemainder ? n / b : (n + b - 1) / b;
-        rs.trainSamples = n;
+        std::lock_guard<std::mutex> lk(im.storeErrorMu);
+        im.storeError.clear();
     }
-    rs.batchSize = p.training.batchSize;
-    rs.validationSamples = im.valSet ? im.valSet->size() : 0;
-    rs.params = totalParams;
-    im.bus.publish(rs);
-
-    Status s = im.fitLoop();
-    if (!s.ok()) {
-        RunFinished fin;
+    const auto t0 = Clock::now();
+    std::unique_ptr<RunStore> store;
+    std::unique_ptr<RunRecorder> recorder;
+    std::shared_ptr<EventQueue> recorderQueue;
+    RunFinished fin;
+    Status opened =
+        guarded("internal error", [&] { return im.openStore(store, recorder, recorderQueue); });
+    if (!opened.ok()) {
         fin.status = RunStatus::Failed;
-        fin.message = s.error();
-        im.bus.publish(LogLine{LogLine::Level::Error, s.error()});
-        im.bus.publish(fin);
+        fin.message = "run store: " + opened.error();
+        fin.storeError = fin.message;
+    } else {
+        im.bus.publish(im.runStarted());
+        Result<RunFinished> r = guarded("internal error", [&] { return im.fitLoop(); });
+        if (r.ok()) {
+            fin = std::move(r).value();
+        } else {
+            fin.status = RunStatus::Failed;
+            fin.message = r.error();
+        }
     }
-    if (recorder) recorder->join();
+    fin.seconds = secondsSince(t0);
+
+    if (recorder) {
+        // The recorder writes what is queued and the final status before anyone hears the end,
+        // so a store that fails at the very end still turns the result into a failure.
+        im.bus.unsubscribe(recorderQueue);
+        Status written = recorder->finish(fin);
+        if (!written.ok()) {
+            fin.storeError = "run store: " + written.error();
+            if (fin.status != RunStatus::Failed) {
+                fin.message = fin.storeError + " (training " + runStatusName(fin.status) +
+                              "; rows written before the failure are kept)";
+                fin.status = RunStatus::Failed;
+            }
+        }
+    } else if (store && im.runId > 0) {
+        // The run's row exists but its recorder never started: record the outcome directly.
+        (void)store->finishRun(im.runId, RunStatus::Failed, fin.finalMetrics, fin.message);
+    }
+    if (fin.status == RunStatus::Failed) im.log(LogLine::Level::Error, fin.message);
+    im.bus.publish(fin);
     im.bus.closeAll();
     im.isRunning = false;
-    return s;
+    if (fin.status == RunStatus::Failed) return err(fin.message);
+    return Status::success();
 }
 
 void Session::start() {

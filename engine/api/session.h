@@ -35,12 +35,17 @@ struct Capability {
 Capability precisionCapability(PrecisionPolicy p);
 Capability strategyCapability(const std::string& strategyType);
 
+class Callback;
+
 struct SessionOptions {
     std::string storePath;  // SQLite run store; empty = do not record
     std::string runName;    // empty = project name + timestamp
     std::optional<int> epochs;
     std::optional<int64_t> batchSize;
     std::optional<uint64_t> seed;
+    // Run after the project's callbacks, as Keras' fit(callbacks=...). A callback that throws ends
+    // the run as failed with its message.
+    std::vector<std::shared_ptr<Callback>> callbacks;
 };
 
 struct EvalResult {
@@ -59,7 +64,9 @@ class Session {
     EventBus& events();
     int64_t runId() const;  // 0 until fit starts, or without a store
 
-    // Blocking fit on the calling thread. The final status comes as RunFinished too.
+    // Blocking fit on the calling thread. Whatever fails (store, data, a callback, an exception),
+    // fit publishes exactly one RunFinished as the last event and then closes every subscriber's
+    // queue; the returned Status is an error when that RunFinished says Failed.
     Status fit();
     // fit() on a background engine thread.
     void start();

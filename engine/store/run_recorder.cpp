@@ -1,7 +1,6 @@
 // RunRecorder: drains one EventQueue on its own thread and writes the events to the run store in
 // batches, so the training thread never waits on SQLite and a viewer sees a live run.
 #include <chrono>
-#include <cstdio>
 #include <mutex>
 #include <type_traits>
 #include <utility>
@@ -38,6 +37,7 @@ struct RunRecorder::Impl {
     std::unique_ptr<RunStore> store;
     int64_t runId = 0;
     std::shared_ptr<EventQueue> queue;
+    ErrorHandler onWriteError;
     std::thread thread;
 
     mutable std::mutex errorMu;
@@ -55,19 +55,23 @@ struct RunRecorder::Impl {
 
     void report(const Status& st) {
         if (st.ok()) return;
-        std::lock_guard<std::mutex> lock(errorMu);
-        if (error) return;  // keep (and print) only the first
-        error = st.error();
-        std::fprintf(stderr, "traindeck: run store: %s (later write errors are not shown)\n",
-                     st.error().c_str());
+        {
+            std::lock_guard<std::mutex> lock(errorMu);
+            if (error) return;  // the first error is the one that explains the rest
+            error = st.error();
+        }
+        if (onWriteError) onWriteError(st.error());
     }
 
-    // A failed batch is dropped (its transaction rolled back) so memory stays bounded.
+    // A failed batch is rolled back and dropped, and so is every row after it: the stored run
+    // stays a gapless prefix of what happened (then marked failed), and memory stays bounded.
     void flush() {
-        report(store->appendSteps(runId, steps));
-        report(store->appendEpochs(runId, epochs));
-        report(store->appendDeviceStats(runId, devices));
-        report(store->appendLogs(runId, logs));
+        if (!firstError()) {
+            report(store->appendSteps(runId, steps));
+            if (!firstError()) report(store->appendEpochs(runId, epochs));
+            if (!firstError()) report(store->appendDeviceStats(runId, devices));
+            if (!firstError()) report(store->appendLogs(runId, logs));
+        }
         steps.clear();
         epochs.clear();
         devices.clear();
@@ -75,10 +79,20 @@ struct RunRecorder::Impl {
         lastFlush = std::chrono::steady_clock::now();
     }
 
-    void finish(RunStatus status, const MetricMap& finalMetrics, const std::string& message) {
+    // A run with rows missing is not stored as a success, whatever the trainer reported.
+    void finish(RunStatus status, const MetricMap& finalMetrics, std::string message) {
+        finished = true;  // first: an exception below must still end the loop
         flush();
+        if (std::optional<std::string> e = firstError(); e && status != RunStatus::Failed) {
+            message = "run store: " + *e + " (rows written before the failure are kept)";
+            status = RunStatus::Failed;
+        }
         report(store->finishRun(runId, status, finalMetrics, message));
-        finished = true;
+    }
+
+    std::optional<std::string> firstError() const {
+        std::lock_guard<std::mutex> lock(errorMu);
+        return error;
     }
 
     void handle(Event& event) {
@@ -128,24 +142,37 @@ struct RunRecorder::Impl {
 
     void loop() {
         while (!finished) {
-            std::optional<Event> e = queue->pop(kPopTimeout);
-            if (e) {
-                handle(*e);
-                for (Event& more : queue->drain()) handle(more);
-            } else if (queue->closed()) {
-                finish(RunStatus::Failed, {}, "run ended without a final status");
-                break;
+            // Nothing may escape the thread (std::terminate) or end it before the run is finished
+            // (finish() and join() would wait forever): an exception is a write error.
+            try {
+                step();
+            } catch (const std::exception& ex) {
+                report(err(store->path() + ": recording the run: " + ex.what()));
+            } catch (...) {
+                report(err(store->path() + ": recording the run: unknown exception"));
             }
-            if (!finished && pending() > 0 &&
-                (pending() >= kFlushRows ||
-                 std::chrono::steady_clock::now() - lastFlush >= kFlushInterval))
-                flush();
         }
+    }
+
+    void step() {
+        std::optional<Event> e = queue->pop(kPopTimeout);
+        if (e) {
+            handle(*e);
+            for (Event& more : queue->drain()) handle(more);
+        } else if (queue->closed()) {
+            finish(RunStatus::Failed, {}, "run ended without a final status");
+            return;
+        }
+        if (!finished && pending() > 0 &&
+            (pending() >= kFlushRows ||
+             std::chrono::steady_clock::now() - lastFlush >= kFlushInterval))
+            flush();
     }
 };
 
 Result<std::unique_ptr<RunRecorder>> RunRecorder::start(const std::string& storePath, int64_t runId,
-                                                        std::shared_ptr<EventQueue> events) {
+                                                        std::shared_ptr<EventQueue> events,
+                                                        ErrorHandler onWriteError) {
     TD_ASSERT_MSG(events != nullptr, "RunRecorder::start needs an event queue");
     TD_ASSIGN_OR_RETURN(std::unique_ptr<RunStore> store, RunStore::open(storePath));
     TD_RETURN_IF_ERROR(store->getRun(runId));
@@ -155,6 +182,7 @@ Result<std::unique_ptr<RunRecorder>> RunRecorder::start(const std::string& store
     impl->store = std::move(store);
     impl->runId = runId;
     impl->queue = std::move(events);
+    impl->onWriteError = std::move(onWriteError);
     impl->thread = std::thread([impl] { impl->loop(); });
     return rec;
 }
@@ -171,10 +199,17 @@ void RunRecorder::join() {
     if (impl_ && impl_->thread.joinable()) impl_->thread.join();
 }
 
+Status RunRecorder::finish(const RunFinished& result) {
+    if (!impl_) return Status::success();
+    if (impl_->thread.joinable()) impl_->queue->push(result);
+    join();
+    if (std::optional<std::string> e = impl_->firstError()) return err(*e);
+    return Status::success();
+}
+
 std::optional<std::string> RunRecorder::lastError() const {
     if (!impl_) return std::nullopt;
-    std::lock_guard<std::mutex> lock(impl_->errorMu);
-    return impl_->error;
+    return impl_->firstError();
 }
 
 }  // namespace td

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -494,6 +495,58 @@ Status appendRunRows(sqlite3* db, const std::string& path, int64_t runId,
     return txn.commit();
 }
 
+// Runs of this host left 'running' by a process that no longer exists were interrupted.
+Status markInterruptedRuns(sqlite3* db, const std::string& p) {
+    const std::string host = hostName();
+    std::vector<std::pair<int64_t, int64_t>> dead;  // id, pid
+    {
+        TD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db, p,
+                                                  "SELECT id, pid FROM runs WHERE status = "
+                                                  "'running' AND host = ?1"));
+        TD_RETURN_IF_ERROR(s.bindText(1, host));
+        for (;;) {
+            TD_ASSIGN_OR_RETURN(bool row, s.step());
+            if (!row) break;
+            if (!pidAlive(s.colInt(1))) dead.emplace_back(s.colInt(0), s.colInt(1));
+        }
+    }
+    if (!dead.empty()) {
+        static constexpr const char* kSql =
+            "UPDATE runs SET status = 'interrupted', "
+            "ended_at_ms = MAX(started_at_ms, updated_at_ms), message = ?1 "
+            "WHERE id = ?2 AND status = 'running'";
+        TD_ASSIGN_OR_RETURN(Transaction txn, Transaction::begin(db, p));
+        TD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db, p, kSql));
+        for (const auto& [id, pid] : dead) {
+            TD_RETURN_IF_ERROR(s.bindText(1, "process " + std::to_string(pid) + " on " + host +
+                                                 " ended without a final status"));
+            TD_RETURN_IF_ERROR(s.bindInt(2, id));
+            TD_RETURN_IF_ERROR(s.run());
+        }
+        TD_RETURN_IF_ERROR(txn.commit());
+    }
+    return {};
+}
+
+// Test hook: TRAINDECK_FAULT_STORE_PAGES=N lets this connection grow the database by at most N
+// pages (SQLite's max_page_count), so a write past that fails with SQLITE_FULL exactly as on a
+// full disk, rolling back its transaction. Lets tests fail a run's writes part-way without root.
+Status applyFaultInjection(sqlite3* db, const std::string& p) {
+    const char* env = std::getenv("TRAINDECK_FAULT_STORE_PAGES");
+    if (!env || !*env) return {};
+    char* end = nullptr;
+    const long long extra = std::strtoll(env, &end, 10);
+    if (*end != '\0' || extra < 0)
+        return err("TRAINDECK_FAULT_STORE_PAGES: expected a page count >= 0, got '" +
+                   std::string(env) + "'");
+    TD_ASSIGN_OR_RETURN(int64_t pages, queryInt(db, p, "PRAGMA page_count"));
+    const std::string sql = "PRAGMA max_page_count = " + std::to_string(pages + extra);
+    TD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db, p, sql));
+    TD_ASSIGN_OR_RETURN(bool row, s.step());
+    (void)row;
+    return {};
+}
+
 }  // namespace
 
 // --- RunStore
@@ -516,6 +569,10 @@ Result<std::unique_ptr<RunStore>> RunStore::open(const std::string& path) {
         if (ec)
             return err(path + ": cannot create directory " + parent.string() + ": " + ec.message());
     }
+
+    // SQLite says only "unable to open database file" for a directory.
+    if (std::error_code ec; std::filesystem::is_directory(path, ec))
+        return err(path + ": is a directory, expected a SQLite database file");
 
     sqlite3* db = nullptr;
     const int rc = sqlite3_open_v2(
@@ -565,36 +622,11 @@ Result<std::unique_ptr<RunStore>> RunStore::open(const std::string& path) {
     }
 
     // Runs of this host left 'running' by a process that no longer exists were interrupted.
-    {
-        const std::string host = hostName();
-        std::vector<std::pair<int64_t, int64_t>> dead;  // id, pid
-        {
-            TD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db, p,
-                                                      "SELECT id, pid FROM runs WHERE status = "
-                                                      "'running' AND host = ?1"));
-            TD_RETURN_IF_ERROR(s.bindText(1, host));
-            for (;;) {
-                TD_ASSIGN_OR_RETURN(bool row, s.step());
-                if (!row) break;
-                if (!pidAlive(s.colInt(1))) dead.emplace_back(s.colInt(0), s.colInt(1));
-            }
-        }
-        if (!dead.empty()) {
-            static constexpr const char* kSql =
-                "UPDATE runs SET status = 'interrupted', "
-                "ended_at_ms = MAX(started_at_ms, updated_at_ms), message = ?1 "
-                "WHERE id = ?2 AND status = 'running'";
-            TD_ASSIGN_OR_RETURN(Transaction txn, Transaction::begin(db, p));
-            TD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db, p, kSql));
-            for (const auto& [id, pid] : dead) {
-                TD_RETURN_IF_ERROR(s.bindText(1, "process " + std::to_string(pid) + " on " + host +
-                                                     " ended without a final status"));
-                TD_RETURN_IF_ERROR(s.bindInt(2, id));
-                TD_RETURN_IF_ERROR(s.run());
-            }
-            TD_RETURN_IF_ERROR(txn.commit());
-        }
-    }
+    // Housekeeping only: a store that cannot be written now (a full disk, a read-only file, a
+    // writer holding the lock) still opens, so its runs can be read, and a later open marks them.
+    (void)markInterruptedRuns(db, p);
+
+    TD_RETURN_IF_ERROR(applyFaultInjection(db, p));
     return store;
 }
 

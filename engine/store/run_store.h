@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -114,13 +115,24 @@ class RunStore {
 
 // Subscribes to a run's events and writes them to the store in batches on its own thread.
 // The training thread never touches SQLite. Stops after RunFinished (or when the queue closes).
+// A batch that cannot be written (disk full, I/O error) is rolled back; it and every later row are
+// dropped, so the store keeps a gapless prefix of the run, marked failed, and memory stays bounded.
 class RunRecorder {
   public:
-    // Opens its own connection to storePath. runId must exist already.
+    using ErrorHandler = std::function<void(const std::string& error)>;
+    // Opens its own connection to storePath. runId must exist already. onWriteError, when given,
+    // is called once, on the recorder's thread, with the first write error (so the trainer can
+    // stop instead of training on with nothing stored); it must not block.
     static Result<std::unique_ptr<RunRecorder>> start(const std::string& storePath, int64_t runId,
-                                                      std::shared_ptr<EventQueue> events);
-    ~RunRecorder();  // joins
+                                                      std::shared_ptr<EventQueue> events,
+                                                      ErrorHandler onWriteError = {});
+    ~RunRecorder();  // closes the queue (the run is stored as failed without a RunFinished), joins
     void join();
+    // Ends the run with `result` after the events queued before it: writes the remaining rows and
+    // the final status, joins, and returns the first write error of the whole run (success when
+    // every row and the final status were stored). For a caller that does not publish RunFinished
+    // to the recorder's queue itself.
+    Status finish(const RunFinished& result);
     // First write error seen, if any.
     std::optional<std::string> lastError() const;
 

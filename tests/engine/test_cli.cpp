@@ -11,16 +11,22 @@ struct Run {
     QString out, err;
 };
 
-Run traindeck(const QStringList& args, const QString& home = QString()) {
+// extraEnv: NAME=value entries added to the environment. A run still going after timeoutMs is
+// killed and reported as exit code -1 (a hang).
+Run traindeck(const QStringList& args, const QString& home = QString(),
+              const QStringList& extraEnv = {}, int timeoutMs = 300000) {
     QProcess p;
     QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
     if (!home.isEmpty()) env.insert("HOME", home);
     env.insert("OMP_NUM_THREADS", "1");
+    for (const QString& kv : extraEnv) env.insert(kv.section('=', 0, 0), kv.section('=', 1));
     p.setProcessEnvironment(env);
     p.start(TRAINDECK_BINARY, args);
-    if (!p.waitForFinished(300000)) {
+    if (!p.waitForFinished(timeoutMs)) {
         p.kill();
         p.waitForFinished();
+        return {-1, QString::fromUtf8(p.readAllStandardOutput()),
+                QString::fromUtf8(p.readAllStandardError())};
     }
     return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1,
             QString::fromUtf8(p.readAllStandardOutput()),
@@ -42,6 +48,9 @@ class TestCli : public QObject {
     void trainStoresRunAndListsIt();
     void badInput_data();
     void badInput();
+    void trainWithBadStore_data();
+    void trainWithBadStore();
+    void diskFillsDuringRun();
 };
 
 void TestCli::summaryPrintsKerasTable() {
@@ -122,6 +131,81 @@ void TestCli::badInput() {
     Run r = traindeck(args);
     QVERIFY2(r.code > 0, qPrintable(QString::number(r.code)));  // an error exit, not a crash
     QVERIFY2(r.err.contains(expected), qPrintable(r.err));
+}
+
+// A store that cannot be opened or written ends `train` at once with an error naming the store
+// and the problem (it used to wait forever with no output).
+void TestCli::trainWithBadStore_data() {
+    QTest::addColumn<QString>("kind");
+    QTest::addColumn<QString>("expected");
+    QTest::newRow("not a database") << "garbage"
+                                    << "file is not a database";
+    QTest::newRow("a directory") << "directory"
+                                 << "is a directory";
+    QTest::newRow("parent is a file") << "under-file"
+                                      << "cannot create directory";
+    QTest::newRow("full") << "full"
+                          << "database or disk is full";
+}
+
+void TestCli::trainWithBadStore() {
+    QFETCH(QString, kind);
+    QFETCH(QString, expected);
+    QTemporaryDir dir;
+    QString db = dir.filePath("r.db");
+    QStringList env;
+    if (kind == "garbage") {
+        QFile f(db);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        QByteArray noise(65536, '\0');
+        for (int i = 0; i < noise.size(); ++i) noise[i] = char((i * 2654435761u) >> 13);
+        f.write(noise);
+    } else if (kind == "directory") {
+        QVERIFY(QDir().mkpath(db));
+    } else if (kind == "under-file") {
+        QFile f(dir.filePath("plain"));
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write("x");
+        db = dir.filePath("plain/r.db");
+    } else {
+        QCOMPARE(traindeck({"runs", "--db", db}).code, 0);  // a store with no room for the run
+        env << "TRAINDECK_FAULT_STORE_PAGES=0";
+    }
+    Run r = traindeck({"train", project("synthetic_blobs.json"), "--db", db, "--plain"}, {}, env,
+                      60000);
+    QVERIFY2(r.code > 0, qPrintable(QString::number(r.code) + " " + r.err));
+    QVERIFY2(r.err.contains(db), qPrintable(r.err));
+    QVERIFY2(r.err.contains(expected), qPrintable(r.err));
+    QVERIFY2(!r.out.contains("Stored in"), qPrintable(r.out));
+}
+
+// The disk fills part-way through a run: a non-zero exit naming the store and the problem, no
+// "Stored in", and afterwards the store still lists the run (as failed) and trains again.
+void TestCli::diskFillsDuringRun() {
+    QTemporaryDir dir;
+    const QString db = dir.filePath("r.db");
+    Run r = traindeck({"train", project("synthetic_blobs.json"), "--db", db, "--plain", "--epochs",
+                       "40", "--batch-size", "16", "--run-name", "filled"},
+                      {}, {"TRAINDECK_FAULT_STORE_PAGES=12"}, 120000);
+    QVERIFY2(r.code == 1, qPrintable(QString::number(r.code) + " " + r.err));
+    QVERIFY2(r.err.contains(db), qPrintable(r.err));
+    QVERIFY2(r.err.contains("database or disk is full"), qPrintable(r.err));
+    QVERIFY2(!r.out.contains("Stored in"), qPrintable(r.out));
+    QVERIFY2(!r.out.contains("Epoch 40/40"), qPrintable(r.out));  // it stopped early
+
+    Run list = traindeck({"runs", "--db", db, "--json"});
+    QCOMPARE(list.code, 0);
+    auto arr = QJsonDocument::fromJson(list.out.toUtf8()).array();
+    QCOMPARE(arr.size(), 1);
+    QCOMPARE(arr.at(0).toObject().value("status").toString(), QString("failed"));
+    QVERIFY(arr.at(0).toObject().value("message").toString().contains("database or disk is full"));
+    Run show = traindeck({"show", "filled", "--db", db, "--json"});
+    QCOMPARE(show.code, 0);
+    Run again = traindeck(
+        {"train", project("synthetic_blobs.json"), "--db", db, "--plain", "--epochs", "1"}, {}, {},
+        60000);
+    QCOMPARE(again.code, 0);
+    QVERIFY(again.out.contains("Stored in"));
 }
 
 QTEST_GUILESS_MAIN(TestCli)

@@ -1,12 +1,20 @@
 // End-to-end training through the public Session API: thresholds, events, the store, stop and
 // pause, remainder batches, determinism, predict, and clear errors for bad projects.
+#include <sys/resource.h>
+
 #include <QtTest>
 #include <cmath>
+#include <csignal>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <random>
 #include <regex>
+#include <stdexcept>
 
 #include "engine/api/session.h"
 #include "engine/store/run_store.h"
+#include "engine/train/callbacks.h"
 
 using namespace td;
 
@@ -45,6 +53,61 @@ Recorded runToEnd(Session& s) {
     return r;
 }
 
+// What a subscriber saw of a run started with Session::start(): every event until the queue
+// closed, or until the deadline (a hang) when it never did.
+struct Watched {
+    Recorded recorded;
+    bool closed = false;
+    std::optional<RunFinished> finished() const {
+        auto f = recorded.all<RunFinished>();
+        if (f.size() != 1) return std::nullopt;
+        return f[0];
+    }
+};
+
+Watched watchToEnd(Session& s, std::chrono::seconds limit = std::chrono::seconds(60)) {
+    auto q = s.events().subscribe();
+    s.start();
+    Watched w;
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < deadline) {
+        if (auto e = q->pop(std::chrono::milliseconds(100))) {
+            w.recorded.events.push_back(std::move(*e));
+        } else if (q->closed()) {
+            w.closed = true;
+            break;
+        }
+    }
+    if (w.closed) s.join();  // a hung run is left to ~Session
+    return w;
+}
+
+// Sets an environment variable for one scope (the store's fault-injection hook).
+class ScopedEnv {
+  public:
+    ScopedEnv(const char* name, const std::string& value) : name_(name) {
+        ::setenv(name, value.c_str(), 1);
+    }
+    ~ScopedEnv() { ::unsetenv(name_); }
+    ScopedEnv(const ScopedEnv&) = delete;
+    ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+  private:
+    const char* name_;
+};
+
+// A callback that fails (throws) at one global step, as a user's Keras callback may raise.
+class ThrowingCallback : public Callback {
+  public:
+    explicit ThrowingCallback(int64_t atStep) : atStep_(atStep) {}
+    void onBatchEnd(int64_t globalStep, const MetricMap&, TrainControl&) override {
+        if (globalStep == atStep_) throw std::runtime_error("metric server unreachable");
+    }
+
+  private:
+    int64_t atStep_;
+};
+
 }  // namespace
 
 class TestTraining : public QObject {
@@ -63,6 +126,15 @@ class TestTraining : public QObject {
     void fashionMnistShortRun();
     void badProjects_data();
     void badProjects();
+    void storeCannotBeOpened_data();
+    void storeCannotBeOpened();
+    void storeFullAtStart();
+    void storeFullMidRun();
+    void callbackThrows();
+    void dataFailsMidEpoch();
+    void pausedTimeIsNotEpochTime();
+    void validationSplitLeavesNoRows_data();
+    void validationSplitLeavesNoRows();
 };
 
 void TestTraining::syntheticReachesThreshold() {
@@ -339,6 +411,222 @@ void TestTraining::badProjects() {
         error = s.error();
     }
     QVERIFY2(QString::fromStdString(error).contains(expected), error.c_str());
+}
+
+// A store that cannot be opened: the run ends as failed with the reason, the queue closes (no
+// subscriber waits forever) and nothing trains.
+void TestTraining::storeCannotBeOpened_data() {
+    QTest::addColumn<QString>("kind");
+    QTest::addColumn<QString>("expected");
+    QTest::newRow("not a database") << "garbage"
+                                    << "file is not a database";
+    QTest::newRow("a directory") << "directory"
+                                 << "is a directory";
+    QTest::newRow("parent is a file") << "under-file"
+                                      << "cannot create directory";
+}
+
+void TestTraining::storeCannotBeOpened() {
+    QFETCH(QString, kind);
+    QFETCH(QString, expected);
+    QTemporaryDir dir;
+    std::string path = dir.filePath("runs.db").toStdString();
+    if (kind == "garbage") {
+        std::mt19937 rng(7);
+        std::ofstream f(path, std::ios::binary);
+        for (int i = 0; i < 65536; ++i) f.put(static_cast<char>(rng()));
+    } else if (kind == "directory") {
+        std::filesystem::create_directory(path);
+    } else {
+        std::ofstream(dir.filePath("plain").toStdString()) << "x";
+        path = dir.filePath("plain/runs.db").toStdString();
+    }
+    SessionOptions o;
+    o.storePath = path;
+    auto s = Session::create(synthetic(512, 2), o);
+    QVERIFY2(s.ok(), s.ok() ? "" : s.error().c_str());
+    Watched w = watchToEnd(**s);
+    QVERIFY2(w.closed, "the event queue was never closed: a subscriber would wait forever");
+    auto fin = w.finished();
+    QVERIFY(fin.has_value());
+    QCOMPARE(fin->status, RunStatus::Failed);
+    QVERIFY2(QString::fromStdString(fin->message).contains(QString::fromStdString(path)),
+             fin->message.c_str());
+    QVERIFY2(QString::fromStdString(fin->message).contains(expected), fin->message.c_str());
+    QCOMPARE(fin->storeError, fin->message);
+    QVERIFY(w.recorded.all<StepMetrics>().empty());
+    QVERIFY(!(*s)->running());
+    QVERIFY(!(*s)->fit().ok());  // the blocking form reports the same failure
+}
+
+// A store with no room for the run's record: nothing trains, the failure names the store.
+void TestTraining::storeFullAtStart() {
+    QTemporaryDir dir;
+    const std::string path = dir.filePath("runs.db").toStdString();
+    QVERIFY(RunStore::open(path).ok());  // schema in place; the run's row has no room
+    ScopedEnv full("TRAINDECK_FAULT_STORE_PAGES", "0");
+    SessionOptions o;
+    o.storePath = path;
+    auto s = Session::create(synthetic(512, 2), o);
+    QVERIFY(s.ok());
+    Watched w = watchToEnd(**s);
+    QVERIFY(w.closed);
+    auto fin = w.finished();
+    QVERIFY(fin.has_value());
+    QCOMPARE(fin->status, RunStatus::Failed);
+    QVERIFY2(QString::fromStdString(fin->message).contains("database or disk is full"),
+             fin->message.c_str());
+    QVERIFY(!fin->storeError.empty());
+    QVERIFY(w.recorded.all<StepMetrics>().empty());
+}
+
+// The disk fills during the run: the trainer stops at once with a failure naming the store, the
+// run is stored as failed, and every batch committed before the failure reads back intact.
+void TestTraining::storeFullMidRun() {
+    QTemporaryDir dir;
+    const std::string path = dir.filePath("runs.db").toStdString();
+    Project p = synthetic(4096, 30);
+    p.training.batchSize = 32;
+    p.training.logEverySteps = 1;
+    SessionOptions o;
+    o.storePath = path;
+    o.runName = "filled-up";
+    auto s = Session::create(p, o);
+    QVERIFY(s.ok());
+    Watched w;
+    {
+        ScopedEnv full("TRAINDECK_FAULT_STORE_PAGES", "12");
+        w = watchToEnd(**s);
+    }
+    QVERIFY(w.closed);
+    auto fin = w.finished();
+    QVERIFY(fin.has_value());
+    QCOMPARE(fin->status, RunStatus::Failed);
+    const QString message = QString::fromStdString(fin->message);
+    QVERIFY2(message.contains("database or disk is full"), qPrintable(message));
+    QVERIFY2(message.contains(QString::fromStdString(path)), qPrintable(message));
+    QVERIFY(!fin->storeError.empty());
+    // It stopped instead of training 30 epochs with nothing stored.
+    QVERIFY2(w.recorded.all<EpochMetrics>().size() < 30,
+             qPrintable(QString::number(w.recorded.all<EpochMetrics>().size())));
+    // The error is in the run's log too.
+    bool logged = false;
+    for (const auto& l : w.recorded.all<LogLine>())
+        logged = logged || (l.level == LogLine::Level::Error &&
+                            l.text.find("database or disk is full") != std::string::npos);
+    QVERIFY(logged);
+
+    auto store = RunStore::open(path);
+    QVERIFY2(store.ok(), store.ok() ? "" : store.error().c_str());
+    auto run = (*store)->findRun("filled-up");
+    QVERIFY(run.ok());
+    QCOMPARE(run->status, std::string("failed"));
+    auto steps = (*store)->steps(run->id);
+    QVERIFY2(steps.ok(), steps.ok() ? "" : steps.error().c_str());
+    QVERIFY(!steps->empty());
+    // Whole batches only: steps 1..n, each with every metric.
+    for (size_t i = 0; i < steps->size(); ++i) {
+        QCOMPARE((*steps)[i].globalStep, int64_t(i + 1));
+        QVERIFY((*steps)[i].metrics.count("loss") && (*steps)[i].metrics.count("samples_per_s"));
+    }
+    // A later run on the same store (with room again) works.
+    auto again = Session::create(synthetic(512, 1), o);
+    QVERIFY(again.ok());
+    QVERIFY((*again)->fit().ok());
+}
+
+void TestTraining::callbackThrows() {
+    QTemporaryDir dir;
+    SessionOptions o;
+    o.storePath = dir.filePath("runs.db").toStdString();
+    o.callbacks.push_back(std::make_shared<ThrowingCallback>(5));
+    auto s = Session::create(synthetic(2048, 3), o);
+    QVERIFY(s.ok());
+    Watched w = watchToEnd(**s);
+    QVERIFY(w.closed);
+    auto fin = w.finished();
+    QVERIFY(fin.has_value());
+    QCOMPARE(fin->status, RunStatus::Failed);
+    QVERIFY2(fin->message.find("metric server unreachable") != std::string::npos,
+             fin->message.c_str());
+    QVERIFY2(fin->message.find("on_batch_end") != std::string::npos, fin->message.c_str());
+    QVERIFY(fin->storeError.empty());
+    auto store = RunStore::open(o.storePath);
+    QVERIFY(store.ok());
+    auto run = (*store)->getRun((*s)->runId());
+    QVERIFY(run.ok());
+    QCOMPARE(run->status, std::string("failed"));
+    QVERIFY(run->message.find("metric server unreachable") != std::string::npos);
+}
+
+// The input pipeline fails part-way through an epoch (its file cache hits the file size limit):
+// the run fails with the pipeline's error instead of waiting for a batch that never comes.
+void TestTraining::dataFailsMidEpoch() {
+    QTemporaryDir dir;
+    const std::string cache = dir.filePath("blobs.cache").toStdString();
+    Project p = synthetic(4096, 2);  // 4096 x 16 floats: 256 KiB of features to cache
+    p.data.pipeline.cache = "file:" + cache;
+    auto s = Session::create(p, {});
+    QVERIFY(s.ok());
+    rlimit saved{};
+    QVERIFY(::getrlimit(RLIMIT_FSIZE, &saved) == 0);
+    auto* oldHandler = std::signal(SIGXFSZ, SIG_IGN);  // EFBIG instead of a signal
+    rlimit small = saved;
+    small.rlim_cur = 96 * 1024;
+    QVERIFY(::setrlimit(RLIMIT_FSIZE, &small) == 0);
+    Watched w = watchToEnd(**s);
+    ::setrlimit(RLIMIT_FSIZE, &saved);
+    std::signal(SIGXFSZ, oldHandler);
+    QVERIFY(w.closed);
+    auto fin = w.finished();
+    QVERIFY(fin.has_value());
+    QCOMPARE(fin->status, RunStatus::Failed);
+    QVERIFY2(fin->message.find(cache) != std::string::npos, fin->message.c_str());
+    QVERIFY(w.recorded.all<EpochMetrics>().empty());  // it failed inside the first epoch
+}
+
+// Paused time counts in neither the epoch's seconds nor its samples/s.
+void TestTraining::pausedTimeIsNotEpochTime() {
+    Project p = synthetic(2048, 1);
+    auto s = Session::create(p, {});
+    QVERIFY(s.ok());
+    auto q = (*s)->events().subscribe();
+    (*s)->pause();
+    (*s)->start();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    (*s)->resume();
+    (*s)->join();
+    std::vector<EpochMetrics> epochs;
+    for (const auto& e : q->drain())
+        if (auto* em = std::get_if<EpochMetrics>(&e)) epochs.push_back(*em);
+    QCOMPARE(epochs.size(), size_t(1));
+    // 32 steps of a 676-parameter MLP take milliseconds; the pause took 1.5 s.
+    QVERIFY2(epochs[0].seconds < 0.75, qPrintable(QString::number(epochs[0].seconds)));
+    QVERIFY2(epochs[0].samplesPerSecond > 2048 / 0.75,
+             qPrintable(QString::number(epochs[0].samplesPerSecond)));
+}
+
+void TestTraining::validationSplitLeavesNoRows_data() {
+    QTest::addColumn<qint64>("samples");
+    QTest::addColumn<double>("split");
+    QTest::addColumn<QString>("expected");
+    QTest::newRow("no validation rows") << qint64(2048) << 1e-18 << "0 for validation";
+    QTest::newRow("no training rows") << qint64(10) << 0.95 << "0 for training";
+}
+
+void TestTraining::validationSplitLeavesNoRows() {
+    QFETCH(qint64, samples);
+    QFETCH(double, split);
+    QFETCH(QString, expected);
+    Project p = synthetic(samples, 1);
+    p.data.validationSplit = split;
+    auto s = Session::create(p, {});
+    QVERIFY(!s.ok());
+    const QString e = QString::fromStdString(s.error());
+    QVERIFY2(e.contains("data.validation_split"), qPrintable(e));
+    QVERIFY2(e.contains(QString::number(samples) + " training samples"), qPrintable(e));
+    QVERIFY2(e.contains(expected), qPrintable(e));
+    QVERIFY2(e.contains("expected at least one sample on each side"), qPrintable(e));
 }
 
 QTEST_GUILESS_MAIN(TestTraining)

@@ -8,9 +8,11 @@
 #include <QtTest/QtTest>
 #include <climits>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -773,6 +775,125 @@ class TestStore : public QObject {
         auto e = (*rec)->lastError();
         QVERIFY(e.has_value());
         QVERIFY2(e->find("no run with id " + std::to_string(*id)) != std::string::npos, e->c_str());
+    }
+
+    // The store fills up part-way (a real SQLITE_FULL through max_page_count): the recorder
+    // reports it once, right away, rolls the failed batch back, never blocks its producer, and
+    // stores the run as failed; every batch committed before the failure reads back whole.
+    void recorderDiskFull() {
+        const std::string path = newPath();
+        auto store = openOk(path);
+        QVERIFY(store);
+        auto id = store->createRun(makeRun("filling", 0));
+        QVERIFY(id.ok());
+        ::setenv("TRAINDECK_FAULT_STORE_PAGES", "12", 1);
+        std::mutex mu;
+        std::vector<std::string> reported;
+        EventBus bus;
+        auto queue = bus.subscribe();
+        auto rec = RunRecorder::start(path, *id, queue, [&](const std::string& e) {
+            std::lock_guard<std::mutex> lock(mu);
+            reported.push_back(e);
+        });
+        ::unsetenv("TRAINDECK_FAULT_STORE_PAGES");
+        QVERIFY2(rec.ok(), rec.ok() ? "" : rec.error().c_str());
+        auto publishSteps = [&](int64_t from, int64_t to) {
+            for (int64_t g = from; g <= to; ++g) {
+                StepMetrics m;
+                m.globalStep = g;
+                m.step = g;
+                m.metrics = {{"loss", 1.0 / double(g)}, {"accuracy", 0.5}};
+                bus.publish(m);
+            }
+        };
+        auto failed = [&] {
+            std::lock_guard<std::mutex> lock(mu);
+            return !reported.empty();
+        };
+        // Batch by batch, each committed before the next, until the pages run out.
+        auto reader = openOk(path);
+        QVERIFY(reader);
+        int64_t last = 0;
+        while (!failed() && last < 4000) {
+            publishSteps(last + 1, last + 20);
+            last += 20;
+            QTRY_VERIFY_WITH_TIMEOUT(failed() || reader->steps(*id)->size() == size_t(last), 5000);
+        }
+        QVERIFY2(failed(), "12 pages took 4000 steps");
+        QVERIFY(last > 20);                   // some batches were committed first
+        publishSteps(last + 1, last + 2000);  // dropped: the stored run keeps no gaps
+        Status written =
+            (*rec)->finish(RunFinished{RunStatus::Completed, "", {{"loss", 0.1}}, 2.0});
+        QVERIFY(!written.ok());
+        QVERIFY2(written.error().find(path) != std::string::npos, written.error().c_str());
+        QVERIFY2(written.error().find("database or disk is full") != std::string::npos,
+                 written.error().c_str());
+        {
+            std::lock_guard<std::mutex> lock(mu);
+            QCOMPARE(reported.size(), size_t(1));
+            QCOMPARE(reported[0], written.error());
+        }
+        QCOMPARE((*rec)->lastError(), std::optional<std::string>(written.error()));
+
+        // Another connection reads the store: intact, the run failed, its committed steps whole.
+        auto run = reader->getRun(*id);
+        QVERIFY(run.ok());
+        QCOMPARE(run->status, std::string("failed"));
+        QVERIFY2(run->message.find("database or disk is full") != std::string::npos,
+                 run->message.c_str());
+        auto steps = reader->steps(*id);
+        QVERIFY(steps.ok());
+        // Everything before the batch that did not fit (a group may span two batches).
+        QVERIFY2(steps->size() >= size_t(last - 20) && steps->size() < size_t(last),
+                 qPrintable(QString::number(steps->size())));
+        for (size_t i = 0; i < steps->size(); ++i) {
+            QCOMPARE((*steps)[i].globalStep, int64_t(i + 1));
+            // loss, accuracy, lr, input_wait_s, compute_s, samples_per_s
+            QCOMPARE((*steps)[i].metrics.size(), size_t(6));
+        }
+        RawDb raw(path);
+        QCOMPARE(raw.queryText("PRAGMA integrity_check"), std::string("ok"));
+        // With room again, the same store takes new runs.
+        auto next = reader->createRun(makeRun("after", 0));
+        QVERIFY(next.ok());
+        QVERIFY(reader->appendLogs(*next, {{1, "info", "fine again"}}).ok());
+    }
+
+    // A store that cannot be written right now (here: another connection holds the write lock
+    // past the busy timeout) still opens for reading; interrupted runs are marked later.
+    void opensForReadingWhenNotWritable() {
+        const std::string path = newPath();
+        {
+            auto store = openOk(path);
+            QVERIFY(store);
+            RunRecord r = makeRun("orphan", 0);
+            r.pid = deadPid();
+            r.host = hostName();
+            QVERIFY(store->createRun(r).ok());
+        }
+        {
+            RawDb locker(path);
+            locker.exec("BEGIN IMMEDIATE");
+            auto reader = RunStore::open(path);
+            QVERIFY2(reader.ok(), reader.ok() ? "" : reader.error().c_str());
+            auto runs = (*reader)->listRuns();
+            QVERIFY(runs.ok());
+            QCOMPARE(runs->size(), size_t(1));
+            QCOMPARE(runs->front().status, std::string("running"));  // could not be marked yet
+            locker.exec("ROLLBACK");
+        }
+        auto later = openOk(path);
+        QVERIFY(later);
+        QCOMPARE(later->listRuns()->front().status, std::string("interrupted"));
+    }
+
+    void faultHookRefusesBadValues() {
+        ::setenv("TRAINDECK_FAULT_STORE_PAGES", "lots", 1);
+        auto s = RunStore::open(newPath());
+        ::unsetenv("TRAINDECK_FAULT_STORE_PAGES");
+        QVERIFY(!s.ok());
+        QVERIFY2(s.error().find("TRAINDECK_FAULT_STORE_PAGES") != std::string::npos,
+                 s.error().c_str());
     }
 };
 
