@@ -4,6 +4,7 @@
 #include <qcustomplot.h>
 
 #include <QAction>
+#include <QElapsedTimer>
 #include <QFile>
 #include <QLineEdit>
 #include <QListWidget>
@@ -42,7 +43,7 @@ using namespace td::ui;
 namespace {
 
 // A tiny synthetic classification project: trains in well under a second per epoch.
-QString syntheticProject(int epochs, int samples = 512) {
+QString syntheticProject(int epochs, int samples = 512, int logEverySteps = 2) {
     return QString(R"({
   "format": "traindeck-project", "version": 1, "name": "ui test",
   "model": {"class_name": "Sequential", "config": {"name": "tiny", "layers": [
@@ -56,11 +57,12 @@ QString syntheticProject(int epochs, int samples = 512) {
   "training": {"epochs": %1, "batch_size": 16, "seed": 7,
                "optimizer": {"class_name": "Adam", "config": {"learning_rate": 0.01}},
                "loss": {"class_name": "SparseCategoricalCrossentropy", "config": {}},
-               "metrics": ["accuracy"], "log_every_steps": 2, "evaluate_test": false},
+               "metrics": ["accuracy"], "log_every_steps": %3, "evaluate_test": false},
   "precision": "float32", "fusion": true, "strategy": {"type": "one_device"}
 })")
         .arg(epochs)
-        .arg(samples);
+        .arg(samples)
+        .arg(logEverySteps);
 }
 
 bool writeFile(const QString& path, const QString& text) {
@@ -86,6 +88,7 @@ class TestUi : public QObject {
     void designerReordersDuplicatesDeletes();
     void propertyEditorValidatesFields();
     void trainingFillsChartsAndStore();
+    void monitorCoalescesReplots();
     void stopMidRunMarksStopped();
     void closingMidRunMarksStopped();
     void projectRoundTripsUnchanged();
@@ -320,10 +323,7 @@ void TestUi::trainingFillsChartsAndStore() {
     QVERIFY(mon->stepTimeChart()->pointCount(1) > 0);
     QVERIFY(mon->lastSamplesPerSecond() > 0);
     QCOMPARE(mon->progressBar()->value(), mon->progressBar()->maximum());
-    // Coalescing: far fewer deliveries than step events.
     QVERIFY(batches.count() >= 1);
-    qInfo("coalesced deliveries: %lld for %d step points", static_cast<long long>(batches.count()),
-          mon->lossChart()->pointCount(0));
     qInfo("%s", qPrintable(rc->latencyProbe()->report()));
 
     // The run is in the store, and in the Runs panel.
@@ -352,6 +352,51 @@ void TestUi::trainingFillsChartsAndStore() {
     QCOMPARE(w->runsPanel()->model()->run(0)->notes, std::string("a note"));
     QVERIFY(mon->lossChart()->savePng(dir_.filePath("loss.png")));
     QVERIFY(QFile(dir_.filePath("loss.png")).size() > 0);
+}
+
+// Every step is published; the Monitor redraws once per 40 ms drain at most, whatever the rate.
+void TestUi::monitorCoalescesReplots() {
+    const QString projectPath = dir_.filePath("coalesce.json");
+    QVERIFY(writeFile(projectPath, syntheticProject(3, 8192, 1)));
+    auto w = makeWindow("coalesce.db");
+    QString error;
+    QVERIFY2(w->openProject(projectPath, &error), qPrintable(error));
+    w->tabs()->setCurrentIndex(MainWindow::MonitorTab);
+    RunController* rc = w->runController();
+    MonitorPanel* mon = w->monitorPanel();
+    QSignalSpy deliveries(rc, &RunController::eventsArrived);
+    QSignalSpy finished(rc, &RunController::runFinished);
+    QSignalSpy replots(mon->lossChart()->plot(), &QCustomPlot::afterReplot);
+    QElapsedTimer clock;
+    clock.start();
+    QVERIFY2(w->startTraining(&error), qPrintable(error));
+    QTRY_VERIFY_WITH_TIMEOUT(finished.count() == 1, 120000);
+    const qint64 elapsedMs = clock.elapsed();
+    QCOMPARE(finished.first().first().value<td::RunFinished>().status, td::RunStatus::Completed);
+    qint64 events = 0;
+    for (const auto& args : deliveries) {
+        const auto batch = args.first().value<EventBatch>();
+        events += static_cast<qint64>(batch.steps.size() + batch.epochs.size() +
+                                      batch.devices.size() + batch.logs.size());
+    }
+    // 3 epochs of 6144 training rows in batches of 16, every step logged.
+    QVERIFY2(events >= 3 * 384, qPrintable(QString::number(events)));
+    QCOMPARE(mon->lossChart()->pointCount(0), 3 * 384);
+    const qint64 timerBound = elapsedMs / RunController::kDrainIntervalMs + 2;
+    qInfo("%lld events in %lld ms: %lld deliveries, %lld loss chart replots", events, elapsedMs,
+          static_cast<long long>(deliveries.count()), static_cast<long long>(replots.count()));
+    QVERIFY(deliveries.count() >= 1);
+    QVERIFY2(deliveries.count() <= events / 10 && deliveries.count() <= timerBound,
+             qPrintable(QString("%1 deliveries for %2 events in %3 ms")
+                            .arg(deliveries.count())
+                            .arg(events)
+                            .arg(elapsedMs)));
+    QVERIFY(replots.count() >= 1);
+    QVERIFY2(replots.count() <= events / 10 && replots.count() <= timerBound,
+             qPrintable(QString("%1 replots for %2 events in %3 ms")
+                            .arg(replots.count())
+                            .arg(events)
+                            .arg(elapsedMs)));
 }
 
 void TestUi::stopMidRunMarksStopped() {
