@@ -48,4 +48,4 @@ TRAINDECK_TAB=5 TRAINDECK_LATENCY_SECONDS="$seconds" \
   xvfb-run -a -s "-screen 0 1400x900x24" "$bin" --db "$db" 2>"$tmp/gui.log" | tee "$tmp/gui.out"
 grep -q "GUI event latency" "$tmp/gui.out" || { echo "gui_runs_latency.sh: no measurement from the app:" >&2; cat "$tmp/gui.log" >&2; exit 1; }
 kill -0 "$trainer" 2>/dev/null || { echo "gui_runs_latency.sh: the headless run ended during the measurement" >&2; exit 1; }
-echo "headless run: $(grep -c '^Epoch' "$tmp/train.log" || true) epochs written during the measurement"
+echo "headless run: still writing, $(grep -c "^Epoch" "$tmp/train.log" || true) epochs so far"

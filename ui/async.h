@@ -36,13 +36,14 @@ class SerialWorker {
   public:
     explicit SerialWorker(QObject* context) : context_(context), runner_(new QObject) {
         runner_->moveToThread(&thread_);
+        // Deleted on its own thread as that ends; jobs still queued are discarded with it.
+        QObject::connect(&thread_, &QThread::finished, runner_, &QObject::deleteLater);
         thread_.start();
     }
     ~SerialWorker() {
         alive_->store(false);
         thread_.quit();
         thread_.wait();
-        delete runner_;  // its thread has ended; posted jobs left behind are discarded with it
     }
     SerialWorker(const SerialWorker&) = delete;
     SerialWorker& operator=(const SerialWorker&) = delete;

@@ -227,6 +227,10 @@ bool RunsPanel::setDatabasePath(const QString& path, QString* error) {
 }
 
 void RunsPanel::refresh() {
+    if (!store_) {
+        emit refreshed();  // nothing to read: current as it is
+        return;
+    }
     if (polling_) {
         pollAgain_ = true;
         return;
