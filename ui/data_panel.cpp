@@ -559,10 +559,12 @@ void DataPanel::loadPreview() {
     }
     const int generation = ++previewGeneration_;
     previewStatus_->setText(tr("Loading…"));
+    previewLoading_ = true;
     runAsync(
         this, [cfg] { return td::loadSource(cfg); },
         [this, generation](td::Result<td::DataSplits> r) {
             if (generation != previewGeneration_) return;  // a newer request is on its way
+            previewLoading_ = false;
             if (!r) {
                 previewStatus_->setText(
                     tr("<span style='color:#b00020'>%1</span>")
@@ -574,6 +576,10 @@ void DataPanel::loadPreview() {
             showPreview(r.value());
             emit previewLoaded(true);
         });
+}
+
+bool DataPanel::previewPending() const {
+    return previewStale_ || previewLoading_ || previewTimer_->isActive();
 }
 
 int DataPanel::previewSampleCount() const {

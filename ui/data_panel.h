@@ -49,6 +49,9 @@ class DataPanel : public QWidget {
     explicit DataPanel(ProjectController* project, QWidget* parent = nullptr);
 
     void loadPreview();  // asynchronous; previewLoaded() when done
+    // A preview is due (the project changed) or loading: the samples and histogram shown are not
+    // yet those of the current project. previewLoaded() follows once it is shown, when visible.
+    bool previewPending() const;
     int previewSampleCount() const;
     QComboBox* sourceCombo() const { return sourceType_; }
 
@@ -71,6 +74,7 @@ class DataPanel : public QWidget {
     bool loading_ = false;
     int previewGeneration_ = 0;
     bool previewStale_ = true;
+    bool previewLoading_ = false;
 
     QComboBox* sourceType_;
     QStackedWidget* pages_;

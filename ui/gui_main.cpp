@@ -4,6 +4,7 @@
 #include <QFileInfo>
 #include <QIcon>
 #include <QMessageBox>
+#include <QTabWidget>
 #include <QTimer>
 #include <cstdio>
 
@@ -67,6 +68,22 @@ int runGui(int argc, char** argv, const std::string& dbPath, const std::string& 
                              std::fflush(stdout);
                              QTimer::singleShot(0, &app, &QApplication::quit);
                          });
+    }
+    // Measurement mode (installer/gui_runs_latency.sh): TRAINDECK_TAB=1..5 shows that tab, and
+    // TRAINDECK_LATENCY_SECONDS=N measures the GUI thread's event latency for N seconds from the
+    // start of the event loop, whatever the app is doing, prints it and quits.
+    const int tab = qEnvironmentVariableIntValue("TRAINDECK_TAB");
+    if (tab >= 1 && tab <= window.tabs()->count()) window.tabs()->setCurrentIndex(tab - 1);
+    const int latencySeconds = qEnvironmentVariableIntValue("TRAINDECK_LATENCY_SECONDS");
+    if (latencySeconds > 0) {
+        auto* probe = new LatencyProbe(&app);
+        probe->start();
+        QTimer::singleShot(latencySeconds * 1000, &app, [probe, &app] {
+            probe->stop();
+            std::printf("traindeck: %s\n", qPrintable(probe->report()));
+            std::fflush(stdout);
+            QTimer::singleShot(0, &app, &QApplication::quit);
+        });
     }
     if (!screenshots.isEmpty()) {
         int seconds = qEnvironmentVariableIntValue("TRAINDECK_SCREENSHOT_SECONDS");

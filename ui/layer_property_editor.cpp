@@ -142,7 +142,7 @@ void LayerPropertyEditor::rebuild() {
     message_->clear();
     auto* layout = static_cast<QVBoxLayout*>(this->layout());
     auto* fresh = new QWidget;
-    layout->replaceWidget(formHost_, fresh);
+    delete layout->replaceWidget(formHost_, fresh);  // the returned item is ours to delete
     formHost_->hide();  // deleteLater may run only after the next paint
     formHost_->deleteLater();
     formHost_ = fresh;

@@ -21,8 +21,10 @@
 #include <QTimer>
 #include <QVBoxLayout>
 
+#include "ui/async.h"
 #include "ui/chart_widget.h"
 #include "ui/config_diff.h"
+#include "ui/runs_feed.h"
 #include "ui/runs_table_model.h"
 
 namespace td::ui {
@@ -58,9 +60,57 @@ std::optional<double> metricOf(const td::MetricMap& m, const std::string& key) {
     return it->second;
 }
 
+// What one look reads for one overlaid run, and the new points it found.
+struct OverlayRead {
+    int64_t id = 0;
+    int64_t afterGlobalStep = 0;  // in: steps already shown; out: the last step read
+    int epochsShown = 0;          // in: epochs already shown; out: epochs read
+    QVector<double> stepXs, stepYs, epochXs, epochYs;
+    std::string error;
+};
+
+// Worker thread: the run's rows after what is shown, as points of `key` (step rows carry training
+// metrics only, so val_x overlays x per step).
+void readOverlay(td::RunStore& store, const std::string& key, OverlayRead& o) {
+    const std::string stepKey = key.rfind("val_", 0) == 0 ? key.substr(4) : key;
+    auto steps = store.steps(o.id, o.afterGlobalStep);
+    if (!steps) {
+        o.error = steps.error();
+        return;
+    }
+    for (const td::StepRow& s : steps.value()) {
+        if (auto v = metricOf(s.metrics, stepKey)) {
+            o.stepXs << static_cast<double>(s.globalStep);
+            o.stepYs << *v;
+        }
+        o.afterGlobalStep = std::max(o.afterGlobalStep, s.globalStep);
+    }
+    auto epochs = store.epochs(o.id);
+    if (!epochs) {
+        o.error = epochs.error();
+        return;
+    }
+    const auto& rows = epochs.value();
+    for (size_t k = static_cast<size_t>(o.epochsShown); k < rows.size(); ++k) {
+        if (auto v = metricOf(rows[k].metrics, key)) {
+            o.epochXs << rows[k].epoch + 1.0;
+            o.epochYs << *v;
+        }
+    }
+    o.epochsShown = static_cast<int>(rows.size());
+}
+
 }  // namespace
 
-RunsPanel::RunsPanel(QWidget* parent) : QWidget(parent), model_(new RunsTableModel(this)) {
+struct RunsPanel::Poll {
+    int dbGeneration = 0;
+    int overlayGeneration = 0;
+    RunsDelta delta;
+    std::vector<OverlayRead> overlays;
+};
+
+RunsPanel::RunsPanel(QWidget* parent)
+    : QWidget(parent), model_(new RunsTableModel(this)), worker_(new SerialWorker(this)) {
     auto* proxy = new RunsFilterProxy(this);
     proxy_ = proxy;
     proxy_->setSourceModel(model_);
@@ -143,14 +193,17 @@ RunsPanel::RunsPanel(QWidget* parent) : QWidget(parent), model_(new RunsTableMod
 
     poll_ = new QTimer(this);
     poll_->setInterval(kPollIntervalMs);
-    connect(poll_, &QTimer::timeout, this, &RunsPanel::refresh);
+    connect(poll_, &QTimer::timeout, this, &RunsPanel::poll);
     poll_->start();
     updateButtons();
 }
 
-RunsPanel::~RunsPanel() = default;
+RunsPanel::~RunsPanel() {
+    worker_.reset();  // waits for a look in progress; no result arrives after this
+}
 
 bool RunsPanel::setDatabasePath(const QString& path, QString* error) {
+    // Opening creates and migrates the store and reports a bad file at once, to the caller.
     auto opened = td::RunStore::open(path.toStdString());
     if (!opened) {
         if (error) *error = QString::fromStdString(opened.error());
@@ -158,40 +211,103 @@ bool RunsPanel::setDatabasePath(const QString& path, QString* error) {
                               .arg(QString::fromStdString(opened.error()).toHtmlEscaped()));
         return false;
     }
-    store_ = std::move(opened).value();
+    store_ = std::shared_ptr<td::RunStore>(std::move(opened).value());
+    feed_ = std::make_shared<RunsFeed>(path.toStdString());
+    ++dbGeneration_;
     dbPath_ = path;
     dbLabel_->setText(tr("Database: %1").arg(path));
     overlays_.clear();
+    stepChart_->clearSeries();
+    epochChart_->clearSeries();
     model_->setRuns({});
+    resizedColumns_ = false;
     refresh();
     emit databaseChanged(path);
     return true;
 }
 
 void RunsPanel::refresh() {
-    if (!store_) return;
-    auto runs = store_->listRuns();
-    if (!runs) {
-        dbLabel_->setText(tr("<span style='color:#b00020'>%1</span>")
-                              .arg(QString::fromStdString(runs.error()).toHtmlEscaped()));
+    if (!store_) {
+        emit refreshed();  // nothing to read: current as it is
         return;
     }
-    auto selected = selectedRunIds();
-    const int before = model_->rowCount();
-    model_->setRuns(std::move(runs).value());
-    selectRuns(selected);
-    if (model_->rowCount() != before) view_->resizeColumnsToContents();
-    bool grew = false;
-    for (auto& [id, o] : overlays_) {
-        const td::RunRecord* r = model_->runById(id);
-        if (r && (r->status == "running" || o.lastGlobalStep == 0)) {
-            pollOverlay(id, o);
-            grew = true;
-        }
+    if (polling_) {
+        pollAgain_ = true;
+        return;
     }
-    if (grew) {
-        stepChart_->replotIfDirty();
-        epochChart_->replotIfDirty();
+    poll();
+}
+
+void RunsPanel::poll() {
+    if (!store_ || polling_) return;
+    polling_ = true;
+    std::vector<OverlayRead> reads;
+    for (const auto& [id, o] : overlays_) {
+        const td::RunRecord* r = model_->runById(id);
+        if (!o.loaded || (r && r->status == "running"))
+            reads.push_back(OverlayRead{id, o.lastGlobalStep, o.epochsShown, {}, {}, {}, {}, {}});
+    }
+    const int dbGeneration = dbGeneration_, overlayGeneration = overlayGeneration_;
+    worker_->post(
+        [feed = feed_, store = store_, key = metric_->currentText().toStdString(),
+         reads = std::move(reads), dbGeneration, overlayGeneration]() mutable {
+            Poll p;
+            p.dbGeneration = dbGeneration;
+            p.overlayGeneration = overlayGeneration;
+            // The run list first: overlay rows read afterwards are at least as new, so a run seen
+            // finished here has all its rows read below.
+            p.delta = feed->poll();
+            for (OverlayRead& o : reads) readOverlay(*store, key, o);
+            p.overlays = std::move(reads);
+            return p;
+        },
+        [this](Poll p) { applyPoll(p); });
+}
+
+void RunsPanel::applyPoll(Poll& p) {
+    polling_ = false;
+    if (p.dbGeneration == dbGeneration_) {
+        if (!p.delta.error.empty()) {
+            dbLabel_->setText(tr("<span style='color:#b00020'>%1</span>")
+                                  .arg(QString::fromStdString(p.delta.error).toHtmlEscaped()));
+        } else {
+            dbLabel_->setText(tr("Database: %1").arg(dbPath_));
+            const auto selected = selectedRunIds();
+            model_->applyChanges(std::move(p.delta.runs), std::move(p.delta.removed), p.delta.full);
+            if (selectedRunIds() != selected) selectRuns(selected);
+            if (!resizedColumns_ && model_->rowCount() > 0) {
+                view_->resizeColumnsToContents();
+                resizedColumns_ = true;
+            }
+        }
+        if (p.overlayGeneration == overlayGeneration_) {
+            bool grew = false;
+            for (OverlayRead& r : p.overlays) {
+                auto it = overlays_.find(r.id);
+                if (it == overlays_.end()) continue;
+                Overlay& o = it->second;
+                if (!r.error.empty()) {
+                    dbLabel_->setText(tr("<span style='color:#b00020'>%1</span>")
+                                          .arg(QString::fromStdString(r.error).toHtmlEscaped()));
+                    continue;
+                }
+                stepChart_->append(o.stepSeries, r.stepXs, r.stepYs);
+                epochChart_->append(o.epochSeries, r.epochXs, r.epochYs);
+                o.lastGlobalStep = r.afterGlobalStep;
+                o.epochsShown = r.epochsShown;
+                o.loaded = true;
+                grew = grew || !r.stepXs.isEmpty() || !r.epochXs.isEmpty();
+            }
+            if (grew) {
+                stepChart_->replotIfDirty();
+                epochChart_->replotIfDirty();
+            }
+        }
+        emit refreshed();
+    }
+    if (pollAgain_) {
+        pollAgain_ = false;
+        poll();
     }
 }
 
@@ -231,6 +347,7 @@ void RunsPanel::updateButtons() {
 }
 
 void RunsPanel::rebuildOverlays() {
+    ++overlayGeneration_;
     overlays_.clear();
     stepChart_->clearSeries();
     epochChart_->clearSeries();
@@ -243,47 +360,26 @@ void RunsPanel::rebuildOverlays() {
         o.stepSeries = stepChart_->addSeries(name, seriesColor(i));
         o.epochSeries =
             epochChart_->addSeries(name, seriesColor(i), ChartWidget::Style::LineAndDots);
-        pollOverlay(id, o);
         overlays_[id] = o;
         ++i;
     }
     stepChart_->replotIfDirty();
     epochChart_->replotIfDirty();
+    if (!overlays_.empty()) refresh();  // the points come with the next look
 }
 
-void RunsPanel::pollOverlay(int64_t id, Overlay& o) {
-    std::string key = metric_->currentText().toStdString();
-    // Step rows carry training metrics only: val_x overlays x per step.
-    std::string stepKey = key.rfind("val_", 0) == 0 ? key.substr(4) : key;
-    if (auto steps = store_->steps(id, o.lastGlobalStep)) {
-        QVector<double> xs, ys;
-        for (const td::StepRow& s : steps.value()) {
-            if (auto v = metricOf(s.metrics, stepKey)) {
-                xs << static_cast<double>(s.globalStep);
-                ys << *v;
-            }
-            o.lastGlobalStep = std::max(o.lastGlobalStep, s.globalStep);
-        }
-        stepChart_->append(o.stepSeries, xs, ys);
-    }
-    if (auto epochs = store_->epochs(id)) {
-        QVector<double> xs, ys;
-        const auto& rows = epochs.value();
-        for (size_t k = static_cast<size_t>(o.epochsShown); k < rows.size(); ++k) {
-            if (auto v = metricOf(rows[k].metrics, key)) {
-                xs << rows[k].epoch + 1.0;
-                ys << *v;
-            }
-        }
-        o.epochsShown = static_cast<int>(rows.size());
-        epochChart_->append(o.epochSeries, xs, ys);
-    }
-}
-
+// Edits are written here and shown at once: a rename or a note moves no watermark that the feed
+// follows (its periodic full reload would find them only later).
 bool RunsPanel::renameRun(int64_t id, const QString& name) {
     if (!store_) return false;
     td::Status st = store_->renameRun(id, name.toStdString());
-    if (!st) showError(tr("Rename run"), QString::fromStdString(st.error()));
+    if (!st) {
+        showError(tr("Rename run"), QString::fromStdString(st.error()));
+    } else if (const td::RunRecord* r = model_->runById(id)) {
+        td::RunRecord edited = *r;
+        edited.name = name.toStdString();
+        model_->replaceRun(edited);
+    }
     refresh();
     return st.ok();
 }
@@ -291,7 +387,13 @@ bool RunsPanel::renameRun(int64_t id, const QString& name) {
 bool RunsPanel::setNotes(int64_t id, const QString& notes) {
     if (!store_) return false;
     td::Status st = store_->setNotes(id, notes.toStdString());
-    if (!st) showError(tr("Run notes"), QString::fromStdString(st.error()));
+    if (!st) {
+        showError(tr("Run notes"), QString::fromStdString(st.error()));
+    } else if (const td::RunRecord* r = model_->runById(id)) {
+        td::RunRecord edited = *r;
+        edited.notes = notes.toStdString();
+        model_->replaceRun(edited);
+    }
     refresh();
     return st.ok();
 }
@@ -299,7 +401,10 @@ bool RunsPanel::setNotes(int64_t id, const QString& notes) {
 bool RunsPanel::deleteRun(int64_t id) {
     if (!store_) return false;
     td::Status st = store_->deleteRun(id);
-    if (!st) showError(tr("Delete run"), QString::fromStdString(st.error()));
+    if (!st)
+        showError(tr("Delete run"), QString::fromStdString(st.error()));
+    else
+        model_->applyChanges({}, {id}, false);
     refresh();
     return st.ok();
 }
@@ -384,26 +489,37 @@ void RunsPanel::exportSelected() {
 
 void RunsPanel::diffSelected() {
     auto ids = selectedRunIds();
-    if (ids.size() != 2) return;
+    if (ids.size() != 2 || !store_) return;
     std::sort(ids.begin(), ids.end());
-    auto a = store_->getRun(ids[0]), b = store_->getRun(ids[1]);
-    if (!a || !b) {
-        showError(tr("Compare configs"), QString::fromStdString(!a ? a.error() : b.error()));
-        return;
-    }
+    // The two project documents are read only now, for these two runs, on the worker.
+    using Pair = std::pair<td::Result<td::RunRecord>, td::Result<td::RunRecord>>;
+    worker_->post(
+        [store = store_, ids] { return Pair(store->getRun(ids[0]), store->getRun(ids[1])); },
+        [this](Pair runs) {
+            if (!runs.first || !runs.second) {
+                const std::string& e = !runs.first ? runs.first.error() : runs.second.error();
+                showError(tr("Compare configs"), QString::fromStdString(e));
+                return;
+            }
+            showDiff(runs.first.value(), runs.second.value());
+        });
+}
+
+void RunsPanel::showDiff(const td::RunRecord& a, const td::RunRecord& b) {
+    const int64_t ids[] = {a.id, b.id};
     auto doc = [](const td::RunRecord& r) {
         auto orNull = [](const std::string& s) { return s.empty() ? std::string("null") : s; };
         return QString::fromStdString("{\"project\":" + orNull(r.projectJson) +
                                       ",\"effective\":" + orNull(r.configJson) + "}");
     };
-    const auto rows = diffJsonConfigs(doc(a.value()), doc(b.value()));
+    const auto rows = diffJsonConfigs(doc(a), doc(b));
     QDialog dialog(this);
     dialog.setWindowTitle(tr("Compare run #%1 and run #%2").arg(ids[0]).arg(ids[1]));
     dialog.resize(1000, 640);
     auto* table = new QTableWidget(static_cast<int>(rows.size()), 3);
     table->setHorizontalHeaderLabels(
-        {tr("Setting"), QString("#%1 %2").arg(ids[0]).arg(QString::fromStdString(a->name)),
-         QString("#%1 %2").arg(ids[1]).arg(QString::fromStdString(b->name))});
+        {tr("Setting"), QString("#%1 %2").arg(ids[0]).arg(QString::fromStdString(a.name)),
+         QString("#%1 %2").arg(ids[1]).arg(QString::fromStdString(b.name))});
     table->horizontalHeader()->setSectionResizeMode(QHeaderView::Stretch);
     table->verticalHeader()->hide();
     table->setEditTriggers(QAbstractItemView::NoEditTriggers);

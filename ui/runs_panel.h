@@ -1,7 +1,9 @@
 // Runs panel: the stored runs of one SQLite database (the same store the CLI writes), with filter
 // and sort, overlaid curves of the selected runs, rename / notes / delete / CSV export, and a
 // side-by-side diff of two runs' configurations. Polls the store once a second so runs that the
-// headless trainer is writing right now appear and grow live.
+// headless trainer is writing right now appear and grow live. Every read of the store runs on the
+// panel's worker thread; the GUI thread only applies what changed (RunsFeed) and writes the user's
+// edits (rename, notes, delete).
 #pragma once
 
 #include <QWidget>
@@ -21,7 +23,9 @@ class QTimer;
 namespace td::ui {
 
 class ChartWidget;
+class RunsFeed;
 class RunsTableModel;
+class SerialWorker;
 
 class RunsPanel : public QWidget {
     Q_OBJECT
@@ -35,7 +39,10 @@ class RunsPanel : public QWidget {
     QString databasePath() const { return dbPath_; }
     td::RunStore* store() const { return store_.get(); }
 
-    void refresh();  // re-reads the run list and the selected runs' new rows
+    // Asks for a look at the store now (the run list and the selected runs' new rows); the model
+    // and charts change when refreshed() is emitted. A request while a look is in progress is
+    // served by one more look right after it.
+    void refresh();
     RunsTableModel* model() const { return model_; }
     QTableView* view() const { return view_; }
     QLineEdit* filterEdit() const { return filter_; }
@@ -52,6 +59,8 @@ class RunsPanel : public QWidget {
 
   signals:
     void databaseChanged(const QString& path);
+    // A look at the store was applied to the model and the overlays.
+    void refreshed();
 
   private:
     struct Overlay {
@@ -59,20 +68,30 @@ class RunsPanel : public QWidget {
         int epochSeries = -1;
         int64_t lastGlobalStep = 0;
         int epochsShown = 0;
+        bool loaded = false;  // read once; only a running run's overlay is read again
     };
+    struct Poll;
+    void poll();  // starts a look unless one is in progress
+    void applyPoll(Poll& result);
     void onSelectionChanged();
     void rebuildOverlays();
-    void pollOverlay(int64_t id, Overlay& o);
     void updateButtons();
     void renameSelected();
     void notesSelected();
     void deleteSelected();
     void exportSelected();
     void diffSelected();
+    void showDiff(const td::RunRecord& a, const td::RunRecord& b);
     void showError(const QString& what, const QString& message);
 
-    std::unique_ptr<td::RunStore> store_;
+    std::shared_ptr<td::RunStore> store_;  // shared with jobs on the worker (it locks itself)
+    std::shared_ptr<RunsFeed> feed_;       // used on the worker thread only
     QString dbPath_;
+    int dbGeneration_ = 0;       // looks started for another database are dropped
+    int overlayGeneration_ = 0;  // overlay rows read for an older selection are dropped
+    bool polling_ = false;
+    bool pollAgain_ = false;
+    bool resizedColumns_ = false;
     RunsTableModel* model_;
     QSortFilterProxyModel* proxy_;
     QTableView* view_;
@@ -89,6 +108,7 @@ class RunsPanel : public QWidget {
     ChartWidget* epochChart_;
     QTimer* poll_;
     std::map<int64_t, Overlay> overlays_;
+    std::unique_ptr<SerialWorker> worker_;  // last member: destroyed (joined) first
 };
 
 }  // namespace td::ui

@@ -4,6 +4,8 @@
 #include <QColor>
 #include <QDateTime>
 #include <QLocale>
+#include <algorithm>
+#include <functional>
 
 namespace td::ui {
 
@@ -21,21 +23,105 @@ int64_t durationMs(const td::RunRecord& r) {
     return std::max<int64_t>(0, end - r.startedAtMs);
 }
 
+// What a row shows (its duration also moves while it runs).
+bool sameRow(const td::RunRecord& a, const td::RunRecord& b) {
+    return a.status != "running" && a.name == b.name && a.status == b.status &&
+           a.startedAtMs == b.startedAtMs && a.endedAtMs == b.endedAtMs &&
+           a.modelName == b.modelName && a.params == b.params &&
+           a.bestValAccuracy == b.bestValAccuracy && a.devices == b.devices && a.notes == b.notes &&
+           a.message == b.message;
+}
+
+// More new rows than this at once are shown by a reset instead of one insertion per row.
+constexpr size_t kResetAbove = 256;
+
 }  // namespace
 
 RunsTableModel::RunsTableModel(QObject* parent) : QAbstractTableModel(parent) {}
 
 void RunsTableModel::setRuns(std::vector<td::RunRecord> runs) {
-    bool sameRows = runs.size() == runs_.size();
-    for (size_t i = 0; sameRows && i < runs.size(); ++i) sameRows = runs[i].id == runs_[i].id;
-    if (sameRows) {
-        runs_ = std::move(runs);
-        if (!runs_.empty()) emit dataChanged(index(0, 0), index(rowCount() - 1, ColCount - 1));
-        return;
-    }
     beginResetModel();
     runs_ = std::move(runs);
+    reindex();
     endResetModel();
+}
+
+void RunsTableModel::reindex() {
+    rowOfId_.clear();
+    rowOfId_.reserve(runs_.size());
+    for (size_t i = 0; i < runs_.size(); ++i) rowOfId_[runs_[i].id] = static_cast<int>(i);
+}
+
+void RunsTableModel::removeRows(std::vector<int> rows) {
+    if (rows.empty()) return;
+    std::sort(rows.begin(), rows.end(), std::greater<>());
+    // Contiguous runs of rows go in one signal each, the highest first so indices stay valid.
+    size_t i = 0;
+    while (i < rows.size()) {
+        size_t j = i;
+        while (j + 1 < rows.size() && rows[j + 1] == rows[j] - 1) ++j;
+        const int first = rows[j], last = rows[i];
+        beginRemoveRows({}, first, last);
+        runs_.erase(runs_.begin() + first, runs_.begin() + last + 1);
+        endRemoveRows();
+        i = j + 1;
+    }
+    reindex();
+}
+
+void RunsTableModel::applyChanges(std::vector<td::RunRecord> runs, std::vector<int64_t> removed,
+                                  bool full) {
+    if (runs_.empty()) {
+        if (!runs.empty()) setRuns(std::move(runs));
+        return;
+    }
+    if (full) {
+        std::unordered_map<int64_t, bool> present;
+        present.reserve(runs.size());
+        for (const td::RunRecord& r : runs) present[r.id] = true;
+        for (const td::RunRecord& r : runs_)
+            if (!present.count(r.id)) removed.push_back(r.id);
+    }
+    std::vector<int> gone;
+    for (int64_t id : removed)
+        if (int row = rowOf(id); row >= 0) gone.push_back(row);
+    removeRows(std::move(gone));
+
+    std::vector<td::RunRecord> added;
+    for (td::RunRecord& r : runs) {
+        const int row = rowOf(r.id);
+        if (row < 0) {
+            added.push_back(std::move(r));
+            continue;
+        }
+        td::RunRecord& mine = runs_[static_cast<size_t>(row)];
+        if (sameRow(mine, r)) continue;
+        mine = std::move(r);
+        emit dataChanged(index(row, 0), index(row, ColCount - 1));
+    }
+    if (added.empty()) return;
+    if (added.size() > kResetAbove) {
+        beginResetModel();
+        for (td::RunRecord& r : added) runs_.push_back(std::move(r));
+        reindex();
+        endResetModel();
+        return;
+    }
+    const int first = rowCount();
+    beginInsertRows({}, first, first + static_cast<int>(added.size()) - 1);
+    for (td::RunRecord& r : added) {
+        rowOfId_[r.id] = static_cast<int>(runs_.size());
+        runs_.push_back(std::move(r));
+    }
+    endInsertRows();
+}
+
+bool RunsTableModel::replaceRun(const td::RunRecord& r) {
+    const int row = rowOf(r.id);
+    if (row < 0) return false;
+    runs_[static_cast<size_t>(row)] = r;
+    emit dataChanged(index(row, 0), index(row, ColCount - 1));
+    return true;
 }
 
 const td::RunRecord* RunsTableModel::run(int row) const {
@@ -47,9 +133,8 @@ const td::RunRecord* RunsTableModel::runById(int64_t id) const {
 }
 
 int RunsTableModel::rowOf(int64_t id) const {
-    for (size_t i = 0; i < runs_.size(); ++i)
-        if (runs_[i].id == id) return static_cast<int>(i);
-    return -1;
+    auto it = rowOfId_.find(id);
+    return it == rowOfId_.end() ? -1 : it->second;
 }
 
 int RunsTableModel::rowCount(const QModelIndex& parent) const {

@@ -1,8 +1,10 @@
-// Table model over the run store's run records. Updated in place by the periodic refresh so a
-// selection survives runs being written by another process.
+// Table model over the run store's run summaries (RunRecord without the project documents).
+// Updated in place, row by row, by the periodic refresh: only rows that changed are signalled, so
+// views and the sorting proxy do work in proportion to the change, not to the number of runs.
 #pragma once
 
 #include <QAbstractTableModel>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/store/run_store.h"
@@ -31,6 +33,11 @@ class RunsTableModel : public QAbstractTableModel {
     explicit RunsTableModel(QObject* parent = nullptr);
 
     void setRuns(std::vector<td::RunRecord> runs);
+    // `runs` are new or possibly changed; `removed` are gone. With `full`, `runs` is every run and
+    // any other row goes too.
+    void applyChanges(std::vector<td::RunRecord> runs, std::vector<int64_t> removed, bool full);
+    // Replaces the row with r's id (a local edit); false when there is none.
+    bool replaceRun(const td::RunRecord& r);
     const td::RunRecord* run(int row) const;
     const td::RunRecord* runById(int64_t id) const;
     int rowOf(int64_t id) const;
@@ -41,7 +48,11 @@ class RunsTableModel : public QAbstractTableModel {
     QVariant headerData(int section, Qt::Orientation o, int role) const override;
 
   private:
+    void reindex();
+    void removeRows(std::vector<int> rows);
+
     std::vector<td::RunRecord> runs_;
+    std::unordered_map<int64_t, int> rowOfId_;
 };
 
 }  // namespace td::ui

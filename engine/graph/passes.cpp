@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
+#include <string>
 
 namespace td {
 
@@ -246,23 +248,45 @@ Result<bool> MemoryPlanPass::run(Graph& g) {
     size_t top = 0;
     naiveBytes_ = 0;
     auto align = [](size_t b) { return (b + 63) / 64 * 64; };
+    // A graph planned before (the same plan or another) is rewritten only where it differs, so a
+    // second run over its own output reports no change.
+    bool changed = false;
+    auto place = [&changed](Node& nd, const char* buf, std::optional<size_t> off) {
+        auto b = nd.attrs.find("buf");
+        if (b == nd.attrs.end() || b->second != buf) {
+            nd.attrs["buf"] = buf;
+            changed = true;
+        }
+        auto o = nd.attrs.find("off");
+        if (!off) {
+            if (o != nd.attrs.end()) {
+                nd.attrs.erase(o);
+                changed = true;
+            }
+            return;
+        }
+        const std::string text = std::to_string(*off);
+        if (o == nd.attrs.end() || o->second != text) {
+            nd.attrs["off"] = text;
+            changed = true;
+        }
+    };
     for (size_t i = 0; i < n; ++i) {
         Node& nd = g.nodes[i];
-        nd.attrs.erase("off");
         if (nd.op == Op::Param) {
-            nd.attrs["buf"] = "param";
+            place(nd, "param", std::nullopt);
             continue;
         }
         if (nd.op == Op::Input || nd.op == Op::Label) {
-            nd.attrs["buf"] = nd.op == Op::Input ? "input" : "label";
+            place(nd, nd.op == Op::Input ? "input" : "label", std::nullopt);
             continue;
         }
         if (root[i] != static_cast<int>(i)) {
-            nd.attrs["buf"] = "alias";
+            place(nd, "alias", std::nullopt);
             continue;
         }
         if (gradOut[i]) {
-            nd.attrs["buf"] = "grad";
+            place(nd, "grad", std::nullopt);
             continue;
         }
         // Release blocks whose values are dead before this node runs. A block may be reused by
@@ -289,11 +313,10 @@ Result<bool> MemoryPlanPass::run(Graph& g) {
         }
         live.push_back({off, sz, lastUse[i]});
         top = std::max(top, off + sz);
-        nd.attrs["buf"] = "arena";
-        nd.attrs["off"] = std::to_string(off);
+        place(nd, "arena", off);
     }
     arenaBytes_ = top;
-    return true;
+    return changed;
 }
 
 }  // namespace td

@@ -66,6 +66,7 @@ class TestGraph : public QObject {
     void fusionKeepsApartWithReason();
     void deadCodeRemovesUnused();
     void memoryPlanReusesWithoutOverlap();
+    void memoryPlanReportsNoChangeWhenPlanned();
     void passManagerDisableVerifyTime();
     void wholeModelPassesOnOffAgree();
     void initializers();
@@ -259,6 +260,37 @@ void TestGraph::memoryPlanReusesWithoutOverlap() {
                      qPrintable(QString("%%1 and %%2 overlap").arg(a).arg(b)));
         }
     }
+}
+
+// A pass answers "did I change anything": planning an already planned graph changes nothing, and
+// a plan that was edited (or is missing) is rewritten and reported.
+void TestGraph::memoryPlanReportsNoChangeWhenPlanned() {
+    Graph g = trainGraph(seedModel(), 32);
+    MemoryPlanPass mp;
+    auto first = mp.run(g);
+    QVERIFY(first.ok());
+    QVERIFY(*first);
+    const std::string planned = printGraph(g);
+    auto second = mp.run(g);
+    QVERIFY(second.ok());
+    QVERIFY(!*second);
+    QCOMPARE(printGraph(g), planned);
+
+    int arena = -1;
+    for (const Node& n : g.nodes)
+        if (n.attr("buf") == "arena" && n.attrI("off") > 0) arena = n.id;
+    QVERIFY(arena >= 0);
+    g.node(arena).attrs["off"] = "0";
+    auto fixed = mp.run(g);
+    QVERIFY(fixed.ok());
+    QVERIFY(*fixed);
+    QCOMPARE(printGraph(g), planned);
+
+    g.node(arena).attrs.erase("buf");
+    auto again = mp.run(g);
+    QVERIFY(again.ok());
+    QVERIFY(*again);
+    QCOMPARE(printGraph(g), planned);
 }
 
 void TestGraph::passManagerDisableVerifyTime() {

@@ -2,9 +2,13 @@
 // layer; a short training run fills the charts and lands in the store; Stop and closing the
 // window mid-run end the run as "stopped"; a project survives open -> edit -> save -> reload.
 #include <qcustomplot.h>
+#include <sqlite3.h>
 
 #include <QAction>
+#include <QElapsedTimer>
 #include <QFile>
+#include <QFileInfo>
+#include <QItemSelectionModel>
 #include <QLineEdit>
 #include <QListWidget>
 #include <QMimeData>
@@ -18,6 +22,10 @@
 #include <QTableView>
 #include <QTemporaryDir>
 #include <QTest>
+#include <QThread>
+#include <chrono>
+#include <mutex>
+#include <set>
 
 #include "engine/io/project.h"
 #include "engine/store/run_store.h"
@@ -33,8 +41,10 @@
 #include "ui/project_checks.h"
 #include "ui/project_controller.h"
 #include "ui/run_controller.h"
+#include "ui/runs_feed.h"
 #include "ui/runs_panel.h"
 #include "ui/runs_table_model.h"
+#include "ui/screenshot_driver.h"
 #include "ui/training_panel.h"
 
 using namespace td::ui;
@@ -42,7 +52,7 @@ using namespace td::ui;
 namespace {
 
 // A tiny synthetic classification project: trains in well under a second per epoch.
-QString syntheticProject(int epochs, int samples = 512) {
+QString syntheticProject(int epochs, int samples = 512, int logEverySteps = 2) {
     return QString(R"({
   "format": "traindeck-project", "version": 1, "name": "ui test",
   "model": {"class_name": "Sequential", "config": {"name": "tiny", "layers": [
@@ -56,12 +66,127 @@ QString syntheticProject(int epochs, int samples = 512) {
   "training": {"epochs": %1, "batch_size": 16, "seed": 7,
                "optimizer": {"class_name": "Adam", "config": {"learning_rate": 0.01}},
                "loss": {"class_name": "SparseCategoricalCrossentropy", "config": {}},
-               "metrics": ["accuracy"], "log_every_steps": 2, "evaluate_test": false},
+               "metrics": ["accuracy"], "log_every_steps": %3, "evaluate_test": false},
   "precision": "float32", "fusion": true, "strategy": {"type": "one_device"}
 })")
         .arg(epochs)
-        .arg(samples);
+        .arg(samples)
+        .arg(logEverySteps);
 }
+
+// A VFS in front of the default one that records which threads read database files, so a test
+// can tell where a panel's queries run. Installed as the default before any store is opened.
+class ReadThreadRecorder {
+  public:
+    static void install() {
+        if (base_) return;
+        base_ = sqlite3_vfs_find(nullptr);
+        vfs_ = *base_;
+        vfs_.zName = "td-read-thread-recorder";
+        vfs_.szOsFile = static_cast<int>(sizeof(File)) + base_->szOsFile;
+        vfs_.xOpen = &open;
+        sqlite3_vfs_register(&vfs_, /*makeDflt=*/1);
+    }
+    static void start() {
+        std::lock_guard<std::mutex> lock(mu_);
+        threads_.clear();
+        recording_ = true;
+    }
+    static std::set<QThread*> stop() {
+        std::lock_guard<std::mutex> lock(mu_);
+        recording_ = false;
+        return threads_;
+    }
+
+  private:
+    struct File {
+        sqlite3_file shim;
+        sqlite3_file* real() { return reinterpret_cast<sqlite3_file*>(this + 1); }
+    };
+    static File* self(sqlite3_file* f) { return reinterpret_cast<File*>(f); }
+    static void note() {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (recording_) threads_.insert(QThread::currentThread());
+    }
+    static int open(sqlite3_vfs*, sqlite3_filename name, sqlite3_file* f, int flags, int* out) {
+        File* file = self(f);
+        file->shim.pMethods = nullptr;
+        const int rc = base_->xOpen(base_, name, file->real(), flags, out);
+        if (file->real()->pMethods) {
+            std::call_once(methodsOnce_, [&] { makeMethods(file->real()->pMethods); });
+            file->shim.pMethods = &methods_;
+        }
+        return rc;
+    }
+    // Every call goes to the file's own methods; only the reads are noted.
+    static void makeMethods(const sqlite3_io_methods* m) {
+        methods_ = *m;
+        methods_.xClose = [](sqlite3_file* f) {
+            return self(f)->real()->pMethods->xClose(self(f)->real());
+        };
+        methods_.xRead = [](sqlite3_file* f, void* p, int n, sqlite3_int64 off) {
+            note();
+            return self(f)->real()->pMethods->xRead(self(f)->real(), p, n, off);
+        };
+        methods_.xWrite = [](sqlite3_file* f, const void* p, int n, sqlite3_int64 off) {
+            return self(f)->real()->pMethods->xWrite(self(f)->real(), p, n, off);
+        };
+        methods_.xTruncate = [](sqlite3_file* f, sqlite3_int64 n) {
+            return self(f)->real()->pMethods->xTruncate(self(f)->real(), n);
+        };
+        methods_.xSync = [](sqlite3_file* f, int fl) {
+            return self(f)->real()->pMethods->xSync(self(f)->real(), fl);
+        };
+        methods_.xFileSize = [](sqlite3_file* f, sqlite3_int64* n) {
+            return self(f)->real()->pMethods->xFileSize(self(f)->real(), n);
+        };
+        methods_.xLock = [](sqlite3_file* f, int l) {
+            return self(f)->real()->pMethods->xLock(self(f)->real(), l);
+        };
+        methods_.xUnlock = [](sqlite3_file* f, int l) {
+            return self(f)->real()->pMethods->xUnlock(self(f)->real(), l);
+        };
+        methods_.xCheckReservedLock = [](sqlite3_file* f, int* r) {
+            return self(f)->real()->pMethods->xCheckReservedLock(self(f)->real(), r);
+        };
+        methods_.xFileControl = [](sqlite3_file* f, int op, void* a) {
+            return self(f)->real()->pMethods->xFileControl(self(f)->real(), op, a);
+        };
+        methods_.xSectorSize = [](sqlite3_file* f) {
+            return self(f)->real()->pMethods->xSectorSize(self(f)->real());
+        };
+        methods_.xDeviceCharacteristics = [](sqlite3_file* f) {
+            return self(f)->real()->pMethods->xDeviceCharacteristics(self(f)->real());
+        };
+        methods_.xShmMap = [](sqlite3_file* f, int pg, int sz, int ext, void volatile** pp) {
+            return self(f)->real()->pMethods->xShmMap(self(f)->real(), pg, sz, ext, pp);
+        };
+        methods_.xShmLock = [](sqlite3_file* f, int off, int n, int fl) {
+            return self(f)->real()->pMethods->xShmLock(self(f)->real(), off, n, fl);
+        };
+        methods_.xShmBarrier = [](sqlite3_file* f) {
+            self(f)->real()->pMethods->xShmBarrier(self(f)->real());
+        };
+        methods_.xShmUnmap = [](sqlite3_file* f, int del) {
+            return self(f)->real()->pMethods->xShmUnmap(self(f)->real(), del);
+        };
+        methods_.xFetch = [](sqlite3_file* f, sqlite3_int64 off, int n, void** pp) {
+            note();
+            return self(f)->real()->pMethods->xFetch(self(f)->real(), off, n, pp);
+        };
+        methods_.xUnfetch = [](sqlite3_file* f, sqlite3_int64 off, void* p) {
+            return self(f)->real()->pMethods->xUnfetch(self(f)->real(), off, p);
+        };
+    }
+
+    static inline sqlite3_vfs* base_ = nullptr;
+    static inline sqlite3_vfs vfs_{};
+    static inline sqlite3_io_methods methods_{};
+    static inline std::once_flag methodsOnce_;
+    static inline std::mutex mu_;
+    static inline std::set<QThread*> threads_;
+    static inline bool recording_ = false;
+};
 
 bool writeFile(const QString& path, const QString& text) {
     QFile f(path);
@@ -86,6 +211,7 @@ class TestUi : public QObject {
     void designerReordersDuplicatesDeletes();
     void propertyEditorValidatesFields();
     void trainingFillsChartsAndStore();
+    void monitorCoalescesReplots();
     void stopMidRunMarksStopped();
     void closingMidRunMarksStopped();
     void projectRoundTripsUnchanged();
@@ -94,6 +220,9 @@ class TestUi : public QObject {
     void chartKeepsUserZoom();
     void latencyProbeMeasures();
     void runsPanelFollowsHeadlessRunLive();
+    void runsFeedReadsOnlyWhatChanged();
+    void runsPanelReadsOffTheGuiThread();
+    void screenshotsWaitForPanelData();
     void latencyDuringFashionMnistTraining();
 
   private:
@@ -320,10 +449,7 @@ void TestUi::trainingFillsChartsAndStore() {
     QVERIFY(mon->stepTimeChart()->pointCount(1) > 0);
     QVERIFY(mon->lastSamplesPerSecond() > 0);
     QCOMPARE(mon->progressBar()->value(), mon->progressBar()->maximum());
-    // Coalescing: far fewer deliveries than step events.
     QVERIFY(batches.count() >= 1);
-    qInfo("coalesced deliveries: %lld for %d step points", static_cast<long long>(batches.count()),
-          mon->lossChart()->pointCount(0));
     qInfo("%s", qPrintable(rc->latencyProbe()->report()));
 
     // The run is in the store, and in the Runs panel.
@@ -337,12 +463,12 @@ void TestUi::trainingFillsChartsAndStore() {
     auto epochs = store.value()->epochs(rc->runId());
     QVERIFY(epochs.ok());
     QCOMPARE(epochs.value().size(), size_t(2));
-    w->runsPanel()->refresh();
-    QCOMPARE(w->runsPanel()->model()->rowCount(), 1);
+    w->runsPanel()->refresh();  // reads on the panel's worker
+    QTRY_COMPARE(w->runsPanel()->model()->rowCount(), 1);
     // Overlay the run's curves, and export it.
     w->runsPanel()->view()->selectRow(0);
-    QVERIFY(w->runsPanel()->stepChart()->pointCount(0) > 0);
-    QVERIFY(w->runsPanel()->epochChart()->pointCount(0) == 2);
+    QTRY_VERIFY(w->runsPanel()->stepChart()->pointCount(0) > 0);
+    QTRY_COMPARE(w->runsPanel()->epochChart()->pointCount(0), 2);
     QVERIFY2(w->runsPanel()->exportCsv(rc->runId(), dir_.filePath("run.csv"), &error),
              qPrintable(error));
     QVERIFY(QFile(dir_.filePath("run.csv")).size() > 0);
@@ -352,6 +478,51 @@ void TestUi::trainingFillsChartsAndStore() {
     QCOMPARE(w->runsPanel()->model()->run(0)->notes, std::string("a note"));
     QVERIFY(mon->lossChart()->savePng(dir_.filePath("loss.png")));
     QVERIFY(QFile(dir_.filePath("loss.png")).size() > 0);
+}
+
+// Every step is published; the Monitor redraws once per 40 ms drain at most, whatever the rate.
+void TestUi::monitorCoalescesReplots() {
+    const QString projectPath = dir_.filePath("coalesce.json");
+    QVERIFY(writeFile(projectPath, syntheticProject(3, 8192, 1)));
+    auto w = makeWindow("coalesce.db");
+    QString error;
+    QVERIFY2(w->openProject(projectPath, &error), qPrintable(error));
+    w->tabs()->setCurrentIndex(MainWindow::MonitorTab);
+    RunController* rc = w->runController();
+    MonitorPanel* mon = w->monitorPanel();
+    QSignalSpy deliveries(rc, &RunController::eventsArrived);
+    QSignalSpy finished(rc, &RunController::runFinished);
+    QSignalSpy replots(mon->lossChart()->plot(), &QCustomPlot::afterReplot);
+    QElapsedTimer clock;
+    clock.start();
+    QVERIFY2(w->startTraining(&error), qPrintable(error));
+    QTRY_VERIFY_WITH_TIMEOUT(finished.count() == 1, 120000);
+    const qint64 elapsedMs = clock.elapsed();
+    QCOMPARE(finished.first().first().value<td::RunFinished>().status, td::RunStatus::Completed);
+    qint64 events = 0;
+    for (const auto& args : deliveries) {
+        const auto batch = args.first().value<EventBatch>();
+        events += static_cast<qint64>(batch.steps.size() + batch.epochs.size() +
+                                      batch.devices.size() + batch.logs.size());
+    }
+    // 3 epochs of 6144 training rows in batches of 16, every step logged.
+    QVERIFY2(events >= 3 * 384, qPrintable(QString::number(events)));
+    QCOMPARE(mon->lossChart()->pointCount(0), 3 * 384);
+    const qint64 timerBound = elapsedMs / RunController::kDrainIntervalMs + 2;
+    qInfo("%lld events in %lld ms: %lld deliveries, %lld loss chart replots", events, elapsedMs,
+          static_cast<long long>(deliveries.count()), static_cast<long long>(replots.count()));
+    QVERIFY(deliveries.count() >= 1);
+    QVERIFY2(deliveries.count() <= events / 10 && deliveries.count() <= timerBound,
+             qPrintable(QString("%1 deliveries for %2 events in %3 ms")
+                            .arg(deliveries.count())
+                            .arg(events)
+                            .arg(elapsedMs)));
+    QVERIFY(replots.count() >= 1);
+    QVERIFY2(replots.count() <= events / 10 && replots.count() <= timerBound,
+             qPrintable(QString("%1 replots for %2 events in %3 ms")
+                            .arg(replots.count())
+                            .arg(events)
+                            .arg(elapsedMs)));
 }
 
 void TestUi::stopMidRunMarksStopped() {
@@ -559,8 +730,8 @@ void TestUi::runsPanelFollowsHeadlessRunLive() {
     RunsPanel panel;
     panel.resize(1000, 700);
     panel.show();
-    QTRY_VERIFY_WITH_TIMEOUT(
-        QFile::exists(db) && panel.setDatabasePath(db) && panel.model()->rowCount() == 1, 30000);
+    QTRY_VERIFY_WITH_TIMEOUT(QFile::exists(db) && panel.setDatabasePath(db), 30000);
+    QTRY_COMPARE_WITH_TIMEOUT(panel.model()->rowCount(), 1, 30000);
     QCOMPARE(panel.model()->run(0)->status, std::string("running"));
     panel.view()->selectRow(0);
     QTRY_VERIFY_WITH_TIMEOUT(panel.stepChart()->pointCount(0) > 0, 30000);
@@ -568,6 +739,184 @@ void TestUi::runsPanelFollowsHeadlessRunLive() {
     QTRY_VERIFY_WITH_TIMEOUT(panel.stepChart()->pointCount(0) > first, 30000);  // polled live
     trainer.terminate();
     QVERIFY(trainer.waitForFinished(30000));
+}
+
+// The feed reads the summaries of new and running runs only, never a project document, notices
+// deletions, and re-reads everything only on its slow full reload.
+void TestUi::runsFeedReadsOnlyWhatChanged() {
+    const std::string db = dir_.filePath("feed.db").toStdString();
+    auto opened = td::RunStore::open(db);
+    QVERIFY2(opened.ok(), opened.ok() ? "" : opened.error().c_str());
+    td::RunStore& store = *opened.value();
+    auto makeRun = [&](const std::string& name, bool finished) {
+        td::RunRecord r;
+        r.name = name;
+        r.projectJson = "{\"name\": \"" + name + "\"}";
+        auto id = store.createRun(r);
+        if (id.ok() && finished) (void)store.finishRun(*id, td::RunStatus::Completed, {}, "");
+        return id.ok() ? *id : int64_t(-1);
+    };
+    const int64_t a = makeRun("a", true), b = makeRun("b", true), live = makeRun("live", false);
+    QVERIFY(a > 0 && b > 0 && live > 0);
+
+    RunsFeed feed(db, std::chrono::hours(1));
+    RunsDelta d = feed.poll();
+    QVERIFY2(d.error.empty(), d.error.c_str());
+    QVERIFY(d.full);
+    QCOMPARE(d.runs.size(), size_t(3));
+    for (const td::RunRecord& r : d.runs) {
+        QVERIFY(r.projectJson.empty());  // summaries only
+        QVERIFY(!r.name.empty());
+    }
+
+    d = feed.poll();  // nothing committed
+    QVERIFY(d.error.empty() && !d.full && d.runs.empty() && d.removed.empty());
+
+    td::StepRow step;
+    step.globalStep = 1;
+    step.timeMs = 1;
+    step.metrics = {{"loss", 1.0}};
+    QVERIFY(store.appendSteps(live, {step}).ok());
+    d = feed.poll();
+    QVERIFY(!d.full);
+    QCOMPARE(d.runs.size(), size_t(1));  // the running run, not the finished ones
+    QCOMPARE(d.runs[0].id, live);
+
+    const int64_t c = makeRun("c", true);
+    QVERIFY(store.deleteRun(a).ok());
+    QVERIFY(store.renameRun(b, "b renamed").ok());
+    d = feed.poll();
+    QVERIFY(!d.full);
+    std::set<int64_t> read;
+    for (const td::RunRecord& r : d.runs) read.insert(r.id);
+    QCOMPARE(read, (std::set<int64_t>{live, c}));
+    QCOMPARE(d.removed, (std::vector<int64_t>{a}));
+
+    QVERIFY(store.finishRun(live, td::RunStatus::Stopped, {}, "").ok());
+    d = feed.poll();
+    QCOMPARE(d.runs.size(), size_t(1));
+    QCOMPARE(d.runs[0].status, std::string("stopped"));
+    QVERIFY(store.appendLogs(c, {td::LogRow{1, "info", "x"}}).ok());
+    d = feed.poll();
+    QVERIFY(d.runs.empty());  // nothing is running any more
+
+    // The full reload (due at once here) finds the rename that no watermark shows.
+    RunsFeed eager(db, std::chrono::seconds(0));
+    QVERIFY(eager.poll().full);
+    QVERIFY(store.setNotes(c, "n").ok());
+    d = eager.poll();
+    QVERIFY(d.full);
+    QCOMPARE(d.runs.size(), size_t(3));
+    bool renamed = false;
+    for (const td::RunRecord& r : d.runs) renamed = renamed || r.name == "b renamed";
+    QVERIFY(renamed);
+    QVERIFY(eager.poll().runs.empty());  // due, but nothing committed: nothing read
+
+    RunsFeed missing(dir_.filePath("no/such.db").toStdString());
+    d = missing.poll();
+    QVERIFY(d.error.find("no/such.db") != std::string::npos);
+}
+
+// Every read of the store happens on the panel's worker: the GUI thread never touches the file
+// while the panel refreshes, follows a live run or loads the overlay of a selected one.
+void TestUi::runsPanelReadsOffTheGuiThread() {
+    ReadThreadRecorder::install();  // before any connection to this store is opened
+    const QString path = dir_.filePath("offthread.db");
+    auto opened = td::RunStore::open(path.toStdString());
+    QVERIFY(opened.ok());
+    td::RunStore& store = *opened.value();
+    std::vector<int64_t> ids;
+    for (int i = 0; i < 20; ++i) {
+        td::RunRecord r;
+        r.name = "run " + std::to_string(i);
+        r.projectJson = syntheticProject(1).toStdString();
+        auto id = store.createRun(r);
+        QVERIFY(id.ok());
+        ids.push_back(*id);
+    }
+    td::StepRow step;
+    step.metrics = {{"loss", 1.0}};
+    for (int s = 1; s <= 50; ++s) {
+        step.globalStep = s;
+        step.timeMs = s;
+        QVERIFY(store.appendSteps(ids.back(), {step}).ok());
+    }
+
+    RunsPanel panel;
+    panel.resize(1000, 700);
+    panel.show();
+    QSignalSpy refreshed(&panel, &RunsPanel::refreshed);
+    QVERIFY(panel.setDatabasePath(path));
+    QTRY_COMPARE_WITH_TIMEOUT(panel.model()->rowCount(), 20, 10000);
+
+    // Another writer commits (here, on this thread: before recording starts).
+    step.globalStep = 51;
+    QVERIFY(store.appendSteps(ids.back(), {step}).ok());
+    td::RunRecord extra;
+    extra.name = "new run";
+    QVERIFY(store.createRun(extra).ok());
+
+    ReadThreadRecorder::start();
+    const int before = static_cast<int>(refreshed.count());
+    panel.refresh();
+    QTRY_VERIFY_WITH_TIMEOUT(refreshed.count() > before, 10000);
+    QCOMPARE(panel.model()->rowCount(), 21);
+    panel.selectRuns({ids.back()});
+    panel.view()->selectionModel()->selectionChanged({}, {});
+    QTRY_COMPARE_WITH_TIMEOUT(panel.stepChart()->pointCount(0), 51, 10000);
+    const std::set<QThread*> readers = ReadThreadRecorder::stop();
+    QVERIFY(!readers.empty());  // the recorder saw the reads
+    QVERIFY2(!readers.count(QThread::currentThread()), "the GUI thread read the store");
+}
+
+// The documentation's pictures show each panel with its data: the Data panel once its preview
+// and histogram are loaded, the Runs panel once the selected runs' curves are read.
+void TestUi::screenshotsWaitForPanelData() {
+    const QString projectPath = dir_.filePath("shots.json");
+    QVERIFY(writeFile(projectPath, syntheticProject(1, 4096)));
+    const QString db = dir_.filePath("shots.db");
+    {
+        auto store = td::RunStore::open(db.toStdString());
+        QVERIFY(store.ok());
+        td::RunRecord r;
+        r.name = "stored";
+        auto id = store.value()->createRun(r);
+        QVERIFY(id.ok());
+        td::StepRow step;
+        step.globalStep = 1;
+        step.metrics = {{"loss", 1.0}};
+        QVERIFY(store.value()->appendSteps(*id, {step}).ok());
+        QVERIFY(store.value()->finishRun(*id, td::RunStatus::Completed, {}, "").ok());
+    }
+    auto w = makeWindow("shots.db");
+    QString error;
+    QVERIFY2(w->openProject(projectPath, &error), qPrintable(error));
+    const QString out = dir_.filePath("shots");
+    // No settling time: the driver has to wait for the panels themselves.
+    auto* driver = new ScreenshotDriver(w.get(), out, 1, 0);
+    QStringList grabbed;
+    int dataSamples = -1, histogramBars = -1, runsPoints = -1;
+    connect(driver, &ScreenshotDriver::grabbed, this, [&](const QString& name, bool saved) {
+        QVERIFY(saved);
+        grabbed << name;
+        if (name == "data") {
+            dataSamples = w->dataPanel()->previewSampleCount();
+            auto* histogram = w->dataPanel()->findChild<QCustomPlot*>("classHistogram");
+            auto* bars = histogram && histogram->plottableCount() > 0
+                             ? qobject_cast<QCPBars*>(histogram->plottable(0))
+                             : nullptr;
+            histogramBars = bars ? bars->dataCount() : 0;
+        }
+        if (name == "runs") runsPoints = w->runsPanel()->stepChart()->pointCount(0);
+    });
+    QSignalSpy finished(driver, &ScreenshotDriver::finished);
+    driver->begin();
+    QTRY_VERIFY_WITH_TIMEOUT(finished.count() == 1, 60000);
+    QCOMPARE(grabbed, (QStringList{"model", "data", "training", "monitor", "runs"}));
+    QVERIFY2(dataSamples > 0, "the Data picture was taken before its preview loaded");
+    QCOMPARE(histogramBars, 3);
+    QVERIFY2(runsPoints > 0, "the Runs picture was taken before the curves were read");
+    for (const QString& name : grabbed) QVERIFY(QFileInfo(out + "/" + name + ".png").size() > 0);
 }
 
 QTEST_MAIN(TestUi)

@@ -1,0 +1,50 @@
+#include "ui/runs_feed.h"
+
+#include <algorithm>
+#include <iterator>
+#include <utility>
+
+namespace td::ui {
+
+RunsFeed::RunsFeed(std::string path, std::chrono::steady_clock::duration fullReloadEvery)
+    : path_(std::move(path)), fullReloadEvery_(fullReloadEvery) {}
+
+RunsDelta RunsFeed::poll() {
+    RunsDelta delta;
+    if (!reader_) {
+        auto opened = td::RunStoreReader::open(path_);
+        if (!opened) {
+            delta.error = opened.error();
+            return delta;
+        }
+        reader_ = std::move(opened).value();
+    }
+    const auto now = std::chrono::steady_clock::now();
+    const bool full = !loaded_ || now - lastFull_ >= fullReloadEvery_;
+    auto snap =
+        !loaded_ ? reader_->allRuns()
+        : full   ? reader_->allRuns(dataVersion_)
+                 : reader_->changedRuns(dataVersion_, known_.empty() ? 0 : known_.back(), running_);
+    if (!snap) {
+        delta.error = snap.error();
+        return delta;
+    }
+    td::RunListSnapshot& s = snap.value();
+    if (s.unchanged) return delta;
+    loaded_ = true;
+    dataVersion_ = s.dataVersion;
+    if (full) lastFull_ = now;
+    delta.full = full;
+    std::set_difference(known_.begin(), known_.end(), s.runIds.begin(), s.runIds.end(),
+                        std::back_inserter(delta.removed));
+    known_ = std::move(s.runIds);
+    // A run that is not running now never runs again, so only these rows can change later (apart
+    // from renames and notes, which the full reloads pick up).
+    running_.clear();
+    for (const td::RunRecord& r : s.runs)
+        if (r.status == "running") running_.push_back(r.id);
+    delta.runs = std::move(s.runs);
+    return delta;
+}
+
+}  // namespace td::ui
