@@ -659,7 +659,7 @@ struct Reader {
         if (const Json* x = member(root, "name")) p.name = getNonEmptyString(*x, "name");
         if (const Json* x = member(root, "description"))
             p.description = getString(*x, "description");
-        p.model = parseKerasModel(requireMember(root, "", "model"), "model");
+        p.model = parseKerasModel(requireMember(root, "", "model"), "model", &p.warnings);
         if (const Json* x = member(root, "data")) p.data = data(*x, "data");
         if (const Json* x = member(root, "training")) p.training = training(*x, "training");
         if (const Json* x = member(root, "precision")) p.precision = precision(*x, "precision");
