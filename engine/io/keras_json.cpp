@@ -91,16 +91,15 @@ void readDtype(const Json& v, const std::string& path, bool isInput, const Notes
         namePath = child(cpath, "name");
         name = getString(*n, namePath);
     }
-    if (name == "float32") return;
+    if (name == "float32" || name == "_infer") return;  // Keras 2 _infer: the input's dtype
     static const std::vector<std::string> floats{"mixed_float16", "mixed_bfloat16", "float16",
-                                                 "bfloat16",      "float64",        "_infer"};
+                                                 "bfloat16", "float64"};
     static const std::vector<std::string> ints{"uint8", "int8",  "uint16", "int16",
                                                "int32", "int64", "uint32", "uint64"};
     const bool isFloat = std::find(floats.begin(), floats.end(), name) != floats.end();
     const bool isInt = std::find(ints.begin(), ints.end(), name) != ints.end();
     if (name.find("_from_") != std::string::npos)  // int8_from_float32, float8_from_mixed_...
         fail(namePath, "quantized layers are not supported, got " + squote(name));
-    if (isFloat && name == "_infer") return;  // Keras 2: take the input's dtype
     if (isFloat || (isInput && isInt)) {
         notes.warn(namePath, "dtype " + squote(name) +
                                  " is not applied per layer; TrainDeck computes in float32 "

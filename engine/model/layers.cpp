@@ -83,6 +83,18 @@ std::string squoteName(const std::string& s) {
     return "'" + s + "'";
 }
 
+// Keras indexes the parameter's shape with a variance-scaling initializer's axes: each must be
+// one of its dimensions ("" when they are).
+std::string badInitializerAxes(const InitializerSpec& init, int64_t rank) {
+    for (const auto* axes : {&init.inputAxes, &init.outputAxes})
+        for (int64_t a : *axes)
+            if (a < -rank || a >= rank)
+                return std::string(axes == &init.inputAxes ? "input_axes" : "output_axes") +
+                       " has axis " + std::to_string(a) + ", but the parameter has " +
+                       std::to_string(rank) + (rank == 1 ? " dimension" : " dimensions");
+    return {};
+}
+
 std::string numberText(double v) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "%g", v);
@@ -320,6 +332,11 @@ Result<ModelInfo> inferShapes(ModelSpec& model) {
                     return err(label + ": the bias initializer " +
                                squoteName(layer.biasInitializer.name) +
                                " needs a matrix (rank 2) and a bias is a vector");
+                if (auto bad = badInitializerAxes(layer.kernelInitializer, 2); !bad.empty())
+                    return err(label + ": kernel initializer: " + bad);
+                if (auto bad = badInitializerAxes(layer.biasInitializer, 1);
+                    layer.useBias && !bad.empty())
+                    return err(label + ": bias initializer: " + bad);
                 li.params = shape[0] * layer.units + (layer.useBias ? layer.units : 0);
                 shape = Shape{layer.units};
                 break;

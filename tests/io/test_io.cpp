@@ -487,6 +487,16 @@ class TestIo : public QObject {
                  "(rank 2) and a bias is a vector");
         m->layers[1].useBias = false;  // no bias, nothing to initialize
         QVERIFY(inferShapes(*m).ok());
+        // Fan axes must be dimensions of the kernel [in, out].
+        m->layers[1].kernelInitializer.inputAxes = {0};
+        m->layers[1].kernelInitializer.outputAxes = {2};
+        info = inferShapes(*m);
+        QVERIFY(!info.ok());
+        QCOMPARE(q(info.error()),
+                 "layer 1 'd': kernel initializer: output_axes has axis 2, but "
+                 "the parameter has 2 dimensions");
+        m->layers[1].kernelInitializer.outputAxes = {-1};
+        QVERIFY(inferShapes(*m).ok());
     }
 
     // ---- projects ---------------------------------------------------------------------------
