@@ -23,6 +23,15 @@ void printError(const std::string& msg) {
     std::fprintf(stderr, "traindeck: error: %s\n", msg.c_str());
 }
 
+// loadProject, then the keys of its Keras model that were accepted but are not applied, on stderr.
+Result<Project> openProject(const std::string& path) {
+    auto project = loadProject(path);
+    if (project.ok())
+        for (const std::string& w : project->warnings)
+            std::fprintf(stderr, "traindeck: warning: %s: %s\n", path.c_str(), w.c_str());
+    return project;
+}
+
 std::string fmtDuration(double s) {
     char buf[32];
     if (s < 60)
@@ -187,7 +196,7 @@ std::string defaultDbPath() {
 }
 
 int train(const TrainArgs& a) {
-    auto project = loadProject(a.project);
+    auto project = openProject(a.project);
     if (!project.ok()) {
         printError(project.error());
         return 2;
@@ -231,7 +240,7 @@ int train(const TrainArgs& a) {
 }
 
 int summary(const std::string& path) {
-    auto project = loadProject(path);
+    auto project = openProject(path);
     if (!project.ok()) {
         printError(project.error());
         return 2;
@@ -349,7 +358,7 @@ int devices(bool json) {
 }
 
 int compile(const std::string& path, const std::string& dumpAfter) {
-    auto project = loadProject(path);
+    auto project = openProject(path);
     if (!project.ok()) {
         printError(project.error());
         return 2;

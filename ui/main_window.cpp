@@ -187,6 +187,12 @@ bool MainWindow::openProject(const QString& path, QString* error) {
     }
     Settings::addRecentFile(project_->path());
     Settings::setLastProject(project_->path());
+    // Keys of the Keras model accepted but not applied (a mixed-precision layer policy, ...).
+    const auto& warnings = project_->project().warnings;
+    if (!warnings.empty())
+        statusBar()->showMessage(tr("Opened with %n warning(s): %1", "", int(warnings.size()))
+                                     .arg(QString::fromStdString(warnings.front())),
+                                 20000);
     return true;
 }
 

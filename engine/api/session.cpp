@@ -197,9 +197,8 @@ Status Session::Impl::initParams(const Graph& g) {
         const bool isKernel = p.name.size() > 7 && p.name.substr(p.name.size() - 7) == "/kernel";
         const LayerSpec* L = byName.at(layer);
         std::vector<float> host(static_cast<size_t>(numElements(n.shape)));
-        const int64_t fanIn = isKernel ? n.shape[0] : 1, fanOut = n.shape.back();
         const uint64_t seed = project.training.seed * 7919ull + 1000003ull * ++index;
-        Status s = initializeParam(host.data(), numElements(n.shape), fanIn, fanOut,
+        Status s = initializeParam(host.data(), n.shape,
                                    isKernel ? L->kernelInitializer : L->biasInitializer, seed);
         if (!s.ok()) return err("layer '" + layer + "': " + s.error());
         TD_RETURN_IF_ERROR(device->copyToDevice(p.value, 0, host.data(), bytes));

@@ -4,13 +4,16 @@
 #include <cstdint>
 
 #include "engine/core/result.h"
+#include "engine/core/tensor.h"
 #include "engine/model/layers.h"
 
 namespace td {
 
-// w has n = fanIn * fanOut values for a kernel [fanIn, fanOut], or fanOut for a bias.
-// `seed` is used when the spec has no seed of its own.
-Status initializeParam(float* w, int64_t n, int64_t fanIn, int64_t fanOut,
-                       const InitializerSpec& spec, uint64_t seed);
+// Fills w (numElements(shape) values, row-major) as Keras' initializer of that name and config
+// would: same distribution, same fans (keras compute_fans: a vector [n] has fan_in = fan_out = n, a
+// kernel [fanIn, fanOut]), not the same random stream. `seed` is used when the spec has none.
+// Errors: an unknown name, a config value Keras refuses, orthogonal on a rank < 2 shape, identity
+// on a shape that is not a matrix.
+Status initializeParam(float* w, const Shape& shape, const InitializerSpec& spec, uint64_t seed);
 
 }  // namespace td

@@ -86,8 +86,10 @@ std::string joinQuoted(const std::vector<std::string>& items);
 std::string joinPlain(const std::vector<std::string>& items);
 
 // Keras model JSON (keras_json.cpp). `path` prefixes error paths ("model" inside a project).
-// The value may be the to_json() object or its text (a JSON string).
-ModelSpec parseKerasModel(const Json& root, const std::string& path);
+// The value may be the to_json() object or its text (a JSON string). Keys accepted but not
+// applied are reported in `warnings` ("<path>: <message>") when it is not null.
+ModelSpec parseKerasModel(const Json& root, const std::string& path,
+                          std::vector<std::string>* warnings = nullptr);
 Json kerasModelToJson(const ModelSpec& model);
 
 }  // namespace td::jsonio

@@ -4,10 +4,16 @@
 // whatever else Keras writes next to them (module, registered_name, build_config: ignored).
 // Layer classes: InputLayer, Flatten, Reshape, Dense, Dropout, Activation, and the activation
 // layers ReLU (defaults only), LeakyReLU, ELU and Softmax (read as Activation layers).
-// Fields Keras writes that do not change the computation (dtype and dtype policies, sparse/ragged
-// false, data_format channels_last, null constraints, null noise_shape, ...) are ignored; a field
-// that would change it and that TrainDeck does not implement (a constraint, an activity
-// regularizer, a LoRA rank, ...) is an error naming the field.
+//
+// Every key Keras 2.x and 3.x write into these configs is known here. A key that does not change
+// the computation is accepted: silently when it holds Keras' default (sparse false, null
+// constraints, a float32 dtype policy), with a warning when it holds something TrainDeck does not
+// apply but that leaves the model's function unchanged (a mixed-precision dtype policy, a
+// non-empty compile_config). A value that would change the computation and that TrainDeck does
+// not implement (a constraint, an activity regularizer, a LoRA rank, a quantized policy, ...) is
+// an error naming the key. A key this reader does not know (a newer Keras) is accepted with a
+// warning when null, and refused by name otherwise: TrainDeck cannot tell what it would change.
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 
@@ -26,6 +32,82 @@ const std::vector<std::string>& supportedClasses() {
                                             "Dropout",    "Activation", "ReLU",    "LeakyReLU",
                                             "ELU",        "Softmax"};
     return v;
+}
+
+// Warnings collected while reading ("<path>: <message>"); the caller decides where they show.
+struct Notes {
+    std::vector<std::string>* out = nullptr;
+    void warn(const std::string& path, const std::string& message) const {
+        if (out) out->push_back(path.empty() ? message : path + ": " + message);
+    }
+};
+
+// Keys of obj outside `known`: a null one is what a newer Keras writes for an option left unset,
+// so it is accepted with a warning; any other value is refused naming the key (with checkKeys'
+// did-you-mean), since TrainDeck cannot tell what it would change.
+void checkKnownKeys(const Json& obj, const std::string& path, const std::vector<std::string>& known,
+                    const Notes& notes) {
+    for (auto it = obj.begin(); it != obj.end(); ++it) {
+        if (std::find(known.begin(), known.end(), it.key()) != known.end()) continue;
+        if (it.value().is_null()) {
+            notes.warn(child(path, it.key()), "unknown key (null) ignored");
+            continue;
+        }
+        checkKeys(Json{{it.key(), it.value()}}, path, known);
+    }
+}
+
+std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+}
+
+// A dtype or dtype policy: "float32", or {"class_name": "DTypePolicy" (Keras 3), "Policy" (Keras
+// 2 mixed precision) or "FloatDTypePolicy", "config": {"name": ...}}. float32 is what TrainDeck
+// computes in. Other floating-point policies (mixed_float16, float64, ...) leave the function
+// unchanged and are accepted with a warning (the project's precision decides); quantized
+// policies change the weights and are refused. An InputLayer may also declare an integer dtype:
+// its values reach the first layer as floats, as Keras casts them.
+void readDtype(const Json& v, const std::string& path, bool isInput, const Notes& notes) {
+    if (v.is_null()) return;
+    std::string name;
+    std::string namePath = path;
+    if (v.is_string()) {
+        name = v.get<std::string>();
+    } else {
+        const KerasRef ref = readKerasRef(v, path, "a dtype name");
+        if (ref.name == "QuantizedDTypePolicy" || ref.name == "QuantizedFloat8DTypePolicy")
+            fail(ref.namePath, "quantized layers are not supported, got " + squote(ref.name));
+        if (ref.name != "DTypePolicy" && ref.name != "FloatDTypePolicy" && ref.name != "Policy")
+            fail(ref.namePath,
+                 "expected a dtype policy (DTypePolicy, FloatDTypePolicy or Policy), "
+                 "got " +
+                     squote(ref.name));
+        if (!ref.config) return;
+        const std::string cpath = child(path, "config");
+        checkKnownKeys(*ref.config, cpath, {"name"}, notes);
+        const Json* n = member(*ref.config, "name");
+        if (!n || n->is_null()) return;
+        namePath = child(cpath, "name");
+        name = getString(*n, namePath);
+    }
+    if (name == "float32" || name == "_infer") return;  // Keras 2 _infer: the input's dtype
+    static const std::vector<std::string> floats{"mixed_float16", "mixed_bfloat16", "float16",
+                                                 "bfloat16", "float64"};
+    static const std::vector<std::string> ints{"uint8", "int8",  "uint16", "int16",
+                                               "int32", "int64", "uint32", "uint64"};
+    const bool isFloat = std::find(floats.begin(), floats.end(), name) != floats.end();
+    const bool isInt = std::find(ints.begin(), ints.end(), name) != ints.end();
+    if (name.find("_from_") != std::string::npos)  // int8_from_float32, float8_from_mixed_...
+        fail(namePath, "quantized layers are not supported, got " + squote(name));
+    if (isFloat || (isInput && isInt)) {
+        notes.warn(namePath, "dtype " + squote(name) +
+                                 " is not applied per layer; TrainDeck computes in float32 "
+                                 "unless the project's precision says otherwise");
+        return;
+    }
+    fail(namePath,
+         "expected a floating-point dtype (float32, mixed_float16, ...), got " + squote(name));
 }
 
 // Fields that must be null (or absent) because TrainDeck has no such feature.
@@ -104,7 +186,19 @@ ActivationKind readActivation(const Json& v, const std::string& path) {
     return *a;
 }
 
-InitializerSpec readInitializer(const Json& v, const std::string& path, const char* fallback) {
+// Keras 3.15 input_axes / output_axes: null or a list of axes.
+std::vector<int64_t> readAxes(const Json& v, const std::string& path) {
+    std::vector<int64_t> axes;
+    if (v.is_null()) return axes;
+    requireArray(v, path);
+    if (v.empty()) fail(path, "expected null or at least one axis, got []");
+    for (size_t i = 0; i < v.size(); ++i) axes.push_back(getInteger(v[i], child(path, i)));
+    return axes;
+}
+
+// What Keras' from_config accepts for each initializer, with its defaults (InitializerSpec).
+InitializerSpec readInitializer(const Json& v, const std::string& path, const char* fallback,
+                                const Notes& notes) {
     InitializerSpec spec;
     spec.name = fallback;
     if (v.is_null()) return spec;
@@ -113,17 +207,23 @@ InitializerSpec readInitializer(const Json& v, const std::string& path, const ch
     auto name = canonicalInitializerName(ref.name);
     if (!name) fail(ref.namePath, name.error());
     spec.name = *name;
+    const std::string& n = spec.name;
     if (!cfg) return spec;
     const std::string cpath = child(path, "config");
-    std::vector<std::string> valid{"seed"};
-    if (spec.name == "constant") valid = {"value"};
-    if (spec.name == "zeros" || spec.name == "ones") valid = {};
-    if (spec.name == "random_uniform") valid = {"seed", "minval", "maxval"};
-    if (spec.name == "random_normal" || spec.name == "truncated_normal")
-        valid = {"seed", "mean", "stddev"};
-    // Keras 2 may write a dtype into initializer configs; it does not change the values.
-    valid.push_back("dtype");
-    checkKeys(*cfg, cpath, valid);
+    const bool scaled = n == "glorot_uniform" || n == "glorot_normal" || n == "he_uniform" ||
+                        n == "he_normal" || n == "lecun_uniform" || n == "lecun_normal";
+    std::vector<std::string> known;
+    if (n == "constant") known = {"value"};
+    if (n == "random_uniform") known = {"seed", "minval", "maxval"};
+    if (n == "random_normal" || n == "truncated_normal") known = {"seed", "mean", "stddev"};
+    if (scaled) known = {"seed", "input_axes", "output_axes"};
+    if (n == "variance_scaling")
+        known = {"seed", "scale", "mode", "distribution", "input_axes", "output_axes"};
+    if (n == "orthogonal") known = {"seed", "gain"};
+    if (n == "identity") known = {"gain"};
+    // Keras 2's v1 initializers write a dtype; it does not change the values.
+    known.push_back("dtype");
+    checkKnownKeys(*cfg, cpath, known, notes);
     if (const Json* s = member(*cfg, "seed")) spec.seed = getOptionalSeed(*s, child(cpath, "seed"));
     if (const Json* x = member(*cfg, "value")) spec.value = getNumber(*x, child(cpath, "value"));
     if (const Json* x = member(*cfg, "minval")) spec.minval = getNumber(*x, child(cpath, "minval"));
@@ -131,7 +231,34 @@ InitializerSpec readInitializer(const Json& v, const std::string& path, const ch
     if (const Json* x = member(*cfg, "mean")) spec.mean = getNumber(*x, child(cpath, "mean"));
     if (const Json* x = member(*cfg, "stddev"))
         spec.stddev = getPositiveNumber(*x, child(cpath, "stddev"));
-    if (spec.name == "random_uniform" && !(spec.minval < spec.maxval))
+    if (const Json* x = member(*cfg, "gain")) spec.gain = getNumber(*x, child(cpath, "gain"));
+    if (const Json* x = member(*cfg, "scale"))
+        spec.scale = getPositiveNumber(*x, child(cpath, "scale"));
+    if (const Json* x = member(*cfg, "mode"))
+        spec.mode = getOneOf(*x, child(cpath, "mode"), {"fan_in", "fan_out", "fan_avg"});
+    if (const Json* x = member(*cfg, "distribution")) {
+        // Keras lower-cases the distribution and reads "normal" as "truncated_normal".
+        const std::string dpath = child(cpath, "distribution");
+        std::string d = getString(*x, dpath);
+        for (char& c : d) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        if (d == "normal") d = "truncated_normal";
+        spec.distribution =
+            getOneOf(Json(d), dpath, {"truncated_normal", "untruncated_normal", "uniform"});
+    }
+    if (const Json* x = member(*cfg, "input_axes"))
+        spec.inputAxes = readAxes(*x, child(cpath, "input_axes"));
+    if (const Json* x = member(*cfg, "output_axes"))
+        spec.outputAxes = readAxes(*x, child(cpath, "output_axes"));
+    if (spec.inputAxes.empty() != spec.outputAxes.empty()) {
+        // Keras uses the axes only when both are given.
+        notes.warn(child(cpath, spec.inputAxes.empty() ? "output_axes" : "input_axes"),
+                   "ignored without " +
+                       std::string(spec.inputAxes.empty() ? "input_axes" : "output_axes") +
+                       " (Keras uses them only together)");
+        spec.inputAxes.clear();
+        spec.outputAxes.clear();
+    }
+    if (n == "random_uniform" && !(spec.minval < spec.maxval))
         fail(cpath, "expected minval < maxval, got minval " + Json(spec.minval).dump() +
                         " and maxval " + Json(spec.maxval).dump());
     return spec;
@@ -169,7 +296,44 @@ RegularizerSpec readRegularizer(const Json& v, const std::string& path) {
     return spec;
 }
 
-LayerSpec readLayer(const Json& entry, const std::string& path, size_t index) {
+// Keys Keras writes into every layer config (Keras 2 and 3), plus the input shape keys a first
+// layer may carry.
+const std::vector<std::string>& commonLayerKeys() {
+    static const std::vector<std::string> v{
+        "name",        "trainable", "dtype",      "batch_shape",          "batch_input_shape",
+        "input_shape", "input_dim", "batch_size", "activity_regularizer", "autocast"};
+    return v;
+}
+
+// Keys of each class beyond the common ones.
+std::vector<std::string> classKeys(const std::string& className) {
+    if (className == "InputLayer")
+        return {"shape", "sparse", "ragged", "optional", "batch_size", "input_tensor"};
+    if (className == "Flatten") return {"data_format"};
+    if (className == "Reshape") return {"target_shape"};
+    if (className == "Dense")
+        return {"units",
+                "activation",
+                "use_bias",
+                "kernel_initializer",
+                "bias_initializer",
+                "kernel_regularizer",
+                "bias_regularizer",
+                "kernel_constraint",
+                "bias_constraint",
+                "lora_rank",
+                "lora_alpha",
+                "quantization_config"};
+    if (className == "Dropout") return {"rate", "seed", "noise_shape"};
+    if (className == "Activation") return {"activation"};
+    if (className == "ReLU") return {"max_value", "negative_slope", "threshold"};
+    if (className == "LeakyReLU") return {"negative_slope", "alpha"};
+    if (className == "ELU") return {"alpha"};
+    if (className == "Softmax") return {"axis"};
+    return {};
+}
+
+LayerSpec readLayer(const Json& entry, const std::string& path, size_t index, const Notes& notes) {
     requireObject(entry, path);
     const std::string className =
         getString(requireMember(entry, path, "class_name"), child(path, "class_name"));
@@ -199,10 +363,18 @@ LayerSpec readLayer(const Json& entry, const std::string& path, size_t index) {
         layer.name = getString(*n, child(cpath, "name"));
     else if (const Json* n2 = member(entry, "name"); n2 && n2->is_string())
         layer.name = n2->get<std::string>();
+    checkKnownKeys(cfg, cpath, concat(commonLayerKeys(), classKeys(className)), notes);
     if (const Json* t = member(cfg, "trainable"); t && !t->is_null())
         layer.trainable = getBool(*t, child(cpath, "trainable"));
+    if (const Json* d = member(cfg, "dtype"))
+        readDtype(*d, child(cpath, "dtype"), layer.type == LayerType::Input, notes);
     layer.inputShape = readLayerInputShape(cfg, cpath);
     requireNull(cfg, cpath, "activity_regularizer", "an activity regularizer");
+    // Keras 2's autocast: whether inputs are cast to the compute dtype, float32 either way here.
+    if (const Json* x = member(cfg, "autocast"); x && !x->is_null())
+        getBool(*x, child(cpath, "autocast"));
+    if (const Json* x = member(cfg, "batch_size"); x && !x->is_null())
+        getPositiveInteger(*x, child(cpath, "batch_size"));  // the project's batch_size decides
 
     if (isActivationLayer) {
         if (className == "ReLU") {
@@ -239,9 +411,11 @@ LayerSpec readLayer(const Json& entry, const std::string& path, size_t index) {
                 fail(cpath,
                      "an InputLayer needs batch_shape (Keras 3), batch_input_shape "
                      "(Keras 2) or shape");
-            for (const char* key : {"sparse", "ragged"})
-                if (const Json* x = member(cfg, key); x && x->is_boolean() && x->get<bool>())
-                    fail(child(cpath, key), std::string(key) + " inputs are not supported");
+            for (const char* key : {"sparse", "ragged", "optional"})
+                if (const Json* x = member(cfg, key); x && !x->is_null())
+                    if (getBool(*x, child(cpath, key)))
+                        fail(child(cpath, key), std::string(key) + " inputs are not supported");
+            requireNull(cfg, cpath, "input_tensor", "an input tensor");
             break;
         case LayerType::Flatten:
             if (const Json* x = member(cfg, "data_format");
@@ -271,11 +445,11 @@ LayerSpec readLayer(const Json& entry, const std::string& path, size_t index) {
             if (const Json* x = member(cfg, "use_bias"))
                 layer.useBias = getBool(*x, child(cpath, "use_bias"));
             if (const Json* x = member(cfg, "kernel_initializer"))
-                layer.kernelInitializer =
-                    readInitializer(*x, child(cpath, "kernel_initializer"), "glorot_uniform");
+                layer.kernelInitializer = readInitializer(*x, child(cpath, "kernel_initializer"),
+                                                          "glorot_uniform", notes);
             if (const Json* x = member(cfg, "bias_initializer"))
                 layer.biasInitializer =
-                    readInitializer(*x, child(cpath, "bias_initializer"), "zeros");
+                    readInitializer(*x, child(cpath, "bias_initializer"), "zeros", notes);
             if (const Json* x = member(cfg, "kernel_regularizer"))
                 layer.kernelRegularizer = readRegularizer(*x, child(cpath, "kernel_regularizer"));
             if (const Json* x = member(cfg, "bias_regularizer"))
@@ -323,6 +497,14 @@ Json seedJson(const std::optional<uint64_t>& seed) {
     return seed ? Json(*seed) : Json(nullptr);
 }
 
+Json axesJson(const std::vector<int64_t>& axes) {
+    Json out = Json::array();
+    for (int64_t a : axes) out.push_back(a);
+    return out;
+}
+
+// Config keys in Keras 3's order. input_axes / output_axes go out only when set, so that Keras
+// releases before 3.15 (whose from_config does not take them) read the file too.
 Json initializerJson(const InitializerSpec& init) {
     Json cfg = Json::object();
     const std::string& n = init.name;
@@ -338,8 +520,22 @@ Json initializerJson(const InitializerSpec& init) {
         cfg["seed"] = seedJson(init.seed);
         cfg["mean"] = init.mean;
         cfg["stddev"] = init.stddev;
+    } else if (n == "orthogonal") {
+        cfg["seed"] = seedJson(init.seed);
+        cfg["gain"] = init.gain;
+    } else if (n == "identity") {
+        if (init.gain != 1.0) cfg["gain"] = init.gain;  // Keras 3 writes {} (and reads gain)
     } else {
         cfg["seed"] = seedJson(init.seed);
+        if (n == "variance_scaling") {
+            cfg["scale"] = init.scale;
+            cfg["mode"] = init.mode;
+            cfg["distribution"] = init.distribution;
+        }
+        if (!init.inputAxes.empty() && !init.outputAxes.empty()) {
+            cfg["input_axes"] = axesJson(init.inputAxes);
+            cfg["output_axes"] = axesJson(init.outputAxes);
+        }
     }
     return Json{{"module", "keras.initializers"},
                 {"class_name", initializerClassName(n)},
@@ -370,7 +566,9 @@ Json regularizerJson(const RegularizerSpec& r) {
 
 }  // namespace
 
-ModelSpec parseKerasModel(const Json& rootIn, const std::string& path) {
+ModelSpec parseKerasModel(const Json& rootIn, const std::string& path,
+                          std::vector<std::string>* warnings) {
+    const Notes notes{warnings};
     Json parsed;
     const Json* root = &rootIn;
     if (rootIn.is_string()) {
@@ -389,6 +587,7 @@ ModelSpec parseKerasModel(const Json& rootIn, const std::string& path) {
     const std::string cpath = child(path, "config");
 
     ModelSpec model;
+    bool modelTrainable = true;
     const Json* layers = nullptr;
     std::string lpath;
     Shape buildShape;
@@ -397,8 +596,14 @@ ModelSpec parseKerasModel(const Json& rootIn, const std::string& path) {
         lpath = cpath;
     } else {
         requireObject(config, cpath);
+        checkKnownKeys(config, cpath, {"name", "trainable", "dtype", "layers", "build_input_shape"},
+                       notes);
         if (const Json* n = member(config, "name"); n && !n->is_null())
             model.name = getNonEmptyString(*n, child(cpath, "name"));
+        if (const Json* t = member(config, "trainable"); t && !t->is_null())
+            modelTrainable = getBool(*t, child(cpath, "trainable"));
+        if (const Json* d = member(config, "dtype"))
+            readDtype(*d, child(cpath, "dtype"), false, notes);
         layers = &requireMember(config, cpath, "layers");
         lpath = child(cpath, "layers");
         if (const Json* b = member(config, "build_input_shape"); b && b->is_array())
@@ -412,7 +617,16 @@ ModelSpec parseKerasModel(const Json& rootIn, const std::string& path) {
     requireArray(*layers, lpath);
     if (layers->empty()) fail(lpath, "expected at least one layer, got []");
     for (size_t i = 0; i < layers->size(); ++i)
-        model.layers.push_back(readLayer((*layers)[i], child(lpath, i), i));
+        model.layers.push_back(readLayer((*layers)[i], child(lpath, i), i, notes));
+    // A model that is not trainable has no trainable weights, whatever its layers say (an
+    // InputLayer has none to begin with).
+    if (!modelTrainable)
+        for (LayerSpec& l : model.layers)
+            if (l.type != LayerType::Input) l.trainable = false;
+    if (const Json* cc = member(*root, "compile_config"); cc && cc->is_object() && !cc->empty())
+        notes.warn(child(path, "compile_config"),
+                   "not read: the project's training section sets the optimizer, loss and "
+                   "metrics");
 
     // Keras 2 repeats the InputLayer's shape as batch_input_shape on the next layer: drop it.
     if (model.layers.size() > 1 && model.layers[0].type == LayerType::Input &&
@@ -524,10 +738,11 @@ Json kerasModelToJson(const ModelSpec& model) {
 
 }  // namespace jsonio
 
-Result<ModelSpec> modelFromKerasJson(const std::string& jsonText) {
+Result<ModelSpec> modelFromKerasJson(const std::string& jsonText,
+                                     std::vector<std::string>* warnings) {
     try {
         jsonio::Json root = jsonio::parseText(jsonText, "");
-        return jsonio::parseKerasModel(root, "");
+        return jsonio::parseKerasModel(root, "", warnings);
     } catch (const jsonio::FieldError& e) {
         return err(jsonio::formatError("Keras model JSON", e));
     } catch (const std::exception& e) {

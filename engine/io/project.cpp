@@ -723,7 +723,7 @@ struct Reader {
         }
         if (const Json* x = member(root, "description"))
             p.description = freeText(*x, "description", TextKind::LongText);
-        p.model = parseKerasModel(requireMember(root, "", "model"), "model");
+        p.model = parseKerasModel(requireMember(root, "", "model"), "model", &p.warnings);
         if (const Json* x = member(root, "data")) p.data = data(*x, "data");
         if (const Json* x = member(root, "training")) p.training = training(*x, "training");
         if (const Json* x = member(root, "precision")) p.precision = precision(*x, "precision");

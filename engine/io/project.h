@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "engine/core/result.h"
 #include "engine/data/data_config.h"
@@ -29,6 +30,10 @@ struct Project {
     PrecisionPolicy precision = PrecisionPolicy::Float32;
     bool fusion = true;
     StrategyConfig strategy;
+    // Set by parseProject, never saved: keys of the Keras model that were accepted but are not
+    // applied ("model.config.layers[1].config.dtype.config.name: dtype 'mixed_float16' is not
+    // applied per layer; ..."). Front ends show them when they open the project.
+    std::vector<std::string> warnings;
 };
 
 // Parse and validate (schema: docs/PROJECT_FORMAT.md). Errors name the file and the field path,
@@ -59,11 +64,13 @@ Status checkProjectResources(const Project& p, const ModelInfo& info);
 // first field that differs, e.g. "training.optimizer.config.beta_1" or "model.config.layers[2]".
 std::string projectDifference(const Project& a, const Project& b);
 
-// Keras model.to_json() text for a Sequential model, and back. Reads the Keras 2 and Keras 3 forms
-// (errors name the JSON path, e.g. "config.layers[2].config.units: ..."); does not run inferShapes,
-// so empty names stay empty. Writes the Keras 3 form (compact, like to_json()); the text parses
-// back to an equal ModelSpec.
-Result<ModelSpec> modelFromKerasJson(const std::string& jsonText);
+// Keras model.to_json() text for a Sequential model, and back. Reads what Keras 2.x and 3.x write
+// (errors name the JSON path, e.g. "config.layers[2].config.units: ..."; keys accepted but not
+// applied go to `warnings` when given); does not run inferShapes, so empty names stay empty.
+// Writes the Keras 3 form (compact, like to_json()) that every Keras 3 release reads; the text
+// parses back to an equal ModelSpec.
+Result<ModelSpec> modelFromKerasJson(const std::string& jsonText,
+                                     std::vector<std::string>* warnings = nullptr);
 std::string modelToKerasJson(const ModelSpec& model);
 
 }  // namespace td

@@ -49,19 +49,22 @@ struct InitializerEntry {
     const char* className;  // Keras class name
 };
 
-constexpr std::array<InitializerEntry, 12> kInitializers{{
+constexpr std::array<InitializerEntry, 15> kInitializers{{
     {"glorot_uniform", "GlorotUniform"},
     {"glorot_normal", "GlorotNormal"},
     {"he_uniform", "HeUniform"},
     {"he_normal", "HeNormal"},
     {"lecun_uniform", "LecunUniform"},
     {"lecun_normal", "LecunNormal"},
+    {"variance_scaling", "VarianceScaling"},
     {"zeros", "Zeros"},
     {"ones", "Ones"},
     {"constant", "Constant"},
     {"random_uniform", "RandomUniform"},
     {"random_normal", "RandomNormal"},
     {"truncated_normal", "TruncatedNormal"},
+    {"orthogonal", "Orthogonal"},
+    {"identity", "Identity"},
 }};
 
 std::string layerLabel(size_t index, const std::string& name) {
@@ -74,6 +77,22 @@ std::string kerasShape(const Shape& s) {
     if (s.empty()) return out + ",)";
     for (int64_t d : s) out += ", " + (d < 0 ? std::string("None") : std::to_string(d));
     return out + ")";
+}
+
+std::string squoteName(const std::string& s) {
+    return "'" + s + "'";
+}
+
+// Keras indexes the parameter's shape with a variance-scaling initializer's axes: each must be
+// one of its dimensions ("" when they are).
+std::string badInitializerAxes(const InitializerSpec& init, int64_t rank) {
+    for (const auto* axes : {&init.inputAxes, &init.outputAxes})
+        for (int64_t a : *axes)
+            if (a < -rank || a >= rank)
+                return std::string(axes == &init.inputAxes ? "input_axes" : "output_axes") +
+                       " has axis " + std::to_string(a) + ", but the parameter has " +
+                       std::to_string(rank) + (rank == 1 ? " dimension" : " dimensions");
+    return {};
 }
 
 std::string numberText(double v) {
@@ -157,6 +176,9 @@ Result<std::string> canonicalInitializerName(const std::string& name) {
     if (key == "one") key = "ones";
     if (key == "uniform") key = "randomuniform";
     if (key == "normal") key = "randomnormal";
+    // Keras 3 also exports these under their long class names.
+    if (key == "orthogonalinitializer") key = "orthogonal";
+    if (key == "identityinitializer") key = "identity";
     for (const auto& e : kInitializers)
         if (key == squashName(e.name)) return std::string(e.name);
     std::string valid;
@@ -168,6 +190,10 @@ const char* initializerClassName(const std::string& canonicalName) {
     for (const auto& e : kInitializers)
         if (canonicalName == e.name) return e.className;
     return "?";
+}
+
+bool initializerNeedsMatrix(const std::string& canonicalName) {
+    return canonicalName == "orthogonal" || canonicalName == "identity";
 }
 
 std::string formatThousands(int64_t n) {
@@ -302,6 +328,15 @@ Result<ModelInfo> inferShapes(ModelSpec& model) {
                 if (layer.units > kMaxElements || shape[0] > kMaxElements / layer.units)
                     return err(label + ": " + std::to_string(layer.units) + " units on " +
                                std::to_string(shape[0]) + " inputs is too large");
+                if (layer.useBias && initializerNeedsMatrix(layer.biasInitializer.name))
+                    return err(label + ": the bias initializer " +
+                               squoteName(layer.biasInitializer.name) +
+                               " needs a matrix (rank 2) and a bias is a vector");
+                if (auto bad = badInitializerAxes(layer.kernelInitializer, 2); !bad.empty())
+                    return err(label + ": kernel initializer: " + bad);
+                if (auto bad = badInitializerAxes(layer.biasInitializer, 1);
+                    layer.useBias && !bad.empty())
+                    return err(label + ": bias initializer: " + bad);
                 li.params = shape[0] * layer.units + (layer.useBias ? layer.units : 0);
                 shape = Shape{layer.units};
                 break;

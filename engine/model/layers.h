@@ -28,19 +28,33 @@ Result<std::string> canonicalInitializerName(const std::string& name);
 // Keras class name of a canonical initializer name: "glorot_uniform" -> "GlorotUniform".
 const char* initializerClassName(const std::string& canonicalName);
 
-// Keras initializer by name with its config values.
+// Keras initializer by name with its config values. The variance-scaling family (glorot_*, he_*,
+// lecun_*) are variance_scaling with a fixed scale, mode and distribution; they keep their own
+// name so that a file round-trips to the same class.
 struct InitializerSpec {
     std::string name = "glorot_uniform";   // glorot_uniform, glorot_normal, he_uniform,
-                                           // he_normal, lecun_uniform, lecun_normal, zeros, ones,
-                                           // constant, random_uniform, random_normal,
-                                           // truncated_normal
+                                           // he_normal, lecun_uniform, lecun_normal,
+                                           // variance_scaling, zeros, ones, constant,
+                                           // random_uniform, random_normal, truncated_normal,
+                                           // orthogonal, identity
     double value = 0.0;                    // constant
     double minval = -0.05, maxval = 0.05;  // random_uniform
     double mean = 0.0, stddev = 0.05;      // random_normal, truncated_normal
+    double scale = 1.0;                    // variance_scaling (> 0)
+    std::string mode = "fan_in";           // variance_scaling: fan_in, fan_out, fan_avg
+    std::string distribution = "truncated_normal";  // variance_scaling: truncated_normal,
+                                                    // untruncated_normal, uniform
+    double gain = 1.0;                              // orthogonal, identity
+    // Variance scaling (Keras 3.15 input_axes / output_axes): the axes whose sizes multiply into
+    // fan_in and fan_out; both empty: Keras' compute_fans defaults (a kernel [in, out]).
+    std::vector<int64_t> inputAxes, outputAxes;
     std::optional<uint64_t> seed;
 
     bool operator==(const InitializerSpec&) const = default;
 };
+
+// Initializers that need a matrix (rank >= 2): Keras refuses them for a bias.
+bool initializerNeedsMatrix(const std::string& canonicalName);
 
 struct RegularizerSpec {
     double l1 = 0.0;

@@ -9,8 +9,9 @@
 //   5. iterations += 1.
 // Steps 2-4 are fused into one pass over each parameter: the clipping is a per-tensor scale and a
 // clamp applied to the gradient as it is read, so apply() touches each array once and allocates
-// nothing. Per-step scalars (bias corrections, 1 - beta, ...) are computed once per step in double
-// and rounded to float, as Keras casts them to the variable dtype. Tensors of at least
+// nothing. Per-step scalars are computed once per step where Keras computes them: 1 - beta (a
+// Python float) in double, rounded to float; Adam's bias correction in float32, from the betas
+// cast to the variable dtype. Tensors of at least
 // kParallelMinElements elements are split across the OpenMP threads; smaller ones run on the
 // calling thread (a fork/join costs more than updating a few thousand floats).
 //
@@ -324,7 +325,7 @@ class Sgd final : public OptimizerBase {
 };
 
 // ---- Adam / AdamW -------------------------------------------------------------------------------
-// Keras 3: t = iterations + 1; alpha = lr * sqrt(1 - beta_2^t) / (1 - beta_1^t);
+// Keras 3: t = iterations + 1; alpha = lr * sqrt(1 - beta_2^t) / (1 - beta_1^t) (in float32);
 // m += (g - m) * (1 - beta_1); v += (g^2 - v) * (1 - beta_2); amsgrad: vhat = max(vhat, v), v =
 // vhat; w -= alpha * m / (sqrt(v) + epsilon). AdamW is the same update with the base optimizer's
 // decoupled weight decay (w -= w * weight_decay * lr first). Slots per parameter: m, v[, vhat].
@@ -338,10 +339,13 @@ class Adam final : public OptimizerBase {
     int slotsPerParam() const override { return cfg_.amsgrad ? 3 : 2; }
 
     void beginStep(double lr) override {
-        const double t = static_cast<double>(iterations_ + 1);
-        const double b1Power = std::pow(cfg_.beta1, t);
-        const double b2Power = std::pow(cfg_.beta2, t);
-        alpha_ = static_cast<float>(lr * std::sqrt(1.0 - b2Power) / (1.0 - b1Power));
+        // In float32, as Keras computes it in the variable dtype: 1 - beta_2^t cancels most of
+        // its digits on the first steps, so the float rounding of beta_2 (0.999f = 0.99900001)
+        // and of its power moves alpha by up to 1e-5 relative, and the weights with it.
+        const float t = static_cast<float>(iterations_ + 1);
+        const float b1Power = std::pow(static_cast<float>(cfg_.beta1), t);
+        const float b2Power = std::pow(static_cast<float>(cfg_.beta2), t);
+        alpha_ = static_cast<float>(lr) * std::sqrt(1.0f - b2Power) / (1.0f - b1Power);
     }
 
     void update(size_t index, const ParamRef& p, float gs, const StepScalars& s) override {

@@ -43,6 +43,7 @@ class TestCli : public QObject {
     Q_OBJECT
   private slots:
     void summaryPrintsKerasTable();
+    void kerasWarningsOnStderr();
     void devicesListsCpu();
     void compileDumpsAfterPass();
     void trainStoresRunAndListsIt();
@@ -58,6 +59,35 @@ void TestCli::summaryPrintsKerasTable() {
     QCOMPARE(r.code, 0);
     QVERIFY(r.out.contains("Total params: 101,770"));
     QVERIFY(r.out.contains("(None, 128)"));
+}
+
+// A model Keras wrote with a mixed-precision layer: accepted, and the CLI says what it ignores.
+void TestCli::kerasWarningsOnStderr() {
+    QFile base(project("synthetic_blobs.json"));
+    QVERIFY(base.open(QIODevice::ReadOnly));
+    QJsonObject p = QJsonDocument::fromJson(base.readAll()).object();
+    QFile fixtures(QString(TRAINDECK_SOURCE_DIR) + "/tests/fixtures/keras/models_keras3.json");
+    QVERIFY(fixtures.open(QIODevice::ReadOnly));
+    for (const QJsonValue m : QJsonDocument::fromJson(fixtures.readAll())["models"].toArray())
+        if (m["name"] == "mixed_precision_layer") p["model"] = m["json"];
+    QJsonObject data = p["data"].toObject(), source = data["source"].toObject();
+    source["shape"] = QJsonArray{4};
+    source["classes"] = 2;
+    data["source"] = source;
+    p["data"] = data;
+    QTemporaryDir dir;
+    const QString path = dir.filePath("mixed.json");
+    QFile out(path);
+    QVERIFY(out.open(QIODevice::WriteOnly));
+    out.write(QJsonDocument(p).toJson());
+    out.close();
+    Run r = traindeck({"summary", path});
+    QCOMPARE(r.code, 0);
+    QVERIFY(r.out.contains("Total params: 23"));
+    QVERIFY2(r.err.contains("traindeck: warning: " + path +
+                            ": model.config.layers[1].config.dtype.config.name: dtype "
+                            "'mixed_float16' is not applied per layer"),
+             qPrintable(r.err));
 }
 
 void TestCli::devicesListsCpu() {

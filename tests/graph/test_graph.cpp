@@ -356,7 +356,7 @@ void TestGraph::wholeModelPassesOnOffAgree() {
 void TestGraph::initializers() {
     std::vector<float> w(784 * 128);
     InitializerSpec glorot;
-    QVERIFY(initializeParam(w.data(), int64_t(w.size()), 784, 128, glorot, 1).ok());
+    QVERIFY(initializeParam(w.data(), Shape{784, 128}, glorot, 1).ok());
     const float limit = std::sqrt(6.f / (784 + 128));
     float mx = 0;
     double mean = 0;
@@ -367,16 +367,16 @@ void TestGraph::initializers() {
     QVERIFY(mx <= limit && mx > 0.99f * limit);
     QVERIFY(std::fabs(mean / double(w.size())) < 1e-3);
     std::vector<float> w2(w.size());
-    QVERIFY(initializeParam(w2.data(), int64_t(w2.size()), 784, 128, glorot, 1).ok());
+    QVERIFY(initializeParam(w2.data(), Shape{784, 128}, glorot, 1).ok());
     QCOMPARE(w, w2);  // seeded
     InitializerSpec he{.name = "he_normal"};
-    QVERIFY(initializeParam(w.data(), int64_t(w.size()), 784, 128, he, 2).ok());
+    QVERIFY(initializeParam(w.data(), Shape{784, 128}, he, 2).ok());
     double var = 0;
     for (float v : w) var += double(v) * v;
     var /= double(w.size());
     QVERIFY(std::fabs(var - 2.0 / 784) < 0.1 * 2.0 / 784);
     InitializerSpec bad{.name = "frobnicate"};
-    auto s = initializeParam(w.data(), 4, 2, 2, bad, 1);
+    auto s = initializeParam(w.data(), Shape{2, 2}, bad, 1);
     QVERIFY(!s.ok() && QString::fromStdString(s.error()).contains("glorot_uniform"));
 }
 

@@ -237,6 +237,35 @@ class TestIo : public QObject {
                  {"class_name":"InputLayer","config":{"batch_shape":[32,3]}},
                  {"class_name":"Dense","config":{"units":2,"trainable":false,"activation":null}}]}})"
             << "1:trainable=false;1:activation=linear;0:input=[3]";
+        QTest::newRow("Keras 2 VarianceScaling, normal is truncated_normal")
+            << R"({"class_name":"Sequential","config":{"layers":[
+                 {"class_name":"InputLayer","config":{"batch_input_shape":[null,3]}},
+                 {"class_name":"Dense","config":{"units":2,"kernel_initializer":{
+                  "class_name":"VarianceScaling","config":{"scale":2.0,"mode":"fan_avg",
+                  "distribution":"Normal","seed":5}}}}]}})"
+            << "1:kernel=variance_scaling;1:scale=2;1:mode=fan_avg;1:distribution=truncated_normal;"
+               "1:seed=5";
+        QTest::newRow("Keras 2 Identity and Orthogonal gain")
+            << R"({"class_name":"Sequential","config":{"layers":[
+                 {"class_name":"InputLayer","config":{"batch_input_shape":[null,3]}},
+                 {"class_name":"Dense","config":{"units":3,"kernel_initializer":{
+                  "class_name":"Identity","config":{"gain":0.5}}}},
+                 {"class_name":"Dense","config":{"units":3,"kernel_initializer":{
+                  "class_name":"Orthogonal","config":{"gain":1.5,"seed":null}}}}]}})"
+            << "1:kernel=identity;1:gain=0.5;2:kernel=orthogonal;2:gain=1.5";
+        QTest::newRow("Keras 3.15 input_axes and output_axes")
+            << R"({"class_name":"Sequential","config":{"layers":[
+                 {"class_name":"InputLayer","config":{"batch_shape":[null,3],"optional":false}},
+                 {"class_name":"Dense","config":{"units":2,"kernel_initializer":{
+                  "module":"keras.initializers","class_name":"HeUniform",
+                  "config":{"seed":null,"input_axes":[-1],"output_axes":[0]},
+                  "registered_name":null},"quantization_config":null}}]}})"
+            << "1:kernel=he_uniform;1:axes=-1/0";
+        QTest::newRow("model not trainable")
+            << R"({"class_name":"Sequential","config":{"trainable":false,"layers":[
+                 {"class_name":"InputLayer","config":{"batch_shape":[null,3]}},
+                 {"class_name":"Dense","config":{"units":2,"trainable":true}}]}})"
+            << "1:trainable=false;0:trainable=true";
         QTest::newRow("mixed precision dtype policy ignored")
             << R"({"class_name":"Sequential","config":{"layers":[
                  {"class_name":"InputLayer","config":{"batch_shape":[null,3]}},
@@ -270,6 +299,19 @@ class TestIo : public QObject {
             if (field == "slope") got = QString::number(l.negativeSlope);
             if (field == "trainable") got = l.trainable ? "true" : "false";
             if (field == "units") got = QString::number(l.units);
+            if (field == "scale") got = QString::number(l.kernelInitializer.scale);
+            if (field == "mode") got = q(l.kernelInitializer.mode);
+            if (field == "distribution") got = q(l.kernelInitializer.distribution);
+            if (field == "gain") got = QString::number(l.kernelInitializer.gain);
+            if (field == "axes") {
+                auto join = [](const std::vector<int64_t>& v) {
+                    QStringList parts;
+                    for (int64_t x : v) parts << QString::number(x);
+                    return parts.join(',');
+                };
+                got = join(l.kernelInitializer.inputAxes) + "/" +
+                      join(l.kernelInitializer.outputAxes);
+            }
             QVERIFY2(got == want, qPrintable(fact + " got " + got));
         }
     }
@@ -307,11 +349,60 @@ class TestIo : public QObject {
                "is not supported (expected null), got an object";
         QTest::newRow("unknown initializer")
             << head + R"({"class_name":"Dense","config":{"units":3,
-                "kernel_initializer":{"class_name":"Orthogonal","config":{"gain":1.0}}}}]}})"
+                "kernel_initializer":{"class_name":"STFT","config":{"side":"real"}}}}]}})"
             << "Keras model JSON: config.layers[2].config.kernel_initializer.class_name: unknown "
-               "initializer 'Orthogonal' (valid: glorot_uniform, glorot_normal, he_uniform, "
-               "he_normal, lecun_uniform, lecun_normal, zeros, ones, constant, random_uniform, "
-               "random_normal, truncated_normal)";
+               "initializer 'STFT' (valid: glorot_uniform, glorot_normal, he_uniform, "
+               "he_normal, lecun_uniform, lecun_normal, variance_scaling, zeros, ones, constant, "
+               "random_uniform, random_normal, truncated_normal, orthogonal, identity)";
+        QTest::newRow("unknown key with a value")
+            << head + R"({"class_name":"Dense","config":{"units":3,"unitz":4}}]}})"
+            << "Keras model JSON: config.layers[2].config: unknown key 'unitz'; did you mean "
+               "'units'? (valid keys: name, trainable, dtype, batch_shape, batch_input_shape, "
+               "input_shape, input_dim, batch_size, activity_regularizer, autocast, units, "
+               "activation, use_bias, kernel_initializer, bias_initializer, kernel_regularizer, "
+               "bias_regularizer, kernel_constraint, bias_constraint, lora_rank, lora_alpha, "
+               "quantization_config)";
+        QTest::newRow("initializer key that changes the values")
+            << head + R"({"class_name":"Dense","config":{"units":3,
+                "kernel_initializer":{"class_name":"GlorotUniform","config":{"scale":2.0}}}}]}})"
+            << "Keras model JSON: config.layers[2].config.kernel_initializer.config: unknown key "
+               "'scale' (valid keys: seed, input_axes, output_axes, dtype)";
+        QTest::newRow("variance scaling mode")
+            << head + R"({"class_name":"Dense","config":{"units":3,
+                "kernel_initializer":{"class_name":"VarianceScaling","config":{"mode":"FAN_IN"}}}}]}})"
+            << "Keras model JSON: config.layers[2].config.kernel_initializer.config.mode: expected "
+               "one of \"fan_in\", \"fan_out\", \"fan_avg\", got \"FAN_IN\"";
+        QTest::newRow("variance scaling distribution")
+            << head + R"({"class_name":"Dense","config":{"units":3,
+                "kernel_initializer":{"class_name":"VarianceScaling","config":{"distribution":"gamma"}}}}]}})"
+            << "Keras model JSON: config.layers[2].config.kernel_initializer.config.distribution: "
+               "expected one of \"truncated_normal\", \"untruncated_normal\", \"uniform\", got "
+               "\"gamma\"";
+        QTest::newRow("quantized dtype policy")
+            << head + R"({"class_name":"Dense","config":{"units":3,"dtype":{"module":"keras",
+                "class_name":"DTypePolicy","config":{"name":"int8_from_float32"}}}}]}})"
+            << "Keras model JSON: config.layers[2].config.dtype.config.name: quantized layers are "
+               "not supported, got 'int8_from_float32'";
+        QTest::newRow("integer dtype on a Dense")
+            << head + R"({"class_name":"Dense","config":{"units":3,"dtype":"int32"}}]}})"
+            << "Keras model JSON: config.layers[2].config.dtype: expected a floating-point dtype "
+               "(float32, mixed_float16, ...), got 'int32'";
+        QTest::newRow("quantization config")
+            << head + R"({"class_name":"Dense","config":{"units":3,
+                "quantization_config":{"mode":"int8"}}}]}})"
+            << "Keras model JSON: config.layers[2].config.quantization_config: quantization is "
+               "not supported (expected null), got an object";
+        QTest::newRow("optional input")
+            << R"({"class_name":"Sequential","config":{"layers":[
+                {"class_name":"InputLayer","config":{"batch_shape":[null,3],"optional":true}}]}})"
+            << "Keras model JSON: config.layers[0].config.optional: optional inputs are not "
+               "supported";
+        QTest::newRow("axes that are not a list")
+            << head + R"({"class_name":"Dense","config":{"units":3,
+                "kernel_initializer":{"class_name":"HeNormal","config":{"input_axes":0,
+                "output_axes":[1]}}}}]}})"
+            << "Keras model JSON: config.layers[2].config.kernel_initializer.config.input_axes: "
+               "expected an array, got 0";
         QTest::newRow("null dimension")
             << R"({"class_name":"Sequential","config":{"layers":[
                 {"class_name":"InputLayer","config":{"batch_shape":[null,null,28]}}]}})"
@@ -328,6 +419,84 @@ class TestIo : public QObject {
         auto m = modelFromKerasJson(json.toStdString());
         QVERIFY(!m.ok());
         QCOMPARE(q(m.error()), message);
+    }
+
+    void kerasWarnings_data() {
+        QTest::addColumn<QString>("json");
+        QTest::addColumn<QString>("warning");  // the one warning expected
+        const QString head = R"({"class_name":"Sequential","config":{"layers":[
+            {"class_name":"InputLayer","config":{"batch_shape":[null,4]}},)";
+        QTest::newRow("mixed precision layer")
+            << head + R"({"class_name":"Dense","config":{"units":2,"dtype":{"module":"keras",
+                 "class_name":"DTypePolicy","config":{"name":"mixed_bfloat16"}}}}]}})"
+            << "config.layers[1].config.dtype.config.name: dtype 'mixed_bfloat16' is not applied "
+               "per layer; TrainDeck computes in float32 unless the project's precision says "
+               "otherwise";
+        QTest::newRow("Keras 2 mixed precision policy")
+            << head + R"({"class_name":"Dense","config":{"units":2,"dtype":{
+                 "class_name":"Policy","config":{"name":"mixed_float16"}}}}]}})"
+            << "config.layers[1].config.dtype.config.name: dtype 'mixed_float16' is not applied "
+               "per layer; TrainDeck computes in float32 unless the project's precision says "
+               "otherwise";
+        QTest::newRow("uint8 input")
+            << R"({"class_name":"Sequential","config":{"layers":[
+                 {"class_name":"InputLayer","config":{"batch_shape":[null,4],"dtype":"uint8"}},
+                 {"class_name":"Dense","config":{"units":2}}]}})"
+            << "config.layers[0].config.dtype: dtype 'uint8' is not applied per layer; TrainDeck "
+               "computes in float32 unless the project's precision says otherwise";
+        QTest::newRow("unknown key set to null")
+            << head + R"({"class_name":"Dense","config":{"units":2,"lora_dropout":null}}]}})"
+            << "config.layers[1].config.lora_dropout: unknown key (null) ignored";
+        QTest::newRow("unknown initializer key set to null")
+            << head + R"({"class_name":"Dense","config":{"units":2,"kernel_initializer":{
+                 "class_name":"GlorotUniform","config":{"seed":null,"fan_axes":null}}}}]}})"
+            << "config.layers[1].config.kernel_initializer.config.fan_axes: unknown key (null) "
+               "ignored";
+        QTest::newRow("input_axes alone")
+            << head + R"({"class_name":"Dense","config":{"units":2,"kernel_initializer":{
+                 "class_name":"GlorotUniform","config":{"input_axes":[0],"output_axes":null}}}}]}})"
+            << "config.layers[1].config.kernel_initializer.config.input_axes: ignored without "
+               "output_axes (Keras uses them only together)";
+        QTest::newRow("compiled model")
+            << R"({"class_name":"Sequential","config":{"layers":[
+                 {"class_name":"InputLayer","config":{"batch_shape":[null,4]}}]},
+                 "compile_config":{"optimizer":"rmsprop","loss":"mse"}})"
+            << "compile_config: not read: the project's training section sets the optimizer, "
+               "loss and metrics";
+    }
+    void kerasWarnings() {
+        QFETCH(QString, json);
+        QFETCH(QString, warning);
+        std::vector<std::string> warnings;
+        auto m = modelFromKerasJson(json.toStdString(), &warnings);
+        QVERIFY2(m.ok(), m.ok() ? "" : m.error().c_str());
+        QCOMPARE(warnings.size(), size_t(1));
+        QCOMPARE(q(warnings[0]), warning);
+    }
+
+    // Keras refuses Orthogonal and Identity for a bias (a vector); so does shape inference.
+    void kerasMatrixInitializerOnBias() {
+        auto m = modelFromKerasJson(R"({"class_name":"Sequential","config":{"layers":[
+            {"class_name":"InputLayer","config":{"batch_shape":[null,4]}},
+            {"class_name":"Dense","config":{"name":"d","units":2,"bias_initializer":"Identity"}}]}})");
+        QVERIFY2(m.ok(), m.ok() ? "" : m.error().c_str());
+        auto info = inferShapes(*m);
+        QVERIFY(!info.ok());
+        QCOMPARE(q(info.error()),
+                 "layer 1 'd': the bias initializer 'identity' needs a matrix "
+                 "(rank 2) and a bias is a vector");
+        m->layers[1].useBias = false;  // no bias, nothing to initialize
+        QVERIFY(inferShapes(*m).ok());
+        // Fan axes must be dimensions of the kernel [in, out].
+        m->layers[1].kernelInitializer.inputAxes = {0};
+        m->layers[1].kernelInitializer.outputAxes = {2};
+        info = inferShapes(*m);
+        QVERIFY(!info.ok());
+        QCOMPARE(q(info.error()),
+                 "layer 1 'd': kernel initializer: output_axes has axis 2, but "
+                 "the parameter has 2 dimensions");
+        m->layers[1].kernelInitializer.outputAxes = {-1};
+        QVERIFY(inferShapes(*m).ok());
     }
 
     // ---- projects ---------------------------------------------------------------------------

@@ -9,6 +9,9 @@
 #include <QFile>
 #include <QFileInfo>
 #include <QItemSelectionModel>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QLineEdit>
 #include <QListWidget>
 #include <QMimeData>
@@ -19,6 +22,7 @@
 #include <QSignalSpy>
 #include <QSpinBox>
 #include <QStandardPaths>
+#include <QStatusBar>
 #include <QTableView>
 #include <QTemporaryDir>
 #include <QTest>
@@ -621,6 +625,26 @@ void TestUi::projectRoundTripsUnchanged() {
     QVERIFY(!w->openProject(broken, &error));
     QVERIFY2(!error.isEmpty(), "no error message");
     QCOMPARE(td::projectToJson(pc->project()), edited);  // the open project is untouched
+
+    // A Keras model with a mixed-precision layer opens, and the status bar says what is ignored.
+    QJsonObject mixed = QJsonDocument::fromJson(QByteArray::fromStdString(edited)).object();
+    QJsonObject model = mixed["model"].toObject(), config = model["config"].toObject();
+    QJsonArray layers = config["layers"].toArray();
+    QJsonObject dense = layers[2].toObject(), denseConfig = dense["config"].toObject();
+    denseConfig["dtype"] = QJsonObject{{"class_name", "DTypePolicy"},
+                                       {"config", QJsonObject{{"name", "mixed_float16"}}}};
+    dense["config"] = denseConfig;
+    layers[2] = dense;
+    config["layers"] = layers;
+    model["config"] = config;
+    mixed["model"] = model;
+    const QString mixedPath = dir_.filePath("mixed.json");
+    QVERIFY(writeFile(mixedPath, QString::fromUtf8(QJsonDocument(mixed).toJson())));
+    QVERIFY2(w->openProject(mixedPath, &error), qPrintable(error));
+    const QString status = w->statusBar()->currentMessage();
+    QVERIFY2(status.startsWith("Opened with 1 warning(s): model.config.layers[2].config.dtype") &&
+                 status.contains("'mixed_float16' is not applied"),
+             qPrintable(status));
 }
 
 void TestUi::configDiffPairsSettings_data() {
