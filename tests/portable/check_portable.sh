@@ -6,7 +6,7 @@
 #    binary lists its devices with the generic level, trains a small project, and refuses
 #    TRAINDECK_ISA=avx512 with a message instead of stopping with SIGILL.
 # 2. In the disassembly, every function that touches a ymm, zmm or mask register belongs to the
-#    td::isa_avx2 or td::isa_avx512 kernels.
+#    td::isa_avx2 / td::isa_avx512 (optimizer) or td::cpu::isa_avx2 / td::cpu::isa_avx512 loops.
 # Exit 77 (skipped) only when neither qemu-x86_64 nor objdump is installed.
 set -uo pipefail
 bin="$1"
@@ -52,7 +52,7 @@ if command -v objdump >/dev/null 2>&1; then
   awk '
     /^[0-9a-f]+ <.*>:$/ { fn = $0; sub(/^[0-9a-f]+ </, "", fn); sub(/>:$/, "", fn); next }
     /%[yz]mm[0-9]|%k[0-7]\b/ {
-      if (fn !~ /^td::isa_avx(2|512)::/ && !(fn in seen)) { seen[fn] = 1; print fn }
+      if (fn !~ /^td::(cpu::)?isa_avx(2|512)::/ && !(fn in seen)) { seen[fn] = 1; print fn }
     }' "$tmp/dis.txt" >"$tmp/wide.txt"
   if [ -s "$tmp/wide.txt" ]; then
     echo "FAIL: functions outside the dispatched kernels use AVX registers:"
@@ -60,7 +60,7 @@ if command -v objdump >/dev/null 2>&1; then
     echo "($(wc -l <"$tmp/wide.txt") functions in all)"
     fail=1
   else
-    echo "ok: AVX registers only in td::isa_avx2 / td::isa_avx512 functions"
+    echo "ok: AVX registers only in the dispatched isa_avx2 / isa_avx512 functions"
   fi
 else
   echo "objdump not installed (package binutils): skipping the disassembly check"

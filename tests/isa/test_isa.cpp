@@ -1,5 +1,6 @@
-// The optimizer kernels of every instruction-set level this CPU runs give the same update as the
-// generic level, bit for bit, and TRAINDECK_ISA chooses the level (engine/core/cpu_isa.h).
+// The kernels of every instruction-set level this CPU runs (optimizer updates, CPU dropout) give
+// the same results as the generic level, bit for bit, and TRAINDECK_ISA chooses the level
+// (engine/core/cpu_isa.h).
 #include <QtTest/QtTest>
 
 #include <cmath>
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/backend/cpu/simd_kernels.h"
 #include "engine/core/cpu_isa.h"
 #include "engine/train/optim_kernels.h"
 
@@ -153,7 +155,7 @@ void requireSameState(const State& got, const State& want) {
 
 }  // namespace
 
-class TestOptimIsa : public QObject {
+class TestIsa : public QObject {
     Q_OBJECT
 
   private slots:
@@ -194,6 +196,7 @@ class TestOptimIsa : public QObject {
         const CpuIsaChoice want = chooseCpuIsa(env, detectedCpuIsa());
         QCOMPARE(cpuIsaName(activeCpuIsa().isa), cpuIsaName(want.isa));
         QCOMPARE(cpuIsaName(activeKernels().isa), cpuIsaName(want.isa));
+        QCOMPARE(cpuIsaName(cpu::simd::activeKernels().isa), cpuIsaName(want.isa));
         if (env && std::string(env) == "generic") QCOMPARE(activeKernels().isa, CpuIsa::Generic);
     }
 
@@ -201,6 +204,7 @@ class TestOptimIsa : public QObject {
         for (CpuIsa isa : {CpuIsa::Generic, CpuIsa::Avx2, CpuIsa::Avx512}) {
             if (static_cast<int>(isa) > static_cast<int>(detectedCpuIsa())) continue;
             QCOMPARE(cpuIsaName(kernelsFor(isa).isa), cpuIsaName(isa));
+            QCOMPARE(cpuIsaName(cpu::simd::kernelsFor(isa).isa), cpuIsaName(isa));
         }
     }
 
@@ -234,6 +238,50 @@ class TestOptimIsa : public QObject {
             }
     }
 
+    // Dropout masks must not depend on the CPU: a run resumed elsewhere draws the same masks.
+    void dropoutMatchesGeneric_data() { levelsMatchGeneric_data(); }
+    void dropoutMatchesGeneric() {
+        QFETCH(td::CpuIsa, isa);
+        if (isa == CpuIsa::Generic) QSKIP("this CPU has no AVX2: only the generic level runs here");
+        const auto& k = cpu::simd::kernelsFor(isa);
+        const auto& g = cpu::simd::kernelsFor(CpuIsa::Generic);
+        QCOMPARE(k.isa, isa);
+        const std::vector<float> x = gradients(7);
+        for (double rate : {0.0, 0.2, 0.5, 0.999}) {
+            const auto threshold = static_cast<uint32_t>(rate * 16777216.0);
+            const float keep = static_cast<float>(1.0 / (1.0 - rate));
+            for (uint32_t base : {0u, 1u, 0x9e3779b9u, 0xffffffffu}) {
+                for (int64_t cols : {int64_t{1}, int64_t{15}, int64_t{17}, kElements}) {
+                    std::vector<float> got(cols, -1.0f), want(cols, -2.0f);
+                    k.dropoutRow(x.data(), got.data(), cols, base, threshold, keep);
+                    g.dropoutRow(x.data(), want.data(), cols, base, threshold, keep);
+                    requireSame(got, want, "dropout");
+                }
+            }
+        }
+    }
+
+    // The generic dropout row is the keyed hash of the forward pass: about `rate` of the values
+    // are zeroed and the others scaled by 1 / (1 - rate).
+    void dropoutRowKeepsAboutOneMinusRate() {
+        const std::vector<float> x(kElements * 8, 1.0f);
+        std::vector<float> y(x.size());
+        const float keep = 1.0f / 0.7f;
+        cpu::simd::kernelsFor(CpuIsa::Generic)
+            .dropoutRow(x.data(), y.data(), static_cast<int64_t>(x.size()), 12345u,
+                        static_cast<uint32_t>(0.3 * 16777216.0), keep);
+        int64_t zeros = 0;
+        for (float v : y) {
+            if (v == 0.0f) {
+                ++zeros;
+            } else {
+                QCOMPARE(v, keep);
+            }
+        }
+        const double zeroed = static_cast<double>(zeros) / static_cast<double>(y.size());
+        QVERIFY2(std::abs(zeroed - 0.3) < 0.02, qPrintable(QString::number(zeroed)));
+    }
+
     // The comparison above is only worth something if the kernels move the state.
     void kernelsUpdate() {
         const State before;
@@ -244,5 +292,5 @@ class TestOptimIsa : public QObject {
     }
 };
 
-QTEST_GUILESS_MAIN(TestOptimIsa)
-#include "test_optim_isa.moc"
+QTEST_GUILESS_MAIN(TestIsa)
+#include "test_isa.moc"
