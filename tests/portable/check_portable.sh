@@ -16,7 +16,14 @@ ran=0
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
-if command -v qemu-x86_64 >/dev/null 2>&1; then
+# AddressSanitizer and ThreadSanitizer reserve terabytes of shadow address space, which the
+# user-mode emulator cannot map: such builds get the disassembly check only.
+sanitized=0
+if objdump -p "$bin" 2>/dev/null | grep -Eq 'NEEDED +lib(a|t|hwa)san'; then sanitized=1; fi
+
+if [ "$sanitized" = 1 ]; then
+  echo "$bin is built with a sanitizer runtime: skipping the emulated run"
+elif command -v qemu-x86_64 >/dev/null 2>&1; then
   ran=1
   emu=(qemu-x86_64 -cpu Nehalem)
   if ! out="$(timeout 120 "${emu[@]}" "$bin" devices 2>&1)"; then
