@@ -285,7 +285,7 @@ int main(int argc, char** argv) {
     std::filesystem::create_directories(tmp);
 
     std::printf(
-        "TrainDeck MLP benchmark: Fashion-MNIST, %d epochs (steady = epochs 2..%d), %d threads, "
+        "TrainDeck MLP benchmark: Fashion-MNIST, %d epochs (steady = epochs 2..%d), threads: %d, "
         "dropout 0.2, Adam\n",
         epochs, epochs, threads);
     std::printf("%-20s %5s  %-34s %10s %8s %9s %8s %7s\n", "model", "batch", "trainer", "samples/s",
