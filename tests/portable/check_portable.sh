@@ -58,7 +58,7 @@ if command -v objdump >/dev/null 2>&1; then
   objdump -d --no-show-raw-insn -C "$bin" >"$tmp/dis.txt"
   awk '
     /^[0-9a-f]+ <.*>:$/ { fn = $0; sub(/^[0-9a-f]+ </, "", fn); sub(/>:$/, "", fn); next }
-    /%[yz]mm[0-9]|%k[0-7]\b/ {
+    /%[yz]mm[0-9]|%k[0-7]([^0-9]|$)/ {
       if (fn !~ /^td::(cpu::)?isa_avx(2|512)::/ && !(fn in seen)) { seen[fn] = 1; print fn }
     }' "$tmp/dis.txt" >"$tmp/wide.txt"
   if [ -s "$tmp/wide.txt" ]; then
