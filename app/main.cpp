@@ -4,6 +4,7 @@
 
 #include "app/cli.h"
 #include "engine/api/session.h"
+#include "engine/core/cpu_isa.h"
 #ifdef TRAINDECK_HAVE_GUI
 #include "ui/gui_main.h"
 #endif
@@ -63,6 +64,12 @@ int main(int argc, char** argv) {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
         return app.exit(e);
+    }
+
+    // A level the CPU lacks would end in SIGILL, a misspelt one would silently be ignored.
+    if (const std::string& isaError = td::activeCpuIsa().error; !isaError.empty()) {
+        std::fprintf(stderr, "traindeck: error: %s\n", isaError.c_str());
+        return 2;
     }
 
     if (*train) return td::cli::train(ta);

@@ -1,15 +1,21 @@
-// Side-by-side MLP benchmark: TrainDeck against the reference trainers (PyTorch, Keras) on
-// Fashion-MNIST, same model, same batch, same thread count, in one invocation. Every trainer runs
+// Side-by-side MLP benchmark: TrainDeck against the reference trainers of bench/reference_mlp.py
+// (PyTorch 2.x eager and torch.compile, Debian's PyTorch 1.13, Keras) on Fashion-MNIST: same
+// model, data, optimizer, dropout, batch and thread count, in one invocation. Every trainer runs
 // as its own child process, so peak memory (ru_maxrss of the child) is measured the same way for
-// all. Prints steady samples/s (epochs after the first), test accuracy, peak RSS and the ratios.
+// all. Prints steady samples/s (epochs after the first), test accuracy, peak RSS and TrainDeck's
+// ratios to each reference.
 //
-//   traindeck_bench [--epochs 3] [--threads 2] [--frameworks torch,keras] [--reference PATH]
+//   traindeck_bench [--epochs 3] [--threads 2] [--models seed-32,seed-256,wide-256]
+//                   [--frameworks torch,torch-compile,torch-debian,keras|none]
+//                   [--python VENV/bin/python] [--python-debian /usr/bin/python3]
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -19,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/core/cpu_isa.h"
 #include "engine/io/project.h"
 
 namespace {
@@ -106,27 +113,51 @@ Outcome runTrainDeck(const std::string& binary, const std::string& projectPath, 
     return o;
 }
 
-Outcome runReference(const std::string& python, const std::string& script,
-                     const std::string& framework, const std::vector<int>& hidden, double dropout,
-                     int epochs, int batch, int threads) {
+// One reference row: which interpreter runs reference_mlp.py with which options.
+struct Reference {
+    std::string key;    // as given to --frameworks
+    std::string label;  // printed before the version
+    bool debianPython;  // true: --python-debian, false: --python
+    std::string framework;
+    bool compile;
+};
+
+const std::vector<Reference>& knownReferences() {
+    static const std::vector<Reference> refs{
+        {"torch", "PyTorch", false, "torch", false},
+        {"torch-compile", "PyTorch compile", false, "torch", true},
+        {"torch-debian", "PyTorch Debian", true, "torch", false},
+        {"keras", "Keras", false, "keras", false},
+    };
+    return refs;
+}
+
+Outcome runReference(const std::string& python, const std::string& script, const Reference& ref,
+                     const std::vector<int>& hidden, double dropout, int epochs, int batch,
+                     int threads) {
     Outcome o;
     std::string out;
     std::vector<std::string> env{"OMP_NUM_THREADS=" + std::to_string(threads),
-                                 "TF_CPP_MIN_LOG_LEVEL=2"};
-    int rc = runChild({python, script, "--framework", framework, "--hidden", join(hidden),
-                       "--dropout", std::to_string(dropout), "--batch", std::to_string(batch),
-                       "--epochs", std::to_string(epochs), "--threads", std::to_string(threads)},
-                      env, &out, &o.peakRssMiB);
+                                 "TF_CPP_MIN_LOG_LEVEL=2", "KERAS_BACKEND=tensorflow"};
+    std::vector<std::string> argv{python,        script,
+                                  "--framework", ref.framework,
+                                  "--hidden",    join(hidden),
+                                  "--dropout",   std::to_string(dropout),
+                                  "--batch",     std::to_string(batch),
+                                  "--epochs",    std::to_string(epochs),
+                                  "--threads",   std::to_string(threads)};
+    if (ref.compile) argv.push_back("--compile");
+    int rc = runChild(argv, env, &out, &o.peakRssMiB);
     if (rc != 0) {
-        o.error = framework + " reference exited with " + std::to_string(rc) +
-                  " (is it installed? installer/bench.sh installs the references)";
+        o.error = ref.key + ": " + python + " " + script + " exited with " + std::to_string(rc) +
+                  " (its message is above; installer/bench.sh installs the references)";
         return o;
     }
     auto last = out.rfind('{');
     auto j =
         nlohmann::json::parse(last == std::string::npos ? "" : out.substr(last), nullptr, false);
-    if (j.is_discarded()) {
-        o.error = framework + " reference printed no JSON";
+    if (j.is_discarded() || !j.contains("samples_per_s")) {
+        o.error = ref.key + ": " + script + " printed no result line";
         return o;
     }
     o.samplesPerSecond = j.value("samples_per_s", 0.0);
@@ -136,24 +167,65 @@ Outcome runReference(const std::string& python, const std::string& script,
     return o;
 }
 
+std::vector<std::string> splitList(const std::string& text) {
+    std::vector<std::string> out;
+    std::stringstream ss(text);
+    std::string item;
+    while (std::getline(ss, item, ','))
+        if (!item.empty()) out.push_back(item);
+    return out;
+}
+
+// The interpreter of the virtual environment installer/bench.sh makes, else python3 on PATH.
+std::string defaultVenvPython() {
+    namespace fs = std::filesystem;
+    fs::path venv;
+    if (const char* v = std::getenv("TRAINDECK_BENCH_VENV"); v && *v) {
+        venv = v;
+    } else if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) {
+        venv = fs::path(xdg) / "traindeck/bench-venv";
+    } else if (const char* home = std::getenv("HOME"); home && *home) {
+        venv = fs::path(home) / ".cache/traindeck/bench-venv";
+    }
+    std::error_code ec;
+    if (!venv.empty() && fs::exists(venv / "bin/python", ec)) return (venv / "bin/python").string();
+    return "python3";
+}
+
+void printRow(const std::string& model, int batch, const std::string& trainer, const Outcome& o,
+              const Outcome* ours) {
+    std::printf("%-20s %5d  %-34s %10.0f %8.4f %9.1f", model.c_str(), batch,
+                trainer.substr(0, 34).c_str(), o.samplesPerSecond, o.testAccuracy, o.peakRssMiB);
+    if (ours && ours->ok && o.ok && o.samplesPerSecond > 0 && o.peakRssMiB > 0)
+        std::printf(" %8.2f %7.2f", ours->samplesPerSecond / o.samplesPerSecond,
+                    ours->peakRssMiB / o.peakRssMiB);
+    std::printf("\n");
+    if (!o.ok) std::printf("  %s\n", o.error.c_str());
+    std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     CLI::App app{"TrainDeck MLP benchmark against PyTorch / Keras, side by side"};
     int epochs = 3, threads = 2;
-    std::string frameworks = "torch,keras";
+    std::string frameworks = "torch,torch-compile,torch-debian,keras";
+    std::string models = "seed-32,seed-256,wide-256";
     std::string root = TRAINDECK_SOURCE_DIR;
-    std::string reference = root + "/../shared/bench/reference_mlp.py";
+    std::string reference = root + "/bench/reference_mlp.py";
     std::string binary;
     std::string jsonOut;
-    // Debian's PyTorch lives in the system interpreter; TensorFlow from pip in the default python3.
-    std::string pythonTorch = "/usr/bin/python3", pythonKeras = "python3";
-    app.add_option("--python-torch", pythonTorch, "Interpreter with torch");
-    app.add_option("--python-keras", pythonKeras, "Interpreter with tensorflow/keras");
+    std::string python = defaultVenvPython(), pythonDebian = "/usr/bin/python3";
+    app.add_option("--python", python,
+                   "Interpreter with PyTorch 2.x and Keras (default: the bench virtual "
+                   "environment, else python3)");
+    app.add_option("--python-debian", pythonDebian, "Interpreter with Debian's python3-torch");
     app.add_option("--epochs", epochs, "Epochs per run (the first is warm-up)")
         ->check(CLI::Range(2, 100));
     app.add_option("--threads", threads, "Threads for every trainer")->check(CLI::PositiveNumber);
-    app.add_option("--frameworks", frameworks, "Reference frameworks (torch, keras)");
+    app.add_option("--frameworks", frameworks,
+                   "References: torch, torch-compile, torch-debian, keras, or none");
+    app.add_option("--models", models, "Configurations: seed-32, seed-256, wide-256");
     app.add_option("--reference", reference, "Path of reference_mlp.py");
     app.add_option("--traindeck", binary, "traindeck binary (default: next to this program)");
     app.add_option("--json", jsonOut, "Also write the results as JSON to this file");
@@ -161,6 +233,47 @@ int main(int argc, char** argv) {
     if (binary.empty())
         binary =
             (std::filesystem::canonical("/proc/self/exe").parent_path() / "traindeck").string();
+
+    std::vector<Reference> refs;
+    for (const std::string& key : splitList(frameworks)) {
+        if (key == "none") continue;
+        auto it = std::find_if(knownReferences().begin(), knownReferences().end(),
+                               [&](const Reference& r) { return r.key == key; });
+        if (it == knownReferences().end()) {
+            std::fprintf(stderr,
+                         "bench: --frameworks: unknown reference '%s' (expected torch, "
+                         "torch-compile, torch-debian, keras or none)\n",
+                         key.c_str());
+            return 2;
+        }
+        refs.push_back(*it);
+    }
+    if (!refs.empty() && !std::filesystem::exists(reference)) {
+        std::fprintf(stderr, "bench: --reference: %s does not exist\n", reference.c_str());
+        return 2;
+    }
+
+    struct Config {
+        std::string key, name;
+        std::vector<int> hidden;
+        int batch;
+    };
+    const std::vector<Config> allConfigs{{"seed-32", "784-128-10 (seed)", {128}, 32},
+                                         {"seed-256", "784-128-10 (seed)", {128}, 256},
+                                         {"wide-256", "784-1024-1024-10", {1024, 1024}, 256}};
+    std::vector<Config> configs;
+    for (const std::string& key : splitList(models)) {
+        auto it = std::find_if(allConfigs.begin(), allConfigs.end(),
+                               [&](const Config& c) { return c.key == key; });
+        if (it == allConfigs.end()) {
+            std::fprintf(stderr,
+                         "bench: --models: unknown configuration '%s' (expected seed-32, "
+                         "seed-256 or wide-256)\n",
+                         key.c_str());
+            return 2;
+        }
+        configs.push_back(*it);
+    }
 
     auto base = td::loadProject(root + "/projects/fashion_mnist_mlp.json");
     if (!base.ok()) {
@@ -171,29 +284,14 @@ int main(int argc, char** argv) {
         std::filesystem::temp_directory_path() / ("traindeck-bench-" + std::to_string(getpid()));
     std::filesystem::create_directories(tmp);
 
-    struct Config {
-        std::string name;
-        std::vector<int> hidden;
-        int batch;
-    };
-    const std::vector<Config> configs{{"seed MLP 784-128-10", {128}, 32},
-                                      {"seed MLP 784-128-10", {128}, 256},
-                                      {"MLP 784-1024-1024-10", {1024, 1024}, 256}};
-    std::vector<std::string> fws;
-    {
-        std::stringstream ss(frameworks);
-        std::string f;
-        while (std::getline(ss, f, ','))
-            if (!f.empty()) fws.push_back(f);
-    }
-
     std::printf(
-        "TrainDeck MLP benchmark: Fashion-MNIST, %d epochs (steady = epochs 2..%d), %d threads, "
-        "dropout 0.2\n",
+        "TrainDeck MLP benchmark: Fashion-MNIST, %d epochs (steady = epochs 2..%d), threads: %d, "
+        "dropout 0.2, Adam\n",
         epochs, epochs, threads);
-    std::printf("%-22s %5s | %-10s %11s %8s %9s | %-16s %11s %8s %9s | %7s %7s\n", "model", "batch",
-                "trainer", "samples/s", "test acc", "peak MiB", "reference", "samples/s",
+    std::printf("%-20s %5s  %-34s %10s %8s %9s %8s %7s\n", "model", "batch", "trainer", "samples/s",
                 "test acc", "peak MiB", "speed x", "mem x");
+    const std::string ourName = std::string("TrainDeck ") + TRAINDECK_VERSION + " (" +
+                                td::cpuIsaName(td::activeCpuIsa().isa) + ")";
     nlohmann::json results = nlohmann::json::array();
     int idx = 0;
     for (const Config& c : configs) {
@@ -234,34 +332,33 @@ int main(int argc, char** argv) {
         }
         Outcome ours =
             runTrainDeck(binary, pp, epochs, c.batch, threads, (tmp / "bench.db").string());
-        for (const std::string& fw : fws) {
-            Outcome ref = runReference(fw == "keras" ? pythonKeras : pythonTorch, reference, fw,
+        printRow(c.name, c.batch, ourName, ours, nullptr);
+        nlohmann::json row{{"model", c.name},
+                           {"batch", c.batch},
+                           {"threads", threads},
+                           {"epochs", epochs},
+                           {"traindeck_isa", td::cpuIsaName(td::activeCpuIsa().isa)},
+                           {"traindeck_samples_per_s", ours.samplesPerSecond},
+                           {"traindeck_test_accuracy", ours.testAccuracy},
+                           {"traindeck_peak_rss_mib", ours.peakRssMiB},
+                           {"references", nlohmann::json::array()}};
+        for (const Reference& r : refs) {
+            Outcome ref = runReference(r.debianPython ? pythonDebian : python, reference, r,
                                        c.hidden, 0.2, epochs, c.batch, threads);
-            const double speed =
-                ours.ok && ref.ok ? ours.samplesPerSecond / ref.samplesPerSecond : 0;
-            const double mem = ours.ok && ref.ok ? ours.peakRssMiB / ref.peakRssMiB : 0;
-            std::printf(
-                "%-22s %5d | %-10s %11.0f %8.4f %9.1f | %-16s %11.0f %8.4f %9.1f | %7.2f %7.2f\n",
-                c.name.c_str(), c.batch, "traindeck", ours.samplesPerSecond, ours.testAccuracy,
-                ours.peakRssMiB, (fw + " " + ref.version).substr(0, 16).c_str(),
-                ref.samplesPerSecond, ref.testAccuracy, ref.peakRssMiB, speed, mem);
-            if (!ours.ok) std::printf("  traindeck: %s\n", ours.error.c_str());
-            if (!ref.ok) std::printf("  %s: %s\n", fw.c_str(), ref.error.c_str());
-            results.push_back({{"model", c.name},
-                               {"batch", c.batch},
-                               {"threads", threads},
-                               {"traindeck_samples_per_s", ours.samplesPerSecond},
-                               {"traindeck_test_accuracy", ours.testAccuracy},
-                               {"traindeck_peak_rss_mib", ours.peakRssMiB},
-                               {"reference", fw},
-                               {"reference_version", ref.version},
-                               {"reference_samples_per_s", ref.samplesPerSecond},
-                               {"reference_test_accuracy", ref.testAccuracy},
-                               {"reference_peak_rss_mib", ref.peakRssMiB},
-                               {"speed_ratio", speed},
-                               {"memory_ratio", mem}});
-            std::fflush(stdout);
+            printRow(c.name, c.batch, r.label + " " + ref.version, ref, &ours);
+            const bool both = ours.ok && ref.ok && ref.samplesPerSecond > 0 && ref.peakRssMiB > 0;
+            row["references"].push_back(
+                {{"reference", r.key},
+                 {"version", ref.version},
+                 {"ok", ref.ok},
+                 {"error", ref.error},
+                 {"samples_per_s", ref.samplesPerSecond},
+                 {"test_accuracy", ref.testAccuracy},
+                 {"peak_rss_mib", ref.peakRssMiB},
+                 {"speed_ratio", both ? ours.samplesPerSecond / ref.samplesPerSecond : 0.0},
+                 {"memory_ratio", both ? ours.peakRssMiB / ref.peakRssMiB : 0.0}});
         }
+        results.push_back(row);
     }
     if (!jsonOut.empty()) std::ofstream(jsonOut) << results.dump(2) << "\n";
     std::filesystem::remove_all(tmp);

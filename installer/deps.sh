@@ -2,7 +2,9 @@
 # Installs what TrainDeck needs to build, run and test on Debian 12, from Debian's packages.
 #   installer/deps.sh            build + run dependencies
 #   installer/deps.sh --test     also what the tests and benchmarks need
-#   installer/deps.sh --bench    also the reference frameworks for side-by-side benchmarks
+#   installer/deps.sh --bench    also Debian's PyTorch and what installer/bench.sh needs to install
+#                                PyTorch 2.x and Keras into a virtual environment (venv, the
+#                                Python headers torch.compile compiles against)
 set -euo pipefail
 
 want_test=0
@@ -23,10 +25,11 @@ pkgs=(
   dataset-fashion-mnist
 )
 if [ "$want_test" = 1 ]; then
-  pkgs+=(xvfb xauth xfonts-base python3 python3-numpy)
+  # qemu-user: the portable_binary test runs the binary on an emulated CPU without AVX.
+  pkgs+=(xvfb xauth xfonts-base python3 python3-numpy qemu-user)
 fi
 if [ "$want_bench" = 1 ]; then
-  pkgs+=(python3-torch libopenblas0-pthread)
+  pkgs+=(python3-torch libopenblas0-pthread python3-venv python3-dev)
 fi
 
 missing=()

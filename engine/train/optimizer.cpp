@@ -15,26 +15,20 @@
 // kParallelMinElements elements are split across the OpenMP threads; smaller ones run on the
 // calling thread (a fork/join costs more than updating a few thousand floats).
 //
-// Adam and RMSprop need a square root per element. With the default -fmath-errno GCC cannot
-// vectorise std::sqrt (it may set errno), so the kernels are written once as templates over the
-// element type and instantiated for a SIMD register type (AVX-512, AVX or SSE: whatever the
-// compiler targets) plus a scalar tail. Every operation is an IEEE single-precision operation,
-// so the vector and scalar paths give the same results.
+// The element loops live in optim_kernels_impl.h, compiled once per instruction-set level and
+// chosen at run time (optim_kernels.h); this file splits each parameter across the threads and
+// calls the active level's loop on each part.
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <optional>
 #include <string>
 #include <vector>
 
-#if defined(__AVX512F__) || defined(__AVX__) || defined(__SSE2__)
-#include <immintrin.h>
-#endif
-
 #include "engine/train/optim_common.h"
+#include "engine/train/optim_kernels.h"
 #include "engine/train/optimizer.h"
 
 namespace td {
@@ -85,81 +79,6 @@ double sumSquares(const float* g, int64_t n) {
         total += partial(begin, end);
     }
     return total;
-}
-
-// ---- element-type layer: float, and one SIMD register of floats where available -----------------
-
-#if defined(__AVX512F__)
-using VecF = float __attribute__((vector_size(64)));
-inline VecF vsqrt(VecF x) {
-    return reinterpret_cast<VecF>(_mm512_mask_sqrt_ps(
-        reinterpret_cast<__m512>(x), static_cast<__mmask16>(0xFFFF), reinterpret_cast<__m512>(x)));
-}
-#define TD_OPTIM_SIMD 1
-#elif defined(__AVX__)
-using VecF = float __attribute__((vector_size(32)));
-inline VecF vsqrt(VecF x) {
-    return reinterpret_cast<VecF>(_mm256_sqrt_ps(reinterpret_cast<__m256>(x)));
-}
-#define TD_OPTIM_SIMD 1
-#elif defined(__SSE2__)
-using VecF = float __attribute__((vector_size(16)));
-inline VecF vsqrt(VecF x) {
-    return reinterpret_cast<VecF>(_mm_sqrt_ps(reinterpret_cast<__m128>(x)));
-}
-#define TD_OPTIM_SIMD 1
-#else
-#define TD_OPTIM_SIMD 0
-#endif
-
-template <class T>
-struct Lane;
-
-template <>
-struct Lane<float> {
-    static constexpr int64_t kWidth = 1;
-    static float load(const float* p) { return *p; }
-    static void store(float* p, float v) { *p = v; }
-    static float splat(float x) { return x; }
-    static float sqrt(float x) { return std::sqrt(x); }
-    static float max(float a, float b) { return a < b ? b : a; }  // std::max(a, b)
-    static float min(float a, float b) { return b < a ? b : a; }  // std::min(a, b)
-};
-
-#if TD_OPTIM_SIMD
-template <>
-struct Lane<VecF> {
-    static constexpr int64_t kWidth = sizeof(VecF) / sizeof(float);
-    static VecF load(const float* p) {
-        VecF v;
-        std::memcpy(&v, p, sizeof v);
-        return v;
-    }
-    static void store(float* p, VecF v) { std::memcpy(p, &v, sizeof v); }
-    static VecF splat(float x) { return VecF{} + x; }  // broadcast
-    static VecF sqrt(VecF x) { return vsqrt(x); }
-    static VecF max(VecF a, VecF b) { return a < b ? b : a; }
-    static VecF min(VecF a, VecF b) { return b < a ? b : a; }
-};
-#endif
-
-// Runs step<T>(i) over [begin, end): full SIMD registers first, then the scalar tail.
-template <class Step>
-inline void forElements(int64_t begin, int64_t end, const Step& step) {
-    int64_t i = begin;
-#if TD_OPTIM_SIMD
-    constexpr int64_t w = Lane<VecF>::kWidth;
-    for (; i + w <= end; i += w) step.template operator()<VecF>(i);
-#endif
-    for (; i < end; ++i) step.template operator()<float>(i);
-}
-
-// The gradient as the update sees it: scaled by the norm clipping, then clamped by clipvalue
-// (clip = +inf when off). NaN passes through both, as in Keras.
-template <class T>
-inline T clippedGradT(const float* grad, int64_t i, float scale, float clip) {
-    using L = Lane<T>;
-    return L::min(L::max(L::load(grad + i) * L::splat(scale), L::splat(-clip)), L::splat(clip));
 }
 
 // Per-step values shared by every parameter of one apply().
@@ -230,6 +149,18 @@ class OptimizerBase : public Optimizer {
     virtual void beginStep(double /*lr*/) {}
     virtual void update(size_t index, const ParamRef& p, float gradScale, const StepScalars& s) = 0;
 
+    static optim_kernels::Operands operands(const ParamRef& p, float gradScale,
+                                            const StepScalars& s) {
+        optim_kernels::Operands o;
+        o.w = p.value;
+        o.grad = p.grad;
+        o.gradScale = gradScale;
+        o.clip = s.clip;
+        o.decay = s.decay;
+        o.wdLr = s.wdLr;
+        return o;
+    }
+
     float* slot(size_t param, int k) {
         return slots_[param * static_cast<size_t>(slotsPerParam()) + static_cast<size_t>(k)]
             .data<float>();
@@ -237,6 +168,7 @@ class OptimizerBase : public Optimizer {
 
     OptimizerConfig cfg_;
     int64_t iterations_ = 0;
+    const optim_kernels::Table& kernels_ = optim_kernels::activeKernels();
 
   private:
     // Keras BaseOptimizer._clip_gradients: clipnorm scales each tensor by
@@ -284,43 +216,16 @@ class Sgd final : public OptimizerBase {
     int slotsPerParam() const override { return cfg_.momentum != 0 ? 1 : 0; }
 
     void update(size_t index, const ParamRef& p, float gs, const StepScalars& s) override {
-        if (cfg_.momentum == 0) {
-            run<0>(index, p, gs, s);
-        } else if (!cfg_.nesterov) {
-            run<1>(index, p, gs, s);
-        } else {
-            run<2>(index, p, gs, s);
-        }
-    }
-
-  private:
-    template <int kMode>  // 0: plain, 1: momentum, 2: nesterov momentum
-    void run(size_t index, const ParamRef& p, float gs, const StepScalars& s) {
-        float* w = p.value;
-        const float* grad = p.grad;
-        float* m = kMode ? slot(index, 0) : nullptr;
-        const float lr = s.lr, clip = s.clip, wdLr = s.wdLr;
-        const bool decay = s.decay;
-        const float mom = static_cast<float>(cfg_.momentum);
-        forRange(p.size, [=](int64_t b, int64_t e) {
-            forElements(b, e, [=]<class T>(int64_t i) {
-                using L = Lane<T>;
-                const T g = clippedGradT<T>(grad, i, gs, clip);
-                T wi = L::load(w + i);
-                if (decay) wi = wi - wi * L::splat(wdLr);
-                if constexpr (kMode == 0) {
-                    L::store(w + i, wi - g * L::splat(lr));
-                } else {
-                    const T mi = L::load(m + i) * L::splat(mom) - g * L::splat(lr);
-                    L::store(m + i, mi);
-                    if constexpr (kMode == 2) {
-                        L::store(w + i, wi + (mi * L::splat(mom) - g * L::splat(lr)));
-                    } else {
-                        L::store(w + i, wi + mi);
-                    }
-                }
-            });
-        });
+        optim_kernels::SgdArgs a;
+        a.p = operands(p, gs, s);
+        a.mode = cfg_.momentum == 0 ? optim_kernels::SgdMode::Plain
+                 : cfg_.nesterov    ? optim_kernels::SgdMode::Nesterov
+                                    : optim_kernels::SgdMode::Momentum;
+        a.m = cfg_.momentum != 0 ? slot(index, 0) : nullptr;
+        a.lr = s.lr;
+        a.momentum = static_cast<float>(cfg_.momentum);
+        const auto kernel = kernels_.sgd;
+        forRange(p.size, [&a, kernel](int64_t b, int64_t e) { kernel(a, b, e); });
     }
 };
 
@@ -349,47 +254,20 @@ class Adam final : public OptimizerBase {
     }
 
     void update(size_t index, const ParamRef& p, float gs, const StepScalars& s) override {
-        if (cfg_.amsgrad) {
-            run<true>(index, p, gs, s);
-        } else {
-            run<false>(index, p, gs, s);
-        }
+        optim_kernels::AdamArgs a;
+        a.p = operands(p, gs, s);
+        a.m = slot(index, 0);
+        a.v = slot(index, 1);
+        a.vhat = cfg_.amsgrad ? slot(index, 2) : nullptr;
+        a.alpha = alpha_;
+        a.oneMinusB1 = static_cast<float>(1.0 - cfg_.beta1);
+        a.oneMinusB2 = static_cast<float>(1.0 - cfg_.beta2);
+        a.eps = static_cast<float>(cfg_.epsilon);
+        const auto kernel = kernels_.adam;
+        forRange(p.size, [&a, kernel](int64_t b, int64_t e) { kernel(a, b, e); });
     }
 
   private:
-    template <bool kAmsgrad>
-    void run(size_t index, const ParamRef& p, float gs, const StepScalars& s) {
-        float* w = p.value;
-        const float* grad = p.grad;
-        float* m = slot(index, 0);
-        float* v = slot(index, 1);
-        float* vhat = kAmsgrad ? slot(index, 2) : nullptr;
-        const float clip = s.clip, wdLr = s.wdLr, alpha = alpha_;
-        const bool decay = s.decay;
-        const float oneMinusB1 = static_cast<float>(1.0 - cfg_.beta1);
-        const float oneMinusB2 = static_cast<float>(1.0 - cfg_.beta2);
-        const float eps = static_cast<float>(cfg_.epsilon);
-        forRange(p.size, [=](int64_t b, int64_t e) {
-            forElements(b, e, [=]<class T>(int64_t i) {
-                using L = Lane<T>;
-                const T g = clippedGradT<T>(grad, i, gs, clip);
-                T wi = L::load(w + i);
-                if (decay) wi = wi - wi * L::splat(wdLr);
-                const T m0 = L::load(m + i), v0 = L::load(v + i);
-                const T mi = m0 + (g - m0) * L::splat(oneMinusB1);
-                const T vi = v0 + (g * g - v0) * L::splat(oneMinusB2);
-                L::store(m + i, mi);
-                L::store(v + i, vi);
-                T denomV = vi;
-                if constexpr (kAmsgrad) {
-                    denomV = L::max(vi, L::load(vhat + i));
-                    L::store(vhat + i, denomV);
-                }
-                L::store(w + i, wi - (mi * L::splat(alpha)) / (L::sqrt(denomV) + L::splat(eps)));
-            });
-        });
-    }
-
     bool adamw_;
     float alpha_ = 0;
 };
@@ -411,59 +289,18 @@ class RmsProp final : public OptimizerBase {
 
     void update(size_t index, const ParamRef& p, float gs, const StepScalars& s) override {
         const bool hasMomentum = cfg_.momentum > 0;
-        float* mom = hasMomentum ? slot(index, 1) : nullptr;
-        float* avg = cfg_.centered ? slot(index, hasMomentum ? 2 : 1) : nullptr;
-        if (cfg_.centered) {
-            if (hasMomentum)
-                run<true, true>(p, slot(index, 0), mom, avg, gs, s);
-            else
-                run<true, false>(p, slot(index, 0), mom, avg, gs, s);
-        } else {
-            if (hasMomentum)
-                run<false, true>(p, slot(index, 0), mom, avg, gs, s);
-            else
-                run<false, false>(p, slot(index, 0), mom, avg, gs, s);
-        }
-    }
-
-  private:
-    template <bool kCentered, bool kMomentum>
-    void run(const ParamRef& p, float* vel, float* mom, float* avg, float gs,
-             const StepScalars& s) {
-        float* w = p.value;
-        const float* grad = p.grad;
-        const float lr = s.lr, clip = s.clip, wdLr = s.wdLr;
-        const bool decay = s.decay;
-        const float rho = static_cast<float>(cfg_.rho);
-        const float oneMinusRho = static_cast<float>(1.0 - cfg_.rho);
-        const float eps = static_cast<float>(cfg_.epsilon);
-        const float momentum = static_cast<float>(cfg_.momentum);
-        forRange(p.size, [=](int64_t b, int64_t e) {
-            forElements(b, e, [=]<class T>(int64_t i) {
-                using L = Lane<T>;
-                const T g = clippedGradT<T>(grad, i, gs, clip);
-                T wi = L::load(w + i);
-                if (decay) wi = wi - wi * L::splat(wdLr);
-                const T vi = L::splat(rho) * L::load(vel + i) + L::splat(oneMinusRho) * (g * g);
-                L::store(vel + i, vi);
-                T denom;
-                if constexpr (kCentered) {
-                    const T ai = L::splat(rho) * L::load(avg + i) + L::splat(oneMinusRho) * g;
-                    L::store(avg + i, ai);
-                    denom = vi - ai * ai + L::splat(eps);
-                } else {
-                    denom = vi + L::splat(eps);
-                }
-                const T increment = (L::splat(lr) * g) / L::sqrt(denom);
-                if constexpr (kMomentum) {
-                    const T mi = L::splat(momentum) * L::load(mom + i) + increment;
-                    L::store(mom + i, mi);
-                    L::store(w + i, wi - mi);
-                } else {
-                    L::store(w + i, wi - increment);
-                }
-            });
-        });
+        optim_kernels::RmsPropArgs a;
+        a.p = operands(p, gs, s);
+        a.velocity = slot(index, 0);
+        a.momentumSlot = hasMomentum ? slot(index, 1) : nullptr;
+        a.averageGrad = cfg_.centered ? slot(index, hasMomentum ? 2 : 1) : nullptr;
+        a.lr = s.lr;
+        a.rho = static_cast<float>(cfg_.rho);
+        a.oneMinusRho = static_cast<float>(1.0 - cfg_.rho);
+        a.eps = static_cast<float>(cfg_.epsilon);
+        a.momentum = static_cast<float>(cfg_.momentum);
+        const auto kernel = kernels_.rmsprop;
+        forRange(p.size, [&a, kernel](int64_t b, int64_t e) { kernel(a, b, e); });
     }
 };
 
@@ -525,6 +362,32 @@ Result<std::unique_ptr<Optimizer>> Optimizer::create(const OptimizerConfig& cfg)
     TD_RETURN_IF_ERROR(checkInUnitInterval("momentum", cfg.momentum, true));
     TD_RETURN_IF_ERROR(checkNonNegative("epsilon", cfg.epsilon));
     return std::unique_ptr<Optimizer>(new RmsProp(cfg, std::move(schedule)));
+}
+
+namespace isa_generic {
+const optim_kernels::Table& table();
+}
+#if defined(__x86_64__)
+namespace isa_avx2 {
+const optim_kernels::Table& table();
+}
+namespace isa_avx512 {
+const optim_kernels::Table& table();
+}
+#endif
+
+const optim_kernels::Table& optim_kernels::kernelsFor(CpuIsa isa) {
+#if defined(__x86_64__)
+    if (isa == CpuIsa::Avx512) return isa_avx512::table();
+    if (isa == CpuIsa::Avx2) return isa_avx2::table();
+#endif
+    (void)isa;
+    return isa_generic::table();
+}
+
+const optim_kernels::Table& optim_kernels::activeKernels() {
+    static const Table& t = kernelsFor(activeCpuIsa().isa);
+    return t;
 }
 
 }  // namespace td

@@ -14,6 +14,7 @@
 #include "dnnl.hpp"
 #include "engine/backend/backend.h"
 #include "engine/backend/cpu/kernels.h"
+#include "engine/core/cpu_isa.h"
 
 namespace td {
 
@@ -384,7 +385,9 @@ DeviceDesc cpuDeviceDesc() {
         x.index = 0;
         x.id = "cpu:0";
         x.threads = omp_get_max_threads();
-        x.name = cpuModelName() + " (" + std::to_string(x.threads) + " threads)";
+        // The level of TrainDeck's own vector kernels; oneDNN picks its own for its primitives.
+        x.name = cpuModelName() + " (" + std::to_string(x.threads) + " threads, " +
+                 cpuIsaName(activeCpuIsa().isa) + ")";
         x.memoryBytes = hostMemoryBytes();
         return x;
     }();

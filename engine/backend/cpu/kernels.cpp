@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 
+#include "engine/backend/cpu/simd_kernels.h"
 #include "engine/core/result.h"
 
 namespace td::cpu {
@@ -211,18 +212,15 @@ void dropout(const float* x, float* y, int64_t rows, int64_t cols, float rate, u
     const float keepScale = 1.0f / (1.0f - rate);
     // Threshold on the top 24 bits of the keyed hash, as keyedUniform() computes it.
     const uint32_t threshold = static_cast<uint32_t>(static_cast<double>(rate) * 16777216.0);
+    // The column loop needs a 32-bit lane multiply, which the baseline x86-64 lacks.
+    const auto rowLoop = simd::activeKernels().dropoutRow;
 #pragma omp parallel for if (rows * cols > kParallelMin)
     for (int64_t r = 0; r < rows; ++r) {
         const uint64_t rowKey =
             mix64(seed * 0x9e3779b97f4a7c15ull ^ mix64(static_cast<uint64_t>(step)) ^
                   (static_cast<uint64_t>(sampleBase + r) * 0xc2b2ae3d27d4eb4full));
         const uint32_t base = static_cast<uint32_t>(rowKey) ^ static_cast<uint32_t>(rowKey >> 32);
-        const float* xr = x + r * cols;
-        float* yr = y + r * cols;
-        for (int64_t c = 0; c < cols; ++c) {
-            const uint32_t h = mix32(base ^ (static_cast<uint32_t>(c) * 0x9e3779b9u)) >> 8;
-            yr[c] = h >= threshold ? xr[c] * keepScale : 0.f;
-        }
+        rowLoop(x + r * cols, y + r * cols, cols, base, threshold, keepScale);
     }
 }
 

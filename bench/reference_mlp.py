@@ -1,0 +1,246 @@
+#!/usr/bin/env python3
+"""Reference trainers for bench/bench_mlp.cpp: the benchmark's MLP on Fashion-MNIST in PyTorch or
+Keras, trained the way TrainDeck trains it, so that the rates compare like with like.
+
+Same as TrainDeck's benchmark project:
+  model      784 -> [Dense(h, relu) -> Dropout(p)] per hidden width -> Dense(10) -> softmax,
+             Glorot-uniform kernels and zero biases (the Keras defaults TrainDeck uses);
+  data       the Debian package dataset-fashion-mnist, pixels scaled by 1/255, reshuffled every
+             epoch, last partial batch kept;
+  optimizer  Adam, learning rate 1e-3, beta_1 0.9, beta_2 0.999, epsilon 1e-7;
+  loss       sparse categorical cross-entropy;
+  timing     wall time of each epoch's training loop (shuffle and every step, no evaluation);
+             samples/s = samples in epochs 2..N / their time (the first epoch warms up: graph
+             tracing, torch.compile, allocator growth), test accuracy on the 10,000 test images
+             after the last epoch, peak RSS of this process.
+
+Prints one JSON line on stdout. Exit status 2 with a message on stderr when an option, the data
+or the framework is missing.
+
+  reference_mlp.py --framework torch --hidden 128 --batch 32 --epochs 3 --threads 2
+  reference_mlp.py --framework torch --compile --hidden 1024,1024 --batch 256
+  reference_mlp.py --framework keras --precision bf16 --hidden 128 --batch 256
+"""
+import argparse
+import gzip
+import json
+import os
+import resource
+import struct
+import sys
+import time
+
+DATA_DIR = "/usr/share/datasets/fashion-mnist"
+TRAIN_FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz")
+TEST_FILES = ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
+ADAM = {"lr": 1e-3, "beta_1": 0.9, "beta_2": 0.999, "epsilon": 1e-7}
+
+
+class Refused(Exception):
+    """An expected failure: printed as one line on stderr, exit status 2."""
+
+
+def read_idx(path):
+    import numpy as np
+
+    try:
+        with gzip.open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise Refused(f"{path}: {e.strerror or e} (install the Debian package dataset-fashion-mnist)")
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08:
+        raise Refused(f"{path}: not an IDX file of unsigned bytes")
+    rank = raw[3]
+    header = 4 + 4 * rank
+    shape = struct.unpack(">" + "I" * rank, raw[4:header])
+    count = 1
+    for d in shape:
+        count *= d
+    if len(raw) - header != count:
+        raise Refused(f"{path}: header says {shape} ({count} bytes), file has {len(raw) - header}")
+    return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(shape)
+
+
+def load_split(files):
+    import numpy as np
+
+    images = read_idx(os.path.join(DATA_DIR, files[0]))
+    labels = read_idx(os.path.join(DATA_DIR, files[1]))
+    x = images.reshape(images.shape[0], -1).astype(np.float32) * np.float32(1.0 / 255.0)
+    return x, labels.astype(np.int64)
+
+
+def steady_rate(samples_per_epoch, epoch_seconds):
+    steady = epoch_seconds[1:] if len(epoch_seconds) > 1 else epoch_seconds
+    return samples_per_epoch * len(steady) / sum(steady)
+
+
+def train_torch(opts, hidden, train, test):
+    try:
+        import torch
+    except ImportError as e:
+        raise Refused(f"--framework torch: PyTorch is not installed for {sys.executable} ({e})")
+    major = int(torch.__version__.split(".")[0])
+    if opts.compile and (major < 2 or not hasattr(torch, "compile")):
+        raise Refused(f"--compile: torch.compile needs PyTorch 2 or later, this is {torch.__version__}")
+    torch.set_num_threads(opts.threads)
+    torch.manual_seed(opts.seed)
+
+    layers = []
+    width = train[0].shape[1]
+    for h in hidden:
+        layers += [torch.nn.Linear(width, h), torch.nn.ReLU()]
+        if opts.dropout > 0:
+            layers.append(torch.nn.Dropout(opts.dropout))
+        width = h
+    layers.append(torch.nn.Linear(width, 10))
+    model = torch.nn.Sequential(*layers)
+    for m in model:
+        if isinstance(m, torch.nn.Linear):
+            torch.nn.init.xavier_uniform_(m.weight)
+            torch.nn.init.zeros_(m.bias)
+    optimizer = torch.optim.Adam(model.parameters(), lr=ADAM["lr"],
+                                 betas=(ADAM["beta_1"], ADAM["beta_2"]), eps=ADAM["epsilon"])
+    forward = torch.compile(model) if opts.compile else model
+
+    def autocast():
+        if opts.precision == "bf16":
+            return torch.autocast("cpu", dtype=torch.bfloat16)
+        return torch.autocast("cpu", enabled=False)
+
+    x, y = (torch.from_numpy(a) for a in train)
+    n = x.shape[0]
+    epoch_seconds = []
+    for _ in range(opts.epochs):
+        model.train()
+        start = time.perf_counter()
+        order = torch.randperm(n)
+        for first in range(0, n, opts.batch):
+            idx = order[first:first + opts.batch]
+            optimizer.zero_grad(set_to_none=True)
+            with autocast():
+                logits = forward(x[idx])
+            # The softmax of the last layer lives inside the loss here, as in Keras' from_logits.
+            loss = torch.nn.functional.cross_entropy(logits.float(), y[idx])
+            loss.backward()
+            optimizer.step()
+        epoch_seconds.append(time.perf_counter() - start)
+
+    model.eval()
+    tx, ty = (torch.from_numpy(a) for a in test)
+    with torch.no_grad(), autocast():
+        accuracy = (model(tx).argmax(dim=1) == ty).float().mean().item()
+    return "torch", torch.__version__, epoch_seconds, accuracy
+
+
+def train_keras(opts, hidden, train, test):
+    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    try:
+        import tensorflow as tf
+        import keras
+    except ImportError as e:
+        raise Refused(f"--framework keras: TensorFlow/Keras is not installed for {sys.executable} ({e})")
+    tf.config.threading.set_intra_op_parallelism_threads(opts.threads)
+    tf.config.threading.set_inter_op_parallelism_threads(opts.threads)
+    keras.utils.set_random_seed(opts.seed)
+    if opts.precision == "bf16":
+        keras.mixed_precision.set_global_policy("mixed_bfloat16")
+
+    model = keras.Sequential([keras.Input(shape=(train[0].shape[1],))])
+    for h in hidden:
+        model.add(keras.layers.Dense(h, activation="relu"))
+        if opts.dropout > 0:
+            model.add(keras.layers.Dropout(opts.dropout))
+    model.add(keras.layers.Dense(10, activation="softmax", dtype="float32"))
+    model.compile(
+        optimizer=keras.optimizers.Adam(learning_rate=ADAM["lr"], beta_1=ADAM["beta_1"],
+                                        beta_2=ADAM["beta_2"], epsilon=ADAM["epsilon"]),
+        loss=keras.losses.SparseCategoricalCrossentropy(),
+        metrics=["accuracy"],
+        # Explicit: Keras 3's default "auto" would pick XLA on its own for some models.
+        jit_compile=bool(opts.compile))
+
+    epoch_seconds = []
+
+    class EpochTimer(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            self.start = time.perf_counter()
+
+        def on_epoch_end(self, epoch, logs=None):
+            epoch_seconds.append(time.perf_counter() - self.start)
+
+    model.fit(train[0], train[1], batch_size=opts.batch, epochs=opts.epochs, shuffle=True,
+              verbose=0, callbacks=[EpochTimer()])
+    accuracy = model.evaluate(test[0], test[1], batch_size=1024, verbose=0)[1]
+    return "keras", f"{keras.__version__} (tf {tf.__version__})", epoch_seconds, accuracy
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--framework", choices=["torch", "keras"], required=True)
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile (PyTorch 2+), or Keras jit_compile=True (XLA)")
+    p.add_argument("--precision", choices=["f32", "bf16"], default="f32",
+                   help="bf16: torch.autocast on the CPU, or the Keras policy mixed_bfloat16")
+    p.add_argument("--hidden", default="128", help="comma-separated hidden widths (default 128)")
+    p.add_argument("--dropout", type=float, default=0.2, help="after every hidden layer")
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--epochs", type=int, default=3, help="at least 2: the first is warm-up")
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--limit", type=int, default=0,
+                   help="train on the first N training images only (quick checks; 0: all 60,000)")
+    opts = p.parse_args(argv)
+    try:
+        hidden = [int(h) for h in opts.hidden.split(",") if h.strip()]
+    except ValueError:
+        p.error(f"--hidden: expected comma-separated positive integers, got '{opts.hidden}'")
+    if not hidden or min(hidden) <= 0:
+        p.error(f"--hidden: expected comma-separated positive integers, got '{opts.hidden}'")
+    if not 0 <= opts.dropout < 1:
+        p.error(f"--dropout: expected a rate in [0, 1), got {opts.dropout}")
+    if opts.limit < 0:
+        p.error(f"--limit: expected a count >= 0, got {opts.limit}")
+    for name in ("batch", "threads"):
+        if getattr(opts, name) <= 0:
+            p.error(f"--{name}: expected a positive integer, got {getattr(opts, name)}")
+    if opts.epochs < 2:
+        p.error(f"--epochs: expected at least 2 (the first epoch is warm-up), got {opts.epochs}")
+    return opts, hidden
+
+
+def main(argv):
+    opts, hidden = parse_args(argv)
+    try:
+        train = load_split(TRAIN_FILES)
+        if opts.limit:
+            train = (train[0][:opts.limit], train[1][:opts.limit])
+        test = load_split(TEST_FILES)
+        run = train_torch if opts.framework == "torch" else train_keras
+        framework, version, epoch_seconds, accuracy = run(opts, hidden, train, test)
+    except Refused as e:
+        print(f"reference_mlp.py: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps({
+        "framework": framework,
+        "version": version,
+        "compile": opts.compile,
+        "precision": opts.precision,
+        "hidden": hidden,
+        "dropout": opts.dropout,
+        "batch": opts.batch,
+        "epochs": opts.epochs,
+        "threads": opts.threads,
+        "seed": opts.seed,
+        "samples_per_s": round(steady_rate(train[0].shape[0], epoch_seconds), 1),
+        "epoch_seconds": [round(t, 3) for t in epoch_seconds],
+        "test_accuracy": round(float(accuracy), 4),
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,26 @@
+// Inner loops of the CPU kernels that the baseline x86-64 instruction set cannot vectorise
+// (SSE2 has no 32-bit lane multiply), compiled once per instruction-set level and chosen at run
+// time (engine/core/cpu_isa.h). Every level computes the same integer and IEEE float operations,
+// so all levels give bit-identical results. Private to engine/backend/cpu and its tests.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/core/cpu_isa.h"
+
+namespace td::cpu::simd {
+
+struct Table {
+    CpuIsa isa;
+    // One row of inverted dropout: y[c] = x[c] * keepScale when
+    // mix32(rowBase ^ (c * 0x9e3779b9)) >> 8 >= threshold, else 0, for c in [0, cols).
+    void (*dropoutRow)(const float* x, float* y, int64_t cols, uint32_t rowBase, uint32_t threshold,
+                       float keepScale);
+};
+
+// The loops of one level (the generic ones for a level this build has none for).
+const Table& kernelsFor(CpuIsa isa);
+// The loops for activeCpuIsa(), looked up once.
+const Table& activeKernels();
+
+}  // namespace td::cpu::simd

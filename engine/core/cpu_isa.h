@@ -1,0 +1,35 @@
+// Instruction-set level of the engine's own vector kernels (optimizer updates), chosen once per
+// process at run time, as oneDNN does for its primitives. The binaries are compiled for the
+// baseline x86-64 CPU; only kernels built for a higher level in their own translation units use
+// AVX2 or AVX-512, and only when this CPU and its operating system support them.
+//
+// TRAINDECK_ISA=generic|avx2|avx512 lowers the level (to compare paths or to rule one out); it
+// cannot raise it above what the CPU supports.
+#pragma once
+
+#include <string>
+
+namespace td {
+
+enum class CpuIsa { Generic, Avx2, Avx512 };
+
+const char* cpuIsaName(CpuIsa isa);
+
+// Highest level this CPU supports for which this build has kernels (Generic off x86-64).
+CpuIsa detectedCpuIsa();
+
+struct CpuIsaChoice {
+    CpuIsa isa = CpuIsa::Generic;
+    std::string error;  // non-empty: why the request was not followed ("TRAINDECK_ISA: ...")
+};
+
+// The level for a TRAINDECK_ISA value (nullptr or "" when unset) on a CPU whose best level is
+// `detected`. A value that is not a level, or names one above `detected`, gives `detected` and
+// an error that names the variable, the value and what would be accepted.
+CpuIsaChoice chooseCpuIsa(const char* requested, CpuIsa detected);
+
+// chooseCpuIsa(getenv("TRAINDECK_ISA"), detectedCpuIsa()), evaluated once per process. The
+// command-line front end refuses to start when its error is set; library code only follows isa.
+const CpuIsaChoice& activeCpuIsa();
+
+}  // namespace td

@@ -1,0 +1,296 @@
+// The kernels of every instruction-set level this CPU runs (optimizer updates, CPU dropout) give
+// the same results as the generic level, bit for bit, and TRAINDECK_ISA chooses the level
+// (engine/core/cpu_isa.h).
+#include <QtTest/QtTest>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/backend/cpu/simd_kernels.h"
+#include "engine/core/cpu_isa.h"
+#include "engine/train/optim_kernels.h"
+
+using namespace td;
+using namespace td::optim_kernels;
+
+Q_DECLARE_METATYPE(td::CpuIsa)
+
+namespace {
+
+// Not a multiple of any register width, so every level also runs its scalar tail.
+constexpr int64_t kElements = 1000 + 13;
+constexpr int kSteps = 4;
+
+std::vector<float> randomValues(uint32_t seed, float scale) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> dist(0.0f, scale);
+    std::vector<float> v(kElements);
+    for (float& x : v) x = dist(rng);
+    return v;
+}
+
+// Gradients with the values clipping and the square roots treat specially.
+std::vector<float> gradients(uint32_t seed) {
+    std::vector<float> g = randomValues(seed, 1.0f);
+    g[3] = 0.0f;
+    g[17] = -0.0f;
+    g[40] = 1e-30f;
+    g[41] = 1e30f;
+    g[42] = -1e30f;
+    g[kElements - 2] = std::numeric_limits<float>::quiet_NaN();
+    g[kElements - 5] = std::numeric_limits<float>::infinity();
+    return g;
+}
+
+// Same bits, or both NaN (the payload of a NaN is not part of the contract).
+void requireSame(const std::vector<float>& got, const std::vector<float>& want, const char* what) {
+    QCOMPARE(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+        if (std::isnan(got[i]) && std::isnan(want[i])) continue;
+        if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0)
+            QFAIL(qPrintable(QString("%1[%2]: %3 vs generic %4")
+                                 .arg(what)
+                                 .arg(i)
+                                 .arg(static_cast<double>(got[i]), 0, 'g', 9)
+                                 .arg(static_cast<double>(want[i]), 0, 'g', 9)));
+    }
+}
+
+// Parameter and slot arrays of one optimizer, updated by one level's kernel.
+struct State {
+    std::vector<float> w = randomValues(1, 0.5f);
+    std::vector<float> s0 = randomValues(2, 0.1f);
+    std::vector<float> s1 = randomValues(3, 0.1f);
+    std::vector<float> s2 = randomValues(4, 0.1f);
+    State() {
+        // Second moments are non-negative in a real run; keep the square roots real.
+        for (float& x : s1) x = x * x;
+        for (float& x : s2) x = x * x;
+    }
+};
+
+Operands operandsFor(State& st, const std::vector<float>& g, bool clip, bool decay) {
+    Operands o;
+    o.w = st.w.data();
+    o.grad = g.data();
+    o.gradScale = clip ? 0.75f : 1.0f;
+    o.clip = clip ? 0.5f : std::numeric_limits<float>::infinity();
+    o.decay = decay;
+    o.wdLr = decay ? 4e-4f : 0.0f;
+    return o;
+}
+
+// Runs `steps` updates with `kernels` and returns the final state. variant selects the options.
+State runSgd(const Table& k, SgdMode mode, bool clip, bool decay) {
+    State st;
+    for (int s = 0; s < kSteps; ++s) {
+        const std::vector<float> g = gradients(100 + static_cast<uint32_t>(s));
+        SgdArgs a;
+        a.p = operandsFor(st, g, clip, decay);
+        a.mode = mode;
+        a.m = st.s0.data();
+        a.lr = 0.01f;
+        a.momentum = 0.9f;
+        // Two ranges, as two threads would split it, one starting at an odd offset.
+        k.sgd(a, 0, 301);
+        k.sgd(a, 301, kElements);
+    }
+    return st;
+}
+
+State runAdam(const Table& k, bool amsgrad, bool clip, bool decay) {
+    State st;
+    for (int s = 0; s < kSteps; ++s) {
+        const std::vector<float> g = gradients(200 + static_cast<uint32_t>(s));
+        AdamArgs a;
+        a.p = operandsFor(st, g, clip, decay);
+        a.m = st.s0.data();
+        a.v = st.s1.data();
+        a.vhat = amsgrad ? st.s2.data() : nullptr;
+        a.alpha = 1e-3f * std::sqrt(1.0f - std::pow(0.999f, s + 1.0f)) /
+                  (1.0f - std::pow(0.9f, s + 1.0f));
+        a.oneMinusB1 = 0.1f;
+        a.oneMinusB2 = 0.001f;
+        a.eps = 1e-7f;
+        k.adam(a, 0, 301);
+        k.adam(a, 301, kElements);
+    }
+    return st;
+}
+
+State runRmsProp(const Table& k, bool centered, bool momentum, bool clip, bool decay) {
+    State st;
+    for (int s = 0; s < kSteps; ++s) {
+        const std::vector<float> g = gradients(300 + static_cast<uint32_t>(s));
+        RmsPropArgs a;
+        a.p = operandsFor(st, g, clip, decay);
+        a.velocity = st.s1.data();
+        a.momentumSlot = momentum ? st.s0.data() : nullptr;
+        // Centered keeps the running mean of g small against v, so v - mg^2 stays positive.
+        a.averageGrad = centered ? st.s2.data() : nullptr;
+        if (centered)
+            for (float& x : st.s2) x = 0.0f;
+        a.lr = 1e-3f;
+        a.rho = 0.9f;
+        a.oneMinusRho = 0.1f;
+        a.eps = 1e-7f;
+        a.momentum = 0.5f;
+        k.rmsprop(a, 0, 301);
+        k.rmsprop(a, 301, kElements);
+    }
+    return st;
+}
+
+void requireSameState(const State& got, const State& want) {
+    requireSame(got.w, want.w, "w");
+    requireSame(got.s0, want.s0, "slot 0");
+    requireSame(got.s1, want.s1, "slot 1");
+    requireSame(got.s2, want.s2, "slot 2");
+}
+
+}  // namespace
+
+class TestIsa : public QObject {
+    Q_OBJECT
+
+  private slots:
+    void chooseLevel_data() {
+        QTest::addColumn<QString>("requested");
+        QTest::addColumn<td::CpuIsa>("detected");
+        QTest::addColumn<td::CpuIsa>("chosen");
+        QTest::addColumn<QString>("error");
+        QTest::newRow("unset") << QString() << CpuIsa::Avx512 << CpuIsa::Avx512 << QString();
+        QTest::newRow("generic") << "generic" << CpuIsa::Avx512 << CpuIsa::Generic << QString();
+        QTest::newRow("avx2 below avx512") << "avx2" << CpuIsa::Avx512 << CpuIsa::Avx2 << QString();
+        QTest::newRow("same level") << "avx2" << CpuIsa::Avx2 << CpuIsa::Avx2 << QString();
+        QTest::newRow("above the CPU")
+            << "avx512" << CpuIsa::Avx2 << CpuIsa::Avx2
+            << "TRAINDECK_ISA: avx512 is not available on this CPU (the highest level here is "
+               "avx2)";
+        QTest::newRow("not a level")
+            << "sse9" << CpuIsa::Generic << CpuIsa::Generic
+            << "TRAINDECK_ISA: expected generic, avx2 or avx512, got 'sse9'";
+        QTest::newRow("case matters")
+            << "AVX2" << CpuIsa::Avx2 << CpuIsa::Avx2
+            << "TRAINDECK_ISA: expected generic, avx2 or avx512, got 'AVX2'";
+    }
+    void chooseLevel() {
+        QFETCH(QString, requested);
+        QFETCH(td::CpuIsa, detected);
+        QFETCH(td::CpuIsa, chosen);
+        QFETCH(QString, error);
+        const std::string req = requested.toStdString();
+        const CpuIsaChoice c = chooseCpuIsa(requested.isNull() ? nullptr : req.c_str(), detected);
+        QCOMPARE(cpuIsaName(c.isa), cpuIsaName(chosen));
+        QCOMPARE(QString::fromStdString(c.error), error);
+    }
+
+    // ctest runs this suite a second time with TRAINDECK_ISA=generic.
+    void activeLevelFollowsEnvironment() {
+        const char* env = std::getenv("TRAINDECK_ISA");
+        const CpuIsaChoice want = chooseCpuIsa(env, detectedCpuIsa());
+        QCOMPARE(cpuIsaName(activeCpuIsa().isa), cpuIsaName(want.isa));
+        QCOMPARE(cpuIsaName(activeKernels().isa), cpuIsaName(want.isa));
+        QCOMPARE(cpuIsaName(cpu::simd::activeKernels().isa), cpuIsaName(want.isa));
+        if (env && std::string(env) == "generic") QCOMPARE(activeKernels().isa, CpuIsa::Generic);
+    }
+
+    void tablesAreTheirLevel() {
+        for (CpuIsa isa : {CpuIsa::Generic, CpuIsa::Avx2, CpuIsa::Avx512}) {
+            if (static_cast<int>(isa) > static_cast<int>(detectedCpuIsa())) continue;
+            QCOMPARE(cpuIsaName(kernelsFor(isa).isa), cpuIsaName(isa));
+            QCOMPARE(cpuIsaName(cpu::simd::kernelsFor(isa).isa), cpuIsaName(isa));
+        }
+    }
+
+    void levelsMatchGeneric_data() {
+        QTest::addColumn<td::CpuIsa>("isa");
+        int rows = 0;
+        for (CpuIsa isa : {CpuIsa::Avx2, CpuIsa::Avx512}) {
+            if (static_cast<int>(isa) > static_cast<int>(detectedCpuIsa())) continue;
+            QTest::newRow(cpuIsaName(isa)) << isa;
+            ++rows;
+        }
+        if (rows == 0) QTest::newRow("generic only") << CpuIsa::Generic;
+    }
+    void levelsMatchGeneric() {
+        QFETCH(td::CpuIsa, isa);
+        if (isa == CpuIsa::Generic) QSKIP("this CPU has no AVX2: only the generic level runs here");
+        const Table& k = kernelsFor(isa);
+        const Table& g = kernelsFor(CpuIsa::Generic);
+        QCOMPARE(k.isa, isa);
+        for (bool clip : {false, true})
+            for (bool decay : {false, true}) {
+                for (SgdMode mode : {SgdMode::Plain, SgdMode::Momentum, SgdMode::Nesterov})
+                    requireSameState(runSgd(k, mode, clip, decay), runSgd(g, mode, clip, decay));
+                for (bool amsgrad : {false, true})
+                    requireSameState(runAdam(k, amsgrad, clip, decay),
+                                     runAdam(g, amsgrad, clip, decay));
+                for (bool centered : {false, true})
+                    for (bool momentum : {false, true})
+                        requireSameState(runRmsProp(k, centered, momentum, clip, decay),
+                                         runRmsProp(g, centered, momentum, clip, decay));
+            }
+    }
+
+    // Dropout masks must not depend on the CPU: a run resumed elsewhere draws the same masks.
+    void dropoutMatchesGeneric_data() { levelsMatchGeneric_data(); }
+    void dropoutMatchesGeneric() {
+        QFETCH(td::CpuIsa, isa);
+        if (isa == CpuIsa::Generic) QSKIP("this CPU has no AVX2: only the generic level runs here");
+        const auto& k = cpu::simd::kernelsFor(isa);
+        const auto& g = cpu::simd::kernelsFor(CpuIsa::Generic);
+        QCOMPARE(k.isa, isa);
+        const std::vector<float> x = gradients(7);
+        for (double rate : {0.0, 0.2, 0.5, 0.999}) {
+            const auto threshold = static_cast<uint32_t>(rate * 16777216.0);
+            const float keep = static_cast<float>(1.0 / (1.0 - rate));
+            for (uint32_t base : {0u, 1u, 0x9e3779b9u, 0xffffffffu}) {
+                for (int64_t cols : {int64_t{1}, int64_t{15}, int64_t{17}, kElements}) {
+                    std::vector<float> got(cols, -1.0f), want(cols, -2.0f);
+                    k.dropoutRow(x.data(), got.data(), cols, base, threshold, keep);
+                    g.dropoutRow(x.data(), want.data(), cols, base, threshold, keep);
+                    requireSame(got, want, "dropout");
+                }
+            }
+        }
+    }
+
+    // The generic dropout row is the keyed hash of the forward pass: about `rate` of the values
+    // are zeroed and the others scaled by 1 / (1 - rate).
+    void dropoutRowKeepsAboutOneMinusRate() {
+        const std::vector<float> x(kElements * 8, 1.0f);
+        std::vector<float> y(x.size());
+        const float keep = 1.0f / 0.7f;
+        cpu::simd::kernelsFor(CpuIsa::Generic)
+            .dropoutRow(x.data(), y.data(), static_cast<int64_t>(x.size()), 12345u,
+                        static_cast<uint32_t>(0.3 * 16777216.0), keep);
+        int64_t zeros = 0;
+        for (float v : y) {
+            if (v == 0.0f) {
+                ++zeros;
+            } else {
+                QCOMPARE(v, keep);
+            }
+        }
+        const double zeroed = static_cast<double>(zeros) / static_cast<double>(y.size());
+        QVERIFY2(std::abs(zeroed - 0.3) < 0.02, qPrintable(QString::number(zeroed)));
+    }
+
+    // The comparison above is only worth something if the kernels move the state.
+    void kernelsUpdate() {
+        const State before;
+        const State after = runAdam(kernelsFor(detectedCpuIsa()), false, false, false);
+        int changed = 0;
+        for (int64_t i = 0; i < kElements; ++i) changed += after.w[i] != before.w[i];
+        QVERIFY2(changed > kElements - 10, qPrintable(QString("%1 changed").arg(changed)));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestIsa)
+#include "test_isa.moc"
