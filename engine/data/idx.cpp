@@ -1,5 +1,6 @@
 // MNIST IDX reader: magic 00 00 <type> <ndim>, ndim big-endian u32 dims, then the big-endian
 // payload. Files may be gzip-compressed (detected by the 1f 8b magic) or raw.
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <cerrno>
@@ -27,6 +28,10 @@ class ByteReader {
         path_ = path;
         file_ = std::fopen(path.c_str(), "rb");
         if (!file_) return err(path + ": cannot open: " + std::strerror(errno));
+        struct stat st {};
+        if (fstat(fileno(file_), &st) == 0 && S_ISREG(st.st_mode)) {
+            fileSize_ = static_cast<uint64_t>(st.st_size);
+        }
         unsigned char magic[2] = {0, 0};
         const size_t got = std::fread(magic, 1, 2, file_);
         if (got == 2 && magic[0] == 0x1f && magic[1] == 0x8b) {
@@ -60,8 +65,19 @@ class ByteReader {
                 }
             }
         }
+        consumed_ += total;
         return static_cast<int64_t>(total);
     }
+
+    // An upper bound on the bytes still to come, checked before allocating what a header claims
+    // so that a short file cannot make the reader allocate terabytes: the exact remainder of a
+    // raw file; for gzip, the compressed size times deflate's largest expansion (about 1032:1).
+    uint64_t remainingBound() const {
+        if (fileSize_ == kUnknownSize) return kUnknownSize;
+        if (gz_) return fileSize_ * 1032 + 1024;
+        return fileSize_ > consumed_ ? fileSize_ - consumed_ : 0;
+    }
+    bool compressed() const { return gz_ != nullptr; }
 
     std::string error() const {
         if (gz_) {
@@ -73,7 +89,10 @@ class ByteReader {
     }
 
   private:
+    static constexpr uint64_t kUnknownSize = ~uint64_t{0};  // not a regular file (a pipe)
     std::string path_;
+    uint64_t fileSize_ = kUnknownSize;
+    uint64_t consumed_ = 0;
     std::FILE* file_ = nullptr;
     gzFile gz_ = nullptr;
 };
@@ -181,12 +200,20 @@ Result<Tensor> readIdx(const std::string& path) {
         const int64_t d = loadBigEndian32(dimBytes.data() + 4 * i);
         shape.push_back(d);
         dimsText += (i ? "x" : "") + std::to_string(d);
-        count *= d;
-        if (count > (int64_t{1} << 40)) {
+        // Checked before multiplying: the product of two 32-bit dims times a third overflows.
+        if (d != 0 && count > (int64_t{1} << 40) / d) {
             return err(path + ": header dimensions " + dimsText + "... exceed 2^40 elements");
         }
+        count *= d;
     }
     const auto payloadBytes = static_cast<size_t>(count) * type->bytes;
+    if (payloadBytes > in.remainingBound()) {
+        return err(path + ": truncated: header says " + dimsText + " = " +
+                   std::to_string(payloadBytes) + " bytes" +
+                   (type->bytes > 1 ? " of " + std::string(type->name) : std::string()) +
+                   (in.compressed() ? ", more than its gzip stream can hold"
+                                    : ", found " + std::to_string(in.remainingBound())));
+    }
 
     Tensor out(type->storedAs, shape);
     // u8 and 4-byte payloads decode in place; i8/i16/f64 go through a staging buffer.

@@ -1,5 +1,8 @@
 // NumPy .npy reader (format versions 1.0, 2.0 and 3.0): "\x93NUMPY", major, minor, a little-endian
 // u16 (v1) or u32 (v2, v3) header length, a Python dict literal header, then the C-order payload.
+#include <sys/stat.h>
+
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstdio>
@@ -80,6 +83,15 @@ Result<NpyHeader> parseHeader(const std::string& path, const std::string& h) {
         }
         out.shape.push_back(d);
     }
+    // The product is bounded too (checked before multiplying): each dim alone can be 2^40.
+    int64_t count = 1;
+    for (const int64_t d : out.shape) {
+        if (d != 0 && count > (int64_t{1} << 40) / d) {
+            return err(path + ": shape " + shapeToString(out.shape) +
+                       " in .npy header exceeds 2^40 elements");
+        }
+        count *= d;
+    }
     return out;
 }
 
@@ -143,6 +155,19 @@ Result<Tensor> readNpy(const std::string& path) {
 
     const int64_t count = numElements(h.shape);
     const size_t payloadBytes = static_cast<size_t>(count) * type->bytes;
+    // Checked before allocating, so a short file cannot make the reader allocate what its header
+    // claims. Only regular files have a known size (a pipe is read until it ends).
+    struct stat st {};
+    const long offset = std::ftell(f);
+    if (fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) && offset >= 0) {
+        const auto remaining =
+            static_cast<uint64_t>(std::max<int64_t>(0, static_cast<int64_t>(st.st_size) - offset));
+        if (payloadBytes > remaining) {
+            return err(path + ": truncated: header says shape " + shapeToString(h.shape) + " " +
+                       h.descr + " = " + std::to_string(payloadBytes) + " bytes, found " +
+                       std::to_string(remaining));
+        }
+    }
     Tensor out(type->storedAs, h.shape);
     std::vector<unsigned char> staging;
     unsigned char* dst = static_cast<unsigned char*>(out.raw());
