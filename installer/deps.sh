@@ -23,7 +23,7 @@ pkgs=(
   dataset-fashion-mnist
 )
 if [ "$want_test" = 1 ]; then
-  pkgs+=(xvfb xauth xfonts-base python3 python3-numpy)
+  pkgs+=(xvfb xauth xfonts-base python3 python3-numpy clang libclang-rt-14-dev)
 fi
 if [ "$want_bench" = 1 ]; then
   pkgs+=(python3-torch libopenblas0-pthread)
