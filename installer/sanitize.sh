@@ -16,6 +16,7 @@ case "$mode" in
   asan | tsan | all) ;;
   *) echo "sanitize.sh: unknown mode '$mode' (expected asan, tsan or all)" >&2; exit 2 ;;
 esac
+"$root/installer/deps.sh" --test
 jobs="${TRAINDECK_JOBS:-$(nproc)}"
 supp="$root/tests/sanitizers"
 launcher=()
