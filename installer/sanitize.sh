@@ -40,7 +40,7 @@ if [ "$mode" = asan ] || [ "$mode" = all ]; then
   built=$SECONDS
   (
     cd build-asan
-    export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:detect_stack_use_after_return=1:check_initialization_order=1"
+    export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:fast_unwind_on_malloc=0:detect_stack_use_after_return=1:check_initialization_order=1"
     export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0"
     export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
     ctest --output-on-failure --timeout 1800 -j "${TRAINDECK_TEST_JOBS:-1}" "$@"
