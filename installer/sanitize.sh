@@ -25,9 +25,10 @@ if command -v ccache > /dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=c
 tsan_tests=(test_data test_store test_training test_ui)
 
 configure() {  # configure <dir> <sanitizers>
+  mkdir -p "$1"
   cmake -S . -B "$1" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRAINDECK_CUDA=OFF \
-    -DTRAINDECK_SANITIZE="$2" "${launcher[@]}" > "$1.configure.log" ||
-    { cat "$1.configure.log"; exit 1; }
+    -DTRAINDECK_SANITIZE="$2" "${launcher[@]}" > "$1/configure.log" ||
+    { cat "$1/configure.log"; exit 1; }
 }
 
 export QT_QPA_PLATFORM=offscreen
