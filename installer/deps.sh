@@ -26,7 +26,8 @@ pkgs=(
 )
 if [ "$want_test" = 1 ]; then
   # qemu-user: the portable_binary test runs the binary on an emulated CPU without AVX.
-  pkgs+=(xvfb xauth xfonts-base python3 python3-numpy qemu-user)
+  # clang + libclang-rt: the libFuzzer build (tests/fuzz/run.sh).
+  pkgs+=(xvfb xauth xfonts-base python3 python3-numpy qemu-user clang libclang-rt-14-dev)
 fi
 if [ "$want_bench" = 1 ]; then
   pkgs+=(python3-torch libopenblas0-pthread python3-venv python3-dev)

@@ -29,6 +29,10 @@ class ByteReader {
         path_ = path;
         file_ = std::fopen(path.c_str(), "rb");
         if (!file_) return err(path + ": cannot open: " + std::strerror(errno));
+        struct stat st {};
+        if (fstat(fileno(file_), &st) == 0 && S_ISREG(st.st_mode)) {
+            fileSize_ = static_cast<uint64_t>(st.st_size);
+        }
         unsigned char magic[2] = {0, 0};
         const size_t got = std::fread(magic, 1, 2, file_);
         if (got == 2 && magic[0] == 0x1f && magic[1] == 0x8b) {
@@ -62,16 +66,19 @@ class ByteReader {
                 }
             }
         }
+        consumed_ += total;
         return static_cast<int64_t>(total);
     }
 
-    // Bytes in a raw file (what a header may declare is bounded by it); -1 for gzip, whose size
-    // is known only once decompressed.
-    int64_t rawFileBytes() const {
-        if (!file_) return -1;
-        struct stat st {};
-        return ::fstat(fileno(file_), &st) == 0 ? static_cast<int64_t>(st.st_size) : -1;
+    // An upper bound on the bytes still to come, checked before allocating what a header claims
+    // so that a short file cannot make the reader allocate terabytes: the exact remainder of a
+    // raw file; for gzip, the compressed size times deflate's largest expansion (about 1032:1).
+    uint64_t remainingBound() const {
+        if (fileSize_ == kUnknownSize) return kUnknownSize;
+        if (gz_) return fileSize_ * 1032 + 1024;
+        return fileSize_ > consumed_ ? fileSize_ - consumed_ : 0;
     }
+    bool compressed() const { return gz_ != nullptr; }
 
     std::string error() const {
         if (gz_) {
@@ -83,7 +90,10 @@ class ByteReader {
     }
 
   private:
+    static constexpr uint64_t kUnknownSize = ~uint64_t{0};  // not a regular file (a pipe)
     std::string path_;
+    uint64_t fileSize_ = kUnknownSize;
+    uint64_t consumed_ = 0;
     std::FILE* file_ = nullptr;
     gzFile gz_ = nullptr;
 };
@@ -193,27 +203,27 @@ Result<Tensor> readIdx(const std::string& path) {
     }
     int64_t count = 1;
     for (int i = 0; i < ndim; ++i) {
-        if (shape[static_cast<size_t>(i)] == 0) {
+        const int64_t d = shape[static_cast<size_t>(i)];
+        if (d == 0) {
             return err(path + ": header dimension " + std::to_string(i + 1) + " of " +
                        std::to_string(ndim) + " is 0 (dimensions " + dimsText + ")" +
                        (i == 0 ? ": the file holds no samples" : ": samples would hold no values"));
         }
-        count *= shape[static_cast<size_t>(i)];
-        if (count > (int64_t{1} << 40)) {
+        // Checked before multiplying: the product of two 32-bit dims times a third overflows.
+        if (count > (int64_t{1} << 40) / d) {
             return err(path + ": header dimensions " + dimsText + " exceed 2^40 elements");
         }
+        count *= d;
     }
     const auto payloadBytes = static_cast<size_t>(count) * type->bytes;
-    // Refuse what cannot be there before allocating for it: a raw file shorter than its header
-    // says, or an array beyond the memory budget.
-    if (const int64_t fileBytes = in.rawFileBytes(); fileBytes >= 0) {
-        const int64_t available = fileBytes - 4 - 4 * int64_t{ndim};
-        if (static_cast<int64_t>(payloadBytes) > available) {
-            return err(path + ": truncated: header says " + dimsText + " = " +
-                       std::to_string(payloadBytes) + " bytes" +
-                       (type->bytes > 1 ? " of " + std::string(type->name) : std::string()) +
-                       ", found " + std::to_string(std::max<int64_t>(available, 0)));
-        }
+    // Refuse what cannot be there before allocating for it: a file shorter than its header says,
+    // or an array beyond the memory budget.
+    if (payloadBytes > in.remainingBound()) {
+        return err(path + ": truncated: header says " + dimsText + " = " +
+                   std::to_string(payloadBytes) + " bytes" +
+                   (type->bytes > 1 ? " of " + std::string(type->name) : std::string()) +
+                   (in.compressed() ? ", more than its gzip stream can hold"
+                                    : ", found " + std::to_string(in.remainingBound())));
     }
     const size_t stagingBytes = type->bytes != dtypeSize(type->storedAs) ? payloadBytes : 0;
     TD_RETURN_IF_ERROR(

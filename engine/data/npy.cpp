@@ -84,6 +84,15 @@ Result<NpyHeader> parseHeader(const std::string& path, const std::string& h) {
         }
         out.shape.push_back(d);
     }
+    // The product is bounded too (checked before multiplying): each dim alone can be 2^40.
+    int64_t count = 1;
+    for (const int64_t d : out.shape) {
+        if (d != 0 && count > (int64_t{1} << 40) / d) {
+            return err(path + ": shape " + shapeToString(out.shape) +
+                       " in .npy header exceeds 2^40 elements");
+        }
+        count *= d;
+    }
     return out;
 }
 
@@ -158,16 +167,17 @@ Result<Tensor> readNpy(const std::string& path) {
             return err(path + ": shape " + shapeToString(h.shape) + " exceeds 2^40 elements");
     }
     const size_t payloadBytes = static_cast<size_t>(count) * type->bytes;
-    // Refuse what cannot be there before allocating for it: a file shorter than its header says,
-    // or an array beyond the memory budget.
+    // Checked before allocating, so a short file cannot make the reader allocate what its header
+    // claims. Only regular files have a known size (a pipe is read until it ends).
     struct stat st {};
-    if (::fstat(fileno(f), &st) == 0) {
-        const long at = std::ftell(f);
-        const int64_t available = static_cast<int64_t>(st.st_size) - (at < 0 ? 0 : at);
-        if (static_cast<int64_t>(payloadBytes) > available) {
+    const long offset = std::ftell(f);
+    if (fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) && offset >= 0) {
+        const auto remaining =
+            static_cast<uint64_t>(std::max<int64_t>(0, static_cast<int64_t>(st.st_size) - offset));
+        if (payloadBytes > remaining) {
             return err(path + ": truncated: header says shape " + shapeToString(h.shape) + " " +
                        h.descr + " = " + std::to_string(payloadBytes) + " bytes, found " +
-                       std::to_string(std::max<int64_t>(available, 0)));
+                       std::to_string(remaining));
         }
     }
     const size_t stagingBytes = type->bytes != dtypeSize(type->storedAs) ? payloadBytes : 0;
