@@ -23,6 +23,7 @@ pkgs=(
   qt6-base-dev qt6-base-dev-tools
   libqcustomplot-dev libqcustomplot2.1-qt6
   dataset-fashion-mnist
+  libopenmpi-dev openmpi-bin
 )
 if [ "$want_test" = 1 ]; then
   # qemu-user: the portable_binary test runs the binary on an emulated CPU without AVX.

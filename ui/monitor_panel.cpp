@@ -193,10 +193,10 @@ void MonitorPanel::onEvents(const EventBatch& batch) {
                 accuracy_->append(series_["acc/step"], x, it->second);
         }
         throughput_->append(series_["tp/total"], x, s.samplesPerSecond);
-        for (size_t i = 0; i < s.replicaSamplesPerSecond.size(); ++i) {
+        for (size_t i = 0; i < s.replicas.size(); ++i) {
             auto it = series_.find("tp/" + QString::number(i));
             if (it != series_.end())
-                throughput_->append(it->second, x, s.replicaSamplesPerSecond[i]);
+                throughput_->append(it->second, x, s.replicas[i].samplesPerSecond);
         }
         // Wait and compute cover every step since the previous event.
         const double steps = std::max<int64_t>(1, s.globalStep - lastGlobalStep_);

@@ -7,7 +7,7 @@
 #include <QWidget>
 #include <map>
 
-#include "engine/api/events.h"
+#include "engine/core/events.h"
 
 class QLabel;
 class QPlainTextEdit;

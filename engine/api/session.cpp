@@ -487,7 +487,12 @@ Result<RunFinished> Session::Impl::fitLoop() {
                 sm.inputWaitSeconds = logWait;
                 sm.computeSeconds = logCompute;
                 sm.samplesPerSecond = wall > 0 ? static_cast<double>(seenSinceLog) / wall : 0;
-                sm.replicaSamplesPerSecond = {sm.samplesPerSecond};
+                ReplicaStats rs;
+                rs.device = device->desc().id;
+                rs.samplesPerSecond = sm.samplesPerSecond;
+                rs.computeSeconds = logCompute;
+                rs.inputWaitSeconds = logWait;
+                sm.replicas = {rs};
                 bus.publish(sm);
                 bus.publish(DeviceStats{device->desc().id,
                                         wall > 0 ? std::min(1.0, logCompute / wall) : 0,

@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/api/events.h"
+#include "engine/core/events.h"
 #include "engine/core/result.h"
 #include "engine/io/project.h"
 

@@ -15,6 +15,7 @@
 
 #include "engine/core/result.h"
 #include "engine/graph/ir.h"
+#include "engine/train/update.h"
 
 namespace td {
 
@@ -35,24 +36,52 @@ struct Buffer {
     size_t bytes = 0;
 };
 
-// Per-step values a Program reads (keyed randomness, batch bookkeeping).
+// Per-step values a Program reads (keyed randomness, batch bookkeeping, the optimizer's
+// per-step scalars). Computed on the host without reading anything back from the device.
 struct StepArgs {
     int64_t step = 0;        // global optimizer step (dropout mask key)
     int64_t sampleBase = 0;  // global index of row 0 of this replica's batch slice
+    UpdateScalars update;    // this step's learning rate and bias corrections (train programs)
 };
 
-// Where a Program finds the values that live outside its arena.
+class Collectives;  // engine/distribute/collectives.h
+
+// A contiguous range of the flat gradient buffer that is all-reduced as one piece, started as
+// soon as the backward pass has written the last gradient in it (planGradients, graph/lower.h).
+struct GradBucket {
+    int64_t offset = 0;  // in f32 elements from the start of the flat gradient buffer
+    int64_t count = 0;   // f32 elements
+};
+
+// Where a Program finds the values that live outside its arena. Every Buffer here may be a view
+// into a larger allocation (ptr + offset); only the owner releases it.
 struct ProgramBindings {
     Buffer input;                // features [B, ...] f32
     Buffer label;                // labels
     std::vector<Buffer> params;  // in Graph::params() order
-    std::vector<Buffer> grads;   // in Graph::params() order (empty for non-trainable)
+    std::vector<Buffer> grads;   // in Graph::params() order: views into one flat gradient buffer
+                                 // (empty Buffer for a frozen parameter)
+    // Running sums the program adds into on every run (never overwrites): [0] the loss summed over
+    // the global batch's samples (loss output x global batch), [1 + m] metric m's correct count.
+    // The trainer zeroes it at an epoch's start and reads it at log points only.
+    Buffer accumulators;
+    // Train programs of a replica group: the gradients are summed across replicas in these
+    // buckets (ranges of the flat gradient buffer) through `collectives`; null = one replica.
+    Collectives* collectives = nullptr;
+    std::vector<GradBucket> buckets;
+    Buffer flatGrads;  // the flat gradient buffer the buckets index
+    // Train programs: the optimizer update that ends the step (null: no update, e.g. a test that
+    // checks gradients). `slots` holds spec->slotsPerParam() buffers per trainable parameter,
+    // parameter-major, in Graph::params() order of the trainable ones.
+    const UpdateSpec* update = nullptr;
+    std::vector<Buffer> slots;
 };
 
 class Executable {
   public:
     virtual ~Executable() = default;
-    // Enqueues one execution of the program.
+    // Enqueues one execution of the program on the device's stream: forward, loss, backward,
+    // the all-reduce of the gradient buckets, the optimizer update, the accumulators.
     virtual Status run(const StepArgs& args) = 0;
     // Device address of a value of the graph (outputs: loss, metrics, predictions).
     virtual const void* valuePtr(int nodeId) const = 0;
@@ -71,13 +100,27 @@ class Device {
     virtual const DeviceDesc& desc() const = 0;
     virtual Result<Buffer> allocate(size_t bytes) = 0;
     virtual void release(Buffer& b) = 0;
+    // Host memory the device copies from fastest (page-locked on CUDA; aligned memory on the
+    // CPU). Batches are staged here, double-buffered, so the next upload overlaps this step.
+    virtual Result<Buffer> allocateHost(size_t bytes) = 0;
+    virtual void releaseHost(Buffer& b) = 0;
+    // Blocking copies (set-up, checkpoints, tests).
     virtual Status copyToDevice(const Buffer& dst, size_t offset, const void* src,
                                 size_t bytes) = 0;
     virtual Status copyToHost(void* dst, const Buffer& src, size_t offset, size_t bytes) = 0;
+    // Asynchronous copies, ordered on the device's stream with the programs it runs: they return
+    // once enqueued; `src` (or `dst`) must stay untouched until synchronize() (or the next
+    // synchronize after a later run). The CPU device completes them before returning.
+    virtual Status copyToDeviceAsync(const Buffer& dst, size_t offset, const void* src,
+                                     size_t bytes) = 0;
+    virtual Status copyToHostAsync(void* dst, const Buffer& src, size_t offset, size_t bytes) = 0;
+    // Sets bytes [offset, offset + bytes) of a buffer to zero, on the stream.
+    virtual Status fillZero(const Buffer& dst, size_t offset, size_t bytes) = 0;
     virtual Support supportsOp(const Graph& g, const Node& n) const = 0;
     // Lowers a planned graph (MemoryPlanPass ran) to a Program bound to buffers.
     virtual Result<std::unique_ptr<Executable>> compile(const Graph& g,
                                                         const ProgramBindings& bindings) = 0;
+    // Waits until everything enqueued on the stream has finished: the explicit host sync point.
     virtual Status synchronize() = 0;
     // (optional) Called on a thread before it compiles or runs programs. `workerThreads` is how
     // many threads the device may use for that thread's work (0 = all it has). The CPU device

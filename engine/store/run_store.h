@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/api/events.h"
+#include "engine/core/events.h"
 #include "engine/core/result.h"
 
 struct sqlite3;

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/api/events.h"
+#include "engine/core/events.h"
 #include "engine/core/result.h"
 #include "engine/core/tensor.h"
 #include "engine/train/train_config.h"

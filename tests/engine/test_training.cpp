@@ -169,7 +169,7 @@ void TestTraining::eventsAndStore() {
     for (const auto& sm : steps) {
         QVERIFY(sm.samplesPerSecond > 0);
         QVERIFY(sm.inputWaitSeconds >= 0 && sm.computeSeconds > 0);
-        QCOMPARE(sm.replicaSamplesPerSecond.size(), size_t(1));
+        QCOMPARE(sm.replicas.size(), size_t(1));
         QVERIFY(sm.learningRate > 0);
     }
     const auto stats = r.all<DeviceStats>();

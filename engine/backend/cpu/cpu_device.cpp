@@ -325,6 +325,20 @@ class CpuDevice final : public Device {
         std::free(b.ptr);
         b = {};
     }
+    Result<Buffer> allocateHost(size_t bytes) override { return allocate(bytes); }
+    void releaseHost(Buffer& b) override { release(b); }
+    Status copyToDeviceAsync(const Buffer& dst, size_t off, const void* src,
+                             size_t bytes) override {
+        return copyToDevice(dst, off, src, bytes);
+    }
+    Status copyToHostAsync(void* dst, const Buffer& src, size_t off, size_t bytes) override {
+        return copyToHost(dst, src, off, bytes);
+    }
+    Status fillZero(const Buffer& dst, size_t off, size_t bytes) override {
+        TD_ASSERT(off + bytes <= dst.bytes);
+        std::memset(static_cast<char*>(dst.ptr) + off, 0, bytes);
+        return Status::success();
+    }
     Status copyToDevice(const Buffer& dst, size_t off, const void* src, size_t bytes) override {
         TD_ASSERT(off + bytes <= dst.bytes);
         std::memcpy(static_cast<char*>(dst.ptr) + off, src, bytes);

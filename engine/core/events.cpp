@@ -1,4 +1,4 @@
-#include "engine/api/events.h"
+#include "engine/core/events.h"
 
 #include <algorithm>
 

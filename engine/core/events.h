@@ -33,6 +33,17 @@ struct RunStarted {
     int64_t params = 0;
 };
 
+// One replica's share of a log interval (the time since the previous StepMetrics).
+struct ReplicaStats {
+    int replica = 0;              // global replica index (0 = the chief's first replica)
+    int worker = 0;               // process rank (0 without MultiWorkerMirrored)
+    std::string device;           // "cpu:0", "cuda:1"
+    double samplesPerSecond = 0;  // this replica's own samples (its slice of each global batch)
+    double computeSeconds = 0;    // forward, backward and update
+    double allReduceSeconds = 0;  // waiting for the gradient all-reduce
+    double inputWaitSeconds = 0;  // waiting for its batch slice (pipeline and upload)
+};
+
 struct StepMetrics {
     int epoch = 0;           // 0-based
     int64_t step = 0;        // 1-based step within the epoch
@@ -43,7 +54,7 @@ struct StepMetrics {
     double inputWaitSeconds = 0;  // time the step loop waited for the pipeline, since last event
     double computeSeconds = 0;    // time spent in forward/backward/update, since last event
     double samplesPerSecond = 0;  // global throughput since the last event
-    std::vector<double> replicaSamplesPerSecond;  // one entry per replica
+    std::vector<ReplicaStats> replicas;  // one entry per replica of the whole strategy
 };
 
 struct EpochMetrics {

@@ -1,0 +1,54 @@
+// The optimizer update as a device runs it: a multi-tensor update of every trainable parameter,
+// fixed per run (UpdateSpec, from the optimizer's configuration) plus a few scalars per step
+// (UpdateScalars, computed on the host by Optimizer::nextStep from the iteration count and the
+// schedule, never from device values). Gradient clipping by norm needs norms of the gradients;
+// the device computes them inside the update, so the step needs no host read.
+#pragma once
+
+#include <cstdint>
+
+namespace td {
+
+enum class UpdateKind : uint8_t { Sgd, Adam, RmsProp };
+enum class ClipKind : uint8_t { None, Value, Norm, GlobalNorm };
+
+struct UpdateSpec {
+    UpdateKind kind = UpdateKind::Adam;
+    // SGD (momentum 0 = plain) and RMSprop momentum.
+    float momentum = 0;
+    bool nesterov = false;
+    // Adam / AdamW: 1 - beta_1 and 1 - beta_2 as Keras rounds them (double, then float).
+    float oneMinusBeta1 = 0, oneMinusBeta2 = 0;
+    bool amsgrad = false;
+    // RMSprop
+    float rho = 0, oneMinusRho = 0;
+    bool centered = false;
+    float epsilon = 0;
+    // Decoupled weight decay (AdamW, or weight_decay on any optimizer): w -= w * wd * lr first.
+    bool decay = false;
+    // Clipping: Value clamps each gradient element to [-clip, clip]; Norm scales each tensor by
+    // clip / max(||g||, clip); GlobalNorm scales all by min(1, clip / ||all g||) (NaN when that
+    // norm is not finite), as Keras' BaseOptimizer._clip_gradients.
+    ClipKind clip = ClipKind::None;
+    float clipValue = 0;
+
+    int slotsPerParam() const {
+        switch (kind) {
+            case UpdateKind::Sgd:
+                return momentum != 0 ? 1 : 0;
+            case UpdateKind::Adam:
+                return amsgrad ? 3 : 2;
+            case UpdateKind::RmsProp:
+                return 1 + (momentum > 0 ? 1 : 0) + (centered ? 1 : 0);
+        }
+        return 0;
+    }
+};
+
+struct UpdateScalars {
+    float lr = 0;     // the learning rate of this step
+    float alpha = 0;  // Adam: lr * sqrt(1 - beta_2^t) / (1 - beta_1^t), in float32 as Keras
+    float wdLr = 0;   // weight_decay * lr
+};
+
+}  // namespace td
