@@ -1,8 +1,6 @@
-// Session: compiles a project once (forward, autodiff, passes, lowering per batch size) and runs
-// the Keras-style fit loop on the calling thread or an engine thread. The step loop does no
-// allocation and no I/O: it copies the batch into the program's input buffer, runs the program,
-// reads back the scalar outputs and applies the optimizer. Everything else (progress bar, charts,
-// SQLite) consumes events from the bus on its own thread.
+// Session: a thin facade. create() validates a project, loads its data and hands both to a
+// Trainer (engine/train/trainer.h: replicas, programs, the fit loop); fit() wires the run store
+// and guarantees one RunFinished; the rest forwards to the trainer.
 #include "engine/api/session.h"
 
 #include <unistd.h>
@@ -26,6 +24,7 @@
 #include "engine/store/run_store.h"
 #include "engine/train/callbacks.h"
 #include "engine/train/optimizer.h"
+#include "engine/train/trainer.h"
 
 namespace td {
 
@@ -48,506 +47,27 @@ std::string hostName() {
     return buf;
 }
 
-// Threads per step: forking a team costs a few microseconds per kernel and a barrier stalls
-// whenever another process holds a core. Measured on a 2-core AVX-512 machine, the seed MLP
-// trains faster on one thread at batch 32 (20 MFLOP per step) and batch 256 (156 MFLOP), breaks
-// even at batch 1024 (625 MFLOP), and the 784-1024-1024-10 MLP at batch 256 (2.9 GFLOP) gains 1.5x
-// from two threads. So steps under 512 MFLOP run on one thread.
-int chooseWorkerThreads(const ModelInfo& info, int64_t batch, int deviceThreads) {
-    double flops = 0;
-    for (const LayerInfo& l : info.layers)
-        flops += 6.0 * static_cast<double>(batch) * static_cast<double>(l.params);
-    return flops < 512e6 ? 1 : deviceThreads;
-}
-
-// A compiled program for one (mode, batch size) with its own input and label buffers.
-struct Compiled {
-    GraphMode mode = GraphMode::Train;
-    int64_t batch = 0;
-    Graph graph;
-    std::unique_ptr<Executable> exe;
-    Buffer input, label;
-    int lossId = -1;
-    std::vector<std::pair<std::string, int>> metricIds;
-    int predId = -1;
-    std::vector<FusionDecision> fusion;
-    std::vector<PassTiming> timings;
-};
-
 }  // namespace
 
 struct Session::Impl {
     Project project;
     SessionOptions options;
     EventBus bus;
+    RunControl control;
     ModelInfo info;
-    LabelSpec labelSpec;
-    std::vector<MetricSpec> metrics;
     DataSplits splits;
-    Dataset trainSet;
-    std::optional<Dataset> valSet;
-    std::unique_ptr<Device> device;
-
-    // Parameters, shared by every program.
-    struct Param {
-        std::string name;
-        Shape shape;
-        bool trainable = true;
-        Buffer value, grad;
-    };
-    std::vector<Param> params;
-    std::map<std::pair<int, int64_t>, std::unique_ptr<Compiled>> programs;  // (mode, batch)
-
-    std::unique_ptr<Optimizer> optimizer;
-    std::vector<ParamRef> paramRefs;
-    std::vector<std::shared_ptr<Callback>> callbacks;
-    std::vector<std::string> callbackNames;  // for errors: "training.callbacks[0] (early_stopping)"
-
-    int workerThreads = 0;  // threads the device may use per step (see chooseWorkerThreads)
+    std::unique_ptr<Trainer> trainer;
+    int64_t trainSamples = 0, validationSamples = 0;
     int64_t runId = 0;
     std::thread thread;
-    std::atomic<bool> stopRequested{false};
     std::atomic<bool> isRunning{false};
-    std::mutex pauseMu;
-    std::condition_variable pauseCv;
-    bool pausedFlag = false;
-    std::atomic<int64_t> globalStep{0};
+    // Set from the recorder's thread on the first failed write.
 
-    // Set from the recorder's thread on the first failed write; the step loop checks it.
-    std::atomic<bool> storeFailed{false};
-    std::mutex storeErrorMu;
-    std::string storeError;
-
-    ~Impl() {
-        if (device)
-            for (auto& [key, c] : programs) {
-                if (c->input.ptr) device->release(c->input);
-                if (c->label.ptr) device->release(c->label);
-            }
-        programs.clear();
-        if (device)
-            for (auto& p : params) {
-                device->release(p.value);
-                if (p.grad.ptr) device->release(p.grad);
-            }
-    }
-
-    int64_t batchSize() const { return project.training.batchSize; }
-
-    Status initParams(const Graph& g);
-    Result<Compiled*> program(GraphMode mode, int64_t batch);
-    Status uploadBatch(Compiled& c, const Batch& b);
-    Result<EvalResult> evaluate(const Dataset& d);
     Status openStore(std::unique_ptr<RunStore>& store, std::unique_ptr<RunRecorder>& recorder,
                      std::shared_ptr<EventQueue>& recorderQueue);
     RunStarted runStarted() const;
-    // The run up to its result; publishes every event but RunFinished, which fit() publishes once
-    // the store has written everything.
-    Result<RunFinished> fitLoop();
     void log(LogLine::Level lvl, const std::string& text) { bus.publish(LogLine{lvl, text}); }
-
-    void noteStoreError(const std::string& error) {
-        {
-            std::lock_guard<std::mutex> lk(storeErrorMu);
-            if (storeError.empty()) storeError = error;
-        }
-        storeFailed = true;
-        std::lock_guard<std::mutex> lk(pauseMu);  // wakes a paused run: it ends too
-        pauseCv.notify_all();
-    }
-    Error storeFailure() {
-        std::lock_guard<std::mutex> lk(storeErrorMu);
-        return err("run store: " + storeError +
-                   "; training stopped (rows written before the failure are kept)");
-    }
-
-    // Runs one hook of every callback. A callback that throws fails the run, as in Keras.
-    template <typename Hook>
-    Status runCallbacks(const char* hookName, Hook hook) {
-        for (size_t i = 0; i < callbacks.size(); ++i) {
-            try {
-                hook(*callbacks[i]);
-            } catch (const std::exception& e) {
-                return err(callbackNames[i] + " failed in " + hookName + ": " + e.what());
-            } catch (...) {
-                return err(callbackNames[i] + " failed in " + hookName + ": unknown exception");
-            }
-        }
-        return Status::success();
-    }
 };
-
-Status Session::Impl::initParams(const Graph& g) {
-    // Layer specs by parameter name prefix.
-    std::map<std::string, const LayerSpec*> byName;
-    for (const LayerSpec& L : project.model.layers) byName[L.name] = &L;
-    uint64_t index = 0;
-    for (int id : g.params()) {
-        const Node& n = g.node(id);
-        Param p;
-        p.name = n.attr("name");
-        p.shape = n.shape;
-        p.trainable = n.attr("trainable", "1") != "0";
-        const size_t bytes = static_cast<size_t>(numElements(n.shape)) * 4;
-        TD_ASSIGN_OR_RETURN(p.value, device->allocate(bytes));
-        if (p.trainable) {
-            TD_ASSIGN_OR_RETURN(p.grad, device->allocate(bytes));
-        }
-        const std::string layer = p.name.substr(0, p.name.rfind('/'));
-        const bool isKernel = p.name.size() > 7 && p.name.substr(p.name.size() - 7) == "/kernel";
-        const LayerSpec* L = byName.at(layer);
-        std::vector<float> host(static_cast<size_t>(numElements(n.shape)));
-        const uint64_t seed = project.training.seed * 7919ull + 1000003ull * ++index;
-        Status s = initializeParam(host.data(), n.shape,
-                                   isKernel ? L->kernelInitializer : L->biasInitializer, seed);
-        if (!s.ok()) return err("layer '" + layer + "': " + s.error());
-        TD_RETURN_IF_ERROR(device->copyToDevice(p.value, 0, host.data(), bytes));
-        params.push_back(std::move(p));
-    }
-    return Status::success();
-}
-
-Result<Compiled*> Session::Impl::program(GraphMode mode, int64_t batch) {
-    auto key = std::make_pair(static_cast<int>(mode), batch);
-    auto it = programs.find(key);
-    if (it != programs.end()) return it->second.get();
-
-    auto c = std::make_unique<Compiled>();
-    c->mode = mode;
-    c->batch = batch;
-    BuildOptions bo;
-    bo.batch = batch;
-    bo.mode = mode;
-    bo.loss = project.training.loss;
-    bo.metrics = project.training.metrics;
-    bo.seed = project.training.seed;
-    TD_ASSIGN_OR_RETURN(c->graph, buildGraph(project.model, info, bo));
-    if (mode == GraphMode::Train) TD_RETURN_IF_ERROR(autodiff(c->graph));
-    PassManager pm;
-    addStandardPasses(pm);
-    if (!project.fusion) pm.disable("fusion");
-    TD_RETURN_IF_ERROR(pm.run(c->graph));
-    c->fusion = static_cast<FusionPass*>(pm.find("fusion"))->decisions();
-    c->timings = pm.timings();
-
-    if (params.empty()) TD_RETURN_IF_ERROR(initParams(c->graph));
-    ProgramBindings bind;
-    const Graph& g = c->graph;
-    for (const Node& n : g.nodes) {
-        const size_t bytes = static_cast<size_t>(numElements(n.shape)) * 4;
-        if (n.op == Op::Input) {
-            TD_ASSIGN_OR_RETURN(c->input, device->allocate(bytes));
-        } else if (n.op == Op::Label) {
-            TD_ASSIGN_OR_RETURN(c->label, device->allocate(bytes));
-        }
-    }
-    bind.input = c->input;
-    bind.label = c->label.ptr ? c->label : c->input;
-    std::vector<int> pids = g.params();
-    if (pids.size() != params.size())
-        return err("internal: parameter count differs between programs");
-    for (size_t i = 0; i < pids.size(); ++i) {
-        bind.params.push_back(params[i].value);
-        bind.grads.push_back(params[i].grad);
-    }
-    TD_ASSIGN_OR_RETURN(c->exe, device->compile(g, bind));
-    c->lossId = g.output("loss");
-    c->predId = g.output("predictions");
-    for (const auto& m : metrics) c->metricIds.emplace_back(m.key, g.output(m.key));
-    Compiled* raw = c.get();
-    programs[key] = std::move(c);
-    return raw;
-}
-
-Status Session::Impl::uploadBatch(Compiled& c, const Batch& b) {
-    const size_t xBytes = static_cast<size_t>(b.x.size()) * 4;
-    if (b.x.dtype() != DType::F32) return err("internal: pipeline produced non-f32 features");
-    TD_RETURN_IF_ERROR(
-        device->copyToDevice(c.input, 0, b.x.raw(), std::min(xBytes, c.input.bytes)));
-    if (!c.label.ptr) return Status::success();
-    const Shape ls = labelSpec.shape;
-    const int64_t perRow = numElements(ls);
-    if (labelSpec.dtype == DType::I32) {
-        if (b.y.dtype() != DType::I32)
-            return err("loss " + project.training.loss.name +
-                       " expects integer class labels, but the pipeline produced " +
-                       dtypeName(b.y.dtype()) + " labels " + shapeToString(b.y.shape()) +
-                       " (remove the one_hot map step, or use categorical_crossentropy)");
-        const int32_t* y = b.y.data<int32_t>();
-        const int64_t units = info.outputShape[0];
-        for (int64_t i = 0; i < b.size; ++i)
-            if (y[i] < 0 || y[i] >= units)
-                return err("label " + std::to_string(y[i]) + " is outside the " +
-                           std::to_string(units) + " output units of the last layer");
-        return device->copyToDevice(c.label, 0, y, static_cast<size_t>(b.size) * 4);
-    }
-    // f32 targets [B, perRow]
-    if (b.y.dtype() == DType::F32 && b.y.size() == b.size * perRow)
-        return device->copyToDevice(c.label, 0, b.y.raw(), static_cast<size_t>(b.y.size()) * 4);
-    if (b.y.dtype() == DType::I32 && perRow == 1) {
-        // Integer 0/1 labels for a single-unit binary or regression output: convert in the input
-        // buffer itself (host-addressable devices) or through a bounce copy.
-        float* dst = static_cast<float*>(c.label.ptr);
-        const int32_t* y = b.y.data<int32_t>();
-        if (device->hostAddressable()) {
-            for (int64_t i = 0; i < b.size; ++i) dst[i] = static_cast<float>(y[i]);
-            return Status::success();
-        }
-    }
-    return err("loss " + project.training.loss.name + " expects targets of shape " +
-               shapeToString(ls) + " per sample, but the pipeline produced " +
-               dtypeName(b.y.dtype()) + " labels " + shapeToString(b.y.shape()) +
-               (labelSpec.shape.size() == 1 && labelSpec.shape[0] > 1 && b.y.dtype() == DType::I32
-                    ? " (add a one_hot map step with depth " + std::to_string(ls[0]) + ")"
-                    : std::string()));
-}
-
-Result<EvalResult> Session::Impl::evaluate(const Dataset& d) {
-    device->prepareThread(workerThreads);
-    PipelineConfig pc = project.data.pipeline;
-    pc.shuffleBuffer = 0;
-    if (pc.cache.rfind("file:", 0) == 0) pc.cache = "memory";
-    TD_ASSIGN_OR_RETURN(auto pipe, Pipeline::create(d, pc, batchSize(), false, 0));
-    TD_RETURN_IF_ERROR(pipe->beginEpoch(0));
-    double lossSum = 0;
-    std::vector<double> metricSums(metrics.size(), 0.0);
-    int64_t seen = 0;
-    while (true) {
-        TD_ASSIGN_OR_RETURN(const Batch* b, pipe->next());
-        if (!b) break;
-        TD_ASSIGN_OR_RETURN(Compiled * c, program(GraphMode::Eval, b->size));
-        TD_RETURN_IF_ERROR(uploadBatch(*c, *b));
-        TD_RETURN_IF_ERROR(c->exe->run(StepArgs{}));
-        float v = 0;
-        Buffer out{const_cast<void*>(c->exe->valuePtr(c->lossId)), 4};
-        TD_RETURN_IF_ERROR(device->copyToHost(&v, out, 0, 4));
-        lossSum += static_cast<double>(v) * static_cast<double>(b->size);
-        for (size_t m = 0; m < metrics.size(); ++m) {
-            Buffer mo{const_cast<void*>(c->exe->valuePtr(c->metricIds[m].second)), 4};
-            TD_RETURN_IF_ERROR(device->copyToHost(&v, mo, 0, 4));
-            metricSums[m] += v;
-        }
-        seen += b->size;
-    }
-    EvalResult r;
-    r.samples = seen;
-    if (seen == 0) return r;
-    r.metrics["loss"] = lossSum / static_cast<double>(seen);
-    for (size_t m = 0; m < metrics.size(); ++m)
-        r.metrics[metrics[m].key] = metricSums[m] / static_cast<double>(seen);
-    return r;
-}
-
-Result<RunFinished> Session::Impl::fitLoop() {
-    const TrainConfig& tc = project.training;
-    device->prepareThread(workerThreads);
-    TD_ASSIGN_OR_RETURN(
-        auto pipe, Pipeline::create(trainSet, project.data.pipeline, batchSize(), true, tc.seed));
-    for (const std::string& m : pipe->messages()) log(LogLine::Level::Warning, m);
-    const int64_t steps = pipe->batchesPerEpoch();
-    if (steps == 0)
-        return err("the training data has " + std::to_string(trainSet.size()) +
-                   " samples: not one batch of " + std::to_string(batchSize()) +
-                   (project.data.pipeline.dropRemainder ? " with drop_remainder" : ""));
-    // Compile every program the epoch needs before the loop.
-    TD_ASSIGN_OR_RETURN(Compiled * full, program(GraphMode::Train, batchSize()));
-    const int64_t rem = trainSet.size() % batchSize();
-    Compiled* tail = nullptr;
-    if (rem && !project.data.pipeline.dropRemainder) {
-        TD_ASSIGN_OR_RETURN(tail, program(GraphMode::Train, rem));
-    }
-
-    // Optimizer over the trainable params.
-    paramRefs.clear();
-    std::vector<int64_t> sizes;
-    std::vector<size_t> trainableIdx;
-    for (size_t i = 0; i < params.size(); ++i)
-        if (params[i].trainable) {
-            paramRefs.push_back(ParamRef{static_cast<float*>(params[i].value.ptr),
-                                         static_cast<float*>(params[i].grad.ptr),
-                                         numElements(params[i].shape)});
-            sizes.push_back(numElements(params[i].shape));
-            trainableIdx.push_back(i);
-        }
-    if (!optimizer) {
-        TD_ASSIGN_OR_RETURN(optimizer, Optimizer::create(tc.optimizer));
-        optimizer->build(sizes);
-    }
-
-    TrainControl ctl;
-    ctl.getLearningRate = [&] { return optimizer->currentLearningRate(); };
-    ctl.setLearningRate = [&](double lr) { optimizer->setLearningRateOverride(lr); };
-    ctl.getWeights = [&] {
-        std::vector<Tensor> w;
-        for (auto& p : params) {
-            Tensor t(DType::F32, p.shape);
-            (void)device->copyToHost(t.raw(), p.value, 0, t.bytes());
-            w.push_back(std::move(t));
-        }
-        return w;
-    };
-    ctl.setWeights = [&](const std::vector<Tensor>& w) {
-        for (size_t i = 0; i < params.size() && i < w.size(); ++i)
-            (void)device->copyToDevice(params[i].value, 0, w[i].raw(), w[i].bytes());
-    };
-    ctl.log = [&](const std::string& s) { log(LogLine::Level::Info, s); };
-    TD_RETURN_IF_ERROR(runCallbacks("on_train_begin", [&](Callback& cb) { cb.onTrainBegin(ctl); }));
-
-    // Device memory the run holds: parameters, gradients, optimizer slots, program arenas and
-    // batch buffers (all allocated before the loop).
-    int64_t deviceBytes = 0;
-    for (const auto& prm : params)
-        deviceBytes += static_cast<int64_t>(prm.value.bytes + prm.grad.bytes);
-    for (Tensor* t : optimizer->slotTensors()) deviceBytes += static_cast<int64_t>(t->bytes());
-    for (const auto& [key, c] : programs)
-        deviceBytes += static_cast<int64_t>(c->exe->arenaBytes() + c->input.bytes + c->label.bytes);
-    MetricMap last;
-    RunStatus status = RunStatus::Completed;
-    std::string message;
-    const int64_t logEvery = std::max<int64_t>(1, tc.logEverySteps);
-    MetricMap batchLogs{{"loss", 0.0}};
-    auto batchLoss = batchLogs.find("loss");
-    int64_t gstep = static_cast<int64_t>(tc.initialEpoch) * steps;
-
-    for (int epoch = tc.initialEpoch; epoch < tc.epochs && !stopRequested; ++epoch) {
-        TD_RETURN_IF_ERROR(pipe->beginEpoch(epoch));
-        auto epochT0 = Clock::now();
-        double lossSum = 0;
-        std::vector<double> metricSums(metrics.size(), 0.0);
-        int64_t seen = 0, seenSinceLog = 0;
-        auto logT0 = Clock::now();
-        double logWait = 0, logCompute = 0;
-        for (int64_t s = 1; s <= steps; ++s) {
-            if (stopRequested) break;
-            {
-                std::unique_lock<std::mutex> lk(pauseMu);
-                if (pausedFlag) {
-                    const auto p0 = Clock::now();
-                    pauseCv.wait(lk, [&] { return !pausedFlag || stopRequested || storeFailed; });
-                    // Paused time is neither epoch time nor throughput time.
-                    const auto paused = Clock::now() - p0;
-                    logT0 += paused;
-                    epochT0 += paused;
-                }
-            }
-            if (storeFailed) return storeFailure();
-            const auto t0 = Clock::now();
-            TD_ASSIGN_OR_RETURN(const Batch* b, pipe->next());
-            if (!b) break;
-            const auto t1 = Clock::now();
-            Compiled* c = b->size == batchSize() ? full : tail;
-            if (!c) return err("internal: no program for a batch of " + std::to_string(b->size));
-            TD_RETURN_IF_ERROR(uploadBatch(*c, *b));
-            ++gstep;
-            TD_RETURN_IF_ERROR(c->exe->run(
-                StepArgs{gstep, static_cast<int64_t>(epoch) * trainSet.size() + b->firstIndex}));
-            optimizer->apply(paramRefs);
-            float v = 0;
-            TD_RETURN_IF_ERROR(device->copyToHost(
-                &v, Buffer{const_cast<void*>(c->exe->valuePtr(c->lossId)), 4}, 0, 4));
-            lossSum += static_cast<double>(v) * static_cast<double>(b->size);
-            for (size_t m = 0; m < metrics.size(); ++m) {
-                float mv = 0;
-                TD_RETURN_IF_ERROR(device->copyToHost(
-                    &mv, Buffer{const_cast<void*>(c->exe->valuePtr(c->metricIds[m].second)), 4}, 0,
-                    4));
-                metricSums[m] += mv;
-            }
-            seen += b->size;
-            seenSinceLog += b->size;
-            const auto t2 = Clock::now();
-            const double w = std::chrono::duration<double>(t1 - t0).count();
-            const double cpt = std::chrono::duration<double>(t2 - t1).count();
-            logWait += w;
-            logCompute += cpt;
-            globalStep = gstep;
-
-            if (!callbacks.empty()) {
-                batchLoss->second = v;  // reuses the node: no allocation per step
-                TD_RETURN_IF_ERROR(runCallbacks(
-                    "on_batch_end", [&](Callback& cb) { cb.onBatchEnd(gstep, batchLogs, ctl); }));
-            }
-            if (ctl.stopTraining) {
-                stopRequested = true;
-                status = RunStatus::Stopped;
-                message = ctl.stopReason;
-            }
-            if (s % logEvery == 0 || s == steps || stopRequested) {
-                const double wall = secondsSince(logT0);
-                MetricMap running;
-                running["loss"] = lossSum / static_cast<double>(seen);
-                for (size_t m = 0; m < metrics.size(); ++m)
-                    running[metrics[m].key] = metricSums[m] / static_cast<double>(seen);
-                StepMetrics sm;
-                sm.epoch = epoch;
-                sm.step = s;
-                sm.globalStep = gstep;
-                sm.metrics = running;
-                sm.learningRate = optimizer->currentLearningRate();
-                sm.inputWaitSeconds = logWait;
-                sm.computeSeconds = logCompute;
-                sm.samplesPerSecond = wall > 0 ? static_cast<double>(seenSinceLog) / wall : 0;
-                ReplicaStats rs;
-                rs.device = device->desc().id;
-                rs.samplesPerSecond = sm.samplesPerSecond;
-                rs.computeSeconds = logCompute;
-                rs.inputWaitSeconds = logWait;
-                sm.replicas = {rs};
-                bus.publish(sm);
-                bus.publish(DeviceStats{device->desc().id,
-                                        wall > 0 ? std::min(1.0, logCompute / wall) : 0,
-                                        deviceBytes, sm.samplesPerSecond});
-                logT0 = Clock::now();
-                logWait = logCompute = 0;
-                seenSinceLog = 0;
-            }
-        }
-        if (seen == 0) break;
-        EpochMetrics em;
-        em.epoch = epoch;
-        em.metrics["loss"] = lossSum / static_cast<double>(seen);
-        for (size_t m = 0; m < metrics.size(); ++m)
-            em.metrics[metrics[m].key] = metricSums[m] / static_cast<double>(seen);
-        em.seconds = secondsSince(epochT0);
-        em.samplesPerSecond = static_cast<double>(seen) / std::max(1e-9, em.seconds);
-        em.learningRate = optimizer->currentLearningRate();
-        if (valSet && !stopRequested) {
-            TD_ASSIGN_OR_RETURN(EvalResult vr, evaluate(*valSet));
-            for (const auto& [k, val] : vr.metrics) em.metrics["val_" + k] = val;
-        }
-        bus.publish(em);
-        log(LogLine::Level::Info,
-            "epoch " + std::to_string(epoch + 1) + ": " + describePipeline(pipe->stats()));
-        last = em.metrics;
-        if (status != RunStatus::Stopped && stopRequested) {
-            status = RunStatus::Stopped;
-            message = "stopped by request";
-        }
-        TD_RETURN_IF_ERROR(runCallbacks(
-            "on_epoch_end", [&](Callback& cb) { cb.onEpochEnd(epoch, em.metrics, ctl); }));
-        if (ctl.stopTraining && status == RunStatus::Completed) {
-            status = RunStatus::Stopped;
-            message = ctl.stopReason.empty() ? "stopped by a callback" : ctl.stopReason;
-            break;
-        }
-    }
-    if (stopRequested && status == RunStatus::Completed) {
-        status = RunStatus::Stopped;
-        message = "stopped by request";
-    }
-    TD_RETURN_IF_ERROR(runCallbacks("on_train_end", [&](Callback& cb) { cb.onTrainEnd(ctl); }));
-    if (storeFailed) return storeFailure();
-
-    RunFinished fin;
-    fin.status = status;
-    fin.message = message;
-    fin.finalMetrics = last;
-    if (tc.evaluateTest && splits.test && status != RunStatus::Failed && !stopRequested) {
-        TD_ASSIGN_OR_RETURN(EvalResult tr, evaluate(*splits.test));
-        for (const auto& [k, val] : tr.metrics) fin.finalMetrics["test_" + k] = val;
-    }
-    return fin;
-}
 
 // ---- Session
 // -------------------------------------------------------------------------------------
@@ -586,26 +106,24 @@ Result<std::unique_ptr<Session>> Session::create(const Project& projectIn,
         Capability cap = strategyCapability(p.strategy.type);
         if (!cap.available) return err("strategy.type: " + p.strategy.type + ": " + cap.reason);
     }
-    const std::string devId = p.strategy.devices.empty() ? "cpu:0" : p.strategy.devices[0];
-    TD_ASSIGN_OR_RETURN(im->device, openDevice(devId));
-
     TD_ASSIGN_OR_RETURN(im->info, inferShapes(p.model));
     if (std::string e = textProblem(opt.runName, TextKind::Name); !e.empty())
         return err("run name: " + e);
     TD_RETURN_IF_ERROR(checkProjectResources(p, im->info));
-    TD_ASSIGN_OR_RETURN(im->labelSpec, labelSpecFor(p.training.loss, im->info.outputShape));
-    TD_ASSIGN_OR_RETURN(im->metrics, resolveMetrics(p.training.metrics, p.training.loss));
+    TrainerSetup ts;
+    TD_ASSIGN_OR_RETURN(ts.labelSpec, labelSpecFor(p.training.loss, im->info.outputShape));
+    TD_ASSIGN_OR_RETURN(ts.metrics, resolveMetrics(p.training.metrics, p.training.loss));
     for (size_t i = 0; i < p.training.callbacks.size(); ++i) {
         auto cb = Callback::create(p.training.callbacks[i]);
         if (!cb.ok()) return err("training.callbacks: " + cb.error());
-        im->callbacks.push_back(std::move(cb).value());
-        im->callbackNames.push_back("training.callbacks[" + std::to_string(i) + "] (" +
+        ts.callbacks.push_back(std::move(cb).value());
+        ts.callbackNames.push_back("training.callbacks[" + std::to_string(i) + "] (" +
                                     p.training.callbacks[i].type + ")");
     }
     for (size_t i = 0; i < opt.callbacks.size(); ++i) {
         if (!opt.callbacks[i]) return err("callbacks[" + std::to_string(i) + "]: null callback");
-        im->callbacks.push_back(opt.callbacks[i]);
-        im->callbackNames.push_back("callback " + std::to_string(i) + " of the session");
+        ts.callbacks.push_back(opt.callbacks[i]);
+        ts.callbackNames.push_back("callback " + std::to_string(i) + " of the session");
     }
     {
         auto opt0 = Optimizer::create(p.training.optimizer);
@@ -618,8 +136,8 @@ Result<std::unique_ptr<Session>> Session::create(const Project& projectIn,
     if (p.data.validationData == "test") {
         if (!im->splits.test)
             return err("data.validation_data: \"test\" needs a source with a test split");
-        im->trainSet = im->splits.train;
-        im->valSet = *im->splits.test;
+        ts.trainSet = im->splits.train;
+        ts.valSet = *im->splits.test;
     } else if (p.data.validationSplit > 0) {
         auto [tr, va] = splitTail(im->splits.train, p.data.validationSplit);
         // Keras refuses a split that leaves either side empty; skipping validation silently
@@ -635,24 +153,26 @@ Result<std::unique_ptr<Session>> Session::create(const Project& projectIn,
                 "; expected at least one sample on each side: use " +
                 (va.size() == 0 ? "a larger" : "a smaller") + " validation_split or more data");
         }
-        im->trainSet = tr;
-        im->valSet = va;
+        ts.trainSet = tr;
+        ts.valSet = va;
     } else {
-        im->trainSet = im->splits.train;
+        ts.trainSet = im->splits.train;
     }
-    const Shape sample = im->trainSet.sampleShape();
+    const Shape sample = ts.trainSet.sampleShape();
     if (numElements(sample) != numElements(im->info.inputShape))
         return err("the model's input shape " + shapeToString(im->info.inputShape) +
                    " does not match the data's samples " + shapeToString(sample) + " (" +
                    std::to_string(numElements(sample)) + " values)");
-    if (im->labelSpec.dtype == DType::I32)
+    if (ts.labelSpec.dtype == DType::I32)
         TD_RETURN_IF_ERROR(checkLabelsFit(p.data.source, im->splits, im->info.outputShape[0]));
-    im->workerThreads =
-        chooseWorkerThreads(im->info, p.training.batchSize, im->device->desc().threads);
-    im->device->prepareThread(im->workerThreads);
-    // Compile the training program now so model and pipeline errors surface before a run starts.
-    TD_ASSIGN_OR_RETURN(Compiled * c, im->program(GraphMode::Train, p.training.batchSize));
-    (void)c;
+    ts.project = p;
+    ts.info = im->info;
+    im->trainSamples = ts.trainSet.size();
+    im->validationSamples = ts.valSet ? ts.valSet->size() : 0;
+    ts.openDevice = opt.openDevice;
+    // Opens the devices, builds the parameters and compiles the training program, so model,
+    // strategy and pipeline errors surface before a run starts.
+    TD_ASSIGN_OR_RETURN(im->trainer, Trainer::create(std::move(ts), im->bus, im->control));
     return std::unique_ptr<Session>(new Session(std::move(im)));
 }
 
@@ -687,13 +207,20 @@ Status Session::Impl::openStore(std::unique_ptr<RunStore>& store,
     r.startedAtMs = unixMs();
     r.host = hostName();
     r.pid = getpid();
-    r.devices = device->desc().id;
+    std::string devs;
+    for (const std::string& d : trainer->replicaDevices()) devs += (devs.empty() ? "" : ", ") + d;
+    r.devices = devs;
     r.modelName = p.model.name;
     r.params = info.totalParams;
     TD_ASSIGN_OR_RETURN(runId, store->createRun(r));
     recorderQueue = bus.subscribe();
     auto rec = RunRecorder::start(options.storePath, runId, recorderQueue,
-                                  [this](const std::string& e) { noteStoreError(e); });
+                                  [this](const std::string& e) {
+                                      control.abortRun(
+                                          "run store: " + e +
+                                          "; training stopped (rows written before the failure "
+                                          "are kept)");
+                                  });
     if (!rec.ok()) {
         bus.unsubscribe(recorderQueue);
         recorderQueue.reset();
@@ -708,14 +235,14 @@ RunStarted Session::Impl::runStarted() const {
     RunStarted rs;
     rs.runId = runId;
     rs.runName = options.runName.empty() ? p.name : options.runName;
-    rs.devices = {device->desc().id};
+    rs.devices = trainer->replicaDevices();
     rs.initialEpoch = p.training.initialEpoch;
     rs.epochs = p.training.epochs;
-    const int64_t n = trainSet.size(), b = p.training.batchSize;
+    const int64_t n = trainSamples, b = p.training.batchSize;
     rs.stepsPerEpoch = p.data.pipeline.dropRemainder ? n / b : (n + b - 1) / b;
     rs.trainSamples = n;
     rs.batchSize = b;
-    rs.validationSamples = valSet ? valSet->size() : 0;
+    rs.validationSamples = validationSamples;
     rs.params = info.totalParams;
     return rs;
 }
@@ -743,11 +270,11 @@ Status Session::fit() {
     Impl& im = *impl_;
     im.isRunning = true;
     im.runId = 0;
-    im.storeFailed = false;
     {
-        std::lock_guard<std::mutex> lk(im.storeErrorMu);
-        im.storeError.clear();
+        std::lock_guard<std::mutex> lk(im.control.mu);
+        im.control.abortReason.clear();
     }
+    im.control.aborted = false;
     const auto t0 = Clock::now();
     std::unique_ptr<RunStore> store;
     std::unique_ptr<RunRecorder> recorder;
@@ -761,9 +288,22 @@ Status Session::fit() {
         fin.storeError = fin.message;
     } else {
         im.bus.publish(im.runStarted());
-        Result<RunFinished> r = guarded("internal error", [&] { return im.fitLoop(); });
+        Result<RunFinished> r = guarded("internal error", [&] { return im.trainer->fit(); });
         if (r.ok()) {
             fin = std::move(r).value();
+            // The test split, after a run that ended normally (Keras' evaluate after fit).
+            const TrainConfig& tc = im.project.training;
+            if (tc.evaluateTest && im.splits.test && !im.control.stopRequested) {
+                Result<EvalResult> tr =
+                    guarded("internal error", [&] { return im.trainer->evaluate(*im.splits.test); });
+                if (tr.ok()) {
+                    for (const auto& [k, val] : tr.value().metrics)
+                        fin.finalMetrics["test_" + k] = val;
+                } else {
+                    fin.status = RunStatus::Failed;
+                    fin.message = tr.error();
+                }
+            }
         } else {
             fin.status = RunStatus::Failed;
             fin.message = r.error();
@@ -810,77 +350,36 @@ bool Session::running() const {
 }
 
 void Session::requestStop() {
-    impl_->stopRequested = true;
-    std::lock_guard<std::mutex> lk(impl_->pauseMu);
-    impl_->pauseCv.notify_all();
+    impl_->control.requestStop();
 }
 
 void Session::pause() {
-    std::lock_guard<std::mutex> lk(impl_->pauseMu);
-    impl_->pausedFlag = true;
+    impl_->control.setPaused(true);
 }
 
 void Session::resume() {
-    {
-        std::lock_guard<std::mutex> lk(impl_->pauseMu);
-        impl_->pausedFlag = false;
-    }
-    impl_->pauseCv.notify_all();
+    impl_->control.setPaused(false);
 }
 
 bool Session::paused() const {
-    std::lock_guard<std::mutex> lk(impl_->pauseMu);
-    return impl_->pausedFlag;
+    return impl_->control.isPaused();
 }
 
 Result<EvalResult> Session::evaluateTest() {
     if (running()) return err("evaluate: a run is in progress");
     if (!impl_->splits.test) return err("evaluate: the data source has no test split");
-    return impl_->evaluate(*impl_->splits.test);
+    return impl_->trainer->evaluate(*impl_->splits.test);
 }
 
-Result<Tensor> Session::predict(const Tensor& xIn) {
-    Impl& im = *impl_;
+Result<Tensor> Session::predict(const Tensor& x) {
     if (running()) return err("predict: a run is in progress");
-    if (xIn.rank() < 1 || numElements(im.info.inputShape) * xIn.dim(0) != xIn.size())
-        return err("predict: expected samples of shape " + shapeToString(im.info.inputShape) +
-                   ", got " + shapeToString(xIn.shape()));
-    Dataset d;
-    d.x = xIn;
-    d.y = Tensor(DType::I32, {xIn.dim(0)});
-    PipelineConfig pc = im.project.data.pipeline;
-    pc.shuffleBuffer = 0;
-    pc.cache = "none";
-    std::vector<MapStep> featureSteps;
-    for (const MapStep& m : pc.map)
-        if (m.op != "one_hot") featureSteps.push_back(m);
-    pc.map = featureSteps;
-    TD_ASSIGN_OR_RETURN(auto pipe, Pipeline::create(d, pc, im.batchSize(), false, 0));
-    TD_RETURN_IF_ERROR(pipe->beginEpoch(0));
-    im.device->prepareThread(im.workerThreads);
-    Shape outShape{xIn.dim(0)};
-    outShape.insert(outShape.end(), im.info.outputShape.begin(), im.info.outputShape.end());
-    Tensor out(DType::F32, outShape);
-    const int64_t row = numElements(im.info.outputShape);
-    int64_t done = 0;
-    while (true) {
-        TD_ASSIGN_OR_RETURN(const Batch* b, pipe->next());
-        if (!b) break;
-        TD_ASSIGN_OR_RETURN(Compiled * c, im.program(GraphMode::Predict, b->size));
-        TD_RETURN_IF_ERROR(im.uploadBatch(*c, *b));
-        TD_RETURN_IF_ERROR(c->exe->run(StepArgs{}));
-        Buffer pb{const_cast<void*>(c->exe->valuePtr(c->predId)),
-                  static_cast<size_t>(b->size * row) * 4};
-        TD_RETURN_IF_ERROR(im.device->copyToHost(out.data<float>() + done * row, pb, 0, pb.bytes));
-        done += b->size;
-    }
-    return out;
+    return impl_->trainer->predict(x);
 }
 
 Result<std::string> Session::dumpIr(const std::string& afterPass) {
     Impl& im = *impl_;
     BuildOptions bo;
-    bo.batch = im.batchSize();
+    bo.batch = im.project.training.batchSize;
     bo.mode = GraphMode::Train;
     bo.loss = im.project.training.loss;
     bo.metrics = im.project.training.metrics;
@@ -927,6 +426,20 @@ Result<std::string> Session::dumpIr(const std::string& afterPass) {
 // ---- devices and capabilities
 // --------------------------------------------------------------------
 
+namespace {
+
+Capability multiWorkerCapability() {
+#ifdef TRAINDECK_HAVE_MPI
+    return {};
+#else
+    return {false,
+            "this build has no MPI support (install libopenmpi-dev and openmpi-bin, rebuild)"};
+#endif
+}
+
+}  // namespace
+
+
 std::vector<DeviceInfo> listDevices() {
     std::vector<DeviceInfo> out;
     for (const DeviceDesc& d : enumerateDevices())
@@ -943,11 +456,8 @@ Capability precisionCapability(PrecisionPolicy p) {
 }
 
 Capability strategyCapability(const std::string& type) {
-    if (type == "one_device") return {};
-    if (type == "mirrored" || type == "multi_worker_mirrored")
-        return {false, type +
-                           " needs the replica and all-reduce runtime, which this version "
-                           "does not have yet; use one_device"};
+    if (type == "one_device" || type == "mirrored") return {};
+    if (type == "multi_worker_mirrored") return multiWorkerCapability();
     return {false, "unknown strategy '" + type +
                        "' (expected one_device, mirrored or multi_worker_mirrored)"};
 }

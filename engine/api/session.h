@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -36,6 +37,7 @@ Capability precisionCapability(PrecisionPolicy p);
 Capability strategyCapability(const std::string& strategyType);
 
 class Callback;
+class Device;
 
 struct SessionOptions {
     std::string storePath;  // SQLite run store; empty = do not record
@@ -46,11 +48,9 @@ struct SessionOptions {
     // Run after the project's callbacks, as Keras' fit(callbacks=...). A callback that throws ends
     // the run as failed with its message.
     std::vector<std::shared_ptr<Callback>> callbacks;
-};
-
-struct EvalResult {
-    MetricMap metrics;  // loss, accuracy, ...
-    int64_t samples = 0;
+    // Opens each replica's device ("cpu:0", "cuda:1") with a number of kernel threads (0 = all)
+    // instead of the default; tests pass a device that counts its host reads.
+    std::function<Result<std::unique_ptr<Device>>(const std::string& id, int threads)> openDevice;
 };
 
 class Session {

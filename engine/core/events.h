@@ -57,6 +57,12 @@ struct StepMetrics {
     std::vector<ReplicaStats> replicas;  // one entry per replica of the whole strategy
 };
 
+// Loss and metrics over a dataset (evaluate, validation at epoch ends).
+struct EvalResult {
+    MetricMap metrics;  // loss, accuracy, ...
+    int64_t samples = 0;
+};
+
 struct EpochMetrics {
     int epoch = 0;
     MetricMap metrics;  // train metrics plus val_* when validation ran

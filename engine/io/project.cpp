@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -655,7 +656,7 @@ struct Reader {
 
     static StrategyConfig strategy(const Json& v, const std::string& path) {
         requireObject(v, path);
-        checkKeys(v, path, {"type", "devices", "replicas"});
+        checkKeys(v, path, {"type", "devices", "replicas", "timeout_seconds", "shard_policy"});
         StrategyConfig s;
         if (const Json* x = member(v, "type"))
             s.type = getOneOf(*x, child(path, "type"),
@@ -684,6 +685,15 @@ struct Reader {
                 fail(child(path, "replicas"), "expected at most 4096, got " + std::to_string(n));
             s.replicas = static_cast<int>(n);
         }
+        if (const Json* x = member(v, "timeout_seconds")) {
+            const std::string tp = child(path, "timeout_seconds");
+            if (!x->is_number() || !std::isfinite(x->get<double>()) || x->get<double>() <= 0 ||
+                x->get<double>() > 86400)
+                fail(tp, "expected a number of seconds in (0, 86400], got " + describe(*x));
+            s.timeoutSeconds = x->get<double>();
+        }
+        if (const Json* x = member(v, "shard_policy"))
+            s.shardPolicy = getOneOf(*x, child(path, "shard_policy"), {"auto", "data", "off"});
         if (s.type == "one_device") {
             if (s.devices.size() > 1)
                 fail(child(path, "devices"),
@@ -966,7 +976,9 @@ std::string projectToJson(const Project& p) {
     j["fusion"] = p.fusion;
     j["strategy"] = Json{{"type", p.strategy.type},
                          {"devices", p.strategy.devices},
-                         {"replicas", p.strategy.replicas}};
+                         {"replicas", p.strategy.replicas},
+                         {"timeout_seconds", p.strategy.timeoutSeconds},
+                         {"shard_policy", p.strategy.shardPolicy}};
     return prettyJson(j) + "\n";
 }
 
@@ -1104,6 +1116,8 @@ std::string projectDifference(const Project& a, const Project& b) {
     TD_DIFF("strategy.type", strategy.type);
     TD_DIFF("strategy.devices", strategy.devices);
     TD_DIFF("strategy.replicas", strategy.replicas);
+    TD_DIFF("strategy.timeout_seconds", strategy.timeoutSeconds);
+    TD_DIFF("strategy.shard_policy", strategy.shardPolicy);
 #undef TD_DIFF
     return {};
 }

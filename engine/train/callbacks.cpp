@@ -64,6 +64,7 @@ class Monitor {
 
 class EarlyStopping final : public Callback {
   public:
+    bool wantsBatchLogs() const override { return false; }
     explicit EarlyStopping(const CallbackConfig& cfg) : cfg_(cfg), monitor_(cfg) {
         monitor_.reset();
     }
@@ -137,6 +138,7 @@ class EarlyStopping final : public Callback {
 
 class ReduceLROnPlateau final : public Callback {
   public:
+    bool wantsBatchLogs() const override { return false; }
     explicit ReduceLROnPlateau(const CallbackConfig& cfg) : cfg_(cfg), monitor_(cfg) {
         monitor_.reset();
     }

@@ -32,6 +32,9 @@ class Callback {
     virtual ~Callback() = default;
     virtual void onTrainBegin(TrainControl&) {}
     virtual void onBatchEnd(int64_t /*globalStep*/, const MetricMap& /*logs*/, TrainControl&) {}
+    // Whether onBatchEnd needs the batch's loss. Reading it is a host sync every step, so the
+    // trainer reads it only when some callback says yes (the built-in epoch callbacks do not).
+    virtual bool wantsBatchLogs() const { return true; }
     virtual void onEpochEnd(int /*epoch*/, const MetricMap& /*logs*/, TrainControl&) {}
     virtual void onTrainEnd(TrainControl&) {}
 };

@@ -1,0 +1,1001 @@
+// The trainer. Read fitEpoch() first: it is the step, top to bottom. Everything above it sets up
+// replicas (devices, parameters, programs); everything below evaluates and predicts.
+#include "engine/train/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "engine/distribute/collectives.h"
+#include "engine/distribute/replica_group.h"
+#include "engine/graph/initializers.h"
+#include "engine/graph/lower.h"
+#include "engine/graph/passes.h"
+#include "engine/train/optimizer.h"
+
+namespace td {
+
+// ---- RunControl ---------------------------------------------------------------------------------
+
+void RunControl::requestStop() {
+    stopRequested = true;
+    std::lock_guard<std::mutex> lk(mu);
+    cv.notify_all();
+}
+
+void RunControl::setPaused(bool p) {
+    {
+        std::lock_guard<std::mutex> lk(mu);
+        paused = p;
+    }
+    cv.notify_all();
+}
+
+bool RunControl::isPaused() {
+    std::lock_guard<std::mutex> lk(mu);
+    return paused;
+}
+
+void RunControl::abortRun(const std::string& reason) {
+    {
+        std::lock_guard<std::mutex> lk(mu);
+        if (abortReason.empty()) abortReason = reason;
+    }
+    aborted = true;
+    cv.notify_all();  // wakes a paused run: it ends too
+}
+
+std::string RunControl::abortMessage() {
+    std::lock_guard<std::mutex> lk(mu);
+    return abortReason;
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double secondsSince(Clock::time_point t0) {
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Threads per step: forking a team costs a few microseconds per kernel and a barrier stalls
+// whenever another process holds a core. Measured on a 2-core AVX-512 machine, the seed MLP
+// trains faster on one thread at batch 32 (20 MFLOP per step) and batch 256 (156 MFLOP), breaks
+// even at batch 1024 (625 MFLOP), and the 784-1024-1024-10 MLP at batch 256 (2.9 GFLOP) gains 1.5x
+// from two threads. So steps under 512 MFLOP run on one thread.
+int chooseWorkerThreads(const ModelInfo& info, int64_t batch, int deviceThreads) {
+    double flops = 0;
+    for (const LayerInfo& l : info.layers)
+        flops += 6.0 * static_cast<double>(batch) * static_cast<double>(l.params);
+    return flops < 512e6 ? 1 : deviceThreads;
+}
+
+// The collectives a replica's program calls, timed: the wait is the replica's all-reduce time.
+class TimedCollectives final : public Collectives {
+  public:
+    explicit TimedCollectives(Collectives& inner) : inner_(inner) {}
+    int size() const override { return inner_.size(); }
+    int rank() const override { return inner_.rank(); }
+    Status allReduceStart(int bucket, float* data, int64_t count) override {
+        const auto t0 = Clock::now();
+        Status s = inner_.allReduceStart(bucket, data, count);
+        seconds += secondsSince(t0);
+        return s;
+    }
+    Status allReduceWait(int bucket) override {
+        const auto t0 = Clock::now();
+        Status s = inner_.allReduceWait(bucket);
+        seconds += secondsSince(t0);
+        return s;
+    }
+    Status allReduceHost(double* v, int64_t n) override { return inner_.allReduceHost(v, n); }
+    Status allGatherHost(const double* v, int64_t n, double* out) override {
+        return inner_.allGatherHost(v, n, out);
+    }
+    Status barrier() override { return inner_.barrier(); }
+    void abort(const std::string& reason) override { inner_.abort(reason); }
+
+    double seconds = 0;  // in start + wait since the last reset
+
+  private:
+    Collectives& inner_;
+};
+
+// A compiled program for one (mode, per-replica batch) with its own input and label buffers.
+struct Program {
+    GraphMode mode = GraphMode::Train;
+    int64_t batch = 0;
+    Graph graph;
+    std::unique_ptr<Executable> exe;
+    Buffer input, label;
+    int lossId = -1;
+    int predId = -1;
+};
+
+// Time and samples of one replica since the last log point.
+struct ReplicaTiming {
+    double compute = 0, allReduce = 0, inputWait = 0;
+    int64_t samples = 0;
+};
+
+// A replica's work item, handed from the engine thread to the replica's thread.
+struct Job {
+    std::function<Status()> fn;
+};
+
+}  // namespace
+
+struct Trainer::Impl {
+    // One replica: a device, its copy of the parameters, gradients and optimizer slots, its
+    // programs, and (except replica 0, which runs on the engine thread) a thread.
+    struct Replica {
+        int local = 0;   // index in this process
+        int global = 0;  // index over all workers
+        std::string label;
+        std::unique_ptr<Device> device;
+        int workerThreads = 1;
+        std::vector<Buffer> params;  // owned, Graph::params() order
+        Buffer flatGrads;            // owned
+        std::vector<Buffer> gradViews;
+        std::vector<Buffer> slots;   // owned
+        Buffer trainAccum, evalAccum;
+        std::map<std::pair<int, int64_t>, std::unique_ptr<Program>> programs;
+        std::unique_ptr<TimedCollectives> timed;
+        ReplicaTiming timing;
+        // The replica's thread (local > 0).
+        std::thread thread;
+        std::mutex mu;
+        std::condition_variable cv;
+        std::function<Status()> job;
+        bool hasJob = false, jobDone = false, quit = false;
+        Status jobResult = Status::success();
+    };
+
+    TrainerSetup s;
+    EventBus* bus = nullptr;
+    RunControl* control = nullptr;
+    std::vector<std::unique_ptr<Replica>> replicas;  // local replicas
+    std::unique_ptr<ReplicaGroup> group;             // null with one replica in all
+    int workerRank = 0, workerCount = 1;
+    int totalReplicas = 1;
+    std::unique_ptr<Optimizer> optimizer;
+    UpdateSpec updateSpec;
+    GradientPlan gradPlan;
+    std::vector<size_t> trainableIndex;  // Graph::params() indices of the trainable parameters
+    std::vector<Shape> paramShapes;
+    std::vector<std::string> paramNames;
+    bool wantBatchLoss = false;
+
+    ~Impl() {
+        for (auto& r : replicas)
+            if (r->thread.joinable()) {
+                {
+                    std::lock_guard<std::mutex> lk(r->mu);
+                    r->quit = true;
+                }
+                r->cv.notify_all();
+                r->thread.join();
+            }
+        for (auto& r : replicas) {
+            if (!r->device) continue;
+            Device& d = *r->device;
+            for (auto& [key, p] : r->programs) {
+                p->exe.reset();
+                if (p->input.ptr) d.release(p->input);
+                if (p->label.ptr) d.release(p->label);
+            }
+            for (Buffer& b : r->params) d.release(b);
+            if (r->flatGrads.ptr) d.release(r->flatGrads);
+            for (Buffer& b : r->slots) d.release(b);
+            if (r->trainAccum.ptr) d.release(r->trainAccum);
+            if (r->evalAccum.ptr) d.release(r->evalAccum);
+        }
+    }
+
+    int64_t globalBatch() const { return s.project.training.batchSize; }
+    int64_t accumCount() const { return 1 + static_cast<int64_t>(s.metrics.size()); }
+
+    // ---- replica threads ------------------------------------------------------------------
+
+    static void replicaLoop(Replica* r) {
+        for (;;) {
+            std::function<Status()> job;
+            {
+                std::unique_lock<std::mutex> lk(r->mu);
+                r->cv.wait(lk, [&] { return r->hasJob || r->quit; });
+                if (r->quit) return;
+                job = std::move(r->job);
+                r->hasJob = false;
+            }
+            Status st = job();
+            {
+                std::lock_guard<std::mutex> lk(r->mu);
+                r->jobResult = std::move(st);
+                r->jobDone = true;
+            }
+            r->cv.notify_all();
+        }
+    }
+
+    // Runs fn(replica) on every local replica at once (replica 0 on this thread) and waits for
+    // all. A replica that fails breaks the group so that no other waits for it; the first
+    // failure's own error is returned.
+    Status forEachReplica(const std::function<Status(Replica&)>& fn) {
+        if (replicas.size() == 1) return fn(*replicas[0]);
+        for (size_t i = 1; i < replicas.size(); ++i) {
+            Replica* r = replicas[i].get();
+            {
+                std::lock_guard<std::mutex> lk(r->mu);
+                r->job = [r, &fn, this] {
+                    Status st = fn(*r);
+                    if (!st.ok() && group) group->abort(st.error());
+                    return st;
+                };
+                r->hasJob = true;
+                r->jobDone = false;
+            }
+            r->cv.notify_all();
+        }
+        Status first = fn(*replicas[0]);
+        if (!first.ok() && group) group->abort(first.error());
+        for (size_t i = 1; i < replicas.size(); ++i) {
+            Replica* r = replicas[i].get();
+            std::unique_lock<std::mutex> lk(r->mu);
+            r->cv.wait(lk, [&] { return r->jobDone; });
+            if (first.ok() && !r->jobResult.ok()) first = r->jobResult;
+        }
+        return first;
+    }
+
+    // ---- set-up -----------------------------------------------------------------------------
+
+    Status resolveStrategy(std::vector<std::string>& localDevices, int& threadsEach) {
+        const StrategyConfig& st = s.project.strategy;
+        const DeviceDesc cpu = cpuDeviceDesc();
+        threadsEach = 0;
+        if (s.workers) {
+            workerRank = s.workers->rank();
+            workerCount = s.workers->size();
+        }
+        if (st.type == "one_device") {
+            localDevices = {st.devices.empty() ? std::string("cpu:0") : st.devices[0]};
+        } else {
+            std::vector<std::string> gpus, cpus;
+            for (const std::string& d : st.devices)
+                (d.rfind("cpu", 0) == 0 ? cpus : gpus).push_back(d);
+            if (!gpus.empty() && !cpus.empty())
+                return err("strategy.devices: mix CPU and GPU replicas in one strategy is not "
+                           "supported (got " + cpus[0] + " and " + gpus[0] + ")");
+            if (!gpus.empty()) {
+                localDevices = gpus;
+            } else {
+                // N logical CPU replicas, each with its share of the cores.
+                int n = st.replicas;
+                if (n == 0) n = st.type == "mirrored" ? std::max(1, cpu.threads) : 1;
+                if (n > cpu.threads)
+                    return err("strategy.replicas: " + std::to_string(n) +
+                               " CPU replicas need at least one core each; this machine has " +
+                               std::to_string(cpu.threads));
+                localDevices.assign(static_cast<size_t>(n), "cpu:0");
+                threadsEach = std::max(1, cpu.threads / n);
+            }
+        }
+        totalReplicas = static_cast<int>(localDevices.size()) * workerCount;
+        if (globalBatch() % totalReplicas != 0)
+            return err("training.batch_size: the global batch of " + std::to_string(globalBatch()) +
+                       " does not split evenly across " + std::to_string(totalReplicas) +
+                       " replicas" +
+                       (workerCount > 1 ? " (" + std::to_string(workerCount) + " workers x " +
+                                              std::to_string(localDevices.size()) + ")"
+                                        : std::string()) +
+                       "; use a multiple of " + std::to_string(totalReplicas));
+        return Status::success();
+    }
+
+    Status openReplicas() {
+        std::vector<std::string> ids;
+        int threadsEach = 0;
+        TD_RETURN_IF_ERROR(resolveStrategy(ids, threadsEach));
+        const int local = static_cast<int>(ids.size());
+        if (totalReplicas > 1)
+            group = std::make_unique<ReplicaGroup>(local, s.project.strategy.timeoutSeconds,
+                                                   s.workers);
+        for (int i = 0; i < local; ++i) {
+            auto r = std::make_unique<Replica>();
+            r->local = i;
+            r->global = workerRank * local + i;
+            auto dev = s.openDevice(ids[static_cast<size_t>(i)], threadsEach);
+            if (!dev.ok()) return err("strategy.devices: " + dev.error());
+            r->device = std::move(dev).value();
+            r->label = ids[static_cast<size_t>(i)];
+            if (totalReplicas > 1) r->label += "/replica " + std::to_string(r->global);
+            const int64_t perReplica = globalBatch() / totalReplicas;
+            r->workerThreads =
+                chooseWorkerThreads(s.info, perReplica, r->device->desc().threads);
+            if (group) r->timed = std::make_unique<TimedCollectives>(group->replica(i));
+            replicas.push_back(std::move(r));
+        }
+        for (size_t i = 1; i < replicas.size(); ++i)
+            replicas[i]->thread = std::thread(replicaLoop, replicas[i].get());
+        return Status::success();
+    }
+
+    Result<Graph> buildPlanned(GraphMode mode, int64_t batch, int64_t global) const {
+        BuildOptions bo;
+        bo.batch = batch;
+        bo.globalBatch = global;
+        bo.replicas = mode == GraphMode::Train ? totalReplicas : 1;
+        bo.mode = mode;
+        bo.loss = s.project.training.loss;
+        bo.metrics = s.project.training.metrics;
+        bo.seed = s.project.training.seed;
+        TD_ASSIGN_OR_RETURN(Graph g, buildGraph(s.project.model, s.info, bo));
+        if (mode == GraphMode::Train) TD_RETURN_IF_ERROR(autodiff(g));
+        PassManager pm;
+        addStandardPasses(pm);
+        if (!s.project.fusion) pm.disable("fusion");
+        TD_RETURN_IF_ERROR(pm.run(g));
+        return g;
+    }
+
+    // Parameters on the host, initialized once with the project's seed, copied to every replica:
+    // every replica starts from the same bits.
+    Status initParams(const Graph& g) {
+        std::map<std::string, const LayerSpec*> byName;
+        for (const LayerSpec& L : s.project.model.layers) byName[L.name] = &L;
+        std::vector<std::vector<float>> host;
+        uint64_t index = 0;
+        const std::vector<int> pids = g.params();
+        for (size_t i = 0; i < pids.size(); ++i) {
+            const Node& n = g.node(pids[i]);
+            const std::string name = n.name();
+            paramNames.push_back(name);
+            paramShapes.push_back(n.shape);
+            if (n.trainable()) trainableIndex.push_back(i);
+            const std::string layer = name.substr(0, name.rfind('/'));
+            const bool isKernel = name.size() > 7 && name.substr(name.size() - 7) == "/kernel";
+            const LayerSpec* L = byName.at(layer);
+            host.emplace_back(static_cast<size_t>(numElements(n.shape)));
+            const uint64_t seed = s.project.training.seed * 7919ull + 1000003ull * ++index;
+            Status st = initializeParam(host.back().data(), n.shape,
+                                        isKernel ? L->kernelInitializer : L->biasInitializer, seed);
+            if (!st.ok()) return err("layer '" + layer + "': " + st.error());
+        }
+        gradPlan = planGradients(g, s.bucketBytes);
+        updateSpec = optimizer->spec();
+        const int slotsEach = updateSpec.slotsPerParam();
+        for (auto& rp : replicas) {
+            Replica& r = *rp;
+            Device& d = *r.device;
+            for (size_t i = 0; i < pids.size(); ++i) {
+                const size_t bytes = host[i].size() * sizeof(float);
+                TD_ASSIGN_OR_RETURN(Buffer b, d.allocate(bytes));
+                r.params.push_back(b);
+                TD_RETURN_IF_ERROR(d.copyToDevice(b, 0, host[i].data(), bytes));
+            }
+            const size_t gradBytes = static_cast<size_t>(gradPlan.totalElements) * sizeof(float);
+            TD_ASSIGN_OR_RETURN(r.flatGrads, d.allocate(std::max<size_t>(gradBytes, 4)));
+            for (size_t i = 0; i < pids.size(); ++i) {
+                const int64_t off = gradPlan.offsets[i];
+                if (off < 0) {
+                    r.gradViews.push_back(Buffer{});
+                    continue;
+                }
+                r.gradViews.push_back(
+                    Buffer{static_cast<char*>(r.flatGrads.ptr) + off * 4,
+                           static_cast<size_t>(numElements(paramShapes[i])) * sizeof(float)});
+            }
+            for (size_t t : trainableIndex)
+                for (int k = 0; k < slotsEach; ++k) {
+                    const size_t bytes =
+                        static_cast<size_t>(numElements(paramShapes[t])) * sizeof(float);
+                    TD_ASSIGN_OR_RETURN(Buffer b, d.allocate(bytes));
+                    TD_RETURN_IF_ERROR(d.fillZero(b, 0, bytes));
+                    r.slots.push_back(b);
+                }
+            const size_t accBytes = static_cast<size_t>(accumCount()) * sizeof(float);
+            TD_ASSIGN_OR_RETURN(r.trainAccum, d.allocate(accBytes));
+            TD_ASSIGN_OR_RETURN(r.evalAccum, d.allocate(accBytes));
+            TD_RETURN_IF_ERROR(d.fillZero(r.trainAccum, 0, accBytes));
+            TD_RETURN_IF_ERROR(d.fillZero(r.evalAccum, 0, accBytes));
+        }
+        return Status::success();
+    }
+
+    // The program of replica r for (mode, its batch), compiled on first use on the calling
+    // thread (which must be the replica's own: the CPU device sizes its thread teams there).
+    Result<Program*> program(Replica& r, GraphMode mode, int64_t batch, int64_t global) {
+        auto key = std::make_pair(static_cast<int>(mode), batch);
+        if (auto it = r.programs.find(key); it != r.programs.end()) return it->second.get();
+        auto p = std::make_unique<Program>();
+        p->mode = mode;
+        p->batch = batch;
+        TD_ASSIGN_OR_RETURN(p->graph, buildPlanned(mode, batch, global));
+        const Graph& g = p->graph;
+        if (g.params().size() != r.params.size())
+            return err("internal: parameter count differs between programs");
+        Device& d = *r.device;
+        for (const Node& n : g.nodes) {
+            const size_t bytes = static_cast<size_t>(numElements(n.shape)) * dtypeSize(n.dtype);
+            if (n.op == Op::Input) {
+                TD_ASSIGN_OR_RETURN(p->input, d.allocate(bytes));
+            } else if (n.op == Op::Label) {
+                TD_ASSIGN_OR_RETURN(p->label, d.allocate(bytes));
+            }
+        }
+        ProgramBindings bind;
+        bind.input = p->input;
+        bind.label = p->label.ptr ? p->label : p->input;
+        bind.params = r.params;
+        bind.grads = r.gradViews;
+        bind.flatGrads = r.flatGrads;
+        if (mode == GraphMode::Train) {
+            bind.accumulators = r.trainAccum;
+            bind.update = &updateSpec;
+            bind.slots = r.slots;
+            if (r.timed) {
+                bind.collectives = r.timed.get();
+                bind.buckets = gradPlan.buckets;
+            }
+        } else {
+            bind.accumulators = r.evalAccum;
+        }
+        TD_ASSIGN_OR_RETURN(p->exe, compileProgram(d, g, bind));
+        p->lossId = g.output("loss");
+        p->predId = g.output("predictions");
+        Program* raw = p.get();
+        r.programs[key] = std::move(p);
+        return raw;
+    }
+
+    // Rows [begin, end) of a global batch of `rows` that global replica g takes.
+    std::pair<int64_t, int64_t> sliceOf(int global, int64_t rows) const {
+        return {rows * global / totalReplicas, rows * (global + 1) / totalReplicas};
+    }
+
+    // Copies rows [begin, end) of a batch into a program's input and label buffers (on the
+    // device's stream), checking labels against the model as it goes.
+    Status uploadSlice(Replica& r, Program& p, const Batch& b, int64_t begin, int64_t end) {
+        Device& d = *r.device;
+        const int64_t rows = end - begin;
+        if (b.x.dtype() != DType::F32) return err("internal: pipeline produced non-f32 features");
+        const int64_t rowValues = b.x.size() / std::max<int64_t>(1, b.size);
+        const size_t xRow = static_cast<size_t>(rowValues) * sizeof(float);
+        TD_RETURN_IF_ERROR(d.copyToDeviceAsync(
+            p.input, 0, static_cast<const char*>(b.x.raw()) + static_cast<size_t>(begin) * xRow,
+            static_cast<size_t>(rows) * xRow));
+        if (!p.label.ptr) return Status::success();
+        const LabelSpec& ls = s.labelSpec;
+        const int64_t perRow = numElements(ls.shape);
+        const std::string& lossName = s.project.training.loss.name;
+        if (ls.dtype == DType::I32) {
+            if (b.y.dtype() != DType::I32)
+                return err("loss " + lossName +
+                           " expects integer class labels, but the pipeline produced " +
+                           dtypeName(b.y.dtype()) + " labels " + shapeToString(b.y.shape()) +
+                           " (remove the one_hot map step, or use categorical_crossentropy)");
+            const int32_t* y = b.y.data<int32_t>() + begin;
+            const int64_t units = s.info.outputShape[0];
+            for (int64_t i = 0; i < rows; ++i)
+                if (y[i] < 0 || y[i] >= units)
+                    return err("label " + std::to_string(y[i]) + " is outside the " +
+                               std::to_string(units) + " output units of the last layer");
+            return d.copyToDeviceAsync(p.label, 0, y, static_cast<size_t>(rows) * 4);
+        }
+        if (b.y.dtype() == DType::F32 && b.y.size() == b.size * perRow)
+            return d.copyToDeviceAsync(p.label, 0, b.y.data<float>() + begin * perRow,
+                                       static_cast<size_t>(rows * perRow) * 4);
+        if (b.y.dtype() == DType::I32 && perRow == 1) {
+            // Integer 0/1 labels for a single-unit output: converted on the host.
+            if (!d.hostAddressable())
+                return err("integer labels for a single-unit output need a host-addressable "
+                           "device; add a map step that makes them float");
+            float* dst = static_cast<float*>(p.label.ptr);
+            const int32_t* y = b.y.data<int32_t>() + begin;
+            for (int64_t i = 0; i < rows; ++i) dst[i] = static_cast<float>(y[i]);
+            return Status::success();
+        }
+        return err("loss " + lossName + " expects targets of shape " + shapeToString(ls.shape) +
+                   " per sample, but the pipeline produced " + dtypeName(b.y.dtype()) +
+                   " labels " + shapeToString(b.y.shape()) +
+                   (ls.shape.size() == 1 && ls.shape[0] > 1 && b.y.dtype() == DType::I32
+                        ? " (add a one_hot map step with depth " + std::to_string(ls.shape[0]) +
+                              ")"
+                        : std::string()));
+    }
+
+    // The sums in every local replica's accumulators (and, with workers, every worker's), after
+    // the devices finished what was enqueued: the one host read of a log point.
+    Result<std::vector<double>> readAccumulators(bool train, double extra = 0) {
+        std::vector<double> sums(static_cast<size_t>(accumCount()) + 1, 0.0);
+        std::vector<float> v(static_cast<size_t>(accumCount()));
+        for (auto& rp : replicas) {
+            Device& d = *rp->device;
+            TD_RETURN_IF_ERROR(d.synchronize());
+            TD_RETURN_IF_ERROR(d.copyToHost(v.data(), train ? rp->trainAccum : rp->evalAccum, 0,
+                                            v.size() * sizeof(float)));
+            for (size_t i = 0; i < v.size(); ++i) sums[i] += v[i];
+        }
+        sums.back() = extra;
+        if (s.workers && train) TD_RETURN_IF_ERROR(s.workers->allReduceHost(sums.data(),
+                                                   static_cast<int64_t>(sums.size())));
+        return sums;
+    }
+
+    Status zeroAccumulators(bool train) {
+        for (auto& rp : replicas) {
+            Buffer& a = train ? rp->trainAccum : rp->evalAccum;
+            TD_RETURN_IF_ERROR(rp->device->fillZero(a, 0, a.bytes));
+        }
+        return Status::success();
+    }
+
+    // Per-replica figures of the interval, every worker's, for the chief's StepMetrics.
+    Result<std::vector<ReplicaStats>> replicaStats(double wall) {
+        constexpr int64_t kFields = 5;
+        std::vector<double> mine;
+        for (auto& rp : replicas) {
+            const ReplicaTiming& t = rp->timing;
+            mine.insert(mine.end(), {wall > 0 ? static_cast<double>(t.samples) / wall : 0.0,
+                                     t.compute, t.allReduce, t.inputWait,
+                                     static_cast<double>(rp->global)});
+        }
+        std::vector<double> all = mine;
+        if (s.workers) {
+            all.resize(mine.size() * static_cast<size_t>(workerCount));
+            TD_RETURN_IF_ERROR(s.workers->allGatherHost(mine.data(),
+                                                        static_cast<int64_t>(mine.size()),
+                                                        all.data()));
+        }
+        std::vector<ReplicaStats> out;
+        const int local = static_cast<int>(replicas.size());
+        for (size_t i = 0; i + kFields <= all.size(); i += kFields) {
+            ReplicaStats rs;
+            rs.replica = static_cast<int>(all[i + 4]);
+            rs.worker = rs.replica / local;
+            rs.device = replicas[static_cast<size_t>(rs.replica % local)]->label;
+            if (workerCount > 1) rs.device = "worker " + std::to_string(rs.worker) + " " + rs.device;
+            rs.samplesPerSecond = all[i];
+            rs.computeSeconds = all[i + 1];
+            rs.allReduceSeconds = all[i + 2];
+            rs.inputWaitSeconds = all[i + 3];
+            out.push_back(rs);
+        }
+        for (auto& rp : replicas) rp->timing = {};
+        return out;
+    }
+
+    // ---- the step ---------------------------------------------------------------------------
+
+    // One training step over the global batch `b`: every replica takes its slice, uploads it and
+    // runs its program (forward, loss, backward, the bucketed all-reduce of the gradients, the
+    // optimizer update, the loss and metric sums), all replicas at once.
+    Status trainStep(const Batch& b, int64_t gstep, int64_t sampleOrigin, double inputWait) {
+        StepArgs args;
+        args.step = gstep;
+        args.update = optimizer->nextStep();
+        return forEachReplica([&](Replica& r) -> Status {
+            const auto t0 = Clock::now();
+            const auto [begin, end] = sliceOf(r.global, b.size);
+            TD_ASSIGN_OR_RETURN(Program * p, program(r, GraphMode::Train, end - begin, b.size));
+            TD_RETURN_IF_ERROR(uploadSlice(r, *p, b, begin, end));
+            const auto t1 = Clock::now();
+            StepArgs mine = args;
+            mine.sampleBase = sampleOrigin + b.firstIndex + begin;
+            const double reduceBefore = r.timed ? r.timed->seconds : 0;
+            TD_RETURN_IF_ERROR(p->exe->run(mine));
+            const double reduce = r.timed ? r.timed->seconds - reduceBefore : 0;
+            r.timing.inputWait += inputWait + std::chrono::duration<double>(t1 - t0).count();
+            r.timing.compute += secondsSince(t1) - reduce;
+            r.timing.allReduce += reduce;
+            r.timing.samples += end - begin;
+            return Status::success();
+        });
+    }
+
+    // The loss of the last step, summed over the replicas' shares (callbacks that want batch
+    // logs): a host read every step, made only when such a callback is present.
+    Result<double> lastStepLoss(int64_t rows) {
+        double total = 0;
+        for (auto& rp : replicas) {
+            const auto [b0, b1] = sliceOf(rp->global, rows);
+            Program* p = rp->programs.at({static_cast<int>(GraphMode::Train), b1 - b0}).get();
+            float v = 0;
+            TD_RETURN_IF_ERROR(rp->device->synchronize());
+            TD_RETURN_IF_ERROR(rp->device->copyToHost(
+                &v, Buffer{const_cast<void*>(p->exe->valuePtr(p->lossId)), 4}, 0, 4));
+            total += v;
+        }
+        if (s.workers) TD_RETURN_IF_ERROR(s.workers->allReduceHost(&total, 1));
+        return total;
+    }
+
+    template <typename Hook>
+    Status runCallbacks(const char* hookName, Hook hook) {
+        for (size_t i = 0; i < s.callbacks.size(); ++i) {
+            try {
+                hook(*s.callbacks[i]);
+            } catch (const std::exception& e) {
+                return err(s.callbackNames[i] + " failed in " + hookName + ": " + e.what());
+            } catch (...) {
+                return err(s.callbackNames[i] + " failed in " + hookName + ": unknown exception");
+            }
+        }
+        return Status::success();
+    }
+
+    void log(LogLine::Level lvl, const std::string& text) { bus->publish(LogLine{lvl, text}); }
+
+    std::vector<Tensor> weights() {
+        std::vector<Tensor> w;
+        Replica& r = *replicas[0];
+        (void)r.device->synchronize();
+        for (size_t i = 0; i < r.params.size(); ++i) {
+            Tensor t(DType::F32, paramShapes[i]);
+            (void)r.device->copyToHost(t.raw(), r.params[i], 0, t.bytes());
+            w.push_back(std::move(t));
+        }
+        return w;
+    }
+
+    void setWeights(const std::vector<Tensor>& w) {
+        for (auto& rp : replicas)
+            for (size_t i = 0; i < rp->params.size() && i < w.size(); ++i)
+                (void)rp->device->copyToDevice(rp->params[i], 0, w[i].raw(), w[i].bytes());
+    }
+
+    Result<RunFinished> fit();
+    Result<EvalResult> evaluate(const Dataset& d);
+};
+
+// ---- the fit loop -------------------------------------------------------------------------------
+
+Result<RunFinished> Trainer::Impl::fit() {
+    const TrainConfig& tc = s.project.training;
+    replicas[0]->device->prepareThread(replicas[0]->workerThreads);
+    TD_ASSIGN_OR_RETURN(auto pipe, Pipeline::create(s.trainSet, s.project.data.pipeline,
+                                                    globalBatch(), true, tc.seed));
+    for (const std::string& m : pipe->messages()) log(LogLine::Level::Warning, m);
+    const int64_t steps = pipe->batchesPerEpoch();
+    if (steps == 0)
+        return err("the training data has " + std::to_string(s.trainSet.size()) +
+                   " samples: not one batch of " + std::to_string(globalBatch()) +
+                   (s.project.data.pipeline.dropRemainder ? " with drop_remainder" : ""));
+    const int64_t rem = s.trainSet.size() % globalBatch();
+    const bool dropTail = rem != 0 && !s.project.data.pipeline.dropRemainder && rem < totalReplicas;
+    if (dropTail)
+        log(LogLine::Level::Warning,
+            "the last batch of each epoch (" + std::to_string(rem) +
+                " samples) is skipped: it cannot give each of the " +
+                std::to_string(totalReplicas) + " replicas a sample");
+    // Compile every program the epoch needs before the loop, each on its replica's thread.
+    TD_RETURN_IF_ERROR(forEachReplica([&](Replica& r) -> Status {
+        r.device->prepareThread(r.workerThreads);
+        auto [b0, b1] = sliceOf(r.global, globalBatch());
+        TD_RETURN_IF_ERROR(program(r, GraphMode::Train, b1 - b0, globalBatch()).status());
+        if (rem && !s.project.data.pipeline.dropRemainder && !dropTail) {
+            auto [t0, t1] = sliceOf(r.global, rem);
+            TD_RETURN_IF_ERROR(program(r, GraphMode::Train, t1 - t0, rem).status());
+        }
+        return Status::success();
+    }));
+
+    TrainControl ctl;
+    ctl.getLearningRate = [&] { return optimizer->currentLearningRate(); };
+    ctl.setLearningRate = [&](double lr) { optimizer->setLearningRateOverride(lr); };
+    ctl.getWeights = [&] { return weights(); };
+    ctl.setWeights = [&](const std::vector<Tensor>& w) { setWeights(w); };
+    ctl.log = [&](const std::string& text) { log(LogLine::Level::Info, text); };
+    TD_RETURN_IF_ERROR(runCallbacks("on_train_begin", [&](Callback& cb) { cb.onTrainBegin(ctl); }));
+
+    const int64_t memory = [&] {
+        int64_t bytes = 0;
+        Replica& r = *replicas[0];
+        for (const Buffer& b : r.params) bytes += static_cast<int64_t>(b.bytes);
+        bytes += static_cast<int64_t>(r.flatGrads.bytes);
+        for (const Buffer& b : r.slots) bytes += static_cast<int64_t>(b.bytes);
+        for (const auto& [key, p] : r.programs)
+            bytes += static_cast<int64_t>(p->exe->arenaBytes() + p->input.bytes + p->label.bytes);
+        return bytes;
+    }();
+    MetricMap last;
+    RunStatus status = RunStatus::Completed;
+    std::string message;
+    const int64_t logEvery = std::max<int64_t>(1, tc.logEverySteps);
+    MetricMap batchLogs{{"loss", 0.0}};
+    auto batchLoss = batchLogs.find("loss");
+    int64_t gstep = static_cast<int64_t>(tc.initialEpoch) * steps;
+    // With workers, a stop request is honoured at the next log point, where every worker learns
+    // of it through the metric all-reduce, so that all stop after the same step.
+    const bool stopAtLogPoints = s.workers != nullptr;
+    bool stopNow = false;
+
+    for (int epoch = tc.initialEpoch; epoch < tc.epochs && !stopNow; ++epoch) {
+        TD_RETURN_IF_ERROR(pipe->beginEpoch(epoch));
+        TD_RETURN_IF_ERROR(zeroAccumulators(true));
+        auto epochT0 = Clock::now();
+        auto logT0 = Clock::now();
+        int64_t seen = 0, seenSinceLog = 0;
+        double logWait = 0, logCompute = 0;
+        std::vector<double> sums;
+        for (int64_t step = 1; step <= steps; ++step) {
+            // Between steps: stop, pause, a failed store.
+            if (!stopAtLogPoints && control->stopRequested) {
+                stopNow = true;
+                break;
+            }
+            {
+                std::unique_lock<std::mutex> lk(control->mu);
+                if (control->paused) {
+                    const auto p0 = Clock::now();
+                    control->cv.wait(lk, [&] {
+                        return !control->paused || control->stopRequested || control->aborted;
+                    });
+                    const auto paused = Clock::now() - p0;  // neither epoch nor throughput time
+                    logT0 += paused;
+                    epochT0 += paused;
+                }
+            }
+            if (control->aborted) return err(control->abortMessage());
+
+            // Take the global batch.
+            const auto t0 = Clock::now();
+            TD_ASSIGN_OR_RETURN(const Batch* b, pipe->next());
+            if (!b) break;
+            const double wait = secondsSince(t0);
+            if (b->size != globalBatch() && dropTail) continue;
+
+            // Slice, upload, forward, backward, all-reduce, update: on every replica.
+            const auto t1 = Clock::now();
+            ++gstep;
+            TD_RETURN_IF_ERROR(trainStep(*b, gstep,
+                                         static_cast<int64_t>(epoch) * s.trainSet.size(), wait));
+            seen += b->size;
+            seenSinceLog += b->size;
+            logWait += wait;
+            logCompute += secondsSince(t1);
+
+            if (!s.callbacks.empty()) {
+                if (wantBatchLoss) {
+                    TD_ASSIGN_OR_RETURN(batchLoss->second, lastStepLoss(b->size));
+                }
+                TD_RETURN_IF_ERROR(runCallbacks(
+                    "on_batch_end", [&](Callback& cb) { cb.onBatchEnd(gstep, batchLogs, ctl); }));
+            }
+            if (ctl.stopTraining) {
+                stopNow = true;
+                status = RunStatus::Stopped;
+                message = ctl.stopReason;
+            }
+
+            // Every log_every_steps (and at the epoch's end): read the sums back and publish.
+            if (step % logEvery == 0 || step == steps || stopNow) {
+                const double wall = secondsSince(logT0);
+                TD_ASSIGN_OR_RETURN(sums,
+                                    readAccumulators(true, control->stopRequested ? 1.0 : 0.0));
+                if (stopAtLogPoints && sums.back() > 0) stopNow = true;
+                TD_ASSIGN_OR_RETURN(std::vector<ReplicaStats> per, replicaStats(wall));
+                StepMetrics sm;
+                sm.epoch = epoch;
+                sm.step = step;
+                sm.globalStep = gstep;
+                sm.metrics["loss"] = sums[0] / static_cast<double>(seen);
+                for (size_t m = 0; m < s.metrics.size(); ++m)
+                    sm.metrics[s.metrics[m].key] = sums[1 + m] / static_cast<double>(seen);
+                sm.learningRate = optimizer->currentLearningRate();
+                sm.inputWaitSeconds = logWait;
+                sm.computeSeconds = logCompute;
+                sm.samplesPerSecond =
+                    wall > 0 ? static_cast<double>(seenSinceLog) * workerCount / wall : 0;
+                sm.replicas = std::move(per);
+                bus->publish(sm);
+                for (auto& rp : replicas)
+                    bus->publish(DeviceStats{
+                        rp->label, wall > 0 ? std::min(1.0, logCompute / wall) : 0, memory,
+                        wall > 0 ? static_cast<double>(seenSinceLog) / totalReplicas *
+                                       workerCount / wall
+                                 : 0});
+                logT0 = Clock::now();
+                logWait = logCompute = 0;
+                seenSinceLog = 0;
+            }
+            if (stopNow) break;
+        }
+        if (seen == 0) break;
+        EpochMetrics em;
+        em.epoch = epoch;
+        em.metrics["loss"] = sums[0] / static_cast<double>(seen);
+        for (size_t m = 0; m < s.metrics.size(); ++m)
+            em.metrics[s.metrics[m].key] = sums[1 + m] / static_cast<double>(seen);
+        em.seconds = secondsSince(epochT0);
+        em.samplesPerSecond = static_cast<double>(seen) * workerCount / std::max(1e-9, em.seconds);
+        em.learningRate = optimizer->currentLearningRate();
+        if (s.valSet && !stopNow) {
+            TD_ASSIGN_OR_RETURN(EvalResult vr, evaluate(*s.valSet));
+            for (const auto& [k, val] : vr.metrics) em.metrics["val_" + k] = val;
+        }
+        bus->publish(em);
+        log(LogLine::Level::Info,
+            "epoch " + std::to_string(epoch + 1) + ": " + describePipeline(pipe->stats()));
+        last = em.metrics;
+        if (status != RunStatus::Stopped && stopNow) {
+            status = RunStatus::Stopped;
+            message = "stopped by request";
+        }
+        TD_RETURN_IF_ERROR(runCallbacks(
+            "on_epoch_end", [&](Callback& cb) { cb.onEpochEnd(epoch, em.metrics, ctl); }));
+        if (ctl.stopTraining && status == RunStatus::Completed) {
+            status = RunStatus::Stopped;
+            message = ctl.stopReason.empty() ? "stopped by a callback" : ctl.stopReason;
+            break;
+        }
+    }
+    if ((stopNow || control->stopRequested) && status == RunStatus::Completed) {
+        status = RunStatus::Stopped;
+        message = "stopped by request";
+    }
+    TD_RETURN_IF_ERROR(runCallbacks("on_train_end", [&](Callback& cb) { cb.onTrainEnd(ctl); }));
+    if (control->aborted) return err(control->abortMessage());
+
+    RunFinished fin;
+    fin.status = status;
+    fin.message = message;
+    fin.finalMetrics = last;
+    return fin;
+}
+
+// ---- evaluation and prediction (first replica) --------------------------------------------------
+
+Result<EvalResult> Trainer::Impl::evaluate(const Dataset& d) {
+    Replica& r = *replicas[0];
+    r.device->prepareThread(r.workerThreads);
+    PipelineConfig pc = s.project.data.pipeline;
+    pc.shuffleBuffer = 0;
+    if (pc.cache.rfind("file:", 0) == 0) pc.cache = "memory";
+    TD_ASSIGN_OR_RETURN(auto pipe, Pipeline::create(d, pc, globalBatch(), false, 0));
+    TD_RETURN_IF_ERROR(pipe->beginEpoch(0));
+    TD_RETURN_IF_ERROR(r.device->fillZero(r.evalAccum, 0, r.evalAccum.bytes));
+    int64_t seen = 0;
+    while (true) {
+        TD_ASSIGN_OR_RETURN(const Batch* b, pipe->next());
+        if (!b) break;
+        TD_ASSIGN_OR_RETURN(Program * p, program(r, GraphMode::Eval, b->size, b->size));
+        TD_RETURN_IF_ERROR(uploadSlice(r, *p, *b, 0, b->size));
+        TD_RETURN_IF_ERROR(p->exe->run(StepArgs{}));
+        seen += b->size;
+    }
+    EvalResult out;
+    out.samples = seen;
+    if (seen == 0) return out;
+    std::vector<float> v(static_cast<size_t>(accumCount()));
+    TD_RETURN_IF_ERROR(r.device->synchronize());
+    TD_RETURN_IF_ERROR(r.device->copyToHost(v.data(), r.evalAccum, 0, v.size() * sizeof(float)));
+    out.metrics["loss"] = v[0] / static_cast<double>(seen);
+    for (size_t m = 0; m < s.metrics.size(); ++m)
+        out.metrics[s.metrics[m].key] = v[1 + m] / static_cast<double>(seen);
+    return out;
+}
+
+// ---- Trainer ------------------------------------------------------------------------------------
+
+Trainer::Trainer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Trainer::~Trainer() = default;
+
+Result<std::unique_ptr<Trainer>> Trainer::create(TrainerSetup setup, EventBus& bus,
+                                                 RunControl& control) {
+    auto im = std::make_unique<Impl>();
+    im->s = std::move(setup);
+    im->bus = &bus;
+    im->control = &control;
+    if (!im->s.openDevice)
+        im->s.openDevice = [](const std::string& id, int threads) -> Result<std::unique_ptr<Device>> {
+            if (id.rfind("cpu", 0) == 0 && threads > 0) return makeCpuDevice(threads);
+            return openDevice(id);
+        };
+    for (const auto& cb : im->s.callbacks) im->wantBatchLoss = im->wantBatchLoss || cb->wantsBatchLogs();
+    TD_ASSIGN_OR_RETURN(im->optimizer, Optimizer::create(im->s.project.training.optimizer));
+    TD_RETURN_IF_ERROR(im->openReplicas());
+    // The parameters come from the full-batch training graph; every replica compiles its
+    // training program now, on its own thread, so model errors surface before a run starts.
+    Impl& m = *im;
+    const int64_t perReplica = m.globalBatch() / m.totalReplicas;
+    TD_ASSIGN_OR_RETURN(Graph g, m.buildPlanned(GraphMode::Train, perReplica, m.globalBatch()));
+    TD_RETURN_IF_ERROR(m.initParams(g));
+    TD_RETURN_IF_ERROR(m.forEachReplica([&](Impl::Replica& r) -> Status {
+        r.device->prepareThread(r.workerThreads);
+        auto [b0, b1] = m.sliceOf(r.global, m.globalBatch());
+        return m.program(r, GraphMode::Train, b1 - b0, m.globalBatch()).status();
+    }));
+    return std::unique_ptr<Trainer>(new Trainer(std::move(im)));
+}
+
+Result<RunFinished> Trainer::fit() {
+    return impl_->fit();
+}
+
+Result<EvalResult> Trainer::evaluate(const Dataset& d) {
+    return impl_->evaluate(d);
+}
+
+Result<Tensor> Trainer::predict(const Tensor& xIn) {
+    Impl& im = *impl_;
+    Impl::Replica& r = *im.replicas[0];
+    const ModelInfo& info = im.s.info;
+    if (xIn.rank() < 1 || numElements(info.inputShape) * xIn.dim(0) != xIn.size())
+        return err("predict: expected samples of shape " + shapeToString(info.inputShape) +
+                   ", got " + shapeToString(xIn.shape()));
+    Dataset d;
+    d.x = xIn;
+    d.y = Tensor(DType::I32, {xIn.dim(0)});
+    PipelineConfig pc = im.s.project.data.pipeline;
+    pc.shuffleBuffer = 0;
+    pc.cache = "none";
+    std::vector<MapStep> featureSteps;
+    for (const MapStep& m : pc.map)
+        if (m.op != "one_hot" && m.op != "cache") featureSteps.push_back(m);
+    pc.map = featureSteps;
+    TD_ASSIGN_OR_RETURN(auto pipe, Pipeline::create(d, pc, im.globalBatch(), false, 0));
+    TD_RETURN_IF_ERROR(pipe->beginEpoch(0));
+    r.device->prepareThread(r.workerThreads);
+    Shape outShape{xIn.dim(0)};
+    outShape.insert(outShape.end(), info.outputShape.begin(), info.outputShape.end());
+    Tensor out(DType::F32, outShape);
+    const int64_t row = numElements(info.outputShape);
+    int64_t done = 0;
+    while (true) {
+        TD_ASSIGN_OR_RETURN(const Batch* b, pipe->next());
+        if (!b) break;
+        TD_ASSIGN_OR_RETURN(Program * p, im.program(r, GraphMode::Predict, b->size, b->size));
+        TD_RETURN_IF_ERROR(im.uploadSlice(r, *p, *b, 0, b->size));
+        TD_RETURN_IF_ERROR(p->exe->run(StepArgs{}));
+        Buffer pb{const_cast<void*>(p->exe->valuePtr(p->predId)),
+                  static_cast<size_t>(b->size * row) * 4};
+        TD_RETURN_IF_ERROR(r.device->synchronize());
+        TD_RETURN_IF_ERROR(r.device->copyToHost(out.data<float>() + done * row, pb, 0, pb.bytes));
+        done += b->size;
+    }
+    return out;
+}
+
+std::vector<std::string> Trainer::replicaDevices() const {
+    std::vector<std::string> out;
+    const auto& reps = impl_->replicas;
+    const int local = static_cast<int>(reps.size());
+    for (int w = 0; w < impl_->workerCount; ++w)
+        for (int i = 0; i < local; ++i) {
+            const std::string id = reps[static_cast<size_t>(i)]->device->desc().id;
+            if (impl_->totalReplicas == 1) {
+                out.push_back(id);
+            } else if (impl_->workerCount == 1) {
+                out.push_back(id + "/replica " + std::to_string(i));
+            } else {
+                out.push_back("worker " + std::to_string(w) + " " + id + "/replica " +
+                              std::to_string(w * local + i));
+            }
+        }
+    return out;
+}
+
+int Trainer::replicas() const {
+    return impl_->totalReplicas;
+}
+int Trainer::localReplicas() const {
+    return static_cast<int>(impl_->replicas.size());
+}
+int Trainer::workerRank() const {
+    return impl_->workerRank;
+}
+
+int64_t Trainer::deviceBytes() const {
+    int64_t bytes = 0;
+    const auto& r = *impl_->replicas[0];
+    for (const Buffer& b : r.params) bytes += static_cast<int64_t>(b.bytes);
+    bytes += static_cast<int64_t>(r.flatGrads.bytes);
+    for (const Buffer& b : r.slots) bytes += static_cast<int64_t>(b.bytes);
+    return bytes;
+}
+
+}  // namespace td

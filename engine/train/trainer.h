@@ -1,0 +1,102 @@
+// The trainer: a strategy's replicas, their compiled programs, and the Keras-style fit loop.
+//
+// A strategy is a set of replicas, one device each, plus collectives (engine/distribute):
+// OneDevice is one replica on the engine thread; Mirrored is N local replicas (GPUs, or N
+// logical CPU replicas with a share of the cores each) on their own threads; MultiWorkerMirrored
+// adds the processes of an MPI launch. Every replica holds the same parameters, runs the same
+// program on its slice of the global batch, and the program sums the gradients across replicas
+// (bucket by bucket, as backward produces them) before it applies the same update everywhere.
+// Loss and metric sums stay on the devices; the loop reads them only at log points and epoch ends.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/backend/backend.h"
+#include "engine/core/events.h"
+#include "engine/data/pipeline.h"
+#include "engine/graph/builder.h"
+#include "engine/io/project.h"
+#include "engine/train/callbacks.h"
+
+namespace td {
+
+class Collectives;
+
+// Stop, pause and abort requests from other threads (the GUI, the store recorder). The loop acts
+// on them between steps.
+struct RunControl {
+    std::atomic<bool> stopRequested{false};
+    std::mutex mu;
+    std::condition_variable cv;
+    bool paused = false;  // guarded by mu
+    // Set (once) by abortRun: the loop ends the run as failed with this reason.
+    std::atomic<bool> aborted{false};
+    std::string abortReason;  // guarded by mu
+
+    void requestStop();
+    void setPaused(bool p);
+    bool isPaused();
+    void abortRun(const std::string& reason);
+    std::string abortMessage();
+};
+
+using DeviceOpener =
+    std::function<Result<std::unique_ptr<Device>>(const std::string& id, int threads)>;
+
+struct TrainerSetup {
+    Project project;  // with the session's overrides applied
+    ModelInfo info;
+    LabelSpec labelSpec;
+    std::vector<MetricSpec> metrics;
+    Dataset trainSet;
+    std::optional<Dataset> valSet;
+    std::vector<std::shared_ptr<Callback>> callbacks;
+    std::vector<std::string> callbackNames;  // for errors: "training.callbacks[0] (early_stopping)"
+    // Opens a replica's device with `threads` kernel threads (0 = all); default openDevice.
+    DeviceOpener openDevice;
+    // MultiWorkerMirrored: the process group (one member per process); null otherwise.
+    Collectives* workers = nullptr;
+    // Gradient bucket size for the all-reduce (bytes).
+    size_t bucketBytes = size_t{4} << 20;
+};
+
+class Trainer {
+  public:
+    // Opens the strategy's devices, builds the parameters and compiles the training program.
+    // Errors name the field ("strategy.replicas: ...", "training.batch_size: ...").
+    static Result<std::unique_ptr<Trainer>> create(TrainerSetup setup, EventBus& bus,
+                                                   RunControl& control);
+    ~Trainer();
+
+    // The fit loop. Publishes StepMetrics, DeviceStats, EpochMetrics and LogLines (not RunStarted
+    // or RunFinished, which belong to the caller). Returns the outcome, or the error that ended it.
+    Result<RunFinished> fit();
+    // Evaluation and prediction on the first replica's device.
+    Result<EvalResult> evaluate(const Dataset& d);
+    Result<Tensor> predict(const Tensor& x);
+
+    // "cpu:0" once per replica of the whole strategy (every worker's), in replica order.
+    std::vector<std::string> replicaDevices() const;
+    int replicas() const;      // over all workers
+    int localReplicas() const;
+    int workerRank() const;    // 0 without MultiWorkerMirrored
+    bool isChief() const { return workerRank() == 0; }
+    // Device memory the run holds on the first replica: parameters, gradients, optimizer slots,
+    // program arenas, batch buffers.
+    int64_t deviceBytes() const;
+    // Host reads of device memory so far (accumulators, weights for callbacks): for tests.
+    struct Impl;
+
+  private:
+    explicit Trainer(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace td
