@@ -275,10 +275,8 @@ struct Trainer::Impl {
                 // N logical CPU replicas, each with its share of the cores.
                 int n = st.replicas;
                 if (n == 0) n = st.type == "mirrored" ? std::max(1, cpu.threads) : 1;
-                if (n > cpu.threads)
-                    return err("strategy.replicas: " + std::to_string(n) +
-                               " CPU replicas need at least one core each; this machine has " +
-                               std::to_string(cpu.threads));
+                // More replicas than cores is allowed (they share cores), for tests of the
+                // semantics; each replica then runs its kernels on one thread.
                 localDevices.assign(static_cast<size_t>(n), "cpu:0");
                 threadsEach = std::max(1, cpu.threads / n);
             }

@@ -1,0 +1,279 @@
+// Strategies through the public Session API: Mirrored with 2 and 4 CPU replicas equals one device
+// with the same global batch (losses at every step and final weights, dropout and L2 on); the
+// step loop reads nothing back from a device between log points; a global batch that does not
+// split evenly is refused; a replica that fails mid-run ends the run with its error, no hang.
+#include <QtTest>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <regex>
+
+#include "engine/api/session.h"
+#include "engine/backend/backend.h"
+#include "engine/train/callbacks.h"
+
+using namespace td;
+
+namespace {
+
+// Blobs, a model with dropout and an L2 penalty, plain Adam: every part of the step that must
+// stay equal across replica counts.
+Project blobs(const std::string& strategyJson, int64_t batch = 64, int epochs = 2) {
+    const std::string text = R"({
+  "format": "traindeck-project", "version": 1, "name": "strategies",
+  "model": {"class_name": "Sequential", "config": {"name": "m", "layers": [
+    {"class_name": "InputLayer", "config": {"batch_shape": [null, 16]}},
+    {"class_name": "Dense", "config": {"units": 48, "activation": "relu",
+      "kernel_regularizer": {"class_name": "L2", "config": {"l2": 0.001}}}},
+    {"class_name": "Dropout", "config": {"rate": 0.25}},
+    {"class_name": "Dense", "config": {"units": 24, "activation": "tanh"}},
+    {"class_name": "Dense", "config": {"units": 4, "activation": "softmax"}}]}},
+  "data": {"source": {"type": "synthetic", "samples": 1024, "test_samples": 128, "shape": [16],
+                      "classes": 4, "seed": 3},
+           "pipeline": {"map": [], "cache": "memory", "shuffle_buffer": 1024, "prefetch": 2}},
+  "training": {"epochs": )" + std::to_string(epochs) +
+                             R"(, "batch_size": )" + std::to_string(batch) + R"(, "seed": 7,
+    "optimizer": {"class_name": "Adam", "config": {"learning_rate": 0.01}},
+    "loss": {"class_name": "SparseCategoricalCrossentropy", "config": {"from_logits": false}},
+    "metrics": ["accuracy"], "log_every_steps": 1, "evaluate_test": false},
+  "strategy": )" + strategyJson +
+                             "}";
+    auto p = parseProject(text, "strategies.json");
+    if (!p.ok()) qFatal("%s", p.error().c_str());
+    return std::move(p).value();
+}
+
+// Records the final weights through a callback, as a user's callback would.
+class WeightsAtEnd : public Callback {
+  public:
+    void onTrainEnd(TrainControl& c) override { weights = c.getWeights(); }
+    bool wantsBatchLogs() const override { return false; }
+    std::vector<Tensor> weights;
+};
+
+struct Outcome {
+    Status status = Status::success();
+    std::vector<double> stepLoss;  // running epoch mean after every step
+    std::vector<double> stepAccuracy;
+    std::vector<Tensor> weights;
+    std::vector<StepMetrics> steps;
+    std::vector<std::string> devices;
+};
+
+Outcome train(const Project& p, SessionOptions o = {}) {
+    auto w = std::make_shared<WeightsAtEnd>();
+    o.callbacks.push_back(w);
+    Outcome out;
+    auto s = Session::create(p, o);
+    if (!s.ok()) {
+        out.status = err(s.error());
+        return out;
+    }
+    auto q = s.value()->events().subscribe();
+    out.status = s.value()->fit();
+    for (const Event& e : q->drain()) {
+        if (auto* m = std::get_if<StepMetrics>(&e)) {
+            out.stepLoss.push_back(m->metrics.at("loss"));
+            out.stepAccuracy.push_back(m->metrics.at("accuracy"));
+            out.steps.push_back(*m);
+        }
+        if (auto* r = std::get_if<RunStarted>(&e)) out.devices = r->devices;
+    }
+    out.weights = w->weights;
+    return out;
+}
+
+double maxRelDiff(const std::vector<double>& a, const std::vector<double>& b) {
+    double m = 0;
+    for (size_t i = 0; i < a.size() && i < b.size(); ++i)
+        m = std::max(m, std::abs(a[i] - b[i]) / std::max(1e-6, std::abs(b[i])));
+    return m;
+}
+
+// A CPU device that counts every read of device memory by the host, and can make one replica's
+// programs fail after a number of runs.
+std::atomic<int> hostReads{0};
+
+class CountingExecutable final : public Executable {
+  public:
+    CountingExecutable(std::unique_ptr<Executable> inner, int failAfter)
+        : inner_(std::move(inner)), failAfter_(failAfter) {}
+    Status run(const StepArgs& a) override {
+        if (failAfter_ >= 0 && runs_++ >= failAfter_)
+            return err("replica device failed on purpose at step " + std::to_string(a.step));
+        return inner_->run(a);
+    }
+    const void* valuePtr(int id) const override { return inner_->valuePtr(id); }
+    size_t arenaBytes() const override { return inner_->arenaBytes(); }
+
+  private:
+    std::unique_ptr<Executable> inner_;
+    int failAfter_;
+    int runs_ = 0;
+};
+
+class CountingDevice final : public Device {
+  public:
+    CountingDevice(std::unique_ptr<Device> inner, int failAfter)
+        : inner_(std::move(inner)), failAfter_(failAfter) {}
+    const DeviceDesc& desc() const override { return inner_->desc(); }
+    Result<Buffer> allocate(size_t n) override { return inner_->allocate(n); }
+    void release(Buffer& b) override { inner_->release(b); }
+    Result<Buffer> allocateHost(size_t n) override { return inner_->allocateHost(n); }
+    void releaseHost(Buffer& b) override { inner_->releaseHost(b); }
+    Status copyToDevice(const Buffer& d, size_t o, const void* s, size_t n) override {
+        return inner_->copyToDevice(d, o, s, n);
+    }
+    Status copyToHost(void* d, const Buffer& s, size_t o, size_t n) override {
+        ++hostReads;
+        return inner_->copyToHost(d, s, o, n);
+    }
+    Status copyToDeviceAsync(const Buffer& d, size_t o, const void* s, size_t n) override {
+        return inner_->copyToDeviceAsync(d, o, s, n);
+    }
+    Status copyToHostAsync(void* d, const Buffer& s, size_t o, size_t n) override {
+        ++hostReads;
+        return inner_->copyToHostAsync(d, s, o, n);
+    }
+    Status fillZero(const Buffer& d, size_t o, size_t n) override { return inner_->fillZero(d, o, n); }
+    Support supportsOp(const Graph& g, const Node& n) const override {
+        return inner_->supportsOp(g, n);
+    }
+    Result<std::unique_ptr<Executable>> compile(const LoweredProgram& p,
+                                                const ProgramBindings& b) override {
+        TD_ASSIGN_OR_RETURN(auto exe, inner_->compile(p, b));
+        return std::unique_ptr<Executable>(new CountingExecutable(std::move(exe), failAfter_));
+    }
+    Status synchronize() override { return inner_->synchronize(); }
+    void prepareThread(int t) override { inner_->prepareThread(t); }
+    bool hostAddressable() const override { return inner_->hostAddressable(); }
+
+  private:
+    std::unique_ptr<Device> inner_;
+    int failAfter_;
+};
+
+// Opens counting CPU devices; the device opened `failIndex`-th (0-based) fails after
+// `failAfter` runs.
+decltype(SessionOptions::openDevice) countingOpener(int failIndex = -1, int failAfter = -1) {
+    auto opened = std::make_shared<std::atomic<int>>(0);
+    return [=](const std::string&, int threads) -> Result<std::unique_ptr<Device>> {
+        const int index = (*opened)++;
+        return std::unique_ptr<Device>(
+            new CountingDevice(makeCpuDevice(threads), index == failIndex ? failAfter : -1));
+    };
+}
+
+}  // namespace
+
+class TestStrategies : public QObject {
+    Q_OBJECT
+  private slots:
+    void mirroredEqualsOneDevice_data() {
+        QTest::addColumn<int>("replicas");
+        QTest::newRow("2 replicas") << 2;
+        QTest::newRow("4 replicas") << 4;
+    }
+    void mirroredEqualsOneDevice() {
+        QFETCH(int, replicas);
+        const Outcome one = train(blobs(R"({"type": "one_device"})"));
+        QVERIFY2(one.status.ok(), one.status.error().c_str());
+        const Outcome many = train(blobs(R"({"type": "mirrored", "replicas": )" +
+                                         std::to_string(replicas) + "}"));
+        QVERIFY2(many.status.ok(), many.status.error().c_str());
+        QCOMPARE(many.devices.size(), size_t(replicas));
+        QCOMPARE(many.stepLoss.size(), one.stepLoss.size());
+        QCOMPARE(one.stepLoss.size(), size_t(2 * 16));
+        // Equal to float tolerance: only the order of the gradient sums differs.
+        QVERIFY2(maxRelDiff(many.stepLoss, one.stepLoss) < 1e-4,
+                 qPrintable(QString::number(maxRelDiff(many.stepLoss, one.stepLoss))));
+        // A prediction exactly at a tie could flip: at most one sample per step.
+        for (size_t i = 0; i < one.stepAccuracy.size(); ++i)
+            QVERIFY(std::abs(many.stepAccuracy[i] - one.stepAccuracy[i]) <= 1.0 / 64 + 1e-12);
+        QCOMPARE(many.weights.size(), one.weights.size());
+        for (size_t i = 0; i < one.weights.size(); ++i) {
+            const float* a = one.weights[i].data<float>();
+            const float* b = many.weights[i].data<float>();
+            for (int64_t k = 0; k < one.weights[i].size(); ++k)
+                QVERIFY2(std::abs(a[k] - b[k]) <= 1e-4f + 1e-3f * std::abs(a[k]),
+                         qPrintable(QString("weight %1[%2]: %3 vs %4")
+                                        .arg(i)
+                                        .arg(k)
+                                        .arg(a[k])
+                                        .arg(b[k])));
+        }
+        // Every replica reports its own figures.
+        const StepMetrics& last = many.steps.back();
+        QCOMPARE(last.replicas.size(), size_t(replicas));
+        for (int r = 0; r < replicas; ++r) {
+            QCOMPARE(last.replicas[r].replica, r);
+            QVERIFY(last.replicas[r].samplesPerSecond > 0);
+            QVERIFY(last.replicas[r].computeSeconds > 0);
+            QVERIFY(last.replicas[r].allReduceSeconds > 0);
+        }
+    }
+
+    // The step loop reads device memory only at log points: one read of each replica's
+    // accumulators per log point, nothing in between.
+    void noHostReadsBetweenLogPoints_data() {
+        QTest::addColumn<int>("replicas");
+        QTest::addColumn<int>("logEvery");
+        QTest::newRow("one device, every 5 steps") << 1 << 5;
+        QTest::newRow("one device, every 100 steps") << 1 << 100;
+        QTest::newRow("2 replicas, every 4 steps") << 2 << 4;
+    }
+    void noHostReadsBetweenLogPoints() {
+        QFETCH(int, replicas);
+        QFETCH(int, logEvery);
+        Project p = replicas == 1
+                        ? blobs(R"({"type": "one_device"})")
+                        : blobs(R"({"type": "mirrored", "replicas": )" + std::to_string(replicas) + "}");
+        p.training.logEverySteps = logEvery;
+        p.training.epochs = 3;
+        SessionOptions o;
+        o.openDevice = countingOpener();
+        auto s = Session::create(p, o);
+        QVERIFY2(s.ok(), s.ok() ? "" : s.error().c_str());
+        hostReads = 0;
+        auto q = s.value()->events().subscribe();
+        QVERIFY(s.value()->fit().ok());
+        const int steps = 1024 / 64;
+        const int logPoints = 3 * ((steps + logEvery - 1) / logEvery);
+        QCOMPARE(hostReads.load(), logPoints * replicas);
+        int published = 0;
+        for (const Event& e : q->drain()) published += std::holds_alternative<StepMetrics>(e);
+        QCOMPARE(published, logPoints);
+    }
+
+    void unevenGlobalBatchIsRefused() {
+        auto s = Session::create(blobs(R"({"type": "mirrored", "replicas": 3})", 64), {});
+        QVERIFY(!s.ok());
+        QVERIFY2(s.error().find("training.batch_size") != std::string::npos, s.error().c_str());
+        QVERIFY2(s.error().find("3 replicas") != std::string::npos, s.error().c_str());
+        QVERIFY2(s.error().find("multiple of 3") != std::string::npos, s.error().c_str());
+    }
+
+    void failingReplicaEndsTheRun() {
+        SessionOptions o;
+        o.openDevice = countingOpener(1, 5);  // replica 1's program fails at its 6th run
+        const auto t0 = std::chrono::steady_clock::now();
+        Outcome out = train(blobs(R"({"type": "mirrored", "replicas": 2, "timeout_seconds": 30})"),
+                            o);
+        const double seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        QVERIFY(!out.status.ok());
+        QVERIFY2(out.status.error().find("failed on purpose") != std::string::npos,
+                 out.status.error().c_str());
+        QVERIFY2(seconds < 20, "a failed replica must not leave the others waiting");
+    }
+
+    void replicasInRunStarted() {
+        const Outcome out = train(blobs(R"({"type": "mirrored", "replicas": 2})", 64, 1));
+        QVERIFY2(out.status.ok(), out.status.error().c_str());
+        QCOMPARE(out.devices, (std::vector<std::string>{"cpu:0/replica 0", "cpu:0/replica 1"}));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestStrategies)
+#include "test_strategies.moc"
