@@ -73,9 +73,27 @@ class Progress {
                 static_cast<long long>(s->trainSamples),
                 static_cast<long long>(s->validationSamples), static_cast<long long>(s->batchSize),
                 static_cast<long long>(s->stepsPerEpoch), static_cast<long long>(s->params),
-                s->devices.empty() ? "?" : s->devices[0].c_str());
+                s->devices.size() == 1 ? s->devices[0].c_str()
+                                       : (std::to_string(s->devices.size()) + " replicas (" +
+                                          s->strategy +
+                                          (s->workers > 1 ? ", " + std::to_string(s->workers) +
+                                                                " workers"
+                                                          : std::string()) +
+                                          ")")
+                                             .c_str());
+            replicas_.assign(s->devices.size(), {});
+            for (size_t i = 0; i < s->devices.size(); ++i) replicas_[i].device = s->devices[i];
+            allReduceBytes_ = s->allReduceBytesPerStep;
+            buckets_ = s->gradientBuckets;
             if (s->runId) std::printf("Run %lld\n", static_cast<long long>(s->runId));
         } else if (auto* m = std::get_if<StepMetrics>(&e)) {
+            for (const ReplicaStats& r : m->replicas)
+                if (r.replica >= 0 && static_cast<size_t>(r.replica) < replicas_.size()) {
+                    ReplicaStats& t = replicas_[static_cast<size_t>(r.replica)];
+                    t.computeSeconds += r.computeSeconds;
+                    t.allReduceSeconds += r.allReduceSeconds;
+                    t.inputWaitSeconds += r.inputWaitSeconds;
+                }
             if (m->epoch != epoch_ || !started_) {
                 epoch_ = m->epoch;
                 started_ = true;
@@ -121,6 +139,20 @@ class Progress {
             for (const auto& [k, v] : f->finalMetrics)
                 if (k.rfind("test_", 0) == 0) test[k] = v;
             if (!test.empty()) std::printf("Test%s\n", fmtMetrics(test).c_str());
+            // Where each replica's time went (several replicas only).
+            if (replicas_.size() > 1) {
+                std::printf("All-reduce: %.1f KiB per replica per step in %d bucket%s\n",
+                            static_cast<double>(allReduceBytes_) / 1024.0, buckets_,
+                            buckets_ == 1 ? "" : "s");
+                for (const ReplicaStats& r : replicas_) {
+                    const double total =
+                        r.computeSeconds + r.allReduceSeconds + r.inputWaitSeconds;
+                    std::printf(
+                        "  %s: compute %.2f s, all-reduce %.2f s (%.1f%%), input wait %.2f s\n",
+                        r.device.c_str(), r.computeSeconds, r.allReduceSeconds,
+                        total > 0 ? 100.0 * r.allReduceSeconds / total : 0.0, r.inputWaitSeconds);
+                }
+            }
             std::fflush(stdout);
         }
     }
@@ -137,6 +169,9 @@ class Progress {
     bool started_ = false;
     std::optional<RunFinished> finished_;
     std::chrono::steady_clock::time_point epochT0_;
+    std::vector<ReplicaStats> replicas_;  // totals over the run
+    int64_t allReduceBytes_ = 0;
+    int buckets_ = 0;
 };
 
 std::string fmtParams(int64_t n) {

@@ -8,6 +8,7 @@
 //   traindeck_bench [--epochs 3] [--threads 2] [--models seed-32,seed-256,wide-256]
 //                   [--frameworks torch,torch-compile,torch-debian,keras|none]
 //                   [--python VENV/bin/python] [--python-debian /usr/bin/python3]
+//                   [--strategies one,mirrored-2,mpi-2]
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -35,6 +36,8 @@ struct Outcome {
     double samplesPerSecond = 0;
     double testAccuracy = 0;
     double peakRssMiB = 0;
+    double allReduceKiB = 0;     // per replica per step (several replicas)
+    double allReduceShare = 0;   // of the replicas' time, mean over replicas
     std::string version, error;
 };
 
@@ -74,18 +77,54 @@ std::string join(const std::vector<int>& v) {
     return s;
 }
 
+// A TrainDeck strategy row: "one" (one device), "mirrored-N" (N CPU replicas in one process),
+// "mpi-N" (MultiWorkerMirrored, N processes under mpirun, one replica each).
+struct StrategyRun {
+    std::string key;
+    std::string type = "one_device";
+    int replicas = 1;
+    bool mpi = false;
+};
+
 Outcome runTrainDeck(const std::string& binary, const std::string& projectPath, int epochs,
-                     int batch, int threads, const std::string& db) {
+                     int batch, int threads, const std::string& db, const StrategyRun& st) {
     Outcome o;
     std::string out;
-    std::vector<std::string> env{"OMP_NUM_THREADS=" + std::to_string(threads)};
-    int rc =
-        runChild({binary, "train", projectPath, "--epochs", std::to_string(epochs), "--batch-size",
-                  std::to_string(batch), "--plain", "--db", db, "--run-name", "bench"},
-                 env, &out, &o.peakRssMiB);
+    // Every replica (thread group or process) gets its share of the threads.
+    const int each = std::max(1, threads / st.replicas);
+    std::vector<std::string> env{"OMP_NUM_THREADS=" + std::to_string(st.mpi ? each : threads)};
+    std::vector<std::string> argv;
+    if (st.mpi) {
+        argv = {"mpirun", "-np", std::to_string(st.replicas), "--oversubscribe",
+                "--bind-to", "none", "-x", "OMP_NUM_THREADS"};
+        if (geteuid() == 0) argv.push_back("--allow-run-as-root");
+    }
+    for (const std::string& a :
+         {binary, std::string("train"), projectPath, std::string("--epochs"),
+          std::to_string(epochs), std::string("--batch-size"), std::to_string(batch),
+          std::string("--plain"), std::string("--db"), db, std::string("--run-name"),
+          std::string("bench")})
+        argv.push_back(a);
+    int rc = runChild(argv, env, &out, &o.peakRssMiB);
     if (rc != 0) {
-        o.error = "traindeck exited with " + std::to_string(rc);
+        o.error = "traindeck (" + st.key + ") exited with " + std::to_string(rc);
         return o;
+    }
+    {
+        std::regex kib(R"(All-reduce: ([0-9.]+) KiB)");
+        std::regex share(R"(all-reduce [0-9.]+ s \(([0-9.]+)%\))");
+        std::istringstream is(out);
+        std::string line;
+        std::smatch m;
+        int shares = 0;
+        while (std::getline(is, line)) {
+            if (std::regex_search(line, m, kib)) o.allReduceKiB = std::stod(m[1]);
+            if (std::regex_search(line, m, share)) {
+                o.allReduceShare += std::stod(m[1]);
+                ++shares;
+            }
+        }
+        if (shares) o.allReduceShare /= shares;
     }
     // Epoch lines: "1875/1875 3s 1517us/step 39548 samples/s - ..."
     std::regex epochLine(R"((\d+)/(\d+) \S+ \S+us/step ([0-9.]+) samples/s)");
@@ -229,6 +268,10 @@ int main(int argc, char** argv) {
     app.add_option("--reference", reference, "Path of reference_mlp.py");
     app.add_option("--traindeck", binary, "traindeck binary (default: next to this program)");
     app.add_option("--json", jsonOut, "Also write the results as JSON to this file");
+    std::string strategies = "one";
+    app.add_option("--strategies", strategies,
+                   "TrainDeck strategies: one, mirrored-N (N CPU replicas), mpi-N (N processes "
+                   "under mpirun); rows after the first print their scaling against it");
     CLI11_PARSE(app, argc, argv);
     if (binary.empty())
         binary =
@@ -274,6 +317,28 @@ int main(int argc, char** argv) {
         }
         configs.push_back(*it);
     }
+
+    std::vector<StrategyRun> strategyRuns;
+    for (const std::string& key : splitList(strategies)) {
+        StrategyRun st;
+        st.key = key;
+        std::smatch m;
+        static const std::regex form(R"((mirrored|mpi)-([1-9][0-9]?))");
+        if (key == "one") {
+        } else if (std::regex_match(key, m, form)) {
+            st.replicas = std::stoi(m[2]);
+            st.mpi = m[1] == "mpi";
+            st.type = st.mpi ? "multi_worker_mirrored" : "mirrored";
+        } else {
+            std::fprintf(stderr,
+                         "bench: --strategies: unknown strategy '%s' (expected one, mirrored-N "
+                         "or mpi-N)\n",
+                         key.c_str());
+            return 2;
+        }
+        strategyRuns.push_back(st);
+    }
+    if (strategyRuns.empty()) strategyRuns.push_back(StrategyRun{"one"});
 
     auto base = td::loadProject(root + "/projects/fashion_mnist_mlp.json");
     if (!base.ok()) {
@@ -325,14 +390,34 @@ int main(int argc, char** argv) {
         out.activation = td::ActivationKind::Softmax;
         m.layers.push_back(out);
         p.model = m;
-        const std::string pp = (tmp / ("bench" + std::to_string(idx++) + ".json")).string();
-        if (auto s = td::saveProject(p, pp); !s.ok()) {
-            std::fprintf(stderr, "bench: %s\n", s.error().c_str());
-            return 2;
+        Outcome ours;
+        std::vector<std::pair<StrategyRun, Outcome>> scaled;
+        for (const StrategyRun& st : strategyRuns) {
+            td::Project ps = p;
+            ps.strategy.type = st.type;
+            ps.strategy.replicas = st.mpi ? 1 : (st.type == "mirrored" ? st.replicas : 0);
+            const std::string pp = (tmp / ("bench" + std::to_string(idx++) + ".json")).string();
+            if (auto s = td::saveProject(ps, pp); !s.ok()) {
+                std::fprintf(stderr, "bench: %s\n", s.error().c_str());
+                return 2;
+            }
+            Outcome o = runTrainDeck(binary, pp, epochs, c.batch, threads,
+                                     (tmp / "bench.db").string(), st);
+            if (scaled.empty()) {
+                ours = o;
+                printRow(c.name, c.batch, ourName + (st.key == "one" ? "" : " " + st.key), o,
+                         nullptr);
+            } else {
+                printRow(c.name, c.batch, "TrainDeck " + st.key, o, nullptr);
+                if (o.ok && ours.ok && ours.samplesPerSecond > 0)
+                    std::printf("  %s / %s: %.2fx samples/s; all-reduce %.1f KiB per replica "
+                                "per step, %.1f%% of the replicas' time\n",
+                                st.key.c_str(), strategyRuns.front().key.c_str(),
+                                o.samplesPerSecond / ours.samplesPerSecond, o.allReduceKiB,
+                                o.allReduceShare);
+            }
+            scaled.emplace_back(st, o);
         }
-        Outcome ours =
-            runTrainDeck(binary, pp, epochs, c.batch, threads, (tmp / "bench.db").string());
-        printRow(c.name, c.batch, ourName, ours, nullptr);
         nlohmann::json row{{"model", c.name},
                            {"batch", c.batch},
                            {"threads", threads},
@@ -341,7 +426,15 @@ int main(int argc, char** argv) {
                            {"traindeck_samples_per_s", ours.samplesPerSecond},
                            {"traindeck_test_accuracy", ours.testAccuracy},
                            {"traindeck_peak_rss_mib", ours.peakRssMiB},
-                           {"references", nlohmann::json::array()}};
+                           {"references", nlohmann::json::array()},
+                           {"strategies", nlohmann::json::array()}};
+        for (const auto& [st, o] : scaled)
+            row["strategies"].push_back({{"strategy", st.key},
+                                         {"ok", o.ok},
+                                         {"error", o.error},
+                                         {"samples_per_s", o.samplesPerSecond},
+                                         {"all_reduce_kib_per_step", o.allReduceKiB},
+                                         {"all_reduce_share_percent", o.allReduceShare}});
         for (const Reference& r : refs) {
             Outcome ref = runReference(r.debianPython ? pythonDebian : python, reference, r,
                                        c.hidden, 0.2, epochs, c.batch, threads);

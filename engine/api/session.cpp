@@ -185,11 +185,16 @@ EventBus& Session::events() {
 int64_t Session::runId() const {
     return impl_->runId;
 }
+int Session::workerRank() const {
+    return impl_->trainer->workerRank();
+}
 
 Status Session::Impl::openStore(std::unique_ptr<RunStore>& store,
                                 std::unique_ptr<RunRecorder>& recorder,
                                 std::shared_ptr<EventQueue>& recorderQueue) {
-    if (options.storePath.empty()) return Status::success();
+    // Only the chief (rank 0 of MultiWorkerMirrored, or the only process) writes the store: every
+    // worker's per-replica figures reach it through the metric all-gather.
+    if (options.storePath.empty() || trainer->workerRank() != 0) return Status::success();
     TD_ASSIGN_OR_RETURN(store, RunStore::open(options.storePath));
     const Project& p = project;
     RunRecord r;
@@ -244,6 +249,10 @@ RunStarted Session::Impl::runStarted() const {
     rs.batchSize = b;
     rs.validationSamples = validationSamples;
     rs.params = info.totalParams;
+    rs.strategy = p.strategy.type;
+    rs.workers = trainer->replicas() / trainer->localReplicas();
+    rs.allReduceBytesPerStep = trainer->allReduceBytesPerStep();
+    rs.gradientBuckets = trainer->gradientBuckets();
     return rs;
 }
 

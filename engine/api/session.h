@@ -63,6 +63,9 @@ class Session {
     const Project& project() const;
     EventBus& events();
     int64_t runId() const;  // 0 until fit starts, or without a store
+    // MultiWorkerMirrored: this process's rank (0 = the chief, which alone writes the store and
+    // reports progress); 0 otherwise.
+    int workerRank() const;
 
     // Blocking fit on the calling thread. Whatever fails (store, data, a callback, an exception),
     // fit publishes exactly one RunFinished as the last event and then closes every subscriber's

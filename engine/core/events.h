@@ -31,6 +31,12 @@ struct RunStarted {
     int64_t trainSamples = 0;
     int64_t validationSamples = 0;
     int64_t params = 0;
+    std::string strategy = "one_device";  // "one_device", "mirrored", "multi_worker_mirrored"
+    int workers = 1;                      // processes (MultiWorkerMirrored)
+    // Gradient all-reduce per step (0 with one replica): bytes each replica contributes, and the
+    // buckets they are sent in.
+    int64_t allReduceBytesPerStep = 0;
+    int gradientBuckets = 0;
 };
 
 // One replica's share of a log interval (the time since the previous StepMetrics).

@@ -996,4 +996,12 @@ int64_t Trainer::deviceBytes() const {
     return bytes;
 }
 
+int64_t Trainer::allReduceBytesPerStep() const {
+    return impl_->totalReplicas > 1 ? impl_->gradPlan.totalElements * 4 : 0;
+}
+
+int Trainer::gradientBuckets() const {
+    return impl_->totalReplicas > 1 ? static_cast<int>(impl_->gradPlan.buckets.size()) : 0;
+}
+
 }  // namespace td

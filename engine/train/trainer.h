@@ -91,7 +91,9 @@ class Trainer {
     // Device memory the run holds on the first replica: parameters, gradients, optimizer slots,
     // program arenas, batch buffers.
     int64_t deviceBytes() const;
-    // Host reads of device memory so far (accumulators, weights for callbacks): for tests.
+    // The gradient all-reduce of one step: bytes per replica and buckets (0 with one replica).
+    int64_t allReduceBytesPerStep() const;
+    int gradientBuckets() const;
     struct Impl;
 
   private:
