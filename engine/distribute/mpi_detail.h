@@ -32,16 +32,17 @@ inline Status check(int rc, const char* call) {
 }
 #define TD_MPI_CHECK(call) ::td::mpi_detail::check((call), #call)
 
-// Pauses between polls of pending requests: a few yields first (answers usually come within
-// microseconds), then sleeps growing to 1 ms, so a waiting worker leaves the cores to the peers
-// it waits for (workers may share cores).
+// Pauses between polls of pending requests. Open MPI moves a large message along (fragment by
+// fragment through shared memory, or over TCP) only inside MPI calls on both sides, so the first
+// 10 ms poll after a yield; then 20 us sleeps (about 70 us with timer slack) up to 0.2 s, then 1
+// ms. A waiting worker thus leaves the cores to the peers it waits for (workers may share cores).
 class Backoff {
   public:
     void pause();
-    void reset() { polls_ = 0; }
+    void reset() { start_ = Clock::now(); }
 
   private:
-    int polls_ = 0;
+    Clock::time_point start_ = Clock::now();
 };
 
 // Polls one request (a collective started with MPI_I*) until it completes or `deadline` passes.

@@ -168,14 +168,14 @@ std::string errorString(int code) {
 }
 
 void Backoff::pause() {
-    ++polls_;
-    if (polls_ <= 64) {
+    const double waited = std::chrono::duration<double>(Clock::now() - start_).count();
+    if (waited < 0.01) {
         std::this_thread::yield();
-        return;
+    } else if (waited < 0.2) {
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+    } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
-    // 16, 32, ... up to 1024 microseconds.
-    const int shift = std::min(polls_ - 64, 6);
-    std::this_thread::sleep_for(std::chrono::microseconds(16 << shift));
 }
 
 std::string formatSeconds(double seconds) {

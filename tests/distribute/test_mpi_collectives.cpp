@@ -8,6 +8,8 @@
 //                                  at once with the reason
 //   test_mpi_collectives kill      rank 1 kills itself (SIGKILL): rank 0 fails naming it
 //   test_mpi_collectives bench     all-reduce times for 1 MB and 8 MB buckets
+//   test_mpi_collectives launch    (run directly, not under mpirun) launch detection from the
+//                                  environment, and mpiWorld() refusing without a launcher
 // Every rank prints "[rank R] PASS ..." or "[rank R] FAIL ..." lines; exit 0 when the rank's
 // checks passed, 1 otherwise (a rank expected to fail its collectives reports PASS and exits 1
 // like a failed run would). Exit 77 when the build has no MPI.
@@ -43,7 +45,10 @@ double secondsSince(Clock::time_point t0) {
 }
 
 void say(const std::string& line) {
-    std::printf("[rank %d] %s\n", gRank, line.c_str());
+    if (gRank < 0)
+        std::printf("%s\n", line.c_str());
+    else
+        std::printf("[rank %d] %s\n", gRank, line.c_str());
     std::fflush(stdout);
 }
 
@@ -259,6 +264,77 @@ void caseKill(td::MpiCollectives& c) {
           "the error names rank 1");
 }
 
+// Launch detection reads the environment only; mpiWorld() refuses without a launcher and leaves
+// MPI untouched. Runs in builds with and without MPI.
+int caseLaunch() {
+    const char* vars[] = {"OMPI_COMM_WORLD_SIZE",
+                          "OMPI_COMM_WORLD_RANK",
+                          "OMPI_COMM_WORLD_LOCAL_RANK",
+                          "SLURM_PROCID",
+                          "SLURM_NTASKS",
+                          "SLURM_STEP_NUM_TASKS",
+                          "SLURM_STEP_ID",
+                          "SLURM_LOCALID",
+                          "PMI_RANK",
+                          "PMI_SIZE",
+                          "MPI_LOCALRANKID",
+                          "PMIX_RANK"};
+    auto clear = [&] {
+        for (const char* v : vars) unsetenv(v);
+    };
+    auto expect = [](const char* what, bool launched, const char* launcher, int rank, int size,
+                     int local) {
+        const td::MpiLaunch l = td::detectMpiLaunch();
+        check(l.launched == launched && l.launcher == launcher && l.rank == rank &&
+                  l.size == size && l.localRank == local,
+              std::string(what) + ": launched=" + std::to_string(l.launched) + " '" + l.launcher +
+                  "' rank " + std::to_string(l.rank) + " size " + std::to_string(l.size) +
+                  " local " + std::to_string(l.localRank));
+    };
+    clear();
+    expect("no launcher", false, "", 0, 1, 0);
+    setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+    setenv("OMPI_COMM_WORLD_RANK", "3", 1);
+    setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1", 1);
+    expect("mpirun", true, "mpirun (Open MPI)", 3, 4, 1);
+    clear();
+    // A batch script's own shell: Slurm variables but no step.
+    setenv("SLURM_PROCID", "0", 1);
+    setenv("SLURM_NTASKS", "8", 1);
+    expect("sbatch shell", false, "", 0, 1, 0);
+    setenv("SLURM_STEP_ID", "0", 1);
+    setenv("SLURM_STEP_NUM_TASKS", "2", 1);
+    setenv("SLURM_PROCID", "1", 1);
+    setenv("SLURM_LOCALID", "0", 1);
+    expect("srun", true, "srun (Slurm)", 1, 2, 0);
+    clear();
+    setenv("PMI_RANK", "2", 1);
+    setenv("PMI_SIZE", "3", 1);
+    expect("PMI", true, "PMI", 2, 3, -1);
+    clear();
+    setenv("PMIX_RANK", "5", 1);
+    expect("PMIx", true, "PMIx", 5, -1, -1);
+    clear();
+    setenv("OMPI_COMM_WORLD_SIZE", "two", 1);
+    expect("unreadable size", true, "mpirun (Open MPI)", -1, -1, -1);
+    clear();
+
+    auto world = td::mpiWorld();
+    const std::string want =
+        td::mpiSupported() ? "multi-worker training needs a launcher" : td::kNoMpiSupport;
+    check(!world.ok() && contains(world.error(), want),
+          "mpiWorld() without a launcher: " + (world.ok() ? "ok" : world.error()));
+    check(!td::mpiWorldStarted(), "MPI was not started");
+#if TRAINDECK_HAVE_MPI
+    int initialized = 1;
+    MPI_Initialized(&initialized);
+    check(initialized == 0, "MPI_Initialized is false");
+#endif
+    td::endFailedMpiRun(1);  // nothing to end: returns
+    check(true, "endFailedMpiRun returns when MPI was never started");
+    return gOk ? 0 : 1;
+}
+
 void caseBench(td::MpiCollectives& c) {
     for (const int64_t bytes : {int64_t(1) << 20, int64_t(8) << 20}) {
         const int64_t count = bytes / 4;
@@ -291,13 +367,16 @@ void caseBench(td::MpiCollectives& c) {
         const double refMedian = 0;
 #endif
         if (c.rank() == 0) {
-            char buf[200];
+            char buf[300];
             const double med = t[t.size() / 2];
+            double mean = 0;
+            for (double v : t) mean += v / static_cast<double>(t.size());
             std::snprintf(buf, sizeof buf,
-                          "bench %lld MB: median %.3f ms, min %.3f ms, %.2f GB/s of bucket; "
-                          "MPI_Allreduce median %.3f ms",
-                          static_cast<long long>(bytes >> 20), med * 1e3, t.front() * 1e3,
-                          static_cast<double>(bytes) / med / 1e9, refMedian * 1e3);
+                          "bench %lld MB: median %.3f ms (%.2f GB/s of bucket), min %.3f ms, "
+                          "mean %.3f ms, max %.3f ms; MPI_Allreduce median %.3f ms",
+                          static_cast<long long>(bytes >> 20), med * 1e3,
+                          static_cast<double>(bytes) / med / 1e9, t.front() * 1e3, mean * 1e3,
+                          t.back() * 1e3, refMedian * 1e3);
             say(buf);
         }
     }
@@ -307,6 +386,7 @@ void caseBench(td::MpiCollectives& c) {
 
 int main(int argc, char** argv) {
     const std::string mode = argc > 1 ? argv[1] : "";
+    if (mode == "launch") return caseLaunch();
     if (!td::mpiSupported()) {
         std::printf("SKIP: %s\n", td::kNoMpiSupport);
         return 77;

@@ -1,5 +1,6 @@
 # MpiCollectives between two processes under mpirun (check_mpi.sh, through mpi_launch.sh), one
-# CTest entry per case. Without MPI in the build, or without mpirun, each reports SKIP (77).
+# CTest entry per case. Without MPI in the build, or without mpirun, each reports SKIP (77) with
+# the reason.
 add_executable(test_mpi_collectives ${CMAKE_CURRENT_LIST_DIR}/test_mpi_collectives.cpp)
 target_compile_options(test_mpi_collectives PRIVATE ${TRAINDECK_WARNINGS})
 target_link_libraries(test_mpi_collectives PRIVATE traindeck_distribute)
@@ -17,3 +18,6 @@ foreach(case reduce host hang abort kill)
                        SKIP_RETURN_CODE 77 RESOURCE_LOCK mpi TIMEOUT 300
                        ENVIRONMENT "OMP_NUM_THREADS=1")
 endforeach()
+# Launch detection and mpiWorld() without a launcher: the binary alone, in every build.
+add_test(NAME mpi_launch_detection COMMAND test_mpi_collectives launch)
+set_tests_properties(mpi_launch_detection PROPERTIES LABELS "unit;distribute")
