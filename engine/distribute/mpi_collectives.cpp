@@ -152,9 +152,8 @@ struct MpiCollectives::Impl {
     std::vector<double> hostStaging;
     Exchange hostEx;
 
-    // Every MPI call of this object runs under `mpi` (MPI_THREAD_SERIALIZED); abort() from another
-    // thread only takes it when free.
-    std::mutex mpi;
+    // Every MPI call runs under mpi_detail::callMutex() (MPI_THREAD_SERIALIZED); abort() from
+    // another thread only takes it when free.
     mutable std::mutex stateMutex;  // error, notify
     std::atomic<bool> isBroken{false};
     std::string error;
@@ -189,7 +188,7 @@ struct MpiCollectives::Impl {
         return err(error);
     }
 
-    // Under `mpi`.
+    // Under the call mutex.
     void sendNotifications() {
         std::string reason;
         {
@@ -238,18 +237,27 @@ struct MpiCollectives::Impl {
         cancel(hostEx);
     }
 
-    // A control message from a peer: its reason. Under `mpi`.
-    Result<bool> pollControl(const std::string& what, Error* out) {
+    // A control message from a peer: true and its reason in `out`; a failed probe breaks the
+    // group too. Under the call mutex.
+    bool pollControl(const std::string& what, Error* out) {
         int flag = 0;
         MPI_Status st;
-        TD_RETURN_IF_ERROR(
-            TD_MPI_CHECK(MPI_Iprobe(MPI_ANY_SOURCE, kTagControl, controlComm, &flag, &st)));
+        if (Status s =
+                TD_MPI_CHECK(MPI_Iprobe(MPI_ANY_SOURCE, kTagControl, controlComm, &flag, &st));
+            !s.ok()) {
+            *out = breakWith(what + ": " + s.error(), true);
+            return true;
+        }
         if (!flag) return false;
         int len = 0;
         MPI_Get_count(&st, MPI_CHAR, &len);
         std::string reason(static_cast<size_t>(std::max(len, 0)), '\0');
-        TD_RETURN_IF_ERROR(TD_MPI_CHECK(MPI_Recv(reason.data(), len, MPI_CHAR, st.MPI_SOURCE,
-                                                 kTagControl, controlComm, MPI_STATUS_IGNORE)));
+        if (Status s = TD_MPI_CHECK(MPI_Recv(reason.data(), len, MPI_CHAR, st.MPI_SOURCE,
+                                             kTagControl, controlComm, MPI_STATUS_IGNORE));
+            !s.ok()) {
+            *out = breakWith(what + ": " + s.error(), true);
+            return true;
+        }
         *out = breakWith(
             what + ": worker rank " + std::to_string(st.MPI_SOURCE) + " failed: " + reason, false);
         return true;
@@ -371,9 +379,7 @@ struct MpiCollectives::Impl {
                 cancelPendingReceives();
                 return currentError();
             }
-            Error remote;
-            TD_ASSIGN_OR_RETURN(const bool heard, pollControl(what, &remote));
-            if (heard) return remote;
+            if (Error remote; pollControl(what, &remote)) return remote;
             const bool done = *stepped;
             if (const int sig = mpiTerminationSignal(); sig != 0) {
                 if (done || attribution.pendingPeers().empty())
@@ -419,9 +425,7 @@ struct MpiCollectives::Impl {
             sendNotifications();
             return currentError();
         }
-        Error remote;
-        TD_ASSIGN_OR_RETURN(const bool heard, pollControl(what, &remote));
-        if (heard) return remote;
+        if (Error remote; pollControl(what, &remote)) return remote;
         return Status::success();
     }
 
@@ -458,6 +462,7 @@ MpiCollectives::MpiCollectives(std::unique_ptr<Impl> impl) : impl_(std::move(imp
 
 MpiCollectives::~MpiCollectives() {
     if (!impl_) return;
+    std::lock_guard<std::mutex> lock(mpi_detail::callMutex());
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (impl_->isBroken.load()) {
@@ -477,6 +482,7 @@ Result<std::unique_ptr<MpiCollectives>> MpiCollectives::create(MpiWorld& world,
     if (!(timeoutSeconds > 0))
         return err("the collectives' timeout must be a positive number of seconds, got " +
                    std::to_string(timeoutSeconds));
+    std::lock_guard<std::mutex> lock(mpi_detail::callMutex());
     auto impl = std::make_unique<Impl>();
     impl->rank = world.rank();
     impl->size = world.size();
@@ -518,7 +524,7 @@ std::string MpiCollectives::error() const {
 
 Status MpiCollectives::allReduceStart(int bucket, float* data, int64_t count) {
     Impl& m = *impl_;
-    std::lock_guard<std::mutex> lock(m.mpi);
+    std::lock_guard<std::mutex> lock(mpi_detail::callMutex());
     const std::string what = Impl::bucketWhat(bucket);
     TD_RETURN_IF_ERROR(m.enter(what));
     TD_ASSERT_MSG(bucket >= 0 && bucket < kMaxBuckets, "bucket number out of range");
@@ -542,7 +548,7 @@ Status MpiCollectives::allReduceStart(int bucket, float* data, int64_t count) {
 
 Status MpiCollectives::allReduceWait(int bucket) {
     Impl& m = *impl_;
-    std::lock_guard<std::mutex> lock(m.mpi);
+    std::lock_guard<std::mutex> lock(mpi_detail::callMutex());
     const std::string what = Impl::bucketWhat(bucket);
     TD_RETURN_IF_ERROR(m.enter(what));
     TD_ASSERT_MSG(bucket >= 0 && static_cast<size_t>(bucket) < m.buckets.size() &&
@@ -562,7 +568,7 @@ Status MpiCollectives::allReduceWait(int bucket) {
 
 Status MpiCollectives::allReduceHost(double* values, int64_t count) {
     Impl& m = *impl_;
-    std::lock_guard<std::mutex> lock(m.mpi);
+    std::lock_guard<std::mutex> lock(mpi_detail::callMutex());
     const std::string what = "all-reduce of host values";
     TD_RETURN_IF_ERROR(m.enter(what));
     TD_ASSERT(count >= 0 && (values != nullptr || count == 0));
@@ -583,7 +589,7 @@ Status MpiCollectives::allReduceHost(double* values, int64_t count) {
 
 Status MpiCollectives::allGatherHost(const double* values, int64_t count, double* out) {
     Impl& m = *impl_;
-    std::lock_guard<std::mutex> lock(m.mpi);
+    std::lock_guard<std::mutex> lock(mpi_detail::callMutex());
     const std::string what = "all-gather of host values";
     TD_RETURN_IF_ERROR(m.enter(what));
     TD_ASSERT(count >= 0 && ((values != nullptr && out != nullptr) || count == 0));
@@ -598,7 +604,7 @@ Status MpiCollectives::allGatherHost(const double* values, int64_t count, double
 
 Status MpiCollectives::barrier() {
     Impl& m = *impl_;
-    std::lock_guard<std::mutex> lock(m.mpi);
+    std::lock_guard<std::mutex> lock(mpi_detail::callMutex());
     const std::string what = "barrier";
     TD_RETURN_IF_ERROR(m.enter(what));
     return m.exchangeAll(what, nullptr, nullptr, 0, MPI_BYTE, 1, kTagBarrier, true);
@@ -615,8 +621,8 @@ void MpiCollectives::abort(const std::string& reason) {
         }
     }
     markMpiWorldBroken();
-    // The thread in a wait (if any) holds `mpi`; it sends the messages at its next poll.
-    std::unique_lock<std::mutex> lock(m.mpi, std::try_to_lock);
+    // The thread in a wait (if any) holds the call mutex; it sends the messages at its next poll.
+    std::unique_lock<std::mutex> lock(mpi_detail::callMutex(), std::try_to_lock);
     if (!lock.owns_lock()) return;
     m.sendNotifications();
     m.cancelPendingReceives();

@@ -14,6 +14,7 @@
 #include <mpi.h>
 
 #include <chrono>
+#include <mutex>
 #include <string>
 
 #include "engine/core/result.h"
@@ -31,6 +32,10 @@ inline Status check(int rc, const char* call) {
     return err(std::string(call) + " failed: " + errorString(rc));
 }
 #define TD_MPI_CHECK(call) ::td::mpi_detail::check((call), #call)
+
+// MPI is initialized with MPI_THREAD_SERIALIZED: every MPI call of the process after start-up
+// (every MpiCollectives, endFailedMpiRun) runs under this mutex.
+std::mutex& callMutex();
 
 // Pauses between polls of pending requests. Open MPI moves a large message along (fragment by
 // fragment through shared memory, or over TCP) only inside MPI calls on both sides, so the first

@@ -159,6 +159,11 @@ struct MpiWorldAccess {
 
 namespace mpi_detail {
 
+std::mutex& callMutex() {
+    static std::mutex m;
+    return m;
+}
+
 std::string errorString(int code) {
     char text[MPI_MAX_ERROR_STRING] = {};
     int len = 0;
@@ -295,6 +300,11 @@ void endFailedMpiRun(int exitCode) {
     if (gWorld->size() == 1) return;
     std::fflush(stdout);
     std::fflush(stderr);
+    // The run is over; a thread still stuck in a wait gets a second to leave it.
+    std::unique_lock<std::mutex> lock(mpi_detail::callMutex(), std::defer_lock);
+    const auto until = mpi_detail::Clock::now() + std::chrono::seconds(1);
+    while (!lock.try_lock() && mpi_detail::Clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
     MPI_Abort(MPI_COMM_WORLD, exitCode);
 }
 
