@@ -467,8 +467,9 @@ MpiCollectives::~MpiCollectives() {
     MPI_Finalized(&finalized);
     if (impl_->isBroken.load()) {
         // Requests to a dead or hung peer may still point into the staging buffers and the
-        // communicators: keep both.
-        (void)impl_.release();
+        // communicators: keep both, reachable, for the rest of the process.
+        static auto* kept = new std::vector<std::unique_ptr<Impl>>();
+        kept->push_back(std::move(impl_));
         return;
     }
     if (!finalized) {
@@ -578,7 +579,9 @@ Status MpiCollectives::allReduceHost(double* values, int64_t count) {
     m.hostStaging.assign(static_cast<size_t>(m.size) * n, 0.0);
     TD_RETURN_IF_ERROR(m.exchangeAll(what, values, m.hostStaging.data(), static_cast<int>(count),
                                      MPI_DOUBLE, sizeof(double), kTagHostReduce, false));
-    std::memcpy(m.hostStaging.data() + static_cast<size_t>(m.rank) * n, values, n * sizeof(double));
+    if (n)
+        std::memcpy(m.hostStaging.data() + static_cast<size_t>(m.rank) * n, values,
+                    n * sizeof(double));
     for (size_t i = 0; i < n; ++i) {
         double s = m.hostStaging[i];
         for (int p = 1; p < m.size; ++p) s += m.hostStaging[static_cast<size_t>(p) * n + i];
