@@ -48,6 +48,15 @@ std::string rankList(const std::vector<int>& ranks) {
     return s;
 }
 
+// The operation an error is about, spelled out only when there is an error.
+struct OpName {
+    const char* text;
+    int bucket = -1;
+    std::string str() const {
+        return bucket < 0 ? std::string(text) : std::string(text) + " " + std::to_string(bucket);
+    }
+};
+
 // One round of point-to-point requests, each with the peer it talks to.
 struct Exchange {
     std::vector<MPI_Request> reqs;
@@ -239,13 +248,13 @@ struct MpiCollectives::Impl {
 
     // A control message from a peer: true and its reason in `out`; a failed probe breaks the
     // group too. Under the call mutex.
-    bool pollControl(const std::string& what, Error* out) {
+    bool pollControl(const OpName& what, Error* out) {
         int flag = 0;
         MPI_Status st;
         if (Status s =
                 TD_MPI_CHECK(MPI_Iprobe(MPI_ANY_SOURCE, kTagControl, controlComm, &flag, &st));
             !s.ok()) {
-            *out = breakWith(what + ": " + s.error(), true);
+            *out = breakWith(what.str() + ": " + s.error(), true);
             return true;
         }
         if (!flag) return false;
@@ -255,11 +264,12 @@ struct MpiCollectives::Impl {
         if (Status s = TD_MPI_CHECK(MPI_Recv(reason.data(), len, MPI_CHAR, st.MPI_SOURCE,
                                              kTagControl, controlComm, MPI_STATUS_IGNORE));
             !s.ok()) {
-            *out = breakWith(what + ": " + s.error(), true);
+            *out = breakWith(what.str() + ": " + s.error(), true);
             return true;
         }
         *out = breakWith(
-            what + ": worker rank " + std::to_string(st.MPI_SOURCE) + " failed: " + reason, false);
+            what.str() + ": worker rank " + std::to_string(st.MPI_SOURCE) + " failed: " + reason,
+            false);
         return true;
     }
 
@@ -341,16 +351,14 @@ struct MpiCollectives::Impl {
         }
     }
 
-    static std::string bucketWhat(int bucket) {
-        return "all-reduce of bucket " + std::to_string(bucket);
-    }
-
     Status advanceAll() {
         for (size_t i = 0; i < buckets.size(); ++i) {
             Bucket& b = buckets[i];
             if (!b.active || b.phase == 3) continue;
             if (Status s = advance(static_cast<int>(i), b); !s.ok())
-                return breakWith(bucketWhat(static_cast<int>(i)) + ": " + s.error(), true);
+                return breakWith(
+                    OpName{"all-reduce of bucket", static_cast<int>(i)}.str() + ": " + s.error(),
+                    true);
         }
         return Status::success();
     }
@@ -363,7 +371,7 @@ struct MpiCollectives::Impl {
     // waits for. `gather`: the operation now waits for sums from owners that may themselves be
     // waiting for another rank, so a timeout first listens briefly for their explanation.
     template <typename StepFn>
-    Status waitLoop(const std::string& what, const Exchange& attribution, StepFn step,
+    Status waitLoop(const OpName& what, const Exchange& attribution, StepFn step,
                     const bool& gather) {
         Backoff backoff;
         const auto deadline = after(timeout);
@@ -373,7 +381,7 @@ struct MpiCollectives::Impl {
         for (;;) {
             TD_RETURN_IF_ERROR(advanceAll());
             Result<bool> stepped = step();
-            if (!stepped.ok()) return breakWith(what + ": " + stepped.error(), true);
+            if (!stepped.ok()) return breakWith(what.str() + ": " + stepped.error(), true);
             if (isBroken.load()) {  // abort() from another thread
                 sendNotifications();
                 cancelPendingReceives();
@@ -384,7 +392,8 @@ struct MpiCollectives::Impl {
             if (const int sig = mpiTerminationSignal(); sig != 0) {
                 if (done || attribution.pendingPeers().empty())
                     return breakWith(
-                        what + ": the launcher is ending the job (" + signalName(sig) + ")", true);
+                        what.str() + ": the launcher is ending the job (" + signalName(sig) + ")",
+                        true);
                 if (signal == 0) {
                     signal = sig;
                     // With more than one peer, the one this rank waits for may itself wait for
@@ -397,7 +406,7 @@ struct MpiCollectives::Impl {
             }
             const auto now = Clock::now();
             if (signal != 0 && now >= namingDeadline)
-                return breakWith(what + ": " + rankList(attribution.pendingPeers()) +
+                return breakWith(what.str() + ": " + rankList(attribution.pendingPeers()) +
                                      " stopped answering; the launcher is ending the job (" +
                                      signalName(signal) + ")",
                                  true);
@@ -408,7 +417,7 @@ struct MpiCollectives::Impl {
                 } else if (!naming || now >= namingDeadline) {
                     const std::vector<int> missing = attribution.pendingPeers();
                     return breakWith(
-                        what + ": " + rankList(missing) + " did not answer within " +
+                        what.str() + ": " + rankList(missing) + " did not answer within " +
                             formatSeconds(timeout) + " (" +
                             (missing.size() == 1 ? "it exited or hangs" : "they exited or hang") +
                             ")",
@@ -420,7 +429,7 @@ struct MpiCollectives::Impl {
     }
 
     // Entry of every call: the group's state and what peers said meanwhile. Under `mpi`.
-    Status enter(const std::string& what) {
+    Status enter(const OpName& what) {
         if (isBroken.load()) {
             sendNotifications();
             return currentError();
@@ -431,7 +440,7 @@ struct MpiCollectives::Impl {
 
     // Sends `count` values of `type` to every peer and receives theirs into `recvBase` (slot per
     // peer, `count` apart, in rank order with this rank's slot skipped when `skipOwnSlot`).
-    Status exchangeAll(const std::string& what, const void* sendBuf, void* recvBase, int count,
+    Status exchangeAll(const OpName& what, const void* sendBuf, void* recvBase, int count,
                        MPI_Datatype type, size_t elemSize, int tag, bool skipOwnSlot) {
         hostEx.clear();
         int slot = 0;
@@ -445,7 +454,7 @@ struct MpiCollectives::Impl {
             ++slot;
             Status s = hostEx.postRecv(count ? dst : nullptr, count, type, p, tag, hostComm);
             if (s.ok()) s = hostEx.postSend(sendBuf, count, type, p, tag, hostComm);
-            if (!s.ok()) return breakWith(what + ": " + s.error(), true);
+            if (!s.ok()) return breakWith(what.str() + ": " + s.error(), true);
         }
         const bool noGather = false;
         return waitLoop(
@@ -526,7 +535,7 @@ std::string MpiCollectives::error() const {
 Status MpiCollectives::allReduceStart(int bucket, float* data, int64_t count) {
     Impl& m = *impl_;
     std::lock_guard<std::mutex> lock(mpi_detail::callMutex());
-    const std::string what = Impl::bucketWhat(bucket);
+    const OpName what{"all-reduce of bucket", bucket};
     TD_RETURN_IF_ERROR(m.enter(what));
     TD_ASSERT_MSG(bucket >= 0 && bucket < kMaxBuckets, "bucket number out of range");
     TD_ASSERT(count >= 0 && (data != nullptr || count == 0));
@@ -535,14 +544,14 @@ Status MpiCollectives::allReduceStart(int bucket, float* data, int64_t count) {
     Impl::Bucket& b = m.buckets[static_cast<size_t>(bucket)];
     TD_ASSERT_MSG(!b.active, "allReduceStart: bucket already started and not waited for");
     if ((count + m.size - 1) / m.size > INT_MAX)
-        return m.breakWith(what + ": " + std::to_string(count) +
+        return m.breakWith(what.str() + ": " + std::to_string(count) +
                                " values are too many for one MPI message per worker",
                            true);
     b.active = true;
     b.data = data;
     b.count = count;
     if (Status s = m.postScatter(bucket, b); !s.ok())
-        return m.breakWith(what + ": " + s.error(), true);
+        return m.breakWith(what.str() + ": " + s.error(), true);
     // Small buckets often finish right here; large ones move on in later calls.
     return m.advanceAll();
 }
@@ -550,7 +559,7 @@ Status MpiCollectives::allReduceStart(int bucket, float* data, int64_t count) {
 Status MpiCollectives::allReduceWait(int bucket) {
     Impl& m = *impl_;
     std::lock_guard<std::mutex> lock(mpi_detail::callMutex());
-    const std::string what = Impl::bucketWhat(bucket);
+    const OpName what{"all-reduce of bucket", bucket};
     TD_RETURN_IF_ERROR(m.enter(what));
     TD_ASSERT_MSG(bucket >= 0 && static_cast<size_t>(bucket) < m.buckets.size() &&
                       m.buckets[static_cast<size_t>(bucket)].active,
@@ -570,11 +579,12 @@ Status MpiCollectives::allReduceWait(int bucket) {
 Status MpiCollectives::allReduceHost(double* values, int64_t count) {
     Impl& m = *impl_;
     std::lock_guard<std::mutex> lock(mpi_detail::callMutex());
-    const std::string what = "all-reduce of host values";
+    const OpName what{"all-reduce of host values"};
     TD_RETURN_IF_ERROR(m.enter(what));
     TD_ASSERT(count >= 0 && (values != nullptr || count == 0));
     if (count > INT_MAX / std::max(m.size, 1))
-        return m.breakWith(what + ": " + std::to_string(count) + " values are too many", true);
+        return m.breakWith(what.str() + ": " + std::to_string(count) + " values are too many",
+                           true);
     const size_t n = static_cast<size_t>(count);
     m.hostStaging.assign(static_cast<size_t>(m.size) * n, 0.0);
     TD_RETURN_IF_ERROR(m.exchangeAll(what, values, m.hostStaging.data(), static_cast<int>(count),
@@ -593,11 +603,12 @@ Status MpiCollectives::allReduceHost(double* values, int64_t count) {
 Status MpiCollectives::allGatherHost(const double* values, int64_t count, double* out) {
     Impl& m = *impl_;
     std::lock_guard<std::mutex> lock(mpi_detail::callMutex());
-    const std::string what = "all-gather of host values";
+    const OpName what{"all-gather of host values"};
     TD_RETURN_IF_ERROR(m.enter(what));
     TD_ASSERT(count >= 0 && ((values != nullptr && out != nullptr) || count == 0));
     if (count > INT_MAX / std::max(m.size, 1))
-        return m.breakWith(what + ": " + std::to_string(count) + " values are too many", true);
+        return m.breakWith(what.str() + ": " + std::to_string(count) + " values are too many",
+                           true);
     const size_t n = static_cast<size_t>(count);
     TD_RETURN_IF_ERROR(m.exchangeAll(what, values, out, static_cast<int>(count), MPI_DOUBLE,
                                      sizeof(double), kTagHostGather, false));
@@ -608,7 +619,7 @@ Status MpiCollectives::allGatherHost(const double* values, int64_t count, double
 Status MpiCollectives::barrier() {
     Impl& m = *impl_;
     std::lock_guard<std::mutex> lock(mpi_detail::callMutex());
-    const std::string what = "barrier";
+    const OpName what{"barrier"};
     TD_RETURN_IF_ERROR(m.enter(what));
     return m.exchangeAll(what, nullptr, nullptr, 0, MPI_BYTE, 1, kTagBarrier, true);
 }
