@@ -22,6 +22,8 @@ using mpi_detail::formatSeconds;
 // Tags. Buckets on their own communicator: 2 * bucket + phase. Host operations and control
 // messages on theirs.
 constexpr int kMaxBuckets = 16384;
+// Buckets up to this many values are summed whole by every rank (one round of messages).
+constexpr int64_t kDirectMaxValues = 8192;
 constexpr int kTagHostReduce = 1;
 constexpr int kTagHostGather = 2;
 constexpr int kTagBarrier = 3;
@@ -144,7 +146,10 @@ struct Exchange {
 struct MpiCollectives::Impl {
     struct Bucket {
         bool active = false;
-        int phase = 0;  // 1: pieces to their owners, 2: sums back from the owners
+        int phase = 0;  // 1: pieces to their owners, 2: sums back from the owners, 3: done
+        // Every rank receives the whole bucket from every peer and sums all of it (one round
+        // instead of two): for two workers (the same bytes on the wire) and small buckets.
+        bool direct = false;
         float* data = nullptr;
         int64_t count = 0;
         std::vector<float> staging;  // (size - 1) pieces of this rank's chunk, then the sum
@@ -171,6 +176,11 @@ struct MpiCollectives::Impl {
     std::vector<std::string> controlPayloads;  // kept alive while their sends are in flight
 
     int64_t chunkBegin(int64_t count, int j) const { return count * j / size; }
+    // The part of a bucket rank j owns (sums): [lo, hi).
+    int64_t lo(const Bucket& b, int j) const { return b.direct ? 0 : chunkBegin(b.count, j); }
+    int64_t hi(const Bucket& b, int j) const {
+        return b.direct ? b.count : chunkBegin(b.count, j + 1);
+    }
 
     // --- failure ----------------------------------------------------------------------------
 
@@ -277,9 +287,10 @@ struct MpiCollectives::Impl {
 
     Status postScatter(int bucket, Bucket& b) {
         b.ex.clear();
-        const int64_t lo = chunkBegin(b.count, rank), hi = chunkBegin(b.count, rank + 1);
-        const int mine = static_cast<int>(hi - lo);
-        b.staging.resize(static_cast<size_t>(size) * static_cast<size_t>(mine));
+        const int64_t mineLo = lo(b, rank), mineHi = hi(b, rank);
+        const int mine = static_cast<int>(mineHi - mineLo);
+        // The peers' pieces, then (for more than two) the running sum.
+        b.staging.resize(static_cast<size_t>(size == 2 ? 1 : size) * static_cast<size_t>(mine));
         const int tag = 2 * bucket;
         int slot = 0;
         for (int p = 0; p < size; ++p) {
@@ -289,7 +300,7 @@ struct MpiCollectives::Impl {
                     b.staging.data() + static_cast<size_t>(slot) * static_cast<size_t>(mine), mine,
                     MPI_FLOAT, p, tag, bucketComm));
             ++slot;
-            const int64_t plo = chunkBegin(b.count, p), phi = chunkBegin(b.count, p + 1);
+            const int64_t plo = lo(b, p), phi = hi(b, p);
             if (phi > plo)
                 TD_RETURN_IF_ERROR(b.ex.postSend(b.data + plo, static_cast<int>(phi - plo),
                                                  MPI_FLOAT, p, tag, bucketComm));
@@ -300,15 +311,21 @@ struct MpiCollectives::Impl {
 
     // Sums this rank's chunk in rank order: x0 + x1 + ... + x(size-1).
     void sumOwnChunk(Bucket& b) {
-        const int64_t lo = chunkBegin(b.count, rank), hi = chunkBegin(b.count, rank + 1);
-        const size_t n = static_cast<size_t>(hi - lo);
+        const int64_t mineLo = lo(b, rank), mineHi = hi(b, rank);
+        const size_t n = static_cast<size_t>(mineHi - mineLo);
         if (n == 0) return;
-        float* own = b.data + lo;
+        float* own = b.data + mineLo;
         // Slot of peer p in staging: p for p < rank, p - 1 above; the last slot is the sum.
         auto src = [&](int p) -> const float* {
             if (p == rank) return own;
             return b.staging.data() + static_cast<size_t>(p < rank ? p : p - 1) * n;
         };
+        if (size == 2) {  // in place: x0[i] + x1[i] reads element i before writing it
+            const float* x0 = src(0);
+            const float* x1 = src(1);
+            for (size_t i = 0; i < n; ++i) own[i] = x0[i] + x1[i];
+            return;
+        }
         float* acc = b.staging.data() + static_cast<size_t>(size - 1) * n;
         std::memcpy(acc, src(0), n * sizeof(float));
         for (int p = 1; p < size; ++p) {
@@ -320,14 +337,14 @@ struct MpiCollectives::Impl {
 
     Status postGather(int bucket, Bucket& b) {
         b.ex.clear();
-        const int64_t lo = chunkBegin(b.count, rank), hi = chunkBegin(b.count, rank + 1);
+        const int64_t mineLo = lo(b, rank), mineHi = hi(b, rank);
         const int tag = 2 * bucket + 1;
         for (int p = 0; p < size; ++p) {
             if (p == rank) continue;
-            if (hi > lo)
-                TD_RETURN_IF_ERROR(b.ex.postSend(b.data + lo, static_cast<int>(hi - lo), MPI_FLOAT,
-                                                 p, tag, bucketComm));
-            const int64_t plo = chunkBegin(b.count, p), phi = chunkBegin(b.count, p + 1);
+            if (mineHi > mineLo)
+                TD_RETURN_IF_ERROR(b.ex.postSend(b.data + mineLo, static_cast<int>(mineHi - mineLo),
+                                                 MPI_FLOAT, p, tag, bucketComm));
+            const int64_t plo = lo(b, p), phi = hi(b, p);
             if (phi > plo)
                 TD_RETURN_IF_ERROR(b.ex.postRecv(b.data + plo, static_cast<int>(phi - plo),
                                                  MPI_FLOAT, p, tag, bucketComm));
@@ -344,6 +361,10 @@ struct MpiCollectives::Impl {
             if (!b.ex.done()) return Status::success();
             if (b.phase == 1) {
                 sumOwnChunk(b);
+                if (b.direct) {
+                    b.phase = 3;
+                    continue;
+                }
                 TD_RETURN_IF_ERROR(postGather(bucket, b));
             } else {
                 b.phase = 3;
@@ -543,13 +564,15 @@ Status MpiCollectives::allReduceStart(int bucket, float* data, int64_t count) {
         m.buckets.resize(static_cast<size_t>(bucket) + 1);
     Impl::Bucket& b = m.buckets[static_cast<size_t>(bucket)];
     TD_ASSERT_MSG(!b.active, "allReduceStart: bucket already started and not waited for");
-    if ((count + m.size - 1) / m.size > INT_MAX)
+    const bool direct = m.size == 2 || count <= kDirectMaxValues;
+    if ((direct ? count : (count + m.size - 1) / m.size) > INT_MAX)
         return m.breakWith(what.str() + ": " + std::to_string(count) +
                                " values are too many for one MPI message per worker",
                            true);
     b.active = true;
     b.data = data;
     b.count = count;
+    b.direct = direct;
     if (Status s = m.postScatter(bucket, b); !s.ok())
         return m.breakWith(what.str() + ": " + s.error(), true);
     // Small buckets often finish right here; large ones move on in later calls.

@@ -6,8 +6,10 @@
 // a missing piece names its sender); the owner sums its chunk in rank order, x0 + x1 + ... (the
 // order a single process summing the replicas would use), and sends the sum back to every peer.
 // Each rank moves 2 (N-1)/N of the bucket, as a ring does, and every rank ends with the same bits
-// whatever the timing. Host all-reduce, all-gather and the barrier exchange directly with every
-// peer the same way.
+// whatever the timing. With two workers, and for buckets of at most 8192 values, every rank
+// instead receives the whole bucket from every peer and sums all of it in the same order: one
+// round of messages instead of two (for two workers, the same bytes). Host all-reduce, all-gather
+// and the barrier exchange directly with every peer the same way.
 //
 // Waits poll (MPI_Testsome, the control channel, the launcher's SIGTERM) and sleep briefly in
 // between; a wait fails after timeoutSeconds without progress from a peer, naming the ranks that

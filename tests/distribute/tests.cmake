@@ -18,6 +18,13 @@ foreach(case reduce host hang abort kill)
                        SKIP_RETURN_CODE 77 RESOURCE_LOCK mpi TIMEOUT 300
                        ENVIRONMENT "OMP_NUM_THREADS=1")
 endforeach()
+# Three workers: two workers sum every bucket whole; more split it into chunks, each summed by its
+# owner and sent back.
+add_test(NAME mpi_collectives_reduce_3_workers
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/check_mpi.sh reduce $<TARGET_FILE:test_mpi_collectives> 3)
+set_tests_properties(mpi_collectives_reduce_3_workers PROPERTIES LABELS "integration;distribute"
+                     SKIP_RETURN_CODE 77 RESOURCE_LOCK mpi TIMEOUT 300
+                     ENVIRONMENT "OMP_NUM_THREADS=1")
 # Launch detection and mpiWorld() without a launcher: the binary alone, in every build.
 add_test(NAME mpi_launch_detection COMMAND test_mpi_collectives launch)
 set_tests_properties(mpi_launch_detection PROPERTIES LABELS "unit;distribute")
