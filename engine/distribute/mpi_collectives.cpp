@@ -449,7 +449,7 @@ struct MpiCollectives::Impl {
         }
     }
 
-    // Entry of every call: the group's state and what peers said meanwhile. Under `mpi`.
+    // Entry of every call: the group's state and what peers said meanwhile. Under the call mutex.
     Status enter(const OpName& what) {
         if (isBroken.load()) {
             sendNotifications();
