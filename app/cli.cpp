@@ -62,8 +62,12 @@ std::string fmtMetrics(const MetricMap& m) {
 // Keras-style progress bar on a terminal; plain lines (one per epoch) otherwise.
 class Progress {
   public:
-    explicit Progress(bool tty) : tty_(tty) {}
+    Progress(bool tty, bool quiet) : tty_(tty), quiet_(quiet) {}
     void onEvent(const Event& e) {
+        if (quiet_) {
+            if (auto* f = std::get_if<RunFinished>(&e)) finished_ = *f;
+            return;
+        }
         if (auto* s = std::get_if<RunStarted>(&e)) {
             steps_ = s->stepsPerEpoch;
             epochs_ = s->epochs;
@@ -164,6 +168,7 @@ class Progress {
         return std::chrono::duration<double>(std::chrono::steady_clock::now() - epochT0_).count();
     }
     bool tty_;
+    bool quiet_;
     int64_t steps_ = 0;
     int epochs_ = 0, epoch_ = -1;
     bool started_ = false;
@@ -247,7 +252,10 @@ int train(const TrainArgs& a) {
         printError(a.project + ": " + session.error());
         return 2;
     }
-    Progress progress(!a.plain && isatty(STDOUT_FILENO));
+    // Under MultiWorkerMirrored only the chief (rank 0) reports progress and stores the run; the
+    // other workers speak only when they fail.
+    const int rank = (*session)->workerRank();
+    Progress progress(!a.plain && isatty(STDOUT_FILENO), rank != 0);
     auto queue = (*session)->events().subscribe();
     (*session)->start();
     // The session closes the queue after RunFinished on every path, the failed ones included.
@@ -265,12 +273,14 @@ int train(const TrainArgs& a) {
         return 1;
     }
     if (fin->status == RunStatus::Failed) {
-        printError(fin->message);
+        printError(rank != 0 ? "worker rank " + std::to_string(rank) + ": " + fin->message
+                             : fin->message);
         // A run the store could not take is not stored, or only in part.
-        if (fin->storeError.empty()) std::printf("Stored in %s\n", opt.storePath.c_str());
+        if (fin->storeError.empty() && rank == 0)
+            std::printf("Stored in %s\n", opt.storePath.c_str());
         return 1;
     }
-    std::printf("Stored in %s\n", opt.storePath.c_str());
+    if (rank == 0) std::printf("Stored in %s\n", opt.storePath.c_str());
     return 0;
 }
 
@@ -389,6 +399,12 @@ int devices(bool json) {
         std::printf("%-8s %-6s %8.1f GiB  %s\n", d.id.c_str(), d.kind.c_str(),
                     static_cast<double>(d.memoryBytes) / (1024.0 * 1024.0 * 1024.0),
                     d.name.c_str());
+    // The strategies this build and machine can run, and why not where they cannot.
+    for (const char* type : {"one_device", "mirrored", "multi_worker_mirrored"}) {
+        const Capability c = strategyCapability(type);
+        std::printf("strategy %-22s %s\n", type,
+                    c.available ? "available" : ("unavailable: " + c.reason).c_str());
+    }
     return 0;
 }
 

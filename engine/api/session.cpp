@@ -18,6 +18,7 @@
 #include "engine/core/text_limits.h"
 #include "engine/data/pipeline.h"
 #include "engine/data/sources.h"
+#include "engine/distribute/mpi_collectives.h"
 #include "engine/graph/builder.h"
 #include "engine/graph/initializers.h"
 #include "engine/graph/passes.h"
@@ -56,6 +57,8 @@ struct Session::Impl {
     RunControl control;
     ModelInfo info;
     DataSplits splits;
+    // MultiWorkerMirrored under an MPI launch: the process group (outlives the trainer).
+    std::unique_ptr<MpiCollectives> workers;
     std::unique_ptr<Trainer> trainer;
     int64_t trainSamples = 0, validationSamples = 0;
     int64_t runId = 0;
@@ -165,6 +168,23 @@ Result<std::unique_ptr<Session>> Session::create(const Project& projectIn,
                    std::to_string(numElements(sample)) + " values)");
     if (ts.labelSpec.dtype == DType::I32)
         TD_RETURN_IF_ERROR(checkLabelsFit(p.data.source, im->splits, im->info.outputShape[0]));
+    if (p.strategy.type == "multi_worker_mirrored" && detectMpiLaunch().launched) {
+        // One process per worker, started by mpirun or srun. Without a launch, the strategy runs
+        // as one worker with its local replicas (as tf.distribute does without a cluster).
+        auto world = mpiWorld();
+        if (!world.ok()) return err("strategy.type: multi_worker_mirrored: " + world.error());
+        auto group = MpiCollectives::create(*world.value(), p.strategy.timeoutSeconds);
+        if (!group.ok()) return err("strategy.type: multi_worker_mirrored: " + group.error());
+        im->workers = std::move(group).value();
+        ts.workers = im->workers.get();
+        // The launcher ends the job with SIGTERM when a worker dies: the run ends failed.
+        ts.interrupted = [] {
+            const int sig = mpiTerminationSignal();
+            return sig ? "the launcher is ending the job (" + signalName(sig) +
+                             "; a worker exited or was killed)"
+                       : std::string();
+        };
+    }
     ts.project = p;
     ts.info = im->info;
     im->trainSamples = ts.trainSet.size();
@@ -243,10 +263,10 @@ RunStarted Session::Impl::runStarted() const {
     rs.devices = trainer->replicaDevices();
     rs.initialEpoch = p.training.initialEpoch;
     rs.epochs = p.training.epochs;
-    const int64_t n = trainSamples, b = p.training.batchSize;
+    const int64_t n = trainSamples, b = trainer->pipelineBatch();
     rs.stepsPerEpoch = p.data.pipeline.dropRemainder ? n / b : (n + b - 1) / b;
     rs.trainSamples = n;
-    rs.batchSize = b;
+    rs.batchSize = p.training.batchSize;
     rs.validationSamples = validationSamples;
     rs.params = info.totalParams;
     rs.strategy = p.strategy.type;
@@ -438,12 +458,8 @@ Result<std::string> Session::dumpIr(const std::string& afterPass) {
 namespace {
 
 Capability multiWorkerCapability() {
-#ifdef TRAINDECK_HAVE_MPI
-    return {};
-#else
-    return {false,
-            "this build has no MPI support (install libopenmpi-dev and openmpi-bin, rebuild)"};
-#endif
+    if (mpiSupported()) return {};
+    return {false, kNoMpiSupport};
 }
 
 }  // namespace

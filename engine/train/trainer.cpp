@@ -8,6 +8,8 @@
 #include <cstring>
 #include <map>
 #include <sstream>
+#include <csignal>
+#include <cstdlib>
 #include <thread>
 
 #include "engine/distribute/collectives.h"
@@ -128,6 +130,35 @@ struct Job {
 
 }  // namespace
 
+// Test hook: TRAINDECK_FAULT_WORKER="kill:RANK:STEP" or "hang:RANK:STEP" makes worker RANK
+// kill itself (SIGKILL) or stop answering for good after global step STEP: how the multi-worker
+// tests make a worker die or hang at a known moment.
+struct WorkerFault {
+    enum class Kind { None, Kill, Hang } kind = Kind::None;
+    int rank = -1;
+    int64_t step = -1;
+
+    static WorkerFault fromEnv() {
+        WorkerFault f;
+        const char* v = std::getenv("TRAINDECK_FAULT_WORKER");
+        if (!v) return f;
+        const std::string text = v;
+        const size_t a = text.find(':'), b = text.rfind(':');
+        if (a == std::string::npos || b == a) return f;
+        const std::string kind = text.substr(0, a);
+        f.kind = kind == "kill" ? Kind::Kill : kind == "hang" ? Kind::Hang : Kind::None;
+        f.rank = std::atoi(text.substr(a + 1, b - a - 1).c_str());
+        f.step = std::atoll(text.substr(b + 1).c_str());
+        return f;
+    }
+
+    void atStep(int workerRank, int64_t gstep) const {
+        if (kind == Kind::None || workerRank != rank || gstep != step) return;
+        if (kind == Kind::Kill) std::raise(SIGKILL);
+        for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+    }
+};
+
 struct Trainer::Impl {
     // One replica: a device, its copy of the parameters, gradients and optimizer slots, its
     // programs, and (except replica 0, which runs on the engine thread) a thread.
@@ -168,6 +199,7 @@ struct Trainer::Impl {
     std::vector<Shape> paramShapes;
     std::vector<std::string> paramNames;
     bool wantBatchLoss = false;
+    WorkerFault fault = WorkerFault::fromEnv();
 
     ~Impl() {
         for (auto& r : replicas)
@@ -449,8 +481,23 @@ struct Trainer::Impl {
         return raw;
     }
 
-    // Rows [begin, end) of a global batch of `rows` that global replica g takes.
+    // MultiWorkerMirrored with shard_policy "off": every worker reads everything in its own
+    // order, with a batch of global batch / workers.
+    bool shardOff() const { return s.workers && s.project.strategy.shardPolicy == "off"; }
+    // Samples of a batch from this worker's pipeline over all workers.
+    int64_t globalRows(int64_t rows) const { return shardOff() ? rows * workerCount : rows; }
+    // The batch this worker's pipeline forms.
+    int64_t pipeBatch() const { return shardOff() ? globalBatch() / workerCount : globalBatch(); }
+
+    // Rows [begin, end) of a batch of `rows` from this worker's pipeline that global replica g
+    // takes: with the "data" policy every worker holds the global batch and g indexes all
+    // replicas; with "off" the worker's batch is split among its local replicas.
     std::pair<int64_t, int64_t> sliceOf(int global, int64_t rows) const {
+        if (shardOff()) {
+            const int64_t local = static_cast<int64_t>(replicas.size());
+            const int64_t l = global % local;
+            return {rows * l / local, rows * (l + 1) / local};
+        }
         return {rows * global / totalReplicas, rows * (global + 1) / totalReplicas};
     }
 
@@ -578,7 +625,8 @@ struct Trainer::Impl {
         return forEachReplica([&](Replica& r) -> Status {
             const auto t0 = Clock::now();
             const auto [begin, end] = sliceOf(r.global, b.size);
-            TD_ASSIGN_OR_RETURN(Program * p, program(r, GraphMode::Train, end - begin, b.size));
+            TD_ASSIGN_OR_RETURN(Program * p,
+                                program(r, GraphMode::Train, end - begin, globalRows(b.size)));
             TD_RETURN_IF_ERROR(uploadSlice(r, *p, b, begin, end));
             const auto t1 = Clock::now();
             StepArgs mine = args;
@@ -654,16 +702,22 @@ struct Trainer::Impl {
 Result<RunFinished> Trainer::Impl::fit() {
     const TrainConfig& tc = s.project.training;
     replicas[0]->device->prepareThread(replicas[0]->workerThreads);
+    const int64_t pipeBatch = this->pipeBatch();
+    const uint64_t pipeSeed = shardOff() ? tc.seed + 1000003ull * static_cast<uint64_t>(workerRank)
+                                         : tc.seed;
     TD_ASSIGN_OR_RETURN(auto pipe, Pipeline::create(s.trainSet, s.project.data.pipeline,
-                                                    globalBatch(), true, tc.seed));
+                                                    pipeBatch, true, pipeSeed));
     for (const std::string& m : pipe->messages()) log(LogLine::Level::Warning, m);
     const int64_t steps = pipe->batchesPerEpoch();
     if (steps == 0)
         return err("the training data has " + std::to_string(s.trainSet.size()) +
                    " samples: not one batch of " + std::to_string(globalBatch()) +
                    (s.project.data.pipeline.dropRemainder ? " with drop_remainder" : ""));
-    const int64_t rem = s.trainSet.size() % globalBatch();
-    const bool dropTail = rem != 0 && !s.project.data.pipeline.dropRemainder && rem < totalReplicas;
+    const int64_t rem = s.trainSet.size() % pipeBatch;
+    const int64_t replicasPerBatch =
+        shardOff() ? static_cast<int64_t>(replicas.size()) : totalReplicas;
+    const bool dropTail =
+        rem != 0 && !s.project.data.pipeline.dropRemainder && rem < replicasPerBatch;
     if (dropTail)
         log(LogLine::Level::Warning,
             "the last batch of each epoch (" + std::to_string(rem) +
@@ -672,11 +726,11 @@ Result<RunFinished> Trainer::Impl::fit() {
     // Compile every program the epoch needs before the loop, each on its replica's thread.
     TD_RETURN_IF_ERROR(forEachReplica([&](Replica& r) -> Status {
         r.device->prepareThread(r.workerThreads);
-        auto [b0, b1] = sliceOf(r.global, globalBatch());
-        TD_RETURN_IF_ERROR(program(r, GraphMode::Train, b1 - b0, globalBatch()).status());
+        auto [b0, b1] = sliceOf(r.global, pipeBatch);
+        TD_RETURN_IF_ERROR(program(r, GraphMode::Train, b1 - b0, globalRows(pipeBatch)).status());
         if (rem && !s.project.data.pipeline.dropRemainder && !dropTail) {
             auto [t0, t1] = sliceOf(r.global, rem);
-            TD_RETURN_IF_ERROR(program(r, GraphMode::Train, t1 - t0, rem).status());
+            TD_RETURN_IF_ERROR(program(r, GraphMode::Train, t1 - t0, globalRows(rem)).status());
         }
         return Status::success();
     }));
@@ -738,21 +792,32 @@ Result<RunFinished> Trainer::Impl::fit() {
                 }
             }
             if (control->aborted) return err(control->abortMessage());
+            if (s.interrupted) {
+                if (std::string why = s.interrupted(); !why.empty()) {
+                    if (group) group->abort(why);
+                    if (s.workers) s.workers->abort(why);
+                    return err("worker rank " + std::to_string(workerRank) + ": " + why);
+                }
+            }
 
             // Take the global batch.
             const auto t0 = Clock::now();
             TD_ASSIGN_OR_RETURN(const Batch* b, pipe->next());
             if (!b) break;
             const double wait = secondsSince(t0);
-            if (b->size != globalBatch() && dropTail) continue;
+            if (b->size != pipeBatch && dropTail) continue;
 
             // Slice, upload, forward, backward, all-reduce, update: on every replica.
             const auto t1 = Clock::now();
             ++gstep;
-            TD_RETURN_IF_ERROR(trainStep(*b, gstep,
-                                         static_cast<int64_t>(epoch) * s.trainSet.size(), wait));
-            seen += b->size;
-            seenSinceLog += b->size;
+            const int64_t origin =
+                shardOff() ? (static_cast<int64_t>(epoch) * workerCount + workerRank) *
+                                 s.trainSet.size()
+                           : static_cast<int64_t>(epoch) * s.trainSet.size();
+            TD_RETURN_IF_ERROR(trainStep(*b, gstep, origin, wait));
+            seen += globalRows(b->size);
+            seenSinceLog += globalRows(b->size);
+            fault.atStep(workerRank, gstep);
             logWait += wait;
             logCompute += secondsSince(t1);
 
@@ -787,14 +852,13 @@ Result<RunFinished> Trainer::Impl::fit() {
                 sm.inputWaitSeconds = logWait;
                 sm.computeSeconds = logCompute;
                 sm.samplesPerSecond =
-                    wall > 0 ? static_cast<double>(seenSinceLog) * workerCount / wall : 0;
+                    wall > 0 ? static_cast<double>(seenSinceLog) / wall : 0;
                 sm.replicas = std::move(per);
                 bus->publish(sm);
                 for (auto& rp : replicas)
                     bus->publish(DeviceStats{
                         rp->label, wall > 0 ? std::min(1.0, logCompute / wall) : 0, memory,
-                        wall > 0 ? static_cast<double>(seenSinceLog) / totalReplicas *
-                                       workerCount / wall
+                        wall > 0 ? static_cast<double>(seenSinceLog) / totalReplicas / wall
                                  : 0});
                 logT0 = Clock::now();
                 logWait = logCompute = 0;
@@ -809,7 +873,7 @@ Result<RunFinished> Trainer::Impl::fit() {
         for (size_t m = 0; m < s.metrics.size(); ++m)
             em.metrics[s.metrics[m].key] = sums[1 + m] / static_cast<double>(seen);
         em.seconds = secondsSince(epochT0);
-        em.samplesPerSecond = static_cast<double>(seen) * workerCount / std::max(1e-9, em.seconds);
+        em.samplesPerSecond = static_cast<double>(seen) / std::max(1e-9, em.seconds);
         em.learningRate = optimizer->currentLearningRate();
         if (s.valSet && !stopNow) {
             TD_ASSIGN_OR_RETURN(EvalResult vr, evaluate(*s.valSet));
@@ -904,7 +968,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(TrainerSetup setup, EventBus& b
     TD_RETURN_IF_ERROR(m.initParams(g));
     TD_RETURN_IF_ERROR(m.forEachReplica([&](Impl::Replica& r) -> Status {
         r.device->prepareThread(r.workerThreads);
-        auto [b0, b1] = m.sliceOf(r.global, m.globalBatch());
+        auto [b0, b1] = m.sliceOf(r.global, m.pipeBatch());
         return m.program(r, GraphMode::Train, b1 - b0, m.globalBatch()).status();
     }));
     return std::unique_ptr<Trainer>(new Trainer(std::move(im)));
@@ -998,6 +1062,10 @@ int64_t Trainer::deviceBytes() const {
 
 int64_t Trainer::allReduceBytesPerStep() const {
     return impl_->totalReplicas > 1 ? impl_->gradPlan.totalElements * 4 : 0;
+}
+
+int64_t Trainer::pipelineBatch() const {
+    return impl_->pipeBatch();
 }
 
 int Trainer::gradientBuckets() const {

@@ -63,6 +63,9 @@ struct TrainerSetup {
     DeviceOpener openDevice;
     // MultiWorkerMirrored: the process group (one member per process); null otherwise.
     Collectives* workers = nullptr;
+    // Checked between steps: a non-empty answer ends the run as failed with that reason (the
+    // MPI launcher's SIGTERM, for instance).
+    std::function<std::string()> interrupted;
     // Gradient bucket size for the all-reduce (bytes).
     size_t bucketBytes = size_t{4} << 20;
 };
@@ -94,6 +97,9 @@ class Trainer {
     // The gradient all-reduce of one step: bytes per replica and buckets (0 with one replica).
     int64_t allReduceBytesPerStep() const;
     int gradientBuckets() const;
+    // The batch this process's pipeline forms: the global batch, or global / workers with the
+    // "off" shard policy.
+    int64_t pipelineBatch() const;
     struct Impl;
 
   private:

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# MultiWorkerMirrored through the command line under mpirun (tests/distribute/mpi_launch.sh):
+#   check_mwms.sh TRAINDECK SOURCE_DIR equal   2 workers == one process with the same global batch:
+#                                              the loss after every step (from the two run
+#                                              stores) and the test metrics, to float tolerance;
+#                                              only the chief stores the run, with both workers'
+#                                              per-replica figures
+#   check_mwms.sh TRAINDECK SOURCE_DIR kill    worker 1 is killed (SIGKILL) after step 5: the
+#                                              launcher exits non-zero within the bound, the
+#                                              chief's error names rank 1, the stored run failed
+#   check_mwms.sh TRAINDECK SOURCE_DIR hang    worker 1 stops answering after step 5: the chief
+#                                              fails after timeout_seconds naming rank 1
+# Exit 77 (skipped) when the build has no MPI or mpirun is missing.
+set -uo pipefail
+bin="$1"
+src="$2"
+what="$3"
+launch="$src/tests/distribute/mpi_launch.sh"
+project="$src/tests/strategy/mwms_blobs.json"
+
+avail="$("$bin" devices | grep '^strategy multi_worker_mirrored')"
+case "$avail" in
+  *unavailable*) echo "SKIP: ${avail#strategy }"; exit 77 ;;
+esac
+if ! command -v mpirun >/dev/null 2>&1; then
+  echo "SKIP: mpirun not found (Debian: openmpi-bin)"
+  exit 77
+fi
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+# The same run in one process (one worker, one replica: no launcher, so no MPI) and as 2 workers.
+sed 's/"multi_worker_mirrored"/"one_device"/; s/, "timeout_seconds": 20//' "$project" > "$work/one.json"
+cp "$project" "$work/mw.json"
+
+# The steps table of the only run in a store: "global_step loss" lines.
+losses() {
+  python3 - "$1" <<'PY'
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+for step, value in db.execute(
+        "SELECT global_step, value FROM steps WHERE name = 'loss' ORDER BY global_step"):
+    print(step, repr(value))
+PY
+}
+
+run_status() {
+  python3 - "$1" <<'PY'
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+rows = list(db.execute("SELECT status, message FROM runs"))
+print(len(rows), rows[0][0] if rows else "-", rows[0][1] if rows else "-")
+PY
+}
+
+case "$what" in
+  equal)
+    timeout 300 "$bin" train "$work/one.json" --plain --db "$work/one.db" > "$work/one.log" 2>&1 ||
+      { cat "$work/one.log"; fail "the one-process run failed"; }
+    OMP_NUM_THREADS=1 timeout 300 "$launch" 2 "$bin" train "$work/mw.json" --plain \
+      --db "$work/mw.db" > "$work/mw.log" 2>&1
+    rc=$?
+    cat "$work/mw.log"
+    [ $rc = 0 ] || fail "mpirun -np 2 exited with $rc"
+    grep -q "2 replicas (multi_worker_mirrored, 2 workers)" "$work/mw.log" ||
+      fail "the chief did not report 2 replicas over 2 workers"
+    [ "$(grep -c '^Stored in' "$work/mw.log")" = 1 ] || fail "expected one 'Stored in' (the chief)"
+    python3 - "$work/one.db" "$work/mw.db" "$work/one.log" "$work/mw.log" <<'PY' || exit 1
+import re, sqlite3, sys
+def losses(path):
+    db = sqlite3.connect(path)
+    return [v for (v,) in db.execute(
+        "SELECT value FROM steps WHERE name = 'loss' ORDER BY global_step")]
+one, mw = losses(sys.argv[1]), losses(sys.argv[2])
+if len(one) != 48 or len(mw) != 48:
+    sys.exit(f"FAIL: expected 48 logged steps in each store, got {len(one)} and {len(mw)}")
+worst = max(abs(a - b) / max(1e-6, abs(a)) for a, b in zip(one, mw))
+print(f"per-step loss: largest relative difference {worst:.2e} over {len(one)} steps")
+if worst > 1e-4:
+    sys.exit("FAIL: the losses differ beyond float tolerance")
+def test_metrics(path):
+    text = open(path).read()
+    m = re.search(r"^Test - test_accuracy: ([0-9.]+) - test_loss: ([0-9.]+)", text, re.M)
+    if not m:
+        sys.exit(f"FAIL: no test metrics in {path}")
+    return float(m.group(1)), float(m.group(2))
+(a1, l1), (a2, l2) = test_metrics(sys.argv[3]), test_metrics(sys.argv[4])
+print(f"test accuracy {a1} vs {a2}, test loss {l1} vs {l2}")
+if abs(a1 - a2) > 2 / 256 or abs(l1 - l2) > 1e-3 * max(1, l1):
+    sys.exit("FAIL: the test metrics differ")
+db = sqlite3.connect(sys.argv[2])
+status = list(db.execute("SELECT status, devices FROM runs"))
+if len(status) != 1 or status[0][0] != "completed":
+    sys.exit(f"FAIL: the chief's store should hold one completed run, has {status}")
+print("PASS: 2 workers == one process; the chief stored one run:", status[0][1])
+PY
+    # Both workers' figures reached the chief's store.
+    python3 - "$work/mw.db" <<'PY' || exit 1
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+devices = {d for (d,) in db.execute("SELECT DISTINCT device FROM device_stats")}
+tables = {t for (t,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+if "replica_stats" in tables:
+    replicas = {r for (r,) in db.execute("SELECT DISTINCT replica FROM replica_stats")}
+    if replicas != {0, 1}:
+        sys.exit(f"FAIL: per-replica figures of replicas {sorted(replicas)} in the store, expected 0 and 1")
+    print("PASS: per-replica figures of both workers stored")
+else:
+    print("note: this store has no replica_stats table; device stats:", sorted(devices))
+PY
+    ;;
+  kill | hang)
+    sed 's/"timeout_seconds": 20/"timeout_seconds": 3/' "$project" > "$work/mw.json"
+    t0=$(date +%s)
+    OMP_NUM_THREADS=1 TRAINDECK_FAULT_WORKER="$what:1:5" timeout 120 "$launch" 2 "$bin" train \
+      "$work/mw.json" --plain --db "$work/mw.db" > "$work/mw.log" 2>&1
+    rc=$?
+    elapsed=$(( $(date +%s) - t0 ))
+    cat "$work/mw.log"
+    [ $rc != 0 ] || fail "the launcher exited 0 although worker 1 $( [ "$what" = kill ] && echo died || echo hung)"
+    [ $rc != 124 ] || fail "the job did not end within 120 s"
+    [ "$elapsed" -le 60 ] || fail "the job took ${elapsed} s to end (bound 60 s)"
+    grep -E "traindeck: error: .*(rank 1|worker rank 1)" "$work/mw.log" > /dev/null ||
+      fail "no error naming worker rank 1"
+    read -r count status message < <(run_status "$work/mw.db")
+    [ "$count" = 1 ] || fail "expected one stored run, found $count"
+    [ "$status" = failed ] || fail "the stored run is '$status', expected failed"
+    echo "PASS: worker 1 ${what}: launcher exit $rc after ${elapsed} s; stored run failed: $message"
+    ;;
+  *) echo "check_mwms.sh: unknown case $what" >&2; exit 2 ;;
+esac
