@@ -71,7 +71,7 @@ struct OverlayRead {
 
 // Worker thread: the run's rows after what is shown, as points of `key` (step rows carry training
 // metrics only, so val_x overlays x per step).
-void readOverlay(td::RunStore& store, const std::string& key, OverlayRead& o) {
+void readOverlay(td::api::RunCatalog& store, const std::string& key, OverlayRead& o) {
     const std::string stepKey = key.rfind("val_", 0) == 0 ? key.substr(4) : key;
     auto steps = store.steps(o.id, o.afterGlobalStep);
     if (!steps) {
@@ -204,14 +204,14 @@ RunsPanel::~RunsPanel() {
 
 bool RunsPanel::setDatabasePath(const QString& path, QString* error) {
     // Opening creates and migrates the store and reports a bad file at once, to the caller.
-    auto opened = td::RunStore::open(path.toStdString());
+    auto opened = td::api::RunCatalog::open(path.toStdString());
     if (!opened) {
         if (error) *error = QString::fromStdString(opened.error());
         dbLabel_->setText(tr("<span style='color:#b00020'>%1</span>")
                               .arg(QString::fromStdString(opened.error()).toHtmlEscaped()));
         return false;
     }
-    store_ = std::shared_ptr<td::RunStore>(std::move(opened).value());
+    catalog_ = std::shared_ptr<td::api::RunCatalog>(std::move(opened).value());
     feed_ = std::make_shared<RunsFeed>(path.toStdString());
     ++dbGeneration_;
     dbPath_ = path;
@@ -227,7 +227,7 @@ bool RunsPanel::setDatabasePath(const QString& path, QString* error) {
 }
 
 void RunsPanel::refresh() {
-    if (!store_) {
+    if (!catalog_) {
         emit refreshed();  // nothing to read: current as it is
         return;
     }
@@ -239,7 +239,7 @@ void RunsPanel::refresh() {
 }
 
 void RunsPanel::poll() {
-    if (!store_ || polling_) return;
+    if (!catalog_ || polling_) return;
     polling_ = true;
     std::vector<OverlayRead> reads;
     for (const auto& [id, o] : overlays_) {
@@ -249,7 +249,7 @@ void RunsPanel::poll() {
     }
     const int dbGeneration = dbGeneration_, overlayGeneration = overlayGeneration_;
     worker_->post(
-        [feed = feed_, store = store_, key = metric_->currentText().toStdString(),
+        [feed = feed_, store = catalog_, key = metric_->currentText().toStdString(),
          reads = std::move(reads), dbGeneration, overlayGeneration]() mutable {
             Poll p;
             p.dbGeneration = dbGeneration;
@@ -371,8 +371,8 @@ void RunsPanel::rebuildOverlays() {
 // Edits are written here and shown at once: a rename or a note moves no watermark that the feed
 // follows (its periodic full reload would find them only later).
 bool RunsPanel::renameRun(int64_t id, const QString& name) {
-    if (!store_) return false;
-    td::Status st = store_->renameRun(id, name.toStdString());
+    if (!catalog_) return false;
+    td::Status st = catalog_->rename(id, name.toStdString());
     if (!st) {
         showError(tr("Rename run"), QString::fromStdString(st.error()));
     } else if (const td::RunRecord* r = model_->runById(id)) {
@@ -385,8 +385,8 @@ bool RunsPanel::renameRun(int64_t id, const QString& name) {
 }
 
 bool RunsPanel::setNotes(int64_t id, const QString& notes) {
-    if (!store_) return false;
-    td::Status st = store_->setNotes(id, notes.toStdString());
+    if (!catalog_) return false;
+    td::Status st = catalog_->setNotes(id, notes.toStdString());
     if (!st) {
         showError(tr("Run notes"), QString::fromStdString(st.error()));
     } else if (const td::RunRecord* r = model_->runById(id)) {
@@ -399,8 +399,8 @@ bool RunsPanel::setNotes(int64_t id, const QString& notes) {
 }
 
 bool RunsPanel::deleteRun(int64_t id) {
-    if (!store_) return false;
-    td::Status st = store_->deleteRun(id);
+    if (!catalog_) return false;
+    td::Status st = catalog_->remove(id);
     if (!st)
         showError(tr("Delete run"), QString::fromStdString(st.error()));
     else
@@ -410,8 +410,8 @@ bool RunsPanel::deleteRun(int64_t id) {
 }
 
 bool RunsPanel::exportCsv(int64_t id, const QString& path, QString* error) {
-    if (!store_) return false;
-    auto csv = store_->exportCsv(id);
+    if (!catalog_) return false;
+    auto csv = catalog_->exportCsv(id);
     if (!csv) {
         if (error) *error = QString::fromStdString(csv.error());
         return false;
@@ -489,20 +489,20 @@ void RunsPanel::exportSelected() {
 
 void RunsPanel::diffSelected() {
     auto ids = selectedRunIds();
-    if (ids.size() != 2 || !store_) return;
+    if (ids.size() != 2 || !catalog_) return;
     std::sort(ids.begin(), ids.end());
     // The two project documents are read only now, for these two runs, on the worker.
     using Pair = std::pair<td::Result<td::RunRecord>, td::Result<td::RunRecord>>;
-    worker_->post(
-        [store = store_, ids] { return Pair(store->getRun(ids[0]), store->getRun(ids[1])); },
-        [this](Pair runs) {
-            if (!runs.first || !runs.second) {
-                const std::string& e = !runs.first ? runs.first.error() : runs.second.error();
-                showError(tr("Compare configs"), QString::fromStdString(e));
-                return;
-            }
-            showDiff(runs.first.value(), runs.second.value());
-        });
+    worker_->post([store = catalog_, ids] { return Pair(store->run(ids[0]), store->run(ids[1])); },
+                  [this](Pair runs) {
+                      if (!runs.first || !runs.second) {
+                          const std::string& e =
+                              !runs.first ? runs.first.error() : runs.second.error();
+                          showError(tr("Compare configs"), QString::fromStdString(e));
+                          return;
+                      }
+                      showDiff(runs.first.value(), runs.second.value());
+                  });
 }
 
 void RunsPanel::showDiff(const td::RunRecord& a, const td::RunRecord& b) {

@@ -46,6 +46,8 @@ constexpr size_t kMaxProjectBytes = size_t{16} << 20;
 // Sample counts, batch sizes, class ids and one_hot depths are 32-bit inside the pipeline and the
 // label tensors; larger values are refused by the parser whatever the machine.
 constexpr int64_t kMaxInt32 = 2147483647;
+// strategy.timeout_seconds: one day.
+constexpr double kMaxStrategyTimeoutSeconds = 86400;
 
 // A count that the engine keeps in 32 bits.
 int64_t atMostInt32(int64_t n, const std::string& path, const char* why) {
@@ -655,7 +657,7 @@ struct Reader {
 
     static StrategyConfig strategy(const Json& v, const std::string& path) {
         requireObject(v, path);
-        checkKeys(v, path, {"type", "devices", "replicas"});
+        checkKeys(v, path, {"type", "devices", "replicas", "timeout_seconds"});
         StrategyConfig s;
         if (const Json* x = member(v, "type"))
             s.type = getOneOf(*x, child(path, "type"),
@@ -683,6 +685,12 @@ struct Reader {
             if (n > 4096)
                 fail(child(path, "replicas"), "expected at most 4096, got " + std::to_string(n));
             s.replicas = static_cast<int>(n);
+        }
+        if (const Json* x = member(v, "timeout_seconds")) {
+            const std::string tp = child(path, "timeout_seconds");
+            s.timeoutSeconds = getPositiveNumber(*x, tp);
+            if (s.timeoutSeconds > kMaxStrategyTimeoutSeconds)
+                fail(tp, "expected at most 86400 (one day), got " + describe(*x));
         }
         if (s.type == "one_device") {
             if (s.devices.size() > 1)
@@ -966,7 +974,8 @@ std::string projectToJson(const Project& p) {
     j["fusion"] = p.fusion;
     j["strategy"] = Json{{"type", p.strategy.type},
                          {"devices", p.strategy.devices},
-                         {"replicas", p.strategy.replicas}};
+                         {"replicas", p.strategy.replicas},
+                         {"timeout_seconds", p.strategy.timeoutSeconds}};
     return prettyJson(j) + "\n";
 }
 
@@ -1104,6 +1113,7 @@ std::string projectDifference(const Project& a, const Project& b) {
     TD_DIFF("strategy.type", strategy.type);
     TD_DIFF("strategy.devices", strategy.devices);
     TD_DIFF("strategy.replicas", strategy.replicas);
+    TD_DIFF("strategy.timeout_seconds", strategy.timeoutSeconds);
 #undef TD_DIFF
     return {};
 }

@@ -19,6 +19,9 @@ struct StrategyConfig {
     std::string type = "one_device";   // "one_device", "mirrored", "multi_worker_mirrored"
     std::vector<std::string> devices;  // e.g. {"cpu:0"}; empty = default / all detected
     int replicas = 0;                  // mirrored on CPU: number of logical CPU replicas
+    // multi_worker_mirrored: how long a worker waits for the others (bootstrap, a collective)
+    // before it gives up and the run fails, in seconds; (0, 86400].
+    double timeoutSeconds = 60;
 };
 
 struct Project {
