@@ -60,18 +60,41 @@ std::optional<double> metricOf(const td::MetricMap& m, const std::string& key) {
     return it->second;
 }
 
+// The overlay metric that draws every replica of a run (from its per-replica rows).
+constexpr const char* kReplicaThroughput = "replicas:samples_per_s";
+
 // What one look reads for one overlaid run, and the new points it found.
 struct OverlayRead {
+    struct ReplicaPoints {
+        std::string device;
+        QVector<double> xs, ys;
+    };
     int64_t id = 0;
     int64_t afterGlobalStep = 0;  // in: steps already shown; out: the last step read
     int epochsShown = 0;          // in: epochs already shown; out: epochs read
     QVector<double> stepXs, stepYs, epochXs, epochYs;
+    std::map<int, ReplicaPoints> replicas;  // by replica index (kReplicaThroughput)
     std::string error;
 };
 
 // Worker thread: the run's rows after what is shown, as points of `key` (step rows carry training
 // metrics only, so val_x overlays x per step).
 void readOverlay(td::api::RunCatalog& store, const std::string& key, OverlayRead& o) {
+    if (key == kReplicaThroughput) {
+        auto rows = store.replicaStats(o.id, o.afterGlobalStep);
+        if (!rows) {
+            o.error = rows.error();
+            return;
+        }
+        for (const td::ReplicaRow& r : rows.value()) {
+            OverlayRead::ReplicaPoints& p = o.replicas[r.stats.replica];
+            p.device = r.stats.device;
+            p.xs << static_cast<double>(r.globalStep);
+            p.ys << r.stats.samplesPerSecond;
+            o.afterGlobalStep = std::max(o.afterGlobalStep, r.globalStep);
+        }
+        return;
+    }
     const std::string stepKey = key.rfind("val_", 0) == 0 ? key.substr(4) : key;
     auto steps = store.steps(o.id, o.afterGlobalStep);
     if (!steps) {
@@ -167,7 +190,12 @@ RunsPanel::RunsPanel(QWidget* parent)
     buttons->addStretch(1);
     buttons->addWidget(new QLabel(tr("Overlay metric:")));
     metric_ = new QComboBox;
-    metric_->addItems({"loss", "accuracy", "val_loss", "val_accuracy"});
+    for (const char* key : {"loss", "accuracy", "val_loss", "val_accuracy", "samples_per_s"})
+        metric_->addItem(key, QString(key));
+    metric_->addItem(tr("samples_per_s of each replica"), QString(kReplicaThroughput));
+    metric_->setToolTip(
+        tr("What the charts overlay for the selected runs; \"of each replica\" "
+           "draws one line per replica of a run (Mirrored, MultiWorkerMirrored)."));
     connect(metric_, &QComboBox::activated, this, &RunsPanel::rebuildOverlays);
     buttons->addWidget(metric_);
 
@@ -245,11 +273,11 @@ void RunsPanel::poll() {
     for (const auto& [id, o] : overlays_) {
         const td::RunRecord* r = model_->runById(id);
         if (!o.loaded || (r && r->status == "running"))
-            reads.push_back(OverlayRead{id, o.lastGlobalStep, o.epochsShown, {}, {}, {}, {}, {}});
+            reads.push_back(OverlayRead{id, o.lastGlobalStep, o.epochsShown});
     }
     const int dbGeneration = dbGeneration_, overlayGeneration = overlayGeneration_;
     worker_->post(
-        [feed = feed_, store = catalog_, key = metric_->currentText().toStdString(),
+        [feed = feed_, store = catalog_, key = metric_->currentData().toString().toStdString(),
          reads = std::move(reads), dbGeneration, overlayGeneration]() mutable {
             Poll p;
             p.dbGeneration = dbGeneration;
@@ -293,6 +321,17 @@ void RunsPanel::applyPoll(Poll& p) {
                 }
                 stepChart_->append(o.stepSeries, r.stepXs, r.stepYs);
                 epochChart_->append(o.epochSeries, r.epochXs, r.epochYs);
+                for (auto& [replica, points] : r.replicas) {
+                    auto [slot, added] = o.replicaSeries.try_emplace(replica, -1);
+                    if (added) {
+                        slot->second = stepChart_->addSeries(
+                            QString("%1 %2").arg(o.label, QString::fromStdString(points.device)),
+                            seriesColor(o.color),
+                            replica == 0 ? ChartWidget::Style::Line : ChartWidget::Style::Dashed);
+                    }
+                    stepChart_->append(slot->second, points.xs, points.ys);
+                    grew = grew || !points.xs.isEmpty();
+                }
                 o.lastGlobalStep = r.afterGlobalStep;
                 o.epochsShown = r.epochsShown;
                 o.loaded = true;
@@ -357,9 +396,14 @@ void RunsPanel::rebuildOverlays() {
         if (!r) continue;
         const QString name = QString("#%1 %2").arg(id).arg(QString::fromStdString(r->name));
         Overlay o;
-        o.stepSeries = stepChart_->addSeries(name, seriesColor(i));
-        o.epochSeries =
-            epochChart_->addSeries(name, seriesColor(i), ChartWidget::Style::LineAndDots);
+        o.label = name;
+        o.color = i;
+        // Per-replica overlays add their series as the replicas' rows arrive.
+        if (metric_->currentData().toString() != kReplicaThroughput) {
+            o.stepSeries = stepChart_->addSeries(name, seriesColor(i));
+            o.epochSeries =
+                epochChart_->addSeries(name, seriesColor(i), ChartWidget::Style::LineAndDots);
+        }
         overlays_[id] = o;
         ++i;
     }

@@ -48,6 +48,7 @@ class RunsPanel : public QWidget {
     QLineEdit* filterEdit() const { return filter_; }
     ChartWidget* stepChart() const { return stepChart_; }
     ChartWidget* epochChart() const { return epochChart_; }
+    QComboBox* metricCombo() const { return metric_; }
     std::vector<int64_t> selectedRunIds() const;
     void selectRuns(const std::vector<int64_t>& ids);
 
@@ -64,8 +65,11 @@ class RunsPanel : public QWidget {
 
   private:
     struct Overlay {
+        QString label;  // "#12 name"
+        int color = 0;  // seriesColor index
         int stepSeries = -1;
         int epochSeries = -1;
+        std::map<int, int> replicaSeries;  // replica -> step chart series (per-replica metric)
         int64_t lastGlobalStep = 0;
         int epochsShown = 0;
         bool loaded = false;  // read once; only a running run's overlay is read again

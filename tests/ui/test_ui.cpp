@@ -233,6 +233,7 @@ class TestUi : public QObject {
     void runsPanelFollowsHeadlessRunLive();
     void runsFeedReadsOnlyWhatChanged();
     void runsPanelReadsOffTheGuiThread();
+    void runsPanelOverlaysReplicas();
     void screenshotsWaitForPanelData();
     void latencyDuringFashionMnistTraining();
 
@@ -1111,6 +1112,60 @@ void TestUi::runsPanelReadsOffTheGuiThread() {
 
 // The documentation's pictures show each panel with its data: the Data panel once its preview
 // and histogram are loaded, the Runs panel once the selected runs' curves are read.
+// The Runs panel draws a stored run's per-replica throughput, one line per replica.
+void TestUi::runsPanelOverlaysReplicas() {
+    const QString path = dir_.filePath("replica_overlay.db");
+    auto opened = td::RunStore::open(path.toStdString());
+    QVERIFY(opened.ok());
+    td::RunStore& store = *opened.value();
+    td::RunRecord run;
+    run.name = "mirrored";
+    auto id = store.createRun(run);
+    QVERIFY(id.ok());
+    std::vector<td::StepRow> steps;
+    std::vector<td::ReplicaRow> replicas;
+    for (int64_t g = 1; g <= 5; ++g) {
+        steps.push_back(td::StepRow{g, 0, g, g, {{"loss", 1.0 / double(g)}}});
+        for (int r = 0; r < 2; ++r) {
+            td::ReplicaRow row;
+            row.globalStep = g;
+            row.timeMs = g;
+            row.stats.replica = r;
+            row.stats.device = "cpu:" + std::to_string(r);
+            row.stats.samplesPerSecond = 100.0 * double(g) + r;
+            replicas.push_back(row);
+        }
+    }
+    QVERIFY(store.appendSteps(*id, steps, replicas).ok());
+    QVERIFY(store.finishRun(*id, td::RunStatus::Completed, {}, "").ok());
+
+    RunsPanel panel;
+    panel.resize(1000, 700);
+    panel.show();
+    QVERIFY(panel.setDatabasePath(path));
+    QTRY_COMPARE_WITH_TIMEOUT(panel.model()->rowCount(), 1, 10000);
+    QComboBox* metric = panel.metricCombo();
+    const int perReplica = metric->findData("replicas:samples_per_s");
+    QVERIFY(perReplica >= 0);
+    metric->setCurrentIndex(perReplica);
+    panel.selectRuns({*id});
+    panel.view()->selectionModel()->selectionChanged({}, {});
+    ChartWidget* chart = panel.stepChart();
+    QTRY_COMPARE_WITH_TIMEOUT(chart->seriesCount(), 2, 10000);
+    QTRY_COMPARE_WITH_TIMEOUT(chart->pointCount(1), 5, 10000);
+    QCOMPARE(chart->pointCount(0), 5);
+    QVERIFY2(chart->seriesName(0).endsWith("mirrored cpu:0"), qPrintable(chart->seriesName(0)));
+    QVERIFY2(chart->seriesName(1).endsWith("mirrored cpu:1"), qPrintable(chart->seriesName(1)));
+    QCOMPARE(chart->point(1, 2), QPointF(3.0, 301.0));
+    QCOMPARE(panel.epochChart()->seriesCount(), 0);
+
+    // Back to a run-level metric: one line per run again.
+    metric->setCurrentIndex(metric->findData("loss"));
+    panel.view()->selectionModel()->selectionChanged({}, {});
+    QTRY_COMPARE_WITH_TIMEOUT(chart->pointCount(0), 5, 10000);
+    QCOMPARE(chart->seriesCount(), 1);
+}
+
 void TestUi::screenshotsWaitForPanelData() {
     const QString projectPath = dir_.filePath("shots.json");
     QVERIFY(writeFile(projectPath, syntheticProject(1, 4096)));
