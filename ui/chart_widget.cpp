@@ -25,6 +25,7 @@ ChartWidget::ChartWidget(const QString& title, const QString& xLabel, const QStr
     : QWidget(parent), title_(title), plot_(new QCustomPlot) {
     setObjectName("chart_" + title);
     auto* header = new QHBoxLayout;
+    header_ = header;
     auto* label = new QLabel("<b>" + title.toHtmlEscaped() + "</b>");
     header->addWidget(label);
     header->addStretch(1);
@@ -77,6 +78,7 @@ int ChartWidget::addSeries(const QString& name, const QColor& color, Style style
     QPen pen(color);
     pen.setWidthF(1.5);
     if (style == Style::Dashed) pen.setStyle(Qt::DashLine);
+    if (style == Style::Dotted) pen.setStyle(Qt::DotLine);
     g->setPen(pen);
     if (style == Style::Dots) {
         g->setLineStyle(QCPGraph::lsNone);
@@ -106,6 +108,34 @@ int ChartWidget::pointCount(int series) const {
     return graphs_[series]->dataCount();
 }
 
+QPointF ChartWidget::point(int series, int index) const {
+    if (index < 0 || index >= pointCount(series)) return {qQNaN(), qQNaN()};
+    auto it = graphs_[series]->data()->at(index);
+    return {it->key, it->value};
+}
+
+QString ChartWidget::seriesName(int series) const {
+    if (series < 0 || series >= seriesCount()) return {};
+    return graphs_[series]->name();
+}
+
+void ChartWidget::setSeriesVisible(int series, bool visible) {
+    if (series < 0 || series >= seriesCount()) return;
+    QCPGraph* g = graphs_[series];
+    if (g->visible() == visible) return;
+    g->setVisible(visible);
+    if (visible) {
+        g->addToLegend();
+    } else {
+        g->removeFromLegend();
+    }
+    dirty_ = true;
+}
+
+bool ChartWidget::seriesVisible(int series) const {
+    return series >= 0 && series < seriesCount() && graphs_[series]->visible();
+}
+
 void ChartWidget::clearData() {
     for (QCPGraph* g : graphs_) g->data()->clear();
     autoFit_ = true;
@@ -133,13 +163,14 @@ void ChartWidget::replotIfDirty() {
     if (!dirty_ || !isVisible()) return;
     dirty_ = false;
     if (autoFit_) {
-        plot_->xAxis->rescale();
+        plot_->xAxis->rescale(/*onlyVisiblePlottables=*/true);
         // The value range of the data themselves: QCPAxis::rescale keeps the old span for a
         // constant series (e.g. a constant learning rate), so pad it here.
         const bool log = plot_->yAxis->scaleType() == QCPAxis::stLogarithmic;
         bool any = false;
         QCPRange y;
         for (QCPGraph* g : graphs_) {
+            if (!g->visible()) continue;
             bool found = false;
             QCPRange r = g->getValueRange(found, log ? QCP::sdPositive : QCP::sdBoth);
             if (!found) continue;
@@ -169,6 +200,10 @@ void ChartWidget::fit() {
     autoFit_ = true;
     dirty_ = true;
     replotIfDirty();
+}
+
+void ChartWidget::addHeaderWidget(QWidget* widget) {
+    header_->insertWidget(header_->count() - 2, widget);  // before Fit and Save…
 }
 
 void ChartWidget::setLegendCorner(Qt::Alignment corner) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 class QCustomPlot;
+class QHBoxLayout;
 class QCPGraph;
 class QLabel;
 
@@ -20,17 +21,25 @@ class ChartWidget : public QWidget {
     explicit ChartWidget(const QString& title, const QString& xLabel, const QString& yLabel,
                          QWidget* parent = nullptr);
 
-    enum class Style { Line, Dots, LineAndDots, Dashed };
+    enum class Style { Line, Dots, LineAndDots, Dashed, Dotted };
     int addSeries(const QString& name, const QColor& color, Style style = Style::Line);
     int seriesCount() const { return static_cast<int>(graphs_.size()); }
+    QString seriesName(int series) const;
+    // A hidden series keeps its data and takes new points, but is neither drawn, nor in the
+    // legend, nor counted when the axes follow the data.
+    void setSeriesVisible(int series, bool visible);
+    bool seriesVisible(int series) const;
     // x must not decrease within a series (sorted appends are O(1)).
     void append(int series, double x, double y);
     void append(int series, const QVector<double>& xs, const QVector<double>& ys);
     int pointCount(int series) const;
-    void clearData();    // keeps series
-    void clearSeries();  // removes series
+    QPointF point(int series, int index) const;  // (x, y) of a point; (NaN, NaN) when none
+    void clearData();                            // keeps series
+    void clearSeries();                          // removes series
     void setLogY(bool on);
     void setLegendCorner(Qt::Alignment corner);
+    // A control shown in the title row, left of Fit (e.g. a selector of what the chart shows).
+    void addHeaderWidget(QWidget* widget);
 
     void replotIfDirty();  // no-op while hidden (showEvent catches up)
     bool autoFit() const { return autoFit_; }
@@ -51,6 +60,7 @@ class ChartWidget : public QWidget {
     void saveDialog();
 
     QString title_;
+    QHBoxLayout* header_;
     QCustomPlot* plot_;
     std::vector<QCPGraph*> graphs_;
     bool dirty_ = false;

@@ -61,48 +61,6 @@ const td::MapStep* findStep(const std::vector<td::MapStep>& steps, const std::st
     return nullptr;
 }
 
-// Picture of sample i when the samples are images ([H, W] or [H, W, 1|3]).
-QImage sampleImage(const td::Dataset& d, int64_t i) {
-    td::Shape s = d.sampleShape();
-    if (s.size() < 2 || s.size() > 3 || s[0] < 4 || s[1] < 4) return {};
-    const int64_t h = s[0], w = s[1], c = s.size() == 3 ? s[2] : 1;
-    if (c != 1 && c != 3) return {};
-    const int64_t n = h * w * c;
-    std::vector<float> px(static_cast<size_t>(n));
-    if (d.x.dtype() == td::DType::U8) {
-        const uint8_t* p = d.x.data<uint8_t>() + i * n;
-        for (int64_t k = 0; k < n; ++k) px[k] = p[k];
-    } else if (d.x.dtype() == td::DType::F32) {
-        const float* p = d.x.data<float>() + i * n;
-        float lo = *std::min_element(p, p + n), hi = *std::max_element(p, p + n);
-        float scale = hi > lo ? 255.f / (hi - lo) : 0.f;
-        for (int64_t k = 0; k < n; ++k) px[k] = (p[k] - lo) * scale;
-    } else {
-        return {};
-    }
-    QImage img(static_cast<int>(w), static_cast<int>(h), QImage::Format_RGB32);
-    for (int64_t y = 0; y < h; ++y) {
-        for (int64_t x = 0; x < w; ++x) {
-            const float* v = &px[(y * w + x) * c];
-            int r = static_cast<int>(v[0]), g = c == 3 ? static_cast<int>(v[1]) : r,
-                b = c == 3 ? static_cast<int>(v[2]) : r;
-            img.setPixel(static_cast<int>(x), static_cast<int>(y), qRgb(r, g, b));
-        }
-    }
-    return img;
-}
-
-int labelOf(const td::Dataset& d, int64_t i) {
-    if (d.y.empty()) return -1;
-    if (d.y.dtype() == td::DType::I32 && d.y.rank() == 1) return d.y.data<int32_t>()[i];
-    if (d.y.dtype() == td::DType::F32 && d.y.rank() == 2) {  // one-hot / targets: argmax
-        const int64_t k = d.y.dim(1);
-        const float* p = d.y.data<float>() + i * k;
-        return static_cast<int>(std::max_element(p, p + k) - p);
-    }
-    return -1;
-}
-
 }  // namespace
 
 AutotuneSpin::AutotuneSpin(int minimum, int maximum, QWidget* parent) : QWidget(parent) {
@@ -378,6 +336,12 @@ QWidget* DataPanel::buildPipeline() {
     validateOnTest_->setToolTip(
         tr("Keras' validation_data=(x_test, y_test); replaces the validation split."));
     form->addRow(QString(), validateOnTest_);
+    pipelineText_ = new QLabel;
+    pipelineText_->setObjectName("pipelineDescription");
+    pipelineText_->setWordWrap(true);
+    pipelineText_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    pipelineText_->setToolTip(tr("The stages this pipeline runs, in order."));
+    form->addRow(tr("Stages"), pipelineText_);
 
     for (QCheckBox* c :
          {scaleOn_, normalizeOn_, oneHotOn_, reshuffle_, dropRemainder_, validateOnTest_})
@@ -400,13 +364,14 @@ void DataPanel::reload() {
     int idx = std::max(0, static_cast<int>(kSourceTypes.indexOf(q(s.type))));
     sourceType_->setCurrentIndex(idx);
     pages_->setCurrentIndex(idx);
-    const bool haveFashion = QDir(kFashionMnistDir).exists();
+    const QString fashionDir = fashionMnistDir();
+    const bool haveFashion = QDir(fashionDir).exists();
     fashionStatus_->setText(
         haveFashion ? tr("70,000 grayscale 28×28 images of 10 clothing classes, read from %1.")
-                          .arg(kFashionMnistDir)
+                          .arg(fashionDir)
                     : tr("<span style='color:#b00020'>Not installed: %1 is missing. Install the "
                          "Debian package <b>dataset-fashion-mnist</b>.</span>")
-                          .arg(kFashionMnistDir));
+                          .arg(fashionDir));
     idxTrainX_->setPath(q(s.trainImages));
     idxTrainY_->setPath(q(s.trainLabels));
     idxTestX_->setPath(q(s.testImages));
@@ -457,7 +422,18 @@ void DataPanel::reload() {
     validateOnTest_->setChecked(d.validationData == "test");
     validation_->setEnabled(!validateOnTest_->isChecked());
     loading_ = false;
+    updatePipelineText();
     schedulePreview();
+}
+
+void DataPanel::updatePipelineText() {
+    const td::Project& p = project_->project();
+    pipelineText_->setText(
+        QString::fromStdString(td::api::describePipeline(p.data, p.training.batchSize)));
+}
+
+QString DataPanel::pipelineDescription() const {
+    return pipelineText_->text();
 }
 
 void DataPanel::writeSource() {
@@ -495,6 +471,7 @@ void DataPanel::writeSource() {
             }
         },
         this);
+    updatePipelineText();
     schedulePreview();
 }
 
@@ -527,6 +504,7 @@ void DataPanel::writePipeline() {
             p.data.validationSplit = onTest ? 0.0 : validation_->value();
         },
         this);
+    updatePipelineText();
 }
 
 // Loading a source costs CPU (Fashion-MNIST is 60,000 gzip'd images): only while the panel is
@@ -561,8 +539,8 @@ void DataPanel::loadPreview() {
     previewStatus_->setText(tr("Loading…"));
     previewLoading_ = true;
     runAsync(
-        this, [cfg] { return td::loadSource(cfg); },
-        [this, generation](td::Result<td::DataSplits> r) {
+        this, [cfg] { return td::api::previewData(cfg, kPreviewSamples); },
+        [this, generation](td::Result<td::api::DataPreview> r) {
             if (generation != previewGeneration_) return;  // a newer request is on its way
             previewLoading_ = false;
             if (!r) {
@@ -586,70 +564,69 @@ int DataPanel::previewSampleCount() const {
     return samples_->count() > 0 ? samples_->count() : table_->rowCount();
 }
 
-void DataPanel::showPreview(const td::DataSplits& splits) {
-    const td::Dataset& d = splits.train;
-    const int64_t n = d.size();
-    auto className = [&](int label) {
-        if (label >= 0 && label < static_cast<int>(d.classNames.size()))
-            return q(d.classNames[static_cast<size_t>(label)]);
-        return QString::number(label);
-    };
+void DataPanel::showPreview(const td::api::DataPreview& d) {
+    auto className = [&](int label) { return q(d.className(label)); };
     previewStatus_->setText(tr("%1 training samples of shape %2 (%3), %4 test samples, %5 classes.")
-                                .arg(n)
-                                .arg(q(td::shapeToString(d.sampleShape())))
-                                .arg(td::dtypeName(d.x.dtype()))
-                                .arg(splits.test ? splits.test->size() : 0)
+                                .arg(d.trainSamples)
+                                .arg(q(td::shapeToString(d.sampleShape)))
+                                .arg(q(d.dtype))
+                                .arg(d.testSamples)
                                 .arg(d.numClasses));
     samples_->clear();
     table_->clear();
-    const int64_t shown = std::min<int64_t>(n, kPreviewSamples);
-    const bool images = n > 0 && !sampleImage(d, 0).isNull();
-    samples_->setVisible(images);
-    table_->setVisible(!images);
-    if (images) {
-        for (int64_t i = 0; i < shown; ++i) {
-            QImage img =
-                sampleImage(d, i).scaled(56, 56, Qt::KeepAspectRatio, Qt::FastTransformation);
-            auto* item =
-                new QListWidgetItem(QIcon(QPixmap::fromImage(img)), className(labelOf(d, i)));
-            item->setToolTip(tr("sample %1, label %2").arg(i).arg(labelOf(d, i)));
+    const int shown = static_cast<int>(d.labels.size());
+    samples_->setVisible(d.images());
+    table_->setVisible(!d.images());
+    if (d.images()) {
+        const int h = d.imageHeight, w = d.imageWidth, c = d.imageChannels;
+        for (int i = 0; i < shown; ++i) {
+            const std::vector<uint8_t>& px = d.pixels[static_cast<size_t>(i)];
+            QImage img(w, h, QImage::Format_RGB32);
+            for (int y = 0; y < h; ++y) {
+                for (int x = 0; x < w; ++x) {
+                    const uint8_t* v = &px[static_cast<size_t>((y * w + x) * c)];
+                    img.setPixel(x, y, c == 3 ? qRgb(v[0], v[1], v[2]) : qRgb(v[0], v[0], v[0]));
+                }
+            }
+            img = img.scaled(56, 56, Qt::KeepAspectRatio, Qt::FastTransformation);
+            const int label = d.labels[static_cast<size_t>(i)];
+            auto* item = new QListWidgetItem(QIcon(QPixmap::fromImage(img)), className(label));
+            item->setToolTip(tr("sample %1, label %2").arg(i).arg(label));
             samples_->addItem(item);
         }
-    } else if (n > 0) {
-        const int64_t features = std::min<int64_t>(d.x.size() / n, 12);
-        table_->setRowCount(static_cast<int>(shown));
-        table_->setColumnCount(static_cast<int>(features) + 1);
+    } else if (shown > 0) {
+        const int features = static_cast<int>(d.features.front().size());
+        table_->setRowCount(shown);
+        table_->setColumnCount(features + 1);
         QStringList headers{tr("label")};
-        for (int64_t f = 0; f < features; ++f) headers << QString("x[%1]").arg(f);
+        for (int f = 0; f < features; ++f) headers << QString("x[%1]").arg(f);
         table_->setHorizontalHeaderLabels(headers);
-        td::Tensor xf = d.x.to(td::DType::F32);
-        const int64_t stride = d.x.size() / n;
-        for (int64_t i = 0; i < shown; ++i) {
-            table_->setItem(static_cast<int>(i), 0, new QTableWidgetItem(className(labelOf(d, i))));
-            for (int64_t f = 0; f < features; ++f) {
-                table_->setItem(static_cast<int>(i), static_cast<int>(f) + 1,
-                                new QTableWidgetItem(
-                                    QString::number(xf.data<float>()[i * stride + f], 'g', 4)));
+        for (int i = 0; i < shown; ++i) {
+            const auto& row = d.features[static_cast<size_t>(i)];
+            table_->setItem(i, 0,
+                            new QTableWidgetItem(className(d.labels[static_cast<size_t>(i)])));
+            for (int f = 0; f < features; ++f) {
+                table_->setItem(
+                    i, f + 1,
+                    new QTableWidgetItem(QString::number(row[static_cast<size_t>(f)], 'g', 4)));
             }
         }
     }
     // Class histogram over the whole training split.
     histogram_->clearPlottables();
-    std::map<int, double> counts;
-    for (int64_t i = 0; i < n; ++i) counts[labelOf(d, i)] += 1;
     auto* bars = new QCPBars(histogram_->xAxis, histogram_->yAxis);
     bars->setBrush(QColor(31, 119, 180, 180));
     bars->setPen(QPen(QColor(31, 119, 180)));
     QSharedPointer<QCPAxisTickerText> ticker(new QCPAxisTickerText);
     QVector<double> keys, values;
-    for (const auto& [label, count] : counts) {
+    for (const auto& [label, count] : d.classCounts) {
         keys << label;
-        values << count;
+        values << static_cast<double>(count);
         ticker->addTick(label, className(label));
     }
     bars->setData(keys, values);
     histogram_->xAxis->setTicker(ticker);
-    histogram_->xAxis->setTickLabelRotation(counts.size() > 6 ? 45 : 0);
+    histogram_->xAxis->setTickLabelRotation(d.classCounts.size() > 6 ? 45 : 0);
     histogram_->rescaleAxes();
     histogram_->xAxis->setRange(histogram_->xAxis->range().lower - 1,
                                 histogram_->xAxis->range().upper + 1);

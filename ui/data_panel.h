@@ -6,7 +6,7 @@
 #include <QWidget>
 #include <memory>
 
-#include "engine/data/pipeline.h"
+#include "engine/api/data_preview.h"
 
 class QCheckBox;
 class QComboBox;
@@ -54,6 +54,8 @@ class DataPanel : public QWidget {
     bool previewPending() const;
     int previewSampleCount() const;
     QComboBox* sourceCombo() const { return sourceType_; }
+    // The pipeline's stages in words (engine's describePipeline of the current project).
+    QString pipelineDescription() const;
 
   signals:
     void previewLoaded(bool ok);
@@ -67,7 +69,8 @@ class DataPanel : public QWidget {
     QWidget* buildPipeline();
     void writeSource();
     void writePipeline();
-    void showPreview(const td::DataSplits& splits);
+    void showPreview(const td::api::DataPreview& preview);
+    void updatePipelineText();
     void schedulePreview();
 
     ProjectController* project_;
@@ -114,6 +117,7 @@ class DataPanel : public QWidget {
     AutotuneSpin* parallel_;
     QDoubleSpinBox* validation_;
     QCheckBox* validateOnTest_;
+    QLabel* pipelineText_;
 
     QLabel* previewStatus_;
     QListWidget* samples_;

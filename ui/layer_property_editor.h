@@ -6,7 +6,7 @@
 #include <QWidget>
 #include <functional>
 
-#include "engine/model/layers.h"
+#include "engine/api/projects.h"
 
 class QFormLayout;
 class QLabel;

@@ -181,6 +181,7 @@ void LayerStackModel::revalidate() {
     errorRow_ = -1;
     errorText_.reset();
     info_ = {};
+    summaryTable_.clear();
 
     // Maps inference results back to spec rows: ModelInfo::layers excludes Input layers.
     auto assign = [&](const td::ModelSpec& m, const td::ModelInfo& info) {
@@ -198,11 +199,11 @@ void LayerStackModel::revalidate() {
         }
     };
 
-    td::ModelSpec copy = spec_;
-    auto result = td::inferShapes(copy);
+    auto result = td::api::summarizeModel(spec_);
     if (result) {
-        info_ = result.value();
-        assign(copy, info_);
+        info_ = result->info;
+        summaryTable_ = result->table;
+        assign(result->model, info_);
     } else {
         QString msg = QString::fromStdString(result.error());
         errorText_ = msg;
@@ -214,21 +215,21 @@ void LayerStackModel::revalidate() {
                 if (QString::fromStdString(spec_.layers[i].name) == m.captured(1)) errorRow_ = i;
             }
         }
+        auto prefixOf = [&](int k) {
+            td::ModelSpec prefix;
+            prefix.name = spec_.name;
+            prefix.layers.assign(spec_.layers.begin(), spec_.layers.begin() + k);
+            return prefix;
+        };
         if (errorRow_ < 0) {
             for (int k = 1; k <= n && errorRow_ < 0; ++k) {
-                td::ModelSpec prefix;
-                prefix.name = spec_.name;
-                prefix.layers.assign(spec_.layers.begin(), spec_.layers.begin() + k);
-                auto r = td::inferShapes(prefix);
+                auto r = td::api::summarizeModel(prefixOf(k));
                 if (!r && r.error() == result.error()) errorRow_ = k - 1;
             }
         }
         if (errorRow_ > 0) {
-            td::ModelSpec prefix;
-            prefix.name = spec_.name;
-            prefix.layers.assign(spec_.layers.begin(), spec_.layers.begin() + errorRow_);
-            auto r = td::inferShapes(prefix);
-            if (r) assign(prefix, r.value());
+            auto r = td::api::summarizeModel(prefixOf(errorRow_));
+            if (r) assign(r->model, r->info);
         }
     }
     if (n > 0) emit dataChanged(index(0, 0), index(n - 1, ColCount - 1));
@@ -237,8 +238,7 @@ void LayerStackModel::revalidate() {
 
 QString LayerStackModel::summaryText() const {
     if (errorText_) return tr("Model is invalid:\n%1").arg(*errorText_);
-    td::ModelSpec copy = spec_;
-    QString table = QString::fromStdString(td::summaryTable(copy, info_));
+    QString table = QString::fromStdString(summaryTable_);
     QLocale loc = QLocale::c();
     const double kib = 1024.0;
     double actKiB = static_cast<double>(info_.activationBytesPerSample) / kib;

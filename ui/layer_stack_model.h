@@ -6,8 +6,9 @@
 #include <QAbstractTableModel>
 #include <QString>
 #include <optional>
+#include <string>
 
-#include "engine/model/layers.h"
+#include "engine/api/projects.h"
 
 namespace td::ui {
 
@@ -75,6 +76,7 @@ class LayerStackModel : public QAbstractTableModel {
 
     td::ModelSpec spec_;
     td::ModelInfo info_;
+    std::string summaryTable_;  // model.summary() of the valid model
     std::optional<QString> errorText_;
     int errorRow_ = -1;
     // Per spec row, from the last successful inference (of the whole model or its valid prefix).

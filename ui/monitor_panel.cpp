@@ -1,5 +1,6 @@
 #include "ui/monitor_panel.h"
 
+#include <QComboBox>
 #include <QDateTime>
 #include <QFontDatabase>
 #include <QGridLayout>
@@ -24,6 +25,23 @@ QString hms(qint64 seconds) {
     qint64 h = seconds / 3600, m = (seconds / 60) % 60, s = seconds % 60;
     return h > 0 ? QString("%1:%2:%3").arg(h).arg(m, 2, 10, QChar('0')).arg(s, 2, 10, QChar('0'))
                  : QString("%1:%2").arg(m, 2, 10, QChar('0')).arg(s, 2, 10, QChar('0'));
+}
+
+// The step-time parts, in legend order: (key, label).
+const std::pair<const char*, const char*> kStepParts[] = {
+    {"compute", QT_TRANSLATE_NOOP("td::ui::MonitorPanel", "compute")},
+    {"allreduce", QT_TRANSLATE_NOOP("td::ui::MonitorPanel", "all-reduce")},
+    {"wait", QT_TRANSLATE_NOOP("td::ui::MonitorPanel", "input wait")}};
+
+QColor stepPartColor(int part) {
+    return seriesColor(part == 0 ? 2 : part == 1 ? 4 : 3);
+}
+
+// The chart slot of a replica's figures: its global index when the run announced that many
+// devices, else its position in the list.
+int replicaSlot(const td::ReplicaStats& r, size_t position, size_t replicas) {
+    if (r.replica >= 0 && static_cast<size_t>(r.replica) < replicas) return r.replica;
+    return static_cast<int>(position);
 }
 
 QToolButton* actionButton(QAction* a) {
@@ -60,6 +78,15 @@ MonitorPanel::MonitorPanel(RunController* runs, QWidget* parent) : QWidget(paren
     accuracy_ = new ChartWidget(tr("Accuracy"), tr("epoch"), tr("accuracy"));
     throughput_ = new ChartWidget(tr("Throughput"), tr("epoch"), tr("samples/s"));
     stepTime_ = new ChartWidget(tr("Step time"), tr("epoch"), tr("ms per step"));
+    replicaSelector_ = new QComboBox;
+    replicaSelector_->setObjectName("stepTimeReplica");
+    replicaSelector_->setToolTip(
+        tr("Step time of one replica, or the mean over all of them: a replica whose compute or "
+           "input wait stands out makes the others wait in the all-reduce."));
+    replicaSelector_->setSizeAdjustPolicy(QComboBox::AdjustToContents);
+    replicaSelector_->setVisible(false);
+    stepTime_->addHeaderWidget(replicaSelector_);
+    connect(replicaSelector_, &QComboBox::currentIndexChanged, this, &MonitorPanel::showStepTimeOf);
     learningRate_ = new ChartWidget(tr("Learning rate"), tr("epoch"), tr("learning rate"));
     lossScale_ = new ChartWidget(tr("Loss scale"), tr("epoch"), tr("loss scale"));
     lossScale_->setLogY(true);
@@ -99,6 +126,49 @@ MonitorPanel::MonitorPanel(RunController* runs, QWidget* parent) : QWidget(paren
     connect(runs, &RunController::stateChanged, this, [this] { updateBlocker(); });
     connect(runs->startAction(), &QAction::changed, this, &MonitorPanel::updateBlocker);
     updateBlocker();
+}
+
+int MonitorPanel::seriesIndex(const QString& key) const {
+    auto it = series_.find(key);
+    return it == series_.end() ? -1 : it->second;
+}
+
+// Milliseconds per step of each part: the event's seconds cover every step since the previous
+// event.
+void MonitorPanel::appendStepTimes(const td::StepMetrics& s, double x) {
+    const double msPerStep =
+        1000.0 / static_cast<double>(std::max<int64_t>(1, s.globalStep - lastGlobalStep_));
+    auto put = [&](const QString& group, double compute, double allReduce, double wait) {
+        const double parts[] = {compute, allReduce, wait};
+        for (int p = 0; p < 3; ++p) {
+            auto it = series_.find(QString("st/%1/%2").arg(group, kStepParts[p].first));
+            if (it != series_.end()) stepTime_->append(it->second, x, msPerStep * parts[p]);
+        }
+    };
+    if (s.replicas.empty()) {  // a trainer that reports no replicas: the step loop's own split
+        put("all", s.computeSeconds, 0.0, s.inputWaitSeconds);
+        return;
+    }
+    double compute = 0, allReduce = 0, wait = 0;
+    for (size_t i = 0; i < s.replicas.size(); ++i) {
+        const td::ReplicaStats& r = s.replicas[i];
+        compute += r.computeSeconds;
+        allReduce += r.allReduceSeconds;
+        wait += r.inputWaitSeconds;
+        put(QString::number(replicaSlot(r, i, info_.devices.size())), r.computeSeconds,
+            r.allReduceSeconds, r.inputWaitSeconds);
+    }
+    const double n = static_cast<double>(s.replicas.size());
+    put("all", compute / n, allReduce / n, wait / n);
+}
+
+void MonitorPanel::showStepTimeOf(int selectorIndex) {
+    const QString group = selectorIndex <= 0 ? QString("all") : QString::number(selectorIndex - 1);
+    for (const auto& [key, index] : series_)
+        if (key.startsWith("st/")) stepTime_->setSeriesVisible(index, false);
+    for (const auto& part : kStepParts)  // legend in part order
+        stepTime_->setSeriesVisible(seriesIndex(QString("st/%1/%2").arg(group, part.first)), true);
+    stepTime_->replotIfDirty();
 }
 
 QList<ChartWidget*> MonitorPanel::charts() const {
@@ -149,8 +219,30 @@ void MonitorPanel::onRunStarted(const td::RunStarted& info) {
             QString::fromStdString(info.devices[i]), seriesColor(static_cast<int>(i) + 2),
             ChartWidget::Style::Dashed);
     }
-    series_["st/wait"] = stepTime_->addSeries(tr("input wait"), seriesColor(3));
-    series_["st/compute"] = stepTime_->addSeries(tr("compute"), seriesColor(2));
+    // Step time: one group of parts for the mean over the replicas and one per replica; the
+    // selector shows one group at a time.
+    const QSignalBlocker block(replicaSelector_);
+    replicaSelector_->clear();
+    const size_t replicas = info.devices.size();
+    replicaSelector_->addItem(replicas > 1 ? tr("all %1 replicas (mean)").arg(replicas)
+                                           : tr("all replicas"));
+    for (int p = 0; p < 3; ++p) {
+        series_[QString("st/all/") + kStepParts[p].first] =
+            stepTime_->addSeries(tr(kStepParts[p].second), stepPartColor(p));
+    }
+    if (replicas > 1) {
+        for (size_t i = 0; i < replicas; ++i) {
+            const QString device = QString::fromStdString(info.devices[i]);
+            replicaSelector_->addItem(tr("replica %1 (%2)").arg(i).arg(device));
+            for (int p = 0; p < 3; ++p) {
+                series_[QString("st/%1/%2").arg(i).arg(kStepParts[p].first)] = stepTime_->addSeries(
+                    QString("%1 %2").arg(device, tr(kStepParts[p].second)), stepPartColor(p));
+            }
+        }
+    }
+    replicaSelector_->setCurrentIndex(0);
+    replicaSelector_->setVisible(replicas > 1);
+    showStepTimeOf(0);
     series_["lr"] = learningRate_->addSeries(tr("learning rate"), seriesColor(4));
     series_["ls"] = lossScale_->addSeries(tr("loss scale"), seriesColor(5));
     const int64_t total = std::max<int64_t>(
@@ -194,14 +286,12 @@ void MonitorPanel::onEvents(const EventBatch& batch) {
         }
         throughput_->append(series_["tp/total"], x, s.samplesPerSecond);
         for (size_t i = 0; i < s.replicas.size(); ++i) {
-            auto it = series_.find("tp/" + QString::number(i));
+            const int slot = replicaSlot(s.replicas[i], i, info_.devices.size());
+            auto it = series_.find("tp/" + QString::number(slot));
             if (it != series_.end())
                 throughput_->append(it->second, x, s.replicas[i].samplesPerSecond);
         }
-        // Wait and compute cover every step since the previous event.
-        const double steps = std::max<int64_t>(1, s.globalStep - lastGlobalStep_);
-        stepTime_->append(series_["st/wait"], x, 1000.0 * s.inputWaitSeconds / steps);
-        stepTime_->append(series_["st/compute"], x, 1000.0 * s.computeSeconds / steps);
+        appendStepTimes(s, x);
         learningRate_->append(series_["lr"], x, s.learningRate);
         if (s.lossScale > 0) {
             lossScale_->append(series_["ls"], x, s.lossScale);

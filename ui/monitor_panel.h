@@ -1,6 +1,7 @@
 // Monitor panel: run controls, progress with time left, live charts (loss, accuracy, throughput
-// per replica, step time split, learning rate, loss scale) and the run log. Fed by RunController's
-// coalesced batches; each batch appends to the charts and replots them once.
+// in total and per replica, step time split into compute, all-reduce and input wait for all
+// replicas or one, learning rate, loss scale) and the run log. Fed by RunController's coalesced
+// batches; each batch appends to the charts and replots them once.
 #pragma once
 
 #include <QElapsedTimer>
@@ -9,6 +10,7 @@
 
 #include "engine/core/events.h"
 
+class QComboBox;
 class QLabel;
 class QPlainTextEdit;
 class QProgressBar;
@@ -29,6 +31,12 @@ class MonitorPanel : public QWidget {
     ChartWidget* throughputChart() const { return throughput_; }
     ChartWidget* stepTimeChart() const { return stepTime_; }
     ChartWidget* lossScaleChart() const { return lossScale_; }
+    // Which replica the step-time chart shows: item 0 is the mean over all replicas, item i + 1
+    // replica i (hidden with one replica).
+    QComboBox* replicaSelector() const { return replicaSelector_; }
+    // Series index in its chart, -1 when absent: "tp/total", "tp/<replica>" (throughput);
+    // "st/all/<part>", "st/<replica>/<part>" with part compute, allreduce or wait (step time).
+    int seriesIndex(const QString& key) const;
     QList<ChartWidget*> charts() const;
     QPlainTextEdit* logView() const { return log_; }
     QProgressBar* progressBar() const { return progress_; }
@@ -46,6 +54,8 @@ class MonitorPanel : public QWidget {
     void updateBlocker();
     void updateProgress(const td::StepMetrics* last);
     void replotAll();
+    void showStepTimeOf(int selectorIndex);
+    void appendStepTimes(const td::StepMetrics& s, double x);
 
     RunController* runs_;
     QLabel* blocker_;
@@ -58,6 +68,7 @@ class MonitorPanel : public QWidget {
     ChartWidget* stepTime_;
     ChartWidget* learningRate_;
     ChartWidget* lossScale_;
+    QComboBox* replicaSelector_;
 
     td::RunStarted info_;
     QElapsedTimer elapsed_;

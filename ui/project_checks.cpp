@@ -4,6 +4,7 @@
 #include <QFileInfo>
 #include <QObject>
 
+#include "engine/api/data_preview.h"
 #include "engine/api/session.h"
 
 namespace td::ui {
@@ -21,8 +22,7 @@ QString fileProblem(const std::string& path, const QString& what, bool required)
 }  // namespace
 
 QString modelProblem(const td::ModelSpec& model) {
-    td::ModelSpec copy = model;
-    auto r = td::inferShapes(copy);
+    auto r = td::api::summarizeModel(model);
     return r ? QString() : QObject::tr("model: %1").arg(QString::fromStdString(r.error()));
 }
 
@@ -30,11 +30,12 @@ QString dataProblem(const td::DataConfig& data) {
     const td::SourceConfig& s = data.source;
     QStringList problems;
     if (s.type == "fashion_mnist") {
-        if (!QDir(kFashionMnistDir).exists()) {
+        const QString dir = fashionMnistDir();
+        if (!QDir(dir).exists()) {
             problems << QObject::tr(
                             "Fashion-MNIST is not installed in %1 (install the Debian "
                             "package dataset-fashion-mnist)")
-                            .arg(kFashionMnistDir);
+                            .arg(dir);
         }
     } else if (s.type == "idx" || s.type == "npy") {
         const QString kind = s.type == "idx" ? "IDX" : "NPY";
@@ -58,17 +59,22 @@ QString runtimeProblem(const td::Project& project) {
         return QObject::tr("precision %1 is not available here: %2")
             .arg(td::precisionName(project.precision), QString::fromStdString(p.reason));
     }
-    if (project.strategy.type == "multi_worker_mirrored") {
-        return QObject::tr(
-            "MultiWorkerMirrored runs as several processes: launch it headless "
-            "with the command shown on the Training tab");
-    }
     td::Capability s = td::strategyCapability(project.strategy.type);
     if (!s.available) {
         return QObject::tr("strategy %1 is not available here: %2")
             .arg(QString::fromStdString(project.strategy.type), QString::fromStdString(s.reason));
     }
+    if (project.strategy.type == "multi_worker_mirrored") {
+        return QObject::tr(
+            "MultiWorkerMirrored runs as several processes: launch it headless "
+            "with the command shown on the Training tab");
+    }
     return {};
+}
+
+QString projectProblem(const td::Project& project) {
+    td::Status st = td::api::validateProject(project);
+    return st.ok() ? QString() : QString::fromStdString(st.error());
 }
 
 QString startBlocker(const td::Project& project) {
@@ -76,7 +82,11 @@ QString startBlocker(const td::Project& project) {
          {modelProblem(project.model), dataProblem(project.data), runtimeProblem(project)}) {
         if (!why.isEmpty()) return why;
     }
-    return {};
+    return projectProblem(project);
+}
+
+QString fashionMnistDir() {
+    return QString::fromStdString(td::api::fashionMnistDirectory());
 }
 
 }  // namespace td::ui

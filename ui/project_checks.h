@@ -4,16 +4,19 @@
 
 #include <QString>
 
-#include "engine/io/project.h"
+#include "engine/api/projects.h"
 
 namespace td::ui {
 
 QString modelProblem(const td::ModelSpec& model);    // empty when the model is valid
 QString dataProblem(const td::DataConfig& data);     // missing or unreadable files
 QString runtimeProblem(const td::Project& project);  // precision / strategy not available here
-QString startBlocker(const td::Project& project);    // the first of the above, or empty
+// Any field the project file rules refuse, or a run too large for this host (field path first).
+QString projectProblem(const td::Project& project);
+QString startBlocker(const td::Project& project);  // the first of the above, or empty
 
-// Folder of the built-in Fashion-MNIST files (Debian package dataset-fashion-mnist).
-inline constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
+// Folder of the built-in Fashion-MNIST files (Debian package dataset-fashion-mnist), as the
+// engine reads it.
+QString fashionMnistDir();
 
 }  // namespace td::ui

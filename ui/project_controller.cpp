@@ -39,7 +39,7 @@ void ProjectController::newProject() {
 }
 
 bool ProjectController::open(const QString& path, QString* error) {
-    auto loaded = td::loadProject(path.toStdString());
+    auto loaded = td::api::loadProjectFile(path.toStdString());
     if (!loaded) {
         if (error) *error = QString::fromStdString(loaded.error());
         return false;
@@ -49,7 +49,7 @@ bool ProjectController::open(const QString& path, QString* error) {
 }
 
 bool ProjectController::openFromText(const QString& jsonText, const QString& name, QString* error) {
-    auto parsed = td::parseProject(jsonText.toStdString(), name.toStdString());
+    auto parsed = td::api::parseProjectText(jsonText.toStdString(), name.toStdString());
     if (!parsed) {
         if (error) *error = QString::fromStdString(parsed.error());
         return false;
@@ -67,7 +67,7 @@ bool ProjectController::save(QString* error) {
 }
 
 bool ProjectController::saveAs(const QString& path, QString* error) {
-    td::Status st = td::saveProject(project_, path.toStdString());
+    td::Status st = td::api::saveProjectFile(project_, path.toStdString());
     if (!st) {
         if (error) *error = QString::fromStdString(st.error());
         return false;
@@ -77,7 +77,7 @@ bool ProjectController::saveAs(const QString& path, QString* error) {
         path_ = abs;
         emit pathChanged(path_);
     }
-    savedJson_ = td::projectToJson(project_);
+    savedJson_ = td::api::projectText(project_);
     updateDirty();
     return true;
 }
@@ -90,7 +90,7 @@ QString ProjectController::defaultProjectText() {
 
 void ProjectController::replace(td::Project p, const QString& path, bool dirty) {
     project_ = std::move(p);
-    savedJson_ = dirty ? std::string() : td::projectToJson(project_);
+    savedJson_ = dirty ? std::string() : td::api::projectText(project_);
     bool pathChangedNow = path != path_;
     path_ = path;
     emit projectReplaced();
@@ -99,7 +99,7 @@ void ProjectController::replace(td::Project p, const QString& path, bool dirty) 
 }
 
 void ProjectController::updateDirty() {
-    bool d = td::projectToJson(project_) != savedJson_;
+    bool d = td::api::projectText(project_) != savedJson_;
     if (d != dirty_) {
         dirty_ = d;
         emit dirtyChanged(dirty_);

@@ -7,7 +7,7 @@
 #include <functional>
 #include <string>
 
-#include "engine/io/project.h"
+#include "engine/api/projects.h"
 
 namespace td::ui {
 
@@ -48,7 +48,7 @@ class ProjectController : public QObject {
 
     td::Project project_;
     QString path_;
-    std::string savedJson_;  // projectToJson of the last saved/loaded state
+    std::string savedJson_;  // projectText of the last saved/loaded state
     bool dirty_ = false;
 };
 

@@ -115,6 +115,16 @@ void RunController::onPrepared(Prepared prepared) {
     setState(State::Running);
 }
 
+bool RunController::follow(std::shared_ptr<td::EventQueue> queue) {
+    if (state_ != State::Idle || !queue) return false;
+    runId_ = 0;
+    queue_ = std::move(queue);
+    probe_->start();
+    drainTimer_.start();
+    setState(State::Running);
+    return true;
+}
+
 void RunController::togglePause() {
     if (!session_) return;
     if (state_ == State::Running) {

@@ -53,6 +53,10 @@ class RunController : public QObject {
     // *error) only when a run cannot even be attempted.
     bool start(const td::Project& project, const QString& storePath, QString* error = nullptr);
     void togglePause();
+    // Shows a run this controller did not start (a replay, a test): drains `queue` on the same
+    // 40 ms timer and emits the same signals as for its own runs, until a RunFinished arrives.
+    // Returns false when a run is in progress. Pause and Stop do not reach its trainer.
+    bool follow(std::shared_ptr<td::EventQueue> queue);
     void stop();      // asynchronous: the run ends at the next step boundary
     void shutdown();  // blocking: stop, join and deliver the final events (window closing)
 

@@ -11,20 +11,20 @@ RunsFeed::RunsFeed(std::string path, std::chrono::steady_clock::duration fullRel
 
 RunsDelta RunsFeed::poll() {
     RunsDelta delta;
-    if (!reader_) {
-        auto opened = td::RunStoreReader::open(path_);
+    if (!watcher_) {
+        auto opened = td::api::RunWatcher::open(path_);
         if (!opened) {
             delta.error = opened.error();
             return delta;
         }
-        reader_ = std::move(opened).value();
+        watcher_ = std::move(opened).value();
     }
     const auto now = std::chrono::steady_clock::now();
     const bool full = !loaded_ || now - lastFull_ >= fullReloadEvery_;
     auto snap =
-        !loaded_ ? reader_->allRuns()
-        : full   ? reader_->allRuns(dataVersion_)
-                 : reader_->changedRuns(dataVersion_, known_.empty() ? 0 : known_.back(), running_);
+        !loaded_ ? watcher_->allRuns()
+        : full   ? watcher_->allRuns(dataVersion_)
+               : watcher_->changedRuns(dataVersion_, known_.empty() ? 0 : known_.back(), running_);
     if (!snap) {
         delta.error = snap.error();
         return delta;

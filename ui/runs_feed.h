@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/store/run_queries.h"
+#include "engine/api/runs.h"
 
 namespace td::ui {
 
@@ -33,7 +33,7 @@ class RunsFeed {
   private:
     std::string path_;
     std::chrono::steady_clock::duration fullReloadEvery_;
-    std::unique_ptr<td::RunStoreReader> reader_;
+    std::unique_ptr<td::api::RunWatcher> watcher_;
     bool loaded_ = false;
     std::chrono::steady_clock::time_point lastFull_;
     int64_t dataVersion_ = 0;

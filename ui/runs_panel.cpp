@@ -60,18 +60,41 @@ std::optional<double> metricOf(const td::MetricMap& m, const std::string& key) {
     return it->second;
 }
 
+// The overlay metric that draws every replica of a run (from its per-replica rows).
+constexpr const char* kReplicaThroughput = "replicas:samples_per_s";
+
 // What one look reads for one overlaid run, and the new points it found.
 struct OverlayRead {
+    struct ReplicaPoints {
+        std::string device;
+        QVector<double> xs, ys;
+    };
     int64_t id = 0;
     int64_t afterGlobalStep = 0;  // in: steps already shown; out: the last step read
     int epochsShown = 0;          // in: epochs already shown; out: epochs read
     QVector<double> stepXs, stepYs, epochXs, epochYs;
+    std::map<int, ReplicaPoints> replicas;  // by replica index (kReplicaThroughput)
     std::string error;
 };
 
 // Worker thread: the run's rows after what is shown, as points of `key` (step rows carry training
 // metrics only, so val_x overlays x per step).
-void readOverlay(td::RunStore& store, const std::string& key, OverlayRead& o) {
+void readOverlay(td::api::RunCatalog& store, const std::string& key, OverlayRead& o) {
+    if (key == kReplicaThroughput) {
+        auto rows = store.replicaStats(o.id, o.afterGlobalStep);
+        if (!rows) {
+            o.error = rows.error();
+            return;
+        }
+        for (const td::ReplicaRow& r : rows.value()) {
+            OverlayRead::ReplicaPoints& p = o.replicas[r.stats.replica];
+            p.device = r.stats.device;
+            p.xs << static_cast<double>(r.globalStep);
+            p.ys << r.stats.samplesPerSecond;
+            o.afterGlobalStep = std::max(o.afterGlobalStep, r.globalStep);
+        }
+        return;
+    }
     const std::string stepKey = key.rfind("val_", 0) == 0 ? key.substr(4) : key;
     auto steps = store.steps(o.id, o.afterGlobalStep);
     if (!steps) {
@@ -167,7 +190,12 @@ RunsPanel::RunsPanel(QWidget* parent)
     buttons->addStretch(1);
     buttons->addWidget(new QLabel(tr("Overlay metric:")));
     metric_ = new QComboBox;
-    metric_->addItems({"loss", "accuracy", "val_loss", "val_accuracy"});
+    for (const char* key : {"loss", "accuracy", "val_loss", "val_accuracy", "samples_per_s"})
+        metric_->addItem(key, QString(key));
+    metric_->addItem(tr("samples_per_s of each replica"), QString(kReplicaThroughput));
+    metric_->setToolTip(
+        tr("What the charts overlay for the selected runs; \"of each replica\" "
+           "draws one line per replica of a run (Mirrored, MultiWorkerMirrored)."));
     connect(metric_, &QComboBox::activated, this, &RunsPanel::rebuildOverlays);
     buttons->addWidget(metric_);
 
@@ -204,14 +232,14 @@ RunsPanel::~RunsPanel() {
 
 bool RunsPanel::setDatabasePath(const QString& path, QString* error) {
     // Opening creates and migrates the store and reports a bad file at once, to the caller.
-    auto opened = td::RunStore::open(path.toStdString());
+    auto opened = td::api::RunCatalog::open(path.toStdString());
     if (!opened) {
         if (error) *error = QString::fromStdString(opened.error());
         dbLabel_->setText(tr("<span style='color:#b00020'>%1</span>")
                               .arg(QString::fromStdString(opened.error()).toHtmlEscaped()));
         return false;
     }
-    store_ = std::shared_ptr<td::RunStore>(std::move(opened).value());
+    catalog_ = std::shared_ptr<td::api::RunCatalog>(std::move(opened).value());
     feed_ = std::make_shared<RunsFeed>(path.toStdString());
     ++dbGeneration_;
     dbPath_ = path;
@@ -227,7 +255,7 @@ bool RunsPanel::setDatabasePath(const QString& path, QString* error) {
 }
 
 void RunsPanel::refresh() {
-    if (!store_) {
+    if (!catalog_) {
         emit refreshed();  // nothing to read: current as it is
         return;
     }
@@ -239,17 +267,17 @@ void RunsPanel::refresh() {
 }
 
 void RunsPanel::poll() {
-    if (!store_ || polling_) return;
+    if (!catalog_ || polling_) return;
     polling_ = true;
     std::vector<OverlayRead> reads;
     for (const auto& [id, o] : overlays_) {
         const td::RunRecord* r = model_->runById(id);
         if (!o.loaded || (r && r->status == "running"))
-            reads.push_back(OverlayRead{id, o.lastGlobalStep, o.epochsShown, {}, {}, {}, {}, {}});
+            reads.push_back(OverlayRead{id, o.lastGlobalStep, o.epochsShown});
     }
     const int dbGeneration = dbGeneration_, overlayGeneration = overlayGeneration_;
     worker_->post(
-        [feed = feed_, store = store_, key = metric_->currentText().toStdString(),
+        [feed = feed_, store = catalog_, key = metric_->currentData().toString().toStdString(),
          reads = std::move(reads), dbGeneration, overlayGeneration]() mutable {
             Poll p;
             p.dbGeneration = dbGeneration;
@@ -293,6 +321,17 @@ void RunsPanel::applyPoll(Poll& p) {
                 }
                 stepChart_->append(o.stepSeries, r.stepXs, r.stepYs);
                 epochChart_->append(o.epochSeries, r.epochXs, r.epochYs);
+                for (auto& [replica, points] : r.replicas) {
+                    auto [slot, added] = o.replicaSeries.try_emplace(replica, -1);
+                    if (added) {
+                        slot->second = stepChart_->addSeries(
+                            QString("%1 %2").arg(o.label, QString::fromStdString(points.device)),
+                            seriesColor(o.color),
+                            replica == 0 ? ChartWidget::Style::Line : ChartWidget::Style::Dashed);
+                    }
+                    stepChart_->append(slot->second, points.xs, points.ys);
+                    grew = grew || !points.xs.isEmpty();
+                }
                 o.lastGlobalStep = r.afterGlobalStep;
                 o.epochsShown = r.epochsShown;
                 o.loaded = true;
@@ -357,9 +396,14 @@ void RunsPanel::rebuildOverlays() {
         if (!r) continue;
         const QString name = QString("#%1 %2").arg(id).arg(QString::fromStdString(r->name));
         Overlay o;
-        o.stepSeries = stepChart_->addSeries(name, seriesColor(i));
-        o.epochSeries =
-            epochChart_->addSeries(name, seriesColor(i), ChartWidget::Style::LineAndDots);
+        o.label = name;
+        o.color = i;
+        // Per-replica overlays add their series as the replicas' rows arrive.
+        if (metric_->currentData().toString() != kReplicaThroughput) {
+            o.stepSeries = stepChart_->addSeries(name, seriesColor(i));
+            o.epochSeries =
+                epochChart_->addSeries(name, seriesColor(i), ChartWidget::Style::LineAndDots);
+        }
         overlays_[id] = o;
         ++i;
     }
@@ -371,8 +415,8 @@ void RunsPanel::rebuildOverlays() {
 // Edits are written here and shown at once: a rename or a note moves no watermark that the feed
 // follows (its periodic full reload would find them only later).
 bool RunsPanel::renameRun(int64_t id, const QString& name) {
-    if (!store_) return false;
-    td::Status st = store_->renameRun(id, name.toStdString());
+    if (!catalog_) return false;
+    td::Status st = catalog_->rename(id, name.toStdString());
     if (!st) {
         showError(tr("Rename run"), QString::fromStdString(st.error()));
     } else if (const td::RunRecord* r = model_->runById(id)) {
@@ -385,8 +429,8 @@ bool RunsPanel::renameRun(int64_t id, const QString& name) {
 }
 
 bool RunsPanel::setNotes(int64_t id, const QString& notes) {
-    if (!store_) return false;
-    td::Status st = store_->setNotes(id, notes.toStdString());
+    if (!catalog_) return false;
+    td::Status st = catalog_->setNotes(id, notes.toStdString());
     if (!st) {
         showError(tr("Run notes"), QString::fromStdString(st.error()));
     } else if (const td::RunRecord* r = model_->runById(id)) {
@@ -399,8 +443,8 @@ bool RunsPanel::setNotes(int64_t id, const QString& notes) {
 }
 
 bool RunsPanel::deleteRun(int64_t id) {
-    if (!store_) return false;
-    td::Status st = store_->deleteRun(id);
+    if (!catalog_) return false;
+    td::Status st = catalog_->remove(id);
     if (!st)
         showError(tr("Delete run"), QString::fromStdString(st.error()));
     else
@@ -410,8 +454,8 @@ bool RunsPanel::deleteRun(int64_t id) {
 }
 
 bool RunsPanel::exportCsv(int64_t id, const QString& path, QString* error) {
-    if (!store_) return false;
-    auto csv = store_->exportCsv(id);
+    if (!catalog_) return false;
+    auto csv = catalog_->exportCsv(id);
     if (!csv) {
         if (error) *error = QString::fromStdString(csv.error());
         return false;
@@ -489,20 +533,20 @@ void RunsPanel::exportSelected() {
 
 void RunsPanel::diffSelected() {
     auto ids = selectedRunIds();
-    if (ids.size() != 2 || !store_) return;
+    if (ids.size() != 2 || !catalog_) return;
     std::sort(ids.begin(), ids.end());
     // The two project documents are read only now, for these two runs, on the worker.
     using Pair = std::pair<td::Result<td::RunRecord>, td::Result<td::RunRecord>>;
-    worker_->post(
-        [store = store_, ids] { return Pair(store->getRun(ids[0]), store->getRun(ids[1])); },
-        [this](Pair runs) {
-            if (!runs.first || !runs.second) {
-                const std::string& e = !runs.first ? runs.first.error() : runs.second.error();
-                showError(tr("Compare configs"), QString::fromStdString(e));
-                return;
-            }
-            showDiff(runs.first.value(), runs.second.value());
-        });
+    worker_->post([store = catalog_, ids] { return Pair(store->run(ids[0]), store->run(ids[1])); },
+                  [this](Pair runs) {
+                      if (!runs.first || !runs.second) {
+                          const std::string& e =
+                              !runs.first ? runs.first.error() : runs.second.error();
+                          showError(tr("Compare configs"), QString::fromStdString(e));
+                          return;
+                      }
+                      showDiff(runs.first.value(), runs.second.value());
+                  });
 }
 
 void RunsPanel::showDiff(const td::RunRecord& a, const td::RunRecord& b) {

@@ -10,7 +10,7 @@
 #include <map>
 #include <memory>
 
-#include "engine/store/run_store.h"
+#include "engine/api/runs.h"
 
 class QComboBox;
 class QLabel;
@@ -37,7 +37,7 @@ class RunsPanel : public QWidget {
 
     bool setDatabasePath(const QString& path, QString* error = nullptr);
     QString databasePath() const { return dbPath_; }
-    td::RunStore* store() const { return store_.get(); }
+    td::api::RunCatalog* catalog() const { return catalog_.get(); }
 
     // Asks for a look at the store now (the run list and the selected runs' new rows); the model
     // and charts change when refreshed() is emitted. A request while a look is in progress is
@@ -48,6 +48,7 @@ class RunsPanel : public QWidget {
     QLineEdit* filterEdit() const { return filter_; }
     ChartWidget* stepChart() const { return stepChart_; }
     ChartWidget* epochChart() const { return epochChart_; }
+    QComboBox* metricCombo() const { return metric_; }
     std::vector<int64_t> selectedRunIds() const;
     void selectRuns(const std::vector<int64_t>& ids);
 
@@ -64,8 +65,11 @@ class RunsPanel : public QWidget {
 
   private:
     struct Overlay {
+        QString label;  // "#12 name"
+        int color = 0;  // seriesColor index
         int stepSeries = -1;
         int epochSeries = -1;
+        std::map<int, int> replicaSeries;  // replica -> step chart series (per-replica metric)
         int64_t lastGlobalStep = 0;
         int epochsShown = 0;
         bool loaded = false;  // read once; only a running run's overlay is read again
@@ -84,8 +88,8 @@ class RunsPanel : public QWidget {
     void showDiff(const td::RunRecord& a, const td::RunRecord& b);
     void showError(const QString& what, const QString& message);
 
-    std::shared_ptr<td::RunStore> store_;  // shared with jobs on the worker (it locks itself)
-    std::shared_ptr<RunsFeed> feed_;       // used on the worker thread only
+    std::shared_ptr<td::api::RunCatalog> catalog_;  // shared with jobs on the worker (thread-safe)
+    std::shared_ptr<RunsFeed> feed_;                // used on the worker thread only
     QString dbPath_;
     int dbGeneration_ = 0;       // looks started for another database are dropped
     int overlayGeneration_ = 0;  // overlay rows read for an older selection are dropped

@@ -7,7 +7,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/store/run_store.h"
+#include "engine/api/runs.h"
 
 namespace td::ui {
 

@@ -92,8 +92,10 @@ TrainingPanel::TrainingPanel(ProjectController* project, QWidget* parent)
     layout->setContentsMargins(0, 0, 0, 0);
     layout->addWidget(scroll);
     connect(project_, &ProjectController::projectReplaced, this, &TrainingPanel::reload);
-    connect(project_, &ProjectController::pathChanged, this,
-            [this] { mwCommand_->setText(multiWorkerCommand()); });
+    connect(project_, &ProjectController::pathChanged, this, &TrainingPanel::updateStrategyNotes);
+    connect(project_, &ProjectController::dirtyChanged, this, &TrainingPanel::updateStrategyNotes);
+    // The batch size is edited on the Data tab.
+    connect(project_, &ProjectController::projectEdited, this, &TrainingPanel::updateStrategyNotes);
     reload();
 }
 
@@ -294,9 +296,11 @@ QWidget* TrainingPanel::buildRuntime() {
         if (!cap.available) {
             b->setToolTip(QString::fromStdString(cap.reason));
             auto* why = new QLabel(QString::fromStdString(cap.reason));
+            why->setObjectName("strategyReason_" + type);
             why->setWordWrap(true);
             why->setStyleSheet("color: gray; margin-left: 22px;");
             sl->addWidget(why);
+            strategyReasons_[type] = why;
         }
         strategy_->addButton(b, id++);
         strategyButtons_[type] = b;
@@ -317,27 +321,74 @@ QWidget* TrainingPanel::buildRuntime() {
     }
     if (devices_.empty()) deviceList_->addItem(tr("(no devices reported by the engine)"));
     sl->addWidget(deviceList_);
-    auto* rform = new QFormLayout;
-    replicas_ = ispin(0, 256);
-    replicas_->setSpecialValueText(tr("auto"));
-    replicas_->setToolTip(tr("Mirrored on CPUs: number of logical CPU replicas."));
-    rform->addRow(tr("CPU replicas"), replicas_);
-    sl->addLayout(rform);
     strategyNote_ = new QLabel;
+    strategyNote_->setObjectName("strategyNote");
     strategyNote_->setWordWrap(true);
     sl->addWidget(strategyNote_);
+
+    // Mirrored: how many logical replicas the CPU is split into.
+    mirroredOptions_ = new QWidget;
+    mirroredOptions_->setObjectName("mirroredOptions");
+    auto* mform = new QFormLayout(mirroredOptions_);
+    mform->setContentsMargins(0, 0, 0, 0);
+    replicas_ = ispin(0, 4096);
+    replicas_->setObjectName("cpuReplicas");
+    replicas_->setSpecialValueText(tr("auto"));
+    replicas_->setToolTip(
+        tr("Mirrored on CPUs: the number of logical CPU replicas (strategy.replicas); auto lets "
+           "the engine choose."));
+    mform->addRow(tr("CPU replicas"), replicas_);
+    replicaNote_ = new QLabel;
+    replicaNote_->setObjectName("replicaNote");
+    replicaNote_->setWordWrap(true);
+    replicaNote_->setStyleSheet("color: gray;");
+    mform->addRow(QString(), replicaNote_);
+    sl->addWidget(mirroredOptions_);
+
+    // MultiWorkerMirrored: the timeout (a project field) and the command that launches it.
+    multiWorkerOptions_ = new QWidget;
+    multiWorkerOptions_->setObjectName("multiWorkerOptions");
+    auto* wform = new QFormLayout(multiWorkerOptions_);
+    wform->setContentsMargins(0, 0, 0, 0);
+    timeout_ = dspin(0.01, 86400.0, 2, 10.0);
+    timeout_->setObjectName("strategyTimeout");
+    timeout_->setSuffix(tr(" s"));
+    timeout_->setToolTip(
+        tr("How long a worker waits for the others (start-up, each gradient all-reduce) before "
+           "the run fails (strategy.timeout_seconds)."));
+    wform->addRow(tr("Timeout"), timeout_);
+    launcher_ = new QComboBox;
+    launcher_->setObjectName("launcher");
+    launcher_->addItem(tr("mpirun (Open MPI, MPICH)"), "mpirun");
+    launcher_->addItem(tr("srun (Slurm)"), "srun");
+    processes_ = ispin(1, 4096);
+    processes_->setObjectName("processes");
+    processes_->setValue(2);
+    processes_->setToolTip(tr("Worker processes to launch (one per machine or per GPU)."));
+    auto* launchRow = new QHBoxLayout;
+    launchRow->addWidget(launcher_, 1);
+    launchRow->addWidget(new QLabel(tr("processes")));
+    launchRow->addWidget(processes_);
+    wform->addRow(tr("Launch with"), launchRow);
     mwCommand_ = new QLineEdit;
     mwCommand_->setObjectName("multiWorkerCommand");
     mwCommand_->setReadOnly(true);
     auto* copy = new QToolButton;
     copy->setText(tr("Copy"));
     copy->setObjectName("copyCommand");
+    copy->setToolTip(tr("Copy the command line to the clipboard"));
     connect(copy, &QToolButton::clicked, this,
             [this] { QApplication::clipboard()->setText(mwCommand_->text()); });
     auto* mwRow = new QHBoxLayout;
     mwRow->addWidget(mwCommand_, 1);
     mwRow->addWidget(copy);
-    sl->addLayout(mwRow);
+    wform->addRow(tr("Command"), mwRow);
+    mwSaveNote_ = new QLabel;
+    mwSaveNote_->setObjectName("multiWorkerSaveNote");
+    mwSaveNote_->setWordWrap(true);
+    mwSaveNote_->setStyleSheet("color: #b00020;");
+    wform->addRow(QString(), mwSaveNote_);
+    sl->addWidget(multiWorkerOptions_);
     v->addWidget(sbox);
 
     connect(precision_, &QButtonGroup::idClicked, this, &TrainingPanel::write);
@@ -345,6 +396,9 @@ QWidget* TrainingPanel::buildRuntime() {
     connect(strategy_, &QButtonGroup::idClicked, this, &TrainingPanel::write);
     connect(deviceList_, &QListWidget::itemChanged, this, &TrainingPanel::write);
     connect(replicas_, &QSpinBox::valueChanged, this, &TrainingPanel::write);
+    connect(timeout_, &QDoubleSpinBox::valueChanged, this, &TrainingPanel::write);
+    connect(launcher_, &QComboBox::currentIndexChanged, this, &TrainingPanel::updateStrategyNotes);
+    connect(processes_, &QSpinBox::valueChanged, this, &TrainingPanel::updateStrategyNotes);
     return host;
 }
 
@@ -357,15 +411,59 @@ QRadioButton* TrainingPanel::strategyButton(const QString& type) const {
     return it == strategyButtons_.end() ? nullptr : it->second;
 }
 
+QLabel* TrainingPanel::strategyReason(const QString& type) const {
+    auto it = strategyReasons_.find(type);
+    return it == strategyReasons_.end() ? nullptr : it->second;
+}
+
 void TrainingPanel::setDatabasePath(const QString& path) {
     dbPath_ = path;
-    mwCommand_->setText(multiWorkerCommand());
+    updateStrategyNotes();
 }
 
 QString TrainingPanel::multiWorkerCommand() const {
-    QString project = project_->path().isEmpty() ? QString("PROJECT.json") : project_->path();
-    QString db = dbPath_.isEmpty() ? QString("runs.db") : dbPath_;
-    return QString("mpirun -np 2 traindeck train --db \"%1\" \"%2\"").arg(db, project);
+    const QString project = project_->path().isEmpty() ? QString("PROJECT.json") : project_->path();
+    const QString db = dbPath_.isEmpty() ? QString("runs.db") : dbPath_;
+    const QString launch = launcher_->currentData().toString() == "srun"
+                               ? QString("srun --ntasks=%1").arg(processes_->value())
+                               : QString("mpirun -np %1").arg(processes_->value());
+    return QString("%1 traindeck train --db \"%2\" \"%3\"").arg(launch, db, project);
+}
+
+QString TrainingPanel::replicaNote() const {
+    return replicaNote_->text();
+}
+
+// The texts that follow the project (batch size, replicas, its file) and the launcher choice.
+void TrainingPanel::updateStrategyNotes() {
+    const td::Project& p = project_->project();
+    const int64_t batch = p.training.batchSize;
+    const int replicas = replicas_->value();
+    if (replicas <= 0) {
+        replicaNote_->setText(
+            tr("auto: the engine picks the replica count; each global batch of %1 is split "
+               "between the replicas.")
+                .arg(batch));
+    } else if (batch % replicas == 0) {
+        replicaNote_->setText(tr("%1 replicas × %2 samples = the global batch of %3.")
+                                  .arg(replicas)
+                                  .arg(batch / replicas)
+                                  .arg(batch));
+    } else {
+        replicaNote_->setText(tr("%1 replicas share each global batch of %2: slices of %3 or %4 "
+                                 "samples.")
+                                  .arg(replicas)
+                                  .arg(batch)
+                                  .arg(batch / replicas)
+                                  .arg(batch / replicas + 1));
+    }
+    mwCommand_->setText(multiWorkerCommand());
+    mwSaveNote_->setText(project_->path().isEmpty()
+                             ? tr("Save the project first: every worker reads it from its file.")
+                         : project_->isDirty()
+                             ? tr("Save the project: the workers read the file, not these edits.")
+                             : QString());
+    mwSaveNote_->setVisible(!mwSaveNote_->text().isEmpty());
 }
 
 void TrainingPanel::reload() {
@@ -444,7 +542,7 @@ void TrainingPanel::reload() {
         item->setCheckState(on ? Qt::Checked : Qt::Unchecked);
     }
     replicas_->setValue(p.strategy.replicas);
-    mwCommand_->setText(multiWorkerCommand());
+    timeout_->setValue(p.strategy.timeoutSeconds);
     loading_ = false;
     updateVisibility();
 }
@@ -475,17 +573,17 @@ void TrainingPanel::updateVisibility() {
         w->setEnabled(reduceLr_->isChecked());
     QAbstractButton* sb = strategy_->checkedButton();
     const QString type = sb ? sb->property("strategyType").toString() : QString("one_device");
-    replicas_->setEnabled(type == "mirrored");
-    mwCommand_->setVisible(type == "multi_worker_mirrored");
-    if (auto* copy = findChild<QToolButton*>("copyCommand"))
-        copy->setVisible(type == "multi_worker_mirrored");
-    strategyNote_->setText(type == "multi_worker_mirrored"
-                               ? tr("MultiWorkerMirrored runs as several headless processes. "
-                                    "Launch it with:")
-                           : type == "mirrored"
-                               ? tr("Each checked device is one replica; the global batch "
-                                    "is split between them.")
-                               : tr("Trains on the first checked device."));
+    mirroredOptions_->setVisible(type == "mirrored");
+    multiWorkerOptions_->setVisible(type == "multi_worker_mirrored");
+    strategyNote_->setText(
+        type == "multi_worker_mirrored"
+            ? tr("MultiWorkerMirrored runs as several headless processes that train one model "
+                 "together; launch them with the command below. Each uses its checked devices.")
+        : type == "mirrored"
+            ? tr("Each checked device is one replica (the CPU as several logical replicas); the "
+                 "global batch is split between them and their gradients are summed.")
+            : tr("Trains on the first checked device."));
+    updateStrategyNotes();
 }
 
 void TrainingPanel::write() {
@@ -586,6 +684,9 @@ void TrainingPanel::write() {
             if (static_cast<int>(chosen.size()) == checkable) chosen.clear();
             p.strategy.devices = chosen;
             p.strategy.replicas = replicas_->value();
+            // The spin box shows two decimals: keep a finer value from the file unless edited.
+            if (timeout_->value() != QString::number(p.strategy.timeoutSeconds, 'f', 2).toDouble())
+                p.strategy.timeoutSeconds = timeout_->value();
         },
         this);
 }

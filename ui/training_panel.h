@@ -1,6 +1,8 @@
 // Training panel: optimizer and its parameters, learning-rate schedule, loss, metrics, epochs,
-// seed, callbacks, precision policy, fusion and distribution strategy. Options this machine cannot
-// run are shown disabled with the engine's reason (precisionCapability / strategyCapability).
+// seed, callbacks, precision policy, fusion and distribution strategy (Mirrored: the devices and
+// the CPU replica count; MultiWorkerMirrored: the timeout and the mpirun / srun command line that
+// launches its processes). Options this machine cannot run are shown disabled with the engine's
+// reason (precisionCapability / strategyCapability).
 #pragma once
 
 #include <QWidget>
@@ -31,7 +33,18 @@ class TrainingPanel : public QWidget {
     void setDatabasePath(const QString& path);  // for the MultiWorker command line
     QRadioButton* precisionButton(td::PrecisionPolicy p) const;
     QRadioButton* strategyButton(const QString& type) const;
+    // The engine's reason under a strategy it cannot run here (null when it can).
+    QLabel* strategyReason(const QString& type) const;
+    QSpinBox* replicasSpin() const { return replicas_; }
+    QDoubleSpinBox* timeoutSpin() const { return timeout_; }
+    QComboBox* launcherCombo() const { return launcher_; }
+    QSpinBox* processesSpin() const { return processes_; }
+    QWidget* mirroredOptions() const { return mirroredOptions_; }
+    QWidget* multiWorkerOptions() const { return multiWorkerOptions_; }
+    // The command that launches the project's MultiWorkerMirrored processes with the chosen
+    // launcher (mpirun or srun) and process count.
     QString multiWorkerCommand() const;
+    QString replicaNote() const;
 
   private:
     QWidget* buildOptimizer();
@@ -41,6 +54,7 @@ class TrainingPanel : public QWidget {
     void reload();
     void write();
     void updateVisibility();
+    void updateStrategyNotes();
 
     ProjectController* project_;
     bool loading_ = false;
@@ -93,9 +107,17 @@ class TrainingPanel : public QWidget {
     QCheckBox* fusion_;
     QButtonGroup* strategy_;
     std::map<QString, QRadioButton*> strategyButtons_;
+    std::map<QString, QLabel*> strategyReasons_;
     QListWidget* deviceList_;
+    QWidget* mirroredOptions_;
     QSpinBox* replicas_;
+    QLabel* replicaNote_;
+    QWidget* multiWorkerOptions_;
+    QDoubleSpinBox* timeout_;
+    QComboBox* launcher_;
+    QSpinBox* processes_;
     QLineEdit* mwCommand_;
+    QLabel* mwSaveNote_;
     QLabel* strategyNote_;
 };
 

@@ -38,6 +38,9 @@ struct DataSplits {
 // built-in "fashion_mnist" reads /usr/share/datasets/fashion-mnist and, when that is missing, says
 // to install the Debian package dataset-fashion-mnist.
 Result<DataSplits> loadSource(const SourceConfig& cfg);
+// The folder the built-in "fashion_mnist" source reads: $TRAINDECK_FASHION_MNIST_DIR when set,
+// else /usr/share/datasets/fashion-mnist.
+std::string fashionMnistDir();
 
 // Individual loaders (also used by tests).
 // IDX, gzip or raw: u8 -> u8; i8/i16/i32 -> i32; f32/f64 -> f32.

@@ -187,9 +187,18 @@ Result<DataSplits> finish(Dataset train, std::optional<Dataset> test, const std:
     return DataSplits{std::move(train), std::move(test)};
 }
 
+}  // namespace
+
+std::string fashionMnistDir() {
+    const char* env = std::getenv(kFashionMnistDirEnv);
+    return env && *env ? env : kFashionMnistDir;
+}
+
+namespace {
+
 Result<DataSplits> loadFashionMnist() {
     const char* env = std::getenv(kFashionMnistDirEnv);
-    const std::string dir = env && *env ? env : kFashionMnistDir;
+    const std::string dir = fashionMnistDir();
     const std::string trainX = dir + "/train-images-idx3-ubyte.gz";
     const std::string trainY = dir + "/train-labels-idx1-ubyte.gz";
     const std::string testX = dir + "/t10k-images-idx3-ubyte.gz";

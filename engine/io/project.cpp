@@ -47,6 +47,8 @@ constexpr size_t kMaxProjectBytes = size_t{16} << 20;
 // Sample counts, batch sizes, class ids and one_hot depths are 32-bit inside the pipeline and the
 // label tensors; larger values are refused by the parser whatever the machine.
 constexpr int64_t kMaxInt32 = 2147483647;
+// strategy.timeout_seconds: one day.
+constexpr double kMaxStrategyTimeoutSeconds = 86400;
 
 // A count that the engine keeps in 32 bits.
 int64_t atMostInt32(int64_t n, const std::string& path, const char* why) {
@@ -687,10 +689,9 @@ struct Reader {
         }
         if (const Json* x = member(v, "timeout_seconds")) {
             const std::string tp = child(path, "timeout_seconds");
-            if (!x->is_number() || !std::isfinite(x->get<double>()) || x->get<double>() <= 0 ||
-                x->get<double>() > 86400)
-                fail(tp, "expected a number of seconds in (0, 86400], got " + describe(*x));
-            s.timeoutSeconds = x->get<double>();
+            s.timeoutSeconds = getPositiveNumber(*x, tp);
+            if (s.timeoutSeconds > kMaxStrategyTimeoutSeconds)
+                fail(tp, "expected at most 86400 (one day), got " + describe(*x));
         }
         if (const Json* x = member(v, "shard_policy"))
             s.shardPolicy = getOneOf(*x, child(path, "shard_policy"), {"auto", "data", "off"});

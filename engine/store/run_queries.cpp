@@ -13,7 +13,8 @@ namespace {
 
 constexpr int kBusyTimeoutMs = 5000;
 
-// The summary columns: everything but project_json and config_json, which are the bulk of a row.
+// The summary columns: the runs row (the project documents, the bulk of a run, are in
+// run_documents).
 // best_val_accuracy follows RunStore's definition (RunRecord::bestValAccuracy).
 constexpr const char* kSummarySelect = R"sql(SELECT r.id, r.name, r.status, r.started_at_ms,
     r.ended_at_ms, r.host, r.pid, r.devices, r.model_name, r.params, r.final_metrics_json,

@@ -11,21 +11,11 @@
 #include <vector>
 
 #include "engine/core/result.h"
-#include "engine/store/run_store.h"
+#include "engine/core/run_records.h"
 
 struct sqlite3;
 
 namespace td {
-
-// A consistent snapshot of what a viewer may show, taken in one read transaction.
-struct RunListSnapshot {
-    // Equal values mean no other connection committed in between (PRAGMA data_version).
-    int64_t dataVersion = 0;
-    bool unchanged = false;       // dataVersion equals the one passed in: nothing else was read
-    std::vector<int64_t> runIds;  // every run, ascending (empty when unchanged)
-    // Summaries (RunRecord with projectJson and configJson left empty) of the runs asked for.
-    std::vector<RunRecord> runs;
-};
 
 // Owns its own read connection to an existing store (RunStore::open creates and migrates it).
 // Use from one thread at a time.

@@ -45,12 +45,14 @@ struct RunRecorder::Impl {
 
     // Owned by the recorder thread.
     std::vector<StepRow> steps;
+    std::vector<ReplicaRow> replicas;
     std::vector<EpochRow> epochs;
     std::vector<DeviceRow> devices;
     std::vector<LogRow> logs;
     std::chrono::steady_clock::time_point lastFlush = std::chrono::steady_clock::now();
     bool finished = false;
 
+    // Events waiting to be written; a logged step counts once, with its replicas' rows.
     size_t pending() const { return steps.size() + epochs.size() + devices.size() + logs.size(); }
 
     void report(const Status& st) {
@@ -67,12 +69,13 @@ struct RunRecorder::Impl {
     // stays a gapless prefix of what happened (then marked failed), and memory stays bounded.
     void flush() {
         if (!firstError()) {
-            report(store->appendSteps(runId, steps));
+            report(store->appendSteps(runId, steps, replicas));
             if (!firstError()) report(store->appendEpochs(runId, epochs));
             if (!firstError()) report(store->appendDeviceStats(runId, devices));
             if (!firstError()) report(store->appendLogs(runId, logs));
         }
         steps.clear();
+        replicas.clear();
         epochs.clear();
         devices.clear();
         logs.clear();
@@ -119,6 +122,8 @@ struct RunRecorder::Impl {
                     r.metrics["compute_s"] = e.computeSeconds;
                     r.metrics["samples_per_s"] = e.samplesPerSecond;
                     steps.push_back(std::move(r));
+                    for (ReplicaStats& rs : e.replicas)
+                        replicas.push_back(ReplicaRow{e.globalStep, t, std::move(rs)});
                 } else if constexpr (std::is_same_v<T, EpochMetrics>) {
                     EpochRow r;
                     r.epoch = e.epoch;

@@ -99,6 +99,34 @@ UPDATE runs SET updated_at_ms = MAX(started_at_ms, ended_at_ms,
     COALESCE((SELECT MAX(time_ms) FROM logs WHERE run_id = runs.id), 0));
 CREATE INDEX runs_name ON runs(name, started_at_ms);
 )sql",
+    // 2 -> 3: per-replica figures of each logged step (StepMetrics::replicas); older runs have
+    // none. The project documents move out of the runs rows into run_documents: a run's row stays
+    // small, so the updates a run makes to it (append times, the final status) rewrite it in its
+    // page instead of reallocating overflow pages, which a full disk may no longer have.
+    R"sql(
+CREATE TABLE replica_stats (
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    global_step INTEGER NOT NULL,
+    replica INTEGER NOT NULL,
+    worker INTEGER NOT NULL DEFAULT 0,
+    device TEXT NOT NULL DEFAULT '',
+    time_ms INTEGER NOT NULL,
+    samples_per_s REAL,
+    compute_s REAL,
+    all_reduce_s REAL,
+    input_wait_s REAL,
+    PRIMARY KEY (run_id, global_step, replica)
+) WITHOUT ROWID;
+CREATE TABLE run_documents (
+    run_id INTEGER PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
+    project_json TEXT NOT NULL DEFAULT '',
+    config_json TEXT NOT NULL DEFAULT '{}'
+);
+INSERT INTO run_documents (run_id, project_json, config_json)
+    SELECT id, project_json, config_json FROM runs;
+ALTER TABLE runs DROP COLUMN project_json;
+ALTER TABLE runs DROP COLUMN config_json;
+)sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
@@ -360,7 +388,8 @@ Status touchRun(sqlite3* db, const std::string& path, int64_t runId, int64_t tim
 }
 
 constexpr const char* kRunSelect =
-    "SELECT r.id, r.name, r.project_json, r.config_json, r.status, r.started_at_ms, "
+    "SELECT r.id, r.name, COALESCE(d.project_json, ''), COALESCE(d.config_json, '{}'), r.status, "
+    "r.started_at_ms, "
     "r.ended_at_ms, r.host, r.pid, r.devices, r.model_name, r.params, r.final_metrics_json, "
     "r.message, r.notes, r.updated_at_ms, ";
 
@@ -389,8 +418,9 @@ RunRecord readRun(const Stmt& s) {
 Result<std::vector<RunRecord>> selectRuns(sqlite3* db, const std::string& path,
                                           const std::string& where, const std::string& param,
                                           int64_t intParam, bool useInt) {
-    const std::string sql = std::string(kRunSelect) + kBestValAccuracySql + " FROM runs r " +
-                            where + " ORDER BY r.started_at_ms DESC, r.id DESC";
+    const std::string sql = std::string(kRunSelect) + kBestValAccuracySql +
+                            " FROM runs r LEFT JOIN run_documents d ON d.run_id = r.id " + where +
+                            " ORDER BY r.started_at_ms DESC, r.id DESC";
     TD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db, path, sql));
     if (where.find("?1") != std::string::npos) {
         if (useInt) {
@@ -461,6 +491,34 @@ Result<std::vector<EpochRow>> selectEpochs(sqlite3* db, const std::string& path,
     return out;
 }
 
+Result<std::vector<ReplicaRow>> selectReplicaStats(sqlite3* db, const std::string& path,
+                                                   int64_t runId, int64_t afterGlobalStep) {
+    static constexpr const char* kSql =
+        "SELECT global_step, replica, worker, device, time_ms, samples_per_s, compute_s, "
+        "all_reduce_s, input_wait_s FROM replica_stats WHERE run_id = ?1 AND global_step > ?2 "
+        "ORDER BY global_step, replica";
+    TD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db, path, kSql));
+    TD_RETURN_IF_ERROR(s.bindInt(1, runId));
+    TD_RETURN_IF_ERROR(s.bindInt(2, afterGlobalStep));
+    std::vector<ReplicaRow> out;
+    for (;;) {
+        TD_ASSIGN_OR_RETURN(bool row, s.step());
+        if (!row) break;
+        ReplicaRow r;
+        r.globalStep = s.colInt(0);
+        r.stats.replica = static_cast<int>(s.colInt(1));
+        r.stats.worker = static_cast<int>(s.colInt(2));
+        r.stats.device = s.colText(3);
+        r.timeMs = s.colInt(4);
+        r.stats.samplesPerSecond = s.colDouble(5);
+        r.stats.computeSeconds = s.colDouble(6);
+        r.stats.allReduceSeconds = s.colDouble(7);
+        r.stats.inputWaitSeconds = s.colDouble(8);
+        out.push_back(std::move(r));
+    }
+    return out;
+}
+
 std::string csvField(const std::string& s) {
     if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
     std::string out = "\"";
@@ -493,6 +551,31 @@ Status appendRunRows(sqlite3* db, const std::string& path, int64_t runId,
         TD_RETURN_IF_ERROR(s.run());
     }
     return txn.commit();
+}
+
+// Inserts (or replaces) per-replica rows; call inside a transaction that touched the run.
+Status insertReplicaRows(sqlite3* db, const std::string& path, int64_t runId,
+                         const std::vector<ReplicaRow>& rows) {
+    if (rows.empty()) return {};
+    static constexpr const char* kSql =
+        "INSERT OR REPLACE INTO replica_stats (run_id, global_step, replica, worker, device, "
+        "time_ms, samples_per_s, compute_s, all_reduce_s, input_wait_s) "
+        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
+    TD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db, path, kSql));
+    for (const ReplicaRow& r : rows) {
+        TD_RETURN_IF_ERROR(s.bindInt(1, runId));
+        TD_RETURN_IF_ERROR(s.bindInt(2, r.globalStep));
+        TD_RETURN_IF_ERROR(s.bindInt(3, r.stats.replica));
+        TD_RETURN_IF_ERROR(s.bindInt(4, r.stats.worker));
+        TD_RETURN_IF_ERROR(s.bindText(5, r.stats.device));
+        TD_RETURN_IF_ERROR(s.bindInt(6, r.timeMs));
+        TD_RETURN_IF_ERROR(s.bindDouble(7, r.stats.samplesPerSecond));
+        TD_RETURN_IF_ERROR(s.bindDouble(8, r.stats.computeSeconds));
+        TD_RETURN_IF_ERROR(s.bindDouble(9, r.stats.allReduceSeconds));
+        TD_RETURN_IF_ERROR(s.bindDouble(10, r.stats.inputWaitSeconds));
+        TD_RETURN_IF_ERROR(s.run());
+    }
+    return {};
 }
 
 // Runs of this host left 'running' by a process that no longer exists were interrupted.
@@ -642,28 +725,36 @@ Result<int64_t> RunStore::createRun(const RunRecord& run) {
     if (!validStatus(run.status))
         return err(path_ + ": createRun: invalid run status '" + run.status + "'");
     static constexpr const char* kSql =
-        "INSERT INTO runs (name, project_json, config_json, status, started_at_ms, ended_at_ms, "
-        "host, pid, devices, model_name, params, final_metrics_json, message, notes, "
-        "updated_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)";
+        "INSERT INTO runs (name, status, started_at_ms, ended_at_ms, host, pid, devices, "
+        "model_name, params, final_metrics_json, message, notes, updated_at_ms) "
+        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)";
+    static constexpr const char* kDocumentsSql =
+        "INSERT INTO run_documents (run_id, project_json, config_json) VALUES (?1, ?2, ?3)";
     const int64_t started = run.startedAtMs > 0 ? run.startedAtMs : nowMs();
+    TD_ASSIGN_OR_RETURN(Transaction txn, Transaction::begin(db_, path_));
     TD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db_, path_, kSql));
     TD_RETURN_IF_ERROR(s.bindText(1, run.name));
-    TD_RETURN_IF_ERROR(s.bindText(2, run.projectJson));
-    TD_RETURN_IF_ERROR(s.bindText(3, run.configJson.empty() ? "{}" : run.configJson));
-    TD_RETURN_IF_ERROR(s.bindText(4, run.status));
-    TD_RETURN_IF_ERROR(s.bindInt(5, started));
-    TD_RETURN_IF_ERROR(s.bindInt(6, run.endedAtMs));
-    TD_RETURN_IF_ERROR(s.bindText(7, run.host.empty() ? hostName() : run.host));
-    TD_RETURN_IF_ERROR(s.bindInt(8, run.pid != 0 ? run.pid : static_cast<int64_t>(getpid())));
-    TD_RETURN_IF_ERROR(s.bindText(9, run.devices));
-    TD_RETURN_IF_ERROR(s.bindText(10, run.modelName));
-    TD_RETURN_IF_ERROR(s.bindInt(11, run.params));
-    TD_RETURN_IF_ERROR(s.bindText(12, run.finalMetricsJson.empty() ? "{}" : run.finalMetricsJson));
-    TD_RETURN_IF_ERROR(s.bindText(13, run.message));
-    TD_RETURN_IF_ERROR(s.bindText(14, run.notes));
-    TD_RETURN_IF_ERROR(s.bindInt(15, std::max({started, run.endedAtMs, run.updatedAtMs})));
+    TD_RETURN_IF_ERROR(s.bindText(2, run.status));
+    TD_RETURN_IF_ERROR(s.bindInt(3, started));
+    TD_RETURN_IF_ERROR(s.bindInt(4, run.endedAtMs));
+    TD_RETURN_IF_ERROR(s.bindText(5, run.host.empty() ? hostName() : run.host));
+    TD_RETURN_IF_ERROR(s.bindInt(6, run.pid != 0 ? run.pid : static_cast<int64_t>(getpid())));
+    TD_RETURN_IF_ERROR(s.bindText(7, run.devices));
+    TD_RETURN_IF_ERROR(s.bindText(8, run.modelName));
+    TD_RETURN_IF_ERROR(s.bindInt(9, run.params));
+    TD_RETURN_IF_ERROR(s.bindText(10, run.finalMetricsJson.empty() ? "{}" : run.finalMetricsJson));
+    TD_RETURN_IF_ERROR(s.bindText(11, run.message));
+    TD_RETURN_IF_ERROR(s.bindText(12, run.notes));
+    TD_RETURN_IF_ERROR(s.bindInt(13, std::max({started, run.endedAtMs, run.updatedAtMs})));
     TD_RETURN_IF_ERROR(s.run());
-    return static_cast<int64_t>(sqlite3_last_insert_rowid(db_));
+    const auto id = static_cast<int64_t>(sqlite3_last_insert_rowid(db_));
+    TD_ASSIGN_OR_RETURN(Stmt d, Stmt::prepare(db_, path_, kDocumentsSql));
+    TD_RETURN_IF_ERROR(d.bindInt(1, id));
+    TD_RETURN_IF_ERROR(d.bindText(2, run.projectJson));
+    TD_RETURN_IF_ERROR(d.bindText(3, run.configJson.empty() ? "{}" : run.configJson));
+    TD_RETURN_IF_ERROR(d.run());
+    TD_RETURN_IF_ERROR(txn.commit());
+    return id;
 }
 
 Status RunStore::finishRun(int64_t runId, RunStatus status, const MetricMap& finalMetrics,
@@ -683,8 +774,9 @@ Status RunStore::finishRun(int64_t runId, RunStatus status, const MetricMap& fin
     return {};
 }
 
-Status RunStore::appendSteps(int64_t runId, const std::vector<StepRow>& rows) {
-    if (rows.empty()) return {};
+Status RunStore::appendSteps(int64_t runId, const std::vector<StepRow>& rows,
+                             const std::vector<ReplicaRow>& replicas) {
+    if (rows.empty() && replicas.empty()) return {};
     std::lock_guard<std::mutex> lock(mu_);
     static constexpr const char* kSql =
         "INSERT OR REPLACE INTO steps (run_id, global_step, epoch, step, time_ms, name, value) "
@@ -692,6 +784,7 @@ Status RunStore::appendSteps(int64_t runId, const std::vector<StepRow>& rows) {
     TD_ASSIGN_OR_RETURN(Transaction txn, Transaction::begin(db_, path_));
     int64_t last = 0;
     for (const StepRow& r : rows) last = std::max(last, r.timeMs);
+    for (const ReplicaRow& r : replicas) last = std::max(last, r.timeMs);
     TD_RETURN_IF_ERROR(touchRun(db_, path_, runId, last));
     TD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db_, path_, kSql));
     for (const StepRow& r : rows) {
@@ -706,6 +799,7 @@ Status RunStore::appendSteps(int64_t runId, const std::vector<StepRow>& rows) {
             TD_RETURN_IF_ERROR(s.run());
         }
     }
+    TD_RETURN_IF_ERROR(insertReplicaRows(db_, path_, runId, replicas));
     return txn.commit();
 }
 
@@ -736,6 +830,17 @@ Status RunStore::appendDeviceStats(int64_t runId, const std::vector<DeviceRow>& 
         TD_RETURN_IF_ERROR(s.bindInt(5, r.memoryBytes));
         return s.bindDouble(6, r.samplesPerSecond);
     });
+}
+
+Status RunStore::appendReplicaStats(int64_t runId, const std::vector<ReplicaRow>& rows) {
+    if (rows.empty()) return {};
+    std::lock_guard<std::mutex> lock(mu_);
+    TD_ASSIGN_OR_RETURN(Transaction txn, Transaction::begin(db_, path_));
+    int64_t last = 0;
+    for (const ReplicaRow& r : rows) last = std::max(last, r.timeMs);
+    TD_RETURN_IF_ERROR(touchRun(db_, path_, runId, last));
+    TD_RETURN_IF_ERROR(insertReplicaRows(db_, path_, runId, rows));
+    return txn.commit();
 }
 
 Status RunStore::appendLogs(int64_t runId, const std::vector<LogRow>& rows) {
@@ -825,6 +930,11 @@ Result<std::vector<DeviceRow>> RunStore::deviceStats(int64_t runId) {
     return out;
 }
 
+Result<std::vector<ReplicaRow>> RunStore::replicaStats(int64_t runId, int64_t afterGlobalStep) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return selectReplicaStats(db_, path_, runId, afterGlobalStep);
+}
+
 Result<std::vector<LogRow>> RunStore::logs(int64_t runId) {
     std::lock_guard<std::mutex> lock(mu_);
     static constexpr const char* kSql =
@@ -873,6 +983,8 @@ Status RunStore::deleteRun(int64_t runId) {
         "DELETE FROM steps WHERE run_id = ?1",
         "DELETE FROM epochs WHERE run_id = ?1",
         "DELETE FROM device_stats WHERE run_id = ?1",
+        "DELETE FROM replica_stats WHERE run_id = ?1",
+        "DELETE FROM run_documents WHERE run_id = ?1",
         "DELETE FROM logs WHERE run_id = ?1",
     };
     TD_ASSIGN_OR_RETURN(Transaction txn, Transaction::begin(db_, path_));
@@ -893,6 +1005,7 @@ Result<std::string> RunStore::exportCsv(int64_t runId) {
     TD_RETURN_IF_ERROR(selectRunById(db_, path_, runId));
     TD_ASSIGN_OR_RETURN(auto epochRows, selectEpochs(db_, path_, runId));
     TD_ASSIGN_OR_RETURN(auto stepRows, selectSteps(db_, path_, runId, 0));
+    TD_ASSIGN_OR_RETURN(auto replicaRows, selectReplicaStats(db_, path_, runId, 0));
 
     auto writeCells = [](std::string& out, const std::set<std::string>& names, const MetricMap& m) {
         for (const std::string& n : names) {
@@ -932,6 +1045,19 @@ Result<std::string> RunStore::exportCsv(int64_t runId) {
         out += std::to_string(s.globalStep) + "," + std::to_string(s.epoch) + "," +
                std::to_string(s.step);
         writeCells(out, names, s.metrics);
+    }
+
+    if (!replicaRows.empty()) {
+        out +=
+            "\nglobal_step,replica,worker,device,samples_per_s,compute_s,all_reduce_s,"
+            "input_wait_s\n";
+        for (const ReplicaRow& r : replicaRows) {
+            const ReplicaStats& st = r.stats;
+            out += std::to_string(r.globalStep) + "," + std::to_string(st.replica) + "," +
+                   std::to_string(st.worker) + "," + csvField(st.device) + "," +
+                   csvNumber(st.samplesPerSecond) + "," + csvNumber(st.computeSeconds) + "," +
+                   csvNumber(st.allReduceSeconds) + "," + csvNumber(st.inputWaitSeconds) + "\n";
+        }
     }
     return out;
 }

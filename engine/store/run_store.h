@@ -1,4 +1,5 @@
-// SQLite run store: runs, per-step and per-epoch metrics, device statistics and log lines.
+// SQLite run store: runs, per-step and per-epoch metrics, per-replica step figures, device
+// statistics and log lines (record types: engine/core/run_records.h).
 // One database file may be written by one trainer and read by any number of viewers at once (WAL).
 // A run left 'running' by a process that died is marked 'interrupted' when the store is opened.
 #pragma once
@@ -14,59 +15,11 @@
 
 #include "engine/core/events.h"
 #include "engine/core/result.h"
+#include "engine/core/run_records.h"
 
 struct sqlite3;
 
 namespace td {
-
-struct RunRecord {
-    int64_t id = 0;
-    std::string name;
-    std::string projectJson;         // the project file as trained
-    std::string configJson;          // effective settings after CLI overrides (JSON object)
-    std::string status = "running";  // runStatusName()
-    int64_t startedAtMs = 0;         // unix epoch milliseconds
-    int64_t endedAtMs = 0;           // 0 while running
-    std::string host;
-    int64_t pid = 0;
-    std::string devices;  // comma-separated, e.g. "cpu:0,cpu:1"
-    std::string modelName;
-    int64_t params = 0;
-    std::string finalMetricsJson = "{}";
-    std::string message;  // failure or stop reason
-    std::string notes;
-    std::optional<double> bestValAccuracy;  // derived from epoch metrics
-    int64_t updatedAtMs = 0;  // last write for this run (create, append, finish); unix ms
-};
-
-struct StepRow {
-    int64_t globalStep = 0;
-    int epoch = 0;
-    int64_t step = 0;
-    int64_t timeMs = 0;
-    MetricMap metrics;  // loss, accuracy, lr, loss_scale, input_wait_s, compute_s, samples_per_s
-};
-
-struct EpochRow {
-    int epoch = 0;
-    int64_t timeMs = 0;
-    double seconds = 0;
-    MetricMap metrics;  // includes val_* when present
-};
-
-struct DeviceRow {
-    int64_t timeMs = 0;
-    std::string device;
-    double utilization = 0;
-    int64_t memoryBytes = 0;
-    double samplesPerSecond = 0;
-};
-
-struct LogRow {
-    int64_t timeMs = 0;
-    std::string level;  // "info", "warning", "error"
-    std::string text;
-};
 
 class RunStore {
   public:
@@ -82,9 +35,14 @@ class RunStore {
     Result<int64_t> createRun(const RunRecord& run);  // returns the new id
     Status finishRun(int64_t runId, RunStatus status, const MetricMap& finalMetrics,
                      const std::string& message);
-    Status appendSteps(int64_t runId, const std::vector<StepRow>& rows);
+    // The step rows and the per-replica rows of the same steps, in one transaction: a logged
+    // step is stored with its replicas' figures or not at all.
+    Status appendSteps(int64_t runId, const std::vector<StepRow>& rows,
+                       const std::vector<ReplicaRow>& replicas = {});
     Status appendEpochs(int64_t runId, const std::vector<EpochRow>& rows);
     Status appendDeviceStats(int64_t runId, const std::vector<DeviceRow>& rows);
+    // One row per (global step, replica); a row for a pair already stored replaces it.
+    Status appendReplicaStats(int64_t runId, const std::vector<ReplicaRow>& rows);
     Status appendLogs(int64_t runId, const std::vector<LogRow>& rows);
     // Fills in what is known once the run has started (RunStarted): empty devices and params 0
     // leave the stored values unchanged.
@@ -97,12 +55,15 @@ class RunStore {
     Result<std::vector<StepRow>> steps(int64_t runId, int64_t afterGlobalStep = 0);
     Result<std::vector<EpochRow>> epochs(int64_t runId);
     Result<std::vector<DeviceRow>> deviceStats(int64_t runId);
+    // Ordered by global step, then replica; only the rows after `afterGlobalStep`.
+    Result<std::vector<ReplicaRow>> replicaStats(int64_t runId, int64_t afterGlobalStep = 0);
     Result<std::vector<LogRow>> logs(int64_t runId);
 
     Status renameRun(int64_t runId, const std::string& name);
     Status setNotes(int64_t runId, const std::string& notes);
     Status deleteRun(int64_t runId);  // with all its rows
-    // CSV with one row per epoch (and a second section per step), columns from the metric names.
+    // CSV with one row per epoch, a second section per step (columns from the metric names) and,
+    // when the run has per-replica rows, a third section with one row per step and replica.
     Result<std::string> exportCsv(int64_t runId);
 
   private:

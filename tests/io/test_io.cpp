@@ -555,6 +555,7 @@ class TestIo : public QObject {
         QCOMPARE(int(p->precision), int(PrecisionPolicy::Float32));
         QVERIFY(p->fusion);
         QCOMPARE(q(p->strategy.type), "one_device");
+        QCOMPARE(p->strategy.timeoutSeconds, 60.0);  // the default when the key is absent
         QCOMPARE(p->model.layers.back().activation, ActivationKind::Softmax);
     }
 
@@ -688,6 +689,17 @@ class TestIo : public QObject {
             << R"(["gpu0"])"
             << "strategy.devices[0]: expected a device id like \"cpu:0\" or \"cuda:1\", got "
                "\"gpu0\"";
+        QTest::newRow("timeout 0") << "/strategy/timeout_seconds"
+                                   << "0"
+                                   << "strategy.timeout_seconds: expected a positive number, got 0";
+        QTest::newRow("timeout over a day")
+            << "/strategy/timeout_seconds"
+            << "86400.5"
+            << "strategy.timeout_seconds: expected at most 86400 (one day), got 86400.5";
+        QTest::newRow("timeout not a number")
+            << "/strategy/timeout_seconds"
+            << "\"1m\""
+            << "strategy.timeout_seconds: expected a positive number, got \"1m\"";
         QTest::newRow("fusion not bool") << "/fusion"
                                          << "\"yes\""
                                          << "fusion: expected true or false, got \"yes\"";
@@ -899,6 +911,7 @@ class TestIo : public QObject {
         p.fusion = false;
         p.strategy =
             StrategyConfig{.type = "mirrored", .devices = {"cpu:0", "cpu:1"}, .replicas = 2};
+        p.strategy.timeoutSeconds = 12.5;
         {
             ModelSpec named = p.model;
             QVERIFY(inferShapes(named).ok());

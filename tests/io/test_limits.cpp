@@ -239,6 +239,9 @@ void TestLimits::absurdValues_data() {
         "strategy.replicas: expected at most 4096");
     row("device index 2^32 + 1", "/strategy/devices", R"(["cuda:4294967297"])", 2,
         "strategy.devices[0]: expected a device index of at most 4 digits");
+    row("timeout 1e308", "/strategy",
+        R"({"type": "multi_worker_mirrored", "timeout_seconds": 1e308})", 2,
+        "strategy.timeout_seconds: expected at most 86400");
     // model
     row("Dense 1e9 units", "/model/config/layers/1/config/units", "1000000000", 2,
         "model.config.layers[1]: needs about");

@@ -1,11 +1,13 @@
 // Run store: schema and migrations, every RunStore method, crash recovery, bad files, and the
-// RunRecorder writing a run from events while a second connection reads it live.
+// RunRecorder writing a run (with its per-replica figures) from events while a second connection
+// reads it live.
 #include <sqlite3.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <QtTest/QtTest>
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdlib>
@@ -118,6 +120,27 @@ CREATE INDEX logs_run ON logs(run_id, id);
 PRAGMA user_version = 1;
 )sql";
 
+// What migration 1 -> 2 added, frozen here: kSchemaV1 + kSchemaV2Delta is a real v2 file.
+const char* kSchemaV2Delta = R"sql(
+ALTER TABLE runs ADD COLUMN updated_at_ms INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX runs_name ON runs(name, started_at_ms);
+PRAGMA user_version = 2;
+)sql";
+
+ReplicaRow replicaRow(int64_t globalStep, int replica, double samplesPerSecond) {
+    ReplicaRow r;
+    r.globalStep = globalStep;
+    r.timeMs = 100 + globalStep;
+    r.stats.replica = replica;
+    r.stats.worker = replica / 2;
+    r.stats.device = "cpu:" + std::to_string(replica);
+    r.stats.samplesPerSecond = samplesPerSecond;
+    r.stats.computeSeconds = 0.01 * (replica + 1);
+    r.stats.allReduceSeconds = 0.002 * (replica + 1);
+    r.stats.inputWaitSeconds = 0.0005 * (replica + 1);
+    return r;
+}
+
 }  // namespace
 
 class TestStore : public QObject {
@@ -148,7 +171,8 @@ class TestStore : public QObject {
         RawDb raw(path);
         QCOMPARE(raw.queryInt("PRAGMA user_version"), int64_t(RunStore::schemaVersion()));
         QCOMPARE(raw.queryText("PRAGMA journal_mode"), std::string("wal"));
-        for (const char* table : {"runs", "steps", "epochs", "device_stats", "logs"})
+        for (const char* table :
+             {"runs", "run_documents", "steps", "epochs", "device_stats", "replica_stats", "logs"})
             QCOMPARE(raw.queryInt(std::string("SELECT count(*) FROM sqlite_master WHERE type = "
                                               "'table' AND name = '") +
                                   table + "'"),
@@ -364,13 +388,15 @@ class TestStore : public QObject {
             QVERIFY(store->appendSteps(run, {{1, 0, 1, 5, {{"loss", 1.0}}}}).ok());
             QVERIFY(store->appendEpochs(run, {{0, 5, 1.0, {{"loss", 1.0}}}}).ok());
             QVERIFY(store->appendDeviceStats(run, {{5, "cpu:0", 1.0, 1, 1.0}}).ok());
+            QVERIFY(store->appendReplicaStats(run, {replicaRow(1, 0, 10.0)}).ok());
             QVERIFY(store->appendLogs(run, {{5, "info", "x"}}).ok());
         }
         QVERIFY(store->deleteRun(*id).ok());
         QVERIFY(!store->getRun(*id).ok());
         QVERIFY(!store->deleteRun(*id).ok());
         RawDb raw(path);
-        for (const char* table : {"steps", "epochs", "device_stats", "logs"}) {
+        for (const char* table :
+             {"steps", "epochs", "device_stats", "replica_stats", "run_documents", "logs"}) {
             QCOMPARE(raw.queryInt(std::string("SELECT count(*) FROM ") + table +
                                   " WHERE run_id = " + std::to_string(*id)),
                      int64_t(0));
@@ -544,7 +570,7 @@ class TestStore : public QObject {
     }
 
     void migratesVersion1() {
-        QCOMPARE(RunStore::schemaVersion(), 2);  // update this test when adding a migration
+        QCOMPARE(RunStore::schemaVersion(), 3);  // update this test when adding a migration
         const std::string path = dir_.filePath("v1.db").toStdString();
         {
             RawDb raw(path);
@@ -561,7 +587,7 @@ class TestStore : public QObject {
         auto store = openOk(path);
         QVERIFY(store);
         RawDb raw(path);
-        QCOMPARE(raw.queryInt("PRAGMA user_version"), int64_t(2));
+        QCOMPARE(raw.queryInt("PRAGMA user_version"), int64_t(RunStore::schemaVersion()));
         QCOMPARE(raw.queryInt("SELECT count(*) FROM sqlite_master WHERE name = 'runs_name'"),
                  int64_t(1));
         auto r1 = store->getRun(1);
@@ -575,6 +601,190 @@ class TestStore : public QObject {
         // The upgraded database takes new rows.
         QVERIFY(store->appendSteps(2, {{2, 0, 2, 900, {{"loss", 0.25}}}}).ok());
         QCOMPARE(store->getRun(2)->updatedAtMs, int64_t(900));
+    }
+
+    // A store written by the previous version keeps every run and every row, and takes
+    // per-replica rows afterwards.
+    void migratesVersion2() {
+        const std::string path = dir_.filePath("v2.db").toStdString();
+        constexpr int kRuns = 5;
+        {
+            RawDb raw(path);
+            raw.exec(kSchemaV1);
+            raw.exec(kSchemaV2Delta);
+            for (int i = 1; i <= kRuns; ++i) {
+                const std::string id = std::to_string(i);
+                raw.exec(
+                    "INSERT INTO runs (id, name, project_json, config_json, status, "
+                    "started_at_ms, ended_at_ms, host, pid, devices, params, notes, "
+                    "updated_at_ms) VALUES (" +
+                    id + ", 'run " + id + "', '{\"name\":\"p" + id + "\"}', '{\"epochs\":" + id +
+                    "}', 'completed', " + id + "000, " + id + "900, 'h', 1, 'cpu:0', 42, 'note " +
+                    id + "', " + id + "900)");
+                raw.exec("INSERT INTO steps VALUES (" + id + ", 1, 0, 1, " + id +
+                         "100, 'loss', 0." + id + ")");
+                raw.exec("INSERT INTO epochs VALUES (" + id + ", 0, " + id +
+                         "200, 1.5, '{\"val_accuracy\":0.5}')");
+                raw.exec(
+                    "INSERT INTO device_stats (run_id, time_ms, device, utilization, "
+                    "memory_bytes, samples_per_s) VALUES (" +
+                    id + ", " + id + "300, 'cpu:0', 0.5, 7, 99)");
+                raw.exec("INSERT INTO logs (run_id, time_ms, level, text) VALUES (" + id + ", " +
+                         id + "400, 'info', 'hello')");
+            }
+        }
+        auto store = openOk(path);
+        QVERIFY(store);
+        {
+            RawDb raw(path);
+            QCOMPARE(raw.queryInt("PRAGMA user_version"), int64_t(3));
+            QCOMPARE(raw.queryInt("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND "
+                                  "name = 'replica_stats'"),
+                     int64_t(1));
+            // The documents moved out of the runs rows.
+            QCOMPARE(raw.queryInt("SELECT count(*) FROM run_documents"), int64_t(kRuns));
+            QCOMPARE(raw.queryInt("SELECT count(*) FROM pragma_table_info('runs') WHERE name IN "
+                                  "('project_json', 'config_json')"),
+                     int64_t(0));
+        }
+        auto runs = store->listRuns();
+        QVERIFY(runs.ok());
+        QCOMPARE(runs->size(), size_t(kRuns));
+        for (int i = 1; i <= kRuns; ++i) {
+            auto r = store->getRun(i);
+            QVERIFY(r.ok());
+            QCOMPARE(r->name, "run " + std::to_string(i));
+            QCOMPARE(r->projectJson, "{\"name\":\"p" + std::to_string(i) + "\"}");
+            QCOMPARE(r->configJson, "{\"epochs\":" + std::to_string(i) + "}");
+            QCOMPARE(r->status, std::string("completed"));
+            QCOMPARE(r->notes, "note " + std::to_string(i));
+            QCOMPARE(r->params, int64_t(42));
+            QCOMPARE(r->updatedAtMs, int64_t(i * 1000 + 900));
+            QCOMPARE(r->bestValAccuracy, std::optional<double>(0.5));
+            QCOMPARE(store->steps(i)->size(), size_t(1));
+            QCOMPARE(store->steps(i)->front().metrics.at("loss"), 0.1 * i);
+            QCOMPARE(store->epochs(i)->size(), size_t(1));
+            QCOMPARE(store->deviceStats(i)->size(), size_t(1));
+            QCOMPARE(store->logs(i)->size(), size_t(1));
+            QVERIFY(store->replicaStats(i)->empty());
+        }
+        QVERIFY(store->appendReplicaStats(3, {replicaRow(2, 0, 5.0), replicaRow(2, 1, 6.0)}).ok());
+        QCOMPARE(store->replicaStats(3)->size(), size_t(2));
+        QCOMPARE(store->getRun(3)->updatedAtMs, int64_t(3900));  // row time 102 is older
+    }
+
+    void replicaStatsRoundTrip() {
+        auto store = openOk(newPath());
+        QVERIFY(store);
+        auto id = store->createRun(makeRun("replicas", 1));
+        auto other = store->createRun(makeRun("other", 2));
+        QVERIFY(id.ok() && other.ok());
+        std::vector<ReplicaRow> rows;
+        for (int64_t g : {10, 20, 30})
+            for (int r = 0; r < 3; ++r) rows.push_back(replicaRow(g, r, 100.0 * g + r));
+        rows[4].stats.allReduceSeconds = std::numeric_limits<double>::quiet_NaN();
+        // Out of order on purpose: reads come back by step, then replica.
+        std::reverse(rows.begin(), rows.end());
+        QVERIFY(store->appendReplicaStats(*id, rows).ok());
+        QVERIFY(store->appendReplicaStats(*other, {replicaRow(10, 0, 1.0)}).ok());
+        QVERIFY(store->appendReplicaStats(*id, {}).ok());
+        QVERIFY(!store->appendReplicaStats(4242, {replicaRow(1, 0, 1.0)}).ok());
+
+        auto back = store->replicaStats(*id);
+        QVERIFY(back.ok());
+        QCOMPARE(back->size(), size_t(9));
+        std::reverse(rows.begin(), rows.end());
+        for (size_t i = 0; i < rows.size(); ++i) {
+            const ReplicaRow& a = rows[i];
+            const ReplicaRow& b = (*back)[i];
+            QCOMPARE(b.globalStep, a.globalStep);
+            QCOMPARE(b.timeMs, a.timeMs);
+            QCOMPARE(b.stats.replica, a.stats.replica);
+            QCOMPARE(b.stats.worker, a.stats.worker);
+            QCOMPARE(b.stats.device, a.stats.device);
+            QCOMPARE(b.stats.samplesPerSecond, a.stats.samplesPerSecond);
+            QCOMPARE(b.stats.computeSeconds, a.stats.computeSeconds);
+            QCOMPARE(b.stats.inputWaitSeconds, a.stats.inputWaitSeconds);
+            if (i == 4) {
+                QVERIFY(std::isnan(b.stats.allReduceSeconds));  // NULL in the table
+            } else {
+                QCOMPARE(b.stats.allReduceSeconds, a.stats.allReduceSeconds);
+            }
+        }
+        auto after = store->replicaStats(*id, 20);
+        QVERIFY(after.ok());
+        QCOMPARE(after->size(), size_t(3));
+        QCOMPARE(after->front().globalStep, int64_t(30));
+        QVERIFY(store->replicaStats(4242)->empty());
+
+        // The same (step, replica) again replaces the row.
+        QVERIFY(store->appendReplicaStats(*id, {replicaRow(30, 2, 7.0)}).ok());
+        QCOMPARE(store->replicaStats(*id)->size(), size_t(9));
+        QCOMPARE(store->replicaStats(*id)->back().stats.samplesPerSecond, 7.0);
+
+        // Export: a third section, one row per step and replica.
+        QVERIFY(store->appendSteps(*other, {{10, 0, 10, 5, {{"loss", 0.5}}}}).ok());
+        auto csv = store->exportCsv(*other);
+        QVERIFY(csv.ok());
+        const std::string expected =
+            "epoch,seconds\n"
+            "\n"
+            "global_step,epoch,step,loss\n"
+            "10,0,10,0.5\n"
+            "\n"
+            "global_step,replica,worker,device,samples_per_s,compute_s,all_reduce_s,input_wait_s\n"
+            "10,0,0,cpu:0,1,0.01,0.002,0.0005\n";
+        QCOMPARE(*csv, expected);
+    }
+
+    void recorderWritesReplicas() {
+        const std::string path = newPath();
+        auto store = openOk(path);
+        QVERIFY(store);
+        auto id = store->createRun(makeRun("mirrored", 0));
+        QVERIFY(id.ok());
+        EventBus bus;
+        auto rec = RunRecorder::start(path, *id, bus.subscribe());
+        QVERIFY2(rec.ok(), rec.ok() ? "" : rec.error().c_str());
+        constexpr int64_t kSteps = 200;  // 400 replica rows: more than one batch
+        for (int64_t g = 1; g <= kSteps; ++g) {
+            StepMetrics s;
+            s.step = g;
+            s.globalStep = g;
+            s.metrics = {{"loss", 1.0}};
+            for (int r = 0; r < 2; ++r) {
+                ReplicaStats rs;
+                rs.replica = r;
+                rs.worker = 0;
+                rs.device = "cpu:" + std::to_string(r);
+                rs.samplesPerSecond = 1000.0 * double(g) + r;
+                rs.computeSeconds = 0.02 + 0.01 * r;
+                rs.allReduceSeconds = 0.003;
+                rs.inputWaitSeconds = 0.001 * r;
+                s.replicas.push_back(rs);
+            }
+            bus.publish(s);
+        }
+        bus.publish(StepMetrics{.globalStep = kSteps + 1});  // no replicas: no rows
+        bus.publish(RunFinished{RunStatus::Completed, "", {}, 1.0});
+        bus.closeAll();
+        (*rec)->join();
+        QVERIFY(!(*rec)->lastError().has_value());
+
+        auto rows = store->replicaStats(*id);
+        QVERIFY(rows.ok());
+        QCOMPARE(rows->size(), size_t(2 * kSteps));
+        const ReplicaRow& r = (*rows)[2 * 6 + 1];  // step 7, replica 1
+        QCOMPARE(r.globalStep, int64_t(7));
+        QCOMPARE(r.stats.replica, 1);
+        QCOMPARE(r.stats.device, std::string("cpu:1"));
+        QCOMPARE(r.stats.samplesPerSecond, 7001.0);
+        QCOMPARE(r.stats.computeSeconds, 0.03);
+        QCOMPARE(r.stats.allReduceSeconds, 0.003);
+        QCOMPARE(r.stats.inputWaitSeconds, 0.001);
+        QVERIFY(r.timeMs > 0);
+        QCOMPARE(store->steps(*id)->size(), size_t(kSteps + 1));
+        QCOMPARE(store->getRun(*id)->status, std::string("completed"));
     }
 
     void errorsNameTheCall() {

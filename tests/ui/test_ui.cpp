@@ -5,6 +5,8 @@
 #include <sqlite3.h>
 
 #include <QAction>
+#include <QComboBox>
+#include <QDoubleSpinBox>
 #include <QElapsedTimer>
 #include <QFile>
 #include <QFileInfo>
@@ -12,6 +14,7 @@
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
+#include <QLabel>
 #include <QLineEdit>
 #include <QListWidget>
 #include <QMimeData>
@@ -19,6 +22,7 @@
 #include <QProcess>
 #include <QProgressBar>
 #include <QPushButton>
+#include <QRadioButton>
 #include <QSignalSpy>
 #include <QSpinBox>
 #include <QStandardPaths>
@@ -216,6 +220,9 @@ class TestUi : public QObject {
     void propertyEditorValidatesFields();
     void trainingFillsChartsAndStore();
     void monitorCoalescesReplots();
+    void monitorChartsEveryReplica();
+    void strategyControlsFollowCapability();
+    void dataPanelDescribesPipeline();
     void stopMidRunMarksStopped();
     void closingMidRunMarksStopped();
     void projectRoundTripsUnchanged();
@@ -226,6 +233,7 @@ class TestUi : public QObject {
     void runsPanelFollowsHeadlessRunLive();
     void runsFeedReadsOnlyWhatChanged();
     void runsPanelReadsOffTheGuiThread();
+    void runsPanelOverlaysReplicas();
     void screenshotsWaitForPanelData();
     void latencyDuringFashionMnistTraining();
 
@@ -450,7 +458,7 @@ void TestUi::trainingFillsChartsAndStore() {
     QVERIFY(mon->lossChart()->pointCount(2) == 2);  // validation
     QVERIFY(mon->accuracyChart()->pointCount(0) > 0);
     QVERIFY(mon->throughputChart()->pointCount(0) > 0);
-    QVERIFY(mon->stepTimeChart()->pointCount(1) > 0);
+    QVERIFY(mon->stepTimeChart()->pointCount(mon->seriesIndex("st/all/compute")) > 0);
     QVERIFY(mon->lastSamplesPerSecond() > 0);
     QCOMPARE(mon->progressBar()->value(), mon->progressBar()->maximum());
     QVERIFY(batches.count() >= 1);
@@ -527,6 +535,215 @@ void TestUi::monitorCoalescesReplots() {
                             .arg(replots.count())
                             .arg(events)
                             .arg(elapsedMs)));
+}
+
+// Two replicas' figures reach the throughput and step-time charts through the controller's own
+// path (queue -> 40 ms drain -> EventBatch -> MonitorPanel), each in its own series.
+void TestUi::monitorChartsEveryReplica() {
+    auto w = makeWindow("replicas.db");
+    w->tabs()->setCurrentIndex(MainWindow::MonitorTab);
+    RunController* rc = w->runController();
+    MonitorPanel* mon = w->monitorPanel();
+    QSignalSpy started(rc, &RunController::runStarted);
+    QSignalSpy finished(rc, &RunController::runFinished);
+
+    td::EventBus bus;
+    QVERIFY(rc->follow(bus.subscribe()));
+    QVERIFY(!rc->follow(bus.subscribe()));  // one run at a time
+    td::RunStarted info;
+    info.runName = "two replicas";
+    info.devices = {"cpu:0", "cpu:1"};
+    info.epochs = 1;
+    info.stepsPerEpoch = 10;
+    info.batchSize = 64;
+    bus.publish(info);
+    auto replica = [](int r, double sps, double compute, double allReduce, double wait) {
+        td::ReplicaStats s;
+        s.replica = r;
+        s.device = "cpu:" + std::to_string(r);
+        s.samplesPerSecond = sps;
+        s.computeSeconds = compute;
+        s.allReduceSeconds = allReduce;
+        s.inputWaitSeconds = wait;
+        return s;
+    };
+    td::StepMetrics a;  // steps 1-2
+    a.step = 2;
+    a.globalStep = 2;
+    a.metrics = {{"loss", 1.5}, {"accuracy", 0.25}};
+    a.samplesPerSecond = 3000;
+    a.replicas = {replica(0, 1000, 0.010, 0.002, 0.004), replica(1, 2000, 0.020, 0.006, 0.000)};
+    td::StepMetrics b;  // steps 3-6; replicas listed out of order
+    b.step = 6;
+    b.globalStep = 6;
+    b.metrics = {{"loss", 1.25}, {"accuracy", 0.5}};
+    b.samplesPerSecond = 3600;
+    b.replicas = {replica(1, 1900, 0.040, 0.008, 0.004), replica(0, 1700, 0.080, 0.012, 0.020)};
+    bus.publish(a);
+    bus.publish(b);
+    QTRY_COMPARE_WITH_TIMEOUT(mon->throughputChart()->pointCount(mon->seriesIndex("tp/1")), 2,
+                              5000);
+    QCOMPARE(started.count(), 1);
+
+    // Throughput: the total and one series per replica, named after its device.
+    ChartWidget* tp = mon->throughputChart();
+    QCOMPARE(tp->seriesCount(), 3);
+    QCOMPARE(tp->seriesName(mon->seriesIndex("tp/0")), QString("cpu:0"));
+    QCOMPARE(tp->seriesName(mon->seriesIndex("tp/1")), QString("cpu:1"));
+    const QPointF t0 = tp->point(mon->seriesIndex("tp/0"), 0);
+    QCOMPARE(t0.x(), 0.2);  // epoch 0, step 2 of 10
+    QCOMPARE(t0.y(), 1000.0);
+    QCOMPARE(tp->point(mon->seriesIndex("tp/0"), 1).y(), 1700.0);
+    QCOMPARE(tp->point(mon->seriesIndex("tp/1"), 0).y(), 2000.0);
+    QCOMPARE(tp->point(mon->seriesIndex("tp/1"), 1), QPointF(0.6, 1900.0));
+    QCOMPARE(tp->point(mon->seriesIndex("tp/total"), 1).y(), 3600.0);
+
+    // Step time in ms per step: the first event covers 2 steps, the second 4.
+    ChartWidget* st = mon->stepTimeChart();
+    auto y = [&](const char* key, int i) { return st->point(mon->seriesIndex(key), i).y(); };
+    QCOMPARE(st->seriesCount(), 9);  // (mean, replica 0, replica 1) x 3 parts
+    QCOMPARE(y("st/0/compute", 0), 5.0);
+    QCOMPARE(y("st/0/allreduce", 0), 1.0);
+    QCOMPARE(y("st/0/wait", 0), 2.0);
+    QCOMPARE(y("st/1/compute", 0), 10.0);
+    QCOMPARE(y("st/1/allreduce", 0), 3.0);
+    QCOMPARE(y("st/1/wait", 0), 0.0);
+    QCOMPARE(y("st/0/compute", 1), 20.0);
+    QCOMPARE(y("st/0/allreduce", 1), 3.0);
+    QCOMPARE(y("st/0/wait", 1), 5.0);
+    QCOMPARE(y("st/1/compute", 1), 10.0);
+    QCOMPARE(y("st/1/allreduce", 1), 2.0);
+    QCOMPARE(y("st/1/wait", 1), 1.0);
+    QCOMPARE(y("st/all/compute", 0), 7.5);
+    QCOMPARE(y("st/all/allreduce", 1), 2.5);
+    QCOMPARE(y("st/all/wait", 1), 3.0);
+    QCOMPARE(st->seriesName(mon->seriesIndex("st/1/allreduce")), QString("cpu:1 all-reduce"));
+
+    // One replica (or the mean) at a time, chosen in the chart's header.
+    QComboBox* selector = mon->replicaSelector();
+    QVERIFY(selector->isVisibleTo(mon));
+    QCOMPARE(selector->count(), 3);
+    auto shown = [&] {
+        QStringList keys;
+        for (const char* g : {"all", "0", "1"})
+            for (const char* p : {"compute", "allreduce", "wait"})
+                if (st->seriesVisible(mon->seriesIndex(QString("st/%1/%2").arg(g, p))))
+                    keys << QString("%1/%2").arg(g, p);
+        return keys.join(' ');
+    };
+    QCOMPARE(shown(), QString("all/compute all/allreduce all/wait"));
+    selector->setCurrentIndex(2);
+    QCOMPARE(shown(), QString("1/compute 1/allreduce 1/wait"));
+    QCOMPARE(st->plot()->legend->itemCount(), 3);
+    selector->setCurrentIndex(1);
+    QCOMPARE(shown(), QString("0/compute 0/allreduce 0/wait"));
+
+    bus.publish(td::RunFinished{td::RunStatus::Completed, "", {}, 1.0});
+    bus.closeAll();
+    QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 1, 5000);
+    QCOMPARE(rc->state(), RunController::State::Idle);
+
+    // A run on one device: no selector, the mean is that device.
+    td::EventBus single;
+    QVERIFY(rc->follow(single.subscribe()));
+    info.devices = {"cpu:0"};
+    single.publish(info);
+    a.replicas.resize(1);
+    single.publish(a);
+    QTRY_COMPARE_WITH_TIMEOUT(st->pointCount(mon->seriesIndex("st/all/compute")), 1, 5000);
+    QVERIFY(!selector->isVisibleTo(mon));
+    QCOMPARE(st->seriesCount(), 3);
+    QCOMPARE(y("st/all/compute", 0), 5.0);
+    QCOMPARE(mon->seriesIndex("st/0/compute"), -1);
+    single.publish(td::RunFinished{td::RunStatus::Completed, "", {}, 1.0});
+    QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 2, 5000);
+}
+
+// The strategy choices are the engine's (strategyCapability), with its reason under those it
+// cannot run; Mirrored shows the CPU replica count, MultiWorkerMirrored its timeout and launch
+// command.
+void TestUi::strategyControlsFollowCapability() {
+    auto w = makeWindow("strategy.db");
+    ProjectController* pc = w->projectController();
+    TrainingPanel* tp = w->trainingPanel();
+    for (const char* type : {"one_device", "mirrored", "multi_worker_mirrored"}) {
+        const td::Capability cap = td::strategyCapability(type);
+        QRadioButton* b = tp->strategyButton(type);
+        QVERIFY(b);
+        QCOMPARE(b->isEnabled(), cap.available);
+        QLabel* why = tp->strategyReason(type);
+        if (cap.available) {
+            QVERIFY(!why);
+        } else {
+            QVERIFY(why);
+            QCOMPARE(why->text(), QString::fromStdString(cap.reason));
+            QCOMPARE(b->toolTip(), QString::fromStdString(cap.reason));
+        }
+    }
+
+    auto open = [&](const QString& strategyJson) {
+        QString text = syntheticProject(1);
+        text.replace(R"("strategy": {"type": "one_device"})", "\"strategy\": " + strategyJson);
+        QString error;
+        const QString path = dir_.filePath("strategy.json");
+        QVERIFY(writeFile(path, text));
+        QVERIFY2(w->openProject(path, &error), qPrintable(error));
+    };
+
+    open(R"({"type": "mirrored", "replicas": 3})");
+    QVERIFY(tp->strategyButton("mirrored")->isChecked());
+    QVERIFY(tp->mirroredOptions()->isVisibleTo(tp));
+    QVERIFY(!tp->multiWorkerOptions()->isVisibleTo(tp));
+    QCOMPARE(tp->replicasSpin()->value(), 3);
+    // Batch 16 over 3 replicas.
+    QVERIFY2(tp->replicaNote().contains("slices of 5 or 6"), qPrintable(tp->replicaNote()));
+    tp->replicasSpin()->setValue(4);
+    QCOMPARE(pc->project().strategy.replicas, 4);
+    QVERIFY2(tp->replicaNote().contains("4 replicas × 4 samples"), qPrintable(tp->replicaNote()));
+    const td::Capability mirrored = td::strategyCapability("mirrored");
+    const QString blocker = w->runController()->startBlocker();
+    if (mirrored.available) {
+        QVERIFY2(blocker.isEmpty(), qPrintable(blocker));
+    } else {
+        QVERIFY2(blocker.contains(QString::fromStdString(mirrored.reason)), qPrintable(blocker));
+    }
+
+    open(R"({"type": "multi_worker_mirrored", "timeout_seconds": 90})");
+    QVERIFY(tp->strategyButton("multi_worker_mirrored")->isChecked());
+    QVERIFY(!tp->mirroredOptions()->isVisibleTo(tp));
+    QVERIFY(tp->multiWorkerOptions()->isVisibleTo(tp));
+    QCOMPARE(tp->timeoutSpin()->value(), 90.0);
+    const QString db = w->runsPanel()->databasePath();
+    QCOMPARE(tp->multiWorkerCommand(),
+             QString("mpirun -np 2 traindeck train --db \"%1\" \"%2\"").arg(db, pc->path()));
+    tp->launcherCombo()->setCurrentIndex(tp->launcherCombo()->findData("srun"));
+    tp->processesSpin()->setValue(4);
+    QCOMPARE(tp->multiWorkerCommand(),
+             QString("srun --ntasks=4 traindeck train --db \"%1\" \"%2\"").arg(db, pc->path()));
+    QCOMPARE(child<QLineEdit>(tp, "multiWorkerCommand")->text(), tp->multiWorkerCommand());
+    QVERIFY(child<QLabel>(tp, "multiWorkerSaveNote")->text().isEmpty());  // saved
+    tp->timeoutSpin()->setValue(300);
+    QCOMPARE(pc->project().strategy.timeoutSeconds, 300.0);
+    QVERIFY(!child<QLabel>(tp, "multiWorkerSaveNote")->text().isEmpty());  // edited, not saved
+    // The GUI never starts it: its processes run headless.
+    QVERIFY(!w->runController()->startBlocker().isEmpty());
+}
+
+void TestUi::dataPanelDescribesPipeline() {
+    auto w = makeWindow("pipeline.db");
+    const QString path = dir_.filePath("pipeline.json");
+    QVERIFY(writeFile(path, syntheticProject(1)));
+    QString error;
+    QVERIFY2(w->openProject(path, &error), qPrintable(error));
+    DataPanel* dp = w->dataPanel();
+    QCOMPARE(dp->pipelineDescription(),
+             QString("synthetic → cache (memory) → shuffle (buffer 256, each epoch) → batch 16 → "
+                     "prefetch (2); validation on the last 25% of the training samples"));
+    auto* batch = child<QSpinBox>(dp, "batchSize");
+    QVERIFY(batch);
+    batch->setValue(32);
+    QVERIFY2(dp->pipelineDescription().contains("→ batch 32 →"),
+             qPrintable(dp->pipelineDescription()));
 }
 
 void TestUi::stopMidRunMarksStopped() {
@@ -712,7 +929,7 @@ void TestUi::latencyProbeMeasures() {
 // Measurement, not a pass/fail timing check: the seed project trained from the GUI (two epochs)
 // with the Monitor tab showing; prints throughput and the GUI thread's event latency.
 void TestUi::latencyDuringFashionMnistTraining() {
-    if (!QFile::exists(QString(kFashionMnistDir) + "/train-images-idx3-ubyte.gz"))
+    if (!QFile::exists(fashionMnistDir() + "/train-images-idx3-ubyte.gz"))
         QSKIP("Fashion-MNIST is not installed (dataset-fashion-mnist)");
     auto w = makeWindow("fashion.db");
     QString error;
@@ -895,6 +1112,60 @@ void TestUi::runsPanelReadsOffTheGuiThread() {
 
 // The documentation's pictures show each panel with its data: the Data panel once its preview
 // and histogram are loaded, the Runs panel once the selected runs' curves are read.
+// The Runs panel draws a stored run's per-replica throughput, one line per replica.
+void TestUi::runsPanelOverlaysReplicas() {
+    const QString path = dir_.filePath("replica_overlay.db");
+    auto opened = td::RunStore::open(path.toStdString());
+    QVERIFY(opened.ok());
+    td::RunStore& store = *opened.value();
+    td::RunRecord run;
+    run.name = "mirrored";
+    auto id = store.createRun(run);
+    QVERIFY(id.ok());
+    std::vector<td::StepRow> steps;
+    std::vector<td::ReplicaRow> replicas;
+    for (int64_t g = 1; g <= 5; ++g) {
+        steps.push_back(td::StepRow{g, 0, g, g, {{"loss", 1.0 / double(g)}}});
+        for (int r = 0; r < 2; ++r) {
+            td::ReplicaRow row;
+            row.globalStep = g;
+            row.timeMs = g;
+            row.stats.replica = r;
+            row.stats.device = "cpu:" + std::to_string(r);
+            row.stats.samplesPerSecond = 100.0 * double(g) + r;
+            replicas.push_back(row);
+        }
+    }
+    QVERIFY(store.appendSteps(*id, steps, replicas).ok());
+    QVERIFY(store.finishRun(*id, td::RunStatus::Completed, {}, "").ok());
+
+    RunsPanel panel;
+    panel.resize(1000, 700);
+    panel.show();
+    QVERIFY(panel.setDatabasePath(path));
+    QTRY_COMPARE_WITH_TIMEOUT(panel.model()->rowCount(), 1, 10000);
+    QComboBox* metric = panel.metricCombo();
+    const int perReplica = metric->findData("replicas:samples_per_s");
+    QVERIFY(perReplica >= 0);
+    metric->setCurrentIndex(perReplica);
+    panel.selectRuns({*id});
+    panel.view()->selectionModel()->selectionChanged({}, {});
+    ChartWidget* chart = panel.stepChart();
+    QTRY_COMPARE_WITH_TIMEOUT(chart->seriesCount(), 2, 10000);
+    QTRY_COMPARE_WITH_TIMEOUT(chart->pointCount(1), 5, 10000);
+    QCOMPARE(chart->pointCount(0), 5);
+    QVERIFY2(chart->seriesName(0).endsWith("mirrored cpu:0"), qPrintable(chart->seriesName(0)));
+    QVERIFY2(chart->seriesName(1).endsWith("mirrored cpu:1"), qPrintable(chart->seriesName(1)));
+    QCOMPARE(chart->point(1, 2), QPointF(3.0, 301.0));
+    QCOMPARE(panel.epochChart()->seriesCount(), 0);
+
+    // Back to a run-level metric: one line per run again.
+    metric->setCurrentIndex(metric->findData("loss"));
+    panel.view()->selectionModel()->selectionChanged({}, {});
+    QTRY_COMPARE_WITH_TIMEOUT(chart->pointCount(0), 5, 10000);
+    QCOMPARE(chart->seriesCount(), 1);
+}
+
 void TestUi::screenshotsWaitForPanelData() {
     const QString projectPath = dir_.filePath("shots.json");
     QVERIFY(writeFile(projectPath, syntheticProject(1, 4096)));

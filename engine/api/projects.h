@@ -1,0 +1,45 @@
+// Project files and model checks for a front end: load, parse, save and validate a project,
+// compare two, and the Keras-style summary of a model. The records (Project, ModelSpec,
+// LayerSpec, ModelInfo...) are the plain structs of engine/io/project.h and the headers it
+// includes; this header adds no state.
+#pragma once
+
+#include <string>
+
+#include "engine/core/result.h"
+#include "engine/io/project.h"
+
+namespace td::api {
+
+// Reads and parses a project file; relative data paths become absolute (against the file's
+// folder). Errors name the file and the field path
+// ("p.json: training.optimizer.config.learning_rate: expected a positive number, got -1").
+Result<Project> loadProjectFile(const std::string& path);
+// Parses project JSON text that has no file (an example, an embedded default). `name` stands for
+// the file in error messages; relative data paths stay as written.
+Result<Project> parseProjectText(const std::string& jsonText, const std::string& name);
+// Writes the file atomically; data paths inside its folder are written relative to it.
+Status saveProjectFile(const Project& project, const std::string& path);
+// The project as its file holds it (every field; parses back to an equal Project). Two projects
+// with the same text are the same project.
+std::string projectText(const Project& project);
+// Every rule a project file must follow, applied to an edited Project (the rules the parser
+// applies, by field path, e.g. "training.callbacks[0].config.monitor: ..."), then the host
+// resources a run would take. Reads no data.
+Status validateProject(const Project& project);
+// "" when equal, else the field path of the first field that differs
+// ("training.optimizer.config.beta_1", "model.config.layers[2]").
+std::string firstProjectDifference(const Project& a, const Project& b);
+
+// A model after shape inference: its layers with generated names filled in, each layer's output
+// shape and parameter count, and the model.summary() table.
+struct ModelSummary {
+    ModelSpec model;    // the input with generated layer names
+    ModelInfo info;     // per layer (the InputLayer excluded, as Keras' summary does)
+    std::string table;  // Keras' model.summary() text, one '\n' per line
+};
+// Errors name the layer index and name and what was expected
+// ("layer 2 'reshape': cannot reshape [784] into [30,30]").
+Result<ModelSummary> summarizeModel(const ModelSpec& model);
+
+}  // namespace td::api

@@ -1,0 +1,103 @@
+#include "engine/api/runs.h"
+
+#include <utility>
+
+#include "engine/store/run_queries.h"
+#include "engine/store/run_store.h"
+
+namespace td::api {
+
+struct RunCatalog::Impl {
+    std::unique_ptr<RunStore> store;
+};
+
+RunCatalog::RunCatalog() : impl_(std::make_unique<Impl>()) {}
+RunCatalog::~RunCatalog() = default;
+
+Result<std::unique_ptr<RunCatalog>> RunCatalog::open(const std::string& path) {
+    TD_ASSIGN_OR_RETURN(std::unique_ptr<RunStore> store, RunStore::open(path));
+    std::unique_ptr<RunCatalog> catalog(new RunCatalog());
+    catalog->impl_->store = std::move(store);
+    return catalog;
+}
+
+const std::string& RunCatalog::path() const {
+    return impl_->store->path();
+}
+
+Result<std::vector<RunRecord>> RunCatalog::runs() {
+    return impl_->store->listRuns();
+}
+
+Result<RunRecord> RunCatalog::run(int64_t runId) {
+    return impl_->store->getRun(runId);
+}
+
+Result<RunRecord> RunCatalog::findRun(const std::string& idOrName) {
+    return impl_->store->findRun(idOrName);
+}
+
+Result<std::vector<StepRow>> RunCatalog::steps(int64_t runId, int64_t afterGlobalStep) {
+    return impl_->store->steps(runId, afterGlobalStep);
+}
+
+Result<std::vector<EpochRow>> RunCatalog::epochs(int64_t runId) {
+    return impl_->store->epochs(runId);
+}
+
+Result<std::vector<ReplicaRow>> RunCatalog::replicaStats(int64_t runId, int64_t afterGlobalStep) {
+    return impl_->store->replicaStats(runId, afterGlobalStep);
+}
+
+Result<std::vector<DeviceRow>> RunCatalog::deviceStats(int64_t runId) {
+    return impl_->store->deviceStats(runId);
+}
+
+Result<std::vector<LogRow>> RunCatalog::logs(int64_t runId) {
+    return impl_->store->logs(runId);
+}
+
+Status RunCatalog::rename(int64_t runId, const std::string& name) {
+    return impl_->store->renameRun(runId, name);
+}
+
+Status RunCatalog::setNotes(int64_t runId, const std::string& notes) {
+    return impl_->store->setNotes(runId, notes);
+}
+
+Status RunCatalog::remove(int64_t runId) {
+    return impl_->store->deleteRun(runId);
+}
+
+Result<std::string> RunCatalog::exportCsv(int64_t runId) {
+    return impl_->store->exportCsv(runId);
+}
+
+struct RunWatcher::Impl {
+    std::unique_ptr<RunStoreReader> reader;
+};
+
+RunWatcher::RunWatcher() : impl_(std::make_unique<Impl>()) {}
+RunWatcher::~RunWatcher() = default;
+
+Result<std::unique_ptr<RunWatcher>> RunWatcher::open(const std::string& path) {
+    TD_ASSIGN_OR_RETURN(std::unique_ptr<RunStoreReader> reader, RunStoreReader::open(path));
+    std::unique_ptr<RunWatcher> watcher(new RunWatcher());
+    watcher->impl_->reader = std::move(reader);
+    return watcher;
+}
+
+const std::string& RunWatcher::path() const {
+    return impl_->reader->path();
+}
+
+Result<RunListSnapshot> RunWatcher::allRuns(std::optional<int64_t> sinceDataVersion) {
+    return impl_->reader->allRuns(sinceDataVersion);
+}
+
+Result<RunListSnapshot> RunWatcher::changedRuns(int64_t sinceDataVersion, int64_t afterId,
+                                                const std::vector<int64_t>& ids) {
+    return impl_->reader->changedRuns(sinceDataVersion, afterId, ids);
+}
+
+}  // namespace td::api

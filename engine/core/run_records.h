@@ -1,0 +1,83 @@
+// Plain records of the run store, as the store returns them and its readers (the CLI, the GUI
+// through engine/api/runs.h) show them. No behaviour: the store (engine/store) reads and writes
+// them.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/core/events.h"
+
+namespace td {
+
+struct RunRecord {
+    int64_t id = 0;
+    std::string name;
+    std::string projectJson;         // the project file as trained
+    std::string configJson;          // effective settings after CLI overrides (JSON object)
+    std::string status = "running";  // runStatusName()
+    int64_t startedAtMs = 0;         // unix epoch milliseconds
+    int64_t endedAtMs = 0;           // 0 while running
+    std::string host;
+    int64_t pid = 0;
+    std::string devices;  // comma-separated, e.g. "cpu:0,cpu:1"
+    std::string modelName;
+    int64_t params = 0;
+    std::string finalMetricsJson = "{}";
+    std::string message;  // failure or stop reason
+    std::string notes;
+    std::optional<double> bestValAccuracy;  // derived from epoch metrics
+    int64_t updatedAtMs = 0;  // last write for this run (create, append, finish); unix ms
+};
+
+struct StepRow {
+    int64_t globalStep = 0;
+    int epoch = 0;
+    int64_t step = 0;
+    int64_t timeMs = 0;
+    MetricMap metrics;  // loss, accuracy, lr, loss_scale, input_wait_s, compute_s, samples_per_s
+};
+
+struct EpochRow {
+    int epoch = 0;
+    int64_t timeMs = 0;
+    double seconds = 0;
+    MetricMap metrics;  // includes val_* when present
+};
+
+struct DeviceRow {
+    int64_t timeMs = 0;
+    std::string device;
+    double utilization = 0;
+    int64_t memoryBytes = 0;
+    double samplesPerSecond = 0;
+};
+
+struct LogRow {
+    int64_t timeMs = 0;
+    std::string level;  // "info", "warning", "error"
+    std::string text;
+};
+
+// One replica's share of the log interval that ends at `globalStep` (StepMetrics::replicas).
+// Times are seconds over the whole interval, as in ReplicaStats; divide by the steps since the
+// previous row for a per-step figure.
+struct ReplicaRow {
+    int64_t globalStep = 0;
+    int64_t timeMs = 0;
+    ReplicaStats stats;
+};
+
+// A consistent snapshot of what a viewer may show, taken in one read transaction.
+struct RunListSnapshot {
+    // Equal values mean no other connection committed in between (PRAGMA data_version).
+    int64_t dataVersion = 0;
+    bool unchanged = false;       // dataVersion equals the one passed in: nothing else was read
+    std::vector<int64_t> runIds;  // every run, ascending (empty when unchanged)
+    // Summaries (RunRecord with projectJson and configJson left empty) of the runs asked for.
+    std::vector<RunRecord> runs;
+};
+
+}  // namespace td
