@@ -53,6 +53,7 @@
 #include <thread>
 
 #include "engine/data/cache_file.h"
+#include "engine/data/convert_kernels.h"
 #include "engine/data/pipeline.h"
 #include "engine/data/random.h"
 #include "engine/data/resource_plan.h"
@@ -86,18 +87,14 @@ struct AffineMap {
     bool identity() const { return scale == 1.0 && shift == 0.0; }
 };
 
-// One row of the gather: dst[k] = src[k] * a + b, vectorised by the compiler.
-template <typename Src>
-void convertRow(const Src* __restrict src, float* __restrict dst, int64_t n, float a, float b) {
-    for (int64_t k = 0; k < n; ++k) dst[k] = static_cast<float>(src[k]) * a + b;
-}
-
-void convertRow(const uint8_t* src, DType type, float* dst, int64_t n, const AffineMap& m) {
+// One row: dst[k] = src[k] * a + b with the kernels of this CPU's level (convert_kernels.h).
+void convertRow(const data_kernels::Table& k, const uint8_t* src, DType type, float* dst, int64_t n,
+                const AffineMap& m) {
     const auto a = static_cast<float>(m.scale), b = static_cast<float>(m.shift);
     if (type == DType::U8) {
-        convertRow(src, dst, n, a, b);
+        k.affineU8(src, dst, n, a, b);
     } else {
-        convertRow(reinterpret_cast<const float*>(src), dst, n, a, b);
+        k.affineF32(reinterpret_cast<const float*>(src), dst, n, a, b);
     }
 }
 
@@ -246,6 +243,7 @@ class PipelineImpl final : public Pipeline {
     // Immutable after create().
     Dataset data_;
     PipelineOptions options_;
+    const data_kernels::Table& kernels_ = data_kernels::activeKernels();
     int64_t n_ = 0, batchSize_ = 0, numBatches_ = 0, remainder_ = 0;
     int64_t xRowElems_ = 0, yRowElems_ = 0;  // per sample, in the source
     MapPlan plan_;
@@ -557,7 +555,8 @@ void PipelineImpl::fillCache(int64_t begin, int64_t end) {
             const uint8_t* s = src.x + i * src.xRowBytes;
             uint8_t* d = cacheFillX_ + i * dstBytes;
             if (plan_.preConverts) {
-                convertRow(s, src.xType, reinterpret_cast<float*>(d), xRowElems_, plan_.pre);
+                convertRow(kernels_, s, src.xType, reinterpret_cast<float*>(d), xRowElems_,
+                           plan_.pre);
             } else {
                 std::memcpy(d, s, static_cast<size_t>(dstBytes));
             }
@@ -608,26 +607,29 @@ Status PipelineImpl::produce(int64_t b, Slot& slot) {
             if (options_.elementHook) options_.elementHook(idx[r]);
         }
     };
+    // One loop per case: no per-element or per-row decision inside the gather.
     if (!readFromCache_ && !plan_.pre.identity()) {
         float* tmp = slot.preRow.data();
-        gather([&](const uint8_t* src, float* dst) {
-            convertRow(src, v.xType, tmp, d, plan_.pre);
-            // As when the row is read back from the cache (below).
-            if (post.identity()) {
-                std::memcpy(dst, tmp, static_cast<size_t>(d) * sizeof(float));
-            } else {
-                convertRow(static_cast<const float*>(tmp), dst, d, a, c);
-            }
-        });
+        // As when the row is read back from the cache (below): pre, then post, each rounded.
+        if (post.identity()) {
+            gather([&](const uint8_t* src, float* dst) {
+                convertRow(kernels_, src, v.xType, dst, d, plan_.pre);
+            });
+        } else {
+            gather([&](const uint8_t* src, float* dst) {
+                convertRow(kernels_, src, v.xType, tmp, d, plan_.pre);
+                kernels_.affineF32(tmp, dst, d, a, c);
+            });
+        }
     } else if (v.xType == DType::U8) {
-        gather([&](const uint8_t* src, float* dst) { convertRow(src, dst, d, a, c); });
+        gather([&](const uint8_t* src, float* dst) { kernels_.affineU8(src, dst, d, a, c); });
     } else if (post.identity()) {
         gather([&](const uint8_t* src, float* dst) {
             std::memcpy(dst, src, static_cast<size_t>(d) * sizeof(float));
         });
     } else {
         gather([&](const uint8_t* src, float* dst) {
-            convertRow(reinterpret_cast<const float*>(src), dst, d, a, c);
+            kernels_.affineF32(reinterpret_cast<const float*>(src), dst, d, a, c);
         });
     }
 

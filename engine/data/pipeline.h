@@ -32,11 +32,15 @@ struct Dataset {
 struct DataSplits {
     Dataset train;
     std::optional<Dataset> test;
+    // Lines for the run's log about how the data was read (e.g. a decoded-source cache entry that
+    // could not be written); never errors.
+    std::vector<std::string> notes;
 };
 
 // Loads a source. Errors name the file and what was expected (magic, sizes, header...). The
 // built-in "fashion_mnist" reads /usr/share/datasets/fashion-mnist and, when that is missing, says
-// to install the Debian package dataset-fashion-mnist.
+// to install the Debian package dataset-fashion-mnist. gzip-compressed IDX files (fashion_mnist,
+// "idx") are decoded once and then read from the decoded-source cache (decode_cache.h).
 Result<DataSplits> loadSource(const SourceConfig& cfg);
 
 // Individual loaders (also used by tests).
