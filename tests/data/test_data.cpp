@@ -1019,17 +1019,17 @@ class TestData : public QObject {
         QCOMPARE(reference->stats().parallelCalls, int64_t{1});
     }
 
-    // AUTOTUNE starts the buffer at 2 and keeps it within [1, 16].
+    // AUTOTUNE starts the buffer at 8 and keeps it within [8, 16].
     void autotunePrefetchStaysWithinBounds() {
         const Dataset d = indexedDataset(20000, 784);
         PipelineConfig cfg;
         cfg.prefetch = kAutotune;
         cfg.parallelCalls = 1;
         auto p = makePipeline(d, cfg, 8);
-        QCOMPARE(p->stats().prefetchDepth, int64_t{2});
+        QCOMPARE(p->stats().prefetchDepth, int64_t{8});
         for (int epoch = 0; epoch < 2; ++epoch) runEpoch(*p, epoch);
         const PipelineStats st = p->stats();
-        QVERIFY(st.prefetchDepth >= 1 && st.prefetchDepth <= 16);
+        QVERIFY(st.prefetchDepth >= 8 && st.prefetchDepth <= 16);
         QVERIFY(st.producerSecondsPerBatch > 0);
     }
 
@@ -1386,18 +1386,21 @@ class TestData : public QObject {
         QCOMPARE(fast[1].labels, consume(*reference, 2, std::chrono::microseconds(0)).labels);
     }
 
-    // The prefetch buffer shrinks when it is always full (a cheap map, a slower consumer) and
-    // grows when the consumer waits (a map slower than the consumer), within [1, cap].
+    // The prefetch buffer stays at its floor when it is always full (a cheap map, a slower
+    // consumer) and grows when the consumer waits (a map slower than the consumer), within
+    // [8, cap].
     void autotunePrefetchFollowsWaits() {
         const Dataset d = indexedDataset(480, 37);
         PipelineConfig cfg;
         cfg.prefetch = kAutotune;
         cfg.parallelCalls = 1;
         auto full = makePipeline(d, cfg, 8);
-        QCOMPARE(full->stats().prefetchDepth, int64_t{2});
+        QCOMPARE(full->stats().prefetchDepth, int64_t{8});
         const Consumed a = consume(*full, 0, std::chrono::microseconds(3000));
         const int64_t minDepth = *std::min_element(a.depth.begin(), a.depth.end());
-        QVERIFY2(minDepth == 1, qPrintable(QString::number(minDepth)));
+        const int64_t maxFull = *std::max_element(a.depth.begin(), a.depth.end());
+        QVERIFY2(minDepth == 8 && maxFull == 8,
+                 qPrintable(QString("%1..%2").arg(minDepth).arg(maxFull)));
 
         PipelineOptions opt;
         opt.elementHook = [](int64_t) {
@@ -1407,7 +1410,7 @@ class TestData : public QObject {
         QVERIFY(created.ok());
         const Consumed b = consume(**created, 0, std::chrono::microseconds(0));
         const int64_t maxDepth = *std::max_element(b.depth.begin(), b.depth.end());
-        QVERIFY2(maxDepth > 2 && maxDepth <= 16, qPrintable(QString::number(maxDepth)));
+        QVERIFY2(maxDepth > 8 && maxDepth <= 16, qPrintable(QString::number(maxDepth)));
         QVERIFY((*created)->stats().consumerWaits > 0);
     }
 
@@ -1421,6 +1424,58 @@ class TestData : public QObject {
         auto p = makePipeline(indexedDataset(100), cfg, 10);
         QCOMPARE(p->stats().maxParallelCalls, std::min<int64_t>(CPU_COUNT(&set), 8));
         QVERIFY(p->stats().parallelCalls <= p->stats().maxParallelCalls);
+    }
+
+    // A slower consumer wakes the worker once per half window, not once per batch; the batches
+    // are the same.
+    void consumerWakesWorkersInBursts() {
+        const Dataset d = indexedDataset(480, 37);
+        PipelineConfig cfg = shuffled(480, 5);
+        cfg.prefetch = 8;
+        cfg.parallelCalls = 1;  // window 9: a wake-up once 4 batches are free
+        auto p = makePipeline(d, cfg, 8);
+        auto reference = makePipeline(
+            d,
+            [&] {
+                PipelineConfig c = cfg;
+                c.prefetch = 0;
+                return c;
+            }(),
+            8);
+        const Consumed got = consume(*p, 0, std::chrono::microseconds(1000));
+        QCOMPARE(got.labels, consume(*reference, 0, std::chrono::microseconds(0)).labels);
+        const PipelineStats st = p->stats();
+        qInfo("%lld wake-ups for 60 batches", static_cast<long long>(st.consumerWakeups));
+        QVERIFY2(st.consumerWakeups >= 1 && st.consumerWakeups <= 30,
+                 qPrintable(QString("%1 wake-ups for 60 batches").arg(st.consumerWakeups)));
+    }
+
+    // Whatever the window, the consumer never waits for a batch no worker will form, and the
+    // batches come in order: windows of 2 to 11 batches, 1 to 3 workers, a map and a consumer
+    // of varying speed.
+    void burstWakeupsNeverStall() {
+        const Dataset d = indexedDataset(203, 11);
+        for (const int64_t prefetch : {1, 2, 3, 5, 8}) {
+            for (const int64_t parallel : {1, 2, 3}) {
+                PipelineConfig cfg = shuffled(100, 9);
+                cfg.prefetch = prefetch;
+                cfg.parallelCalls = parallel;
+                PipelineOptions opt;
+                opt.elementHook = [](int64_t i) {
+                    if (i % 17 == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+                };
+                auto created = Pipeline::create(d, cfg, 7, true, 7, opt);
+                QVERIFY(created.ok());
+                PipelineConfig inlineCfg = cfg;
+                inlineCfg.prefetch = 0;
+                auto reference = makePipeline(d, inlineCfg, 7);
+                for (int epoch = 0; epoch < 2; ++epoch) {
+                    const auto work = std::chrono::microseconds(epoch == 0 ? 0 : 150);
+                    QCOMPARE(consume(**created, epoch, work).labels,
+                             consume(*reference, epoch, std::chrono::microseconds(0)).labels);
+                }
+            }
+        }
     }
 
     void cacheFileUnwritable() {
