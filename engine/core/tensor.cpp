@@ -133,6 +133,16 @@ Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape
     data_ = p;
 }
 
+Tensor Tensor::wrap(DType dtype, Shape shape, std::shared_ptr<void> storage, void* data) {
+    TD_ASSERT(storage != nullptr && data != nullptr && reinterpret_cast<uintptr_t>(data) % 64 == 0);
+    Tensor t;
+    t.dtype_ = dtype;
+    t.shape_ = std::move(shape);
+    t.storage_ = std::move(storage);
+    t.data_ = data;
+    return t;
+}
+
 Tensor Tensor::reshaped(Shape shape) const {
     TD_ASSERT(numElements(shape) == size());
     Tensor t = *this;

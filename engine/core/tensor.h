@@ -34,6 +34,10 @@ class Tensor {
     Tensor() = default;
     // Allocates zero-filled, 64-byte aligned storage.
     Tensor(DType dtype, Shape shape);
+    // A tensor over memory the caller provides (a file mapping, say): `storage` keeps it alive
+    // and releases it when the last tensor sharing it goes. `data` must be 64-byte aligned and
+    // hold the shape's bytes.
+    static Tensor wrap(DType dtype, Shape shape, std::shared_ptr<void> storage, void* data);
 
     DType dtype() const { return dtype_; }
     const Shape& shape() const { return shape_; }

@@ -22,18 +22,28 @@
 // pool slot and mark it ready; next() hands the slots out in batch order, so the output does not
 // depend on the thread count (deterministic=True).
 //
-// Flow control. Workers may run at most `prefetchDepth + parallelism` batches ahead of the
-// consumer. The pool holds prefetchCap + maxWorkers + 2 slots (one held by the consumer, one
+// Flow control. Workers may run at most `prefetchDepth + parallelism` batches (the window) ahead
+// of the consumer. The pool holds prefetchCap + maxWorkers + 2 slots (one held by the consumer, one
 // spare), so a claim always finds a free slot.
+//
+// Wake-ups. A worker sleeps only when the window is full, and keeps forming batches while it has
+// room. The consumer wakes one once the window has room for half of it (at least one batch), not
+// at every batch it takes: a wake-up costs the consumer a futex call and, on a virtual machine, an
+// inter-processor interrupt (about 5% of the step loop of a small model, batch 32, when it came
+// with every batch), and a woken worker then forms several batches in a row. A consumer about to
+// wait for batch b finds b unclaimed only when the claimed window is empty, i.e. all of it is room,
+// so the call that took b - 1 woke a worker: nobody waits for a batch no one will form.
 //
 // AUTOTUNE. Every kTunePeriodBatches consumed batches, from what that period measured: the
 // parallelism becomes the number of workers whose combined rate (each forms a batch in P seconds)
 // meets the consumer's demand (one batch per C seconds of its own work, waits excluded), with
 // kParallelHeadroom to spare, within the CPU budget (schedulable cores, at most
 // kAutotuneMaxWorkers); it grows at once and shrinks at most by half per period. The prefetch
-// depth grows by one when the consumer had to wait in the period and shrinks by one when the
-// buffer never dropped below its depth (the consumer never needed it), within [1, cap], the cap
-// coming from kPrefetchRamBudgetBytes.
+// depth starts at kAutotunePrefetchMin, grows by one when the consumer had to wait in the period
+// and shrinks by one when the buffer never dropped below its depth (the consumer never needed it),
+// within [min(kAutotunePrefetchMin, cap), cap], the cap coming from kPrefetchRamBudgetBytes. The
+// floor keeps the window wide enough for wake-ups in bursts; it costs no memory, as the pool is
+// sized for the cap.
 //
 // Memory. Every tensor (pool slots, shuffle order, memory cache) and the cache file's storage are
 // allocated by create(); beginEpoch() starts threads; next() allocates nothing.
@@ -53,6 +63,7 @@
 #include <thread>
 
 #include "engine/data/cache_file.h"
+#include "engine/data/convert_kernels.h"
 #include "engine/data/pipeline.h"
 #include "engine/data/random.h"
 #include "engine/data/resource_plan.h"
@@ -62,7 +73,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr int64_t kAutotunePrefetchStart = 2;
+constexpr int64_t kAutotunePrefetchMin = 8;  // and the start
 constexpr int64_t kAutotunePrefetchCap = 16;
 constexpr int64_t kAutotuneMaxWorkers = 8;  // the gather is memory-bound beyond a few cores
 constexpr int64_t kPrefetchRamBudgetBytes = int64_t{256} << 20;
@@ -86,18 +97,14 @@ struct AffineMap {
     bool identity() const { return scale == 1.0 && shift == 0.0; }
 };
 
-// One row of the gather: dst[k] = src[k] * a + b, vectorised by the compiler.
-template <typename Src>
-void convertRow(const Src* __restrict src, float* __restrict dst, int64_t n, float a, float b) {
-    for (int64_t k = 0; k < n; ++k) dst[k] = static_cast<float>(src[k]) * a + b;
-}
-
-void convertRow(const uint8_t* src, DType type, float* dst, int64_t n, const AffineMap& m) {
+// One row: dst[k] = src[k] * a + b with the kernels of this CPU's level (convert_kernels.h).
+void convertRow(const data_kernels::Table& k, const uint8_t* src, DType type, float* dst, int64_t n,
+                const AffineMap& m) {
     const auto a = static_cast<float>(m.scale), b = static_cast<float>(m.shift);
     if (type == DType::U8) {
-        convertRow(src, dst, n, a, b);
+        k.affineU8(src, dst, n, a, b);
     } else {
-        convertRow(reinterpret_cast<const float*>(src), dst, n, a, b);
+        k.affineF32(reinterpret_cast<const float*>(src), dst, n, a, b);
     }
 }
 
@@ -246,6 +253,7 @@ class PipelineImpl final : public Pipeline {
     // Immutable after create().
     Dataset data_;
     PipelineOptions options_;
+    const data_kernels::Table& kernels_ = data_kernels::activeKernels();
     int64_t n_ = 0, batchSize_ = 0, numBatches_ = 0, remainder_ = 0;
     int64_t xRowElems_ = 0, yRowElems_ = 0;  // per sample, in the source
     MapPlan plan_;
@@ -303,6 +311,7 @@ class PipelineImpl final : public Pipeline {
     std::atomic<double> secondsPerBatch_{0.0};
     std::atomic<double> consumerSecondsPerBatch_{0.0};
     std::atomic<int64_t> epochWaits_{0};
+    std::atomic<int64_t> epochWakeups_{0};
     std::atomic<int64_t> epochSourceElements_{0}, epochCacheElements_{0};
     std::atomic<bool> cacheComplete_{false};
     std::atomic<bool> readingCacheFile_{false};
@@ -397,7 +406,7 @@ Result<std::unique_ptr<Pipeline>> PipelineImpl::make(const Dataset& data, const 
         p->prefetchCap_ = cfg.prefetch;
     }
     p->prefetchDepth_ =
-        p->autotunePrefetch_ ? std::min(kAutotunePrefetchStart, p->prefetchCap_) : p->prefetchCap_;
+        p->autotunePrefetch_ ? std::min(kAutotunePrefetchMin, p->prefetchCap_) : p->prefetchCap_;
 
     const auto poolSize = static_cast<size_t>(p->prefetchCap_ + p->maxWorkers_ + 2);
     const bool twoStage = !p->plan_.pre.identity();
@@ -512,6 +521,7 @@ Status PipelineImpl::beginEpoch(int epoch) {
     readFromCache_ = cacheKind_ != CacheKind::None && cacheComplete_;
     filling_ = cacheKind_ != CacheKind::None && !cacheComplete_;
     epochWaits_ = 0;
+    epochWakeups_ = 0;
     epochSourceElements_ = 0;
     epochCacheElements_ = 0;
 
@@ -557,7 +567,8 @@ void PipelineImpl::fillCache(int64_t begin, int64_t end) {
             const uint8_t* s = src.x + i * src.xRowBytes;
             uint8_t* d = cacheFillX_ + i * dstBytes;
             if (plan_.preConverts) {
-                convertRow(s, src.xType, reinterpret_cast<float*>(d), xRowElems_, plan_.pre);
+                convertRow(kernels_, s, src.xType, reinterpret_cast<float*>(d), xRowElems_,
+                           plan_.pre);
             } else {
                 std::memcpy(d, s, static_cast<size_t>(dstBytes));
             }
@@ -608,26 +619,29 @@ Status PipelineImpl::produce(int64_t b, Slot& slot) {
             if (options_.elementHook) options_.elementHook(idx[r]);
         }
     };
+    // One loop per case: no per-element or per-row decision inside the gather.
     if (!readFromCache_ && !plan_.pre.identity()) {
         float* tmp = slot.preRow.data();
-        gather([&](const uint8_t* src, float* dst) {
-            convertRow(src, v.xType, tmp, d, plan_.pre);
-            // As when the row is read back from the cache (below).
-            if (post.identity()) {
-                std::memcpy(dst, tmp, static_cast<size_t>(d) * sizeof(float));
-            } else {
-                convertRow(static_cast<const float*>(tmp), dst, d, a, c);
-            }
-        });
+        // As when the row is read back from the cache (below): pre, then post, each rounded.
+        if (post.identity()) {
+            gather([&](const uint8_t* src, float* dst) {
+                convertRow(kernels_, src, v.xType, dst, d, plan_.pre);
+            });
+        } else {
+            gather([&](const uint8_t* src, float* dst) {
+                convertRow(kernels_, src, v.xType, tmp, d, plan_.pre);
+                kernels_.affineF32(tmp, dst, d, a, c);
+            });
+        }
     } else if (v.xType == DType::U8) {
-        gather([&](const uint8_t* src, float* dst) { convertRow(src, dst, d, a, c); });
+        gather([&](const uint8_t* src, float* dst) { kernels_.affineU8(src, dst, d, a, c); });
     } else if (post.identity()) {
         gather([&](const uint8_t* src, float* dst) {
             std::memcpy(dst, src, static_cast<size_t>(d) * sizeof(float));
         });
     } else {
         gather([&](const uint8_t* src, float* dst) {
-            convertRow(reinterpret_cast<const float*>(src), dst, d, a, c);
+            kernels_.affineF32(reinterpret_cast<const float*>(src), dst, d, a, c);
         });
     }
 
@@ -750,7 +764,8 @@ void PipelineImpl::retune() {
         if (periodWaits_ > 0 && depth < prefetchCap_) {
             prefetchDepth_ = depth + 1;
             workCv_.notify_all();
-        } else if (periodWaits_ == 0 && periodMinAhead_ >= depth && depth > 1) {
+        } else if (periodWaits_ == 0 && periodMinAhead_ >= depth &&
+                   depth > std::min(kAutotunePrefetchMin, prefetchCap_)) {
             prefetchDepth_ = depth - 1;
         }
     }
@@ -824,7 +839,13 @@ Result<const Batch*> PipelineImpl::next() {
     --readyAhead_;
     periodMinAhead_ = std::min(periodMinAhead_, readyAhead_);
     if (++periodConsumed_ >= kTunePeriodBatches) retune();
-    workCv_.notify_one();
+    // Wake-ups in bursts (see the top of this file); none once every batch is claimed.
+    const int64_t window = prefetchDepth_.load() + parallelism_.load();
+    if (nextToStart_ < numBatches_ &&
+        window - (nextToStart_ - nextToConsume_) >= std::max<int64_t>(1, window / 2)) {
+        ++epochWakeups_;
+        workCv_.notify_one();
+    }
     if (b + 1 == numBatches_ && filling_) {
         lock.unlock();
         Status s = commitCache();
@@ -847,6 +868,7 @@ PipelineStats PipelineImpl::stats() const {
     s.producerSecondsPerBatch = secondsPerBatch_.load(std::memory_order_relaxed);
     s.consumerSecondsPerBatch = consumerSecondsPerBatch_.load(std::memory_order_relaxed);
     s.consumerWaits = epochWaits_.load();
+    s.consumerWakeups = epochWakeups_.load();
     s.epochSourceElements = epochSourceElements_.load();
     s.epochCacheElements = epochCacheElements_.load();
     s.cacheComplete = cacheComplete_.load();

@@ -32,11 +32,15 @@ struct Dataset {
 struct DataSplits {
     Dataset train;
     std::optional<Dataset> test;
+    // Lines for the run's log about how the data was read (e.g. a decoded-source cache entry that
+    // could not be written); never errors.
+    std::vector<std::string> notes;
 };
 
 // Loads a source. Errors name the file and what was expected (magic, sizes, header...). The
 // built-in "fashion_mnist" reads /usr/share/datasets/fashion-mnist and, when that is missing, says
-// to install the Debian package dataset-fashion-mnist.
+// to install the Debian package dataset-fashion-mnist. gzip-compressed IDX files (fashion_mnist,
+// "idx") are decoded once and then read from the decoded-source cache (decode_cache.h).
 Result<DataSplits> loadSource(const SourceConfig& cfg);
 // The folder the built-in "fashion_mnist" source reads: $TRAINDECK_FASHION_MNIST_DIR when set,
 // else /usr/share/datasets/fashion-mnist.
@@ -73,13 +77,14 @@ struct Batch {
 struct PipelineStats {
     // Threads. AUTOTUNE sets parallelCalls so that the map keeps up with the consumer's rate,
     // within maxParallelCalls (the CPU budget), and prefetchDepth from how often the consumer
-    // waits; both are retuned every few batches.
+    // waits (from 8, or the cap when lower, upwards); both are retuned every few batches.
     int64_t prefetchDepth = 0;           // current buffer size (tuned when AUTOTUNE)
     int64_t parallelCalls = 0;           // current map workers (tuned when AUTOTUNE)
     int64_t maxParallelCalls = 0;        // worker threads started: the CPU budget under AUTOTUNE
     double producerSecondsPerBatch = 0;  // one worker's time to form a batch (moving average)
     double consumerSecondsPerBatch = 0;  // consumer's time between next() calls, waits excluded
     int64_t consumerWaits = 0;           // batches of the current epoch the consumer waited for
+    int64_t consumerWakeups = 0;         // times the consumer signalled the workers this epoch
     // Cache. Elements of the current (or last) epoch read from the source and from the cache.
     int64_t epochSourceElements = 0;
     int64_t epochCacheElements = 0;

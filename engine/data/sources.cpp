@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/data/decode_cache.h"
 #include "engine/data/pipeline.h"
 #include "engine/data/resource_plan.h"
 #include "engine/data/sources.h"
@@ -151,12 +152,17 @@ Result<Dataset> applyNonFinitePolicy(Dataset d, const std::string& xFile, const 
     return d;
 }
 
-using ArrayReader = Result<Tensor> (*)(const std::string&);
+// A file reader; `notes` collects lines for the run's log (from the decoded-source cache).
+using ArrayReader = Result<Tensor> (*)(const std::string&, std::vector<std::string>* notes);
+
+Result<Tensor> readNpyFile(const std::string& path, std::vector<std::string>*) {
+    return readNpy(path);
+}
 
 Result<Dataset> loadPair(ArrayReader read, const std::string& xFile, const std::string& yFile,
-                         NonFinitePolicy nonFinite) {
-    TD_ASSIGN_OR_RETURN(Tensor x, read(xFile));
-    TD_ASSIGN_OR_RETURN(Tensor y, read(yFile));
+                         NonFinitePolicy nonFinite, std::vector<std::string>& notes) {
+    TD_ASSIGN_OR_RETURN(Tensor x, read(xFile, &notes));
+    TD_ASSIGN_OR_RETURN(Tensor y, read(yFile, &notes));
     TD_ASSIGN_OR_RETURN(Dataset d, makeDataset(std::move(x), xFile, std::move(y), yFile));
     return applyNonFinitePolicy(std::move(d), xFile, yFile, nonFinite);
 }
@@ -213,9 +219,12 @@ Result<DataSplits> loadFashionMnist() {
                                           " at a folder holding the four files"));
         }
     }
-    // u8 images: never a NaN.
-    TD_ASSIGN_OR_RETURN(Dataset train, loadPair(&readIdx, trainX, trainY, NonFinitePolicy::Error));
-    TD_ASSIGN_OR_RETURN(Dataset test, loadPair(&readIdx, testX, testY, NonFinitePolicy::Error));
+    // u8 images: never a NaN. The .gz files go through the decoded-source cache.
+    std::vector<std::string> notes;
+    TD_ASSIGN_OR_RETURN(Dataset train,
+                        loadPair(&readIdxCached, trainX, trainY, NonFinitePolicy::Error, notes));
+    TD_ASSIGN_OR_RETURN(Dataset test,
+                        loadPair(&readIdxCached, testX, testY, NonFinitePolicy::Error, notes));
     for (const auto& [d, file] : {std::pair{&train, trainX}, std::pair{&test, testX}}) {
         if (d->x.dtype() != DType::U8 || d->sampleShape() != Shape{28, 28}) {
             return err(file + ": expected u8 images of 28x28, found " + dtypeName(d->x.dtype()) +
@@ -228,7 +237,10 @@ Result<DataSplits> loadFashionMnist() {
     for (const auto& [y, file] : {std::pair{&train.y, trainY}, std::pair{&test.y, testY}}) {
         if (maxLabelPlusOne(*y) > 10) return err(file + ": labels must be 0..9");
     }
-    return finish(std::move(train), std::move(test), "fashion_mnist");
+    TD_ASSIGN_OR_RETURN(DataSplits splits,
+                        finish(std::move(train), std::move(test), "fashion_mnist"));
+    splits.notes = std::move(notes);
+    return splits;
 }
 
 // idx / npy: the train pair is required; the test pair is optional (both paths empty = none).
@@ -236,17 +248,22 @@ Result<DataSplits> loadArrays(const SourceConfig& cfg, ArrayReader read) {
     if (cfg.trainImages.empty() || cfg.trainLabels.empty()) {
         return err("data source '" + cfg.type + "' needs trainImages and trainLabels paths");
     }
+    std::vector<std::string> notes;
     TD_ASSIGN_OR_RETURN(Dataset train,
-                        loadPair(read, cfg.trainImages, cfg.trainLabels, cfg.nonFinite));
+                        loadPair(read, cfg.trainImages, cfg.trainLabels, cfg.nonFinite, notes));
     std::optional<Dataset> test;
     if (!cfg.testImages.empty() || !cfg.testLabels.empty()) {
         if (cfg.testImages.empty() || cfg.testLabels.empty()) {
             return err("data source '" + cfg.type +
                        "': give both testImages and testLabels, or neither");
         }
-        TD_ASSIGN_OR_RETURN(test, loadPair(read, cfg.testImages, cfg.testLabels, cfg.nonFinite));
+        TD_ASSIGN_OR_RETURN(test,
+                            loadPair(read, cfg.testImages, cfg.testLabels, cfg.nonFinite, notes));
     }
-    return finish(std::move(train), std::move(test), cfg.trainImages);
+    TD_ASSIGN_OR_RETURN(DataSplits splits,
+                        finish(std::move(train), std::move(test), cfg.trainImages));
+    splits.notes = std::move(notes);
+    return splits;
 }
 
 Result<Dataset> loadCsvDataset(const std::string& path, const std::string& labelColumn,
@@ -336,8 +353,9 @@ Status checkLabelsFit(const SourceConfig& cfg, const DataSplits& splits, int64_t
 
 Result<DataSplits> loadSource(const SourceConfig& cfg) {
     if (cfg.type == "fashion_mnist") return loadFashionMnist();
-    if (cfg.type == "idx") return loadArrays(cfg, &readIdx);
-    if (cfg.type == "npy") return loadArrays(cfg, &readNpy);
+    // gzip-compressed IDX files go through the decoded-source cache (decode_cache.h).
+    if (cfg.type == "idx") return loadArrays(cfg, &readIdxCached);
+    if (cfg.type == "npy") return loadArrays(cfg, &readNpyFile);
     if (cfg.type == "csv") return loadCsv(cfg);
     if (cfg.type == "synthetic") return loadSynthetic(cfg);
     return err("unknown data source type '" + cfg.type +

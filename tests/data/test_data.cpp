@@ -1,7 +1,10 @@
-// engine/data: sources (IDX, NPY, CSV, synthetic, Fashion-MNIST) and the tf.data-style pipeline.
+// engine/data: sources (IDX, NPY, CSV, synthetic, Fashion-MNIST), the decoded-source cache, the
+// batch-forming kernels and the tf.data-style pipeline.
 #include <zlib.h>
 
+#include <fcntl.h>
 #include <sched.h>
+#include <sys/stat.h>
 #include <QDir>
 #include <QFile>
 #include <QTemporaryDir>
@@ -11,11 +14,16 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <ctime>
+#include <memory>
 #include <set>
 #include <thread>
 #include <vector>
 
+#include "engine/core/cpu_isa.h"
 #include "engine/data/cache_file.h"
+#include "engine/data/convert_kernels.h"
+#include "engine/data/decode_cache.h"
 #include "engine/data/pipeline.h"
 
 using namespace td;
@@ -188,12 +196,100 @@ bool isPermutation(std::vector<int32_t> v, int64_t n) {
 
 const char* kFashionDir = "/usr/share/datasets/fashion-mnist";
 
+// Sets (or, with nullptr, clears) an environment variable for one scope.
+class ScopedEnv {
+  public:
+    ScopedEnv(const char* name, const char* value) : name_(name) {
+        if (const char* old = std::getenv(name)) {
+            old_ = old;
+            hadOld_ = true;
+        }
+        if (value)
+            ::setenv(name, value, 1);
+        else
+            ::unsetenv(name);
+    }
+    ~ScopedEnv() {
+        if (hadOld_)
+            ::setenv(name_, old_.c_str(), 1);
+        else
+            ::unsetenv(name_);
+    }
+    ScopedEnv(const ScopedEnv&) = delete;
+    ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+  private:
+    const char* name_;
+    std::string old_;
+    bool hadOld_ = false;
+};
+
+bool sameTensor(const Tensor& a, const Tensor& b) {
+    return a.dtype() == b.dtype() && a.shape() == b.shape() &&
+           std::memcmp(a.raw(), b.raw(), a.bytes()) == 0;
+}
+
+bool sameSplits(const DataSplits& a, const DataSplits& b) {
+    if (!sameTensor(a.train.x, b.train.x) || !sameTensor(a.train.y, b.train.y)) return false;
+    if (a.test.has_value() != b.test.has_value()) return false;
+    return !a.test || (sameTensor(a.test->x, b.test->x) && sameTensor(a.test->y, b.test->y));
+}
+
+DecodeCacheStats statsSince(const DecodeCacheStats& before) {
+    const DecodeCacheStats now = decodeCacheStats();
+    return {now.hits - before.hits, now.decoded - before.decoded, now.written - before.written,
+            now.rejected - before.rejected, now.writeFailures - before.writeFailures};
+}
+
+// Sets a file's modification time to `seconds` + `nanos` since the epoch.
+void setMtime(const QString& path, int64_t seconds, int64_t nanos) {
+    const timespec times[2] = {{static_cast<time_t>(seconds), static_cast<long>(nanos)},
+                               {static_cast<time_t>(seconds), static_cast<long>(nanos)}};
+    QCOMPARE(::utimensat(AT_FDCWD, path.toStdString().c_str(), times, 0), 0);
+}
+
+// An "idx" source of gzip'd files in `dir`: 40 u8 images of 2x3 and their labels, plus a raw
+// (uncompressed) test split, which the cache leaves alone.
+SourceConfig gzipIdxSource(const QTemporaryDir& dir) {
+    writeBytes(dir.filePath("train-images.gz"), idxImagesU8(40), true);
+    writeBytes(dir.filePath("train-labels.gz"), idxLabelsU8(40), true);
+    writeBytes(dir.filePath("test-images.idx"), idxImagesU8(8), false);
+    writeBytes(dir.filePath("test-labels.idx"), idxLabelsU8(8), false);
+    SourceConfig cfg;
+    cfg.type = "idx";
+    cfg.trainImages = dir.filePath("train-images.gz").toStdString();
+    cfg.trainLabels = dir.filePath("train-labels.gz").toStdString();
+    cfg.testImages = dir.filePath("test-images.idx").toStdString();
+    cfg.testLabels = dir.filePath("test-labels.idx").toStdString();
+    return cfg;
+}
+
+// The source as decoded without any cache.
+DataSplits decodedWithoutCache(const SourceConfig& cfg) {
+    ScopedEnv off(kDecodeCacheEnv, "off");
+    Result<DataSplits> s = loadSource(cfg);
+    if (!s.ok()) qFatal("loadSource: %s", s.error().c_str());
+    return std::move(s).value();
+}
+
+QStringList filesIn(const QString& dir) {
+    return QDir(dir).entryList(QDir::Files | QDir::Hidden, QDir::Name);
+}
+
 }  // namespace
 
 class TestData : public QObject {
     Q_OBJECT
 
   private slots:
+    // Every test's decoded-source cache lives in this process's own folder, never the user's.
+    void initTestCase() {
+        QVERIFY(cacheHome_.isValid());
+        ::setenv("XDG_CACHE_HOME", cacheHome_.path().toStdString().c_str(), 1);
+        ::unsetenv(kDecodeCacheEnv);
+        ::unsetenv(kDecodeCacheFaultBytesEnv);
+    }
+
     // --- IDX ------------------------------------------------------------------------------------
     void idxRoundTrip_data() {
         QTest::addColumn<bool>("gzip");
@@ -923,17 +1019,17 @@ class TestData : public QObject {
         QCOMPARE(reference->stats().parallelCalls, int64_t{1});
     }
 
-    // AUTOTUNE starts the buffer at 2 and keeps it within [1, 16].
+    // AUTOTUNE starts the buffer at 8 and keeps it within [8, 16].
     void autotunePrefetchStaysWithinBounds() {
         const Dataset d = indexedDataset(20000, 784);
         PipelineConfig cfg;
         cfg.prefetch = kAutotune;
         cfg.parallelCalls = 1;
         auto p = makePipeline(d, cfg, 8);
-        QCOMPARE(p->stats().prefetchDepth, int64_t{2});
+        QCOMPARE(p->stats().prefetchDepth, int64_t{8});
         for (int epoch = 0; epoch < 2; ++epoch) runEpoch(*p, epoch);
         const PipelineStats st = p->stats();
-        QVERIFY(st.prefetchDepth >= 1 && st.prefetchDepth <= 16);
+        QVERIFY(st.prefetchDepth >= 8 && st.prefetchDepth <= 16);
         QVERIFY(st.producerSecondsPerBatch > 0);
     }
 
@@ -1290,18 +1386,21 @@ class TestData : public QObject {
         QCOMPARE(fast[1].labels, consume(*reference, 2, std::chrono::microseconds(0)).labels);
     }
 
-    // The prefetch buffer shrinks when it is always full (a cheap map, a slower consumer) and
-    // grows when the consumer waits (a map slower than the consumer), within [1, cap].
+    // The prefetch buffer stays at its floor when it is always full (a cheap map, a slower
+    // consumer) and grows when the consumer waits (a map slower than the consumer), within
+    // [8, cap].
     void autotunePrefetchFollowsWaits() {
         const Dataset d = indexedDataset(480, 37);
         PipelineConfig cfg;
         cfg.prefetch = kAutotune;
         cfg.parallelCalls = 1;
         auto full = makePipeline(d, cfg, 8);
-        QCOMPARE(full->stats().prefetchDepth, int64_t{2});
+        QCOMPARE(full->stats().prefetchDepth, int64_t{8});
         const Consumed a = consume(*full, 0, std::chrono::microseconds(3000));
         const int64_t minDepth = *std::min_element(a.depth.begin(), a.depth.end());
-        QVERIFY2(minDepth == 1, qPrintable(QString::number(minDepth)));
+        const int64_t maxFull = *std::max_element(a.depth.begin(), a.depth.end());
+        QVERIFY2(minDepth == 8 && maxFull == 8,
+                 qPrintable(QString("%1..%2").arg(minDepth).arg(maxFull)));
 
         PipelineOptions opt;
         opt.elementHook = [](int64_t) {
@@ -1311,7 +1410,7 @@ class TestData : public QObject {
         QVERIFY(created.ok());
         const Consumed b = consume(**created, 0, std::chrono::microseconds(0));
         const int64_t maxDepth = *std::max_element(b.depth.begin(), b.depth.end());
-        QVERIFY2(maxDepth > 2 && maxDepth <= 16, qPrintable(QString::number(maxDepth)));
+        QVERIFY2(maxDepth > 8 && maxDepth <= 16, qPrintable(QString::number(maxDepth)));
         QVERIFY((*created)->stats().consumerWaits > 0);
     }
 
@@ -1325,6 +1424,58 @@ class TestData : public QObject {
         auto p = makePipeline(indexedDataset(100), cfg, 10);
         QCOMPARE(p->stats().maxParallelCalls, std::min<int64_t>(CPU_COUNT(&set), 8));
         QVERIFY(p->stats().parallelCalls <= p->stats().maxParallelCalls);
+    }
+
+    // A slower consumer wakes the worker once per half window, not once per batch; the batches
+    // are the same.
+    void consumerWakesWorkersInBursts() {
+        const Dataset d = indexedDataset(480, 37);
+        PipelineConfig cfg = shuffled(480, 5);
+        cfg.prefetch = 8;
+        cfg.parallelCalls = 1;  // window 9: a wake-up once 4 batches are free
+        auto p = makePipeline(d, cfg, 8);
+        auto reference = makePipeline(
+            d,
+            [&] {
+                PipelineConfig c = cfg;
+                c.prefetch = 0;
+                return c;
+            }(),
+            8);
+        const Consumed got = consume(*p, 0, std::chrono::microseconds(1000));
+        QCOMPARE(got.labels, consume(*reference, 0, std::chrono::microseconds(0)).labels);
+        const PipelineStats st = p->stats();
+        qInfo("%lld wake-ups for 60 batches", static_cast<long long>(st.consumerWakeups));
+        QVERIFY2(st.consumerWakeups >= 1 && st.consumerWakeups <= 30,
+                 qPrintable(QString("%1 wake-ups for 60 batches").arg(st.consumerWakeups)));
+    }
+
+    // Whatever the window, the consumer never waits for a batch no worker will form, and the
+    // batches come in order: windows of 2 to 11 batches, 1 to 3 workers, a map and a consumer
+    // of varying speed.
+    void burstWakeupsNeverStall() {
+        const Dataset d = indexedDataset(203, 11);
+        for (const int64_t prefetch : {1, 2, 3, 5, 8}) {
+            for (const int64_t parallel : {1, 2, 3}) {
+                PipelineConfig cfg = shuffled(100, 9);
+                cfg.prefetch = prefetch;
+                cfg.parallelCalls = parallel;
+                PipelineOptions opt;
+                opt.elementHook = [](int64_t i) {
+                    if (i % 17 == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+                };
+                auto created = Pipeline::create(d, cfg, 7, true, 7, opt);
+                QVERIFY(created.ok());
+                PipelineConfig inlineCfg = cfg;
+                inlineCfg.prefetch = 0;
+                auto reference = makePipeline(d, inlineCfg, 7);
+                for (int epoch = 0; epoch < 2; ++epoch) {
+                    const auto work = std::chrono::microseconds(epoch == 0 ? 0 : 150);
+                    QCOMPARE(consume(**created, epoch, work).labels,
+                             consume(*reference, epoch, std::chrono::microseconds(0)).labels);
+                }
+            }
+        }
     }
 
     void cacheFileUnwritable() {
@@ -1344,6 +1495,360 @@ class TestData : public QObject {
         QVERIFY2(QString::fromStdString(p.error()).contains("none, memory, file:<path>"),
                  p.error().c_str());
     }
+
+    // --- decoded-source cache -------------------------------------------------------------------
+    void decodeCacheFolder() {
+        {
+            ScopedEnv xdg("XDG_CACHE_HOME", "/tmp/xdg-cache/");
+            QCOMPARE(QString::fromStdString(decodeCacheDir()),
+                     QString("/tmp/xdg-cache/traindeck/decoded"));
+        }
+        {
+            // A relative XDG_CACHE_HOME is ignored (XDG base directory spec).
+            ScopedEnv xdg("XDG_CACHE_HOME", "relative/cache");
+            ScopedEnv home("HOME", "/home/someone");
+            QCOMPARE(QString::fromStdString(decodeCacheDir()),
+                     QString("/home/someone/.cache/traindeck/decoded"));
+        }
+        for (const char* off : {"off", "OFF", "0", "false", "no"}) {
+            ScopedEnv env(kDecodeCacheEnv, off);
+            QVERIFY2(decodeCacheDir().empty(), off);
+        }
+        ScopedEnv on(kDecodeCacheEnv, "on");
+        QVERIFY(!decodeCacheDir().empty());
+    }
+
+    // The first load decodes and writes one entry per gzip file; the second reads them and
+    // returns the same tensors.
+    void decodeCacheSecondLoadReadsIt() {
+        QTemporaryDir data, cache;
+        ScopedEnv xdg("XDG_CACHE_HOME", cache.path().toStdString().c_str());
+        const SourceConfig cfg = gzipIdxSource(data);
+        const DataSplits reference = decodedWithoutCache(cfg);
+        const QString dir = QString::fromStdString(decodeCacheDir());
+
+        DecodeCacheStats before = decodeCacheStats();
+        Result<DataSplits> first = loadSource(cfg);
+        QVERIFY2(first.ok(), first.ok() ? "" : first.error().c_str());
+        DecodeCacheStats d = statsSince(before);
+        QCOMPARE(d.hits, int64_t{0});
+        QCOMPARE(d.decoded, int64_t{2});  // the raw test split is read as it is
+        QCOMPARE(d.written, int64_t{2});
+        QVERIFY(first->notes.empty());
+        QVERIFY(sameSplits(*first, reference));
+        QCOMPARE(filesIn(dir).size(), 2);  // no temporary file left
+        QVERIFY(QFile::exists(
+            QString::fromStdString(decodeCacheEntry(dir.toStdString(), cfg.trainImages))));
+
+        before = decodeCacheStats();
+        Result<DataSplits> second = loadSource(cfg);
+        QVERIFY2(second.ok(), second.ok() ? "" : second.error().c_str());
+        d = statsSince(before);
+        QCOMPARE(d.hits, int64_t{2});
+        QCOMPARE(d.decoded, int64_t{0});
+        QCOMPARE(d.written, int64_t{0});
+        QVERIFY(sameSplits(*second, reference));
+        QCOMPARE(second->train.numClasses, reference.train.numClasses);
+
+        // readIdxCached on its own, and through another spelling of the same path.
+        before = decodeCacheStats();
+        const std::string dotted = data.path().toStdString() + "/./train-images.gz";
+        Result<Tensor> t = readIdxCached(dotted);
+        QVERIFY(t.ok());
+        QCOMPARE(statsSince(before).hits, int64_t{1});
+        QVERIFY(sameTensor(*t, *readIdx(cfg.trainImages)));
+        // A tensor read from an entry is the caller's to change: the entry stays as it was.
+        t->data<uint8_t>()[0] ^= 0xff;
+        before = decodeCacheStats();
+        QVERIFY(sameTensor(*readIdxCached(cfg.trainImages), *readIdx(cfg.trainImages)));
+        QCOMPARE(statsSince(before).hits, int64_t{1});
+    }
+
+    // A source whose modification time (or size, or content) changed makes its entry stale:
+    // ignored, decoded again, rewritten.
+    void decodeCacheSourceTouched() {
+        QTemporaryDir data, cache;
+        ScopedEnv xdg("XDG_CACHE_HOME", cache.path().toStdString().c_str());
+        const SourceConfig cfg = gzipIdxSource(data);
+        const QString images = QString::fromStdString(cfg.trainImages);
+        setMtime(images, 1700000000, 100);
+        QVERIFY(loadSource(cfg).ok());
+
+        // Only the nanoseconds differ.
+        setMtime(images, 1700000000, 200);
+        DecodeCacheStats before = decodeCacheStats();
+        Result<DataSplits> s = loadSource(cfg);
+        QVERIFY(s.ok());
+        DecodeCacheStats d = statsSince(before);
+        QCOMPARE(d.rejected, int64_t{1});
+        QCOMPARE(d.decoded, int64_t{1});
+        QCOMPARE(d.written, int64_t{1});
+        QCOMPARE(d.hits, int64_t{1});  // the labels
+        QVERIFY(s->notes.empty());     // a stale entry is routine, not news
+        before = decodeCacheStats();
+        QVERIFY(loadSource(cfg).ok());
+        QCOMPARE(statsSince(before).hits, int64_t{2});
+
+        // New content: the next load returns it, not the old array.
+        writeBytes(images, idxImagesU8(40).replace(20, 1, "\x7f"), true);
+        setMtime(images, 1700000100, 0);
+        const DataSplits changed = decodedWithoutCache(cfg);
+        before = decodeCacheStats();
+        s = loadSource(cfg);
+        QVERIFY(s.ok());
+        QCOMPARE(statsSince(before).rejected, int64_t{1});
+        QVERIFY(sameSplits(*s, changed));
+        QCOMPARE(s->train.x.data<uint8_t>()[4], uint8_t{0x7f});
+    }
+
+    // Damaged or foreign entries are never trusted: ignored, deleted, rewritten, and the load
+    // returns the source's arrays.
+    void decodeCacheCorruptEntry_data() {
+        QTest::addColumn<QString>("damage");
+        QTest::addColumn<QString>("why");
+        QTest::newRow("payload byte") << "payload"
+                                      << "its array is damaged";
+        QTest::newRow("header byte") << "header"
+                                     << "its header is damaged";
+        QTest::newRow("cut short") << "truncate"
+                                   << "cut short";
+        QTest::newRow("appended") << "append"
+                                  << "overlong";
+        QTest::newRow("garbage") << "garbage"
+                                 << "not a decoded-source cache entry";
+        QTest::newRow("empty") << "empty"
+                               << "shorter than its header";
+    }
+    void decodeCacheCorruptEntry() {
+        QFETCH(QString, damage);
+        QFETCH(QString, why);
+        QTemporaryDir data, cache;
+        ScopedEnv xdg("XDG_CACHE_HOME", cache.path().toStdString().c_str());
+        const SourceConfig cfg = gzipIdxSource(data);
+        const DataSplits reference = decodedWithoutCache(cfg);
+        QVERIFY(loadSource(cfg).ok());
+        const QString entry =
+            QString::fromStdString(decodeCacheEntry(decodeCacheDir(), cfg.trainImages));
+        QFile f(entry);
+        QVERIFY(f.open(QIODevice::ReadWrite));
+        QByteArray bytes = f.readAll();
+        QCOMPARE(bytes.size(), qsizetype(kDecodeCacheHeaderBytes + 40 * 6));
+        if (damage == "payload") {
+            bytes[qsizetype(kDecodeCacheHeaderBytes) + 17] ^= 0x01;
+        } else if (damage == "header") {
+            bytes[70] ^= 0x01;  // a dimension
+        } else if (damage == "truncate") {
+            bytes.chop(5);
+        } else if (damage == "append") {
+            bytes.append("xyz");
+        } else if (damage == "garbage") {
+            bytes.fill('x');
+        } else {
+            bytes.clear();
+        }
+        QVERIFY(f.resize(0));
+        QVERIFY(f.seek(0));
+        QCOMPARE(f.write(bytes), qint64(bytes.size()));
+        f.close();
+
+        DecodeCacheStats before = decodeCacheStats();
+        Result<DataSplits> s = loadSource(cfg);
+        QVERIFY2(s.ok(), s.ok() ? "" : s.error().c_str());
+        const DecodeCacheStats d = statsSince(before);
+        QCOMPARE(d.rejected, int64_t{1});
+        QCOMPARE(d.decoded, int64_t{1});
+        QCOMPARE(d.written, int64_t{1});
+        QVERIFY(sameSplits(*s, reference));
+        QCOMPARE(s->notes.size(), size_t{1});
+        QVERIFY2(QString::fromStdString(s->notes[0]).contains(why), s->notes[0].c_str());
+        QVERIFY2(QString::fromStdString(s->notes[0]).contains(entry), s->notes[0].c_str());
+
+        // Rewritten: the next load reads it.
+        before = decodeCacheStats();
+        s = loadSource(cfg);
+        QVERIFY(s.ok());
+        QCOMPARE(statsSince(before).hits, int64_t{2});
+        QVERIFY(sameSplits(*s, reference));
+    }
+
+    void decodeCacheOff() {
+        QTemporaryDir data, cache;
+        ScopedEnv xdg("XDG_CACHE_HOME", cache.path().toStdString().c_str());
+        ScopedEnv off(kDecodeCacheEnv, "off");
+        const SourceConfig cfg = gzipIdxSource(data);
+        for (int run = 0; run < 2; ++run) {
+            const DecodeCacheStats before = decodeCacheStats();
+            Result<DataSplits> s = loadSource(cfg);
+            QVERIFY(s.ok());
+            const DecodeCacheStats d = statsSince(before);
+            QCOMPARE(d.decoded, int64_t{2});
+            QCOMPARE(d.hits + d.written + d.rejected + d.writeFailures, int64_t{0});
+        }
+        QVERIFY(QDir(cache.path()).isEmpty());
+    }
+
+    // A cache folder that cannot be created, or a disk that fills up while an entry is written:
+    // the load succeeds, nothing half-written stays, a note says why.
+    void decodeCacheCannotWrite() {
+        QTemporaryDir data, cache;
+        const SourceConfig cfg = gzipIdxSource(data);
+        const DataSplits reference = decodedWithoutCache(cfg);
+        {
+            // XDG_CACHE_HOME is a file: the folder cannot be made (root could write anywhere
+            // else, so permissions would not show this).
+            const QString file = cache.filePath("a-file");
+            writeBytes(file, "x", false);
+            ScopedEnv xdg("XDG_CACHE_HOME", file.toStdString().c_str());
+            const DecodeCacheStats before = decodeCacheStats();
+            Result<DataSplits> s = loadSource(cfg);
+            QVERIFY2(s.ok(), s.ok() ? "" : s.error().c_str());
+            QVERIFY(sameSplits(*s, reference));
+            const DecodeCacheStats d = statsSince(before);
+            QCOMPARE(d.writeFailures, int64_t{2});
+            QCOMPARE(d.written, int64_t{0});
+            QCOMPARE(s->notes.size(), size_t{2});
+            QVERIFY2(QString::fromStdString(s->notes[0]).contains("cannot create"),
+                     s->notes[0].c_str());
+        }
+        {
+            ScopedEnv xdg("XDG_CACHE_HOME", cache.path().toStdString().c_str());
+            ScopedEnv full(kDecodeCacheFaultBytesEnv, "4200");  // the header, and a bit
+            const DecodeCacheStats before = decodeCacheStats();
+            Result<DataSplits> s = loadSource(cfg);
+            QVERIFY2(s.ok(), s.ok() ? "" : s.error().c_str());
+            QVERIFY(sameSplits(*s, reference));
+            const DecodeCacheStats d = statsSince(before);
+            // An entry of the 40 labels fits in 4200 bytes, one of the 240 pixels does not.
+            QCOMPARE(d.writeFailures, int64_t{1});
+            QCOMPARE(d.written, int64_t{1});
+            QCOMPARE(s->notes.size(), size_t{1});
+            QVERIFY2(QString::fromStdString(s->notes[0]).contains("No space left on device"),
+                     s->notes[0].c_str());
+            QVERIFY2(QString::fromStdString(s->notes[0]).contains("train-images.gz"),
+                     s->notes[0].c_str());
+            const QStringList files = filesIn(QString::fromStdString(decodeCacheDir()));
+            QCOMPARE(files.size(), 1);
+            QVERIFY(!files[0].contains(".tmp"));
+        }
+    }
+
+    // Writing an entry removes those of deleted sources and temporary files a killed writer left.
+    void decodeCachePrunesEntriesOfDeletedSources() {
+        QTemporaryDir cache;
+        ScopedEnv xdg("XDG_CACHE_HOME", cache.path().toStdString().c_str());
+        const QString dir = QString::fromStdString(decodeCacheDir());
+        auto gone = std::make_unique<QTemporaryDir>();
+        const SourceConfig goneCfg = gzipIdxSource(*gone);
+        QVERIFY(loadSource(goneCfg).ok());
+        QCOMPARE(filesIn(dir).size(), 2);
+        gone.reset();
+        const QString oldTemp = dir + "/0123456789abcdef.idx.tmp-1-0";
+        const QString newTemp = dir + "/0123456789abcdef.idx.tmp-2-0";
+        writeBytes(oldTemp, "partial", false);
+        writeBytes(newTemp, "partial", false);
+        setMtime(oldTemp, std::time(nullptr) - 7200, 0);
+
+        QTemporaryDir kept;
+        const SourceConfig cfg = gzipIdxSource(kept);
+        QVERIFY(loadSource(cfg).ok());
+        QStringList want{
+            QFileInfo(QString::fromStdString(decodeCacheEntry(dir.toStdString(), cfg.trainImages)))
+                .fileName(),
+            QFileInfo(QString::fromStdString(decodeCacheEntry(dir.toStdString(), cfg.trainLabels)))
+                .fileName(),
+            QFileInfo(newTemp).fileName()};
+        want.sort();
+        QCOMPARE(filesIn(dir), want);
+    }
+
+    // The built-in source: a second load is read from the cache and equals the decoded files.
+    void decodeCacheFashionMnist() {
+        if (!QDir(kFashionDir).exists()) QSKIP("dataset-fashion-mnist is not installed");
+        qunsetenv("TRAINDECK_FASHION_MNIST_DIR");
+        QTemporaryDir cache;
+        ScopedEnv xdg("XDG_CACHE_HOME", cache.path().toStdString().c_str());
+        const DataSplits reference = decodedWithoutCache(SourceConfig{});
+        Result<DataSplits> first = loadSource(SourceConfig{});
+        QVERIFY(first.ok());
+        const DecodeCacheStats before = decodeCacheStats();
+        Result<DataSplits> second = loadSource(SourceConfig{});
+        QVERIFY(second.ok());
+        QCOMPARE(statsSince(before).hits, int64_t{4});
+        QVERIFY(sameSplits(*second, reference));
+        QCOMPARE(second->train.classNames, reference.train.classNames);
+    }
+
+    // --- batch-forming kernels ------------------------------------------------------------------
+    // Every level this CPU runs gives the generic level's rows, bit for bit.
+    void convertKernelsMatchGeneric() {
+        const data_kernels::Table& generic = data_kernels::kernelsFor(CpuIsa::Generic);
+        QCOMPARE(generic.isa, CpuIsa::Generic);
+        std::vector<CpuIsa> levels{CpuIsa::Generic};
+        if (detectedCpuIsa() != CpuIsa::Generic) levels.push_back(CpuIsa::Avx2);
+        if (detectedCpuIsa() == CpuIsa::Avx512) levels.push_back(CpuIsa::Avx512);
+        const std::pair<float, float> maps[] = {
+            {1.0f / 255, 0.0f},
+            {static_cast<float>(1.0 / 255 / 0.3081), static_cast<float>(-0.1307 / 0.3081)},
+            {-3.5f, 1e-7f},
+            {1e30f, -1e30f}};
+        std::vector<uint8_t> u8(1000);
+        std::vector<float> f32(1000);
+        for (size_t i = 0; i < u8.size(); ++i) {
+            u8[i] = static_cast<uint8_t>((i * 37 + 11) % 256);
+            f32[i] = static_cast<float>(i) * 0.37f - 91.5f + 1.0f / static_cast<float>(i + 1);
+        }
+        for (const CpuIsa isa : levels) {
+            const data_kernels::Table& k = data_kernels::kernelsFor(isa);
+            QCOMPARE(k.isa, isa);
+            for (const auto& [a, b] : maps) {
+                for (const int64_t n : {0, 1, 7, 8, 15, 16, 17, 31, 33, 63, 65, 784, 999}) {
+                    // Offsets 0 and 3: unaligned rows as a gather meets them.
+                    for (const int64_t off : {0, 3}) {
+                        std::vector<float> want(1000, -1.0f), got(1000, -1.0f);
+                        generic.affineU8(u8.data() + off, want.data(), n, a, b);
+                        k.affineU8(u8.data() + off, got.data(), n, a, b);
+                        QVERIFY2(std::memcmp(want.data(), got.data(), 4000) == 0,
+                                 qPrintable(QString("u8 %1 n=%2").arg(cpuIsaName(isa)).arg(n)));
+                        for (int64_t i = 0; i < n; ++i) {
+                            const float ref =
+                                static_cast<float>(u8[static_cast<size_t>(off + i)]) * a;
+                            QCOMPARE(want[static_cast<size_t>(i)], ref + b);
+                        }
+                        generic.affineF32(f32.data() + off, want.data(), n, a, b);
+                        k.affineF32(f32.data() + off, got.data(), n, a, b);
+                        QVERIFY2(std::memcmp(want.data(), got.data(), 4000) == 0,
+                                 qPrintable(QString("f32 %1 n=%2").arg(cpuIsaName(isa)).arg(n)));
+                    }
+                }
+            }
+        }
+    }
+
+    // A pipeline's batches hold float(x) * a + b of the gathered rows, as the scalar formula
+    // computes them, whatever level forms them.
+    void pipelineRowsAreTheAffineMap() {
+        const Dataset d = indexedDataset(50, 37);
+        PipelineConfig cfg = shuffled(50, 3);
+        cfg.map = {MapStep{.op = "scale", .factor = 1.0 / 255},
+                   MapStep{.op = "normalize", .mean = 0.1307, .stddev = 0.3081}};
+        cfg.cache = "none";
+        auto p = makePipeline(d, cfg, 8);
+        const EpochOutput out = runEpoch(*p, 0);
+        const double s = 1.0 / 255 / 0.3081, t = (0.0 - 0.1307) / 0.3081;
+        const auto a = static_cast<float>(s), b = static_cast<float>(t);
+        for (size_t r = 0; r < out.labels.size(); ++r) {
+            const int64_t row = out.labels[r];
+            for (int64_t k = 0; k < 37; ++k) {
+                const float x = static_cast<float>(d.x.data<uint8_t>()[row * 37 + k]);
+                const float want = x * a + b;
+                const float got = out.x[r * 37 + static_cast<size_t>(k)];
+                QVERIFY(std::memcmp(&want, &got, 4) == 0);
+            }
+        }
+    }
+
+  private:
+    QTemporaryDir cacheHome_;
 };
 
 QTEST_GUILESS_MAIN(TestData)

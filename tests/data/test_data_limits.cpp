@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/data/decode_cache.h"
 #include "engine/data/pipeline.h"
 #include "engine/data/resource_plan.h"
 #include "engine/data/sources.h"
@@ -502,6 +503,28 @@ class TestDataLimits : public QObject {
         Result<DataSplits> d = loadSource(cfg);
         QVERIFY2(!d.ok(), "an absurd synthetic source was generated");
         QVERIFY2(q(d.error()).contains(expected), d.error().c_str());
+    }
+
+    // A decoded-source cache entry is held to the same budget as decoding: over it, the load fails
+    // with the reader's own error, naming the source file.
+    void decodedCacheEntryOverTheBudget() {
+        QTemporaryDir dir, cache;
+        ScopedEnv xdg("XDG_CACHE_HOME", cache.path().toStdString().c_str());
+        ScopedEnv on(kDecodeCacheEnv, nullptr);
+        const QString images = dir.filePath("images.idx.gz");
+        writeBytes(images, idxBytes(0x08, {256, 256}, std::string(65536, '\3')), true);
+        QVERIFY(readIdxCached(images.toStdString()).ok());
+        const DecodeCacheStats before = decodeCacheStats();
+        QVERIFY(readIdxCached(images.toStdString()).ok());
+        QCOMPARE(decodeCacheStats().hits - before.hits, int64_t{1});
+
+        ScopedEnv small(kMemoryBudgetEnv, "32768");
+        Result<Tensor> t = readIdxCached(images.toStdString());
+        QVERIFY(!t.ok());
+        QCOMPARE(q(t.error()), q(readIdx(images.toStdString()).error()));
+        QVERIFY2(q(t.error()).startsWith(images + ": needs about 64.0 KiB of host memory, over "
+                                                  "the budget of 32.0 KiB"),
+                 t.error().c_str());
     }
 };
 

@@ -6,7 +6,8 @@
 #    binary lists its devices with the generic level, trains a small project, and refuses
 #    TRAINDECK_ISA=avx512 with a message instead of stopping with SIGILL.
 # 2. In the disassembly, every function that touches a ymm, zmm or mask register belongs to the
-#    td::isa_avx2 / td::isa_avx512 (optimizer) or td::cpu::isa_avx2 / td::cpu::isa_avx512 loops.
+#    td::isa_avx2 / td::isa_avx512 (optimizer), td::cpu::isa_avx2 / td::cpu::isa_avx512 or
+#    td::data_kernels::isa_avx2 / td::data_kernels::isa_avx512 (batch forming) loops.
 # Exit 77 (skipped) only when neither qemu-x86_64 nor objdump is installed.
 set -uo pipefail
 bin="$1"
@@ -59,7 +60,9 @@ if command -v objdump >/dev/null 2>&1; then
   awk '
     /^[0-9a-f]+ <.*>:$/ { fn = $0; sub(/^[0-9a-f]+ </, "", fn); sub(/>:$/, "", fn); next }
     /%[yz]mm[0-9]|%k[0-7]([^0-9]|$)/ {
-      if (fn !~ /^td::(cpu::)?isa_avx(2|512)::/ && !(fn in seen)) { seen[fn] = 1; print fn }
+      if (fn !~ /^td::(cpu::|data_kernels::)?isa_avx(2|512)::/ && !(fn in seen)) {
+        seen[fn] = 1; print fn
+      }
     }' "$tmp/dis.txt" >"$tmp/wide.txt"
   if [ -s "$tmp/wide.txt" ]; then
     echo "FAIL: functions outside the dispatched kernels use AVX registers:"

@@ -1,0 +1,7 @@
+// Batch-forming kernels for AVX2 CPUs; CMake compiles this file alone with -mavx2. Only called
+// after activeCpuIsa() found AVX2.
+#if defined(__x86_64__)
+#define TD_CONVERT_ISA_NAMESPACE isa_avx2
+#define TD_CONVERT_ISA_LEVEL td::CpuIsa::Avx2
+#include "engine/data/convert_kernels_impl.h"
+#endif

@@ -1,0 +1,7 @@
+// Batch-forming kernels for AVX-512 CPUs; CMake compiles this file alone with -mavx512f. Only
+// called after activeCpuIsa() found AVX-512.
+#if defined(__x86_64__)
+#define TD_CONVERT_ISA_NAMESPACE isa_avx512
+#define TD_CONVERT_ISA_LEVEL td::CpuIsa::Avx512
+#include "engine/data/convert_kernels_impl.h"
+#endif
