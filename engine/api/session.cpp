@@ -317,6 +317,8 @@ Status Session::fit() {
         fin.storeError = fin.message;
     } else {
         im.bus.publish(im.runStarted());
+        // What loading the data had to say (a decoded-source cache it could not write, ...).
+        for (const std::string& note : im.splits.notes) im.log(LogLine::Level::Warning, note);
         Result<RunFinished> r = guarded("internal error", [&] { return im.trainer->fit(); });
         if (r.ok()) {
             fin = std::move(r).value();
