@@ -381,10 +381,10 @@ struct Trainer::Impl {
         const std::vector<int> pids = g.params();
         for (size_t i = 0; i < pids.size(); ++i) {
             const Node& n = g.node(pids[i]);
-            const std::string name = n.name();
+            const std::string name = n.attrs.name.value_or("");
             paramNames.push_back(name);
             paramShapes.push_back(n.shape);
-            if (n.trainable()) trainableIndex.push_back(i);
+            if (n.attrs.trainableOr()) trainableIndex.push_back(i);
             const std::string layer = name.substr(0, name.rfind('/'));
             const bool isKernel = name.size() > 7 && name.substr(name.size() - 7) == "/kernel";
             const LayerSpec* L = byName.at(layer);
@@ -406,7 +406,7 @@ struct Trainer::Impl {
                 r.params.push_back(b);
                 TD_RETURN_IF_ERROR(d.copyToDevice(b, 0, host[i].data(), bytes));
             }
-            const size_t gradBytes = static_cast<size_t>(gradPlan.totalElements) * sizeof(float);
+            const size_t gradBytes = static_cast<size_t>(gradPlan.elements) * sizeof(float);
             TD_ASSIGN_OR_RETURN(r.flatGrads, d.allocate(std::max<size_t>(gradBytes, 4)));
             for (size_t i = 0; i < pids.size(); ++i) {
                 const int64_t off = gradPlan.offsets[i];
@@ -426,7 +426,7 @@ struct Trainer::Impl {
                     TD_RETURN_IF_ERROR(d.fillZero(b, 0, bytes));
                     r.slots.push_back(b);
                 }
-            const size_t accBytes = static_cast<size_t>(accumCount()) * sizeof(float);
+            const size_t accBytes = static_cast<size_t>(accumCount()) * sizeof(double);
             TD_ASSIGN_OR_RETURN(r.trainAccum, d.allocate(accBytes));
             TD_ASSIGN_OR_RETURN(r.evalAccum, d.allocate(accBytes));
             TD_RETURN_IF_ERROR(d.fillZero(r.trainAccum, 0, accBytes));
@@ -465,7 +465,7 @@ struct Trainer::Impl {
         if (mode == GraphMode::Train) {
             bind.accumulators = r.trainAccum;
             bind.update = &updateSpec;
-            bind.slots = r.slots;
+            bind.optimizerSlots = r.slots;
             if (r.timed) {
                 bind.collectives = r.timed.get();
                 bind.buckets = gradPlan.buckets;
@@ -556,12 +556,12 @@ struct Trainer::Impl {
     // the devices finished what was enqueued: the one host read of a log point.
     Result<std::vector<double>> readAccumulators(bool train, double extra = 0) {
         std::vector<double> sums(static_cast<size_t>(accumCount()) + 1, 0.0);
-        std::vector<float> v(static_cast<size_t>(accumCount()));
+        std::vector<double> v(static_cast<size_t>(accumCount()));
         for (auto& rp : replicas) {
             Device& d = *rp->device;
             TD_RETURN_IF_ERROR(d.synchronize());
             TD_RETURN_IF_ERROR(d.copyToHost(v.data(), train ? rp->trainAccum : rp->evalAccum, 0,
-                                            v.size() * sizeof(float)));
+                                            v.size() * sizeof(double)));
             for (size_t i = 0; i < v.size(); ++i) sums[i] += v[i];
         }
         sums.back() = extra;
@@ -932,9 +932,9 @@ Result<EvalResult> Trainer::Impl::evaluate(const Dataset& d) {
     EvalResult out;
     out.samples = seen;
     if (seen == 0) return out;
-    std::vector<float> v(static_cast<size_t>(accumCount()));
+    std::vector<double> v(static_cast<size_t>(accumCount()));
     TD_RETURN_IF_ERROR(r.device->synchronize());
-    TD_RETURN_IF_ERROR(r.device->copyToHost(v.data(), r.evalAccum, 0, v.size() * sizeof(float)));
+    TD_RETURN_IF_ERROR(r.device->copyToHost(v.data(), r.evalAccum, 0, v.size() * sizeof(double)));
     out.metrics["loss"] = v[0] / static_cast<double>(seen);
     for (size_t m = 0; m < s.metrics.size(); ++m)
         out.metrics[s.metrics[m].key] = v[1 + m] / static_cast<double>(seen);
@@ -1061,7 +1061,7 @@ int64_t Trainer::deviceBytes() const {
 }
 
 int64_t Trainer::allReduceBytesPerStep() const {
-    return impl_->totalReplicas > 1 ? impl_->gradPlan.totalElements * 4 : 0;
+    return impl_->totalReplicas > 1 ? impl_->gradPlan.elements * 4 : 0;
 }
 
 int64_t Trainer::pipelineBatch() const {
