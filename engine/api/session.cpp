@@ -1,8 +1,9 @@
 // Session: compiles a project once (forward, autodiff, passes, lowering per batch size) and runs
 // the Keras-style fit loop on the calling thread or an engine thread. The step loop does no
-// allocation and no I/O: it copies the batch into the program's input buffer, runs the program,
-// reads back the scalar outputs and applies the optimizer. Everything else (progress bar, charts,
-// SQLite) consumes events from the bus on its own thread.
+// allocation and no I/O: it copies the batch into the program's input buffer and runs the program,
+// which also updates the weights and adds loss and metrics into its accumulators; those are read
+// back at log points only. Everything else (progress bar, charts, SQLite) consumes events from
+// the bus on its own thread.
 #include "engine/api/session.h"
 
 #include <unistd.h>
@@ -93,13 +94,19 @@ struct Session::Impl {
         std::string name;
         Shape shape;
         bool trainable = true;
-        Buffer value, grad;
+        Buffer value;
+        Buffer grad;  // a view into flatGrads (trainable parameters)
     };
     std::vector<Param> params;
     std::map<std::pair<int, int64_t>, std::unique_ptr<Compiled>> programs;  // (mode, batch)
+    Buffer flatGrads;                    // every gradient, laid out by planGradients
+    std::vector<Buffer> optimizerSlots;  // on the device, as ProgramBindings::optimizerSlots
+    UpdateSpec updateSpec;
+    // Running sums of loss and metrics (f64: loss, then each metric), one for the training
+    // programs and one for the evaluation programs.
+    Buffer trainAcc, evalAcc;
 
     std::unique_ptr<Optimizer> optimizer;
-    std::vector<ParamRef> paramRefs;
     std::vector<std::shared_ptr<Callback>> callbacks;
     std::vector<std::string> callbackNames;  // for errors: "training.callbacks[0] (early_stopping)"
 
@@ -125,16 +132,20 @@ struct Session::Impl {
                 if (c->label.ptr) device->release(c->label);
             }
         programs.clear();
-        if (device)
-            for (auto& p : params) {
-                device->release(p.value);
-                if (p.grad.ptr) device->release(p.grad);
-            }
+        if (device) {
+            for (auto& p : params) device->release(p.value);
+            for (auto& b : optimizerSlots) device->release(b);
+            for (Buffer* b : {&flatGrads, &trainAcc, &evalAcc})
+                if (b->ptr) device->release(*b);
+        }
     }
 
     int64_t batchSize() const { return project.training.batchSize; }
 
     Status initParams(const Graph& g);
+    Status allocateTrainState(const Graph& g);
+    // Reads an accumulator buffer into `sums` (loss, then each metric).
+    Status readAccumulators(const Buffer& acc, std::vector<double>& sums);
     Result<Compiled*> program(GraphMode mode, int64_t batch);
     Status uploadBatch(Compiled& c, const Batch& b);
     Result<EvalResult> evaluate(const Dataset& d);
@@ -185,14 +196,11 @@ Status Session::Impl::initParams(const Graph& g) {
     for (int id : g.params()) {
         const Node& n = g.node(id);
         Param p;
-        p.name = n.attr("name");
+        p.name = n.attrs.name.value_or("");
         p.shape = n.shape;
-        p.trainable = n.attr("trainable", "1") != "0";
-        const size_t bytes = static_cast<size_t>(numElements(n.shape)) * 4;
+        p.trainable = n.attrs.trainableOr();
+        const size_t bytes = n.bytes();
         TD_ASSIGN_OR_RETURN(p.value, device->allocate(bytes));
-        if (p.trainable) {
-            TD_ASSIGN_OR_RETURN(p.grad, device->allocate(bytes));
-        }
         const std::string layer = p.name.substr(0, p.name.rfind('/'));
         const bool isKernel = p.name.size() > 7 && p.name.substr(p.name.size() - 7) == "/kernel";
         const LayerSpec* L = byName.at(layer);
@@ -205,6 +213,35 @@ Status Session::Impl::initParams(const Graph& g) {
         params.push_back(std::move(p));
     }
     return Status::success();
+}
+
+// The gradients (one flat buffer, a view per trainable parameter), the optimizer's slots and the
+// accumulators: allocated once, from the first training graph.
+Status Session::Impl::allocateTrainState(const Graph& g) {
+    // One replica: the buckets are not used.
+    const GradientPlan plan = planGradients(g, 0);
+    TD_ASSIGN_OR_RETURN(flatGrads, device->allocate(std::max<size_t>(plan.bytes(), 1)));
+    TD_RETURN_IF_ERROR(device->fillZero(flatGrads, 0, flatGrads.bytes));
+    updateSpec = optimizer->spec();
+    const int per = updateSpec.slotsPerParam();
+    for (size_t i = 0; i < params.size(); ++i) {
+        if (!params[i].trainable) continue;
+        const size_t bytes = static_cast<size_t>(numElements(params[i].shape)) * sizeof(float);
+        params[i].grad = Buffer{static_cast<char*>(flatGrads.ptr) +
+                                    static_cast<size_t>(plan.offsets[i]) * sizeof(float),
+                                bytes};
+        for (int k = 0; k < per; ++k) {
+            TD_ASSIGN_OR_RETURN(Buffer b, device->allocate(bytes));
+            TD_RETURN_IF_ERROR(device->fillZero(b, 0, b.bytes));
+            optimizerSlots.push_back(b);
+        }
+    }
+    return Status::success();
+}
+
+Status Session::Impl::readAccumulators(const Buffer& acc, std::vector<double>& sums) {
+    sums.assign(1 + metrics.size(), 0.0);
+    return device->copyToHost(sums.data(), acc, 0, sums.size() * sizeof(double));
 }
 
 Result<Compiled*> Session::Impl::program(GraphMode mode, int64_t batch) {
@@ -231,10 +268,19 @@ Result<Compiled*> Session::Impl::program(GraphMode mode, int64_t batch) {
     c->timings = pm.timings();
 
     if (params.empty()) TD_RETURN_IF_ERROR(initParams(c->graph));
-    ProgramBindings bind;
     const Graph& g = c->graph;
+    if (mode == GraphMode::Train && !flatGrads.ptr) TD_RETURN_IF_ERROR(allocateTrainState(g));
+    const size_t accBytes = (1 + metrics.size()) * sizeof(double);
+    if (mode != GraphMode::Predict) {
+        Buffer& acc = mode == GraphMode::Train ? trainAcc : evalAcc;
+        if (!acc.ptr) {
+            TD_ASSIGN_OR_RETURN(acc, device->allocate(accBytes));
+            TD_RETURN_IF_ERROR(device->fillZero(acc, 0, acc.bytes));
+        }
+    }
+    ProgramBindings bind;
     for (const Node& n : g.nodes) {
-        const size_t bytes = static_cast<size_t>(numElements(n.shape)) * 4;
+        const size_t bytes = n.bytes();
         if (n.op == Op::Input) {
             TD_ASSIGN_OR_RETURN(c->input, device->allocate(bytes));
         } else if (n.op == Op::Label) {
@@ -248,9 +294,17 @@ Result<Compiled*> Session::Impl::program(GraphMode mode, int64_t batch) {
         return err("internal: parameter count differs between programs");
     for (size_t i = 0; i < pids.size(); ++i) {
         bind.params.push_back(params[i].value);
-        bind.grads.push_back(params[i].grad);
+        bind.grads.push_back(mode == GraphMode::Train ? params[i].grad : Buffer{});
     }
-    TD_ASSIGN_OR_RETURN(c->exe, device->compile(g, bind));
+    if (mode == GraphMode::Train) {
+        bind.flatGrads = flatGrads;
+        bind.update = &updateSpec;
+        bind.optimizerSlots = optimizerSlots;
+        bind.accumulators = trainAcc;
+    } else if (mode == GraphMode::Eval) {
+        bind.accumulators = evalAcc;
+    }
+    TD_ASSIGN_OR_RETURN(c->exe, compileProgram(*device, g, bind));
     c->lossId = g.output("loss");
     c->predId = g.output("predictions");
     for (const auto& m : metrics) c->metricIds.emplace_back(m.key, g.output(m.key));
@@ -260,7 +314,7 @@ Result<Compiled*> Session::Impl::program(GraphMode mode, int64_t batch) {
 }
 
 Status Session::Impl::uploadBatch(Compiled& c, const Batch& b) {
-    const size_t xBytes = static_cast<size_t>(b.x.size()) * 4;
+    const size_t xBytes = b.x.bytes();
     if (b.x.dtype() != DType::F32) return err("internal: pipeline produced non-f32 features");
     TD_RETURN_IF_ERROR(
         device->copyToDevice(c.input, 0, b.x.raw(), std::min(xBytes, c.input.bytes)));
@@ -279,11 +333,11 @@ Status Session::Impl::uploadBatch(Compiled& c, const Batch& b) {
             if (y[i] < 0 || y[i] >= units)
                 return err("label " + std::to_string(y[i]) + " is outside the " +
                            std::to_string(units) + " output units of the last layer");
-        return device->copyToDevice(c.label, 0, y, static_cast<size_t>(b.size) * 4);
+        return device->copyToDevice(c.label, 0, y, b.y.bytes());
     }
     // f32 targets [B, perRow]
     if (b.y.dtype() == DType::F32 && b.y.size() == b.size * perRow)
-        return device->copyToDevice(c.label, 0, b.y.raw(), static_cast<size_t>(b.y.size()) * 4);
+        return device->copyToDevice(c.label, 0, b.y.raw(), b.y.bytes());
     if (b.y.dtype() == DType::I32 && perRow == 1) {
         // Integer 0/1 labels for a single-unit binary or regression output: convert in the input
         // buffer itself (host-addressable devices) or through a bounce copy.
@@ -309,32 +363,29 @@ Result<EvalResult> Session::Impl::evaluate(const Dataset& d) {
     if (pc.cache.rfind("file:", 0) == 0) pc.cache = "memory";
     TD_ASSIGN_OR_RETURN(auto pipe, Pipeline::create(d, pc, batchSize(), false, 0));
     TD_RETURN_IF_ERROR(pipe->beginEpoch(0));
-    double lossSum = 0;
-    std::vector<double> metricSums(metrics.size(), 0.0);
     int64_t seen = 0;
+    bool zeroed = false;
     while (true) {
         TD_ASSIGN_OR_RETURN(const Batch* b, pipe->next());
         if (!b) break;
         TD_ASSIGN_OR_RETURN(Compiled * c, program(GraphMode::Eval, b->size));
+        if (!zeroed) {
+            TD_RETURN_IF_ERROR(device->fillZero(evalAcc, 0, evalAcc.bytes));
+            zeroed = true;
+        }
         TD_RETURN_IF_ERROR(uploadBatch(*c, *b));
         TD_RETURN_IF_ERROR(c->exe->run(StepArgs{}));
-        float v = 0;
-        Buffer out{const_cast<void*>(c->exe->valuePtr(c->lossId)), 4};
-        TD_RETURN_IF_ERROR(device->copyToHost(&v, out, 0, 4));
-        lossSum += static_cast<double>(v) * static_cast<double>(b->size);
-        for (size_t m = 0; m < metrics.size(); ++m) {
-            Buffer mo{const_cast<void*>(c->exe->valuePtr(c->metricIds[m].second)), 4};
-            TD_RETURN_IF_ERROR(device->copyToHost(&v, mo, 0, 4));
-            metricSums[m] += v;
-        }
         seen += b->size;
     }
     EvalResult r;
     r.samples = seen;
     if (seen == 0) return r;
-    r.metrics["loss"] = lossSum / static_cast<double>(seen);
+    std::vector<double> sums;
+    TD_RETURN_IF_ERROR(device->synchronize());
+    TD_RETURN_IF_ERROR(readAccumulators(evalAcc, sums));
+    r.metrics["loss"] = sums[0] / static_cast<double>(seen);
     for (size_t m = 0; m < metrics.size(); ++m)
-        r.metrics[metrics[m].key] = metricSums[m] / static_cast<double>(seen);
+        r.metrics[metrics[m].key] = sums[1 + m] / static_cast<double>(seen);
     return r;
 }
 
@@ -355,23 +406,6 @@ Result<RunFinished> Session::Impl::fitLoop() {
     Compiled* tail = nullptr;
     if (rem && !project.data.pipeline.dropRemainder) {
         TD_ASSIGN_OR_RETURN(tail, program(GraphMode::Train, rem));
-    }
-
-    // Optimizer over the trainable params.
-    paramRefs.clear();
-    std::vector<int64_t> sizes;
-    std::vector<size_t> trainableIdx;
-    for (size_t i = 0; i < params.size(); ++i)
-        if (params[i].trainable) {
-            paramRefs.push_back(ParamRef{static_cast<float*>(params[i].value.ptr),
-                                         static_cast<float*>(params[i].grad.ptr),
-                                         numElements(params[i].shape)});
-            sizes.push_back(numElements(params[i].shape));
-            trainableIdx.push_back(i);
-        }
-    if (!optimizer) {
-        TD_ASSIGN_OR_RETURN(optimizer, Optimizer::create(tc.optimizer));
-        optimizer->build(sizes);
     }
 
     TrainControl ctl;
@@ -396,9 +430,9 @@ Result<RunFinished> Session::Impl::fitLoop() {
     // Device memory the run holds: parameters, gradients, optimizer slots, program arenas and
     // batch buffers (all allocated before the loop).
     int64_t deviceBytes = 0;
-    for (const auto& prm : params)
-        deviceBytes += static_cast<int64_t>(prm.value.bytes + prm.grad.bytes);
-    for (Tensor* t : optimizer->slotTensors()) deviceBytes += static_cast<int64_t>(t->bytes());
+    for (const auto& prm : params) deviceBytes += static_cast<int64_t>(prm.value.bytes);
+    deviceBytes += static_cast<int64_t>(flatGrads.bytes + trainAcc.bytes + evalAcc.bytes);
+    for (const Buffer& b : optimizerSlots) deviceBytes += static_cast<int64_t>(b.bytes);
     for (const auto& [key, c] : programs)
         deviceBytes += static_cast<int64_t>(c->exe->arenaBytes() + c->input.bytes + c->label.bytes);
     MetricMap last;
@@ -412,8 +446,8 @@ Result<RunFinished> Session::Impl::fitLoop() {
     for (int epoch = tc.initialEpoch; epoch < tc.epochs && !stopRequested; ++epoch) {
         TD_RETURN_IF_ERROR(pipe->beginEpoch(epoch));
         auto epochT0 = Clock::now();
-        double lossSum = 0;
-        std::vector<double> metricSums(metrics.size(), 0.0);
+        TD_RETURN_IF_ERROR(device->fillZero(trainAcc, 0, trainAcc.bytes));
+        std::vector<double> sums;  // the accumulators as last read: loss, then each metric
         int64_t seen = 0, seenSinceLog = 0;
         auto logT0 = Clock::now();
         double logWait = 0, logCompute = 0;
@@ -440,19 +474,8 @@ Result<RunFinished> Session::Impl::fitLoop() {
             TD_RETURN_IF_ERROR(uploadBatch(*c, *b));
             ++gstep;
             TD_RETURN_IF_ERROR(c->exe->run(
-                StepArgs{gstep, static_cast<int64_t>(epoch) * trainSet.size() + b->firstIndex}));
-            optimizer->apply(paramRefs);
-            float v = 0;
-            TD_RETURN_IF_ERROR(device->copyToHost(
-                &v, Buffer{const_cast<void*>(c->exe->valuePtr(c->lossId)), 4}, 0, 4));
-            lossSum += static_cast<double>(v) * static_cast<double>(b->size);
-            for (size_t m = 0; m < metrics.size(); ++m) {
-                float mv = 0;
-                TD_RETURN_IF_ERROR(device->copyToHost(
-                    &mv, Buffer{const_cast<void*>(c->exe->valuePtr(c->metricIds[m].second)), 4}, 0,
-                    4));
-                metricSums[m] += mv;
-            }
+                StepArgs{gstep, static_cast<int64_t>(epoch) * trainSet.size() + b->firstIndex,
+                         optimizer->nextStep()}));
             seen += b->size;
             seenSinceLog += b->size;
             const auto t2 = Clock::now();
@@ -463,6 +486,12 @@ Result<RunFinished> Session::Impl::fitLoop() {
             globalStep = gstep;
 
             if (!callbacks.empty()) {
+                // Batch-level hooks see this step's loss: a read of one value per step, made
+                // only when a callback listens.
+                float v = 0;
+                TD_RETURN_IF_ERROR(device->copyToHost(
+                    &v, Buffer{const_cast<void*>(c->exe->valuePtr(c->lossId)), sizeof(float)}, 0,
+                    sizeof(float)));
                 batchLoss->second = v;  // reuses the node: no allocation per step
                 TD_RETURN_IF_ERROR(runCallbacks(
                     "on_batch_end", [&](Callback& cb) { cb.onBatchEnd(gstep, batchLogs, ctl); }));
@@ -473,11 +502,12 @@ Result<RunFinished> Session::Impl::fitLoop() {
                 message = ctl.stopReason;
             }
             if (s % logEvery == 0 || s == steps || stopRequested) {
+                TD_RETURN_IF_ERROR(readAccumulators(trainAcc, sums));
                 const double wall = secondsSince(logT0);
                 MetricMap running;
-                running["loss"] = lossSum / static_cast<double>(seen);
+                running["loss"] = sums[0] / static_cast<double>(seen);
                 for (size_t m = 0; m < metrics.size(); ++m)
-                    running[metrics[m].key] = metricSums[m] / static_cast<double>(seen);
+                    running[metrics[m].key] = sums[1 + m] / static_cast<double>(seen);
                 StepMetrics sm;
                 sm.epoch = epoch;
                 sm.step = s;
@@ -503,11 +533,13 @@ Result<RunFinished> Session::Impl::fitLoop() {
             }
         }
         if (seen == 0) break;
+        TD_RETURN_IF_ERROR(device->synchronize());
+        TD_RETURN_IF_ERROR(readAccumulators(trainAcc, sums));
         EpochMetrics em;
         em.epoch = epoch;
-        em.metrics["loss"] = lossSum / static_cast<double>(seen);
+        em.metrics["loss"] = sums[0] / static_cast<double>(seen);
         for (size_t m = 0; m < metrics.size(); ++m)
-            em.metrics[metrics[m].key] = metricSums[m] / static_cast<double>(seen);
+            em.metrics[metrics[m].key] = sums[1 + m] / static_cast<double>(seen);
         em.seconds = secondsSince(epochT0);
         em.samplesPerSecond = static_cast<double>(seen) / std::max(1e-9, em.seconds);
         em.learningRate = optimizer->currentLearningRate();
@@ -610,6 +642,7 @@ Result<std::unique_ptr<Session>> Session::create(const Project& projectIn,
     {
         auto opt0 = Optimizer::create(p.training.optimizer);
         if (!opt0.ok()) return err("training." + opt0.error());
+        im->optimizer = std::move(opt0).value();
     }
 
     auto data = loadSource(p.data.source);
@@ -869,8 +902,7 @@ Result<Tensor> Session::predict(const Tensor& xIn) {
         TD_ASSIGN_OR_RETURN(Compiled * c, im.program(GraphMode::Predict, b->size));
         TD_RETURN_IF_ERROR(im.uploadBatch(*c, *b));
         TD_RETURN_IF_ERROR(c->exe->run(StepArgs{}));
-        Buffer pb{const_cast<void*>(c->exe->valuePtr(c->predId)),
-                  static_cast<size_t>(b->size * row) * 4};
+        Buffer pb{const_cast<void*>(c->exe->valuePtr(c->predId)), c->graph.node(c->predId).bytes()};
         TD_RETURN_IF_ERROR(im.device->copyToHost(out.data<float>() + done * row, pb, 0, pb.bytes));
         done += b->size;
     }

@@ -46,12 +46,12 @@ struct Harness {
         dev = td::makeCpuDevice(0);
         td::ProgramBindings bind;
         for (int id : g.params()) {
-            size_t bytes = static_cast<size_t>(td::numElements(g.node(id).shape)) * 4;
+            const size_t bytes = g.node(id).bytes();
             params.push_back(*dev->allocate(bytes));
             grads.push_back(g.grads.count(id) ? *dev->allocate(bytes) : td::Buffer{});
         }
         for (const auto& n : g.nodes) {
-            size_t bytes = static_cast<size_t>(td::numElements(n.shape)) * 4;
+            const size_t bytes = n.bytes();
             if (n.op == td::Op::Input) input = *dev->allocate(bytes);
             if (n.op == td::Op::Label) label = *dev->allocate(bytes);
         }
@@ -61,7 +61,7 @@ struct Harness {
         bind.label = label;
         bind.params = params;
         bind.grads = grads;
-        auto e = dev->compile(g, bind);
+        auto e = td::compileProgram(*dev, g, bind);
         if (!e.ok()) {
             if (error) *error = e.error();
             return false;
