@@ -148,8 +148,8 @@ Result<Graph> buildGraph(const ModelSpec& model, const ModelInfo& info, const Bu
             if (a == ActivationKind::Linear) return in;
             NodeAttrs at;
             at.act = irActivation(a);
-            if (a == ActivationKind::LeakyRelu) at.alpha = L.negativeSlope;
-            if (a == ActivationKind::Elu) at.alpha = L.eluAlpha;
+            if (a == ActivationKind::LeakyRelu) at.alpha = textNumber(L.negativeSlope);
+            if (a == ActivationKind::Elu) at.alpha = textNumber(L.eluAlpha);
             int id = g.add(Op::Act, {in}, DType::F32, g.node(in).shape, at);
             lastAct = id;
             return id;
@@ -185,7 +185,7 @@ Result<Graph> buildGraph(const ModelSpec& model, const ModelInfo& info, const Bu
                 if (opt.mode == GraphMode::Train && L.rate > 0) {
                     uint64_t seed = L.seed ? *L.seed : opt.seed * 1000003ull + layerIdx;
                     NodeAttrs da;
-                    da.rate = L.rate;
+                    da.rate = textNumber(L.rate);
                     da.seed = seed;
                     x = g.add(Op::Dropout, {x}, DType::F32, g.node(x).shape, da);
                 }
@@ -241,13 +241,13 @@ Result<Graph> buildGraph(const ModelSpec& model, const ModelInfo& info, const Bu
     const int64_t globalBatch = opt.globalBatch > 0 ? opt.globalBatch : B;
     NodeAttrs la;
     la.loss = lossKind;
-    la.scale = 1.0 / static_cast<double>(globalBatch);
+    la.scale = textNumber(1.0 / static_cast<double>(globalBatch));
     int loss = g.add(Op::Loss, {lossIn, y}, DType::F32, {1}, la);
     const double regScale = 1.0 / static_cast<double>(std::max(1, opt.replicas));
     for (const auto& [p, r] : regs) {
         NodeAttrs ra;
-        ra.l1 = opt.replicas > 1 ? r.l1 * regScale : r.l1;
-        ra.l2 = opt.replicas > 1 ? r.l2 * regScale : r.l2;
+        ra.l1 = textNumber(r.l1 * regScale);
+        ra.l2 = textNumber(r.l2 * regScale);
         int rl = g.add(Op::RegLoss, {p}, DType::F32, {1}, ra);
         loss = g.add(Op::Add, {loss, rl}, DType::F32, {1});
     }
@@ -395,7 +395,7 @@ Status autodiff(Graph& g) {
         auto it = regOf.find(p);
         if (it != regOf.end()) {
             NodeAttrs ra;
-            ra.l1 = it->second.l1;
+            ra.l1 = it->second.l1;  // as the reg_loss holds them
             ra.l2 = it->second.l2;
             gr = g.add(Op::RegGrad, {gr, p}, DType::F32, pn.shape, ra);
         }

@@ -59,6 +59,10 @@ std::string fmtNum(double v) {
     return buf;
 }
 
+double textNumber(double v) {
+    return std::strtod(fmtNum(v).c_str(), nullptr);
+}
+
 namespace {
 template <class E>
 struct NamedKind {

@@ -142,5 +142,8 @@ Status verifyGraph(const Graph& g);
 
 // Numbers as the text form prints them (%.9g).
 std::string fmtNum(double v);
+// The number the text form holds for v (v rounded to fmtNum's 9 significant digits). Builders
+// store attribute values through it, so a graph and its printed-and-parsed copy are equal.
+double textNumber(double v);
 
 }  // namespace td
