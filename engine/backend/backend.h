@@ -67,8 +67,12 @@ struct ProgramBindings {
     std::vector<GradBucket> buckets;
     Buffer flatGrads;  // the flat gradient buffer the buckets index (and `grads` view)
     // Train programs: the optimizer update that ends the step (null: no update, e.g. a test that
-    // checks gradients). `optimizerSlots` holds spec->slotsPerParam() buffers per trainable
-    // parameter, parameter-major, in Graph::params() order of the trainable ones.
+    // checks gradients); read when the program is compiled. Trainable parameters (frozen ones
+    // excepted) need a grads entry even when the loss does not depend on them. `optimizerSlots`
+    // holds spec->slotsPerParam() zero-initialised buffers per trainable parameter,
+    // parameter-major, in Graph::params() order of the trainable ones (the optimizer's slot
+    // order: SGD momentum; Adam m, v[, vhat]; RMSprop velocity[, momentum][, average_gradient]).
+    // Every buffer here is named after its field in compile errors ("optimizerSlots[3]: ...").
     const UpdateSpec* update = nullptr;
     std::vector<Buffer> optimizerSlots;
 };
@@ -77,7 +81,7 @@ class Executable {
   public:
     virtual ~Executable() = default;
     // Enqueues one execution of the program on the device's stream: forward, loss, backward,
-    // the all-reduce of the gradient buckets, the optimizer update, the accumulators.
+    // the all-reduce of the gradient buckets, the accumulators, the optimizer update.
     virtual Status run(const StepArgs& args) = 0;
     // Device address of a value of the graph (outputs: loss, metrics, predictions).
     virtual const void* valuePtr(int nodeId) const = 0;
