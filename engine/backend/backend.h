@@ -15,6 +15,7 @@
 
 #include "engine/core/result.h"
 #include "engine/graph/ir.h"
+#include "engine/graph/lower.h"
 #include "engine/train/update.h"
 
 namespace td {
@@ -46,13 +47,6 @@ struct StepArgs {
 
 class Collectives;  // engine/distribute/collectives.h
 
-// A contiguous range of the flat gradient buffer that is all-reduced as one piece, started as
-// soon as the backward pass has written the last gradient in it (planGradients, graph/lower.h).
-struct GradBucket {
-    int64_t offset = 0;  // in f32 elements from the start of the flat gradient buffer
-    int64_t count = 0;   // f32 elements
-};
-
 // Where a Program finds the values that live outside its arena. Every Buffer here may be a view
 // into a larger allocation (ptr + offset); only the owner releases it.
 struct ProgramBindings {
@@ -61,27 +55,33 @@ struct ProgramBindings {
     std::vector<Buffer> params;  // in Graph::params() order
     std::vector<Buffer> grads;   // in Graph::params() order: views into one flat gradient buffer
                                  // (empty Buffer for a frozen parameter)
-    // Running sums the program adds into on every run (never overwrites): [0] the loss summed over
-    // the global batch's samples (loss output x global batch), [1 + m] metric m's correct count.
-    // The trainer zeroes it at an epoch's start and reads it at log points only.
+    // Running sums the program adds into on every run (never overwrites), f64: [0] the loss summed
+    // over the global batch's samples (loss output x global batch), [1 + m] metric m's correct
+    // count (LoweredProgram::accumulators names them). The trainer zeroes it at an epoch's start
+    // and reads it at log points only. Empty: no accumulation.
     Buffer accumulators;
     // Train programs of a replica group: the gradients are summed across replicas in these
-    // buckets (ranges of the flat gradient buffer) through `collectives`; null = one replica.
+    // buckets (ranges of the flat gradient buffer, planGradients in graph/lower.h) through
+    // `collectives`; null = one replica. An error of a collective fails run() with its message.
     Collectives* collectives = nullptr;
     std::vector<GradBucket> buckets;
-    Buffer flatGrads;  // the flat gradient buffer the buckets index
+    Buffer flatGrads;  // the flat gradient buffer the buckets index (and `grads` view)
     // Train programs: the optimizer update that ends the step (null: no update, e.g. a test that
-    // checks gradients). `slots` holds spec->slotsPerParam() buffers per trainable parameter,
-    // parameter-major, in Graph::params() order of the trainable ones.
+    // checks gradients); read when the program is compiled. Trainable parameters (frozen ones
+    // excepted) need a grads entry even when the loss does not depend on them. `optimizerSlots`
+    // holds spec->slotsPerParam() zero-initialised buffers per trainable parameter,
+    // parameter-major, in Graph::params() order of the trainable ones (the optimizer's slot
+    // order: SGD momentum; Adam m, v[, vhat]; RMSprop velocity[, momentum][, average_gradient]).
+    // Every buffer here is named after its field in compile errors ("optimizerSlots[3]: ...").
     const UpdateSpec* update = nullptr;
-    std::vector<Buffer> slots;
+    std::vector<Buffer> optimizerSlots;
 };
 
 class Executable {
   public:
     virtual ~Executable() = default;
     // Enqueues one execution of the program on the device's stream: forward, loss, backward,
-    // the all-reduce of the gradient buckets, the optimizer update, the accumulators.
+    // the all-reduce of the gradient buckets, the accumulators, the optimizer update.
     virtual Status run(const StepArgs& args) = 0;
     // Device address of a value of the graph (outputs: loss, metrics, predictions).
     virtual const void* valuePtr(int nodeId) const = 0;
@@ -117,8 +117,9 @@ class Device {
     // Sets bytes [offset, offset + bytes) of a buffer to zero, on the stream.
     virtual Status fillZero(const Buffer& dst, size_t offset, size_t bytes) = 0;
     virtual Support supportsOp(const Graph& g, const Node& n) const = 0;
-    // Lowers a planned graph (MemoryPlanPass ran) to a Program bound to buffers.
-    virtual Result<std::unique_ptr<Executable>> compile(const Graph& g,
+    // Compiles a lowered program (graph/lower.h) bound to buffers. Callers go through
+    // compileProgram, which lowers a planned graph and checks the bindings first.
+    virtual Result<std::unique_ptr<Executable>> compile(const LoweredProgram& program,
                                                         const ProgramBindings& bindings) = 0;
     // Waits until everything enqueued on the stream has finished: the explicit host sync point.
     virtual Status synchronize() = 0;
@@ -130,6 +131,15 @@ class Device {
     // Host-addressable memory (CPU): buffers can be read and written directly.
     virtual bool hostAddressable() const = 0;
 };
+
+// Lowers a planned graph (MemoryPlanPass ran) with what the bindings ask for (accumulators,
+// gradient all-reduce, the optimizer update), checks every op with supportsOp and every binding
+// against the sizes the program needs, and compiles it on `device`.
+Result<std::unique_ptr<Executable>> compileProgram(Device& device, const Graph& planned,
+                                                   const ProgramBindings& bindings);
+// The checks compileProgram makes: a bound, large enough buffer for every operand the program
+// reads or writes. Errors name the binding ("params[2]: 64 bytes bound, 128 needed").
+Status checkBindings(const LoweredProgram& program, const ProgramBindings& bindings);
 
 // Devices on this machine: the CPU, then CUDA devices when the CUDA backend is built and a
 // driver reports GPUs (errors from the driver mean zero GPUs).

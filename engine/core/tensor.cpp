@@ -17,6 +17,8 @@ const char* dtypeName(DType t) {
             return "i32";
         case DType::U8:
             return "u8";
+        case DType::F64:
+            return "f64";
     }
     return "?";
 }
@@ -27,7 +29,8 @@ Result<DType> parseDType(const std::string& s) {
     if (s == "bf16" || s == "bfloat16") return DType::BF16;
     if (s == "i32" || s == "int32") return DType::I32;
     if (s == "u8" || s == "uint8") return DType::U8;
-    return err("unknown dtype '" + s + "' (expected f32, f16, bf16, i32 or u8)");
+    if (s == "f64" || s == "float64") return DType::F64;
+    return err("unknown dtype '" + s + "' (expected f32, f16, bf16, i32, u8 or f64)");
 }
 
 size_t dtypeSize(DType t) {
@@ -40,6 +43,8 @@ size_t dtypeSize(DType t) {
             return 2;
         case DType::U8:
             return 1;
+        case DType::F64:
+            return 8;
     }
     return 0;
 }
@@ -187,6 +192,9 @@ Tensor Tensor::to(DType dtype) const {
             case DType::U8:
                 v = static_cast<float>(data<uint8_t>()[i]);
                 break;
+            case DType::F64:
+                v = static_cast<float>(data<double>()[i]);
+                break;
         }
         switch (dtype) {
             case DType::F32:
@@ -204,6 +212,10 @@ Tensor Tensor::to(DType dtype) const {
                 break;
             case DType::U8:
                 out.data<uint8_t>()[i] = static_cast<uint8_t>(v);
+                break;
+            case DType::F64:
+                out.data<double>()[i] =
+                    dtype_ == DType::F64 ? data<double>()[i] : static_cast<double>(v);
                 break;
         }
     }

@@ -13,9 +13,9 @@
 
 namespace td {
 
-enum class DType : uint8_t { F32, F16, BF16, I32, U8 };
+enum class DType : uint8_t { F32, F16, BF16, I32, U8, F64 };
 
-const char* dtypeName(DType t);                // "f32", "f16", "bf16", "i32", "u8"
+const char* dtypeName(DType t);                // "f32", "f16", "bf16", "i32", "u8", "f64"
 Result<DType> parseDType(const std::string&);  // inverse of dtypeName (also "float32", ...)
 size_t dtypeSize(DType t);
 

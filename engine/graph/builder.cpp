@@ -21,6 +21,35 @@ bool isMse(const LossConfig& l) {
     return l.name == "mean_squared_error" || l.name == "mse";
 }
 
+ActKind irActivation(ActivationKind a) {
+    switch (a) {
+        case ActivationKind::Linear:
+            return ActKind::Linear;
+        case ActivationKind::Relu:
+            return ActKind::Relu;
+        case ActivationKind::LeakyRelu:
+            return ActKind::LeakyRelu;
+        case ActivationKind::Elu:
+            return ActKind::Elu;
+        case ActivationKind::Gelu:
+            return ActKind::Gelu;
+        case ActivationKind::Sigmoid:
+            return ActKind::Sigmoid;
+        case ActivationKind::Tanh:
+            return ActKind::Tanh;
+        case ActivationKind::Softmax:
+            return ActKind::Softmax;
+    }
+    return ActKind::Linear;
+}
+
+NodeAttrs matmulAttrs(bool transA, bool transB) {
+    NodeAttrs a;
+    a.transA = transA;
+    a.transB = transB;
+    return a;
+}
+
 }  // namespace
 
 Result<std::vector<MetricSpec>> resolveMetrics(const std::vector<std::string>& names,
@@ -35,19 +64,19 @@ Result<std::vector<MetricSpec>> resolveMetrics(const std::vector<std::string>& n
         if (n == "accuracy" || n == "acc") {
             m.key = "accuracy";
             if (isSparse(loss))
-                m.kind = "sparse_categorical";
+                m.kind = MetricKind::SparseCategorical;
             else if (isCategorical(loss))
-                m.kind = "categorical";
+                m.kind = MetricKind::Categorical;
             else if (isBinary(loss))
-                m.kind = "binary";
+                m.kind = MetricKind::Binary;
             else
                 return err("metric 'accuracy' needs a classification loss, not " + loss.name);
         } else if (n == "sparse_categorical_accuracy") {
-            m.kind = "sparse_categorical";
+            m.kind = MetricKind::SparseCategorical;
         } else if (n == "categorical_accuracy") {
-            m.kind = "categorical";
+            m.kind = MetricKind::Categorical;
         } else if (n == "binary_accuracy") {
-            m.kind = "binary";
+            m.kind = MetricKind::Binary;
         } else if (n.find("top") != std::string::npos) {
             // "sparse_top_k_categorical_accuracy" (k=5), "sparse_top_3_categorical_accuracy",
             // "top_k_categorical_accuracy", "top5"...
@@ -58,7 +87,7 @@ Result<std::vector<MetricSpec>> resolveMetrics(const std::vector<std::string>& n
                     break;
                 }
             bool sparse = n.rfind("sparse", 0) == 0 || (n.rfind("top", 0) == 0 && isSparse(loss));
-            m.kind = sparse ? "sparse_top_k" : "top_k";
+            m.kind = sparse ? MetricKind::SparseTopK : MetricKind::TopK;
             if (m.k < 1) return err("metric '" + raw + "': k must be >= 1");
         } else {
             return err("unknown metric '" + raw +
@@ -66,11 +95,13 @@ Result<std::vector<MetricSpec>> resolveMetrics(const std::vector<std::string>& n
                        "binary_accuracy, sparse_top_k_categorical_accuracy, "
                        "top_k_categorical_accuracy)");
         }
-        bool sparseKind = m.kind == "sparse_categorical" || m.kind == "sparse_top_k";
+        bool sparseKind =
+            m.kind == MetricKind::SparseCategorical || m.kind == MetricKind::SparseTopK;
         if (sparseKind && !isSparse(loss))
             return err("metric '" + raw + "' needs integer class labels, but loss " + loss.name +
                        " uses one-hot or real-valued targets");
-        if ((m.kind == "categorical" || m.kind == "top_k") && !isCategorical(loss))
+        if ((m.kind == MetricKind::Categorical || m.kind == MetricKind::TopK) &&
+            !isCategorical(loss))
             return err("metric '" + raw + "' needs one-hot labels (categorical_crossentropy)");
         out.push_back(m);
     }
@@ -115,9 +146,10 @@ Result<Graph> buildGraph(const ModelSpec& model, const ModelInfo& info, const Bu
         lastAct = -1;
         auto addAct = [&](int in, ActivationKind a) {
             if (a == ActivationKind::Linear) return in;
-            std::map<std::string, std::string> at{{"act", activationName(a)}};
-            if (a == ActivationKind::LeakyRelu) at["alpha"] = fmtNum(L.negativeSlope);
-            if (a == ActivationKind::Elu) at["alpha"] = fmtNum(L.eluAlpha);
+            NodeAttrs at;
+            at.act = irActivation(a);
+            if (a == ActivationKind::LeakyRelu) at.alpha = textNumber(L.negativeSlope);
+            if (a == ActivationKind::Elu) at.alpha = textNumber(L.eluAlpha);
             int id = g.add(Op::Act, {in}, DType::F32, g.node(in).shape, at);
             lastAct = id;
             return id;
@@ -129,15 +161,16 @@ Result<Graph> buildGraph(const ModelSpec& model, const ModelInfo& info, const Bu
                 break;
             case LayerType::Dense: {
                 const int64_t in = g.node(x).shape[1];
-                std::map<std::string, std::string> pa{{"name", L.name + "/kernel"}};
-                if (!L.trainable) pa["trainable"] = "0";
+                NodeAttrs pa;
+                pa.name = L.name + "/kernel";
+                if (!L.trainable) pa.trainable = false;
                 int w = g.add(Op::Param, {}, DType::F32, {in, L.units}, pa);
                 if (L.kernelRegularizer.active()) regs.emplace_back(w, L.kernelRegularizer);
-                x = g.add(Op::MatMul, {x, w}, DType::F32, outShape,
-                          {{"trans_a", "0"}, {"trans_b", "0"}});
+                x = g.add(Op::MatMul, {x, w}, DType::F32, outShape, matmulAttrs(false, false));
                 if (L.useBias) {
-                    std::map<std::string, std::string> pb{{"name", L.name + "/bias"}};
-                    if (!L.trainable) pb["trainable"] = "0";
+                    NodeAttrs pb;
+                    pb.name = L.name + "/bias";
+                    if (!L.trainable) pb.trainable = false;
                     int b = g.add(Op::Param, {}, DType::F32, {L.units}, pb);
                     if (L.biasRegularizer.active()) regs.emplace_back(b, L.biasRegularizer);
                     x = g.add(Op::BiasAdd, {x, b}, DType::F32, outShape);
@@ -151,8 +184,10 @@ Result<Graph> buildGraph(const ModelSpec& model, const ModelInfo& info, const Bu
             case LayerType::Dropout:
                 if (opt.mode == GraphMode::Train && L.rate > 0) {
                     uint64_t seed = L.seed ? *L.seed : opt.seed * 1000003ull + layerIdx;
-                    x = g.add(Op::Dropout, {x}, DType::F32, g.node(x).shape,
-                              {{"rate", fmtNum(L.rate)}, {"seed", std::to_string(seed)}});
+                    NodeAttrs da;
+                    da.rate = textNumber(L.rate);
+                    da.seed = seed;
+                    x = g.add(Op::Dropout, {x}, DType::F32, g.node(x).shape, da);
                 }
                 break;
             case LayerType::Input:
@@ -169,17 +204,17 @@ Result<Graph> buildGraph(const ModelSpec& model, const ModelInfo& info, const Bu
     // Pick the loss kernel; pair a trailing softmax/sigmoid with its loss so the pair is
     // computed stably from logits.
     const Node* last = lastAct == pred ? &g.node(pred) : nullptr;
-    std::string lossKind;
+    LossKind lossKind = LossKind::Mse;
     int lossIn = pred;
     bool onLogits = false;
     const LossConfig& L = opt.loss;
     if (isSparse(L) || isCategorical(L)) {
-        const char* fused = isSparse(L) ? "sparse_softmax_xent" : "softmax_xent";
-        const char* probs = isSparse(L) ? "sparse_xent" : "xent";
+        const LossKind fused = isSparse(L) ? LossKind::SparseSoftmaxXent : LossKind::SoftmaxXent;
+        const LossKind probs = isSparse(L) ? LossKind::SparseXent : LossKind::Xent;
         if (L.fromLogits) {
             lossKind = fused;
             onLogits = true;
-        } else if (last && last->attr("act") == "softmax") {
+        } else if (last && last->attrs.act == ActKind::Softmax) {
             lossKind = fused;
             lossIn = last->inputs[0];
             onLogits = true;
@@ -188,33 +223,43 @@ Result<Graph> buildGraph(const ModelSpec& model, const ModelInfo& info, const Bu
         }
     } else if (isBinary(L)) {
         if (L.fromLogits) {
-            lossKind = "sigmoid_bce";
+            lossKind = LossKind::SigmoidBce;
             onLogits = true;
-        } else if (last && last->attr("act") == "sigmoid") {
-            lossKind = "sigmoid_bce";
+        } else if (last && last->attrs.act == ActKind::Sigmoid) {
+            lossKind = LossKind::SigmoidBce;
             lossIn = last->inputs[0];
             onLogits = true;
         } else {
-            lossKind = "bce";
+            lossKind = LossKind::Bce;
         }
     } else {
-        lossKind = "mse";
+        lossKind = LossKind::Mse;
     }
-    const std::string invBatch = fmtNum(1.0 / static_cast<double>(B));
-    int loss =
-        g.add(Op::Loss, {lossIn, y}, DType::F32, {1}, {{"loss", lossKind}, {"scale", invBatch}});
+    // tf.distribute: each replica sums the loss over its rows and divides by the global batch;
+    // a regularization term is added once per replica, so each replica adds 1/replicas of it.
+    // Summed over the replicas, loss and gradients are those of one device with the global batch.
+    const int64_t globalBatch = opt.globalBatch > 0 ? opt.globalBatch : B;
+    NodeAttrs la;
+    la.loss = lossKind;
+    la.scale = textNumber(1.0 / static_cast<double>(globalBatch));
+    int loss = g.add(Op::Loss, {lossIn, y}, DType::F32, {1}, la);
+    const double regScale = 1.0 / static_cast<double>(std::max(1, opt.replicas));
     for (const auto& [p, r] : regs) {
-        int rl =
-            g.add(Op::RegLoss, {p}, DType::F32, {1}, {{"l1", fmtNum(r.l1)}, {"l2", fmtNum(r.l2)}});
+        NodeAttrs ra;
+        ra.l1 = textNumber(r.l1 * regScale);
+        ra.l2 = textNumber(r.l2 * regScale);
+        int rl = g.add(Op::RegLoss, {p}, DType::F32, {1}, ra);
         loss = g.add(Op::Add, {loss, rl}, DType::F32, {1});
     }
     g.outputs.emplace_back("loss", loss);
 
     TD_ASSIGN_OR_RETURN(auto metrics, resolveMetrics(opt.metrics, opt.loss));
     for (const MetricSpec& m : metrics) {
-        int id = g.add(
-            Op::Metric, {lossIn, y}, DType::F32, {1},
-            {{"metric", m.kind}, {"k", std::to_string(m.k)}, {"on_logits", onLogits ? "1" : "0"}});
+        NodeAttrs ma;
+        ma.metric = m.kind;
+        ma.k = m.k;
+        ma.onLogits = onLogits;
+        int id = g.add(Op::Metric, {lossIn, y}, DType::F32, {1}, ma);
         g.outputs.emplace_back(m.key, id);
     }
     TD_RETURN_IF_ERROR(verifyGraph(g));
@@ -225,8 +270,9 @@ Result<Graph> buildGraph(const ModelSpec& model, const ModelInfo& info, const Bu
 // ------------------------------------------------------------------------------------
 
 namespace {
-bool actUsesOutput(const std::string& act) {
-    return act == "relu" || act == "sigmoid" || act == "tanh" || act == "softmax";
+bool actUsesOutput(ActKind act) {
+    return act == ActKind::Relu || act == ActKind::Sigmoid || act == ActKind::Tanh ||
+           act == ActKind::Softmax;
 }
 }  // namespace
 
@@ -239,7 +285,7 @@ Status autodiff(Graph& g) {
     std::vector<bool> needs(n0, false);
     for (size_t i = 0; i < n0; ++i) {
         const Node& nd = g.nodes[i];
-        if (nd.op == Op::Param) needs[i] = nd.attr("trainable", "1") != "0";
+        if (nd.op == Op::Param) needs[i] = nd.attrs.trainableOr();
         for (int in : nd.inputs) needs[i] = needs[i] || needs[static_cast<size_t>(in)];
     }
 
@@ -265,7 +311,8 @@ Status autodiff(Graph& g) {
     for (int t : terms) {
         const Node nd = g.node(t);
         if (nd.op == Op::RegLoss) {
-            regOf[nd.inputs[0]] = RegularizerSpec{nd.attrF("l1"), nd.attrF("l2")};
+            regOf[nd.inputs[0]] =
+                RegularizerSpec{nd.attrs.l1.value_or(0.0), nd.attrs.l2.value_or(0.0)};
             continue;
         }
         int pred = nd.inputs[0];
@@ -298,15 +345,15 @@ Status autodiff(Graph& g) {
                          g.add(Op::Reshape, {dy}, DType::F32, g.node(nd.inputs[0]).shape));
                 break;
             case Op::MatMul: {
-                if (nd.attrI("trans_a") || nd.attrI("trans_b"))
+                if (nd.attrs.transA.value_or(false) || nd.attrs.transB.value_or(false))
                     return err("autodiff: transposed matmul in a forward graph is not supported");
                 int a = nd.inputs[0], b = nd.inputs[1];
                 if (wants(a))  // dA = dY B^T
                     give(a, g.add(Op::MatMul, {dy, b}, DType::F32, g.node(a).shape,
-                                  {{"trans_a", "0"}, {"trans_b", "1"}}));
+                                  matmulAttrs(false, true)));
                 if (wants(b))  // dB = A^T dY
                     give(b, g.add(Op::MatMul, {a, dy}, DType::F32, g.node(b).shape,
-                                  {{"trans_a", "1"}, {"trans_b", "0"}}));
+                                  matmulAttrs(true, false)));
                 break;
             }
             case Op::BiasAdd:
@@ -317,9 +364,9 @@ Status autodiff(Graph& g) {
                 break;
             case Op::Act: {
                 if (!wants(nd.inputs[0])) break;
-                auto attrs = nd.attrs;
-                bool useOut = actUsesOutput(nd.attr("act"));
-                attrs["uses_output"] = useOut ? "1" : "0";
+                NodeAttrs attrs = nd.attrs;
+                const bool useOut = actUsesOutput(nd.attrs.actOr());
+                attrs.usesOutput = useOut;
                 int saved = useOut ? nd.id : nd.inputs[0];
                 give(nd.inputs[0], g.add(Op::ActGrad, {dy, saved}, DType::F32, nd.shape, attrs));
                 break;
@@ -341,14 +388,17 @@ Status autodiff(Graph& g) {
 
     for (int p : g.params()) {
         const Node& pn = g.node(p);
-        if (pn.attr("trainable", "1") == "0") continue;
+        if (!pn.attrs.trainableOr()) continue;
         auto& c = contrib[static_cast<size_t>(p)];
         if (c.empty()) continue;
         int gr = sumOf(static_cast<size_t>(p));
         auto it = regOf.find(p);
-        if (it != regOf.end())
-            gr = g.add(Op::RegGrad, {gr, p}, DType::F32, pn.shape,
-                       {{"l1", fmtNum(it->second.l1)}, {"l2", fmtNum(it->second.l2)}});
+        if (it != regOf.end()) {
+            NodeAttrs ra;
+            ra.l1 = it->second.l1;  // as the reg_loss holds them
+            ra.l2 = it->second.l2;
+            gr = g.add(Op::RegGrad, {gr, p}, DType::F32, pn.shape, ra);
+        }
         g.grads[p] = gr;
     }
     return verifyGraph(g);

@@ -14,7 +14,12 @@ namespace td {
 enum class GraphMode { Train, Eval, Predict };
 
 struct BuildOptions {
-    int64_t batch = 32;
+    int64_t batch = 32;  // rows of this program's batch (this replica's slice)
+    // Replica-aware losses (tf.distribute): the loss is the sum over this replica's rows divided
+    // by the global batch (0 = batch), each regularization term is divided by the replicas, so the
+    // sum over replicas of loss and gradients equals one device running the global batch.
+    int64_t globalBatch = 0;
+    int replicas = 1;
     GraphMode mode = GraphMode::Train;
     LossConfig loss;
     std::vector<std::string> metrics;  // as in TrainConfig
@@ -23,8 +28,8 @@ struct BuildOptions {
 
 // How a metric name resolves for a loss (Keras' "accuracy" depends on the loss).
 struct MetricSpec {
-    std::string key;   // name in logs: "accuracy", "sparse_top_k_categorical_accuracy", ...
-    std::string kind;  // "sparse_categorical", "categorical", "binary", "sparse_top_k", "top_k"
+    std::string key;  // name in logs: "accuracy", "sparse_top_k_categorical_accuracy", ...
+    MetricKind kind = MetricKind::SparseCategorical;
     int64_t k = 1;
 };
 Result<std::vector<MetricSpec>> resolveMetrics(const std::vector<std::string>& names,

@@ -1,6 +1,8 @@
 #include "engine/graph/ir.h"
 
+#include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
@@ -57,21 +59,86 @@ std::string fmtNum(double v) {
     return buf;
 }
 
-std::string Node::attr(const std::string& k, const std::string& def) const {
-    auto it = attrs.find(k);
-    return it == attrs.end() ? def : it->second;
-}
-double Node::attrF(const std::string& k, double def) const {
-    auto it = attrs.find(k);
-    return it == attrs.end() ? def : std::strtod(it->second.c_str(), nullptr);
-}
-int64_t Node::attrI(const std::string& k, int64_t def) const {
-    auto it = attrs.find(k);
-    return it == attrs.end() ? def : std::strtoll(it->second.c_str(), nullptr, 10);
+double textNumber(double v) {
+    return std::strtod(fmtNum(v).c_str(), nullptr);
 }
 
-int Graph::add(Op op, std::vector<int> inputs, DType dtype, Shape shape,
-               std::map<std::string, std::string> attrs) {
+namespace {
+template <class E>
+struct NamedKind {
+    E kind;
+    const char* name;
+};
+constexpr NamedKind<ActKind> kActs[] = {
+    {ActKind::Linear, "linear"}, {ActKind::Relu, "relu"},       {ActKind::LeakyRelu, "leaky_relu"},
+    {ActKind::Elu, "elu"},       {ActKind::Gelu, "gelu"},       {ActKind::Sigmoid, "sigmoid"},
+    {ActKind::Tanh, "tanh"},     {ActKind::Softmax, "softmax"},
+};
+constexpr NamedKind<LossKind> kLosses[] = {
+    {LossKind::SparseSoftmaxXent, "sparse_softmax_xent"},
+    {LossKind::SoftmaxXent, "softmax_xent"},
+    {LossKind::SparseXent, "sparse_xent"},
+    {LossKind::Xent, "xent"},
+    {LossKind::SigmoidBce, "sigmoid_bce"},
+    {LossKind::Bce, "bce"},
+    {LossKind::Mse, "mse"},
+};
+constexpr NamedKind<MetricKind> kMetrics[] = {
+    {MetricKind::SparseCategorical, "sparse_categorical"},
+    {MetricKind::Categorical, "categorical"},
+    {MetricKind::Binary, "binary"},
+    {MetricKind::SparseTopK, "sparse_top_k"},
+    {MetricKind::TopK, "top_k"},
+};
+constexpr NamedKind<BufKind> kBufs[] = {
+    {BufKind::Param, "param"}, {BufKind::Grad, "grad"},   {BufKind::Input, "input"},
+    {BufKind::Label, "label"}, {BufKind::Arena, "arena"}, {BufKind::Alias, "alias"},
+};
+
+template <class E, size_t N>
+const char* kindName(const NamedKind<E> (&table)[N], E k) {
+    for (const auto& e : table)
+        if (e.kind == k) return e.name;
+    TD_ASSERT_MSG(false, "enum value missing from its name table");
+}
+
+template <class E, size_t N>
+Result<E> parseKind(const NamedKind<E> (&table)[N], const char* what, const std::string& s) {
+    std::string list;
+    for (const auto& e : table) {
+        if (s == e.name) return e.kind;
+        list += (list.empty() ? "" : ", ") + std::string(e.name);
+    }
+    return err("unknown " + std::string(what) + " '" + s + "' (expected " + list + ")");
+}
+}  // namespace
+
+const char* actName(ActKind k) {
+    return kindName(kActs, k);
+}
+Result<ActKind> parseActKind(const std::string& s) {
+    return parseKind(kActs, "activation", s);
+}
+const char* lossKindName(LossKind k) {
+    return kindName(kLosses, k);
+}
+Result<LossKind> parseLossKind(const std::string& s) {
+    return parseKind(kLosses, "loss kernel", s);
+}
+const char* metricKindName(MetricKind k) {
+    return kindName(kMetrics, k);
+}
+Result<MetricKind> parseMetricKind(const std::string& s) {
+    return parseKind(kMetrics, "metric kernel", s);
+}
+const char* bufKindName(BufKind k) {
+    return kindName(kBufs, k);
+}
+Result<BufKind> parseBufKind(const std::string& s) {
+    return parseKind(kBufs, "buffer", s);
+}
+
+int Graph::add(Op op, std::vector<int> inputs, DType dtype, Shape shape, NodeAttrs attrs) {
     Node n;
     n.id = static_cast<int>(nodes.size());
     n.op = op;
@@ -117,6 +184,139 @@ bool needsQuotes(const std::string& v) {
 }
 }  // namespace
 
+namespace {
+// Every attribute of NodeAttrs with its text name, in the order the text form prints them (sorted
+// by name), and how its value is written and read.
+std::string toText(bool v) {
+    return v ? "1" : "0";
+}
+std::string toText(double v) {
+    return fmtNum(v);
+}
+std::string toText(int64_t v) {
+    return std::to_string(v);
+}
+std::string toText(uint64_t v) {
+    return std::to_string(v);
+}
+std::string toText(const std::string& v) {
+    return v;
+}
+std::string toText(ActKind v) {
+    return actName(v);
+}
+std::string toText(LossKind v) {
+    return lossKindName(v);
+}
+std::string toText(MetricKind v) {
+    return metricKindName(v);
+}
+std::string toText(BufKind v) {
+    return bufKindName(v);
+}
+
+Status fromText(const std::string& s, bool& out) {
+    if (s != "0" && s != "1") return err("expected 0 or 1, got '" + s + "'");
+    out = s == "1";
+    return Status::success();
+}
+Status fromText(const std::string& s, double& out) {
+    char* end = nullptr;
+    errno = 0;
+    out = s.empty() ? 0.0 : std::strtod(s.c_str(), &end);
+    if (s.empty() || *end != '\0' || errno == ERANGE)
+        return err("expected a number, got '" + s + "'");
+    return Status::success();
+}
+Status fromText(const std::string& s, int64_t& out) {
+    char* end = nullptr;
+    errno = 0;
+    const long long v = s.empty() ? 0 : std::strtoll(s.c_str(), &end, 10);
+    if (s.empty() || *end != '\0' || errno == ERANGE)
+        return err("expected an integer, got '" + s + "'");
+    out = v;
+    return Status::success();
+}
+Status fromText(const std::string& s, uint64_t& out) {
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long v = s.empty() ? 0 : std::strtoull(s.c_str(), &end, 10);
+    if (s.empty() || s[0] == '-' || *end != '\0' || errno == ERANGE)
+        return err("expected an unsigned integer, got '" + s + "'");
+    out = v;
+    return Status::success();
+}
+Status fromText(const std::string& s, std::string& out) {
+    out = s;
+    return Status::success();
+}
+template <class E>
+Status kindFromText(Result<E> r, E& out) {
+    if (!r.ok()) return err(r.error());
+    out = *r;
+    return Status::success();
+}
+Status fromText(const std::string& s, ActKind& out) {
+    return kindFromText(parseActKind(s), out);
+}
+Status fromText(const std::string& s, LossKind& out) {
+    return kindFromText(parseLossKind(s), out);
+}
+Status fromText(const std::string& s, MetricKind& out) {
+    return kindFromText(parseMetricKind(s), out);
+}
+Status fromText(const std::string& s, BufKind& out) {
+    return kindFromText(parseBufKind(s), out);
+}
+
+struct AttrField {
+    const char* key;
+    bool (*has)(const NodeAttrs&);
+    std::string (*print)(const NodeAttrs&);
+    Status (*parse)(NodeAttrs&, const std::string&);
+};
+
+template <auto Member>
+constexpr AttrField field(const char* key) {
+    return AttrField{key, [](const NodeAttrs& a) { return (a.*Member).has_value(); },
+                     [](const NodeAttrs& a) { return toText(*(a.*Member)); },
+                     [](NodeAttrs& a, const std::string& text) {
+                         typename std::remove_reference_t<decltype(a.*Member)>::value_type v{};
+                         Status s = fromText(text, v);
+                         if (s.ok()) a.*Member = v;
+                         return s;
+                     }};
+}
+
+constexpr AttrField kAttrFields[] = {
+    field<&NodeAttrs::act>("act"),
+    field<&NodeAttrs::alpha>("alpha"),
+    field<&NodeAttrs::buf>("buf"),
+    field<&NodeAttrs::hasBias>("has_bias"),
+    field<&NodeAttrs::k>("k"),
+    field<&NodeAttrs::l1>("l1"),
+    field<&NodeAttrs::l2>("l2"),
+    field<&NodeAttrs::loss>("loss"),
+    field<&NodeAttrs::metric>("metric"),
+    field<&NodeAttrs::name>("name"),
+    field<&NodeAttrs::off>("off"),
+    field<&NodeAttrs::onLogits>("on_logits"),
+    field<&NodeAttrs::rate>("rate"),
+    field<&NodeAttrs::scale>("scale"),
+    field<&NodeAttrs::seed>("seed"),
+    field<&NodeAttrs::trainable>("trainable"),
+    field<&NodeAttrs::transA>("trans_a"),
+    field<&NodeAttrs::transB>("trans_b"),
+    field<&NodeAttrs::usesOutput>("uses_output"),
+};
+
+const AttrField* findAttr(const std::string& key) {
+    for (const AttrField& f : kAttrFields)
+        if (key == f.key) return &f;
+    return nullptr;
+}
+}  // namespace
+
 std::string printGraph(const Graph& g) {
     std::ostringstream os;
     os << "graph " << g.name << " {\n";
@@ -124,19 +324,18 @@ std::string printGraph(const Graph& g) {
         os << "  %" << n.id << " = " << opName(n.op) << "(";
         for (size_t i = 0; i < n.inputs.size(); ++i) os << (i ? ", %" : "%") << n.inputs[i];
         os << ")";
-        if (!n.attrs.empty()) {
-            os << " {";
-            bool first = true;
-            for (const auto& [k, v] : n.attrs) {
-                os << (first ? "" : ", ") << k << "=";
-                if (needsQuotes(v))
-                    os << '"' << v << '"';
-                else
-                    os << v;
-                first = false;
-            }
-            os << "}";
+        bool first = true;
+        for (const AttrField& f : kAttrFields) {
+            if (!f.has(n.attrs)) continue;
+            const std::string v = f.print(n.attrs);
+            os << (first ? " {" : ", ") << f.key << "=";
+            if (needsQuotes(v))
+                os << '"' << v << '"';
+            else
+                os << v;
+            first = false;
         }
+        if (!first) os << "}";
         os << " : " << dtypeName(n.dtype) << shapeToString(n.shape) << "\n";
     }
     for (const auto& [name, id] : g.outputs) os << "  output " << name << " = %" << id << "\n";
@@ -255,27 +454,35 @@ Result<Graph> parseGraph(const std::string& text) {
                 } while (lx.eat(','));
                 if (!lx.eat(')')) return lx.fail("expected ')'");
             }
-            std::map<std::string, std::string> attrs;
+            NodeAttrs attrs;
+            const std::string where = "%" + std::to_string(id) + " = " + opName(*op) + ": ";
             if (lx.eat('{')) {
                 if (!lx.eat('}')) {
+                    std::vector<const AttrField*> seen;
                     do {
                         std::string k = lx.word();
-                        if (k.empty()) return lx.fail("expected an attribute name");
-                        if (!lx.eat('=')) return lx.fail("expected '=' after " + k);
+                        if (k.empty()) return lx.fail(where + "expected an attribute name");
+                        if (!lx.eat('=')) return lx.fail(where + "expected '=' after " + k);
                         std::string v;
                         if (lx.peek('"')) {
                             TD_ASSIGN_OR_RETURN(v, lx.quoted());
                         } else {
                             v = lx.word();
                         }
-                        attrs[k] = v;
+                        const AttrField* f = findAttr(k);
+                        if (!f) return lx.fail(where + "unknown attribute '" + k + "'");
+                        if (std::find(seen.begin(), seen.end(), f) != seen.end())
+                            return lx.fail(where + "attribute " + k + " given twice");
+                        seen.push_back(f);
+                        Status ps = f->parse(attrs, v);
+                        if (!ps.ok()) return lx.fail(where + "attribute " + k + ": " + ps.error());
                     } while (lx.eat(','));
                     if (!lx.eat('}')) return lx.fail("expected '}'");
                 }
             }
             if (!lx.eat(':')) return lx.fail("expected ': TYPE'");
             TD_ASSIGN_OR_RETURN(auto type, parseType(lx));
-            g.add(*op, ins, type.first, type.second, attrs);
+            g.add(*op, ins, type.first, type.second, std::move(attrs));
         } else {
             std::string kw = lx.word();
             if (kw == "output") {
@@ -321,6 +528,12 @@ Status verifyGraph(const Graph& g) {
                            " is not defined before it");
         auto in = [&](int j) -> const Node& { return g.node(nd.inputs[static_cast<size_t>(j)]); };
         auto mismatch = [&](const std::string& what) { return err(where(nd) + what); };
+        // The kernel-selecting attributes have no default.
+        if ((nd.op == Op::Act || nd.op == Op::ActGrad) && !nd.attrs.act)
+            return mismatch("missing attribute act");
+        if ((nd.op == Op::Loss || nd.op == Op::LossGrad) && !nd.attrs.loss)
+            return mismatch("missing attribute loss");
+        if (nd.op == Op::Metric && !nd.attrs.metric) return mismatch("missing attribute metric");
         switch (nd.op) {
             case Op::Reshape:
                 if (numElements(in(0).shape) != numElements(nd.shape))
@@ -332,7 +545,8 @@ Status verifyGraph(const Graph& g) {
                 const Shape& a = in(0).shape;
                 const Shape& b = in(1).shape;
                 if (a.size() != 2 || b.size() != 2) return mismatch("operands must be rank 2");
-                bool ta = nd.attrI("trans_a") != 0, tb = nd.attrI("trans_b") != 0;
+                const bool ta = nd.attrs.transA.value_or(false);
+                const bool tb = nd.attrs.transB.value_or(false);
                 int64_t m = ta ? a[1] : a[0], ka = ta ? a[0] : a[1];
                 int64_t kb = tb ? b[1] : b[0], nn = tb ? b[0] : b[1];
                 if (ka != kb)

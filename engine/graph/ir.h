@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,15 +25,15 @@ namespace td {
 enum class Op : uint8_t {
     Input,    // the batch features, [B, ...]
     Label,    // the batch labels, i32 [B] or f32 [B, k]
-    Param,    // a trainable (or frozen) variable; attr name
+    Param,    // a trainable (or frozen) variable; attrs name, trainable
     Reshape,  // a view with a new shape
     MatMul,   // [M,K] x [K,N] (with trans_a / trans_b on the stored operands)
     BiasAdd,  // x [B,N] + b [N]
     Act,      // elementwise (or row-wise softmax) activation; attrs act, alpha
     Dense,    // fused matmul + bias + act; inputs x, w, (b); attrs act, alpha, has_bias
     Dropout,  // inverted dropout keyed by (seed, step, sample index); attrs rate, seed
-    Loss,     // scalar: sum over rows of the per-sample loss / batch; attrs loss, from_logits
-    Metric,   // scalar: number of correct rows; attrs metric, k
+    Loss,     // scalar: sum over rows of the per-sample loss * scale; attrs loss, scale
+    Metric,   // scalar: number of correct rows; attrs metric, k, on_logits
     RegLoss,  // scalar: l1*sum|w| + l2*sum w^2; attrs l1, l2
     // Backward ops
     LossGrad,     // d loss / d pred for inputs (pred, label)
@@ -46,18 +47,75 @@ enum class Op : uint8_t {
 const char* opName(Op op);
 Result<Op> parseOp(const std::string& s);
 
+// Activation of act, act_grad and dense.
+enum class ActKind : uint8_t { Linear, Relu, LeakyRelu, Elu, Gelu, Sigmoid, Tanh, Softmax };
+// The loss kernel of loss and loss_grad: which probabilities (or logits) meet which labels.
+enum class LossKind : uint8_t {
+    SparseSoftmaxXent,  // logits [B,N], class ids i32 [B]
+    SoftmaxXent,        // logits [B,N], one-hot f32 [B,N]
+    SparseXent,         // probabilities [B,N], class ids
+    Xent,               // probabilities [B,N], one-hot
+    SigmoidBce,         // logits [B,N], f32 targets
+    Bce,                // probabilities [B,N], f32 targets
+    Mse                 // predictions [B,N], f32 targets
+};
+// The metric kernel: number of correct rows (binary: fraction of correct units per row).
+enum class MetricKind : uint8_t { SparseCategorical, Categorical, Binary, SparseTopK, TopK };
+// Where a value lives after MemoryPlanPass.
+enum class BufKind : uint8_t { Param, Grad, Input, Label, Arena, Alias };
+
+// Text names ("relu", "sparse_softmax_xent", "top_k", "arena") and their inverses. The parse
+// functions list the accepted names in their errors.
+const char* actName(ActKind k);
+Result<ActKind> parseActKind(const std::string& s);
+const char* lossKindName(LossKind k);
+Result<LossKind> parseLossKind(const std::string& s);
+const char* metricKindName(MetricKind k);
+Result<MetricKind> parseMetricKind(const std::string& s);
+const char* bufKindName(BufKind k);
+Result<BufKind> parseBufKind(const std::string& s);
+
+// Typed attributes of a node. Every field is optional: a set field is printed in the text form
+// (sorted by its text name, shown after each field), an unset one is not, so text round-trips
+// exactly. Readers use the *Or() accessors for the default an op assumes.
+struct NodeAttrs {
+    std::optional<std::string> name;   // name: param
+    std::optional<bool> trainable;     // trainable: param (absent = trainable)
+    std::optional<bool> transA;        // trans_a: matmul, operand stored transposed
+    std::optional<bool> transB;        // trans_b: matmul
+    std::optional<ActKind> act;        // act: act, act_grad, dense
+    std::optional<double> alpha;       // alpha: leaky_relu slope, elu alpha
+    std::optional<bool> usesOutput;    // uses_output: act_grad reads y (1) or x (0)
+    std::optional<bool> hasBias;       // has_bias: dense
+    std::optional<double> rate;        // rate: dropout, dropout_grad
+    std::optional<uint64_t> seed;      // seed: dropout, dropout_grad
+    std::optional<LossKind> loss;      // loss: loss, loss_grad
+    std::optional<double> scale;       // scale: loss, loss_grad (1 / global batch)
+    std::optional<MetricKind> metric;  // metric: metric
+    std::optional<int64_t> k;          // k: metric (top-k)
+    std::optional<bool> onLogits;      // on_logits: metric reads logits
+    std::optional<double> l1, l2;      // l1, l2: reg_loss, reg_grad
+    std::optional<BufKind> buf;        // buf: every node after MemoryPlanPass
+    std::optional<int64_t> off;        // off: arena byte offset
+
+    bool trainableOr() const { return trainable.value_or(true); }
+    ActKind actOr() const { return act.value_or(ActKind::Linear); }
+    double alphaOr() const { return alpha.value_or(0.0); }
+    double scaleOr() const { return scale.value_or(1.0); }
+    int64_t kOr() const { return k.value_or(1); }
+
+    bool operator==(const NodeAttrs&) const = default;
+};
+
 struct Node {
     int id = -1;  // == index in Graph::nodes
     Op op = Op::Input;
     std::vector<int> inputs;
-    std::map<std::string, std::string> attrs;  // printed sorted, values are plain tokens/strings
+    NodeAttrs attrs;
     DType dtype = DType::F32;
     Shape shape;
 
-    bool has(const std::string& k) const { return attrs.count(k) != 0; }
-    std::string attr(const std::string& k, const std::string& def = "") const;
-    double attrF(const std::string& k, double def = 0.0) const;
-    int64_t attrI(const std::string& k, int64_t def = 0) const;
+    size_t bytes() const { return static_cast<size_t>(numElements(shape)) * dtypeSize(dtype); }
 };
 
 struct Graph {
@@ -66,8 +124,7 @@ struct Graph {
     std::vector<std::pair<std::string, int>> outputs;  // named results ("loss", "accuracy", ...)
     std::map<int, int> grads;                          // param node -> its gradient node
 
-    int add(Op op, std::vector<int> inputs, DType dtype, Shape shape,
-            std::map<std::string, std::string> attrs = {});
+    int add(Op op, std::vector<int> inputs, DType dtype, Shape shape, NodeAttrs attrs = {});
     const Node& node(int id) const { return nodes.at(static_cast<size_t>(id)); }
     Node& node(int id) { return nodes.at(static_cast<size_t>(id)); }
     int output(const std::string& outputName) const;  // -1 when absent
@@ -83,7 +140,10 @@ Result<Graph> parseGraph(const std::string& text);
 // op. Errors name the node ("%7 = bias_add: bias shape [64] does not match [32,128]").
 Status verifyGraph(const Graph& g);
 
-// Attribute formatting helpers.
+// Numbers as the text form prints them (%.9g).
 std::string fmtNum(double v);
+// The number the text form holds for v (v rounded to fmtNum's 9 significant digits). Builders
+// store attribute values through it, so a graph and its printed-and-parsed copy are equal.
+double textNumber(double v);
 
 }  // namespace td

@@ -87,9 +87,9 @@ std::vector<int> compactGraph(Graph& g, const std::vector<bool>& keep) {
 // --------------------------------------------------------------------------------------
 
 namespace {
-bool isPostOpAct(const std::string& act) {
-    return act == "relu" || act == "leaky_relu" || act == "elu" || act == "gelu" ||
-           act == "sigmoid" || act == "tanh";
+bool isPostOpAct(ActKind act) {
+    return act == ActKind::Relu || act == ActKind::LeakyRelu || act == ActKind::Elu ||
+           act == ActKind::Gelu || act == ActKind::Sigmoid || act == ActKind::Tanh;
 }
 std::string ref(int id) {
     return "%" + std::to_string(id);
@@ -110,7 +110,9 @@ Result<bool> FusionPass::run(Graph& g) {
     };
     for (size_t i = 0; i < g.nodes.size(); ++i) {
         Node& mm = g.nodes[i];
-        if (mm.op != Op::MatMul || mm.attrI("trans_a") || mm.attrI("trans_b")) continue;
+        if (mm.op != Op::MatMul || mm.attrs.transA.value_or(false) ||
+            mm.attrs.transB.value_or(false))
+            continue;
         FusionDecision d;
         d.nodes.push_back(mm.id);
         const auto& u = users[i];
@@ -137,20 +139,20 @@ Result<bool> FusionPass::run(Graph& g) {
         Node& ba = g.node(u[0]);
         d.nodes.push_back(ba.id);
         int last = ba.id;
-        std::string act = "linear";
-        std::string alpha;
+        ActKind act = ActKind::Linear;
+        std::optional<double> alpha;
         const auto& u2 = users[static_cast<size_t>(ba.id)];
         std::string actNote;
         if (u2.size() == 1 && g.node(u2[0]).op == Op::Act) {
             const Node& an = g.node(u2[0]);
-            if (!isPostOpAct(an.attr("act"))) {
-                actNote = "; act(" + an.attr("act") + ") " + ref(an.id) +
+            if (!isPostOpAct(an.attrs.actOr())) {
+                actNote = "; act(" + std::string(actName(an.attrs.actOr())) + ") " + ref(an.id) +
                           " stays apart: not an elementwise post-op";
             } else if (isOutput(ba.id)) {
                 actNote = "; act " + ref(an.id) + " stays apart: its input is a graph output";
             } else {
-                act = an.attr("act");
-                alpha = an.attr("alpha");
+                act = an.attrs.actOr();
+                alpha = an.attrs.alpha;
                 last = an.id;
                 d.nodes.push_back(an.id);
             }
@@ -167,11 +169,13 @@ Result<bool> FusionPass::run(Graph& g) {
         fused.inputs = {mm.inputs[0], mm.inputs[1], ba.inputs[1]};
         fused.dtype = DType::F32;
         fused.shape = g.node(last).shape;
-        fused.attrs = {{"act", act}, {"has_bias", "1"}};
-        if (!alpha.empty()) fused.attrs["alpha"] = alpha;
+        fused.attrs.act = act;
+        fused.attrs.hasBias = true;
+        fused.attrs.alpha = alpha;
         d.fused = true;
         d.what = "matmul " + ref(mm.id) + " + bias_add " + ref(ba.id) +
-                 (last != ba.id ? " + act(" + act + ") " + ref(last) : std::string()) +
+                 (last != ba.id ? " + act(" + std::string(actName(act)) + ") " + ref(last)
+                                : std::string()) +
                  " -> dense" + actNote;
         for (int id : d.nodes)
             if (id != last) keep[static_cast<size_t>(id)] = false;
@@ -251,47 +255,32 @@ Result<bool> MemoryPlanPass::run(Graph& g) {
     // A graph planned before (the same plan or another) is rewritten only where it differs, so a
     // second run over its own output reports no change.
     bool changed = false;
-    auto place = [&changed](Node& nd, const char* buf, std::optional<size_t> off) {
-        auto b = nd.attrs.find("buf");
-        if (b == nd.attrs.end() || b->second != buf) {
-            nd.attrs["buf"] = buf;
-            changed = true;
-        }
-        auto o = nd.attrs.find("off");
-        if (!off) {
-            if (o != nd.attrs.end()) {
-                nd.attrs.erase(o);
-                changed = true;
-            }
-            return;
-        }
-        const std::string text = std::to_string(*off);
-        if (o == nd.attrs.end() || o->second != text) {
-            nd.attrs["off"] = text;
-            changed = true;
-        }
+    auto place = [&changed](Node& nd, BufKind buf, std::optional<int64_t> off) {
+        if (nd.attrs.buf != buf || nd.attrs.off != off) changed = true;
+        nd.attrs.buf = buf;
+        nd.attrs.off = off;
     };
     for (size_t i = 0; i < n; ++i) {
         Node& nd = g.nodes[i];
         if (nd.op == Op::Param) {
-            place(nd, "param", std::nullopt);
+            place(nd, BufKind::Param, std::nullopt);
             continue;
         }
         if (nd.op == Op::Input || nd.op == Op::Label) {
-            place(nd, nd.op == Op::Input ? "input" : "label", std::nullopt);
+            place(nd, nd.op == Op::Input ? BufKind::Input : BufKind::Label, std::nullopt);
             continue;
         }
         if (root[i] != static_cast<int>(i)) {
-            place(nd, "alias", std::nullopt);
+            place(nd, BufKind::Alias, std::nullopt);
             continue;
         }
         if (gradOut[i]) {
-            place(nd, "grad", std::nullopt);
+            place(nd, BufKind::Grad, std::nullopt);
             continue;
         }
         // Release blocks whose values are dead before this node runs. A block may be reused by
         // this node only if its last reader is an earlier node (kernels do not work in place).
-        const size_t sz = align(static_cast<size_t>(numElements(nd.shape)) * dtypeSize(nd.dtype));
+        const size_t sz = align(nd.bytes());
         naiveBytes_ += sz;
         std::vector<Block> freeList;
         live.erase(std::remove_if(live.begin(), live.end(),
@@ -313,7 +302,7 @@ Result<bool> MemoryPlanPass::run(Graph& g) {
         }
         live.push_back({off, sz, lastUse[i]});
         top = std::max(top, off + sz);
-        place(nd, "arena", off);
+        place(nd, BufKind::Arena, static_cast<int64_t>(off));
     }
     arenaBytes_ = top;
     return changed;

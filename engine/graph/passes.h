@@ -75,7 +75,8 @@ class DeadCodePass : public Pass {
 
 // Assigns every value a buffer: params and gradients persistent; reshapes alias their input;
 // everything else gets an offset in one arena reused by values whose lifetimes do not overlap.
-// Writes attrs buf=param|grad|input|label|arena|alias and off=<bytes> on each node.
+// Sets attrs.buf (param, grad, input, label, arena, alias) on every node and attrs.off (bytes
+// into the arena) on arena values.
 class MemoryPlanPass : public Pass {
   public:
     const char* name() const override { return "memory"; }

@@ -1,10 +1,12 @@
 // Optimizers and learning-rate schedules with Keras semantics and defaults (shared REFERENCE.md).
-// An optimizer updates flat f32 parameter arrays in place from their gradients; slot memory is
-// allocated once in build(), never in apply().
+// An optimizer is an UpdateSpec (update.h) plus the per-step scalars; the update itself runs in
+// the compiled training step (or, on host arrays, in apply(), with slots allocated once in
+// build()).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -12,6 +14,7 @@
 #include "engine/core/result.h"
 #include "engine/core/tensor.h"
 #include "engine/train/train_config.h"
+#include "engine/train/update.h"
 
 namespace td {
 
@@ -26,30 +29,56 @@ class LearningRateSchedule {
 
 struct ParamRef {
     float* value;  // length size
-    float* grad;   // length size; clipping may modify it
+    float* grad;   // length size
     int64_t size;
 };
 
+// One optimizer with Keras semantics. A training step runs its update on the device, inside the
+// compiled program: spec() says what the update is (fixed for the run), nextStep() gives the
+// scalars of each step, computed on the host from the iteration count and the schedule. apply()
+// runs the same update on host arrays, with slots of its own (build()).
 class Optimizer {
   public:
     // Errors name the field, e.g. "optimizer.beta_1: expected a value in [0, 1), got 1.5".
     static Result<std::unique_ptr<Optimizer>> create(const OptimizerConfig& cfg);
-    virtual ~Optimizer() = default;
 
-    // Allocates slots for these parameter sizes. Call once before apply().
-    virtual void build(const std::vector<int64_t>& paramSizes) = 0;
-    // One update of every parameter (params.size() == number built). Applies clipvalue, clipnorm
-    // (per tensor) and global_clipnorm to the gradients first. Uses the schedule's rate for the
-    // current iteration unless a learning-rate override is set (ReduceLROnPlateau).
-    virtual void apply(std::span<const ParamRef> params) = 0;
-    virtual int64_t iterations() const = 0;
-    virtual double currentLearningRate() const = 0;       // rate the next apply() will use
-    virtual void setLearningRateOverride(double lr) = 0;  // replaces the schedule from now on
+    // The update as a device runs it (kind, betas, clipping, weight decay).
+    UpdateSpec spec() const { return spec_; }
+    // The scalars of the update about to run: the learning rate from the schedule at the current
+    // iteration (or the override set by ReduceLROnPlateau), Adam's bias-corrected rate in float32
+    // as Keras computes it, weight_decay * lr. Then iterations += 1.
+    UpdateScalars nextStep();
 
-    // Slot state for checkpoints: one tensor per slot array, in a fixed order, plus iterations.
-    virtual std::vector<Tensor*> slotTensors() = 0;
-    virtual void setIterations(int64_t it) = 0;
-    virtual const char* name() const = 0;
+    // Allocates host slots (spec().slotsPerParam() per parameter) for apply().
+    void build(const std::vector<int64_t>& paramSizes);
+    // One update of every parameter on host arrays (params.size() == number built): applyUpdate
+    // (update.h) with nextStep()'s scalars.
+    void apply(std::span<const ParamRef> params);
+
+    int64_t iterations() const { return iterations_; }
+    double currentLearningRate() const;       // rate the next step will use
+    void setLearningRateOverride(double lr);  // replaces the schedule from now on
+
+    // Host slot state for checkpoints: one tensor per slot array, parameter-major, plus
+    // iterations.
+    std::vector<Tensor*> slotTensors();
+    void setIterations(int64_t it);
+    const char* name() const { return name_; }
+
+  private:
+    Optimizer(const OptimizerConfig& cfg, const char* name, UpdateSpec spec,
+              std::unique_ptr<LearningRateSchedule> schedule);
+
+    OptimizerConfig cfg_;
+    const char* name_;
+    UpdateSpec spec_;
+    std::unique_ptr<LearningRateSchedule> schedule_;
+    std::optional<double> override_;
+    int64_t iterations_ = 0;
+    std::vector<int64_t> sizes_;
+    std::vector<Tensor> slots_;  // spec_.slotsPerParam() per parameter, parameter-major
+    std::vector<UpdateTensor> tensors_;
+    bool built_ = false;
 };
 
 }  // namespace td

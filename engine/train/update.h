@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 namespace td {
 
@@ -28,9 +29,10 @@ struct UpdateSpec {
     bool decay = false;
     // Clipping: Value clamps each gradient element to [-clip, clip]; Norm scales each tensor by
     // clip / max(||g||, clip); GlobalNorm scales all by min(1, clip / ||all g||) (NaN when that
-    // norm is not finite), as Keras' BaseOptimizer._clip_gradients.
+    // norm is not finite), as Keras' BaseOptimizer._clip_gradients. The norms are computed in
+    // double against the threshold as configured (double); clipvalue clamps in float.
     ClipKind clip = ClipKind::None;
-    float clipValue = 0;
+    double clipValue = 0;
 
     int slotsPerParam() const {
         switch (kind) {
@@ -50,5 +52,22 @@ struct UpdateScalars {
     float alpha = 0;  // Adam: lr * sqrt(1 - beta_2^t) / (1 - beta_1^t), in float32 as Keras
     float wdLr = 0;   // weight_decay * lr
 };
+
+// One trainable parameter as the update reads and writes it (memory the CPU can address).
+struct UpdateTensor {
+    float* value = nullptr;
+    const float* grad = nullptr;
+    int64_t size = 0;
+    // spec.slotsPerParam() arrays of `size` floats, in the optimizer's slot order: SGD momentum;
+    // Adam m, v[, vhat]; RMSprop velocity[, momentum][, average_gradient].
+    float* slot[3] = {nullptr, nullptr, nullptr};
+};
+
+// One optimizer step over every tensor, in one pass: gradient clipping (the norms computed here),
+// decoupled weight decay and the update rule, with the element loops of the active instruction
+// set; tensors of 32k elements or more are split across the OpenMP threads. The CPU backend's
+// update instruction and Optimizer::apply both run this, so their results are identical.
+void applyUpdate(const UpdateSpec& spec, const UpdateScalars& scalars,
+                 std::span<const UpdateTensor> tensors);
 
 }  // namespace td

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <QtTest>
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -12,25 +13,41 @@
 
 namespace tdtest {
 
+// What the program is bound to besides params, grads, input and label.
+struct HarnessOptions {
+    bool flatGrads = false;  // gradients as views into one flat buffer laid out by planGradients
+    size_t bucketBytes = 0;  // buckets of that plan (all-reduced when `collectives` is set)
+    td::Collectives* collectives = nullptr;
+    const td::UpdateSpec* update = nullptr;  // the optimizer update, with zeroed slots
+    int accumulators = 0;                    // f64 accumulator slots (0: none)
+};
+
 struct Harness {
     td::Graph g;
     std::unique_ptr<td::Device> dev;
     std::vector<td::Buffer> params, grads;
     td::Buffer input, label;
+    td::Buffer flat, acc;
+    std::vector<td::Buffer> optimizerSlots;
+    td::GradientPlan plan;
     std::unique_ptr<td::Executable> exe;
 
     ~Harness() {
         if (!dev) return;
         for (auto& b : params) dev->release(b);
-        for (auto& b : grads)
-            if (b.ptr) dev->release(b);
-        if (input.ptr) dev->release(input);
-        if (label.ptr) dev->release(label);
+        if (flat.ptr)
+            dev->release(flat);  // the grads are views into it
+        else
+            for (auto& b : grads)
+                if (b.ptr) dev->release(b);
+        for (auto& b : optimizerSlots) dev->release(b);
+        for (td::Buffer* b : {&input, &label, &acc})
+            if (b->ptr) dev->release(*b);
     }
 
     // Plans and compiles `graph` (runs the memory pass; other passes as given).
     bool compile(td::Graph graph, std::vector<std::string> passes = {},
-                 std::string* error = nullptr) {
+                 std::string* error = nullptr, const HarnessOptions& opt = {}) {
         g = std::move(graph);
         td::PassManager pm;
         for (const auto& p : passes) {
@@ -45,23 +62,45 @@ struct Harness {
         }
         dev = td::makeCpuDevice(0);
         td::ProgramBindings bind;
-        for (int id : g.params()) {
-            size_t bytes = static_cast<size_t>(td::numElements(g.node(id).shape)) * 4;
-            params.push_back(*dev->allocate(bytes));
-            grads.push_back(g.grads.count(id) ? *dev->allocate(bytes) : td::Buffer{});
+        const std::vector<int> pids = g.params();
+        if (opt.flatGrads) {
+            plan = td::planGradients(g, opt.bucketBytes);
+            flat = *dev->allocate(std::max<size_t>(plan.bytes(), 64));
+            bind.flatGrads = flat;
+            bind.buckets = plan.buckets;
+            bind.collectives = opt.collectives;
+        }
+        for (size_t i = 0; i < pids.size(); ++i) {
+            const td::Node& p = g.node(pids[i]);
+            params.push_back(*dev->allocate(p.bytes()));
+            if (opt.flatGrads && plan.offsets[i] >= 0)
+                grads.push_back(
+                    td::Buffer{static_cast<float*>(flat.ptr) + plan.offsets[i], p.bytes()});
+            else if (!opt.flatGrads && (g.grads.count(pids[i]) || opt.update))
+                grads.push_back(*dev->allocate(p.bytes()));
+            else
+                grads.push_back(td::Buffer{});
+            if (opt.update && p.attrs.trainableOr())
+                for (int k = 0; k < opt.update->slotsPerParam(); ++k)
+                    optimizerSlots.push_back(*dev->allocate(p.bytes()));
         }
         for (const auto& n : g.nodes) {
-            size_t bytes = static_cast<size_t>(td::numElements(n.shape)) * 4;
+            const size_t bytes = n.bytes();
             if (n.op == td::Op::Input) input = *dev->allocate(bytes);
             if (n.op == td::Op::Label) label = *dev->allocate(bytes);
         }
         if (!input.ptr) input = *dev->allocate(64);
         if (!label.ptr) label = *dev->allocate(64);
+        if (opt.accumulators > 0)
+            acc = *dev->allocate(static_cast<size_t>(opt.accumulators) * sizeof(double));
         bind.input = input;
         bind.label = label;
         bind.params = params;
         bind.grads = grads;
-        auto e = dev->compile(g, bind);
+        bind.accumulators = acc;
+        bind.update = opt.update;
+        bind.optimizerSlots = optimizerSlots;
+        auto e = td::compileProgram(*dev, g, bind);
         if (!e.ok()) {
             if (error) *error = e.error();
             return false;
@@ -75,8 +114,10 @@ struct Harness {
     void* lab() { return label.ptr; }
     const float* value(int id) { return static_cast<const float*>(exe->valuePtr(id)); }
     const float* output(const std::string& name) { return value(g.output(name)); }
-    void run(int64_t step = 1, int64_t base = 0) {
-        QVERIFY(exe->run(td::StepArgs{step, base}).ok());
+    const double* accumulators() const { return static_cast<const double*>(acc.ptr); }
+    void run(int64_t step = 1, int64_t base = 0, td::UpdateScalars update = {}) {
+        td::Status s = exe->run(td::StepArgs{step, base, update});
+        QVERIFY2(s.ok(), s.ok() ? "" : s.error().c_str());
     }
 };
 

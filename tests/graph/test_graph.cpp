@@ -4,7 +4,9 @@
 #include <QtTest>
 #include <random>
 
+#include "engine/distribute/collectives.h"
 #include "engine/graph/initializers.h"
+#include "engine/graph/lower.h"
 #include "harness.h"
 
 using namespace td;
@@ -36,18 +38,89 @@ ModelSpec seedModel(ActivationKind hidden = ActivationKind::Relu) {
     return m;
 }
 
-Graph trainGraph(const ModelSpec& model, int64_t batch) {
+Graph trainGraph(const ModelSpec& model, int64_t batch, int64_t globalBatch = 0, int replicas = 1) {
     ModelSpec m = model;
     auto info = inferShapes(m);
     if (!info.ok()) qFatal("%s", info.error().c_str());
     BuildOptions bo;
     bo.batch = batch;
+    bo.globalBatch = globalBatch;
+    bo.replicas = replicas;
+    bo.seed = 5;
     bo.metrics = {"accuracy"};
     auto g = buildGraph(m, *info, bo);
     if (!g.ok()) qFatal("%s", g.error().c_str());
     if (!autodiff(*g).ok()) qFatal("autodiff failed");
     return std::move(g).value();
 }
+
+// Fills every param, the input and the labels (classes of 3) of a harness from `seed`.
+void fillInputs(Harness& h, uint32_t seed, int64_t rows, int64_t features) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> d(-1, 1);
+    for (size_t i = 0; i < h.params.size(); ++i) {
+        float* p = h.param(i);
+        for (size_t j = 0; j < h.params[i].bytes / sizeof(float); ++j) p[j] = d(rng);
+    }
+    for (int64_t j = 0; j < rows * features; ++j) h.in()[j] = d(rng);
+    auto* y = static_cast<int32_t*>(h.lab());
+    for (int64_t r = 0; r < rows; ++r) y[r] = static_cast<int32_t>(rng() % 3);
+}
+
+// A Collectives that records what the program asks: the data of every bucket when it starts (so a
+// test sees whether the gradients were written), which flat-buffer elements each bucket covers,
+// and the order of starts and waits. The "sum" doubles the data at the wait, as two identical
+// replicas would.
+class RecordingCollectives final : public Collectives {
+  public:
+    struct Call {
+        bool start;
+        int bucket;
+    };
+    // The flat gradient buffer the program was bound to (known once it is compiled).
+    void watch(const Buffer& flat) {
+        flat_ = static_cast<float*>(flat.ptr);
+        covered.assign(flat.bytes / sizeof(float), 0);
+    }
+
+    int size() const override { return 2; }
+    int rank() const override { return 0; }
+    Status allReduceStart(int bucket, float* data, int64_t count) override {
+        calls.push_back({true, bucket});
+        if (bucket == failBucket) return err(failMessage);
+        if (seen.size() <= size_t(bucket)) seen.resize(size_t(bucket) + 1);
+        seen[size_t(bucket)].assign(data, data + count);
+        for (int64_t i = 0; i < count; ++i) ++covered[size_t(data - flat_ + i)];
+        pending[bucket] = {data, count};
+        return Status::success();
+    }
+    Status allReduceWait(int bucket) override {
+        calls.push_back({false, bucket});
+        auto it = pending.find(bucket);
+        if (it == pending.end()) return err("wait for a bucket that never started");
+        for (int64_t i = 0; i < it->second.second; ++i) it->second.first[i] *= 2;
+        pending.erase(it);
+        return Status::success();
+    }
+    Status allReduceHost(double*, int64_t) override { return Status::success(); }
+    Status allGatherHost(const double* v, int64_t n, double* out) override {
+        std::copy(v, v + n, out);
+        std::copy(v, v + n, out + n);
+        return Status::success();
+    }
+    Status barrier() override { return Status::success(); }
+    void abort(const std::string&) override {}
+
+    std::vector<Call> calls;
+    std::vector<std::vector<float>> seen;  // per bucket: its data when it started
+    std::vector<int> covered;              // per flat element: how many starts covered it
+    int failBucket = -1;
+    std::string failMessage;
+
+  private:
+    float* flat_ = nullptr;
+    std::map<int, std::pair<float*, int64_t>> pending;
+};
 
 }  // namespace
 
@@ -70,6 +143,11 @@ class TestGraph : public QObject {
     void passManagerDisableVerifyTime();
     void wholeModelPassesOnOffAgree();
     void initializers();
+    void typedAttrsRoundTrip();
+    void lowerSmallGraph();
+    void accumulatorsSumStepLosses();
+    void gradientBucketsAllReduce();
+    void replicaSlicesSumToGlobalBatch();
 };
 
 void TestGraph::textRoundTrip() {
@@ -89,13 +167,34 @@ void TestGraph::parseErrors_data() {
                                 << "unknown op 'frobnicate'";
     QTest::newRow("numbering") << "graph t {\n %1 = input() : f32[1]\n}"
                                << "expected %0, got %1";
-    QTest::newRow("bad dtype") << "graph t {\n %0 = input() : f64[1]\n}"
-                               << "unknown dtype 'f64'";
+    QTest::newRow("bad dtype") << "graph t {\n %0 = input() : f128[1]\n}"
+                               << "unknown dtype 'f128'";
     QTest::newRow("unterminated") << "graph t {\n %0 = input() : f32[1]\n"
                                   << "unexpected end";
     QTest::newRow("line number")
         << "graph t {\n %0 = input() : f32[2]\n %1 = act(%0) {act=relu : f32[2]\n}"
         << "IR line 3";
+    // Typed attributes: errors name the node and the attribute.
+    const QString in = "graph t {\n %0 = input() : f32[2]\n";
+    QTest::newRow("unknown attribute") << in + " %1 = act(%0) {frob=1} : f32[2]\n}"
+                                       << "%1 = act: unknown attribute 'frob'";
+    QTest::newRow("bad activation") << in + " %1 = act(%0) {act=swish} : f32[2]\n}"
+                                    << "%1 = act: attribute act: unknown activation 'swish'";
+    QTest::newRow("bad number") << in + " %1 = act(%0) {act=elu, alpha=x1} : f32[2]\n}"
+                                << "%1 = act: attribute alpha: expected a number, got 'x1'";
+    QTest::newRow("bad flag") << in + " %1 = act_grad(%0, %0) {act=relu, uses_output=2} : f32[2]\n}"
+                              << "%1 = act_grad: attribute uses_output: expected 0 or 1, got '2'";
+    QTest::newRow("twice") << in + " %1 = act(%0) {act=relu, act=tanh} : f32[2]\n}"
+                           << "%1 = act: attribute act given twice";
+    QTest::newRow("negative seed") << in + " %1 = dropout(%0) {rate=0.5, seed=-1} : f32[2]\n}"
+                                   << "%1 = dropout: attribute seed: expected an unsigned integer";
+    QTest::newRow("bad buffer") << in + " %1 = act(%0) {act=relu, buf=heap} : f32[2]\n}"
+                                << "%1 = act: attribute buf: unknown buffer 'heap'";
+    QTest::newRow("bad loss") << in + " %1 = label() : f32[2]\n"
+                                      " %2 = loss(%0, %1) {loss=hinge} : f32[1]\n}"
+                              << "%2 = loss: attribute loss: unknown loss kernel 'hinge'";
+    QTest::newRow("missing act") << in + " %1 = act(%0) : f32[2]\n}"
+                                 << "%1 = act: missing attribute act";
 }
 
 void TestGraph::parseErrors() {
@@ -146,7 +245,7 @@ void TestGraph::builderSeedModel() {
     // No gradient flows into the input: nothing computes d(input).
     const int input = 0;
     for (const auto& n : g.nodes)
-        if (n.op == Op::MatMul && n.attrI("trans_b"))
+        if (n.op == Op::MatMul && n.attrs.transB.value_or(false))
             QVERIFY(g.node(n.inputs[1]).op != Op::Param || n.inputs[0] != input);
     int dropouts = 0;
     for (const auto& n : g.nodes) dropouts += n.op == Op::Dropout || n.op == Op::DropoutGrad;
@@ -166,10 +265,10 @@ void TestGraph::builderSeedModel() {
 void TestGraph::softmaxPairsWithLoss() {
     Graph g = trainGraph(seedModel(), 6);
     const Node& loss = g.node(g.output("loss"));
-    QCOMPARE(loss.attr("loss"), std::string("sparse_softmax_xent"));
+    QVERIFY(loss.attrs.loss == LossKind::SparseSoftmaxXent);
     // The loss reads the logits (the bias_add), not the softmax output.
     QCOMPARE(g.node(loss.inputs[0]).op, Op::BiasAdd);
-    QCOMPARE(g.node(g.output("predictions")).attr("act"), std::string("softmax"));
+    QVERIFY(g.node(g.output("predictions")).attrs.act == ActKind::Softmax);
 }
 
 void TestGraph::lossAndMetricErrors() {
@@ -215,7 +314,7 @@ void TestGraph::fusionKeepsApartWithReason() {
             explained = true;
     QVERIFY(explained);
     int acts = 0;
-    for (const auto& n : g.nodes) acts += n.op == Op::Act && n.attr("act") == "elu";
+    for (const auto& n : g.nodes) acts += n.op == Op::Act && n.attrs.act == ActKind::Elu;
     QCOMPARE(acts, 1);
 }
 
@@ -228,7 +327,7 @@ void TestGraph::deadCodeRemovesUnused() {
     auto r = dce.run(*g);
     QVERIFY(r.ok() && *r);
     QCOMPARE(g->nodes.size(), size_t(2));
-    QCOMPARE(g->node(g->output("y")).attr("act"), std::string("tanh"));
+    QVERIFY(g->node(g->output("y")).attrs.act == ActKind::Tanh);
     auto again = dce.run(*g);
     QVERIFY(again.ok() && !*again);  // nothing left to remove: reports no change
 }
@@ -249,13 +348,13 @@ void TestGraph::memoryPlanReusesWithoutOverlap() {
         }
     for (const auto& [name, id] : g.outputs) last[size_t(id)] = int(n);
     for (size_t a = 0; a < n; ++a) {
-        if (g.nodes[a].attr("buf") != "arena") continue;
+        if (g.nodes[a].attrs.buf != BufKind::Arena) continue;
         for (size_t b = a + 1; b < n; ++b) {
-            if (g.nodes[b].attr("buf") != "arena") continue;
+            if (g.nodes[b].attrs.buf != BufKind::Arena) continue;
             const bool overlapTime = int(b) <= std::max<int>(last[a], int(a));
             if (!overlapTime) continue;
-            const int64_t a0 = g.nodes[a].attrI("off"), a1 = a0 + numElements(g.nodes[a].shape) * 4;
-            const int64_t b0 = g.nodes[b].attrI("off"), b1 = b0 + numElements(g.nodes[b].shape) * 4;
+            const int64_t a0 = *g.nodes[a].attrs.off, a1 = a0 + int64_t(g.nodes[a].bytes());
+            const int64_t b0 = *g.nodes[b].attrs.off, b1 = b0 + int64_t(g.nodes[b].bytes());
             QVERIFY2(a1 <= b0 || b1 <= a0,
                      qPrintable(QString("%%1 and %%2 overlap").arg(a).arg(b)));
         }
@@ -278,15 +377,15 @@ void TestGraph::memoryPlanReportsNoChangeWhenPlanned() {
 
     int arena = -1;
     for (const Node& n : g.nodes)
-        if (n.attr("buf") == "arena" && n.attrI("off") > 0) arena = n.id;
+        if (n.attrs.buf == BufKind::Arena && n.attrs.off.value_or(0) > 0) arena = n.id;
     QVERIFY(arena >= 0);
-    g.node(arena).attrs["off"] = "0";
+    g.node(arena).attrs.off = 0;
     auto fixed = mp.run(g);
     QVERIFY(fixed.ok());
     QVERIFY(*fixed);
     QCOMPARE(printGraph(g), planned);
 
-    g.node(arena).attrs.erase("buf");
+    g.node(arena).attrs.buf.reset();
     auto again = mp.run(g);
     QVERIFY(again.ok());
     QVERIFY(*again);
@@ -378,6 +477,314 @@ void TestGraph::initializers() {
     InitializerSpec bad{.name = "frobnicate"};
     auto s = initializeParam(w.data(), Shape{2, 2}, bad, 1);
     QVERIFY(!s.ok() && QString::fromStdString(s.error()).contains("glorot_uniform"));
+}
+
+// Every attribute prints as its text name with its typed value and reads back to the same value;
+// unset attributes do not print.
+void TestGraph::typedAttrsRoundTrip() {
+    const std::string text =
+        "graph t {\n"
+        "  %0 = input() {buf=input} : f32[4,3]\n"
+        "  %1 = param() {buf=param, name=\"d/kernel\", trainable=0} : f32[3,2]\n"
+        "  %2 = matmul(%0, %1) {buf=arena, off=0, trans_a=0, trans_b=0} : f32[4,2]\n"
+        "  %3 = act(%2) {act=leaky_relu, alpha=0.2, buf=arena, off=64} : f32[4,2]\n"
+        "  %4 = dropout(%3) {buf=arena, off=0, rate=0.25, seed=18446744073709551615} : f32[4,2]\n"
+        "  %5 = label() {buf=label} : i32[4]\n"
+        "  %6 = loss(%4, %5) {buf=arena, loss=sparse_softmax_xent, off=128, scale=0.25} : f32[1]\n"
+        "  %7 = metric(%4, %5) {buf=arena, k=2, metric=sparse_top_k, off=192, on_logits=1} : "
+        "f32[1]\n"
+        "  %8 = reg_loss(%1) {l1=0.001, l2=1e-05} : f32[1]\n"
+        "  %9 = act_grad(%3, %2) {act=elu, alpha=1, uses_output=0} : f32[4,2]\n"
+        "  %10 = param() {name=b} : f32[2]\n"
+        "  %11 = dense(%0, %1, %10) {act=tanh, has_bias=1} : f32[4,2]\n"
+        "  output loss = %6\n"
+        "}\n";
+    auto g = parseGraph(text);
+    QVERIFY2(g.ok(), g.ok() ? "" : g.error().c_str());
+    QCOMPARE(printGraph(*g), text);
+    const NodeAttrs& p = g->node(1).attrs;
+    QCOMPARE(*p.name, std::string("d/kernel"));
+    QVERIFY(!p.trainableOr());
+    QVERIFY(!g->node(10).attrs.trainable && g->node(10).attrs.trainableOr());
+    QVERIFY(g->node(2).attrs.buf == BufKind::Arena && *g->node(2).attrs.off == 0);
+    QVERIFY(g->node(3).attrs.act == ActKind::LeakyRelu);
+    QCOMPARE(*g->node(3).attrs.alpha, 0.2);
+    QCOMPARE(*g->node(4).attrs.seed, std::numeric_limits<uint64_t>::max());
+    QCOMPARE(*g->node(4).attrs.rate, 0.25);
+    QVERIFY(g->node(6).attrs.loss == LossKind::SparseSoftmaxXent);
+    QCOMPARE(g->node(6).attrs.scaleOr(), 0.25);
+    QVERIFY(g->node(7).attrs.metric == MetricKind::SparseTopK);
+    QCOMPARE(g->node(7).attrs.kOr(), int64_t(2));
+    QVERIFY(*g->node(7).attrs.onLogits);
+    QCOMPARE(*g->node(8).attrs.l2, 1e-5);
+    QVERIFY(!*g->node(9).attrs.usesOutput);
+    QVERIFY(*g->node(11).attrs.hasBias && g->node(11).attrs.act == ActKind::Tanh);
+    QVERIFY(g->node(0).attrs.buf == BufKind::Input && !g->node(0).attrs.off);
+    QVERIFY(g->node(5).attrs.buf == BufKind::Label);
+    // Unset attributes print nothing; defaults come from the accessors.
+    QVERIFY(!g->node(11).attrs.alpha && g->node(11).attrs.alphaOr() == 0.0);
+    QVERIFY(!g->node(11).attrs.scale && g->node(11).attrs.scaleOr() == 1.0);
+
+    // A whole planned training graph round-trips too.
+    Graph tg = trainGraph(seedModel(ActivationKind::LeakyRelu), 6);
+    PassManager pm;
+    addStandardPasses(pm);
+    QVERIFY(pm.run(tg).ok());
+    const std::string planned = printGraph(tg);
+    auto back = parseGraph(planned);
+    QVERIFY2(back.ok(), back.ok() ? "" : back.error().c_str());
+    QCOMPARE(printGraph(*back), planned);
+    for (size_t i = 0; i < tg.nodes.size(); ++i)
+        QVERIFY2(tg.nodes[i].attrs == back->nodes[i].attrs, qPrintable(QString("%%1").arg(i)));
+}
+
+// Lowering a planned graph: the graph's ops in order with their operands' buffers, the all-reduce
+// start of each bucket right after its last gradient is written, the accumulators, the waits and
+// the update at the end.
+void TestGraph::lowerSmallGraph() {
+    Graph g = tdtest::parseOrDie(
+        "graph t {\n"
+        " %0 = input() : f32[4,3]\n"
+        " %1 = param() {name=w} : f32[3,2]\n"
+        " %2 = param() {name=b} : f32[2]\n"
+        " %3 = matmul(%0, %1) {trans_a=0, trans_b=0} : f32[4,2]\n"
+        " %4 = bias_add(%3, %2) : f32[4,2]\n"
+        " %5 = label() : i32[4]\n"
+        " %6 = loss(%4, %5) {loss=sparse_softmax_xent, scale=0.25} : f32[1]\n"
+        " %7 = metric(%4, %5) {k=1, metric=sparse_categorical, on_logits=1} : f32[1]\n"
+        " output loss = %6\n"
+        " output accuracy = %7\n"
+        "}\n");
+    QVERIFY(autodiff(g).ok());
+    // Unplanned: the error names the first node without a buffer.
+    auto unplanned = lower(g);
+    QVERIFY(!unplanned.ok());
+    QVERIFY2(QString::fromStdString(unplanned.error()).contains("%0 = input: no buffer assigned"),
+             unplanned.error().c_str());
+    MemoryPlanPass mp;
+    QVERIFY(mp.run(g).ok());
+
+    // Readiness order: the bias gradient (bias_grad) is complete before the kernel's (matmul).
+    const GradientPlan plan = planGradients(g, 0);
+    QCOMPARE(plan.offsets, (std::vector<int64_t>{16, 0}));
+    QCOMPARE(plan.buckets, (std::vector<GradBucket>{{0, 2}, {16, 6}}));
+    QCOMPARE(plan.elements, int64_t(32));
+    const GradientPlan one = planGradients(g, 1 << 20);
+    QCOMPARE(one.buckets, (std::vector<GradBucket>{{0, 22}}));
+
+    UpdateSpec sgd;
+    sgd.kind = UpdateKind::Sgd;
+    sgd.momentum = 0.9f;
+    LowerOptions lo;
+    lo.accumulate = true;
+    lo.buckets = plan.buckets;
+    lo.gradOffsets = plan.offsets;
+    lo.update = &sgd;
+    auto lp = lower(g, lo);
+    QVERIFY2(lp.ok(), lp.ok() ? "" : lp.error().c_str());
+    std::vector<std::string> ops;
+    for (const Instr& i : lp->code) ops.push_back(instrOpName(i.op));
+    QCOMPARE(ops, (std::vector<std::string>{"matmul", "bias_add", "loss", "metric", "loss_grad",
+                                            "bias_grad", "all_reduce_start", "matmul",
+                                            "all_reduce_start", "accumulate", "accumulate",
+                                            "all_reduce_wait", "all_reduce_wait", "update"}));
+    const auto& c = lp->code;
+    QCOMPARE(c[0].node, 3);
+    QVERIFY(c[0].in[0].space == Space::Input && c[0].in[1].space == Space::Param);
+    QCOMPARE(c[0].in[1].index, 0);
+    QVERIFY(c[0].out.space == Space::Arena);
+    QCOMPARE(c[0].out.shape, (Shape{4, 2}));
+    QVERIFY(c[2].loss == LossKind::SparseSoftmaxXent && c[2].scale == 0.25f);
+    QVERIFY(c[2].in[1].space == Space::Label && c[2].in[1].dtype == DType::I32);
+    QVERIFY(c[3].metric == MetricKind::SparseCategorical && c[3].onLogits && c[3].k == 1);
+    QVERIFY(c[5].out.space == Space::Grad);
+    QCOMPARE(c[5].out.index, 1);  // the bias
+    QCOMPARE(c[6].bucket, 0);
+    QVERIFY(c[6].out.space == Space::FlatGrad && c[6].out.offset == 0);
+    QCOMPARE(c[6].out.shape, (Shape{2}));
+    QVERIFY(c[7].transA && !c[7].transB && c[7].out.space == Space::Grad && c[7].out.index == 0);
+    QCOMPARE(c[8].bucket, 1);
+    QCOMPARE(c[8].out.offset, int64_t(16 * sizeof(float)));
+    QCOMPARE(c[9].factor, 4.0);  // the global batch: 1 / scale
+    QVERIFY(c[9].out.space == Space::Accumulator && c[9].out.index == 0);
+    QVERIFY(c[10].in[0].space == Space::Arena && c[10].out.index == 1 && c[10].factor == 1.0);
+    QCOMPARE(lp->accumulators, (std::vector<std::string>{"loss", "accuracy"}));
+    QVERIFY(lp->update && lp->update->kind == UpdateKind::Sgd);
+    QCOMPARE(lp->updateTensors.size(), size_t(2));
+    QCOMPARE(lp->slotBuffers, 2);
+    QVERIFY(lp->updateTensors[1].grad.space == Space::Grad && lp->updateTensors[1].grad.index == 1);
+    QCOMPARE(lp->updateTensors[1].slot.at(0).index, 1);
+    QCOMPARE(lp->values[size_t(g.output("loss"))].space, Space::Arena);
+    QVERIFY(printProgram(*lp).find("all_reduce_start bucket 1 <- flat+64 f32[6]") !=
+            std::string::npos);
+
+    // Without options: only the graph's ops.
+    auto plain = lower(g);
+    QVERIFY(plain.ok());
+    QCOMPARE(plain->code.size(), size_t(7));
+    QVERIFY(plain->accumulators.empty() && !plain->update);
+}
+
+// The accumulators hold the running sums the trainer reads at log points: the loss times the
+// global batch and the metric counts, added on every run.
+void TestGraph::accumulatorsSumStepLosses() {
+    Harness h;
+    tdtest::HarnessOptions opt;
+    opt.accumulators = 2;
+    QVERIFY(h.compile(trainGraph(seedModel(), 6), {"fusion", "dce"}, nullptr, opt));
+    QVERIFY(h.dev->fillZero(h.acc, 0, h.acc.bytes).ok());
+    double loss = 0, correct = 0;
+    for (int step = 1; step <= 4; ++step) {
+        fillInputs(h, uint32_t(step), 6, 20);
+        h.run(step, 6 * step);
+        loss += double(h.output("loss")[0]) * 6.0;
+        correct += h.output("accuracy")[0];
+        QCOMPARE(h.accumulators()[0], loss);
+        QCOMPARE(h.accumulators()[1], correct);
+    }
+    QVERIFY(loss > 0);
+}
+
+// Gradient buckets: each is started once, in order, after the backward pass wrote its gradients,
+// covers every gradient element exactly once, and is waited for before the update reads it.
+void TestGraph::gradientBucketsAllReduce() {
+    const Graph graph = trainGraph(seedModel(), 6);
+    Harness ref;
+    QVERIFY(ref.compile(graph, {"fusion", "dce"}));
+    fillInputs(ref, 11, 6, 20);
+    ref.run(3, 100);
+
+    RecordingCollectives coll;
+    UpdateSpec sgd;  // plain SGD, lr 1: w1 = w0 - (the summed gradient)
+    sgd.kind = UpdateKind::Sgd;
+    tdtest::HarnessOptions opt;
+    opt.flatGrads = true;
+    opt.bucketBytes = 16;  // small: a bucket per parameter, but the 12-byte last bias shares
+    opt.collectives = &coll;
+    opt.update = &sgd;
+    Harness h;
+    std::string error;
+    QVERIFY2(h.compile(graph, {"fusion", "dce"}, &error, opt), error.c_str());
+    coll.watch(h.flat);
+    fillInputs(h, 11, 6, 20);
+    std::vector<std::vector<float>> w0;
+    for (size_t i = 0; i < h.params.size(); ++i)
+        w0.emplace_back(h.param(i), h.param(i) + h.params[i].bytes / sizeof(float));
+    // Anything a bucket started before the backward pass wrote it would show as NaN.
+    std::fill_n(static_cast<float*>(h.flat.ptr), h.flat.bytes / sizeof(float),
+                std::numeric_limits<float>::quiet_NaN());
+    h.run(3, 100, UpdateScalars{1.0f, 0.0f, 0.0f});
+
+    const size_t nb = h.plan.buckets.size();
+    QVERIFY2(nb >= 3, qPrintable(QString::number(nb)));
+    // Starts in bucket order, each once; every wait after all starts, in order, before the end.
+    QCOMPARE(coll.calls.size(), 2 * nb);
+    for (size_t b = 0; b < nb; ++b) {
+        QVERIFY(coll.calls[b].start && coll.calls[b].bucket == int(b));
+        QVERIFY(!coll.calls[nb + b].start && coll.calls[nb + b].bucket == int(b));
+    }
+    // Every gradient element is all-reduced exactly once, padding aside.
+    std::vector<int> isGrad(coll.covered.size(), 0);
+    for (size_t i = 0; i < h.params.size(); ++i) {
+        const int64_t n = int64_t(h.params[i].bytes / sizeof(float));
+        for (int64_t j = 0; j < n; ++j) isGrad[size_t(h.plan.offsets[i] + j)] = 1;
+    }
+    for (size_t e = 0; e < isGrad.size(); ++e)
+        if (isGrad[e]) QVERIFY2(coll.covered[e] == 1, qPrintable(QString::number(e)));
+    // Each bucket saw the finished gradients when it started.
+    for (size_t b = 0; b < nb; ++b) {
+        const GradBucket& bk = h.plan.buckets[b];
+        for (size_t i = 0; i < h.params.size(); ++i) {
+            const int64_t n = int64_t(h.params[i].bytes / sizeof(float));
+            const int64_t off = h.plan.offsets[i];
+            if (off < bk.offset || off >= bk.offset + bk.count) continue;
+            for (int64_t j = 0; j < n; ++j) {
+                const float got = coll.seen[b][size_t(off - bk.offset + j)];
+                const float want = ref.grad(i)[j];
+                QVERIFY2(std::fabs(got - want) <= 1e-6f * (1 + std::fabs(want)),
+                         qPrintable(QString("bucket %1 param %2 [%3]: %4 vs %5")
+                                        .arg(b)
+                                        .arg(i)
+                                        .arg(j)
+                                        .arg(got)
+                                        .arg(want)));
+            }
+        }
+    }
+    // The update ran after the waits: it applied the summed (doubled) gradients.
+    for (size_t i = 0; i < h.params.size(); ++i)
+        for (size_t j = 0; j < w0[i].size(); ++j) {
+            const float want = w0[i][j] - 2 * ref.grad(i)[j];
+            QVERIFY(std::fabs(h.param(i)[j] - want) <= 1e-5f * (1 + std::fabs(want)));
+        }
+
+    // A collective that fails fails the step with its message.
+    coll.failBucket = 1;
+    coll.failMessage = "all-reduce: worker rank 1 did not answer within 30 s (it exited or hangs)";
+    Status s = h.exe->run(StepArgs{4, 100, UpdateScalars{1.0f, 0.0f, 0.0f}});
+    QVERIFY(!s.ok());
+    QCOMPARE(s.error(), coll.failMessage);
+}
+
+// tf.distribute semantics: two replicas with half the batch each (loss over the global batch,
+// regularization halved, dropout keyed by the global sample index) sum to one device's loss and
+// gradients with the whole batch.
+void TestGraph::replicaSlicesSumToGlobalBatch() {
+    ModelSpec m = seedModel();
+    m.layers[1].kernelRegularizer = RegularizerSpec{0.01, 0.02};
+    m.layers[3].biasRegularizer = RegularizerSpec{0.0, 0.05};
+    const int64_t B = 8, F = 20;
+    tdtest::HarnessOptions opt;
+    opt.accumulators = 2;
+    Harness full, half;
+    QVERIFY(full.compile(trainGraph(m, B), {"fusion", "dce"}, nullptr, opt));
+    QVERIFY(half.compile(trainGraph(m, B / 2, B, 2), {"fusion", "dce"}, nullptr, opt));
+    fillInputs(full, 21, B, F);
+    const int64_t step = 7, base = 800;  // the batch's first global sample index
+    full.run(step, base);
+
+    QVERIFY(half.dev->fillZero(half.acc, 0, half.acc.bytes).ok());
+    QVERIFY(full.dev->fillZero(full.acc, 0, full.acc.bytes).ok());
+    full.run(step, base);  // again, into zeroed accumulators (same step: same result)
+    double loss = 0;
+    std::vector<std::vector<double>> sum(full.params.size());
+    for (size_t i = 0; i < full.params.size(); ++i) {
+        std::copy_n(full.param(i), full.params[i].bytes / sizeof(float), half.param(i));
+        sum[i].assign(full.params[i].bytes / sizeof(float), 0.0);
+    }
+    for (int64_t r = 0; r < 2; ++r) {
+        const int64_t rows = B / 2;
+        std::copy_n(full.in() + r * rows * F, rows * F, half.in());
+        std::copy_n(static_cast<const int32_t*>(full.lab()) + r * rows, rows,
+                    static_cast<int32_t*>(half.lab()));
+        half.run(step, base + r * rows);
+        loss += half.output("loss")[0];
+        for (size_t i = 0; i < sum.size(); ++i)
+            for (size_t j = 0; j < sum[i].size(); ++j) sum[i][j] += half.grad(i)[j];
+    }
+    const float fullLoss = full.output("loss")[0];
+    QVERIFY2(std::fabs(loss - fullLoss) <= 1e-5 * (1 + std::fabs(fullLoss)),
+             qPrintable(QString("%1 vs %2").arg(loss).arg(fullLoss)));
+    for (size_t i = 0; i < sum.size(); ++i)
+        for (size_t j = 0; j < sum[i].size(); ++j) {
+            const double want = full.grad(i)[j];
+            QVERIFY2(
+                std::fabs(sum[i][j] - want) <= 1e-5 * (1 + std::fabs(want)),
+                qPrintable(
+                    QString("param %1 [%2]: %3 vs %4").arg(i).arg(j).arg(sum[i][j]).arg(want)));
+        }
+    // The accumulators: summed over replicas and divided by the global batch, Keras' mean loss.
+    QVERIFY(std::fabs(half.accumulators()[0] / B - full.accumulators()[0] / B) <=
+            1e-5 * (1 + std::fabs(fullLoss)));
+    QCOMPARE(half.accumulators()[1], full.accumulators()[1]);
+    // Dropout really dropped something: the halves without it would not need the sample index.
+    int zeros = 0;
+    for (const Node& n : full.g.nodes)
+        if (n.op == Op::Dropout) {
+            const float* v = full.value(n.id);
+            for (int64_t j = 0; j < numElements(n.shape); ++j) zeros += v[j] == 0.0f;
+        }
+    QVERIFY(zeros > 0);
 }
 
 QTEST_GUILESS_MAIN(TestGraph)

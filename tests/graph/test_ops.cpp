@@ -221,8 +221,8 @@ void TestOps::lossForward() {
         for (int r = 0; r < R; ++r) yf[r * C + yi[r]] = 1.f;
     }
     float out = 0;
-    cpu::loss(cpu::lossKindFromName(L), p.data(), sparse ? (const void*)yi.data() : yf.data(), &out,
-              R, C, 0.25f);
+    cpu::loss(*parseLossKind(L), p.data(), sparse ? (const void*)yi.data() : yf.data(), &out, R, C,
+              0.25f);
     double ref = 0;
     for (int r = 0; r < R; ++r) {
         const float* pr = &p[r * C];
@@ -257,15 +257,15 @@ void TestOps::metrics() {
     std::vector<float> p{0.1f, 0.7f, 0.1f, 0.1f, 0.4f, 0.3f, 0.2f, 0.1f, 0.1f, 0.2f, 0.3f, 0.4f};
     std::vector<int32_t> y{1, 1, 0};
     float out = 0;
-    cpu::metric(cpu::MetricKind::SparseCategorical, 1, false, p.data(), y.data(), &out, 3, 4);
+    cpu::metric(MetricKind::SparseCategorical, 1, false, p.data(), y.data(), &out, 3, 4);
     QCOMPARE(out, 1.f);
-    cpu::metric(cpu::MetricKind::SparseTopK, 2, false, p.data(), y.data(), &out, 3, 4);
+    cpu::metric(MetricKind::SparseTopK, 2, false, p.data(), y.data(), &out, 3, 4);
     QCOMPARE(out, 2.f);  // row 1: class 1 is second; row 2: class 0 is last
     std::vector<float> onehot{0, 1, 0, 0, 0, 1, 0, 0, 1, 0, 0, 0};
-    cpu::metric(cpu::MetricKind::Categorical, 1, false, p.data(), onehot.data(), &out, 3, 4);
+    cpu::metric(MetricKind::Categorical, 1, false, p.data(), onehot.data(), &out, 3, 4);
     QCOMPARE(out, 1.f);
     std::vector<float> logits{2.f, -1.f, 0.5f}, targets{1.f, 1.f, 0.f};
-    cpu::metric(cpu::MetricKind::Binary, 1, true, logits.data(), targets.data(), &out, 3, 1);
+    cpu::metric(MetricKind::Binary, 1, true, logits.data(), targets.data(), &out, 3, 1);
     QCOMPARE(out, 1.f);  // thresholds logits at 0: row 0 right, rows 1 and 2 wrong
 }
 

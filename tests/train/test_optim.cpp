@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numbers>
 #include <random>
@@ -15,6 +16,7 @@
 #include "engine/train/callbacks.h"
 #include "engine/train/optimizer.h"
 #include "tests/fixtures/keras/keras_fixtures.h"
+#include "tests/graph/harness.h"
 
 using namespace td;
 
@@ -1218,6 +1220,126 @@ class TestOptim : public QObject {
             c.type = t;
             QVERIFY2(Callback::create(c).ok(), t);
         }
+    }
+
+    // ---- the update inside a compiled step
+    // --------------------------------------------------------- A training program that ends with
+    // the update instruction (device slots, the scalars of Optimizer::nextStep) gives, bit for bit,
+    // the weights and slots Optimizer::apply computes on the host from the same gradients, for
+    // every optimizer and clipping mode.
+    void programUpdateMatchesApply_data() {
+        QTest::addColumn<OptimizerConfig>("cfg");
+        std::vector<std::pair<std::string, OptimizerConfig>> kinds;
+        OptimizerConfig c = sgdConfig(0.05);
+        kinds.emplace_back("sgd", c);
+        c.momentum = 0.9;
+        kinds.emplace_back("sgd_momentum", c);
+        c.nesterov = true;
+        kinds.emplace_back("sgd_nesterov", c);
+        c = OptimizerConfig{};
+        c.name = "adam";
+        c.learningRate = 0.01;
+        kinds.emplace_back("adam", c);
+        c.amsgrad = true;
+        kinds.emplace_back("adam_amsgrad", c);
+        c = OptimizerConfig{};
+        c.name = "adamw";
+        c.learningRate = 0.01;
+        c.weightDecay = 0.004;
+        kinds.emplace_back("adamw", c);
+        c = OptimizerConfig{};
+        c.name = "rmsprop";
+        c.learningRate = 0.001;
+        kinds.emplace_back("rmsprop", c);
+        c.centered = true;
+        kinds.emplace_back("rmsprop_centered", c);
+        c.centered = false;
+        c.momentum = 0.9;
+        kinds.emplace_back("rmsprop_momentum", c);
+        c.centered = true;
+        c.weightDecay = 0.01;
+        c.schedule.type = "exponential_decay";
+        c.schedule.decaySteps = 2;
+        c.schedule.decayRate = 0.5;
+        kinds.emplace_back("rmsprop_centered_momentum_wd_schedule", c);
+        for (const auto& [name, cfg] : kinds) {
+            for (const char* clip : {"", "clipvalue", "clipnorm", "global_clipnorm"}) {
+                OptimizerConfig k = cfg;
+                const std::string row = name + (*clip ? std::string("_") + clip : "");
+                if (std::string(clip) == "clipvalue") k.clipvalue = 0.1;
+                if (std::string(clip) == "clipnorm") k.clipnorm = 0.7;
+                if (std::string(clip) == "global_clipnorm") k.globalClipnorm = 1.3;
+                QTest::newRow(row.c_str()) << k;
+            }
+        }
+    }
+
+    void programUpdateMatchesApply() {
+        QFETCH(OptimizerConfig, cfg);
+        // A dense layer whose kernel (300 x 128) is above the threaded-update threshold.
+        auto graph = td::parseGraph(
+            "graph t {\n"
+            " %0 = input() : f32[8,300]\n"
+            " %1 = param() {name=w} : f32[300,128]\n"
+            " %2 = param() {name=b} : f32[128]\n"
+            " %3 = matmul(%0, %1) {trans_a=0, trans_b=0} : f32[8,128]\n"
+            " %4 = bias_add(%3, %2) : f32[8,128]\n"
+            " %5 = label() : f32[8,128]\n"
+            " %6 = loss(%4, %5) {loss=mse, scale=0.125} : f32[1]\n"
+            " output loss = %6\n"
+            "}\n");
+        QVERIFY(graph.ok());
+        QVERIFY(td::autodiff(*graph).ok());
+        auto device = makeOptimizer(cfg);  // runs inside the program
+        auto host = makeOptimizer(cfg);    // Optimizer::apply on host arrays
+        const UpdateSpec spec = device->spec();
+        tdtest::HarnessOptions withUpdate;
+        withUpdate.update = &spec;
+        tdtest::Harness prog, grads;  // the same step with the update, and without
+        std::string error;
+        QVERIFY2(prog.compile(*graph, {}, &error, withUpdate), error.c_str());
+        QVERIFY2(grads.compile(*graph, {}, &error), error.c_str());
+
+        std::mt19937 rng(99);
+        std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+        Params ref;
+        for (size_t i = 0; i < prog.params.size(); ++i) {
+            const size_t n = prog.params[i].bytes / sizeof(float);
+            for (size_t j = 0; j < n; ++j) prog.param(i)[j] = uni(rng);
+            ref.w.emplace_back(prog.param(i), prog.param(i) + n);
+            ref.g.emplace_back(n);
+        }
+        host->build(ref.sizes());
+        for (int step = 1; step <= 4; ++step) {
+            for (int j = 0; j < 8 * 300; ++j) prog.in()[j] = grads.in()[j] = uni(rng);
+            for (int j = 0; j < 8 * 128; ++j)
+                static_cast<float*>(prog.lab())[j] = static_cast<float*>(grads.lab())[j] =
+                    3 * uni(rng);
+            // The gradients at the current weights, then the host update with them.
+            for (size_t i = 0; i < ref.w.size(); ++i)
+                std::copy(ref.w[i].begin(), ref.w[i].end(), grads.param(i));
+            grads.run(step);
+            for (size_t i = 0; i < ref.g.size(); ++i)
+                std::copy_n(grads.grad(i), ref.g[i].size(), ref.g[i].data());
+            auto refs = ref.refs();
+            host->apply(refs);
+            // The compiled step: forward, backward and the update.
+            prog.run(step, 0, device->nextStep());
+            QCOMPARE(device->iterations(), host->iterations());
+            for (size_t i = 0; i < ref.w.size(); ++i)
+                QVERIFY2(std::memcmp(prog.param(i), ref.w[i].data(),
+                                     ref.w[i].size() * sizeof(float)) == 0,
+                         qPrintable(QString("step %1, param %2").arg(step).arg(i)));
+        }
+        const std::vector<Tensor*> hostSlots = host->slotTensors();
+        QCOMPARE(hostSlots.size(), prog.optimizerSlots.size());
+        for (size_t k = 0; k < hostSlots.size(); ++k)
+            QVERIFY(std::memcmp(prog.optimizerSlots[k].ptr, hostSlots[k]->raw(),
+                                hostSlots[k]->bytes()) == 0);
+        // Clipping really clipped: the gradients exceed every threshold used above.
+        double sq = 0;
+        for (float x : ref.g[0]) sq += double(x) * x;
+        QVERIFY(std::sqrt(sq) > 1.3);
     }
 
     // ---- performance (reported, not asserted) ---------------------------------------------------

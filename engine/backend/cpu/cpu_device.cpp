@@ -1,7 +1,8 @@
 // CPU device: host memory, oneDNN matmul primitives (bias and eltwise post-ops, user scratchpad
-// allocated at compile time) and the project's own kernels for everything else. A Program is a
-// flat list of instructions with every pointer resolved at compile time: the step loop only walks
-// it.
+// allocated at compile time) and the project's own kernels for everything else. A Program is the
+// LoweredProgram's instruction list with every pointer resolved at compile time: the step loop
+// only walks it. The device's stream is the calling thread: run() has finished everything
+// (accumulators, all-reduce, optimizer update) when it returns.
 #include <omp.h>
 #include <xmmintrin.h>
 
@@ -15,25 +16,33 @@
 #include "engine/backend/backend.h"
 #include "engine/backend/cpu/kernels.h"
 #include "engine/core/cpu_isa.h"
+#include "engine/distribute/collectives.h"
+#include "engine/train/update.h"
 
 namespace td {
 
 namespace {
 
-struct Instr {
-    Op op;
+// One lowered instruction with its pointers resolved.
+struct CpuInstr {
+    InstrOp op = InstrOp::Add;
     const float* a = nullptr;  // first operand
     const void* b = nullptr;   // second operand (labels for loss/metric)
     float* out = nullptr;
     int64_t rows = 0, cols = 0;  // of the first operand
     float alpha = 0, scale = 0, l1 = 0, l2 = 0;
-    cpu::ActKind act = cpu::ActKind::Linear;
-    cpu::LossKind loss = cpu::LossKind::Mse;
-    cpu::MetricKind metric = cpu::MetricKind::SparseCategorical;
+    ActKind act = ActKind::Linear;
+    LossKind loss = LossKind::Mse;
+    MetricKind metric = MetricKind::SparseCategorical;
     bool usesOutput = false, onLogits = false;
     int64_t k = 1;
     uint64_t seed = 0;
-    int prim = -1;  // index into CpuProgram::prims_ for oneDNN ops
+    int prim = -1;          // index into CpuProgram::prims_ for oneDNN ops
+    double* acc = nullptr;  // Accumulate
+    double factor = 1;
+    int bucket = -1;  // AllReduceStart / AllReduceWait
+    float* data = nullptr;
+    int64_t count = 0;
 };
 
 class CpuProgram final : public Executable {
@@ -41,7 +50,7 @@ class CpuProgram final : public Executable {
     CpuProgram(dnnl::engine& eng, dnnl::stream& strm) : eng_(eng), strm_(strm) {}
     ~CpuProgram() override { std::free(arena_); }
 
-    Status build(const Graph& g, const ProgramBindings& bind, size_t arenaBytes);
+    Status build(const LoweredProgram& lp, const ProgramBindings& bind);
     Status run(const StepArgs& args) override;
     const void* valuePtr(int nodeId) const override {
         return ptrs_.at(static_cast<size_t>(nodeId));
@@ -53,16 +62,21 @@ class CpuProgram final : public Executable {
         dnnl::primitive p;
         std::unordered_map<int, dnnl::memory> args;
     };
-    Status addMatmul(const Graph& g, const Node& n, Instr& ins);
+    void* resolve(const Operand& o) const;
+    Status addMatmul(const Instr& in, CpuInstr& ins);
 
     dnnl::engine& eng_;
     dnnl::stream& strm_;
-    std::vector<Instr> code_;
+    const ProgramBindings* bind_ = nullptr;  // during build() only
+    std::vector<CpuInstr> code_;
     std::vector<Prim> prims_;
     std::vector<void*> ptrs_;
     void* arena_ = nullptr;
     size_t arenaBytes_ = 0;
     std::vector<std::unique_ptr<char[]>> scratch_;
+    Collectives* collectives_ = nullptr;
+    UpdateSpec update_;
+    std::vector<UpdateTensor> updateTensors_;
 };
 
 dnnl::memory::desc matDesc(int64_t rows, int64_t cols, bool transposed) {
@@ -72,108 +86,119 @@ dnnl::memory::desc matDesc(int64_t rows, int64_t cols, bool transposed) {
     return memory::desc({rows, cols}, memory::data_type::f32, strides);
 }
 
-Status CpuProgram::addMatmul(const Graph& g, const Node& n, Instr& ins) {
+void* CpuProgram::resolve(const Operand& o) const {
+    const ProgramBindings& b = *bind_;
+    void* base = nullptr;
+    switch (o.space) {
+        case Space::None:
+            return nullptr;
+        case Space::Input:
+            base = b.input.ptr;
+            break;
+        case Space::Label:
+            base = b.label.ptr;
+            break;
+        case Space::Param:
+            base = b.params.at(static_cast<size_t>(o.index)).ptr;
+            break;
+        case Space::Grad:
+            base = b.grads.at(static_cast<size_t>(o.index)).ptr;
+            break;
+        case Space::Arena:
+            base = arena_;
+            break;
+        case Space::Accumulator:
+            base = b.accumulators.ptr;
+            break;
+        case Space::FlatGrad:
+            base = b.flatGrads.ptr;
+            break;
+        case Space::Slot:
+            base = b.optimizerSlots.at(static_cast<size_t>(o.index)).ptr;
+            break;
+    }
+    return base ? static_cast<char*>(base) + o.offset : nullptr;
+}
+
+Status CpuProgram::addMatmul(const Instr& in, CpuInstr& ins) {
     using namespace dnnl;
-    const Node& A = g.node(n.inputs[0]);
-    const bool ta = n.attrI("trans_a") != 0, tb = n.attrI("trans_b") != 0;
-    const int64_t M = n.shape[0], N = n.shape[1];
-    const int64_t K = ta ? A.shape[0] : A.shape[1];
+    const std::string what = std::string(instrOpName(in.op)) + " %" + std::to_string(in.node);
+    const Shape& A = in.in[0].shape;
+    const bool ta = in.transA, tb = in.transB;
+    const int64_t M = in.out.shape[0], N = in.out.shape[1];
+    const int64_t K = ta ? A[0] : A[1];
     memory::desc aMd = matDesc(M, K, ta), wMd = matDesc(K, N, tb), cMd = matDesc(M, N, false);
     primitive_attr attr;
     attr.set_scratchpad_mode(scratchpad_mode::user);
     memory::desc biasMd;
-    const bool hasBias = n.op == Op::Dense && n.inputs.size() == 3;
+    const bool hasBias = in.op == InstrOp::Dense && in.in.size() == 3;
     if (hasBias) biasMd = memory::desc({1, N}, memory::data_type::f32, memory::dims{N, 1});
-    if (n.op == Op::Dense) {
-        const std::string act = n.attr("act", "linear");
+    if (in.op == InstrOp::Dense) {
         post_ops po;
-        const float alpha = static_cast<float>(n.attrF("alpha"));
-        if (act == "relu")
-            po.append_eltwise(1.f, algorithm::eltwise_relu, 0.f, 0.f);
-        else if (act == "leaky_relu")
-            po.append_eltwise(1.f, algorithm::eltwise_relu, alpha, 0.f);
-        else if (act == "elu")
-            po.append_eltwise(1.f, algorithm::eltwise_elu, alpha, 0.f);
-        else if (act == "gelu")
-            po.append_eltwise(1.f, algorithm::eltwise_gelu_erf, 0.f, 0.f);
-        else if (act == "sigmoid")
-            po.append_eltwise(1.f, algorithm::eltwise_logistic, 0.f, 0.f);
-        else if (act == "tanh")
-            po.append_eltwise(1.f, algorithm::eltwise_tanh, 0.f, 0.f);
-        else if (act != "linear")
-            return err("dense %" + std::to_string(n.id) + ": activation " + act +
-                       " is not a post-op");
+        switch (in.act) {
+            case ActKind::Linear:
+                break;
+            case ActKind::Relu:
+                po.append_eltwise(1.f, algorithm::eltwise_relu, 0.f, 0.f);
+                break;
+            case ActKind::LeakyRelu:
+                po.append_eltwise(1.f, algorithm::eltwise_relu, in.alpha, 0.f);
+                break;
+            case ActKind::Elu:
+                po.append_eltwise(1.f, algorithm::eltwise_elu, in.alpha, 0.f);
+                break;
+            case ActKind::Gelu:
+                po.append_eltwise(1.f, algorithm::eltwise_gelu_erf, 0.f, 0.f);
+                break;
+            case ActKind::Sigmoid:
+                po.append_eltwise(1.f, algorithm::eltwise_logistic, 0.f, 0.f);
+                break;
+            case ActKind::Tanh:
+                po.append_eltwise(1.f, algorithm::eltwise_tanh, 0.f, 0.f);
+                break;
+            case ActKind::Softmax:
+                return err(what + ": activation softmax is not a post-op");
+        }
         attr.set_post_ops(po);
     }
     Prim pr;
     try {
-        {
-            matmul::desc d =
-                hasBias ? matmul::desc(aMd, wMd, biasMd, cMd) : matmul::desc(aMd, wMd, cMd);
-            matmul::primitive_desc pd(d, attr, eng_);
-            pr.p = matmul(pd);
-            const size_t sp = pd.scratchpad_desc().get_size();
-            scratch_.emplace_back(new char[sp + 64]);
-            pr.args[DNNL_ARG_SCRATCHPAD] =
-                memory(pd.scratchpad_desc(), eng_, scratch_.back().get());
-            pr.args[DNNL_ARG_SRC] = memory(aMd, eng_, ptrs_[static_cast<size_t>(n.inputs[0])]);
-            pr.args[DNNL_ARG_WEIGHTS] = memory(wMd, eng_, ptrs_[static_cast<size_t>(n.inputs[1])]);
-            if (hasBias)
-                pr.args[DNNL_ARG_BIAS] =
-                    memory(biasMd, eng_, ptrs_[static_cast<size_t>(n.inputs[2])]);
-            pr.args[DNNL_ARG_DST] = memory(cMd, eng_, ptrs_[static_cast<size_t>(n.id)]);
-        }
+        matmul::desc d =
+            hasBias ? matmul::desc(aMd, wMd, biasMd, cMd) : matmul::desc(aMd, wMd, cMd);
+        matmul::primitive_desc pd(d, attr, eng_);
+        pr.p = matmul(pd);
+        const size_t sp = pd.scratchpad_desc().get_size();
+        scratch_.emplace_back(new char[sp + 64]);
+        pr.args[DNNL_ARG_SCRATCHPAD] = memory(pd.scratchpad_desc(), eng_, scratch_.back().get());
+        pr.args[DNNL_ARG_SRC] = memory(aMd, eng_, resolve(in.in[0]));
+        pr.args[DNNL_ARG_WEIGHTS] = memory(wMd, eng_, resolve(in.in[1]));
+        if (hasBias) pr.args[DNNL_ARG_BIAS] = memory(biasMd, eng_, resolve(in.in[2]));
+        pr.args[DNNL_ARG_DST] = memory(cMd, eng_, resolve(in.out));
     } catch (const dnnl::error& e) {
-        return err("oneDNN matmul %" + std::to_string(n.id) + ": " + e.what());
+        return err("oneDNN " + what + ": " + e.what());
     }
     ins.prim = static_cast<int>(prims_.size());
     prims_.push_back(std::move(pr));
     return Status::success();
 }
 
-Status CpuProgram::build(const Graph& g, const ProgramBindings& bind, size_t arenaBytes) {
-    arenaBytes_ = arenaBytes;
-    arena_ = std::aligned_alloc(64, std::max<size_t>(64, (arenaBytes + 63) / 64 * 64));
-    if (!arena_) return err("cannot allocate a " + std::to_string(arenaBytes) + "-byte arena");
-    std::memset(arena_, 0, arenaBytes);
-    ptrs_.assign(g.nodes.size(), nullptr);
-    std::vector<int> params = g.params();
-    std::unordered_map<int, size_t> paramIndex;
-    for (size_t i = 0; i < params.size(); ++i) paramIndex[params[i]] = i;
-    std::unordered_map<int, size_t> gradIndex;
-    for (const auto& [p, gr] : g.grads) {
-        int root = gr;  // a reshaped gradient is written by the node it views
-        while (g.node(root).op == Op::Reshape) root = g.node(root).inputs[0];
-        gradIndex[root] = paramIndex.at(p);
-    }
+Status CpuProgram::build(const LoweredProgram& lp, const ProgramBindings& bind) {
+    bind_ = &bind;
+    arenaBytes_ = lp.arenaBytes;
+    arena_ = std::aligned_alloc(64, std::max<size_t>(64, (arenaBytes_ + 63) / 64 * 64));
+    if (!arena_) return err("cannot allocate a " + std::to_string(arenaBytes_) + "-byte arena");
+    std::memset(arena_, 0, arenaBytes_);
+    ptrs_.assign(lp.values.size(), nullptr);
+    for (size_t i = 0; i < lp.values.size(); ++i) ptrs_[i] = resolve(lp.values[i]);
+    collectives_ = bind.collectives;
 
-    for (const Node& n : g.nodes) {
-        const std::string buf = n.attr("buf");
-        void*& p = ptrs_[static_cast<size_t>(n.id)];
-        if (buf == "param")
-            p = bind.params.at(paramIndex.at(n.id)).ptr;
-        else if (buf == "grad")
-            p = bind.grads.at(gradIndex.at(n.id)).ptr;
-        else if (buf == "input")
-            p = bind.input.ptr;
-        else if (buf == "label")
-            p = bind.label.ptr;
-        else if (buf == "alias")
-            p = ptrs_[static_cast<size_t>(n.inputs[0])];
-        else if (buf == "arena")
-            p = static_cast<char*>(arena_) + n.attrI("off");
-        else
-            return err("%" + std::to_string(n.id) + ": no buffer assigned (run the memory pass)");
-        if (!p) return err("%" + std::to_string(n.id) + ": buffer is not bound");
-    }
-
-    for (const Node& n : g.nodes) {
-        Instr ins;
-        ins.op = n.op;
-        ins.out = static_cast<float*>(ptrs_[static_cast<size_t>(n.id)]);
-        if (!n.inputs.empty()) {
-            const Node& a = g.node(n.inputs[0]);
-            ins.a = static_cast<const float*>(ptrs_[static_cast<size_t>(a.id)]);
+    for (const Instr& in : lp.code) {
+        CpuInstr ins;
+        ins.op = in.op;
+        ins.out = static_cast<float*>(resolve(in.out));
+        if (!in.in.empty()) {
+            const Operand& a = in.in[0];
+            ins.a = static_cast<const float*>(resolve(a));
             ins.rows = a.shape.empty() ? 1 : a.shape[0];
             ins.cols = a.shape.size() >= 2 ? numElements(a.shape) / a.shape[0] : 1;
             if (a.shape.size() == 1) {
@@ -181,58 +206,68 @@ Status CpuProgram::build(const Graph& g, const ProgramBindings& bind, size_t are
                 ins.cols = a.shape[0];
             }
         }
-        if (n.inputs.size() >= 2) ins.b = ptrs_[static_cast<size_t>(n.inputs[1])];
-        switch (n.op) {
-            case Op::Input:
-            case Op::Label:
-            case Op::Param:
-            case Op::Reshape:
-                continue;  // no work
-            case Op::MatMul:
-            case Op::Dense:
-                TD_RETURN_IF_ERROR(addMatmul(g, n, ins));
+        if (in.in.size() >= 2) ins.b = resolve(in.in[1]);
+        ins.act = in.act;
+        ins.alpha = in.alpha;
+        ins.usesOutput = in.usesOutput;
+        ins.loss = in.loss;
+        ins.scale = in.scale;
+        ins.metric = in.metric;
+        ins.k = in.k;
+        ins.onLogits = in.onLogits;
+        ins.l1 = in.l1;
+        ins.l2 = in.l2;
+        ins.seed = in.seed;
+        switch (in.op) {
+            case InstrOp::MatMul:
+            case InstrOp::Dense:
+                TD_RETURN_IF_ERROR(addMatmul(in, ins));
                 break;
-            case Op::Act:
-            case Op::ActGrad:
-                ins.act = cpu::actKindFromName(n.attr("act"));
-                ins.alpha = static_cast<float>(n.attrF("alpha"));
-                ins.usesOutput = n.attrI("uses_output") != 0;
+            case InstrOp::Dropout:
+            case InstrOp::DropoutGrad:
+                ins.alpha = in.rate;
                 break;
-            case Op::Dropout:
-            case Op::DropoutGrad:
-                ins.alpha = static_cast<float>(n.attrF("rate"));
-                ins.seed = std::strtoull(n.attr("seed").c_str(), nullptr, 10);
+            case InstrOp::Accumulate:
+                ins.acc = static_cast<double*>(resolve(in.out));
+                ins.out = nullptr;
+                ins.factor = in.factor;
                 break;
-            case Op::Loss:
-            case Op::LossGrad:
-                ins.loss = cpu::lossKindFromName(n.attr("loss"));
-                ins.scale = static_cast<float>(n.attrF("scale", 1.0));
+            case InstrOp::AllReduceStart:
+                ins.bucket = in.bucket;
+                ins.data = static_cast<float*>(resolve(in.out));
+                ins.count = in.out.elements();
                 break;
-            case Op::Metric:
-                ins.metric = cpu::metricKindFromName(n.attr("metric"));
-                ins.k = n.attrI("k", 1);
-                ins.onLogits = n.attrI("on_logits") != 0;
+            case InstrOp::AllReduceWait:
+                ins.bucket = in.bucket;
                 break;
-            case Op::RegLoss:
-            case Op::RegGrad:
-                ins.l1 = static_cast<float>(n.attrF("l1"));
-                ins.l2 = static_cast<float>(n.attrF("l2"));
+            case InstrOp::Update: {
+                TD_ASSERT(lp.update);
+                update_ = *lp.update;
+                for (const UpdateOperands& u : lp.updateTensors) {
+                    UpdateTensor t;
+                    t.value = static_cast<float*>(resolve(u.value));
+                    t.grad = static_cast<const float*>(resolve(u.grad));
+                    t.size = u.value.elements();
+                    for (size_t s = 0; s < u.slot.size() && s < 3; ++s)
+                        t.slot[s] = static_cast<float*>(resolve(u.slot[s]));
+                    updateTensors_.push_back(t);
+                }
                 break;
-            case Op::BiasAdd:
-            case Op::BiasGrad:
-            case Op::Add:
+            }
+            default:
                 break;
         }
         code_.push_back(ins);
     }
+    bind_ = nullptr;
     return Status::success();
 }
 
 Status CpuProgram::run(const StepArgs& args) {
-    for (const Instr& i : code_) {
+    for (const CpuInstr& i : code_) {
         switch (i.op) {
-            case Op::MatMul:
-            case Op::Dense: {
+            case InstrOp::MatMul:
+            case InstrOp::Dense: {
                 Prim& pr = prims_[static_cast<size_t>(i.prim)];
                 try {
                     pr.p.execute(strm_, pr.args);
@@ -241,44 +276,58 @@ Status CpuProgram::run(const StepArgs& args) {
                 }
                 break;
             }
-            case Op::BiasAdd:
+            case InstrOp::BiasAdd:
                 cpu::biasAdd(i.a, static_cast<const float*>(i.b), i.out, i.rows, i.cols);
                 break;
-            case Op::Act:
+            case InstrOp::Act:
                 cpu::activation(i.act, i.alpha, i.a, i.out, i.rows, i.cols);
                 break;
-            case Op::ActGrad:
+            case InstrOp::ActGrad:
                 cpu::activationGrad(i.act, i.alpha, i.usesOutput, i.a,
                                     static_cast<const float*>(i.b), i.out, i.rows, i.cols);
                 break;
-            case Op::Dropout:
-            case Op::DropoutGrad:
+            case InstrOp::Dropout:
+            case InstrOp::DropoutGrad:
                 cpu::dropout(i.a, i.out, i.rows, i.cols, i.alpha, i.seed, args.step,
                              args.sampleBase);
                 break;
-            case Op::Loss:
+            case InstrOp::Loss:
                 cpu::loss(i.loss, i.a, i.b, i.out, i.rows, i.cols, i.scale);
                 break;
-            case Op::LossGrad:
+            case InstrOp::LossGrad:
                 cpu::lossGrad(i.loss, i.a, i.b, i.out, i.rows, i.cols, i.scale);
                 break;
-            case Op::Metric:
+            case InstrOp::Metric:
                 cpu::metric(i.metric, i.k, i.onLogits, i.a, i.b, i.out, i.rows, i.cols);
                 break;
-            case Op::RegLoss:
+            case InstrOp::RegLoss:
                 cpu::regLoss(i.a, i.rows * i.cols, i.l1, i.l2, i.out);
                 break;
-            case Op::RegGrad:
+            case InstrOp::RegGrad:
                 cpu::regGrad(i.a, static_cast<const float*>(i.b), i.out, i.rows * i.cols, i.l1,
                              i.l2);
                 break;
-            case Op::BiasGrad:
+            case InstrOp::BiasGrad:
                 cpu::biasGrad(i.a, i.out, i.rows, i.cols);
                 break;
-            case Op::Add:
+            case InstrOp::Add:
                 cpu::add(i.a, static_cast<const float*>(i.b), i.out, i.rows * i.cols);
                 break;
-            default:
+            case InstrOp::Accumulate:
+                *i.acc += static_cast<double>(i.a[0]) * i.factor;
+                break;
+            case InstrOp::AllReduceStart: {
+                Status s = collectives_->allReduceStart(i.bucket, i.data, i.count);
+                if (!s.ok()) return err(s.error());
+                break;
+            }
+            case InstrOp::AllReduceWait: {
+                Status s = collectives_->allReduceWait(i.bucket);
+                if (!s.ok()) return err(s.error());
+                break;
+            }
+            case InstrOp::Update:
+                applyUpdate(update_, args.update, updateTensors_);
                 break;
         }
     }
@@ -355,19 +404,11 @@ class CpuDevice final : public Device {
                                dtypeName(n.dtype)};
         return {};
     }
-    Result<std::unique_ptr<Executable>> compile(const Graph& g,
+    Result<std::unique_ptr<Executable>> compile(const LoweredProgram& lp,
                                                 const ProgramBindings& bind) override {
-        for (const Node& n : g.nodes) {
-            Support s = supportsOp(g, n);
-            if (!s.ok) return err(s.reason);
-        }
-        size_t arena = 0;
-        for (const Node& n : g.nodes)
-            if (n.attr("buf") == "arena")
-                arena = std::max(arena, static_cast<size_t>(n.attrI("off")) +
-                                            static_cast<size_t>(numElements(n.shape)) * 4);
+        TD_RETURN_IF_ERROR(checkBindings(lp, bind));
         auto prog = std::make_unique<CpuProgram>(eng_, strm_);
-        TD_RETURN_IF_ERROR(prog->build(g, bind, arena));
+        TD_RETURN_IF_ERROR(prog->build(lp, bind));
         return std::unique_ptr<Executable>(std::move(prog));
     }
     Status synchronize() override { return Status::success(); }

@@ -34,43 +34,11 @@ inline float sigmoidf(float x) {
 }
 }  // namespace
 
-ActKind actKindFromName(const std::string& n) {
-    if (n == "relu") return ActKind::Relu;
-    if (n == "leaky_relu") return ActKind::LeakyRelu;
-    if (n == "elu") return ActKind::Elu;
-    if (n == "gelu") return ActKind::Gelu;
-    if (n == "sigmoid") return ActKind::Sigmoid;
-    if (n == "tanh") return ActKind::Tanh;
-    if (n == "softmax") return ActKind::Softmax;
-    TD_ASSERT_MSG(n == "linear", "unknown activation name");
-    return ActKind::Linear;
-}
-
-LossKind lossKindFromName(const std::string& n) {
-    if (n == "sparse_softmax_xent") return LossKind::SparseSoftmaxXent;
-    if (n == "softmax_xent") return LossKind::SoftmaxXent;
-    if (n == "sparse_xent") return LossKind::SparseXent;
-    if (n == "xent") return LossKind::Xent;
-    if (n == "sigmoid_bce") return LossKind::SigmoidBce;
-    if (n == "bce") return LossKind::Bce;
-    TD_ASSERT_MSG(n == "mse", "unknown loss kernel name");
-    return LossKind::Mse;
-}
-
-MetricKind metricKindFromName(const std::string& n) {
-    if (n == "sparse_categorical") return MetricKind::SparseCategorical;
-    if (n == "categorical") return MetricKind::Categorical;
-    if (n == "binary") return MetricKind::Binary;
-    if (n == "sparse_top_k") return MetricKind::SparseTopK;
-    TD_ASSERT_MSG(n == "top_k", "unknown metric kernel name");
-    return MetricKind::TopK;
-}
-
 void activation(ActKind k, float alpha, const float* x, float* y, int64_t rows, int64_t cols) {
     const int64_t n = rows * cols;
     switch (k) {
         case ActKind::Linear:
-            std::memcpy(y, x, static_cast<size_t>(n) * 4);
+            std::memcpy(y, x, static_cast<size_t>(n) * sizeof(float));
             return;
         case ActKind::Relu:
 #pragma omp parallel for simd if (n > kParallelMin)
@@ -117,7 +85,7 @@ void activationGrad(ActKind k, float alpha, bool usesOutput, const float* dy, co
     const int64_t n = rows * cols;
     switch (k) {
         case ActKind::Linear:
-            std::memcpy(dx, dy, static_cast<size_t>(n) * 4);
+            std::memcpy(dx, dy, static_cast<size_t>(n) * sizeof(float));
             return;
         case ActKind::Relu:  // s = y or x: both are > 0 exactly where the unit is active
 #pragma omp parallel for simd if (n > kParallelMin)
@@ -190,7 +158,7 @@ void biasAdd(const float* x, const float* b, float* y, int64_t rows, int64_t col
 }
 
 void biasGrad(const float* dy, float* db, int64_t rows, int64_t cols) {
-    std::memset(db, 0, static_cast<size_t>(cols) * 4);
+    std::memset(db, 0, static_cast<size_t>(cols) * sizeof(float));
     for (int64_t r = 0; r < rows; ++r) {
         const float* g = dy + r * cols;
 #pragma omp simd

@@ -4,26 +4,10 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
+
+#include "engine/graph/ir.h"  // ActKind, LossKind, MetricKind
 
 namespace td::cpu {
-
-enum class ActKind : uint8_t { Linear, Relu, LeakyRelu, Elu, Gelu, Sigmoid, Tanh, Softmax };
-ActKind actKindFromName(const std::string& name);
-
-enum class LossKind : uint8_t {
-    SparseSoftmaxXent,
-    SoftmaxXent,
-    SparseXent,
-    Xent,
-    SigmoidBce,
-    Bce,
-    Mse
-};
-LossKind lossKindFromName(const std::string& name);  // asserts on unknown names
-
-enum class MetricKind : uint8_t { SparseCategorical, Categorical, Binary, SparseTopK, TopK };
-MetricKind metricKindFromName(const std::string& name);
 
 // y[rows, cols] = act(x)
 void activation(ActKind k, float alpha, const float* x, float* y, int64_t rows, int64_t cols);

@@ -1,0 +1,204 @@
+// The multi-tensor optimizer update (update.h), Keras 3 semantics
+// (keras/src/optimizers/{base_optimizer,sgd,adam,adamw,rmsprop}.py). Per step:
+//   1. clip the gradients: clipnorm (per tensor), global_clipnorm or clipvalue (one at most);
+//   2. decoupled weight decay: w -= w * weight_decay * lr (when weight_decay > 0);
+//   3. the optimizer's update_step for every parameter.
+// The three are fused into one pass over each parameter: the clipping is a per-tensor scale and a
+// clamp applied to the gradient as it is read, so each array is touched once (twice with a norm
+// clip, which reads the gradients first) and nothing is allocated. Tensors of at least
+// kParallelMinElements elements are split across the OpenMP threads; smaller ones run on the
+// calling thread (a fork/join costs more than updating a few thousand floats).
+//
+// The element loops live in optim_kernels_impl.h, compiled once per instruction-set level and
+// chosen at run time (optim_kernels.h).
+#include "engine/train/update.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "engine/core/result.h"
+#include "engine/train/optim_kernels.h"
+
+namespace td {
+namespace {
+
+constexpr int64_t kParallelMinElements = int64_t{1} << 15;
+constexpr int64_t kChunkAlign = 16;  // 64 bytes of floats: threads never share a cache line
+
+// Runs body(begin, end) over [0, n): split across the OpenMP team for large n, inline otherwise.
+template <class Body>
+inline void forRange(int64_t n, const Body& body) {
+    if (n < kParallelMinElements || omp_get_max_threads() == 1 || omp_in_parallel()) {
+        body(int64_t{0}, n);
+        return;
+    }
+#pragma omp parallel
+    {
+        const int64_t threads = omp_get_num_threads();
+        const int64_t t = omp_get_thread_num();
+        int64_t chunk = (n + threads - 1) / threads;
+        chunk = (chunk + kChunkAlign - 1) / kChunkAlign * kChunkAlign;
+        const int64_t begin = std::min(n, t * chunk);
+        const int64_t end = std::min(n, begin + chunk);
+        if (begin < end) body(begin, end);
+    }
+}
+
+double sumSquares(const float* g, int64_t n) {
+    auto partial = [g](int64_t begin, int64_t end) {
+        double acc = 0.0;
+#pragma omp simd reduction(+ : acc)
+        for (int64_t i = begin; i < end; ++i) acc += static_cast<double>(g[i]) * g[i];
+        return acc;
+    };
+    if (n < kParallelMinElements || omp_get_max_threads() == 1 || omp_in_parallel()) {
+        return partial(0, n);
+    }
+    double total = 0.0;
+#pragma omp parallel reduction(+ : total)
+    {
+        const int64_t threads = omp_get_num_threads();
+        const int64_t t = omp_get_thread_num();
+        const int64_t chunk = (n + threads - 1) / threads;
+        const int64_t begin = std::min(n, t * chunk);
+        const int64_t end = std::min(n, begin + chunk);
+        total += partial(begin, end);
+    }
+    return total;
+}
+
+// Keras BaseOptimizer._clip_gradients, global_clipnorm: every tensor scaled by
+// min(1, clip / ||all g||), NaN when that norm is not finite.
+float globalClipScale(const UpdateSpec& spec, std::span<const UpdateTensor> tensors) {
+    double total = 0.0;
+    for (const UpdateTensor& t : tensors) total += sumSquares(t.grad, t.size);
+    const double norm = std::sqrt(total);
+    if (!std::isfinite(norm)) return std::numeric_limits<float>::quiet_NaN();
+    if (norm > spec.clipValue) return static_cast<float>(spec.clipValue / norm);
+    return 1.0f;
+}
+
+// clipnorm: clip / max(||g||, clip) for one tensor.
+float normClipScale(const UpdateSpec& spec, const UpdateTensor& t) {
+    const double c = spec.clipValue;
+    const double norm = std::sqrt(sumSquares(t.grad, t.size));
+    return static_cast<float>(c / std::max(norm, c));
+}
+
+void updateOne(const UpdateSpec& spec, const UpdateScalars& s, const optim_kernels::Table& k,
+               const UpdateTensor& t, float gradScale) {
+    optim_kernels::Operands p;
+    p.w = t.value;
+    p.grad = t.grad;
+    p.gradScale = gradScale;
+    p.clip = spec.clip == ClipKind::Value ? static_cast<float>(spec.clipValue)
+                                          : std::numeric_limits<float>::infinity();
+    p.decay = spec.decay;
+    p.wdLr = s.wdLr;
+    switch (spec.kind) {
+        case UpdateKind::Sgd: {
+            // Keras 3: m = momentum * m - lr * g; w += m (nesterov: w += momentum * m - lr * g);
+            // without momentum w -= lr * g.
+            optim_kernels::SgdArgs a;
+            a.p = p;
+            a.mode = spec.momentum == 0 ? optim_kernels::SgdMode::Plain
+                     : spec.nesterov    ? optim_kernels::SgdMode::Nesterov
+                                        : optim_kernels::SgdMode::Momentum;
+            a.m = spec.momentum != 0 ? t.slot[0] : nullptr;
+            a.lr = s.lr;
+            a.momentum = spec.momentum;
+            const auto kernel = k.sgd;
+            forRange(t.size, [&a, kernel](int64_t b, int64_t e) { kernel(a, b, e); });
+            return;
+        }
+        case UpdateKind::Adam: {
+            // Keras 3: m += (g - m) * (1 - beta_1); v += (g^2 - v) * (1 - beta_2); amsgrad:
+            // vhat = max(vhat, v), v = vhat; w -= alpha * m / (sqrt(v) + epsilon).
+            optim_kernels::AdamArgs a;
+            a.p = p;
+            a.m = t.slot[0];
+            a.v = t.slot[1];
+            a.vhat = spec.amsgrad ? t.slot[2] : nullptr;
+            a.alpha = s.alpha;
+            a.oneMinusB1 = spec.oneMinusBeta1;
+            a.oneMinusB2 = spec.oneMinusBeta2;
+            a.eps = spec.epsilon;
+            const auto kernel = k.adam;
+            forRange(t.size, [&a, kernel](int64_t b, int64_t e) { kernel(a, b, e); });
+            return;
+        }
+        case UpdateKind::RmsProp: {
+            // Keras 3: v = rho * v + (1 - rho) * g^2; centered: mg = rho * mg + (1 - rho) * g,
+            // denom = v - mg^2 + epsilon, else v + epsilon; increment = lr * g / sqrt(denom);
+            // momentum > 0: m = momentum * m + increment, w -= m; else w -= increment.
+            const bool hasMomentum = spec.momentum > 0;
+            optim_kernels::RmsPropArgs a;
+            a.p = p;
+            a.velocity = t.slot[0];
+            a.momentumSlot = hasMomentum ? t.slot[1] : nullptr;
+            a.averageGrad = spec.centered ? t.slot[hasMomentum ? 2 : 1] : nullptr;
+            a.lr = s.lr;
+            a.rho = spec.rho;
+            a.oneMinusRho = spec.oneMinusRho;
+            a.eps = spec.epsilon;
+            a.momentum = spec.momentum;
+            const auto kernel = k.rmsprop;
+            forRange(t.size, [&a, kernel](int64_t b, int64_t e) { kernel(a, b, e); });
+            return;
+        }
+    }
+}
+
+}  // namespace
+
+void applyUpdate(const UpdateSpec& spec, const UpdateScalars& scalars,
+                 std::span<const UpdateTensor> tensors) {
+    const optim_kernels::Table& k = optim_kernels::activeKernels();
+    const int per = spec.slotsPerParam();
+    for (const UpdateTensor& t : tensors) {
+        TD_ASSERT(t.size >= 0);
+        for (int s = 0; s < per; ++s) TD_ASSERT_MSG(t.slot[s] || t.size == 0, "missing slot");
+    }
+    float scale = 1.0f;
+    if (spec.clip == ClipKind::GlobalNorm) scale = globalClipScale(spec, tensors);
+    for (const UpdateTensor& t : tensors) {
+        if (t.size == 0) continue;
+        const float gs = spec.clip == ClipKind::Norm ? normClipScale(spec, t) : scale;
+        updateOne(spec, scalars, k, t, gs);
+    }
+}
+
+}  // namespace td
+
+namespace td {
+
+namespace isa_generic {
+const optim_kernels::Table& table();
+}
+#if defined(__x86_64__)
+namespace isa_avx2 {
+const optim_kernels::Table& table();
+}
+namespace isa_avx512 {
+const optim_kernels::Table& table();
+}
+#endif
+
+const optim_kernels::Table& optim_kernels::kernelsFor(CpuIsa isa) {
+#if defined(__x86_64__)
+    if (isa == CpuIsa::Avx512) return isa_avx512::table();
+    if (isa == CpuIsa::Avx2) return isa_avx2::table();
+#endif
+    (void)isa;
+    return isa_generic::table();
+}
+
+const optim_kernels::Table& optim_kernels::activeKernels() {
+    static const Table& t = kernelsFor(activeCpuIsa().isa);
+    return t;
+}
+
+}  // namespace td
