@@ -77,14 +77,13 @@ class Progress {
                 static_cast<long long>(s->trainSamples),
                 static_cast<long long>(s->validationSamples), static_cast<long long>(s->batchSize),
                 static_cast<long long>(s->stepsPerEpoch), static_cast<long long>(s->params),
-                s->devices.size() == 1 ? s->devices[0].c_str()
-                                       : (std::to_string(s->devices.size()) + " replicas (" +
-                                          s->strategy +
-                                          (s->workers > 1 ? ", " + std::to_string(s->workers) +
-                                                                " workers"
-                                                          : std::string()) +
-                                          ")")
-                                             .c_str());
+                s->devices.size() == 1
+                    ? s->devices[0].c_str()
+                    : (std::to_string(s->devices.size()) + " replicas (" + s->strategy +
+                       (s->workers > 1 ? ", " + std::to_string(s->workers) + " workers"
+                                       : std::string()) +
+                       ")")
+                          .c_str());
             replicas_.assign(s->devices.size(), {});
             for (size_t i = 0; i < s->devices.size(); ++i) replicas_[i].device = s->devices[i];
             allReduceBytes_ = s->allReduceBytesPerStep;
@@ -149,8 +148,7 @@ class Progress {
                             static_cast<double>(allReduceBytes_) / 1024.0, buckets_,
                             buckets_ == 1 ? "" : "s");
                 for (const ReplicaStats& r : replicas_) {
-                    const double total =
-                        r.computeSeconds + r.allReduceSeconds + r.inputWaitSeconds;
+                    const double total = r.computeSeconds + r.allReduceSeconds + r.inputWaitSeconds;
                     std::printf(
                         "  %s: compute %.2f s, all-reduce %.2f s (%.1f%%), input wait %.2f s\n",
                         r.device.c_str(), r.computeSeconds, r.allReduceSeconds,

@@ -36,8 +36,8 @@ struct Outcome {
     double samplesPerSecond = 0;
     double testAccuracy = 0;
     double peakRssMiB = 0;
-    double allReduceKiB = 0;     // per replica per step (several replicas)
-    double allReduceShare = 0;   // of the replicas' time, mean over replicas
+    double allReduceKiB = 0;    // per replica per step (several replicas)
+    double allReduceShare = 0;  // of the replicas' time, mean over replicas
     std::string version, error;
 };
 
@@ -95,15 +95,20 @@ Outcome runTrainDeck(const std::string& binary, const std::string& projectPath, 
     std::vector<std::string> env{"OMP_NUM_THREADS=" + std::to_string(st.mpi ? each : threads)};
     std::vector<std::string> argv;
     if (st.mpi) {
-        argv = {"mpirun", "-np", std::to_string(st.replicas), "--oversubscribe",
-                "--bind-to", "none", "-x", "OMP_NUM_THREADS"};
+        argv = {"mpirun",
+                "-np",
+                std::to_string(st.replicas),
+                "--oversubscribe",
+                "--bind-to",
+                "none",
+                "-x",
+                "OMP_NUM_THREADS"};
         if (geteuid() == 0) argv.push_back("--allow-run-as-root");
     }
-    for (const std::string& a :
-         {binary, std::string("train"), projectPath, std::string("--epochs"),
-          std::to_string(epochs), std::string("--batch-size"), std::to_string(batch),
-          std::string("--plain"), std::string("--db"), db, std::string("--run-name"),
-          std::string("bench")})
+    for (const std::string& a : {binary, std::string("train"), projectPath, std::string("--epochs"),
+                                 std::to_string(epochs), std::string("--batch-size"),
+                                 std::to_string(batch), std::string("--plain"), std::string("--db"),
+                                 db, std::string("--run-name"), std::string("bench")})
         argv.push_back(a);
     int rc = runChild(argv, env, &out, &o.peakRssMiB);
     if (rc != 0) {
@@ -401,8 +406,8 @@ int main(int argc, char** argv) {
                 std::fprintf(stderr, "bench: %s\n", s.error().c_str());
                 return 2;
             }
-            Outcome o = runTrainDeck(binary, pp, epochs, c.batch, threads,
-                                     (tmp / "bench.db").string(), st);
+            Outcome o =
+                runTrainDeck(binary, pp, epochs, c.batch, threads, (tmp / "bench.db").string(), st);
             if (scaled.empty()) {
                 ours = o;
                 printRow(c.name, c.batch, ourName + (st.key == "one" ? "" : " " + st.key), o,
@@ -410,11 +415,12 @@ int main(int argc, char** argv) {
             } else {
                 printRow(c.name, c.batch, "TrainDeck " + st.key, o, nullptr);
                 if (o.ok && ours.ok && ours.samplesPerSecond > 0)
-                    std::printf("  %s / %s: %.2fx samples/s; all-reduce %.1f KiB per replica "
-                                "per step, %.1f%% of the replicas' time\n",
-                                st.key.c_str(), strategyRuns.front().key.c_str(),
-                                o.samplesPerSecond / ours.samplesPerSecond, o.allReduceKiB,
-                                o.allReduceShare);
+                    std::printf(
+                        "  %s / %s: %.2fx samples/s; all-reduce %.1f KiB per replica "
+                        "per step, %.1f%% of the replicas' time\n",
+                        st.key.c_str(), strategyRuns.front().key.c_str(),
+                        o.samplesPerSecond / ours.samplesPerSecond, o.allReduceKiB,
+                        o.allReduceShare);
             }
             scaled.emplace_back(st, o);
         }

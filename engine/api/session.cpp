@@ -121,7 +121,7 @@ Result<std::unique_ptr<Session>> Session::create(const Project& projectIn,
         if (!cb.ok()) return err("training.callbacks: " + cb.error());
         ts.callbacks.push_back(std::move(cb).value());
         ts.callbackNames.push_back("training.callbacks[" + std::to_string(i) + "] (" +
-                                    p.training.callbacks[i].type + ")");
+                                   p.training.callbacks[i].type + ")");
     }
     for (size_t i = 0; i < opt.callbacks.size(); ++i) {
         if (!opt.callbacks[i]) return err("callbacks[" + std::to_string(i) + "]: null callback");
@@ -239,13 +239,12 @@ Status Session::Impl::openStore(std::unique_ptr<RunStore>& store,
     r.params = info.totalParams;
     TD_ASSIGN_OR_RETURN(runId, store->createRun(r));
     recorderQueue = bus.subscribe();
-    auto rec = RunRecorder::start(options.storePath, runId, recorderQueue,
-                                  [this](const std::string& e) {
-                                      control.abortRun(
-                                          "run store: " + e +
-                                          "; training stopped (rows written before the failure "
-                                          "are kept)");
-                                  });
+    auto rec =
+        RunRecorder::start(options.storePath, runId, recorderQueue, [this](const std::string& e) {
+            control.abortRun("run store: " + e +
+                             "; training stopped (rows written before the failure "
+                             "are kept)");
+        });
     if (!rec.ok()) {
         bus.unsubscribe(recorderQueue);
         recorderQueue.reset();
@@ -325,8 +324,8 @@ Status Session::fit() {
             // The test split, after a run that ended normally (Keras' evaluate after fit).
             const TrainConfig& tc = im.project.training;
             if (tc.evaluateTest && im.splits.test && !im.control.stopRequested) {
-                Result<EvalResult> tr =
-                    guarded("internal error", [&] { return im.trainer->evaluate(*im.splits.test); });
+                Result<EvalResult> tr = guarded(
+                    "internal error", [&] { return im.trainer->evaluate(*im.splits.test); });
                 if (tr.ok()) {
                     for (const auto& [k, val] : tr.value().metrics)
                         fin.finalMetrics["test_" + k] = val;
@@ -465,7 +464,6 @@ Capability multiWorkerCapability() {
 }
 
 }  // namespace
-
 
 std::vector<DeviceInfo> listDevices() {
     std::vector<DeviceInfo> out;

@@ -58,6 +58,13 @@ class [[nodiscard]] Status {
     std::optional<Error> e_;
 };
 
+// The outcome of a Result without its value.
+template <typename T>
+Status statusOf(const Result<T>& r) {
+    if (r.ok()) return Status::success();
+    return Error{r.error()};
+}
+
 [[noreturn]] inline void assertFailed(const char* expr, const char* file, int line,
                                       const char* msg) {
     std::fprintf(stderr, "TrainDeck internal error: %s:%d: assertion '%s' failed%s%s\n", file, line,

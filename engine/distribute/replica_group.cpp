@@ -35,15 +35,15 @@ struct Op {
     OpKind kind = OpKind::Reduce;
     int bucket = -1;
     int64_t count = -1;
-    std::vector<float*> data;            // Reduce: each replica's buffer
-    std::vector<const double*> hostIn;   // HostReduce / Gather: each replica's values
-    std::vector<char> posted;            // replica r has called
-    std::vector<char> chunkClaimed;      // Reduce: replica r took its chunk
+    std::vector<float*> data;           // Reduce: each replica's buffer
+    std::vector<const double*> hostIn;  // HostReduce / Gather: each replica's values
+    std::vector<char> posted;           // replica r has called
+    std::vector<char> chunkClaimed;     // Reduce: replica r took its chunk
     int postedCount = 0;
     int chunksDone = 0;
-    bool outerDone = false;              // the process-level step finished (or not needed)
-    std::vector<double> hostResult;      // HostReduce / Gather: the result every replica copies
-    int finished = 0;                    // replicas that returned from the operation
+    bool outerDone = false;          // the process-level step finished (or not needed)
+    std::vector<double> hostResult;  // HostReduce / Gather: the result every replica copies
+    int finished = 0;                // replicas that returned from the operation
 };
 
 }  // namespace
@@ -55,9 +55,9 @@ struct ReplicaGroup::State {
     std::mutex mu;
     std::condition_variable cv;
     std::map<int64_t, Op> ops;
-    std::vector<int64_t> nextOp;                    // per replica: index of its next operation
-    std::vector<std::map<int, int64_t>> bucketOp;   // per replica: started bucket -> operation
-    std::string broken;                             // non-empty: every call fails with it
+    std::vector<int64_t> nextOp;                   // per replica: index of its next operation
+    std::vector<std::map<int, int64_t>> bucketOp;  // per replica: started bucket -> operation
+    std::string broken;                            // non-empty: every call fails with it
 
     Error brokenError() const { return err(broken); }
 
@@ -151,7 +151,8 @@ struct ReplicaGroup::State {
             op.outerDone = outer == nullptr;
         } else if (op.kind != kind || op.bucket != bucket || op.count != count) {
             breakGroup("collectives out of step: replica " + std::to_string(r) + " called " +
-                       opTitle(kind) + (kind == OpKind::Reduce ? " of bucket " + std::to_string(bucket) : "") +
+                       opTitle(kind) +
+                       (kind == OpKind::Reduce ? " of bucket " + std::to_string(bucket) : "") +
                        " with " + std::to_string(count) + " values where another replica called " +
                        what(op) + " with " + std::to_string(op.count));
             return brokenError();
@@ -245,7 +246,10 @@ class ReplicaHandle final : public Collectives {
                                    std::chrono::duration<double>(s_.timeoutSeconds));
                 TD_RETURN_IF_ERROR(s_.waitFor(
                     lk, outerDeadline, [&] { return op.outerDone; },
-                    [&] { return s_.what(op) + ": replica 0 did not finish the step across workers in time"; }));
+                    [&] {
+                        return s_.what(op) +
+                               ": replica 0 did not finish the step across workers in time";
+                    }));
             }
         }
         s_.finish(id);
@@ -318,8 +322,9 @@ class ReplicaHandle final : public Collectives {
                 [&] { return s_.timeoutText(op); }));
         }
         if (s_.outer) {
-            const auto outerDeadline = deadline + std::chrono::duration_cast<Clock::duration>(
-                                                      std::chrono::duration<double>(s_.timeoutSeconds));
+            const auto outerDeadline =
+                deadline + std::chrono::duration_cast<Clock::duration>(
+                               std::chrono::duration<double>(s_.timeoutSeconds));
             TD_RETURN_IF_ERROR(s_.waitFor(
                 lk, outerDeadline, [&] { return op.outerDone; },
                 [&] { return s_.what(op) + ": the step across workers did not finish in time"; }));
@@ -344,7 +349,8 @@ ReplicaGroup::ReplicaGroup(int replicas, double timeoutSeconds, Collectives* out
     state_->outer = outer;
     state_->nextOp.assign(static_cast<size_t>(replicas), 0);
     state_->bucketOp.resize(static_cast<size_t>(replicas));
-    for (int r = 0; r < replicas; ++r) handles_.push_back(std::make_unique<ReplicaHandle>(*state_, r));
+    for (int r = 0; r < replicas; ++r)
+        handles_.push_back(std::make_unique<ReplicaHandle>(*state_, r));
 }
 
 ReplicaGroup::~ReplicaGroup() = default;

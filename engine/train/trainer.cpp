@@ -5,11 +5,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <sstream>
-#include <csignal>
-#include <cstdlib>
 #include <thread>
 
 #include "engine/distribute/collectives.h"
@@ -171,7 +171,7 @@ struct Trainer::Impl {
         std::vector<Buffer> params;  // owned, Graph::params() order
         Buffer flatGrads;            // owned
         std::vector<Buffer> gradViews;
-        std::vector<Buffer> slots;   // owned
+        std::vector<Buffer> slots;  // owned
         Buffer trainAccum, evalAccum;
         std::map<std::pair<int, int64_t>, std::unique_ptr<Program>> programs;
         std::unique_ptr<TimedCollectives> timed;
@@ -299,8 +299,10 @@ struct Trainer::Impl {
             for (const std::string& d : st.devices)
                 (d.rfind("cpu", 0) == 0 ? cpus : gpus).push_back(d);
             if (!gpus.empty() && !cpus.empty())
-                return err("strategy.devices: mix CPU and GPU replicas in one strategy is not "
-                           "supported (got " + cpus[0] + " and " + gpus[0] + ")");
+                return err(
+                    "strategy.devices: mix CPU and GPU replicas in one strategy is not "
+                    "supported (got " +
+                    cpus[0] + " and " + gpus[0] + ")");
             if (!gpus.empty()) {
                 localDevices = gpus;
             } else {
@@ -331,8 +333,8 @@ struct Trainer::Impl {
         TD_RETURN_IF_ERROR(resolveStrategy(ids, threadsEach));
         const int local = static_cast<int>(ids.size());
         if (totalReplicas > 1)
-            group = std::make_unique<ReplicaGroup>(local, s.project.strategy.timeoutSeconds,
-                                                   s.workers);
+            group =
+                std::make_unique<ReplicaGroup>(local, s.project.strategy.timeoutSeconds, s.workers);
         for (int i = 0; i < local; ++i) {
             auto r = std::make_unique<Replica>();
             r->local = i;
@@ -343,8 +345,7 @@ struct Trainer::Impl {
             r->label = ids[static_cast<size_t>(i)];
             if (totalReplicas > 1) r->label += "/replica " + std::to_string(r->global);
             const int64_t perReplica = globalBatch() / totalReplicas;
-            r->workerThreads =
-                chooseWorkerThreads(s.info, perReplica, r->device->desc().threads);
+            r->workerThreads = chooseWorkerThreads(s.info, perReplica, r->device->desc().threads);
             if (group) r->timed = std::make_unique<TimedCollectives>(group->replica(i));
             replicas.push_back(std::move(r));
         }
@@ -536,19 +537,19 @@ struct Trainer::Impl {
         if (b.y.dtype() == DType::I32 && perRow == 1) {
             // Integer 0/1 labels for a single-unit output: converted on the host.
             if (!d.hostAddressable())
-                return err("integer labels for a single-unit output need a host-addressable "
-                           "device; add a map step that makes them float");
+                return err(
+                    "integer labels for a single-unit output need a host-addressable "
+                    "device; add a map step that makes them float");
             float* dst = static_cast<float*>(p.label.ptr);
             const int32_t* y = b.y.data<int32_t>() + begin;
             for (int64_t i = 0; i < rows; ++i) dst[i] = static_cast<float>(y[i]);
             return Status::success();
         }
         return err("loss " + lossName + " expects targets of shape " + shapeToString(ls.shape) +
-                   " per sample, but the pipeline produced " + dtypeName(b.y.dtype()) +
-                   " labels " + shapeToString(b.y.shape()) +
+                   " per sample, but the pipeline produced " + dtypeName(b.y.dtype()) + " labels " +
+                   shapeToString(b.y.shape()) +
                    (ls.shape.size() == 1 && ls.shape[0] > 1 && b.y.dtype() == DType::I32
-                        ? " (add a one_hot map step with depth " + std::to_string(ls.shape[0]) +
-                              ")"
+                        ? " (add a one_hot map step with depth " + std::to_string(ls.shape[0]) + ")"
                         : std::string()));
     }
 
@@ -565,8 +566,9 @@ struct Trainer::Impl {
             for (size_t i = 0; i < v.size(); ++i) sums[i] += v[i];
         }
         sums.back() = extra;
-        if (s.workers && train) TD_RETURN_IF_ERROR(s.workers->allReduceHost(sums.data(),
-                                                   static_cast<int64_t>(sums.size())));
+        if (s.workers && train)
+            TD_RETURN_IF_ERROR(
+                s.workers->allReduceHost(sums.data(), static_cast<int64_t>(sums.size())));
         return sums;
     }
 
@@ -584,16 +586,15 @@ struct Trainer::Impl {
         std::vector<double> mine;
         for (auto& rp : replicas) {
             const ReplicaTiming& t = rp->timing;
-            mine.insert(mine.end(), {wall > 0 ? static_cast<double>(t.samples) / wall : 0.0,
-                                     t.compute, t.allReduce, t.inputWait,
-                                     static_cast<double>(rp->global)});
+            mine.insert(mine.end(),
+                        {wall > 0 ? static_cast<double>(t.samples) / wall : 0.0, t.compute,
+                         t.allReduce, t.inputWait, static_cast<double>(rp->global)});
         }
         std::vector<double> all = mine;
         if (s.workers) {
             all.resize(mine.size() * static_cast<size_t>(workerCount));
-            TD_RETURN_IF_ERROR(s.workers->allGatherHost(mine.data(),
-                                                        static_cast<int64_t>(mine.size()),
-                                                        all.data()));
+            TD_RETURN_IF_ERROR(s.workers->allGatherHost(
+                mine.data(), static_cast<int64_t>(mine.size()), all.data()));
         }
         std::vector<ReplicaStats> out;
         const int local = static_cast<int>(replicas.size());
@@ -602,7 +603,8 @@ struct Trainer::Impl {
             rs.replica = static_cast<int>(all[i + 4]);
             rs.worker = rs.replica / local;
             rs.device = replicas[static_cast<size_t>(rs.replica % local)]->label;
-            if (workerCount > 1) rs.device = "worker " + std::to_string(rs.worker) + " " + rs.device;
+            if (workerCount > 1)
+                rs.device = "worker " + std::to_string(rs.worker) + " " + rs.device;
             rs.samplesPerSecond = all[i];
             rs.computeSeconds = all[i + 1];
             rs.allReduceSeconds = all[i + 2];
@@ -703,10 +705,10 @@ Result<RunFinished> Trainer::Impl::fit() {
     const TrainConfig& tc = s.project.training;
     replicas[0]->device->prepareThread(replicas[0]->workerThreads);
     const int64_t pipeBatch = this->pipeBatch();
-    const uint64_t pipeSeed = shardOff() ? tc.seed + 1000003ull * static_cast<uint64_t>(workerRank)
-                                         : tc.seed;
-    TD_ASSIGN_OR_RETURN(auto pipe, Pipeline::create(s.trainSet, s.project.data.pipeline,
-                                                    pipeBatch, true, pipeSeed));
+    const uint64_t pipeSeed =
+        shardOff() ? tc.seed + 1000003ull * static_cast<uint64_t>(workerRank) : tc.seed;
+    TD_ASSIGN_OR_RETURN(auto pipe, Pipeline::create(s.trainSet, s.project.data.pipeline, pipeBatch,
+                                                    true, pipeSeed));
     for (const std::string& m : pipe->messages()) log(LogLine::Level::Warning, m);
     const int64_t steps = pipe->batchesPerEpoch();
     if (steps == 0)
@@ -719,21 +721,21 @@ Result<RunFinished> Trainer::Impl::fit() {
     const bool dropTail =
         rem != 0 && !s.project.data.pipeline.dropRemainder && rem < replicasPerBatch;
     if (dropTail)
-        log(LogLine::Level::Warning,
-            "the last batch of each epoch (" + std::to_string(rem) +
-                " samples) is skipped: it cannot give each of the " +
-                std::to_string(totalReplicas) + " replicas a sample");
+        log(LogLine::Level::Warning, "the last batch of each epoch (" + std::to_string(rem) +
+                                         " samples) is skipped: it cannot give each of the " +
+                                         std::to_string(totalReplicas) + " replicas a sample");
     // Compile every program the epoch needs before the loop, each on its replica's thread.
-    TD_RETURN_IF_ERROR(forEachReplica([&](Replica& r) -> Status {
+    auto compileEpochPrograms = [&](Replica& r) -> Status {
         r.device->prepareThread(r.workerThreads);
         auto [b0, b1] = sliceOf(r.global, pipeBatch);
-        TD_RETURN_IF_ERROR(program(r, GraphMode::Train, b1 - b0, globalRows(pipeBatch)).status());
+        TD_RETURN_IF_ERROR(statusOf(program(r, GraphMode::Train, b1 - b0, globalRows(pipeBatch))));
         if (rem && !s.project.data.pipeline.dropRemainder && !dropTail) {
             auto [t0, t1] = sliceOf(r.global, rem);
-            TD_RETURN_IF_ERROR(program(r, GraphMode::Train, t1 - t0, globalRows(rem)).status());
+            TD_RETURN_IF_ERROR(statusOf(program(r, GraphMode::Train, t1 - t0, globalRows(rem))));
         }
         return Status::success();
-    }));
+    };
+    TD_RETURN_IF_ERROR(forEachReplica(compileEpochPrograms));
 
     TrainControl ctl;
     ctl.getLearningRate = [&] { return optimizer->currentLearningRate(); };
@@ -811,9 +813,9 @@ Result<RunFinished> Trainer::Impl::fit() {
             const auto t1 = Clock::now();
             ++gstep;
             const int64_t origin =
-                shardOff() ? (static_cast<int64_t>(epoch) * workerCount + workerRank) *
-                                 s.trainSet.size()
-                           : static_cast<int64_t>(epoch) * s.trainSet.size();
+                shardOff()
+                    ? (static_cast<int64_t>(epoch) * workerCount + workerRank) * s.trainSet.size()
+                    : static_cast<int64_t>(epoch) * s.trainSet.size();
             TD_RETURN_IF_ERROR(trainStep(*b, gstep, origin, wait));
             seen += globalRows(b->size);
             seenSinceLog += globalRows(b->size);
@@ -851,15 +853,13 @@ Result<RunFinished> Trainer::Impl::fit() {
                 sm.learningRate = optimizer->currentLearningRate();
                 sm.inputWaitSeconds = logWait;
                 sm.computeSeconds = logCompute;
-                sm.samplesPerSecond =
-                    wall > 0 ? static_cast<double>(seenSinceLog) / wall : 0;
+                sm.samplesPerSecond = wall > 0 ? static_cast<double>(seenSinceLog) / wall : 0;
                 sm.replicas = std::move(per);
                 bus->publish(sm);
                 for (auto& rp : replicas)
                     bus->publish(DeviceStats{
                         rp->label, wall > 0 ? std::min(1.0, logCompute / wall) : 0, memory,
-                        wall > 0 ? static_cast<double>(seenSinceLog) / totalReplicas / wall
-                                 : 0});
+                        wall > 0 ? static_cast<double>(seenSinceLog) / totalReplicas / wall : 0});
                 logT0 = Clock::now();
                 logWait = logCompute = 0;
                 seenSinceLog = 0;
@@ -953,11 +953,13 @@ Result<std::unique_ptr<Trainer>> Trainer::create(TrainerSetup setup, EventBus& b
     im->bus = &bus;
     im->control = &control;
     if (!im->s.openDevice)
-        im->s.openDevice = [](const std::string& id, int threads) -> Result<std::unique_ptr<Device>> {
+        im->s.openDevice = [](const std::string& id,
+                              int threads) -> Result<std::unique_ptr<Device>> {
             if (id.rfind("cpu", 0) == 0 && threads > 0) return makeCpuDevice(threads);
             return openDevice(id);
         };
-    for (const auto& cb : im->s.callbacks) im->wantBatchLoss = im->wantBatchLoss || cb->wantsBatchLogs();
+    for (const auto& cb : im->s.callbacks)
+        im->wantBatchLoss = im->wantBatchLoss || cb->wantsBatchLogs();
     TD_ASSIGN_OR_RETURN(im->optimizer, Optimizer::create(im->s.project.training.optimizer));
     TD_RETURN_IF_ERROR(im->openReplicas());
     // The parameters come from the full-batch training graph; every replica compiles its
@@ -969,7 +971,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(TrainerSetup setup, EventBus& b
     TD_RETURN_IF_ERROR(m.forEachReplica([&](Impl::Replica& r) -> Status {
         r.device->prepareThread(r.workerThreads);
         auto [b0, b1] = m.sliceOf(r.global, m.pipeBatch());
-        return m.program(r, GraphMode::Train, b1 - b0, m.globalBatch()).status();
+        return statusOf(m.program(r, GraphMode::Train, b1 - b0, m.globalBatch()));
     }));
     return std::unique_ptr<Trainer>(new Trainer(std::move(im)));
 }

@@ -87,9 +87,9 @@ class Trainer {
 
     // "cpu:0" once per replica of the whole strategy (every worker's), in replica order.
     std::vector<std::string> replicaDevices() const;
-    int replicas() const;      // over all workers
+    int replicas() const;  // over all workers
     int localReplicas() const;
-    int workerRank() const;    // 0 without MultiWorkerMirrored
+    int workerRank() const;  // 0 without MultiWorkerMirrored
     bool isChief() const { return workerRank() == 0; }
     // Device memory the run holds on the first replica: parameters, gradients, optimizer slots,
     // program arenas, batch buffers.

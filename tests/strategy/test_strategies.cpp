@@ -136,7 +136,9 @@ class CountingDevice final : public Device {
         ++hostReads;
         return inner_->copyToHostAsync(d, s, o, n);
     }
-    Status fillZero(const Buffer& d, size_t o, size_t n) override { return inner_->fillZero(d, o, n); }
+    Status fillZero(const Buffer& d, size_t o, size_t n) override {
+        return inner_->fillZero(d, o, n);
+    }
     Support supportsOp(const Graph& g, const Node& n) const override {
         return inner_->supportsOp(g, n);
     }
@@ -179,8 +181,8 @@ class TestStrategies : public QObject {
         QFETCH(int, replicas);
         const Outcome one = train(blobs(R"({"type": "one_device"})"));
         QVERIFY2(one.status.ok(), one.status.error().c_str());
-        const Outcome many = train(blobs(R"({"type": "mirrored", "replicas": )" +
-                                         std::to_string(replicas) + "}"));
+        const Outcome many =
+            train(blobs(R"({"type": "mirrored", "replicas": )" + std::to_string(replicas) + "}"));
         QVERIFY2(many.status.ok(), many.status.error().c_str());
         QCOMPARE(many.devices.size(), size_t(replicas));
         QCOMPARE(many.stepLoss.size(), one.stepLoss.size());
@@ -197,11 +199,8 @@ class TestStrategies : public QObject {
             const float* b = many.weights[i].data<float>();
             for (int64_t k = 0; k < one.weights[i].size(); ++k)
                 QVERIFY2(std::abs(a[k] - b[k]) <= 1e-4f + 1e-3f * std::abs(a[k]),
-                         qPrintable(QString("weight %1[%2]: %3 vs %4")
-                                        .arg(i)
-                                        .arg(k)
-                                        .arg(a[k])
-                                        .arg(b[k])));
+                         qPrintable(
+                             QString("weight %1[%2]: %3 vs %4").arg(i).arg(k).arg(a[k]).arg(b[k])));
         }
         // Every replica reports its own figures.
         const StepMetrics& last = many.steps.back();
@@ -226,9 +225,10 @@ class TestStrategies : public QObject {
     void noHostReadsBetweenLogPoints() {
         QFETCH(int, replicas);
         QFETCH(int, logEvery);
-        Project p = replicas == 1
-                        ? blobs(R"({"type": "one_device"})")
-                        : blobs(R"({"type": "mirrored", "replicas": )" + std::to_string(replicas) + "}");
+        Project p =
+            replicas == 1
+                ? blobs(R"({"type": "one_device"})")
+                : blobs(R"({"type": "mirrored", "replicas": )" + std::to_string(replicas) + "}");
         p.training.logEverySteps = logEvery;
         p.training.epochs = 3;
         SessionOptions o;
@@ -258,8 +258,8 @@ class TestStrategies : public QObject {
         SessionOptions o;
         o.openDevice = countingOpener(1, 5);  // replica 1's program fails at its 6th run
         const auto t0 = std::chrono::steady_clock::now();
-        Outcome out = train(blobs(R"({"type": "mirrored", "replicas": 2, "timeout_seconds": 30})"),
-                            o);
+        Outcome out =
+            train(blobs(R"({"type": "mirrored", "replicas": 2, "timeout_seconds": 30})"), o);
         const double seconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         QVERIFY(!out.status.ok());
