@@ -15,6 +15,8 @@
 
 #include <omp.h>
 
+#include <vector>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -27,25 +29,6 @@ namespace {
 
 constexpr int64_t kParallelMinElements = int64_t{1} << 15;
 constexpr int64_t kChunkAlign = 16;  // 64 bytes of floats: threads never share a cache line
-
-// Runs body(begin, end) over [0, n): split across the OpenMP team for large n, inline otherwise.
-template <class Body>
-inline void forRange(int64_t n, const Body& body) {
-    if (n < kParallelMinElements || omp_get_max_threads() == 1 || omp_in_parallel()) {
-        body(int64_t{0}, n);
-        return;
-    }
-#pragma omp parallel
-    {
-        const int64_t threads = omp_get_num_threads();
-        const int64_t t = omp_get_thread_num();
-        int64_t chunk = (n + threads - 1) / threads;
-        chunk = (chunk + kChunkAlign - 1) / kChunkAlign * kChunkAlign;
-        const int64_t begin = std::min(n, t * chunk);
-        const int64_t end = std::min(n, begin + chunk);
-        if (begin < end) body(begin, end);
-    }
-}
 
 double sumSquares(const float* g, int64_t n) {
     auto partial = [g](int64_t begin, int64_t end) {
@@ -88,8 +71,9 @@ float normClipScale(const UpdateSpec& spec, const UpdateTensor& t) {
     return static_cast<float>(c / std::max(norm, c));
 }
 
-void updateOne(const UpdateSpec& spec, const UpdateScalars& s, const optim_kernels::Table& k,
-               const UpdateTensor& t, float gradScale) {
+// Elements [begin, end) of one tensor.
+void updateRange(const UpdateSpec& spec, const UpdateScalars& s, const optim_kernels::Table& k,
+                 const UpdateTensor& t, float gradScale, int64_t begin, int64_t end) {
     optim_kernels::Operands p;
     p.w = t.value;
     p.grad = t.grad;
@@ -110,8 +94,7 @@ void updateOne(const UpdateSpec& spec, const UpdateScalars& s, const optim_kerne
             a.m = spec.momentum != 0 ? t.slot[0] : nullptr;
             a.lr = s.lr;
             a.momentum = spec.momentum;
-            const auto kernel = k.sgd;
-            forRange(t.size, [&a, kernel](int64_t b, int64_t e) { kernel(a, b, e); });
+            k.sgd(a, begin, end);
             return;
         }
         case UpdateKind::Adam: {
@@ -126,8 +109,7 @@ void updateOne(const UpdateSpec& spec, const UpdateScalars& s, const optim_kerne
             a.oneMinusB1 = spec.oneMinusBeta1;
             a.oneMinusB2 = spec.oneMinusBeta2;
             a.eps = spec.epsilon;
-            const auto kernel = k.adam;
-            forRange(t.size, [&a, kernel](int64_t b, int64_t e) { kernel(a, b, e); });
+            k.adam(a, begin, end);
             return;
         }
         case UpdateKind::RmsProp: {
@@ -145,8 +127,7 @@ void updateOne(const UpdateSpec& spec, const UpdateScalars& s, const optim_kerne
             a.oneMinusRho = spec.oneMinusRho;
             a.eps = spec.epsilon;
             a.momentum = spec.momentum;
-            const auto kernel = k.rmsprop;
-            forRange(t.size, [&a, kernel](int64_t b, int64_t e) { kernel(a, b, e); });
+            k.rmsprop(a, begin, end);
             return;
         }
     }
@@ -155,19 +136,52 @@ void updateOne(const UpdateSpec& spec, const UpdateScalars& s, const optim_kerne
 }  // namespace
 
 void applyUpdate(const UpdateSpec& spec, const UpdateScalars& scalars,
-                 std::span<const UpdateTensor> tensors) {
+                 std::span<const UpdateTensor> tensors, int threads) {
     const optim_kernels::Table& k = optim_kernels::activeKernels();
     const int per = spec.slotsPerParam();
+    int64_t total = 0;
     for (const UpdateTensor& t : tensors) {
         TD_ASSERT(t.size >= 0);
         for (int s = 0; s < per; ++s) TD_ASSERT_MSG(t.slot[s] || t.size == 0, "missing slot");
+        total += t.size;
     }
-    float scale = 1.0f;
-    if (spec.clip == ClipKind::GlobalNorm) scale = globalClipScale(spec, tensors);
-    for (const UpdateTensor& t : tensors) {
-        if (t.size == 0) continue;
-        const float gs = spec.clip == ClipKind::Norm ? normClipScale(spec, t) : scale;
-        updateOne(spec, scalars, k, t, gs);
+    // Each tensor's gradient scale (clipping), before any element changes.
+    thread_local std::vector<float> scales;
+    scales.assign(tensors.size(), 1.0f);
+    if (spec.clip == ClipKind::GlobalNorm)
+        std::fill(scales.begin(), scales.end(), globalClipScale(spec, tensors));
+    else if (spec.clip == ClipKind::Norm)
+        for (size_t i = 0; i < tensors.size(); ++i) scales[i] = normClipScale(spec, tensors[i]);
+
+    const int team = threads > 0 ? threads : omp_get_max_threads();
+    if (total < kParallelMinElements || team <= 1 || omp_in_parallel()) {
+        for (size_t i = 0; i < tensors.size(); ++i)
+            if (tensors[i].size > 0)
+                updateRange(spec, scalars, k, tensors[i], scales[i], 0, tensors[i].size);
+        return;
+    }
+    // One pass over all parameters as one range, split evenly across the team on cache-line
+    // boundaries: a thread's share may span several tensors (one fork and join per step). The
+    // scales are the calling thread's (thread_local): the team reads them through a pointer.
+    const float* scale = scales.data();
+#pragma omp parallel num_threads(team)
+    {
+        const int64_t n = omp_get_num_threads();
+        const int64_t me = omp_get_thread_num();
+        auto edge = [&](int64_t j) {
+            return j >= n ? total
+                          : std::min(total,
+                                     (total * j / n + kChunkAlign - 1) / kChunkAlign * kChunkAlign);
+        };
+        const int64_t lo = edge(me), hi = edge(me + 1);
+        int64_t base = 0;
+        for (size_t i = 0; i < tensors.size() && base < hi; ++i) {
+            const int64_t size = tensors[i].size;
+            const int64_t b = std::max<int64_t>(lo - base, 0),
+                          e = std::min<int64_t>(hi - base, size);
+            if (b < e) updateRange(spec, scalars, k, tensors[i], scale[i], b, e);
+            base += size;
+        }
     }
 }
 

@@ -65,9 +65,11 @@ struct UpdateTensor {
 
 // One optimizer step over every tensor, in one pass: gradient clipping (the norms computed here),
 // decoupled weight decay and the update rule, with the element loops of the active instruction
-// set; tensors of 32k elements or more are split across the OpenMP threads. The CPU backend's
-// update instruction and Optimizer::apply both run this, so their results are identical.
+// set. With 32k elements or more in all, the tensors are one range split across `threads`
+// OpenMP threads (0 = the calling thread's team size) in one fork: the element math does not
+// depend on the split, so results are the same for every thread count. The CPU backend's update
+// instruction and Optimizer::apply both run this, so their results are identical.
 void applyUpdate(const UpdateSpec& spec, const UpdateScalars& scalars,
-                 std::span<const UpdateTensor> tensors);
+                 std::span<const UpdateTensor> tensors, int threads = 0);
 
 }  // namespace td

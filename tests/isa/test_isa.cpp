@@ -261,6 +261,27 @@ class TestIsa : public QObject {
         }
     }
 
+    // ReLU's gradient: the same selection on every level, negative zero and NaN inputs included.
+    void reluGradMatchesGeneric_data() { levelsMatchGeneric_data(); }
+    void reluGradMatchesGeneric() {
+        QFETCH(td::CpuIsa, isa);
+        if (isa == CpuIsa::Generic) QSKIP("this CPU has no AVX2: only the generic level runs here");
+        const auto& k = cpu::simd::kernelsFor(isa);
+        const auto& g = cpu::simd::kernelsFor(CpuIsa::Generic);
+        std::vector<float> dy = gradients(3), s = gradients(5);
+        s[0] = -0.0f;
+        s[1] = 0.0f;
+        s[2] = std::numeric_limits<float>::quiet_NaN();
+        dy[3] = -0.0f;
+        for (int64_t n : {int64_t{1}, int64_t{15}, int64_t{17}, kElements}) {
+            std::vector<float> got(n, -1.0f), want(n, -2.0f);
+            k.reluGrad(dy.data(), s.data(), got.data(), n);
+            g.reluGrad(dy.data(), s.data(), want.data(), n);
+            requireSame(got, want, "relu gradient");
+            for (int64_t i = 0; i < n; ++i) QCOMPARE(want[i], s[i] > 0.f ? dy[i] : 0.f);
+        }
+    }
+
     // The generic dropout row is the keyed hash of the forward pass: about `rate` of the values
     // are zeroed and the others scaled by 1 / (1 - rate).
     void dropoutRowKeepsAboutOneMinusRate() {

@@ -47,7 +47,11 @@ struct CpuInstr {
 
 class CpuProgram final : public Executable {
   public:
-    CpuProgram(dnnl::engine& eng, dnnl::stream& strm) : eng_(eng), strm_(strm) {}
+    // `updateThreads`: the device's threads. The optimizer update uses all of them even when the
+    // step's matrix products run on one (small steps): it is a memory-bound pass over every
+    // parameter that a second core halves, at the cost of one fork per step.
+    CpuProgram(dnnl::engine& eng, dnnl::stream& strm, int updateThreads)
+        : eng_(eng), strm_(strm), updateThreads_(updateThreads) {}
     ~CpuProgram() override { std::free(arena_); }
 
     Status build(const LoweredProgram& lp, const ProgramBindings& bind);
@@ -67,6 +71,7 @@ class CpuProgram final : public Executable {
 
     dnnl::engine& eng_;
     dnnl::stream& strm_;
+    int updateThreads_ = 1;
     const ProgramBindings* bind_ = nullptr;  // during build() only
     std::vector<CpuInstr> code_;
     std::vector<Prim> prims_;
@@ -327,7 +332,7 @@ Status CpuProgram::run(const StepArgs& args) {
                 break;
             }
             case InstrOp::Update:
-                applyUpdate(update_, args.update, updateTensors_);
+                applyUpdate(update_, args.update, updateTensors_, updateThreads_);
                 break;
         }
     }
@@ -407,7 +412,7 @@ class CpuDevice final : public Device {
     Result<std::unique_ptr<Executable>> compile(const LoweredProgram& lp,
                                                 const ProgramBindings& bind) override {
         TD_RETURN_IF_ERROR(checkBindings(lp, bind));
-        auto prog = std::make_unique<CpuProgram>(eng_, strm_);
+        auto prog = std::make_unique<CpuProgram>(eng_, strm_, desc_.threads);
         TD_RETURN_IF_ERROR(prog->build(lp, bind));
         return std::unique_ptr<Executable>(std::move(prog));
     }
@@ -418,7 +423,8 @@ class CpuDevice final : public Device {
         omp_set_num_threads(workerThreads > 0 ? workerThreads : desc_.threads);
         constexpr unsigned kFtzDaz = 0x8040;  // MXCSR bits FTZ (15) and DAZ (6)
         _mm_setcsr(_mm_getcsr() | kFtzDaz);
-#pragma omp parallel
+        // Every thread of the pool, including those only the optimizer update's wider team uses.
+#pragma omp parallel num_threads(std::max(desc_.threads, workerThreads))
         _mm_setcsr(_mm_getcsr() | kFtzDaz);
     }
     bool hostAddressable() const override {

@@ -1,5 +1,7 @@
 #include "engine/backend/cpu/kernels.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -87,10 +89,20 @@ void activationGrad(ActKind k, float alpha, bool usesOutput, const float* dy, co
         case ActKind::Linear:
             std::memcpy(dx, dy, static_cast<size_t>(n) * sizeof(float));
             return;
-        case ActKind::Relu:  // s = y or x: both are > 0 exactly where the unit is active
-#pragma omp parallel for simd if (n > kParallelMin)
-            for (int64_t i = 0; i < n; ++i) dx[i] = s[i] > 0.f ? dy[i] : 0.f;
+        case ActKind::Relu: {  // s = y or x: both are > 0 exactly where the unit is active
+            const auto loop = simd::activeKernels().reluGrad;
+            if (n <= kParallelMin) {
+                loop(dy, s, dx, n);
+                return;
+            }
+#pragma omp parallel
+            {
+                const int64_t t = omp_get_num_threads(), me = omp_get_thread_num();
+                const int64_t lo = n * me / t, hi = n * (me + 1) / t;
+                loop(dy + lo, s + lo, dx + lo, hi - lo);
+            }
             return;
+        }
         case ActKind::LeakyRelu:
 #pragma omp parallel for simd if (n > kParallelMin)
             for (int64_t i = 0; i < n; ++i) dx[i] = s[i] > 0.f ? dy[i] : alpha * dy[i];

@@ -16,6 +16,8 @@ struct Table {
     // mix32(rowBase ^ (c * 0x9e3779b9)) >> 8 >= threshold, else 0, for c in [0, cols).
     void (*dropoutRow)(const float* x, float* y, int64_t cols, uint32_t rowBase, uint32_t threshold,
                        float keepScale);
+    // ReLU's gradient: dx[i] = s[i] > 0 ? dy[i] : 0 (s: the input or the output), branch-free.
+    void (*reluGrad)(const float* dy, const float* s, float* dx, int64_t n);
 };
 
 // The loops of one level (the generic ones for a level this build has none for).

@@ -32,10 +32,15 @@ void dropoutRow(const float* x, float* y, int64_t cols, uint32_t rowBase, uint32
     }
 }
 
+void reluGrad(const float* dy, const float* s, float* dx, int64_t n) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) dx[i] = s[i] > 0.f ? dy[i] : 0.f;
+}
+
 }  // namespace
 
 const simd::Table& table() {
-    static constexpr simd::Table t{TD_SIMD_ISA_LEVEL, &dropoutRow};
+    static constexpr simd::Table t{TD_SIMD_ISA_LEVEL, &dropoutRow, &reluGrad};
     return t;
 }
 
