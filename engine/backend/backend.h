@@ -123,6 +123,11 @@ class Device {
                                                         const ProgramBindings& bindings) = 0;
     // Waits until everything enqueued on the stream has finished: the explicit host sync point.
     virtual Status synchronize() = 0;
+    // A marker in the stream: recordEvent() returns its number; waitEvent(n) returns once
+    // everything enqueued before marker n has finished (the host may then reuse a staging buffer
+    // an earlier async copy read). The CPU device's stream is the calling thread: both are free.
+    virtual Result<int64_t> recordEvent() = 0;
+    virtual Status waitEvent(int64_t event) = 0;
     // (optional) Called on a thread before it compiles or runs programs. `workerThreads` is how
     // many threads the device may use for that thread's work (0 = all it has). The CPU device
     // also sets flush-to-zero / denormals-are-zero there and in its worker pool: optimizer

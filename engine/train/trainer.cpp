@@ -173,6 +173,11 @@ struct Trainer::Impl {
         std::vector<Buffer> gradViews;
         std::vector<Buffer> slots;  // owned
         Buffer trainAccum, evalAccum;
+        // Pinned host staging for devices that are not host-addressable, double-buffered: the
+        // stream marker after the last copy out of each, and which one the next upload fills.
+        Buffer staging[2];
+        int64_t stagingEvent[2] = {0, 0};
+        int stagingNext = 0;
         std::map<std::pair<int, int64_t>, std::unique_ptr<Program>> programs;
         std::unique_ptr<TimedCollectives> timed;
         ReplicaTiming timing;
@@ -222,6 +227,9 @@ struct Trainer::Impl {
             for (Buffer& b : r->params) d.release(b);
             if (r->flatGrads.ptr) d.release(r->flatGrads);
             for (Buffer& b : r->slots) d.release(b);
+            (void)d.synchronize();
+            for (Buffer& b : r->staging)
+                if (b.ptr) d.releaseHost(b);
             if (r->trainAccum.ptr) d.release(r->trainAccum);
             if (r->evalAccum.ptr) d.release(r->evalAccum);
         }
@@ -457,6 +465,18 @@ struct Trainer::Impl {
                 TD_ASSIGN_OR_RETURN(p->label, d.allocate(bytes));
             }
         }
+        if (!d.hostAddressable()) {
+            // Both staging buffers sized for this program's slices now, not in the step loop.
+            const size_t need = (p->input.bytes + 63) / 64 * 64 + p->label.bytes;
+            for (Buffer& st : r.staging)
+                if (st.bytes < need) {
+                    if (st.ptr) {
+                        TD_RETURN_IF_ERROR(d.synchronize());
+                        d.releaseHost(st);
+                    }
+                    TD_ASSIGN_OR_RETURN(st, d.allocateHost(need));
+                }
+        }
         ProgramBindings bind;
         bind.input = p->input;
         bind.label = p->label.ptr ? p->label : p->input;
@@ -502,55 +522,101 @@ struct Trainer::Impl {
         return {rows * global / totalReplicas, rows * (global + 1) / totalReplicas};
     }
 
-    // Copies rows [begin, end) of a batch into a program's input and label buffers (on the
-    // device's stream), checking labels against the model as it goes.
+    // Copies rows [begin, end) of a batch into a program's input and label buffers, on the
+    // device's stream, checking labels against the model as it goes. A host-addressable device
+    // (the CPU) copies from the batch itself. Any other goes through one of the replica's two
+    // pinned staging buffers: the host fills one while the device may still be copying from
+    // the other (a marker in the stream says when a buffer is free again), so the next batch is
+    // staged while this step runs.
     Status uploadSlice(Replica& r, Program& p, const Batch& b, int64_t begin, int64_t end) {
         Device& d = *r.device;
         const int64_t rows = end - begin;
         if (b.x.dtype() != DType::F32) return err("internal: pipeline produced non-f32 features");
         const int64_t rowValues = b.x.size() / std::max<int64_t>(1, b.size);
         const size_t xRow = static_cast<size_t>(rowValues) * sizeof(float);
-        TD_RETURN_IF_ERROR(d.copyToDeviceAsync(
-            p.input, 0, static_cast<const char*>(b.x.raw()) + static_cast<size_t>(begin) * xRow,
-            static_cast<size_t>(rows) * xRow));
-        if (!p.label.ptr) return Status::success();
-        const LabelSpec& ls = s.labelSpec;
-        const int64_t perRow = numElements(ls.shape);
-        const std::string& lossName = s.project.training.loss.name;
-        if (ls.dtype == DType::I32) {
-            if (b.y.dtype() != DType::I32)
-                return err("loss " + lossName +
-                           " expects integer class labels, but the pipeline produced " +
+        const char* x = static_cast<const char*>(b.x.raw()) + static_cast<size_t>(begin) * xRow;
+        const size_t xBytes = static_cast<size_t>(rows) * xRow;
+
+        // The labels as the program reads them: a range of the batch, or converted values.
+        const void* y = nullptr;
+        size_t yBytes = 0;
+        bool convertI32 = false;  // i32 0/1 labels for a single-unit output, as f32
+        if (p.label.ptr) {
+            const LabelSpec& ls = s.labelSpec;
+            const int64_t perRow = numElements(ls.shape);
+            const std::string& lossName = s.project.training.loss.name;
+            if (ls.dtype == DType::I32) {
+                if (b.y.dtype() != DType::I32)
+                    return err("loss " + lossName +
+                               " expects integer class labels, but the pipeline produced " +
+                               dtypeName(b.y.dtype()) + " labels " + shapeToString(b.y.shape()) +
+                               " (remove the one_hot map step, or use categorical_crossentropy)");
+                const int32_t* yi = b.y.data<int32_t>() + begin;
+                const int64_t units = s.info.outputShape[0];
+                for (int64_t i = 0; i < rows; ++i)
+                    if (yi[i] < 0 || yi[i] >= units)
+                        return err("label " + std::to_string(yi[i]) + " is outside the " +
+                                   std::to_string(units) + " output units of the last layer");
+                y = yi;
+                yBytes = static_cast<size_t>(rows) * 4;
+            } else if (b.y.dtype() == DType::F32 && b.y.size() == b.size * perRow) {
+                y = b.y.data<float>() + begin * perRow;
+                yBytes = static_cast<size_t>(rows * perRow) * 4;
+            } else if (b.y.dtype() == DType::I32 && perRow == 1) {
+                y = b.y.data<int32_t>() + begin;
+                yBytes = static_cast<size_t>(rows) * 4;
+                convertI32 = true;
+            } else {
+                return err("loss " + lossName + " expects targets of shape " +
+                           shapeToString(ls.shape) + " per sample, but the pipeline produced " +
                            dtypeName(b.y.dtype()) + " labels " + shapeToString(b.y.shape()) +
-                           " (remove the one_hot map step, or use categorical_crossentropy)");
-            const int32_t* y = b.y.data<int32_t>() + begin;
-            const int64_t units = s.info.outputShape[0];
-            for (int64_t i = 0; i < rows; ++i)
-                if (y[i] < 0 || y[i] >= units)
-                    return err("label " + std::to_string(y[i]) + " is outside the " +
-                               std::to_string(units) + " output units of the last layer");
-            return d.copyToDeviceAsync(p.label, 0, y, static_cast<size_t>(rows) * 4);
+                           (ls.shape.size() == 1 && ls.shape[0] > 1 && b.y.dtype() == DType::I32
+                                ? " (add a one_hot map step with depth " +
+                                      std::to_string(ls.shape[0]) + ")"
+                                : std::string()));
+            }
         }
-        if (b.y.dtype() == DType::F32 && b.y.size() == b.size * perRow)
-            return d.copyToDeviceAsync(p.label, 0, b.y.data<float>() + begin * perRow,
-                                       static_cast<size_t>(rows * perRow) * 4);
-        if (b.y.dtype() == DType::I32 && perRow == 1) {
-            // Integer 0/1 labels for a single-unit output: converted on the host.
-            if (!d.hostAddressable())
-                return err(
-                    "integer labels for a single-unit output need a host-addressable "
-                    "device; add a map step that makes them float");
-            float* dst = static_cast<float*>(p.label.ptr);
-            const int32_t* y = b.y.data<int32_t>() + begin;
-            for (int64_t i = 0; i < rows; ++i) dst[i] = static_cast<float>(y[i]);
-            return Status::success();
+        auto convert = [&](float* dst) {
+            const int32_t* yi = static_cast<const int32_t*>(y);
+            for (int64_t i = 0; i < rows; ++i) dst[i] = static_cast<float>(yi[i]);
+        };
+
+        if (d.hostAddressable()) {
+            TD_RETURN_IF_ERROR(d.copyToDeviceAsync(p.input, 0, x, xBytes));
+            if (!y) return Status::success();
+            if (convertI32) {
+                convert(static_cast<float*>(p.label.ptr));
+                return Status::success();
+            }
+            return d.copyToDeviceAsync(p.label, 0, y, yBytes);
         }
-        return err("loss " + lossName + " expects targets of shape " + shapeToString(ls.shape) +
-                   " per sample, but the pipeline produced " + dtypeName(b.y.dtype()) + " labels " +
-                   shapeToString(b.y.shape()) +
-                   (ls.shape.size() == 1 && ls.shape[0] > 1 && b.y.dtype() == DType::I32
-                        ? " (add a one_hot map step with depth " + std::to_string(ls.shape[0]) + ")"
-                        : std::string()));
+        const size_t yOffset = (xBytes + 63) / 64 * 64;
+        const size_t need = yOffset + yBytes;
+        const int slot = r.stagingNext;
+        r.stagingNext ^= 1;
+        Buffer& st = r.staging[slot];
+        if (st.bytes < need) {
+            // Sized for the largest slice when its program was compiled; this only runs then.
+            if (st.ptr) {
+                TD_RETURN_IF_ERROR(d.synchronize());
+                d.releaseHost(st);
+            }
+            TD_ASSIGN_OR_RETURN(st, d.allocateHost(need));
+        } else if (r.stagingEvent[slot] > 0) {
+            TD_RETURN_IF_ERROR(d.waitEvent(r.stagingEvent[slot]));
+        }
+        char* host = static_cast<char*>(st.ptr);
+        std::memcpy(host, x, xBytes);
+        TD_RETURN_IF_ERROR(d.copyToDeviceAsync(p.input, 0, host, xBytes));
+        if (y) {
+            if (convertI32)
+                convert(reinterpret_cast<float*>(host + yOffset));
+            else
+                std::memcpy(host + yOffset, y, yBytes);
+            TD_RETURN_IF_ERROR(d.copyToDeviceAsync(p.label, 0, host + yOffset, yBytes));
+        }
+        TD_ASSIGN_OR_RETURN(r.stagingEvent[slot], d.recordEvent());
+        return Status::success();
     }
 
     // The sums in every local replica's accumulators (and, with workers, every worker's), after

@@ -113,14 +113,19 @@ class CountingExecutable final : public Executable {
     int runs_ = 0;
 };
 
+std::atomic<int> hostAllocations{0}, eventsRecorded{0}, eventsWaited{0};
+
 class CountingDevice final : public Device {
   public:
-    CountingDevice(std::unique_ptr<Device> inner, int failAfter)
-        : inner_(std::move(inner)), failAfter_(failAfter) {}
+    CountingDevice(std::unique_ptr<Device> inner, int failAfter, bool hostAddressable = true)
+        : inner_(std::move(inner)), failAfter_(failAfter), hostAddressable_(hostAddressable) {}
     const DeviceDesc& desc() const override { return inner_->desc(); }
     Result<Buffer> allocate(size_t n) override { return inner_->allocate(n); }
     void release(Buffer& b) override { inner_->release(b); }
-    Result<Buffer> allocateHost(size_t n) override { return inner_->allocateHost(n); }
+    Result<Buffer> allocateHost(size_t n) override {
+        ++hostAllocations;
+        return inner_->allocateHost(n);
+    }
     void releaseHost(Buffer& b) override { inner_->releaseHost(b); }
     Status copyToDevice(const Buffer& d, size_t o, const void* s, size_t n) override {
         return inner_->copyToDevice(d, o, s, n);
@@ -148,22 +153,33 @@ class CountingDevice final : public Device {
         return std::unique_ptr<Executable>(new CountingExecutable(std::move(exe), failAfter_));
     }
     Status synchronize() override { return inner_->synchronize(); }
+    Result<int64_t> recordEvent() override {
+        ++eventsRecorded;
+        return inner_->recordEvent();
+    }
+    Status waitEvent(int64_t e) override {
+        ++eventsWaited;
+        return inner_->waitEvent(e);
+    }
     void prepareThread(int t) override { inner_->prepareThread(t); }
-    bool hostAddressable() const override { return inner_->hostAddressable(); }
+    // False: the trainer must stage batches in host buffers and copy them, as for a GPU.
+    bool hostAddressable() const override { return hostAddressable_ && inner_->hostAddressable(); }
 
   private:
     std::unique_ptr<Device> inner_;
     int failAfter_;
+    bool hostAddressable_;
 };
 
 // Opens counting CPU devices; the device opened `failIndex`-th (0-based) fails after
 // `failAfter` runs.
-decltype(SessionOptions::openDevice) countingOpener(int failIndex = -1, int failAfter = -1) {
+decltype(SessionOptions::openDevice) countingOpener(int failIndex = -1, int failAfter = -1,
+                                                    bool hostAddressable = true) {
     auto opened = std::make_shared<std::atomic<int>>(0);
     return [=](const std::string&, int threads) -> Result<std::unique_ptr<Device>> {
         const int index = (*opened)++;
-        return std::unique_ptr<Device>(
-            new CountingDevice(makeCpuDevice(threads), index == failIndex ? failAfter : -1));
+        return std::unique_ptr<Device>(new CountingDevice(
+            makeCpuDevice(threads), index == failIndex ? failAfter : -1, hostAddressable));
     };
 }
 
@@ -244,6 +260,32 @@ class TestStrategies : public QObject {
         int published = 0;
         for (const Event& e : q->drain()) published += std::holds_alternative<StepMetrics>(e);
         QCOMPARE(published, logPoints);
+    }
+
+    // A device the host cannot address gets its batches through two pinned staging buffers,
+    // reused only after the stream passed the marker of their last copy: the same results.
+    void stagedUploadsEqualDirectOnes_data() {
+        QTest::addColumn<int>("replicas");
+        QTest::newRow("one device") << 1;
+        QTest::newRow("2 replicas") << 2;
+    }
+    void stagedUploadsEqualDirectOnes() {
+        QFETCH(int, replicas);
+        const std::string strategy =
+            replicas == 1 ? R"({"type": "one_device"})"
+                          : R"({"type": "mirrored", "replicas": )" + std::to_string(replicas) + "}";
+        const Outcome direct = train(blobs(strategy));
+        QVERIFY2(direct.status.ok(), direct.status.error().c_str());
+        SessionOptions o;
+        o.openDevice = countingOpener(-1, -1, false);
+        hostAllocations = eventsRecorded = eventsWaited = 0;
+        const Outcome staged = train(blobs(strategy), o);
+        QVERIFY2(staged.status.ok(), staged.status.error().c_str());
+        QCOMPARE(staged.stepLoss, direct.stepLoss);
+        QCOMPARE(hostAllocations.load(), 2 * replicas);  // two per replica, before the loop
+        const int uploads = 2 * 16 * replicas;           // 2 epochs of 16 steps
+        QCOMPARE(eventsRecorded.load(), uploads);
+        QCOMPARE(eventsWaited.load(), uploads - 2 * replicas);  // all but each buffer's first
     }
 
     void unevenGlobalBatchIsRefused() {
