@@ -1791,8 +1791,9 @@ class TestData : public QObject {
             {static_cast<float>(1.0 / 255 / 0.3081), static_cast<float>(-0.1307 / 0.3081)},
             {-3.5f, 1e-7f},
             {1e30f, -1e30f}};
-        std::vector<uint8_t> u8(1000);
-        std::vector<float> f32(1000);
+        // Room for the largest n at the largest offset.
+        std::vector<uint8_t> u8(1003);
+        std::vector<float> f32(1003);
         for (size_t i = 0; i < u8.size(); ++i) {
             u8[i] = static_cast<uint8_t>((i * 37 + 11) % 256);
             f32[i] = static_cast<float>(i) * 0.37f - 91.5f + 1.0f / static_cast<float>(i + 1);
