@@ -10,6 +10,8 @@
 #                                              chief's error names rank 1, the stored run failed
 #   check_mwms.sh TRAINDECK SOURCE_DIR hang    worker 1 stops answering after step 5: the chief
 #                                              fails after timeout_seconds naming rank 1
+#   check_mwms.sh TRAINDECK SOURCE_DIR off     shard_policy "off": each worker its own order and
+#                                              a batch of global / workers; the run completes
 # Exit 77 (skipped) when the build has no MPI or mpirun is missing.
 set -uo pipefail
 bin="$1"
@@ -109,6 +111,26 @@ if "replica_stats" in tables:
     print("PASS: per-replica figures of both workers stored")
 else:
     print("note: this store has no replica_stats table; device stats:", sorted(devices))
+PY
+    ;;
+  off)
+    # shard_policy "off": every worker reads all the data in its own order with a batch of
+    # 64 / 2, so an epoch has 1024 / 32 = 32 steps of the global batch of 64.
+    sed 's/"timeout_seconds": 20/"timeout_seconds": 20, "shard_policy": "off"/' "$project" > "$work/off.json"
+    OMP_NUM_THREADS=1 timeout 300 "$launch" 2 "$bin" train "$work/off.json" --plain \
+      --db "$work/off.db" > "$work/off.log" 2>&1
+    rc=$?
+    cat "$work/off.log"
+    [ $rc = 0 ] || fail "mpirun -np 2 with shard_policy off exited with $rc"
+    grep -q "batch 64, 32 steps/epoch" "$work/off.log" || fail "expected 32 steps of 64 per epoch"
+    python3 - "$work/off.db" <<'PY' || exit 1
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+steps = db.execute("SELECT COUNT(*) FROM steps WHERE name = 'loss'").fetchone()[0]
+status = db.execute("SELECT status FROM runs").fetchone()[0]
+if steps != 96 or status != "completed":
+    sys.exit(f"FAIL: expected 96 logged steps of a completed run, got {steps} ({status})")
+print("PASS: shard_policy off: 2 workers x 32 steps of 32 samples per epoch, run completed")
 PY
     ;;
   kill | hang)
