@@ -262,8 +262,8 @@ RunStarted Session::Impl::runStarted() const {
     rs.devices = trainer->replicaDevices();
     rs.initialEpoch = p.training.initialEpoch;
     rs.epochs = p.training.epochs;
-    const int64_t n = trainSamples, b = trainer->pipelineBatch();
-    rs.stepsPerEpoch = p.data.pipeline.dropRemainder ? n / b : (n + b - 1) / b;
+    const int64_t n = trainSamples;
+    rs.stepsPerEpoch = trainer->stepsPerEpoch(n);
     rs.trainSamples = n;
     rs.batchSize = p.training.batchSize;
     rs.validationSamples = validationSamples;

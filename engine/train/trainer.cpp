@@ -776,8 +776,8 @@ Result<RunFinished> Trainer::Impl::fit() {
     TD_ASSIGN_OR_RETURN(auto pipe, Pipeline::create(s.trainSet, s.project.data.pipeline, pipeBatch,
                                                     true, pipeSeed));
     for (const std::string& m : pipe->messages()) log(LogLine::Level::Warning, m);
-    const int64_t steps = pipe->batchesPerEpoch();
-    if (steps == 0)
+    const int64_t pipeSteps = pipe->batchesPerEpoch();
+    if (pipeSteps == 0)
         return err("the training data has " + std::to_string(s.trainSet.size()) +
                    " samples: not one batch of " + std::to_string(globalBatch()) +
                    (s.project.data.pipeline.dropRemainder ? " with drop_remainder" : ""));
@@ -786,6 +786,8 @@ Result<RunFinished> Trainer::Impl::fit() {
         shardOff() ? static_cast<int64_t>(replicas.size()) : totalReplicas;
     const bool dropTail =
         rem != 0 && !s.project.data.pipeline.dropRemainder && rem < replicasPerBatch;
+    // The steps of an epoch: the pipeline's batches, less a short last one that is skipped.
+    const int64_t steps = dropTail ? pipeSteps - 1 : pipeSteps;
     if (dropTail)
         log(LogLine::Level::Warning, "the last batch of each epoch (" + std::to_string(rem) +
                                          " samples) is skipped: it cannot give each of the " +
@@ -873,7 +875,6 @@ Result<RunFinished> Trainer::Impl::fit() {
             TD_ASSIGN_OR_RETURN(const Batch* b, pipe->next());
             if (!b) break;
             const double wait = secondsSince(t0);
-            if (b->size != pipeBatch && dropTail) continue;
 
             // Slice, upload, forward, backward, all-reduce, update: on every replica.
             const auto t1 = Clock::now();
@@ -932,6 +933,8 @@ Result<RunFinished> Trainer::Impl::fit() {
             }
             if (stopNow) break;
         }
+        // The skipped short batch still leaves the pipeline, which completes a cache it fills.
+        if (dropTail && !stopNow) TD_RETURN_IF_ERROR(statusOf(pipe->next()));
         if (seen == 0) break;
         EpochMetrics em;
         em.epoch = epoch;
@@ -1130,6 +1133,16 @@ int64_t Trainer::deviceBytes() const {
 
 int64_t Trainer::allReduceBytesPerStep() const {
     return impl_->totalReplicas > 1 ? impl_->gradPlan.elements * 4 : 0;
+}
+
+int64_t Trainer::stepsPerEpoch(int64_t samples) const {
+    const Impl& im = *impl_;
+    const int64_t b = im.pipeBatch();
+    const int64_t rem = samples % b;
+    const int64_t perBatch =
+        im.shardOff() ? static_cast<int64_t>(im.replicas.size()) : im.totalReplicas;
+    const bool tail = rem != 0 && !im.s.project.data.pipeline.dropRemainder && rem >= perBatch;
+    return samples / b + (tail ? 1 : 0);
 }
 
 int64_t Trainer::pipelineBatch() const {

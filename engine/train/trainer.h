@@ -100,6 +100,9 @@ class Trainer {
     // The batch this process's pipeline forms: the global batch, or global / workers with the
     // "off" shard policy.
     int64_t pipelineBatch() const;
+    // Steps of an epoch over `samples` training samples (a short last batch that cannot give
+    // every replica a sample is skipped).
+    int64_t stepsPerEpoch(int64_t samples) const;
     struct Impl;
 
   private:

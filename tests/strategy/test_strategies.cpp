@@ -19,7 +19,8 @@ namespace {
 
 // Blobs, a model with dropout and an L2 penalty, plain Adam: every part of the step that must
 // stay equal across replica counts.
-Project blobs(const std::string& strategyJson, int64_t batch = 64, int epochs = 2) {
+Project blobs(const std::string& strategyJson, int64_t batch = 64, int epochs = 2,
+              int64_t samples = 1024) {
     const std::string text = R"({
   "format": "traindeck-project", "version": 1, "name": "strategies",
   "model": {"class_name": "Sequential", "config": {"name": "m", "layers": [
@@ -29,7 +30,9 @@ Project blobs(const std::string& strategyJson, int64_t batch = 64, int epochs = 
     {"class_name": "Dropout", "config": {"rate": 0.25}},
     {"class_name": "Dense", "config": {"units": 24, "activation": "tanh"}},
     {"class_name": "Dense", "config": {"units": 4, "activation": "softmax"}}]}},
-  "data": {"source": {"type": "synthetic", "samples": 1024, "test_samples": 128, "shape": [16],
+  "data": {"source": {"type": "synthetic", "samples": )" +
+                             std::to_string(samples) +
+                             R"(, "test_samples": 128, "shape": [16],
                       "classes": 4, "seed": 3},
            "pipeline": {"map": [], "cache": "memory", "shuffle_buffer": 1024, "prefetch": 2}},
   "training": {"epochs": )" + std::to_string(epochs) +
@@ -286,6 +289,41 @@ class TestStrategies : public QObject {
         const int uploads = 2 * 16 * replicas;           // 2 epochs of 16 steps
         QCOMPARE(eventsRecorded.load(), uploads);
         QCOMPARE(eventsWaited.load(), uploads - 2 * replicas);  // all but each buffer's first
+    }
+
+    // An epoch's short last batch: split unevenly when every replica gets a sample (and then
+    // still equal to one device), skipped with a warning when not.
+    void shortLastBatch() {
+        // 1030 samples: a last batch of 6 over 4 replicas (1, 2, 1, 2 rows).
+        const Outcome one = train(blobs(R"({"type": "one_device"})", 64, 2, 1030));
+        const Outcome four = train(blobs(R"({"type": "mirrored", "replicas": 4})", 64, 2, 1030));
+        QVERIFY2(one.status.ok(), one.status.error().c_str());
+        QVERIFY2(four.status.ok(), four.status.error().c_str());
+        QCOMPARE(four.stepLoss.size(), size_t(2 * 17));
+        QCOMPARE(four.stepLoss.size(), one.stepLoss.size());
+        QVERIFY(maxRelDiff(four.stepLoss, one.stepLoss) < 1e-4);
+        // 1026 samples: a last batch of 2 cannot feed 4 replicas; each epoch skips it.
+        SessionOptions o;
+        auto w = std::make_shared<WeightsAtEnd>();
+        o.callbacks.push_back(w);
+        auto s = Session::create(blobs(R"({"type": "mirrored", "replicas": 4})", 64, 2, 1026), o);
+        QVERIFY2(s.ok(), s.ok() ? "" : s.error().c_str());
+        auto q = s.value()->events().subscribe();
+        QVERIFY(s.value()->fit().ok());
+        int steps = 0;
+        bool warned = false;
+        int64_t announced = 0;
+        for (const Event& e : q->drain()) {
+            steps += std::holds_alternative<StepMetrics>(e);
+            if (auto* r = std::get_if<RunStarted>(&e)) announced = r->stepsPerEpoch;
+            if (auto* l = std::get_if<LogLine>(&e))
+                warned =
+                    warned || l->text.find("last batch of each epoch (2 samples) is skipped") !=
+                                  std::string::npos;
+        }
+        QCOMPARE(announced, int64_t(16));
+        QCOMPARE(steps, 2 * 16);
+        QVERIFY(warned);
     }
 
     void unevenGlobalBatchIsRefused() {
