@@ -37,7 +37,8 @@ struct MpiLaunch {
 // PMI_RANK/PMI_SIZE (MPICH's Hydra, Intel MPI); PMIX_RANK.
 MpiLaunch detectMpiLaunch();
 
-// The MPI job this process belongs to (MPI_COMM_WORLD), one replica per process.
+// The MPI job this process belongs to (MPI_COMM_WORLD): one member per worker process (its local
+// replicas sum first, in a ReplicaGroup).
 class MpiWorld {
   public:
     int rank() const { return rank_; }
