@@ -1,6 +1,7 @@
 #include "engine/distribute/replica_group.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -59,11 +60,20 @@ struct ReplicaGroup::State {
     std::vector<std::map<int, int64_t>> bucketOp;  // per replica: started bucket -> operation
     std::string broken;                            // non-empty: every call fails with it
 
+    // Bumped (under mu) on every change a waiter may be waiting for: waiters spin on it before
+    // they sleep on cv.
+    std::atomic<uint64_t> changes{0};
+
+    void signal() {
+        changes.fetch_add(1, std::memory_order_release);
+        cv.notify_all();
+    }
+
     Error brokenError() const { return err(broken); }
 
     void breakGroup(const std::string& reason) {
         if (broken.empty()) broken = reason;
-        cv.notify_all();
+        signal();
         // The peers in other processes must not wait for this one either.
         if (outer) outer->abort(reason);
     }
@@ -113,6 +123,22 @@ struct ReplicaGroup::State {
                    OnTimeout onTimeout) {
         while (!pred()) {
             if (!broken.empty()) return brokenError();
+            // Spin a little without the lock first: the replicas run on their own cores and at
+            // small steps a wake-up through the kernel costs more than the wait itself.
+            const uint64_t seen = changes.load(std::memory_order_acquire);
+            lk.unlock();
+            const auto t0 = Clock::now();
+            bool changed = false;
+            for (int i = 0; !changed; ++i) {
+                if ((i & 63) == 63 && Clock::now() - t0 > std::chrono::microseconds(50)) break;
+#if defined(__x86_64__)
+                __builtin_ia32_pause();
+#endif
+                changed = changes.load(std::memory_order_acquire) != seen;
+            }
+            lk.lock();
+            if (changed || pred()) continue;
+            if (!broken.empty()) return brokenError();
             if (cv.wait_until(lk, deadline) == std::cv_status::timeout && !pred()) {
                 if (!broken.empty()) return brokenError();
                 breakGroup(onTimeout());
@@ -158,7 +184,7 @@ struct ReplicaGroup::State {
             return brokenError();
         }
         op.posted[static_cast<size_t>(r)] = 1;
-        if (++op.postedCount == n) cv.notify_all();
+        if (++op.postedCount == n) signal();
         return id;
     }
 
@@ -179,7 +205,7 @@ struct ReplicaGroup::State {
             lk.unlock();
             reduceChunk(*p, lo, hi);
             lk.lock();
-            if (++op.chunksDone == n) cv.notify_all();
+            if (++op.chunksDone == n) signal();
         }
     }
 };
@@ -237,7 +263,7 @@ class ReplicaHandle final : public Collectives {
                     return s_.brokenError();
                 }
                 op.outerDone = true;
-                s_.cv.notify_all();
+                s_.signal();
             } else {
                 // The process-level step has its own timeout; waiting twice as long here only
                 // guards against a local replica 0 that hangs.
@@ -315,7 +341,7 @@ class ReplicaHandle final : public Collectives {
                 if (kind == OpKind::Gather) op.hostResult = std::move(all);
                 op.outerDone = true;
             }
-            s_.cv.notify_all();
+            s_.signal();
         } else {
             TD_RETURN_IF_ERROR(s_.waitFor(
                 lk, deadline, [&] { return op.postedCount == s_.n; },

@@ -181,12 +181,14 @@ struct Trainer::Impl {
         std::map<std::pair<int, int64_t>, std::unique_ptr<Program>> programs;
         std::unique_ptr<TimedCollectives> timed;
         ReplicaTiming timing;
-        // The replica's thread (local > 0).
+        // The replica's thread (local > 0) and its work: the engine thread sets `job`, then bumps
+        // `posted`; the replica runs it, sets `jobResult`, then sets `finished` to that number.
         std::thread thread;
         std::mutex mu;
         std::condition_variable cv;
-        std::function<Status()> job;
-        bool hasJob = false, jobDone = false, quit = false;
+        const std::function<Status(Replica&)>* job = nullptr;
+        std::atomic<uint64_t> posted{0}, finished{0};
+        std::atomic<bool> quit{false};
         Status jobResult = Status::success();
     };
 
@@ -209,11 +211,8 @@ struct Trainer::Impl {
     ~Impl() {
         for (auto& r : replicas)
             if (r->thread.joinable()) {
-                {
-                    std::lock_guard<std::mutex> lk(r->mu);
-                    r->quit = true;
-                }
-                r->cv.notify_all();
+                r->quit = true;
+                wake(*r);
                 r->thread.join();
             }
         for (auto& r : replicas) {
@@ -240,52 +239,61 @@ struct Trainer::Impl {
 
     // ---- replica threads ------------------------------------------------------------------
 
-    static void replicaLoop(Replica* r) {
+    // Waits until pred() holds: spinning first (the replicas run on their own cores, and at
+    // small steps a wake-up through the kernel costs more than the wait), then on the replica's
+    // condition variable. Whoever makes pred() true calls wake() afterwards.
+    template <typename Pred>
+    static void await(Replica& r, Pred pred) {
+        const auto t0 = Clock::now();
+        for (int i = 0; !pred(); ++i) {
+            if ((i & 63) == 63 && Clock::now() - t0 > std::chrono::microseconds(50)) {
+                std::unique_lock<std::mutex> lk(r.mu);
+                r.cv.wait(lk, pred);
+                return;
+            }
+#if defined(__x86_64__)
+            __builtin_ia32_pause();
+#endif
+        }
+    }
+    static void wake(Replica& r) {
+        { std::lock_guard<std::mutex> lk(r.mu); }  // a waiter is either before its check or asleep
+        r.cv.notify_all();
+    }
+
+    void replicaLoop(Replica* r) {
+        uint64_t done = 0;
         for (;;) {
-            std::function<Status()> job;
-            {
-                std::unique_lock<std::mutex> lk(r->mu);
-                r->cv.wait(lk, [&] { return r->hasJob || r->quit; });
-                if (r->quit) return;
-                job = std::move(r->job);
-                r->hasJob = false;
-            }
-            Status st = job();
-            {
-                std::lock_guard<std::mutex> lk(r->mu);
-                r->jobResult = std::move(st);
-                r->jobDone = true;
-            }
-            r->cv.notify_all();
+            await(*r, [&] { return r->posted.load(std::memory_order_acquire) > done || r->quit; });
+            if (r->quit) return;
+            ++done;
+            Status st = (*r->job)(*r);
+            // A replica that fails breaks the group so that no other waits for it.
+            if (!st.ok() && group) group->abort(st.error());
+            r->jobResult = std::move(st);
+            r->finished.store(done, std::memory_order_release);
+            wake(*r);
         }
     }
 
     // Runs fn(replica) on every local replica at once (replica 0 on this thread) and waits for
-    // all. A replica that fails breaks the group so that no other waits for it; the first
-    // failure's own error is returned.
+    // all; the first failure's own error is returned. No allocation: the replicas read `fn`
+    // through a pointer.
     Status forEachReplica(const std::function<Status(Replica&)>& fn) {
         if (replicas.size() == 1) return fn(*replicas[0]);
         for (size_t i = 1; i < replicas.size(); ++i) {
-            Replica* r = replicas[i].get();
-            {
-                std::lock_guard<std::mutex> lk(r->mu);
-                r->job = [r, &fn, this] {
-                    Status st = fn(*r);
-                    if (!st.ok() && group) group->abort(st.error());
-                    return st;
-                };
-                r->hasJob = true;
-                r->jobDone = false;
-            }
-            r->cv.notify_all();
+            Replica& r = *replicas[i];
+            r.job = &fn;
+            r.posted.fetch_add(1, std::memory_order_release);
+            wake(r);
         }
         Status first = fn(*replicas[0]);
         if (!first.ok() && group) group->abort(first.error());
         for (size_t i = 1; i < replicas.size(); ++i) {
-            Replica* r = replicas[i].get();
-            std::unique_lock<std::mutex> lk(r->mu);
-            r->cv.wait(lk, [&] { return r->jobDone; });
-            if (first.ok() && !r->jobResult.ok()) first = r->jobResult;
+            Replica& r = *replicas[i];
+            const uint64_t want = r.posted.load(std::memory_order_relaxed);
+            await(r, [&] { return r.finished.load(std::memory_order_acquire) == want; });
+            if (first.ok() && !r.jobResult.ok()) first = r.jobResult;
         }
         return first;
     }
@@ -358,7 +366,7 @@ struct Trainer::Impl {
             replicas.push_back(std::move(r));
         }
         for (size_t i = 1; i < replicas.size(); ++i)
-            replicas[i]->thread = std::thread(replicaLoop, replicas[i].get());
+            replicas[i]->thread = std::thread([this, r = replicas[i].get()] { replicaLoop(r); });
         return Status::success();
     }
 
@@ -504,11 +512,17 @@ struct Trainer::Impl {
 
     // MultiWorkerMirrored with shard_policy "off": every worker reads everything in its own
     // order, with a batch of global batch / workers.
-    bool shardOff() const { return s.workers && s.project.strategy.shardPolicy == "off"; }
+    bool shardOff() const {
+        return s.workers && s.project.strategy.shardPolicy == "off";
+    }
     // Samples of a batch from this worker's pipeline over all workers.
-    int64_t globalRows(int64_t rows) const { return shardOff() ? rows * workerCount : rows; }
+    int64_t globalRows(int64_t rows) const {
+        return shardOff() ? rows * workerCount : rows;
+    }
     // The batch this worker's pipeline forms.
-    int64_t pipeBatch() const { return shardOff() ? globalBatch() / workerCount : globalBatch(); }
+    int64_t pipeBatch() const {
+        return shardOff() ? globalBatch() / workerCount : globalBatch();
+    }
 
     // Rows [begin, end) of a batch of `rows` from this worker's pipeline that global replica g
     // takes: with the "data" policy every worker holds the global batch and g indexes all
@@ -741,7 +755,9 @@ struct Trainer::Impl {
         return Status::success();
     }
 
-    void log(LogLine::Level lvl, const std::string& text) { bus->publish(LogLine{lvl, text}); }
+    void log(LogLine::Level lvl, const std::string& text) {
+        bus->publish(LogLine{lvl, text});
+    }
 
     std::vector<Tensor> weights() {
         std::vector<Tensor> w;
