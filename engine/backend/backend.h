@@ -83,6 +83,15 @@ class Executable {
     // Enqueues one execution of the program on the device's stream: forward, loss, backward,
     // the all-reduce of the gradient buckets, the accumulators, the optimizer update.
     virtual Status run(const StepArgs& args) = 0;
+    // Host-addressable devices: the next runs read the batch features and labels at these
+    // addresses (which must stay valid and unchanged until those runs finished) instead of the
+    // bound input and label buffers, so a batch needs no copy. Null keeps a binding as it is.
+    // False: the device cannot; copy into the bound buffers.
+    virtual bool rebindBatch(const void* input, const void* label) {
+        (void)input;
+        (void)label;
+        return false;
+    }
     // Device address of a value of the graph (outputs: loss, metrics, predictions).
     virtual const void* valuePtr(int nodeId) const = 0;
     virtual size_t arenaBytes() const = 0;

@@ -596,12 +596,15 @@ struct Trainer::Impl {
         };
 
         if (d.hostAddressable()) {
-            TD_RETURN_IF_ERROR(d.copyToDeviceAsync(p.input, 0, x, xBytes));
-            if (!y) return Status::success();
             if (convertI32) {
                 convert(static_cast<float*>(p.label.ptr));
-                return Status::success();
+                y = p.label.ptr;
             }
+            // The program reads the batch where it is (the batch stays valid until the next
+            // pipe->next(), after this step); a device that cannot gets copies.
+            if (p.exe->rebindBatch(x, y)) return Status::success();
+            TD_RETURN_IF_ERROR(d.copyToDeviceAsync(p.input, 0, x, xBytes));
+            if (!y || y == p.label.ptr) return Status::success();
             return d.copyToDeviceAsync(p.label, 0, y, yBytes);
         }
         const size_t yOffset = (xBytes + 63) / 64 * 64;

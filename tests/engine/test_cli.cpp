@@ -42,6 +42,13 @@ QString project(const char* name) {
 class TestCli : public QObject {
     Q_OBJECT
   private slots:
+    void cleanupTestCase() {
+        for (const char* suffix : {"", "-wal", "-shm"})
+            QFile::remove(QDir::temp().filePath(
+                QString("traindeck-cli-test-%1.db%2")
+                    .arg(QCoreApplication::applicationPid())
+                    .arg(suffix)));
+    }
     void summaryPrintsKerasTable();
     void kerasWarningsOnStderr();
     void devicesListsCpu();
@@ -145,8 +152,10 @@ void TestCli::badInput_data() {
     QTest::newRow("not json") << QStringList{"summary",
                                              QString(TRAINDECK_SOURCE_DIR) + "/README.md"}
                               << "README.md";
-    QTest::newRow("unknown run") << QStringList{"show", "no-such-run", "--db",
-                                                "/tmp/traindeck-cli-test.db"}
+    // A store of this process's own: builds that run their suites at once must not share one.
+    const QString db = QDir::temp().filePath(
+        QString("traindeck-cli-test-%1.db").arg(QCoreApplication::applicationPid()));
+    QTest::newRow("unknown run") << QStringList{"show", "no-such-run", "--db", db}
                                  << "no-such-run";
     QTest::newRow("bad flag") << QStringList{"train", project("synthetic_blobs.json"), "--epochs",
                                              "-3"}

@@ -57,6 +57,25 @@ class CpuProgram final : public Executable {
 
     Status build(const LoweredProgram& lp, const ProgramBindings& bind);
     Status run(const StepArgs& args) override;
+    bool rebindBatch(const void* input, const void* label) override {
+        for (const BatchSite& site : batchSites_) {
+            const void* base = site.label ? label : input;
+            if (!base) continue;
+            void* p = const_cast<char*>(static_cast<const char*>(base)) + site.offset;
+            switch (site.kind) {
+                case BatchSite::Kind::OperandA:
+                    code_[static_cast<size_t>(site.index)].a = static_cast<const float*>(p);
+                    break;
+                case BatchSite::Kind::OperandB:
+                    code_[static_cast<size_t>(site.index)].b = p;
+                    break;
+                case BatchSite::Kind::PrimArg:
+                    prims_[static_cast<size_t>(site.index)].args.at(site.arg).set_data_handle(p);
+                    break;
+            }
+        }
+        return true;
+    }
     const void* valuePtr(int nodeId) const override {
         return ptrs_.at(static_cast<size_t>(nodeId));
     }
@@ -69,6 +88,20 @@ class CpuProgram final : public Executable {
     };
     void* resolve(const Operand& o) const;
     Status addMatmul(const Instr& in, CpuInstr& ins);
+    // Where the program reads the batch: instruction operands and oneDNN arguments in the input
+    // or label space, so rebindBatch() can point them at a batch in place.
+    struct BatchSite {
+        enum class Kind : uint8_t { OperandA, OperandB, PrimArg } kind;
+        int index = 0;  // code_ or prims_ entry
+        int arg = 0;    // DNNL_ARG_* for PrimArg
+        bool label = false;
+        int64_t offset = 0;
+    };
+    void noteBatchSite(const Operand& o, BatchSite::Kind kind, int index, int arg = 0) {
+        if (o.space == Space::Input || o.space == Space::Label)
+            batchSites_.push_back({kind, index, arg, o.space == Space::Label, o.offset});
+    }
+    std::vector<BatchSite> batchSites_;
 
     dnnl::engine& eng_;
     dnnl::stream& strm_;
@@ -178,6 +211,9 @@ Status CpuProgram::addMatmul(const Instr& in, CpuInstr& ins) {
         pr.args[DNNL_ARG_SCRATCHPAD] = memory(pd.scratchpad_desc(), eng_, scratch_.back().get());
         pr.args[DNNL_ARG_SRC] = memory(aMd, eng_, resolve(in.in[0]));
         pr.args[DNNL_ARG_WEIGHTS] = memory(wMd, eng_, resolve(in.in[1]));
+        const int index = static_cast<int>(prims_.size());
+        noteBatchSite(in.in[0], BatchSite::Kind::PrimArg, index, DNNL_ARG_SRC);
+        noteBatchSite(in.in[1], BatchSite::Kind::PrimArg, index, DNNL_ARG_WEIGHTS);
         if (hasBias) pr.args[DNNL_ARG_BIAS] = memory(biasMd, eng_, resolve(in.in[2]));
         pr.args[DNNL_ARG_DST] = memory(cMd, eng_, resolve(in.out));
     } catch (const dnnl::error& e) {
@@ -213,6 +249,11 @@ Status CpuProgram::build(const LoweredProgram& lp, const ProgramBindings& bind) 
             }
         }
         if (in.in.size() >= 2) ins.b = resolve(in.in[1]);
+        if (in.op != InstrOp::MatMul && in.op != InstrOp::Dense) {
+            const int index = static_cast<int>(code_.size());
+            if (!in.in.empty()) noteBatchSite(in.in[0], BatchSite::Kind::OperandA, index);
+            if (in.in.size() >= 2) noteBatchSite(in.in[1], BatchSite::Kind::OperandB, index);
+        }
         ins.act = in.act;
         ins.alpha = in.alpha;
         ins.usesOutput = in.usesOutput;
