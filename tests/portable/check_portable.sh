@@ -20,7 +20,10 @@ trap 'rm -rf "$tmp"' EXIT
 # AddressSanitizer and ThreadSanitizer reserve terabytes of shadow address space, which the
 # user-mode emulator cannot map: such builds get the disassembly check only.
 sanitized=0
-if objdump -p "$bin" 2>/dev/null | grep -Eq 'NEEDED +lib(a|t|hwa)san'; then sanitized=1; fi
+# (The headers go to a variable first: grep -q stops reading early, and under pipefail the
+# writer's SIGPIPE would make the test read "not sanitized".)
+headers="$(objdump -p "$bin" 2>/dev/null)"
+if grep -Eq 'NEEDED +lib(a|t|hwa)san' <<<"$headers"; then sanitized=1; fi
 
 if [ "$sanitized" = 1 ]; then
   echo "$bin is built with a sanitizer runtime: skipping the emulated run"
