@@ -204,7 +204,6 @@ struct Trainer::Impl {
     GradientPlan gradPlan;
     std::vector<size_t> trainableIndex;  // Graph::params() indices of the trainable parameters
     std::vector<Shape> paramShapes;
-    std::vector<std::string> paramNames;
     bool wantBatchLoss = false;
     WorkerFault fault = WorkerFault::fromEnv();
 
@@ -399,7 +398,6 @@ struct Trainer::Impl {
         for (size_t i = 0; i < pids.size(); ++i) {
             const Node& n = g.node(pids[i]);
             const std::string name = n.attrs.name.value_or("");
-            paramNames.push_back(name);
             paramShapes.push_back(n.shape);
             if (n.attrs.trainableOr()) trainableIndex.push_back(i);
             const std::string layer = name.substr(0, name.rfind('/'));
@@ -780,6 +778,19 @@ struct Trainer::Impl {
                 (void)rp->device->copyToDevice(rp->params[i], 0, w[i].raw(), w[i].bytes());
     }
 
+    // Device memory the first replica holds: parameters, gradients, optimizer slots, and each
+    // compiled program's arena and batch buffers.
+    int64_t deviceBytes() const {
+        int64_t bytes = 0;
+        const Replica& r = *replicas[0];
+        for (const Buffer& b : r.params) bytes += static_cast<int64_t>(b.bytes);
+        bytes += static_cast<int64_t>(r.flatGrads.bytes);
+        for (const Buffer& b : r.slots) bytes += static_cast<int64_t>(b.bytes);
+        for (const auto& [key, p] : r.programs)
+            bytes += static_cast<int64_t>(p->exe->arenaBytes() + p->input.bytes + p->label.bytes);
+        return bytes;
+    }
+
     Result<RunFinished> fit();
     Result<EvalResult> evaluate(const Dataset& d);
 };
@@ -832,16 +843,7 @@ Result<RunFinished> Trainer::Impl::fit() {
     ctl.log = [&](const std::string& text) { log(LogLine::Level::Info, text); };
     TD_RETURN_IF_ERROR(runCallbacks("on_train_begin", [&](Callback& cb) { cb.onTrainBegin(ctl); }));
 
-    const int64_t memory = [&] {
-        int64_t bytes = 0;
-        Replica& r = *replicas[0];
-        for (const Buffer& b : r.params) bytes += static_cast<int64_t>(b.bytes);
-        bytes += static_cast<int64_t>(r.flatGrads.bytes);
-        for (const Buffer& b : r.slots) bytes += static_cast<int64_t>(b.bytes);
-        for (const auto& [key, p] : r.programs)
-            bytes += static_cast<int64_t>(p->exe->arenaBytes() + p->input.bytes + p->label.bytes);
-        return bytes;
-    }();
+    const int64_t memory = deviceBytes();
     MetricMap last;
     RunStatus status = RunStatus::Completed;
     std::string message;
@@ -1142,12 +1144,7 @@ int Trainer::workerRank() const {
 }
 
 int64_t Trainer::deviceBytes() const {
-    int64_t bytes = 0;
-    const auto& r = *impl_->replicas[0];
-    for (const Buffer& b : r.params) bytes += static_cast<int64_t>(b.bytes);
-    bytes += static_cast<int64_t>(r.flatGrads.bytes);
-    for (const Buffer& b : r.slots) bytes += static_cast<int64_t>(b.bytes);
-    return bytes;
+    return impl_->deviceBytes();
 }
 
 int64_t Trainer::allReduceBytesPerStep() const {
