@@ -408,6 +408,9 @@ Result<Tensor> Session::predict(const Tensor& x) {
 
 Result<std::string> Session::dumpIr(const std::string& afterPass) {
     Impl& im = *impl_;
+    // The first replica's training program as the device runs it: the step around the graph
+    // (gradient all-reduce, optimizer update, the loss and metric sums) included.
+    if (afterPass == "lowered") return im.trainer->loweredTrainProgram();
     BuildOptions bo;
     bo.batch = im.project.training.batchSize;
     bo.mode = GraphMode::Train;
@@ -425,6 +428,7 @@ Result<std::string> Session::dumpIr(const std::string& afterPass) {
     std::vector<std::string> names{"forward", "autodiff"};
     for (auto& n : pm.passNames()) names.push_back(n);
     names.push_back("final");
+    names.push_back("lowered");
     bool known = false;
     for (auto& n : names) known = known || n == afterPass;
     if (!known) {

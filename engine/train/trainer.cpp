@@ -1147,6 +1147,24 @@ int64_t Trainer::deviceBytes() const {
     return impl_->deviceBytes();
 }
 
+Result<std::string> Trainer::loweredTrainProgram() const {
+    const Impl& im = *impl_;
+    const Impl::Replica& r = *im.replicas[0];
+    const auto [b0, b1] = im.sliceOf(r.global, im.pipeBatch());
+    auto it = r.programs.find({static_cast<int>(GraphMode::Train), b1 - b0});
+    if (it == r.programs.end()) return err("internal: the training program was not compiled");
+    LowerOptions lo;
+    lo.accumulate = true;
+    if (im.totalReplicas > 1) {
+        lo.buckets = im.gradPlan.buckets;
+        lo.gradOffsets = im.gradPlan.offsets;
+    }
+    lo.update = &im.updateSpec;
+    TD_ASSIGN_OR_RETURN(LoweredProgram lp, lower(it->second->graph, lo));
+    return "# replica 0 of " + std::to_string(im.totalReplicas) + ", " + std::to_string(b1 - b0) +
+           " of " + std::to_string(im.globalBatch()) + " samples per step\n" + printProgram(lp);
+}
+
 int64_t Trainer::allReduceBytesPerStep() const {
     return impl_->totalReplicas > 1 ? impl_->gradPlan.elements * 4 : 0;
 }

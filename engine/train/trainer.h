@@ -94,6 +94,8 @@ class Trainer {
     // Device memory the run holds on the first replica: parameters, gradients, optimizer slots,
     // program arenas, batch buffers.
     int64_t deviceBytes() const;
+    // The first replica's full-batch training program, lowered, as text (printProgram).
+    Result<std::string> loweredTrainProgram() const;
     // The gradient all-reduce of one step: bytes per replica and buckets (0 with one replica).
     int64_t allReduceBytesPerStep() const;
     int gradientBuckets() const;

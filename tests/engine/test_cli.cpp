@@ -119,6 +119,33 @@ void TestCli::compileDumpsAfterPass() {
     Run bad = traindeck({"compile", project("synthetic_blobs.json"), "--dump-after=frobnicate"});
     QCOMPARE(bad.code, 2);
     QVERIFY(bad.err.contains("unknown pass 'frobnicate'"));
+    QVERIFY(bad.err.contains("lowered"));
+    // The lowered step: one device has no all-reduce; two replicas sum every gradient bucket
+    // before the one update instruction.
+    Run one = traindeck({"compile", project("synthetic_blobs.json"), "--dump-after=lowered"});
+    QCOMPARE(one.code, 0);
+    QVERIFY2(one.out.contains("# replica 0 of 1, 64 of 64 samples"), qPrintable(one.out));
+    QVERIFY(!one.out.contains("all_reduce"));
+    QVERIFY(one.out.contains("accumulate acc[0]"));
+    QVERIFY(one.out.contains("update sgd"));
+    QTemporaryDir dir;
+    QFile in(project("synthetic_blobs.json"));
+    QVERIFY(in.open(QIODevice::ReadOnly));
+    QString text = QString::fromUtf8(in.readAll());
+    text.replace(QString(R"("strategy": {"type": "one_device"})"),
+                 QString(R"("strategy": {"type": "mirrored", "replicas": 2})"));
+    const QString mirrored = dir.filePath("mirrored.json");
+    QFile out(mirrored);
+    QVERIFY(out.open(QIODevice::WriteOnly));
+    out.write(text.toUtf8());
+    out.close();
+    Run two = traindeck({"compile", mirrored, "--dump-after=lowered"});
+    QCOMPARE(two.code, 0);
+    QVERIFY2(two.out.contains("# replica 0 of 2, 32 of 64 samples"), qPrintable(two.out));
+    const qsizetype start = two.out.indexOf("all_reduce_start bucket 0");
+    const qsizetype wait = two.out.indexOf("all_reduce_wait bucket 0");
+    const qsizetype update = two.out.indexOf("update sgd");
+    QVERIFY(start > 0 && wait > start && update > wait);
 }
 
 void TestCli::trainStoresRunAndListsIt() {
