@@ -11,6 +11,7 @@
 #include <map>
 #include <sstream>
 #include <thread>
+#include <type_traits>
 
 #include "engine/distribute/collectives.h"
 #include "engine/distribute/replica_group.h"
@@ -186,7 +187,8 @@ struct Trainer::Impl {
         std::thread thread;
         std::mutex mu;
         std::condition_variable cv;
-        const std::function<Status(Replica&)>* job = nullptr;
+        Status (*job)(void* fn, Replica& r) = nullptr;  // calls the engine's callable `jobFn`
+        void* jobFn = nullptr;
         std::atomic<uint64_t> posted{0}, finished{0};
         std::atomic<bool> quit{false};
         Status jobResult = Status::success();
@@ -266,7 +268,7 @@ struct Trainer::Impl {
             await(*r, [&] { return r->posted.load(std::memory_order_acquire) > done || r->quit; });
             if (r->quit) return;
             ++done;
-            Status st = (*r->job)(*r);
+            Status st = r->job(r->jobFn, *r);
             // A replica that fails breaks the group so that no other waits for it.
             if (!st.ok() && group) group->abort(st.error());
             r->jobResult = std::move(st);
@@ -276,13 +278,16 @@ struct Trainer::Impl {
     }
 
     // Runs fn(replica) on every local replica at once (replica 0 on this thread) and waits for
-    // all; the first failure's own error is returned. No allocation: the replicas read `fn`
-    // through a pointer.
-    Status forEachReplica(const std::function<Status(Replica&)>& fn) {
+    // all; the first failure's own error is returned. No allocation in the step loop: the
+    // replicas call `fn` through a plain function pointer and its address.
+    template <typename Fn>
+    Status forEachReplica(Fn&& fn) {
         if (replicas.size() == 1) return fn(*replicas[0]);
+        using F = std::remove_reference_t<Fn>;
         for (size_t i = 1; i < replicas.size(); ++i) {
             Replica& r = *replicas[i];
-            r.job = &fn;
+            r.job = [](void* f, Replica& rep) -> Status { return (*static_cast<F*>(f))(rep); };
+            r.jobFn = const_cast<void*>(static_cast<const void*>(&fn));
             r.posted.fetch_add(1, std::memory_order_release);
             wake(r);
         }
