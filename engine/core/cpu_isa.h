@@ -8,6 +8,7 @@
 #pragma once
 
 #include <string>
+#include <type_traits>
 
 namespace td {
 
@@ -32,4 +33,25 @@ CpuIsaChoice chooseCpuIsa(const char* requested, CpuIsa detected);
 // command-line front end refuses to start when its error is set; library code only follows isa.
 const CpuIsaChoice& activeCpuIsa();
 
+// The kernels of `isa` for a family compiled once per level, each level's table in its own
+// translation unit: `generic` always, `avx2` and `avx512` where the build has them (null
+// elsewhere; see TD_ISA_X86). A level this build lacks gives the generic table.
+template <typename Table>
+const Table& kernelsForIsa(CpuIsa isa, const Table& (*generic)(),
+                           std::type_identity_t<const Table& (*)()> avx2,
+                           std::type_identity_t<const Table& (*)()> avx512) {
+    if (isa == CpuIsa::Avx512 && avx512) return avx512();
+    if (isa == CpuIsa::Avx2 && avx2) return avx2();
+    return generic();
+}
+
 }  // namespace td
+
+// A level's table where the build compiles the x86-64 levels, else null.
+#if defined(__x86_64__)
+#define TD_ISA_X86(table) (table)
+#else
+#define TD_ISA_X86(table) nullptr
+#endif
+
+namespace td {}  // namespace td

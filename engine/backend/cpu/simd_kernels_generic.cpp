@@ -13,12 +13,8 @@ const simd::Table& table();
 }
 
 const simd::Table& simd::kernelsFor(CpuIsa isa) {
-#if defined(__x86_64__)
-    if (isa == CpuIsa::Avx512) return isa_avx512::table();
-    if (isa == CpuIsa::Avx2) return isa_avx2::table();
-#endif
-    (void)isa;
-    return isa_generic::table();
+    return kernelsForIsa(isa, &isa_generic::table, TD_ISA_X86(&isa_avx2::table),
+                         TD_ISA_X86(&isa_avx512::table));
 }
 
 const simd::Table& simd::activeKernels() {
