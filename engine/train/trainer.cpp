@@ -962,6 +962,11 @@ Result<RunFinished> Trainer::Impl::fit() {
         // The skipped short batch still leaves the pipeline, which completes a cache it fills.
         if (dropTail && !stopNow) TD_RETURN_IF_ERROR(statusOf(pipe->next()));
         if (seen == 0) break;
+        // A stop between log points leaves steps the last read did not see: read them now. (Every
+        // worker gets here at the same step: across workers a stop acts at log points only.)
+        if (seenSinceLog > 0) {
+            TD_ASSIGN_OR_RETURN(sums, readAccumulators(true));
+        }
         EpochMetrics em;
         em.epoch = epoch;
         em.metrics["loss"] = sums[0] / static_cast<double>(seen);

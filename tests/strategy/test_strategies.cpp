@@ -326,6 +326,52 @@ class TestStrategies : public QObject {
         QVERIFY(warned);
     }
 
+    // A stop between log points (here from a callback after step 3, logging every 100 steps):
+    // the epoch's metrics still cover every step that ran.
+    void stopBetweenLogPoints_data() {
+        QTest::addColumn<int>("replicas");
+        QTest::newRow("one device") << 1;
+        QTest::newRow("2 replicas") << 2;
+    }
+    void stopBetweenLogPoints() {
+        QFETCH(int, replicas);
+        class StopAfter : public Callback {
+          public:
+            explicit StopAfter(Session** s) : s_(s) {}
+            void onBatchEnd(int64_t step, const MetricMap&, TrainControl&) override {
+                if (step == 3) (*s_)->requestStop();
+            }
+            bool wantsBatchLogs() const override { return false; }
+
+          private:
+            Session** s_;
+        };
+        Session* session = nullptr;
+        SessionOptions o;
+        o.callbacks.push_back(std::make_shared<StopAfter>(&session));
+        Project p = replicas == 1 ? blobs(R"({"type": "one_device"})")
+                                  : blobs(R"({"type": "mirrored", "replicas": 2})");
+        p.training.logEverySteps = 100;
+        auto s = Session::create(p, o);
+        QVERIFY2(s.ok(), s.ok() ? "" : s.error().c_str());
+        session = s.value().get();
+        auto q = session->events().subscribe();
+        QVERIFY(session->fit().ok());
+        std::vector<EpochMetrics> epochs;
+        RunFinished fin;
+        for (const Event& e : q->drain()) {
+            if (auto* m = std::get_if<EpochMetrics>(&e)) epochs.push_back(*m);
+            if (auto* f = std::get_if<RunFinished>(&e)) fin = *f;
+        }
+        QCOMPARE(fin.status, RunStatus::Stopped);
+        QCOMPARE(epochs.size(), size_t(1));
+        QVERIFY(std::isfinite(epochs[0].metrics.at("loss")) && epochs[0].metrics.at("loss") > 0);
+        // 3 steps of 64 samples: the accuracy is a count of correct samples over 192.
+        const double correct = epochs[0].metrics.at("accuracy") * 192;
+        QVERIFY2(std::abs(correct - std::round(correct)) < 1e-6,
+                 qPrintable(QString::number(correct)));
+    }
+
     void unevenGlobalBatchIsRefused() {
         auto s = Session::create(blobs(R"({"type": "mirrored", "replicas": 3})", 64), {});
         QVERIFY(!s.ok());
