@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -15,6 +16,7 @@
 #include <sstream>
 
 #include "engine/backend/backend.h"
+#include "engine/core/cpu_isa.h"
 #include "engine/core/text_limits.h"
 #include "engine/data/pipeline.h"
 #include "engine/data/sources.h"
@@ -103,7 +105,14 @@ Result<std::unique_ptr<Session>> Session::create(const Project& projectIn,
                    std::to_string(p.training.initialEpoch));
     if (p.precision != PrecisionPolicy::Float32) {
         Capability cap = precisionCapability(p.precision);
-        return err(std::string("precision: ") + precisionName(p.precision) + ": " + cap.reason);
+        if (!cap.available)
+            return err(std::string("precision: ") + precisionName(p.precision) + ": " +
+                       cap.reason);
+    }
+    if (Status st = checkPassNames(p.disabledPasses); !st.ok()) {
+        size_t i = 0;
+        while (i < p.disabledPasses.size() && checkPassNames({p.disabledPasses[i]}).ok()) ++i;
+        return err("disabled_passes[" + std::to_string(i) + "]: " + st.error());
     }
     if (p.strategy.type != "one_device") {
         Capability cap = strategyCapability(p.strategy.type);
@@ -318,6 +327,8 @@ Status Session::fit() {
         im.bus.publish(im.runStarted());
         // What loading the data had to say (a decoded-source cache it could not write, ...).
         for (const std::string& note : im.splits.notes) im.log(LogLine::Level::Warning, note);
+        for (const std::string& note : precisionNotes(im.project.precision))
+            im.log(LogLine::Level::Warning, note);
         Result<RunFinished> r = guarded("internal error", [&] { return im.trainer->fit(); });
         if (r.ok()) {
             fin = std::move(r).value();
@@ -411,7 +422,10 @@ Result<std::string> Session::dumpIr(const std::string& afterPass) {
     // The first replica's training program as the device runs it: the step around the graph
     // (gradient all-reduce, optimizer update, the loss and metric sums) included.
     if (afterPass == "lowered") return im.trainer->loweredTrainProgram();
+    const CompileOptions co = compileOptions(im.project, true);
     BuildOptions bo;
+    bo.compute = co.compute;
+    bo.fuseSoftmaxXent = co.enabled("fuse_softmax_xent");
     bo.batch = im.project.training.batchSize;
     bo.mode = GraphMode::Train;
     bo.loss = im.project.training.loss;
@@ -419,11 +433,10 @@ Result<std::string> Session::dumpIr(const std::string& afterPass) {
     bo.seed = im.project.training.seed;
     TD_ASSIGN_OR_RETURN(Graph g, buildGraph(im.project.model, im.info, bo));
     if (afterPass == "forward") return printGraph(g);
-    TD_RETURN_IF_ERROR(autodiff(g));
+    TD_RETURN_IF_ERROR(autodiff(g, im.project.precision == PrecisionPolicy::MixedFloat16));
     if (afterPass == "build" || afterPass == "autodiff") return printGraph(g);
     PassManager pm;
-    addStandardPasses(pm);
-    if (!im.project.fusion) pm.disable("fusion");
+    addStandardPasses(pm, co);
     std::string dump;
     std::vector<std::string> names{"forward", "autodiff"};
     for (auto& n : pm.passNames()) names.push_back(n);
@@ -447,10 +460,13 @@ Result<std::string> Session::dumpIr(const std::string& afterPass) {
     for (const auto& t : pm.timings())
         notes += " " + t.pass + (t.skipped ? "(off)" : t.changed ? "(changed)" : "(unchanged)");
     notes += "\n";
-    if (auto* fp = static_cast<FusionPass*>(pm.find("fusion")))
+    for (const std::string& name : pm.passNames()) {
+        auto* fp = dynamic_cast<FusingPass*>(pm.find(name));
+        if (!fp || pm.isDisabled(name)) continue;
         for (const auto& d : fp->decisions())
-            notes += std::string("# fusion: ") +
-                     (d.fused ? "fused " + d.what : "kept apart: " + d.reason) + "\n";
+            notes += "# " + name + ": " + (d.fused ? "fused " + d.what : "kept apart: " + d.reason) +
+                     "\n";
+    }
     if (auto* mp = static_cast<MemoryPlanPass*>(pm.find("memory")); mp && !pm.isDisabled("memory"))
         notes += "# memory: arena " + std::to_string(mp->arenaBytes()) + " bytes (" +
                  std::to_string(mp->naiveBytes()) + " without reuse)\n";
@@ -479,9 +495,32 @@ std::vector<DeviceInfo> listDevices() {
 
 Capability precisionCapability(PrecisionPolicy p) {
     if (p == PrecisionPolicy::Float32) return {};
-    return {false, std::string(precisionName(p)) +
-                       " needs the mixed-precision compiler passes (16-bit compute with loss "
-                       "scaling), which this version does not have yet; use float32"};
+    if (p == PrecisionPolicy::MixedFloat16) return {};  // runs everywhere (see precisionNotes)
+    const CpuHalfSupport h = cpuHalfSupport();
+    if (h.amxBf16 || h.avx512Bf16) return {};
+    const char* allow = std::getenv("TRAINDECK_BF16_EMULATION");
+    if (allow && std::string(allow) == "1") return {};
+    return {false,
+            "this CPU has neither AMX-BF16 nor AVX512-BF16, so oneDNN would emulate bf16 "
+            "matrix products more slowly than float32 runs them (set "
+            "TRAINDECK_BF16_EMULATION=1 to run it anyway)"};
+}
+
+std::vector<std::string> precisionNotes(PrecisionPolicy p) {
+    std::vector<std::string> notes;
+    const CpuHalfSupport h = cpuHalfSupport();
+    if (p == PrecisionPolicy::MixedBfloat16 && !h.amxBf16 && !h.avx512Bf16)
+        notes.push_back(
+            "mixed_bfloat16: this CPU has neither AMX-BF16 nor AVX512-BF16; oneDNN emulates "
+            "the bf16 matrix products (TRAINDECK_BF16_EMULATION=1), slower than float32");
+    if (p == PrecisionPolicy::MixedFloat16)
+        notes.push_back(std::string("mixed_float16: ") +
+                        (h.avx512Fp16 ? "this CPU has AVX512-FP16, but this build of oneDNN "
+                                        "has no f16 matrix product for it"
+                                      : "this CPU has no AVX512-FP16") +
+                        "; f16 values are stored in 16 bits and converted to float32 for each "
+                        "matrix product (expect it slower than float32)");
+    return notes;
 }
 
 Capability strategyCapability(const std::string& type) {

@@ -34,6 +34,9 @@ struct Capability {
     std::string reason;
 };
 Capability precisionCapability(PrecisionPolicy p);
+// What a precision policy does on this machine that a user should know (emulation, conversions);
+// a run logs them at its start.
+std::vector<std::string> precisionNotes(PrecisionPolicy p);
 Capability strategyCapability(const std::string& strategyType);
 
 class Callback;

@@ -43,6 +43,10 @@ struct StepArgs {
     int64_t step = 0;        // global optimizer step (dropout mask key)
     int64_t sampleBase = 0;  // global index of row 0 of this replica's batch slice
     UpdateScalars update;    // this step's learning rate and bias corrections (train programs)
+    // Mixed precision: the parameters were written outside the program since its last run (set-up,
+    // restored weights), so the casts into their 16-bit shadows run again before use. Otherwise
+    // the previous step's update has written the shadows.
+    bool refreshShadows = false;
 };
 
 class Collectives;  // engine/distribute/collectives.h
@@ -75,6 +79,14 @@ struct ProgramBindings {
     // Every buffer here is named after its field in compile errors ("optimizerSlots[3]: ...").
     const UpdateSpec* update = nullptr;
     std::vector<Buffer> optimizerSlots;
+    // Mixed precision with fold_casts: per Graph::params() entry, the 16-bit copy of that
+    // parameter the program's products read and its update writes (empty Buffer: none).
+    std::vector<Buffer> shadows;
+    // mixed_float16: the LossScaleState (train/update.h) the loss gradient and the update read
+    // and write; kept across runs by its owner. Empty: no loss scaling.
+    Buffer lossScale;
+    // Compile option: one multi-tensor update pass (the fuse_update fusion) or one per parameter.
+    bool fuseUpdate = true;
 };
 
 class Executable {

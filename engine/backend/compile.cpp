@@ -23,6 +23,10 @@ std::string bindingName(Space s, int index) {
             return "flatGrads";
         case Space::Slot:
             return "optimizerSlots[" + std::to_string(index) + "]";
+        case Space::Shadow:
+            return "shadows[" + std::to_string(index) + "]";
+        case Space::LossScale:
+            return "lossScale";
         default:
             return spaceName(s);
     }
@@ -48,6 +52,10 @@ const Buffer* boundBuffer(const ProgramBindings& b, Space s, int index) {
             return &b.flatGrads;
         case Space::Slot:
             return at(b.optimizerSlots);
+        case Space::Shadow:
+            return at(b.shadows);
+        case Space::LossScale:
+            return &b.lossScale;
         default:
             return nullptr;
     }
@@ -69,12 +77,15 @@ Status checkBindings(const LoweredProgram& p, const ProgramBindings& b) {
     for (const Instr& i : p.code) {
         for (const Operand& o : i.in) use(o);
         use(i.out);
+        use(i.out2);
     }
     for (const UpdateOperands& u : p.updateTensors) {
         use(u.value);
         use(u.grad);
         for (const Operand& s : u.slot) use(s);
+        use(u.shadow);
     }
+    if (p.lossScaled) use(Operand{Space::LossScale, 0, 0, DType::U8, {sizeof(LossScaleState)}});
     for (const auto& [key, bytes] : need) {
         const Buffer* buf = boundBuffer(b, key.first, key.second);
         const std::string name = bindingName(key.first, key.second);
@@ -98,6 +109,8 @@ Result<std::unique_ptr<Executable>> compileProgram(Device& device, const Graph& 
     LowerOptions o;
     o.accumulate = b.accumulators.ptr != nullptr;
     o.update = b.update;
+    o.fuseUpdate = b.fuseUpdate;
+    o.lossScale = b.lossScale.ptr != nullptr;
     if (b.collectives && !planned.grads.empty()) {
         if (b.buckets.empty())
             return err("program " + planned.name +

@@ -2,6 +2,10 @@
 
 #include <cstdlib>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 namespace td {
 
 const char* cpuIsaName(CpuIsa isa) {
@@ -25,6 +29,20 @@ CpuIsa detectedCpuIsa() {
     if (__builtin_cpu_supports("avx2")) return CpuIsa::Avx2;
 #endif
     return CpuIsa::Generic;
+}
+
+CpuHalfSupport cpuHalfSupport() {
+    CpuHalfSupport h;
+#if defined(__x86_64__)
+    if (detectedCpuIsa() != CpuIsa::Avx512) return h;  // no AVX-512 state saved by the OS
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
+        h.amxBf16 = (d >> 22) & 1u;
+        h.avx512Fp16 = (d >> 23) & 1u;
+    }
+    if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) h.avx512Bf16 = (a >> 5) & 1u;
+#endif
+    return h;
 }
 
 CpuIsaChoice chooseCpuIsa(const char* requested, CpuIsa detected) {

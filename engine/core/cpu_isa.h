@@ -33,6 +33,15 @@ CpuIsaChoice chooseCpuIsa(const char* requested, CpuIsa detected);
 // command-line front end refuses to start when its error is set; library code only follows isa.
 const CpuIsaChoice& activeCpuIsa();
 
+// The 16-bit matrix-product instructions of this CPU (CPUID, with the OS saving AVX-512 state):
+// what mixed precision can run fast. oneDNN picks among them itself.
+struct CpuHalfSupport {
+    bool avx512Bf16 = false;  // AVX512_BF16: bf16 dot products
+    bool amxBf16 = false;     // AMX-BF16 tiles
+    bool avx512Fp16 = false;  // AVX512-FP16 arithmetic
+};
+CpuHalfSupport cpuHalfSupport();
+
 // The kernels of `isa` for a family compiled once per level, each level's table in its own
 // translation unit: `generic` always, `avx2` and `avx512` where the build has them (null
 // elsewhere; see TD_ISA_X86). A level this build lacks gives the generic table.

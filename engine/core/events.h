@@ -57,6 +57,7 @@ struct StepMetrics {
     MetricMap metrics;       // running means over the epoch so far: loss, accuracy, ...
     double learningRate = 0;
     double lossScale = 0;         // 0 when loss scaling is off
+    int64_t skippedSteps = 0;     // loss scaling: steps skipped so far (non-finite gradients)
     double inputWaitSeconds = 0;  // time the step loop waited for the pipeline, since last event
     double computeSeconds = 0;    // time spent in forward/backward/update, since last event
     double samplesPerSecond = 0;  // global throughput since the last event

@@ -214,7 +214,7 @@ Result<Graph> buildGraph(const ModelSpec& model, const ModelInfo& info, const Bu
         if (L.fromLogits) {
             lossKind = fused;
             onLogits = true;
-        } else if (last && last->attrs.act == ActKind::Softmax) {
+        } else if (last && last->attrs.act == ActKind::Softmax && opt.fuseSoftmaxXent) {
             lossKind = fused;
             lossIn = last->inputs[0];
             onLogits = true;
@@ -225,7 +225,7 @@ Result<Graph> buildGraph(const ModelSpec& model, const ModelInfo& info, const Bu
         if (L.fromLogits) {
             lossKind = LossKind::SigmoidBce;
             onLogits = true;
-        } else if (last && last->attrs.act == ActKind::Sigmoid) {
+        } else if (last && last->attrs.act == ActKind::Sigmoid && opt.fuseSoftmaxXent) {
             lossKind = LossKind::SigmoidBce;
             lossIn = last->inputs[0];
             onLogits = true;
@@ -262,7 +262,56 @@ Result<Graph> buildGraph(const ModelSpec& model, const ModelInfo& info, const Bu
         int id = g.add(Op::Metric, {lossIn, y}, DType::F32, {1}, ma);
         g.outputs.emplace_back(m.key, id);
     }
+    if (opt.compute != DType::F32) g = insertCasts(g, opt.compute);
     TD_RETURN_IF_ERROR(verifyGraph(g));
+    return g;
+}
+
+Graph insertCasts(const Graph& fwd, DType compute) {
+    Graph g;
+    g.name = fwd.name;
+    std::vector<int> remap(fwd.nodes.size(), -1);
+    std::map<std::pair<int, DType>, int> casts;  // (value, dtype) -> its cast, made once
+    auto castTo = [&](int v, DType dt) {
+        if (g.node(v).dtype == dt) return v;
+        auto [it, fresh] = casts.try_emplace({v, dt}, -1);
+        if (fresh) it->second = g.add(Op::Cast, {v}, dt, g.node(v).shape);
+        return it->second;
+    };
+    for (const Node& n : fwd.nodes) {
+        std::vector<int> in;
+        for (int i : n.inputs) in.push_back(remap[static_cast<size_t>(i)]);
+        DType dt = n.dtype;
+        switch (n.op) {
+            case Op::MatMul:
+            case Op::Dense:
+                in[0] = castTo(in[0], compute);
+                in[1] = castTo(in[1], compute);
+                dt = compute;
+                break;
+            case Op::BiasAdd:
+            case Op::Dropout:
+            case Op::Reshape:
+                dt = g.node(in[0]).dtype;
+                break;
+            case Op::Act:
+                if (n.attrs.actOr() == ActKind::Softmax) in[0] = castTo(in[0], DType::F32);
+                dt = g.node(in[0]).dtype;
+                break;
+            case Op::Loss:
+            case Op::Metric:
+                in[0] = castTo(in[0], DType::F32);
+                break;
+            default:
+                break;
+        }
+        remap[static_cast<size_t>(n.id)] = g.add(n.op, std::move(in), dt, n.shape, n.attrs);
+    }
+    for (const auto& [name, id] : fwd.outputs) {
+        int v = remap[static_cast<size_t>(id)];
+        if (name == "predictions") v = castTo(v, DType::F32);
+        g.outputs.emplace_back(name, v);
+    }
     return g;
 }
 
@@ -276,7 +325,7 @@ bool actUsesOutput(ActKind act) {
 }
 }  // namespace
 
-Status autodiff(Graph& g) {
+Status autodiff(Graph& g, bool dynamicLossScale) {
     const int root = g.output("loss");
     if (root < 0) return err("autodiff: the graph has no 'loss' output");
     const size_t n0 = g.nodes.size();
@@ -317,7 +366,10 @@ Status autodiff(Graph& g) {
         }
         int pred = nd.inputs[0];
         if (!needs[static_cast<size_t>(pred)]) continue;
-        int d = g.add(Op::LossGrad, {pred, nd.inputs[1]}, DType::F32, g.node(pred).shape, nd.attrs);
+        NodeAttrs la = nd.attrs;
+        if (dynamicLossScale) la.dynamicScale = true;
+        int d = g.add(Op::LossGrad, {pred, nd.inputs[1]}, g.node(pred).dtype, g.node(pred).shape,
+                      la);
         contrib[static_cast<size_t>(pred)].push_back(d);
     }
 
@@ -325,7 +377,7 @@ Status autodiff(Graph& g) {
         auto& c = contrib[id];
         int acc = c[0];
         for (size_t i = 1; i < c.size(); ++i)
-            acc = g.add(Op::Add, {acc, c[i]}, DType::F32, g.node(acc).shape);
+            acc = g.add(Op::Add, {acc, c[i]}, g.node(acc).dtype, g.node(acc).shape);
         return acc;
     };
 
@@ -338,21 +390,23 @@ Status autodiff(Graph& g) {
             contrib[static_cast<size_t>(input)].push_back(grad);
         };
         auto wants = [&](int input) { return needs[static_cast<size_t>(input)]; };
+        // A gradient has the dtype of the value it is the gradient of.
+        auto dt = [&](int input) { return g.node(input).dtype; };
         switch (nd.op) {
             case Op::Reshape:
                 if (wants(nd.inputs[0]))
                     give(nd.inputs[0],
-                         g.add(Op::Reshape, {dy}, DType::F32, g.node(nd.inputs[0]).shape));
+                         g.add(Op::Reshape, {dy}, dt(nd.inputs[0]), g.node(nd.inputs[0]).shape));
                 break;
             case Op::MatMul: {
                 if (nd.attrs.transA.value_or(false) || nd.attrs.transB.value_or(false))
                     return err("autodiff: transposed matmul in a forward graph is not supported");
                 int a = nd.inputs[0], b = nd.inputs[1];
                 if (wants(a))  // dA = dY B^T
-                    give(a, g.add(Op::MatMul, {dy, b}, DType::F32, g.node(a).shape,
+                    give(a, g.add(Op::MatMul, {dy, b}, dt(a), g.node(a).shape,
                                   matmulAttrs(false, true)));
                 if (wants(b))  // dB = A^T dY
-                    give(b, g.add(Op::MatMul, {a, dy}, DType::F32, g.node(b).shape,
+                    give(b, g.add(Op::MatMul, {a, dy}, dt(b), g.node(b).shape,
                                   matmulAttrs(true, false)));
                 break;
             }
@@ -360,7 +414,7 @@ Status autodiff(Graph& g) {
                 if (wants(nd.inputs[0])) give(nd.inputs[0], dy);
                 if (wants(nd.inputs[1]))
                     give(nd.inputs[1],
-                         g.add(Op::BiasGrad, {dy}, DType::F32, g.node(nd.inputs[1]).shape));
+                         g.add(Op::BiasGrad, {dy}, dt(nd.inputs[1]), g.node(nd.inputs[1]).shape));
                 break;
             case Op::Act: {
                 if (!wants(nd.inputs[0])) break;
@@ -368,17 +422,23 @@ Status autodiff(Graph& g) {
                 const bool useOut = actUsesOutput(nd.attrs.actOr());
                 attrs.usesOutput = useOut;
                 int saved = useOut ? nd.id : nd.inputs[0];
-                give(nd.inputs[0], g.add(Op::ActGrad, {dy, saved}, DType::F32, nd.shape, attrs));
+                give(nd.inputs[0],
+                     g.add(Op::ActGrad, {dy, saved}, dt(nd.inputs[0]), nd.shape, attrs));
                 break;
             }
             case Op::Dropout:
                 if (wants(nd.inputs[0]))
                     give(nd.inputs[0],
-                         g.add(Op::DropoutGrad, {dy}, DType::F32, nd.shape, nd.attrs));
+                         g.add(Op::DropoutGrad, {dy}, dt(nd.inputs[0]), nd.shape, nd.attrs));
                 break;
             case Op::Add:
                 if (wants(nd.inputs[0])) give(nd.inputs[0], dy);
                 if (wants(nd.inputs[1])) give(nd.inputs[1], dy);
+                break;
+            case Op::Cast:  // the gradient goes back to the operand's dtype
+                if (wants(nd.inputs[0]))
+                    give(nd.inputs[0],
+                         g.add(Op::Cast, {dy}, dt(nd.inputs[0]), g.node(nd.inputs[0]).shape));
                 break;
             default:
                 return err(std::string("autodiff: no gradient rule for ") + opName(nd.op) + " %" +
@@ -397,7 +457,7 @@ Status autodiff(Graph& g) {
             NodeAttrs ra;
             ra.l1 = it->second.l1;  // as the reg_loss holds them
             ra.l2 = it->second.l2;
-            gr = g.add(Op::RegGrad, {gr, p}, DType::F32, pn.shape, ra);
+            gr = g.add(Op::RegGrad, {gr, p}, pn.dtype, pn.shape, ra);
         }
         g.grads[p] = gr;
     }

@@ -24,6 +24,15 @@ struct BuildOptions {
     LossConfig loss;
     std::vector<std::string> metrics;  // as in TrainConfig
     uint64_t seed = 0;                 // keys dropout masks of layers without their own seed
+    // Mixed precision (Keras' mixed_bfloat16 / mixed_float16): matrix products and the
+    // elementwise ops between them compute in this dtype (bf16 or f16); parameters stay f32 and
+    // are cast where a product reads them; softmax, loss, metrics and the model's output are f32.
+    // F32: no casts.
+    DType compute = DType::F32;
+    // A trailing softmax (sigmoid) that meets the matching cross-entropy is computed as one stable
+    // softmax-cross-entropy from the logits (the fusion `fuse_softmax_xent`); off: the loss reads
+    // the probabilities (clipped to [1e-7, 1 - 1e-7] as Keras does).
+    bool fuseSoftmaxXent = true;
 };
 
 // How a metric name resolves for a loss (Keras' "accuracy" depends on the loss).
@@ -46,8 +55,15 @@ Result<LabelSpec> labelSpecFor(const LossConfig& loss, const Shape& modelOutput)
 // Parameter nodes are named "<layer>/kernel" and "<layer>/bias".
 Result<Graph> buildGraph(const ModelSpec& model, const ModelInfo& info, const BuildOptions& opt);
 
+// Mixed precision's cast insertion on a forward graph: every matrix product reads its operands in
+// `compute` (casts inserted once per value), the elementwise ops after it keep that dtype, and
+// softmax, loss, metrics and the predictions read f32. Called by buildGraph; exposed for tests.
+Graph insertCasts(const Graph& forward, DType compute);
+
 // Appends the backward nodes for output "loss" and binds a gradient to every trainable param.
 // Supports losses that are sums (add) of loss and reg_loss terms.
-Status autodiff(Graph& g);
+// dynamicLossScale (mixed_float16): the loss gradients carry dynamic_scale=1 (multiplied by the
+// loss scale, which the update divides out again).
+Status autodiff(Graph& g, bool dynamicLossScale = false);
 
 }  // namespace td

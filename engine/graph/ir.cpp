@@ -35,6 +35,7 @@ constexpr OpEntry kOps[] = {
     {Op::BiasGrad, "bias_grad", 1, 1},
     {Op::RegGrad, "reg_grad", 2, 2},
     {Op::Add, "add", 2, 2},
+    {Op::Cast, "cast", 1, 1},
 };
 const OpEntry& entry(Op op) {
     for (const auto& e : kOps)
@@ -93,6 +94,7 @@ constexpr NamedKind<MetricKind> kMetrics[] = {
 constexpr NamedKind<BufKind> kBufs[] = {
     {BufKind::Param, "param"}, {BufKind::Grad, "grad"},   {BufKind::Input, "input"},
     {BufKind::Label, "label"}, {BufKind::Arena, "arena"}, {BufKind::Alias, "alias"},
+    {BufKind::Shadow, "shadow"},
 };
 
 template <class E, size_t N>
@@ -291,7 +293,10 @@ constexpr AttrField field(const char* key) {
 constexpr AttrField kAttrFields[] = {
     field<&NodeAttrs::act>("act"),
     field<&NodeAttrs::alpha>("alpha"),
+    field<&NodeAttrs::biasGrad>("bias_grad"),
     field<&NodeAttrs::buf>("buf"),
+    field<&NodeAttrs::byProducer>("by_producer"),
+    field<&NodeAttrs::dynamicScale>("dynamic_scale"),
     field<&NodeAttrs::hasBias>("has_bias"),
     field<&NodeAttrs::k>("k"),
     field<&NodeAttrs::l1>("l1"),
@@ -558,6 +563,14 @@ Status verifyGraph(const Graph& g) {
                 if (nd.op == Op::Dense && k == 3 && in(2).shape != Shape{nn})
                     return mismatch("bias shape " + shapeToString(in(2).shape) +
                                     " does not match " + shapeToString(nd.shape));
+                // A matrix product reads both operands in one dtype and writes it or f32.
+                if (in(0).dtype != in(1).dtype)
+                    return mismatch(std::string("operands in ") + dtypeName(in(0).dtype) + " and " +
+                                    dtypeName(in(1).dtype) + " (cast one)");
+                if (nd.dtype != in(0).dtype && nd.dtype != DType::F32)
+                    return mismatch(std::string("result in ") + dtypeName(nd.dtype) + " from " +
+                                    dtypeName(in(0).dtype) + " operands (expected " +
+                                    dtypeName(in(0).dtype) + " or f32)");
                 break;
             }
             case Op::BiasAdd:
@@ -569,6 +582,7 @@ Status verifyGraph(const Graph& g) {
             case Op::Act:
             case Op::Dropout:
             case Op::DropoutGrad:
+            case Op::Cast:
                 if (nd.shape != in(0).shape) return mismatch("result shape differs from input");
                 break;
             case Op::ActGrad:
@@ -581,6 +595,9 @@ Status verifyGraph(const Graph& g) {
             case Op::BiasGrad:
                 if (in(0).shape.size() != 2 || nd.shape != Shape{in(0).shape[1]})
                     return mismatch("expects [B,N] -> [N]");
+                if (nd.attrs.byProducer.value_or(false) &&
+                    (in(0).op != Op::ActGrad || !in(0).attrs.biasGrad.value_or(false)))
+                    return mismatch("by_producer needs an act_grad operand with bias_grad=1");
                 break;
             case Op::Loss:
             case Op::Metric:

@@ -42,6 +42,7 @@ enum class Op : uint8_t {
     BiasGrad,     // column sums of dy [B,N] -> [N]
     RegGrad,      // inputs (g, w): g + d RegLoss/dw
     Add,          // a + b
+    Cast,         // the value in the node's dtype (f32 <-> bf16 / f16), rounded to nearest even
 };
 
 const char* opName(Op op);
@@ -62,7 +63,9 @@ enum class LossKind : uint8_t {
 // The metric kernel: number of correct rows (binary: fraction of correct units per row).
 enum class MetricKind : uint8_t { SparseCategorical, Categorical, Binary, SparseTopK, TopK };
 // Where a value lives after MemoryPlanPass.
-enum class BufKind : uint8_t { Param, Grad, Input, Label, Arena, Alias };
+// Shadow: a 16-bit copy of a parameter kept across steps, written by the optimizer update (a cast
+// folded into the update) instead of being recomputed at the start of every step.
+enum class BufKind : uint8_t { Param, Grad, Input, Label, Arena, Alias, Shadow };
 
 // Text names ("relu", "sparse_softmax_xent", "top_k", "arena") and their inverses. The parse
 // functions list the accepted names in their errors.
@@ -97,6 +100,10 @@ struct NodeAttrs {
     std::optional<double> l1, l2;      // l1, l2: reg_loss, reg_grad
     std::optional<BufKind> buf;        // buf: every node after MemoryPlanPass
     std::optional<int64_t> off;        // off: arena byte offset
+    // Fused forms (graph/passes.h):
+    std::optional<bool> biasGrad;      // bias_grad: act_grad also writes its bias_grad user
+    std::optional<bool> byProducer;    // by_producer: bias_grad computed by its act_grad input
+    std::optional<bool> dynamicScale;  // dynamic_scale: loss_grad x the loss scale (fp16)
 
     bool trainableOr() const { return trainable.value_or(true); }
     ActKind actOr() const { return act.value_or(ActKind::Linear); }

@@ -107,6 +107,10 @@ const char* spaceName(Space s) {
             return "flat";
         case Space::Slot:
             return "slot";
+        case Space::Shadow:
+            return "shadow";
+        case Space::LossScale:
+            return "loss_scale";
     }
     return "?";
 }
@@ -141,6 +145,8 @@ const char* instrOpName(InstrOp op) {
             return "bias_grad";
         case InstrOp::Add:
             return "add";
+        case InstrOp::Cast:
+            return "cast";
         case InstrOp::Accumulate:
             return "accumulate";
         case InstrOp::AllReduceStart:
@@ -190,6 +196,8 @@ std::optional<InstrOp> instrOpOf(Op op) {
             return InstrOp::BiasGrad;
         case Op::Add:
             return InstrOp::Add;
+        case Op::Cast:
+            return InstrOp::Cast;
     }
     return std::nullopt;
 }
@@ -216,6 +224,7 @@ Instr instrFor(const Node& n, InstrOp op, const std::vector<Operand>& values) {
     ins.onLogits = a.onLogits.value_or(false);
     ins.l1 = static_cast<float>(a.l1.value_or(0.0));
     ins.l2 = static_cast<float>(a.l2.value_or(0.0));
+    ins.dynamicScale = a.dynamicScale.value_or(false);
     return ins;
 }
 
@@ -270,6 +279,16 @@ Result<LoweredProgram> lower(const Graph& planned, const LowerOptions& opt) {
                 if (n.inputs.empty()) return err(where(n) + "buf=alias needs an operand");
                 v = lp.values[static_cast<size_t>(n.inputs[0])];
                 break;
+            case BufKind::Shadow: {
+                auto it = n.op == Op::Cast ? paramIndex.find(n.inputs[0]) : paramIndex.end();
+                if (it == paramIndex.end())
+                    return err(where(n) + "buf=shadow on a value that is not a cast of a param");
+                if (n.dtype != DType::BF16 && n.dtype != DType::F16)
+                    return err(where(n) + "buf=shadow needs a bf16 or f16 cast");
+                v.space = Space::Shadow;
+                v.index = it->second;
+                break;
+            }
             case BufKind::Arena:
                 if (!n.attrs.off || *n.attrs.off < 0)
                     return err(where(n) + "buf=arena without an offset (off)");
@@ -320,8 +339,26 @@ Result<LoweredProgram> lower(const Graph& planned, const LowerOptions& opt) {
     lp.buckets = opt.buckets;
 
     startBuckets(-1);
+    lp.lossScaled = opt.lossScale && opt.update != nullptr;
     for (const Node& n : g.nodes) {
-        if (auto op = instrOpOf(n.op)) lp.code.push_back(instrFor(n, *op, lp.values));
+        if (n.op == Op::BiasGrad && n.attrs.byProducer.value_or(false)) {
+            // Written by its act_grad, the instruction just before.
+            auto it = std::find_if(lp.code.rbegin(), lp.code.rend(),
+                                   [&](const Instr& i) { return i.node == n.inputs[0]; });
+            if (it == lp.code.rend() || it->op != InstrOp::ActGrad)
+                return err(where(n) + "by_producer without its act_grad");
+            it->out2 = lp.values[static_cast<size_t>(n.id)];
+            startBuckets(n.id);
+            continue;
+        }
+        if (auto op = instrOpOf(n.op)) {
+            Instr ins = instrFor(n, *op, lp.values);
+            if (ins.op == InstrOp::Cast && ins.out.space == Space::Shadow)
+                ins.refreshOnly = opt.update != nullptr;
+            if (ins.op == InstrOp::LossGrad && ins.dynamicScale && !lp.lossScaled)
+                return err(where(n) + "dynamic_scale without loss scaling in the update");
+            lp.code.push_back(ins);
+        }
         startBuckets(n.id);
     }
 
@@ -375,11 +412,27 @@ Result<LoweredProgram> lower(const Graph& planned, const LowerOptions& opt) {
             u.grad = Operand{Space::Grad, static_cast<int>(i), 0, DType::F32, p.shape};
             for (int k = 0; k < per; ++k)
                 u.slot.push_back(Operand{Space::Slot, lp.slotBuffers++, 0, DType::F32, p.shape});
+            for (const Operand& v : lp.values)
+                if (v.space == Space::Shadow && v.index == static_cast<int>(i)) u.shadow = v;
             lp.updateTensors.push_back(std::move(u));
         }
-        Instr ins;
-        ins.op = InstrOp::Update;
-        lp.code.push_back(ins);
+        const bool global = opt.update->clip == ClipKind::GlobalNorm;
+        if (!opt.fuseUpdate && (global || lp.lossScaled))
+            lp.updateNote = std::string("the update stays one multi-tensor pass: ") +
+                            (global ? "global_clipnorm" : "loss scaling") +
+                            " needs every gradient at once";
+        if (opt.fuseUpdate || global || lp.lossScaled) {
+            Instr ins;
+            ins.op = InstrOp::Update;
+            lp.code.push_back(ins);
+        } else {
+            for (size_t t = 0; t < lp.updateTensors.size(); ++t) {
+                Instr ins;
+                ins.op = InstrOp::Update;
+                ins.tensor = static_cast<int>(t);
+                lp.code.push_back(ins);
+            }
+        }
     }
     return lp;
 }
@@ -394,6 +447,7 @@ std::string operandText(const Operand& o) {
         case Space::Param:
         case Space::Grad:
         case Space::Slot:
+        case Space::Shadow:
             s += std::to_string(o.index);
             break;
         case Space::Accumulator:
@@ -436,10 +490,20 @@ std::string printProgram(const LoweredProgram& p) {
             case InstrOp::AllReduceWait:
                 os << " bucket " << ins.bucket << "\n";
                 continue;
-            case InstrOp::Update:
-                os << " " << (p.update ? updateName(p.update->kind) : "?") << " ("
-                   << p.updateTensors.size() << " tensors)\n";
+            case InstrOp::Update: {
+                os << " " << (p.update ? updateName(p.update->kind) : "?");
+                if (ins.tensor >= 0)
+                    os << " (tensor " << ins.tensor << ")";
+                else
+                    os << " (" << p.updateTensors.size() << " tensors)";
+                int shadows = 0;
+                for (const UpdateOperands& u : p.updateTensors)
+                    shadows += u.shadow.space == Space::Shadow;
+                if (shadows) os << " {shadows=" << shadows << "}";
+                if (p.lossScaled) os << " {loss_scale}";
+                os << "\n";
                 continue;
+            }
             default:
                 break;
         }
@@ -452,11 +516,20 @@ std::string printProgram(const LoweredProgram& p) {
                 break;
             case InstrOp::Dense:
             case InstrOp::Act:
-                os << " {act=" << actName(ins.act) << ", alpha=" << fmtNum(ins.alpha) << "}";
+                os << " {act=" << actName(ins.act) << ", alpha=" << fmtNum(ins.alpha);
+                if (ins.op == InstrOp::Act && ins.rate > 0)
+                    os << ", rate=" << fmtNum(ins.rate) << ", seed=" << ins.seed;
+                os << "}";
                 break;
             case InstrOp::ActGrad:
                 os << " {act=" << actName(ins.act) << ", alpha=" << fmtNum(ins.alpha)
-                   << ", uses_output=" << ins.usesOutput << "}";
+                   << ", uses_output=" << ins.usesOutput;
+                if (ins.rate > 0) os << ", rate=" << fmtNum(ins.rate) << ", seed=" << ins.seed;
+                if (ins.out2.space != Space::None) os << ", bias_grad -> " << operandText(ins.out2);
+                os << "}";
+                break;
+            case InstrOp::Cast:
+                if (ins.refreshOnly) os << " {refresh_only=1}";
                 break;
             case InstrOp::Dropout:
             case InstrOp::DropoutGrad:
@@ -464,7 +537,8 @@ std::string printProgram(const LoweredProgram& p) {
                 break;
             case InstrOp::Loss:
             case InstrOp::LossGrad:
-                os << " {loss=" << lossKindName(ins.loss) << ", scale=" << fmtNum(ins.scale) << "}";
+                os << " {loss=" << lossKindName(ins.loss) << ", scale=" << fmtNum(ins.scale)
+                   << (ins.dynamicScale ? ", dynamic_scale=1" : "") << "}";
                 break;
             case InstrOp::Metric:
                 os << " {metric=" << metricKindName(ins.metric) << ", k=" << ins.k

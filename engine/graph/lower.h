@@ -63,6 +63,8 @@ enum class Space : uint8_t {
     Accumulator,  // ProgramBindings::accumulators: f64 slot `index`, at offset 8 * index
     FlatGrad,     // ProgramBindings::flatGrads, at offset
     Slot,         // ProgramBindings::optimizerSlots[index]
+    Shadow,       // ProgramBindings::shadows[index]: the 16-bit copy of param `index`
+    LossScale,    // ProgramBindings::lossScale: the LossScaleState (train/update.h)
 };
 const char* spaceName(Space s);
 
@@ -93,11 +95,13 @@ enum class InstrOp : uint8_t {
     RegGrad,   // in g, w; l1, l2
     BiasGrad,
     Add,
+    Cast,  // in x; out in the node's dtype (refreshOnly: a parameter's shadow, see Instr)
     // The step around the graph.
     Accumulate,      // out (Accumulator) += double(in[0] scalar) * factor
     AllReduceStart,  // collectives->allReduceStart(bucket, out (FlatGrad) data, elements)
     AllReduceWait,   // collectives->allReduceWait(bucket)
-    Update,          // the optimizer update over LoweredProgram::update, StepArgs::update scalars
+    Update,  // the optimizer update over LoweredProgram::update (tensor -1: every tensor in one
+             // pass; else that one), StepArgs::update scalars
 };
 const char* instrOpName(InstrOp op);
 
@@ -121,6 +125,15 @@ struct Instr {
     float l1 = 0, l2 = 0;
     double factor = 1;  // Accumulate
     int bucket = -1;    // AllReduceStart / AllReduceWait
+    int tensor = -1;    // Update: which of LoweredProgram::updateTensors (-1: all)
+    // Cast into a parameter's shadow that the update keeps current: runs only when
+    // StepArgs::refreshShadows says the parameters were written outside the program.
+    bool refreshOnly = false;
+    // ActGrad with bias_grad: the column sums of its result also go here (the bias gradient).
+    Operand out2;
+    // Act / ActGrad with a dropout mask fused in (rate > 0): Act masks its result, ActGrad its dy.
+    // LossGrad: multiply by the loss scale (Space::LossScale) as well.
+    bool dynamicScale = false;
 };
 
 // One trainable parameter of the update instruction.
@@ -128,6 +141,7 @@ struct UpdateOperands {
     int param = -1;  // index into ProgramBindings::params
     Operand value, grad;
     std::vector<Operand> slot;  // UpdateSpec::slotsPerParam() of them (Space::Slot)
+    Operand shadow;             // Space::Shadow when the parameter has a 16-bit shadow, else None
 };
 
 struct LoweredProgram {
@@ -144,6 +158,10 @@ struct LoweredProgram {
     std::optional<UpdateSpec> update;           // the update instruction's spec
     std::vector<UpdateOperands> updateTensors;  // the trainable parameters, in params() order
     int slotBuffers = 0;  // ProgramBindings::optimizerSlots entries the update reads
+    bool lossScaled = false;  // reads and updates ProgramBindings::lossScale
+    // Why the update stays one multi-tensor pass although fuse_update was turned off (empty: it
+    // did not).
+    std::string updateNote;
 };
 
 struct LowerOptions {
@@ -156,6 +174,11 @@ struct LowerOptions {
     std::vector<int64_t> gradOffsets;
     // The optimizer update that ends the step (null: none).
     const UpdateSpec* update = nullptr;
+    // fuse_update: every parameter in one multi-tensor pass (else one update per parameter,
+    // except where global clipping or loss scaling needs every gradient at once).
+    bool fuseUpdate = true;
+    // mixed_float16: the loss gradient is scaled and the update unscales, skips and adjusts.
+    bool lossScale = false;
 };
 
 // Errors name the node ("%7 = act: no buffer assigned (run the memory pass)").

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -54,10 +55,65 @@ Status PassManager::run(Graph& g) {
     return Status::success();
 }
 
-void addStandardPasses(PassManager& pm) {
+void addStandardPasses(PassManager& pm, const CompileOptions& options) {
     pm.add(std::make_unique<FusionPass>());
+    pm.add(std::make_unique<FoldCastsPass>(options.paramShadows));
+    pm.add(std::make_unique<FuseActBiasGradPass>());
+    pm.add(std::make_unique<FuseElementwisePass>());
     pm.add(std::make_unique<DeadCodePass>());
     pm.add(std::make_unique<MemoryPlanPass>());
+    for (const std::string& n : options.disabled) pm.disable(n);
+}
+
+const std::vector<std::string>& compilerPassNames() {
+    static const std::vector<std::string> names{
+        "fuse_softmax_xent", "fusion", "fold_casts", "fuse_act_bias_grad",
+        "fuse_elementwise",  "dce",    "memory",     "fuse_update"};
+    return names;
+}
+
+const std::vector<std::string>& fusionPassNames() {
+    static const std::vector<std::string> names{"fuse_softmax_xent",  "fusion",
+                                                "fold_casts",         "fuse_act_bias_grad",
+                                                "fuse_elementwise",   "fuse_update"};
+    return names;
+}
+
+Status checkPassNames(const std::vector<std::string>& names) {
+    const auto& known = compilerPassNames();
+    for (const std::string& n : names) {
+        if (n == "memory")
+            return err("pass 'memory' cannot be turned off: every program needs its buffers");
+        if (std::find(known.begin(), known.end(), n) != known.end()) continue;
+        std::string list;
+        for (const auto& k : known)
+            if (k != "memory") list += (list.empty() ? "" : ", ") + k;
+        return err("unknown pass '" + n + "' (expected one of: " + list + ")");
+    }
+    return Status::success();
+}
+
+void reorderGraph(Graph& g, const std::vector<int>& order) {
+    TD_ASSERT(order.size() == g.nodes.size());
+    std::vector<int> remap(g.nodes.size(), -1);
+    for (size_t i = 0; i < order.size(); ++i) remap[static_cast<size_t>(order[i])] = static_cast<int>(i);
+    std::vector<Node> out;
+    out.reserve(g.nodes.size());
+    for (size_t i = 0; i < order.size(); ++i) {
+        Node n = std::move(g.nodes[static_cast<size_t>(order[i])]);
+        n.id = static_cast<int>(i);
+        for (int& in : n.inputs) {
+            in = remap[static_cast<size_t>(in)];
+            TD_ASSERT(in < n.id);
+        }
+        out.push_back(std::move(n));
+    }
+    g.nodes = std::move(out);
+    for (auto& [name, id] : g.outputs) id = remap[static_cast<size_t>(id)];
+    std::map<int, int> grads;
+    for (auto& [p, gr] : g.grads)
+        grads[remap[static_cast<size_t>(p)]] = remap[static_cast<size_t>(gr)];
+    g.grads = std::move(grads);
 }
 
 std::vector<int> compactGraph(Graph& g, const std::vector<bool>& keep) {
@@ -167,7 +223,7 @@ Result<bool> FusionPass::run(Graph& g) {
         fused.id = last;
         fused.op = Op::Dense;
         fused.inputs = {mm.inputs[0], mm.inputs[1], ba.inputs[1]};
-        fused.dtype = DType::F32;
+        fused.dtype = g.node(last).dtype;
         fused.shape = g.node(last).shape;
         fused.attrs.act = act;
         fused.attrs.hasBias = true;
@@ -187,6 +243,243 @@ Result<bool> FusionPass::run(Graph& g) {
         // The fused node sits where the last op of its chain was; its operands are all earlier.
         compactGraph(g, keep);
     }
+    return changed;
+}
+
+// ---- casts of mixed precision -------------------------------------------------------------------
+
+namespace {
+
+bool isOutputOrGrad(const Graph& g, int id) {
+    for (const auto& [n, o] : g.outputs)
+        if (o == id) return true;
+    for (const auto& [p, gr] : g.grads)
+        if (gr == id) return true;
+    return false;
+}
+
+// Ops run by the backend's own kernels, which load and store any float dtype.
+bool ownKernel(Op op) {
+    switch (op) {
+        case Op::BiasAdd:
+        case Op::Act:
+        case Op::Dropout:
+        case Op::DropoutGrad:
+        case Op::ActGrad:
+        case Op::BiasGrad:
+        case Op::Add:
+        case Op::Loss:
+        case Op::LossGrad:
+        case Op::Metric:
+        case Op::Cast:
+            return true;
+        default:
+            return false;
+    }
+}
+
+std::string opRef(const Graph& g, int id) {
+    return std::string(opName(g.node(id).op)) + " %" + std::to_string(id);
+}
+
+}  // namespace
+
+Result<bool> FoldCastsPass::run(Graph& g) {
+    decisions_.clear();
+    bool changed = false;
+    std::vector<bool> keep(g.nodes.size(), true);
+    auto users = g.users();
+    // Replaces every use of `from` (operands, outputs, gradients) by `to`.
+    auto redirect = [&](int from, int to) {
+        for (int u : users[static_cast<size_t>(from)]) {
+            for (int& in : g.node(u).inputs)
+                if (in == from) in = to;
+            users[static_cast<size_t>(to)].push_back(u);
+        }
+        users[static_cast<size_t>(from)].clear();
+        for (auto& [n, o] : g.outputs)
+            if (o == from) o = to;
+        for (auto& [p, gr] : g.grads)
+            if (gr == from) gr = to;
+    };
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+        Node& c = g.nodes[i];
+        if (c.op != Op::Cast || !keep[i]) continue;
+        const int p = c.inputs[0];
+        Node& src = g.node(p);
+        FusionDecision d;
+        d.nodes = {c.id, p};
+        const std::string what = "cast %" + std::to_string(c.id) + " (" + dtypeName(src.dtype) +
+                                 " -> " + dtypeName(c.dtype) + ")";
+        if (src.op == Op::Param) {
+            if (shadows_ && c.dtype != DType::F32) {
+                c.attrs.buf = BufKind::Shadow;
+                d.fused = true;
+                d.what = what + " of param %" + std::to_string(p) +
+                         " -> a shadow the optimizer update writes";
+                changed = true;
+            } else {
+                d.reason = what + " of param %" + std::to_string(p) +
+                           " stays: no optimizer update in this program writes a shadow";
+            }
+            decisions_.push_back(d);
+            continue;
+        }
+        const auto& su = users[static_cast<size_t>(p)];
+        const bool widens = c.dtype == DType::F32;
+        const bool producerWrites =
+            ownKernel(src.op) || ((src.op == Op::MatMul || src.op == Op::Dense) && widens);
+        if (su.size() == 1 && producerWrites && !isOutputOrGrad(g, p)) {
+            // The producer writes the cast's dtype; the cast goes.
+            src.dtype = c.dtype;
+            redirect(c.id, p);
+            keep[i] = false;
+            d.fused = true;
+            d.what = what + " folded into its producer " + opRef(g, p);
+            decisions_.push_back(d);
+            changed = true;
+            continue;
+        }
+        const auto& cu = users[static_cast<size_t>(c.id)];
+        const bool readersLoad =
+            !cu.empty() && !isOutputOrGrad(g, c.id) &&
+            std::all_of(cu.begin(), cu.end(), [&](int u) { return ownKernel(g.node(u).op); });
+        if (readersLoad && src.op != Op::Input && src.op != Op::Label) {
+            std::string readers;
+            for (int u : cu) readers += (readers.empty() ? "" : ", ") + opRef(g, u);
+            redirect(c.id, p);
+            keep[i] = false;
+            d.fused = true;
+            d.what = what + " folded into its readers " + readers;
+            decisions_.push_back(d);
+            changed = true;
+            continue;
+        }
+        // Why it stays.
+        if (src.op == Op::Input)
+            d.reason = what + " of the input stays: the batch arrives in f32";
+        else if (!producerWrites && su.size() == 1)
+            d.reason = what + " stays: " + opRef(g, p) + " writes only " + dtypeName(src.dtype);
+        else if (isOutputOrGrad(g, p) || isOutputOrGrad(g, c.id))
+            d.reason = what + " stays: its operand or result is a program output";
+        else
+            d.reason = what + " stays: " + opRef(g, p) + " has " + std::to_string(su.size()) +
+                       " readers and a matrix product reads only its own dtype";
+        decisions_.push_back(d);
+    }
+    if (changed && std::find(keep.begin(), keep.end(), false) != keep.end()) compactGraph(g, keep);
+    return changed;
+}
+
+// ---- activation gradient + bias gradient ------------------------------------------------------
+
+Result<bool> FuseActBiasGradPass::run(Graph& g) {
+    decisions_.clear();
+    auto users = g.users();
+    std::vector<std::pair<int, int>> pairs;  // (act_grad, bias_grad)
+    for (const Node& b : g.nodes) {
+        if (b.op != Op::BiasGrad || b.attrs.byProducer.value_or(false)) continue;
+        const Node& a = g.node(b.inputs[0]);
+        FusionDecision d;
+        d.nodes = {a.id, b.id};
+        if (a.op != Op::ActGrad) {
+            d.reason = "bias_grad %" + std::to_string(b.id) + " reads " + opRef(g, a.id) +
+                       ", not an act_grad (a linear layer's gradient has no pass to join)";
+        } else if (a.attrs.biasGrad.value_or(false)) {
+            d.reason = "act_grad %" + std::to_string(a.id) + " already writes a bias gradient";
+        } else {
+            d.fused = true;
+            d.what = "act_grad(" + std::string(actName(a.attrs.actOr())) + ") %" +
+                     std::to_string(a.id) + " + bias_grad %" + std::to_string(b.id) +
+                     " -> one pass";
+            pairs.emplace_back(a.id, b.id);
+        }
+        decisions_.push_back(d);
+    }
+    if (pairs.empty()) return false;
+    // Each bias_grad moves right after its act_grad: it reads nothing else, and its value is
+    // written there, so the memory plan must see it live from there.
+    std::vector<int> after(g.nodes.size(), -1);
+    std::vector<bool> moved(g.nodes.size(), false);
+    for (auto [a, b] : pairs) {
+        g.node(a).attrs.biasGrad = true;
+        g.node(b).attrs.byProducer = true;
+        after[static_cast<size_t>(a)] = b;
+        moved[static_cast<size_t>(b)] = true;
+    }
+    std::vector<int> order;
+    for (const Node& n : g.nodes) {
+        if (moved[static_cast<size_t>(n.id)]) continue;
+        order.push_back(n.id);
+        if (after[static_cast<size_t>(n.id)] >= 0) order.push_back(after[static_cast<size_t>(n.id)]);
+    }
+    reorderGraph(g, order);
+    return true;
+}
+
+// ---- elementwise chains -------------------------------------------------------------------------
+
+Result<bool> FuseElementwisePass::run(Graph& g) {
+    decisions_.clear();
+    auto users = g.users();
+    std::vector<bool> keep(g.nodes.size(), true);
+    bool changed = false;
+    for (Node& n : g.nodes) {
+        if (n.op == Op::ActGrad && !n.attrs.rate) {
+            // dropout_grad -> act_grad: the mask applied to dy as act_grad reads it.
+            const Node& dg = g.node(n.inputs[0]);
+            if (dg.op != Op::DropoutGrad) continue;
+            FusionDecision d;
+            d.nodes = {dg.id, n.id};
+            if (users[static_cast<size_t>(dg.id)].size() != 1 || isOutputOrGrad(g, dg.id)) {
+                d.reason = "dropout_grad %" + std::to_string(dg.id) + " has other readers";
+            } else if (dg.dtype != n.dtype) {
+                d.reason = "dropout_grad %" + std::to_string(dg.id) + " and act_grad %" +
+                           std::to_string(n.id) + " differ in dtype";
+            } else {
+                n.attrs.rate = dg.attrs.rate;
+                n.attrs.seed = dg.attrs.seed;
+                keep[static_cast<size_t>(dg.id)] = false;
+                n.inputs[0] = dg.inputs[0];
+                d.fused = true;
+                d.what = "dropout_grad %" + std::to_string(dg.id) + " + act_grad(" +
+                         actName(n.attrs.actOr()) + ") %" + std::to_string(n.id) + " -> one pass";
+                changed = true;
+            }
+            decisions_.push_back(d);
+        } else if (n.op == Op::Dropout) {
+            // act -> dropout: the mask applied as the activation is written.
+            const Node& a = g.node(n.inputs[0]);
+            FusionDecision d;
+            d.nodes = {a.id, n.id};
+            if (a.op == Op::Dense || a.op == Op::MatMul) {
+                d.reason = "dropout %" + std::to_string(n.id) + " after " + opRef(g, a.id) +
+                           " stays apart: a oneDNN post-op cannot draw keyed masks";
+            } else if (a.op != Op::Act || a.attrs.rate) {
+                continue;  // nothing elementwise to join
+            } else if (a.attrs.actOr() == ActKind::Softmax) {
+                d.reason = "dropout %" + std::to_string(n.id) + " after softmax stays apart";
+            } else if (users[static_cast<size_t>(a.id)].size() != 1 || isOutputOrGrad(g, a.id)) {
+                d.reason = "dropout %" + std::to_string(n.id) + " stays apart: act %" +
+                           std::to_string(a.id) + " is kept for its gradient";
+            } else {
+                Node fused = a;
+                fused.id = n.id;
+                fused.dtype = n.dtype;
+                fused.attrs.rate = n.attrs.rate;
+                fused.attrs.seed = n.attrs.seed;
+                keep[static_cast<size_t>(a.id)] = false;
+                d.fused = true;
+                d.what = "act(" + std::string(actName(a.attrs.actOr())) + ") %" +
+                         std::to_string(a.id) + " + dropout %" + std::to_string(n.id) +
+                         " -> one pass";
+                n = fused;
+                changed = true;
+            }
+            decisions_.push_back(d);
+        }
+    }
+    if (changed) compactGraph(g, keep);
     return changed;
 }
 
@@ -266,6 +559,7 @@ Result<bool> MemoryPlanPass::run(Graph& g) {
             place(nd, BufKind::Param, std::nullopt);
             continue;
         }
+        if (nd.attrs.buf == BufKind::Shadow) continue;  // fold_casts: kept by the trainer
         if (nd.op == Op::Input || nd.op == Op::Label) {
             place(nd, nd.op == Op::Input ? BufKind::Input : BufKind::Label, std::nullopt);
             continue;
@@ -283,9 +577,12 @@ Result<bool> MemoryPlanPass::run(Graph& g) {
         const size_t sz = align(nd.bytes());
         naiveBytes_ += sz;
         std::vector<Block> freeList;
+        // A value its producer writes as a second result (bias_grad by_producer) is written
+        // when that producer runs, one node earlier.
+        const int defAt = static_cast<int>(i) - (nd.attrs.byProducer.value_or(false) ? 1 : 0);
         live.erase(std::remove_if(live.begin(), live.end(),
                                   [&](const Block& b) {
-                                      if (b.freeAfter < static_cast<int>(i)) {
+                                      if (b.freeAfter < defAt) {
                                           freeList.push_back(b);
                                           return true;
                                       }

@@ -54,17 +54,76 @@ struct FusionDecision {
     std::string reason;  // why not, when fused is false
 };
 
+// A pass that fuses or folds, and says what it did and what it refused, and why.
+class FusingPass : public Pass {
+  public:
+    const std::vector<FusionDecision>& decisions() const { return decisions_; }
+
+  protected:
+    std::vector<FusionDecision> decisions_;
+};
+
 // matmul -> bias_add -> elementwise act chains become one `dense` node (oneDNN matmul with bias
 // and eltwise post-op). Each link fuses only when the intermediate value has no other user.
-class FusionPass : public Pass {
+class FusionPass : public FusingPass {
   public:
     const char* name() const override { return "fusion"; }
     Result<bool> run(Graph& g) override;
-    const std::vector<FusionDecision>& decisions() const { return decisions_; }
+};
+
+// Mixed precision's casts folded into the ops around them:
+// - a cast of a parameter becomes its 16-bit shadow (buf=shadow), which the optimizer update
+//   writes as it writes the parameter (training programs with an update only);
+// - a cast whose operand has no other user is folded into that operand's producer, which then
+//   writes the cast's dtype (a matrix product only widens: bf16 operands, f32 result);
+// - a cast read only by the backend's own elementwise kernels (which load any float dtype) is
+//   dropped, its readers reading the operand itself.
+// Anything else stays, with its reason (a matrix product reads one dtype; the batch arrives f32).
+class FoldCastsPass : public FusingPass {
+  public:
+    explicit FoldCastsPass(bool paramShadows) : shadows_(paramShadows) {}
+    const char* name() const override { return "fold_casts"; }
+    Result<bool> run(Graph& g) override;
 
   private:
-    std::vector<FusionDecision> decisions_;
+    bool shadows_;
 };
+
+// The bias gradient computed in the activation gradient's pass over memory: act_grad gets
+// bias_grad=1 and also writes the column sums of its result into its bias_grad user (marked
+// by_producer=1, moved right after it).
+class FuseActBiasGradPass : public FusingPass {
+  public:
+    const char* name() const override { return "fuse_act_bias_grad"; }
+    Result<bool> run(Graph& g) override;
+};
+
+// Chains of elementwise ops in one pass: dropout_grad -> act_grad (the mask applied to dy as it is
+// read: act_grad with rate and seed), and act -> dropout (act with rate and seed) where the
+// activation's output has no other reader.
+class FuseElementwisePass : public FusingPass {
+  public:
+    const char* name() const override { return "fuse_elementwise"; }
+    Result<bool> run(Graph& g) override;
+};
+
+// What the compiler is asked for: the compute dtype of mixed precision and the passes turned
+// off by name (compilerPassNames()).
+struct CompileOptions {
+    DType compute = DType::F32;
+    std::set<std::string> disabled;
+    bool paramShadows = false;  // training programs with an optimizer update
+
+    bool enabled(const std::string& pass) const { return disabled.count(pass) == 0; }
+};
+
+// Every pass a project can turn off by name, in the order they run: the graph passes and the
+// two fusions made at build (fuse_softmax_xent) and lowering (fuse_update) time.
+const std::vector<std::string>& compilerPassNames();
+// The fusing passes among them (what the `fusion` switch turns off).
+const std::vector<std::string>& fusionPassNames();
+// Checks a list of pass names; the error names the unknown one and lists the known ones.
+Status checkPassNames(const std::vector<std::string>& names);
 
 // Removes nodes that no output and no gradient depends on; renumbers.
 class DeadCodePass : public Pass {
@@ -89,8 +148,12 @@ class MemoryPlanPass : public Pass {
     size_t naiveBytes_ = 0;
 };
 
-// Runs a sequence of passes into `pm` in the standard order: fusion, dce, memory.
-void addStandardPasses(PassManager& pm);
+// Adds the passes in the standard order: fusion, fold_casts, fuse_act_bias_grad,
+// fuse_elementwise, dce, memory; those `options` turns off are disabled.
+void addStandardPasses(PassManager& pm, const CompileOptions& options = {});
+
+// Moves nodes into `order` (a permutation of ids that keeps operands before users); renumbers.
+void reorderGraph(Graph& g, const std::vector<int>& order);
 
 // Removes Op nodes by renumbering; keep[i] says whether node i survives. Inputs of surviving
 // nodes must survive. Returns the old->new id map (-1 for removed).

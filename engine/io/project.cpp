@@ -718,7 +718,7 @@ struct Reader {
                  "of a project instead)");
         checkKeys(root, "",
                   {"format", "version", "name", "description", "model", "data", "training",
-                   "precision", "fusion", "strategy"});
+                   "precision", "fusion", "disabled_passes", "strategy"});
         getOneOf(requireMember(root, "", "format"), "format", {kFormat});
         if (const Json* x = member(root, "version")) {
             int64_t ver = getPositiveInteger(*x, "version");
@@ -739,6 +739,20 @@ struct Reader {
         if (const Json* x = member(root, "training")) p.training = training(*x, "training");
         if (const Json* x = member(root, "precision")) p.precision = precision(*x, "precision");
         if (const Json* x = member(root, "fusion")) p.fusion = getBool(*x, "fusion");
+        if (const Json* x = member(root, "disabled_passes")) {
+            requireArray(*x, "disabled_passes");
+            for (size_t i = 0; i < x->size(); ++i) {
+                const std::string path = child("disabled_passes", i);
+                if (!(*x)[i].is_string()) fail(path, "expected a pass name (a string)");
+                const std::string name = (*x)[i].get<std::string>();
+                if (std::find(p.disabledPasses.begin(), p.disabledPasses.end(), name) !=
+                    p.disabledPasses.end())
+                    fail(path, "duplicate pass " + squote(name));
+                if (name.empty() || name.size() > 64)
+                    fail(path, "expected a pass name of 1 to 64 characters");
+                p.disabledPasses.push_back(name);
+            }
+        }
         if (const Json* x = member(root, "strategy")) p.strategy = strategy(*x, "strategy");
 
         auto info = inferShapes(p.model);
@@ -975,6 +989,7 @@ std::string projectToJson(const Project& p) {
     j["training"] = trainingJson(p.training);
     j["precision"] = precisionName(p.precision);
     j["fusion"] = p.fusion;
+    if (!p.disabledPasses.empty()) j["disabled_passes"] = p.disabledPasses;
     j["strategy"] = Json{{"type", p.strategy.type},
                          {"devices", p.strategy.devices},
                          {"replicas", p.strategy.replicas},
@@ -1114,6 +1129,7 @@ std::string projectDifference(const Project& a, const Project& b) {
     TD_DIFF("training.evaluate_test", training.evaluateTest);
     TD_DIFF("precision", precision);
     TD_DIFF("fusion", fusion);
+    TD_DIFF("disabled_passes", disabledPasses);
     TD_DIFF("strategy.type", strategy.type);
     TD_DIFF("strategy.devices", strategy.devices);
     TD_DIFF("strategy.replicas", strategy.replicas);

@@ -36,7 +36,11 @@ struct Project {
     DataConfig data;
     TrainConfig training;
     PrecisionPolicy precision = PrecisionPolicy::Float32;
-    bool fusion = true;
+    bool fusion = true;  // false: every fusing pass is off
+    // Compiler passes turned off by name (checked against the compiler's list when a session is
+    // created): "fusion", "fold_casts", "fuse_act_bias_grad", "fuse_elementwise",
+    // "fuse_softmax_xent", "fuse_update", "dce".
+    std::vector<std::string> disabledPasses;
     StrategyConfig strategy;
     // Set by parseProject, never saved: keys of the Keras model that were accepted but are not
     // applied ("model.config.layers[1].config.dtype.config.name: dtype 'mixed_float16' is not

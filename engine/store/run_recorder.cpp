@@ -117,7 +117,10 @@ struct RunRecorder::Impl {
                     r.timeMs = t;
                     r.metrics = std::move(e.metrics);
                     r.metrics["lr"] = e.learningRate;
-                    if (e.lossScale > 0) r.metrics["loss_scale"] = e.lossScale;
+                    if (e.lossScale > 0) {
+                        r.metrics["loss_scale"] = e.lossScale;
+                        r.metrics["skipped_steps"] = static_cast<double>(e.skippedSteps);
+                    }
                     r.metrics["input_wait_s"] = e.inputWaitSeconds;
                     r.metrics["compute_s"] = e.computeSeconds;
                     r.metrics["samples_per_s"] = e.samplesPerSecond;

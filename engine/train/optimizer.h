@@ -56,6 +56,9 @@ class Optimizer {
     void apply(std::span<const ParamRef> params);
 
     int64_t iterations() const { return iterations_; }
+    // Loss scaling skipped `n` steps on the device: they applied no update, so they do not
+    // count (Keras' LossScaleOptimizer leaves the inner optimizer's iterations alone).
+    void rewindIterations(int64_t n) { iterations_ = n > iterations_ ? 0 : iterations_ - n; }
     double currentLearningRate() const;       // rate the next step will use
     void setLearningRateOverride(double lr);  // replaces the schedule from now on
 

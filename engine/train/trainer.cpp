@@ -160,6 +160,17 @@ struct WorkerFault {
     }
 };
 
+CompileOptions compileOptions(const Project& project, bool train) {
+    CompileOptions co;
+    co.compute = project.precision == PrecisionPolicy::MixedBfloat16 ? DType::BF16
+                 : project.precision == PrecisionPolicy::MixedFloat16 ? DType::F16
+                                                                       : DType::F32;
+    co.disabled.insert(project.disabledPasses.begin(), project.disabledPasses.end());
+    if (!project.fusion) co.disabled.insert(fusionPassNames().begin(), fusionPassNames().end());
+    co.paramShadows = train;
+    return co;
+}
+
 struct Trainer::Impl {
     // One replica: a device, its copy of the parameters, gradients and optimizer slots, its
     // programs, and (except replica 0, which runs on the engine thread) a thread.
@@ -174,6 +185,13 @@ struct Trainer::Impl {
         std::vector<Buffer> gradViews;
         std::vector<Buffer> slots;  // owned
         Buffer trainAccum, evalAccum;
+        // Mixed precision: the 16-bit shadows of the parameters (Graph::params() order; empty
+        // where none) and the loss-scale state (mixed_float16), owned.
+        std::vector<Buffer> shadows;
+        Buffer lossScale;
+        // The parameters were written from the host since the last training step: the step
+        // refreshes the shadows first.
+        bool weightsDirty = true;
         // Pinned host staging for devices that are not host-addressable, double-buffered: the
         // stream marker after the last copy out of each, and which one the next upload fills.
         Buffer staging[2];
@@ -225,6 +243,9 @@ struct Trainer::Impl {
                 if (p->label.ptr) d.release(p->label);
             }
             for (Buffer& b : r->params) d.release(b);
+            for (Buffer& b : r->shadows)
+                if (b.ptr) d.release(b);
+            if (r->lossScale.ptr) d.release(r->lossScale);
             if (r->flatGrads.ptr) d.release(r->flatGrads);
             for (Buffer& b : r->slots) d.release(b);
             (void)d.synchronize();
@@ -375,7 +396,10 @@ struct Trainer::Impl {
     }
 
     Result<Graph> buildPlanned(GraphMode mode, int64_t batch, int64_t global) const {
+        const CompileOptions co = compileOptions(s.project, mode == GraphMode::Train);
         BuildOptions bo;
+        bo.compute = co.compute;
+        bo.fuseSoftmaxXent = co.enabled("fuse_softmax_xent");
         bo.batch = batch;
         bo.globalBatch = global;
         bo.replicas = mode == GraphMode::Train ? totalReplicas : 1;
@@ -384,10 +408,10 @@ struct Trainer::Impl {
         bo.metrics = s.project.training.metrics;
         bo.seed = s.project.training.seed;
         TD_ASSIGN_OR_RETURN(Graph g, buildGraph(s.project.model, s.info, bo));
-        if (mode == GraphMode::Train) TD_RETURN_IF_ERROR(autodiff(g));
+        if (mode == GraphMode::Train)
+            TD_RETURN_IF_ERROR(autodiff(g, s.project.precision == PrecisionPolicy::MixedFloat16));
         PassManager pm;
-        addStandardPasses(pm);
-        if (!s.project.fusion) pm.disable("fusion");
+        addStandardPasses(pm, co);
         TD_RETURN_IF_ERROR(pm.run(g));
         return g;
     }
@@ -498,6 +522,17 @@ struct Trainer::Impl {
             bind.accumulators = r.trainAccum;
             bind.update = &updateSpec;
             bind.optimizerSlots = r.slots;
+            bind.fuseUpdate = compileOptions(s.project, true).enabled("fuse_update");
+            TD_RETURN_IF_ERROR(bindShadows(r, g, bind));
+            if (s.project.precision == PrecisionPolicy::MixedFloat16) {
+                if (!r.lossScale.ptr) {
+                    TD_ASSIGN_OR_RETURN(r.lossScale, d.allocate(sizeof(LossScaleState)));
+                    const LossScaleState initial;
+                    TD_RETURN_IF_ERROR(
+                        d.copyToDevice(r.lossScale, 0, &initial, sizeof(LossScaleState)));
+                }
+                bind.lossScale = r.lossScale;
+            }
             if (r.timed) {
                 bind.collectives = r.timed.get();
                 bind.buckets = gradPlan.buckets;
@@ -511,6 +546,25 @@ struct Trainer::Impl {
         Program* raw = p.get();
         r.programs[key] = std::move(p);
         return raw;
+    }
+
+    // The 16-bit shadows a training program's products read (fold_casts made them): allocated
+    // once per replica and parameter, shared by the replica's training programs.
+    Status bindShadows(Replica& r, const Graph& g, ProgramBindings& bind) {
+        const std::vector<int> pids = g.params();
+        r.shadows.resize(pids.size());
+        for (const Node& n : g.nodes) {
+            if (n.attrs.buf != BufKind::Shadow) continue;
+            const auto it = std::find(pids.begin(), pids.end(), n.inputs.at(0));
+            if (it == pids.end()) return err("internal: a shadow of a value that is no param");
+            Buffer& b = r.shadows[static_cast<size_t>(it - pids.begin())];
+            if (!b.ptr) {
+                TD_ASSIGN_OR_RETURN(b, r.device->allocate(n.bytes()));
+                r.weightsDirty = true;
+            }
+        }
+        bind.shadows = r.shadows;
+        return Status::success();
     }
 
     // MultiWorkerMirrored with shard_policy "off": every worker reads everything in its own
@@ -719,6 +773,8 @@ struct Trainer::Impl {
             const auto t1 = Clock::now();
             StepArgs mine = args;
             mine.sampleBase = sampleOrigin + b.firstIndex + begin;
+            mine.refreshShadows = r.weightsDirty;
+            r.weightsDirty = false;
             const double reduceBefore = r.timed ? r.timed->seconds : 0;
             TD_RETURN_IF_ERROR(p->exe->run(mine));
             const double reduce = r.timed ? r.timed->seconds - reduceBefore : 0;
@@ -778,10 +834,25 @@ struct Trainer::Impl {
     }
 
     void setWeights(const std::vector<Tensor>& w) {
-        for (auto& rp : replicas)
+        for (auto& rp : replicas) {
             for (size_t i = 0; i < rp->params.size() && i < w.size(); ++i)
                 (void)rp->device->copyToDevice(rp->params[i], 0, w[i].raw(), w[i].bytes());
+            rp->weightsDirty = true;
+        }
     }
+
+    // mixed_float16: the first replica's loss-scale state (every replica holds the same: they
+    // apply the same all-reduced gradients). One more read at a log point, only with loss
+    // scaling.
+    Result<std::optional<LossScaleState>> readLossScale() {
+        Replica& r = *replicas[0];
+        if (!r.lossScale.ptr) return std::optional<LossScaleState>{};
+        LossScaleState st;
+        TD_RETURN_IF_ERROR(r.device->synchronize());
+        TD_RETURN_IF_ERROR(r.device->copyToHost(&st, r.lossScale, 0, sizeof st));
+        return std::optional<LossScaleState>(st);
+    }
+    int64_t skippedSeen = 0;  // skipped steps already reported
 
     // Device memory the first replica holds: parameters, gradients, optimizer slots, and each
     // compiled program's arena and batch buffers.
@@ -943,6 +1014,21 @@ Result<RunFinished> Trainer::Impl::fit() {
                 sm.metrics["loss"] = sums[0] / static_cast<double>(seen);
                 for (size_t m = 0; m < s.metrics.size(); ++m)
                     sm.metrics[s.metrics[m].key] = sums[1 + m] / static_cast<double>(seen);
+                TD_ASSIGN_OR_RETURN(std::optional<LossScaleState> ls, readLossScale());
+                if (ls) {
+                    sm.lossScale = ls->scale;
+                    sm.skippedSteps = ls->skippedSteps;
+                    if (ls->skippedSteps > skippedSeen) {
+                        // Skipped steps applied no update: the optimizer's count goes back.
+                        optimizer->rewindIterations(ls->skippedSteps - skippedSeen);
+                        log(LogLine::Level::Warning,
+                            "loss scaling: " + std::to_string(ls->skippedSteps - skippedSeen) +
+                                " step(s) up to step " + std::to_string(gstep) +
+                                " skipped (non-finite gradients); loss scale now " +
+                                fmtNum(ls->scale));
+                        skippedSeen = ls->skippedSteps;
+                    }
+                }
                 sm.learningRate = optimizer->currentLearningRate();
                 sm.inputWaitSeconds = logWait;
                 sm.computeSeconds = logCompute;

@@ -22,12 +22,18 @@
 #include "engine/core/events.h"
 #include "engine/data/pipeline.h"
 #include "engine/graph/builder.h"
+#include "engine/graph/passes.h"
 #include "engine/io/project.h"
 #include "engine/train/callbacks.h"
 
 namespace td {
 
 class Collectives;
+
+// What the compiler is asked for by a project: the compute dtype of its precision policy, the
+// passes it turns off (`disabled_passes`, and every fusing pass with `fusion: false`), and
+// parameter shadows for training programs.
+CompileOptions compileOptions(const Project& project, bool train);
 
 // Stop, pause and abort requests from other threads (the GUI, the store recorder). The loop acts
 // on them between steps.

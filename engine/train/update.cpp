@@ -21,6 +21,7 @@
 #include <cmath>
 #include <limits>
 
+#include "engine/core/half.h"
 #include "engine/core/result.h"
 #include "engine/train/optim_kernels.h"
 
@@ -55,24 +56,26 @@ double sumSquares(const float* g, int64_t n) {
 
 // Keras BaseOptimizer._clip_gradients, global_clipnorm: every tensor scaled by
 // min(1, clip / ||all g||), NaN when that norm is not finite.
-float globalClipScale(const UpdateSpec& spec, std::span<const UpdateTensor> tensors) {
+// `unscale` (a power of two): the loss scaling's factor, applied before clipping.
+float globalClipScale(const UpdateSpec& spec, std::span<const UpdateTensor> tensors,
+                      float unscale) {
     double total = 0.0;
     for (const UpdateTensor& t : tensors) total += sumSquares(t.grad, t.size);
-    const double norm = std::sqrt(total);
+    const double norm = std::sqrt(total) * unscale;
     if (!std::isfinite(norm)) return std::numeric_limits<float>::quiet_NaN();
     if (norm > spec.clipValue) return static_cast<float>(spec.clipValue / norm);
     return 1.0f;
 }
 
 // clipnorm: clip / max(||g||, clip) for one tensor.
-float normClipScale(const UpdateSpec& spec, const UpdateTensor& t) {
+float normClipScale(const UpdateSpec& spec, const UpdateTensor& t, float unscale) {
     const double c = spec.clipValue;
-    const double norm = std::sqrt(sumSquares(t.grad, t.size));
+    const double norm = std::sqrt(sumSquares(t.grad, t.size)) * unscale;
     return static_cast<float>(c / std::max(norm, c));
 }
 
 // Elements [begin, end) of one tensor.
-void updateRange(const UpdateSpec& spec, const UpdateScalars& s, const optim_kernels::Table& k,
+void updateRangeOnce(const UpdateSpec& spec, const UpdateScalars& s, const optim_kernels::Table& k,
                  const UpdateTensor& t, float gradScale, int64_t begin, int64_t end) {
     optim_kernels::Operands p;
     p.w = t.value;
@@ -133,11 +136,53 @@ void updateRange(const UpdateSpec& spec, const UpdateScalars& s, const optim_ker
     }
 }
 
+// updateRange, and the tensor's 16-bit shadow written from the new values block by block while
+// they are still in cache.
+void updateRange(const UpdateSpec& spec, const UpdateScalars& s, const optim_kernels::Table& k,
+                 const UpdateTensor& t, float gradScale, int64_t begin, int64_t end) {
+    if (!t.shadow) {
+        updateRangeOnce(spec, s, k, t, gradScale, begin, end);
+        return;
+    }
+    constexpr int64_t kBlock = 4096;
+    for (int64_t b = begin; b < end; b += kBlock) {
+        const int64_t e = std::min(end, b + kBlock);
+        updateRangeOnce(spec, s, k, t, gradScale, b, e);
+        if (t.shadowF16)
+            castF32ToF16(t.value + b, t.shadow + b, e - b);
+        else
+            castF32ToBf16(t.value + b, t.shadow + b, e - b);
+    }
+}
+
+bool allFinite(std::span<const UpdateTensor> tensors) {
+    double total = 0.0;
+    for (const UpdateTensor& t : tensors) total += sumSquares(t.grad, t.size);
+    return std::isfinite(total);
+}
+
 }  // namespace
 
-void applyUpdate(const UpdateSpec& spec, const UpdateScalars& scalars,
-                 std::span<const UpdateTensor> tensors, int threads) {
+bool applyUpdate(const UpdateSpec& spec, const UpdateScalars& scalars,
+                 std::span<const UpdateTensor> tensors, int threads, LossScaleState* lossScale) {
     const optim_kernels::Table& k = optim_kernels::activeKernels();
+    // Loss scaling: unscale by a power of two (exact), or skip a step with non-finite gradients.
+    float unscale = 1.0f;
+    if (lossScale) {
+        if (!allFinite(tensors)) {
+            lossScale->scale *= 0.5f;
+            lossScale->goodSteps = 0;
+            lossScale->skippedSteps += 1;
+            lossScale->lastSkipped = 1;
+            return false;
+        }
+        unscale = 1.0f / lossScale->scale;
+        lossScale->lastSkipped = 0;
+        if (++lossScale->goodSteps >= lossScale->growthSteps) {
+            lossScale->goodSteps = 0;
+            lossScale->scale *= 2.0f;  // for the next step; this one unscales by the old scale
+        }
+    }
     const int per = spec.slotsPerParam();
     int64_t total = 0;
     for (const UpdateTensor& t : tensors) {
@@ -149,16 +194,19 @@ void applyUpdate(const UpdateSpec& spec, const UpdateScalars& scalars,
     thread_local std::vector<float> scales;
     scales.assign(tensors.size(), 1.0f);
     if (spec.clip == ClipKind::GlobalNorm)
-        std::fill(scales.begin(), scales.end(), globalClipScale(spec, tensors));
+        std::fill(scales.begin(), scales.end(), globalClipScale(spec, tensors, unscale));
     else if (spec.clip == ClipKind::Norm)
-        for (size_t i = 0; i < tensors.size(); ++i) scales[i] = normClipScale(spec, tensors[i]);
+        for (size_t i = 0; i < tensors.size(); ++i)
+            scales[i] = normClipScale(spec, tensors[i], unscale);
+    if (unscale != 1.0f)
+        for (float& sc : scales) sc *= unscale;
 
     const int team = threads > 0 ? threads : omp_get_max_threads();
     if (total < kParallelMinElements || team <= 1 || omp_in_parallel()) {
         for (size_t i = 0; i < tensors.size(); ++i)
             if (tensors[i].size > 0)
                 updateRange(spec, scalars, k, tensors[i], scales[i], 0, tensors[i].size);
-        return;
+        return true;
     }
     // One pass over all parameters as one range, split evenly across the team on cache-line
     // boundaries: a thread's share may span several tensors (one fork and join per step). The
@@ -183,6 +231,7 @@ void applyUpdate(const UpdateSpec& spec, const UpdateScalars& scalars,
             base += size;
         }
     }
+    return true;
 }
 
 }  // namespace td

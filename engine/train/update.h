@@ -53,6 +53,18 @@ struct UpdateScalars {
     float wdLr = 0;   // weight_decay * lr
 };
 
+// Dynamic loss scaling of mixed_float16 (Keras' LossScaleOptimizer), kept in device memory next
+// to the optimizer slots: the loss gradient is multiplied by `scale`; the update divides the
+// gradients by it, and when any gradient is not finite it skips the step, halves the scale and
+// counts the skip; after `growthSteps` finite steps in a row the scale doubles.
+struct LossScaleState {
+    float scale = 32768.0f;  // 2^15
+    int32_t goodSteps = 0;   // finite steps since the last change of scale
+    int64_t skippedSteps = 0;
+    int32_t growthSteps = 2000;
+    int32_t lastSkipped = 0;  // 1 when the last step was skipped
+};
+
 // One trainable parameter as the update reads and writes it (memory the CPU can address).
 struct UpdateTensor {
     float* value = nullptr;
@@ -61,6 +73,10 @@ struct UpdateTensor {
     // spec.slotsPerParam() arrays of `size` floats, in the optimizer's slot order: SGD momentum;
     // Adam m, v[, vhat]; RMSprop velocity[, momentum][, average_gradient].
     float* slot[3] = {nullptr, nullptr, nullptr};
+    // Mixed precision: the parameter's 16-bit copy the next step's matrix products read,
+    // written from the updated value (bf16, or f16 when shadowF16). Null: none.
+    uint16_t* shadow = nullptr;
+    bool shadowF16 = false;
 };
 
 // One optimizer step over every tensor, in one pass: gradient clipping (the norms computed here),
@@ -69,7 +85,11 @@ struct UpdateTensor {
 // OpenMP threads (0 = the calling thread's team size) in one fork: the element math does not
 // depend on the split, so results are the same for every thread count. The CPU backend's update
 // instruction and Optimizer::apply both run this, so their results are identical.
-void applyUpdate(const UpdateSpec& spec, const UpdateScalars& scalars,
-                 std::span<const UpdateTensor> tensors, int threads = 0);
+// With `lossScale`: the gradients are divided by its scale first (clipping sees the unscaled
+// values); a step with a non-finite gradient changes nothing but the loss-scale state. Returns
+// whether the step was applied.
+bool applyUpdate(const UpdateSpec& spec, const UpdateScalars& scalars,
+                 std::span<const UpdateTensor> tensors, int threads = 0,
+                 LossScaleState* lossScale = nullptr);
 
 }  // namespace td

@@ -379,8 +379,10 @@ void TestTraining::badProjects_data() {
                                    << "classes but the last layer has 3 units";
     QTest::newRow("missing file") << "file"
                                   << "no_such_images.gz";
-    QTest::newRow("precision") << "precision"
-                               << "mixed_float16";
+    QTest::newRow("unknown pass") << "pass"
+                                  << "disabled_passes[1]: unknown pass 'fuse_everything'";
+    QTest::newRow("memory pass") << "memory"
+                                 << "disabled_passes[0]: pass 'memory' cannot be turned off";
     QTest::newRow("one_hot with sparse loss") << "onehot"
                                               << "expects integer class labels";
     QTest::newRow("batch size") << "batch"
@@ -398,7 +400,8 @@ void TestTraining::badProjects() {
         p.data.source.trainImages = "/nonexistent/no_such_images.gz";
         p.data.source.trainLabels = "/nonexistent/no_such_labels.gz";
     }
-    if (what == "precision") p.precision = PrecisionPolicy::MixedFloat16;
+    if (what == "pass") p.disabledPasses = {"dce", "fuse_everything"};
+    if (what == "memory") p.disabledPasses = {"memory"};
     if (what == "onehot") p.data.pipeline.map.push_back(MapStep{.op = "one_hot", .depth = 4});
     if (what == "batch") p.training.batchSize = 0;
     auto s = Session::create(p, {});

@@ -591,7 +591,7 @@ class TestIo : public QObject {
             << "/colour"
             << "\"blue\""
             << "unknown key 'colour' (valid keys: format, version, name, description, model, "
-               "data, training, precision, fusion, strategy)";
+               "data, training, precision, fusion, disabled_passes, strategy)";
         QTest::newRow("bad precision")
             << "/precision"
             << "\"float64\""

@@ -16,6 +16,7 @@
 #include "engine/backend/backend.h"
 #include "engine/backend/cpu/kernels.h"
 #include "engine/core/cpu_isa.h"
+#include "engine/core/half.h"
 #include "engine/distribute/collectives.h"
 #include "engine/train/update.h"
 
@@ -43,7 +44,83 @@ struct CpuInstr {
     int bucket = -1;  // AllReduceStart / AllReduceWait
     float* data = nullptr;
     int64_t count = 0;
+    int update = -1;  // Update: the tensor (-1: all)
+    LossScaleState* lossScale = nullptr;  // LossGrad (dynamic scale)
+    bool refreshOnly = false;             // Cast into a shadow
+    // Block mode (any 16-bit operand, a fused dropout mask or a fused bias gradient): the rows go
+    // through in blocks that stay in cache; 16-bit operands are converted to f32 on the way in
+    // and out. Index into CpuProgram::blocks_, -1: the plain f32 kernel on whole arrays.
+    int block = -1;
+    float rate = 0;  // Act / ActGrad: the fused dropout's rate (0: none)
+    // Cast, and a matmul's conversions when oneDNN has no kernel for its dtype.
+    int conv = -1;  // index into CpuProgram::convs_
 };
+
+// An operand as block mode reads or writes it.
+struct BlockOperand {
+    const void* ptr = nullptr;
+    DType dtype = DType::F32;
+    int64_t rowElems = 0;  // elements a row advances (0: the same for every row, e.g. a bias)
+};
+
+struct BlockPlan {
+    int64_t blockRows = 1;
+    BlockOperand in[2];
+    int inputs = 0;
+    bool floatB = false;  // in[1] holds floats (else labels, read as they are)
+    BlockOperand out;
+    BlockOperand out2;       // column sums of the result (bias gradient); ptr null: none
+    bool outIsSums = false;  // bias_grad itself: only column sums of in[0]
+    bool whole = false;      // a reduction: every row in one block, in the whole-operand buffers
+};
+
+// Conversions around an instruction (whole arrays).
+struct Conversion {
+    const void* src = nullptr;
+    DType from = DType::F32;
+    void* dst = nullptr;
+    DType to = DType::F32;
+    int64_t n = 0;
+};
+struct ConvPlan {
+    std::vector<Conversion> before, after;
+};
+
+// dst (dtype `to`) = src (dtype `from`), rounded to nearest even; via f32 when neither is f32.
+void convert(const Conversion& c, float* tmp, int64_t tmpElems) {
+    if (c.from == c.to) {
+        std::memcpy(c.dst, c.src, static_cast<size_t>(c.n) * dtypeSize(c.to));
+        return;
+    }
+    // Only 16-bit dtypes reach these (f32 to f32 is the copy above).
+    auto toF32 = [&](const void* src, float* dst, int64_t n) {
+        if (c.from == DType::BF16)
+            castBf16ToF32(static_cast<const uint16_t*>(src), dst, n);
+        else
+            castF16ToF32(static_cast<const uint16_t*>(src), dst, n);
+    };
+    auto fromF32 = [&](const float* src, void* dst, int64_t n) {
+        if (c.to == DType::BF16)
+            castF32ToBf16(src, static_cast<uint16_t*>(dst), n);
+        else
+            castF32ToF16(src, static_cast<uint16_t*>(dst), n);
+    };
+    if (c.from == DType::F32) {
+        fromF32(static_cast<const float*>(c.src), c.dst, c.n);
+    } else if (c.to == DType::F32) {
+        toF32(c.src, static_cast<float*>(c.dst), c.n);
+    } else {
+        for (int64_t i = 0; i < c.n; i += tmpElems) {
+            const int64_t m = std::min(tmpElems, c.n - i);
+            toF32(static_cast<const char*>(c.src) + i * 2, tmp, m);
+            fromF32(tmp, static_cast<char*>(c.dst) + i * 2, m);
+        }
+    }
+}
+
+bool is16(DType d) {
+    return d == DType::BF16 || d == DType::F16;
+}
 
 class CpuProgram final : public Executable {
   public:
@@ -72,6 +149,12 @@ class CpuProgram final : public Executable {
                 case BatchSite::Kind::PrimArg:
                     prims_[static_cast<size_t>(site.index)].args.at(site.arg).set_data_handle(p);
                     break;
+                case BatchSite::Kind::ConvSrc:
+                    convs_[static_cast<size_t>(site.index)].before.at(0).src = p;
+                    break;
+                case BatchSite::Kind::BlockIn:
+                    blocks_[static_cast<size_t>(site.index)].in[site.arg].ptr = p;
+                    break;
             }
         }
         return true;
@@ -91,9 +174,9 @@ class CpuProgram final : public Executable {
     // Where the program reads the batch: instruction operands and oneDNN arguments in the input
     // or label space, so rebindBatch() can point them at a batch in place.
     struct BatchSite {
-        enum class Kind : uint8_t { OperandA, OperandB, PrimArg } kind;
-        int index = 0;  // code_ or prims_ entry
-        int arg = 0;    // DNNL_ARG_* for PrimArg
+        enum class Kind : uint8_t { OperandA, OperandB, PrimArg, ConvSrc, BlockIn } kind;
+        int index = 0;  // code_, prims_, convs_ or blocks_ entry
+        int arg = 0;    // DNNL_ARG_* for PrimArg; the operand for BlockIn
         bool label = false;
         int64_t offset = 0;
     };
@@ -116,13 +199,39 @@ class CpuProgram final : public Executable {
     Collectives* collectives_ = nullptr;
     UpdateSpec update_;
     std::vector<UpdateTensor> updateTensors_;
+    LossScaleState* lossScale_ = nullptr;
+    std::vector<BlockPlan> blocks_;
+    std::vector<ConvPlan> convs_;
+    // Block mode's f32 buffers, shared by every instruction (they run one after another):
+    // in0, in1, out, a temporary and the column sums, each kBlockElems, then three buffers of
+    // the largest reduction's operands.
+    std::vector<float> blockScratch_;
+    int64_t wholeElems_ = 0;
+    std::vector<std::unique_ptr<float[]>> convScratch_;  // a matmul's f32 copies of f16 operands
+
+    Status planBlock(const Instr& in, CpuInstr& ins);
+    void runBlock(const CpuInstr& i, const StepArgs& args);
 };
 
-dnnl::memory::desc matDesc(int64_t rows, int64_t cols, bool transposed) {
+constexpr int64_t kBlockElems = 8192;  // 32 KiB of f32 per block operand: in L1/L2
+
+dnnl::memory::data_type dnnlType(DType d) {
+    switch (d) {
+        case DType::BF16:
+            return dnnl::memory::data_type::bf16;
+        case DType::F16:
+            return dnnl::memory::data_type::f16;
+        default:
+            return dnnl::memory::data_type::f32;
+    }
+}
+
+dnnl::memory::desc matDesc(int64_t rows, int64_t cols, bool transposed,
+                           DType dtype = DType::F32) {
     using dnnl::memory;
     // Logical [rows, cols]; a transposed operand is stored as [cols, rows] row-major.
     memory::dims strides = transposed ? memory::dims{1, rows} : memory::dims{cols, 1};
-    return memory::desc({rows, cols}, memory::data_type::f32, strides);
+    return memory::desc({rows, cols}, dnnlType(dtype), strides);
 }
 
 void* CpuProgram::resolve(const Operand& o) const {
@@ -155,6 +264,12 @@ void* CpuProgram::resolve(const Operand& o) const {
         case Space::Slot:
             base = b.optimizerSlots.at(static_cast<size_t>(o.index)).ptr;
             break;
+        case Space::Shadow:
+            base = b.shadows.at(static_cast<size_t>(o.index)).ptr;
+            break;
+        case Space::LossScale:
+            base = b.lossScale.ptr;
+            break;
     }
     return base ? static_cast<char*>(base) + o.offset : nullptr;
 }
@@ -166,7 +281,24 @@ Status CpuProgram::addMatmul(const Instr& in, CpuInstr& ins) {
     const bool ta = in.transA, tb = in.transB;
     const int64_t M = in.out.shape[0], N = in.out.shape[1];
     const int64_t K = ta ? A[0] : A[1];
-    memory::desc aMd = matDesc(M, K, ta), wMd = matDesc(K, N, tb), cMd = matDesc(M, N, false);
+    // oneDNN runs bf16 products (AMX, AVX512-BF16, or emulated); f16 where this build of oneDNN
+    // has a kernel for the CPU, else the operands are converted to f32 around an f32 product.
+    DType opType = in.in[0].dtype, outType = in.out.dtype;
+    bool convertF16 = false;
+    if (opType == DType::F16) {
+        try {
+            matmul::primitive_desc probe(
+                matmul::desc(matDesc(M, K, ta, opType), matDesc(K, N, tb, opType),
+                             matDesc(M, N, false, outType)),
+                eng_);
+        } catch (const dnnl::error&) {
+            convertF16 = true;
+        }
+    }
+    const DType primOp = convertF16 ? DType::F32 : opType;
+    const DType primOut = convertF16 ? DType::F32 : outType;
+    memory::desc aMd = matDesc(M, K, ta, primOp), wMd = matDesc(K, N, tb, primOp),
+                 cMd = matDesc(M, N, false, primOut);
     primitive_attr attr;
     attr.set_scratchpad_mode(scratchpad_mode::user);
     memory::desc biasMd;
@@ -209,15 +341,39 @@ Status CpuProgram::addMatmul(const Instr& in, CpuInstr& ins) {
         const size_t sp = pd.scratchpad_desc().get_size();
         scratch_.emplace_back(new char[sp + 64]);
         pr.args[DNNL_ARG_SCRATCHPAD] = memory(pd.scratchpad_desc(), eng_, scratch_.back().get());
-        pr.args[DNNL_ARG_SRC] = memory(aMd, eng_, resolve(in.in[0]));
-        pr.args[DNNL_ARG_WEIGHTS] = memory(wMd, eng_, resolve(in.in[1]));
+        void* aPtr = resolve(in.in[0]);
+        void* wPtr = resolve(in.in[1]);
+        void* cPtr = resolve(in.out);
+        if (convertF16) {
+            // f32 copies of the f16 operands (and the result), converted on every run.
+            ConvPlan cp;
+            auto f32Copy = [&](void* src, DType from, int64_t n, bool before) {
+                convScratch_.emplace_back(new float[static_cast<size_t>(n)]);
+                float* copy = convScratch_.back().get();
+                if (before)
+                    cp.before.push_back({src, from, copy, DType::F32, n});
+                else
+                    cp.after.push_back({copy, DType::F32, src, from, n});
+                return copy;
+            };
+            aPtr = f32Copy(aPtr, opType, in.in[0].elements(), true);
+            wPtr = f32Copy(wPtr, opType, in.in[1].elements(), true);
+            if (outType != DType::F32) cPtr = f32Copy(cPtr, outType, in.out.elements(), false);
+            ins.conv = static_cast<int>(convs_.size());
+            convs_.push_back(std::move(cp));
+        }
+        pr.args[DNNL_ARG_SRC] = memory(aMd, eng_, aPtr);
+        pr.args[DNNL_ARG_WEIGHTS] = memory(wMd, eng_, wPtr);
         const int index = static_cast<int>(prims_.size());
-        noteBatchSite(in.in[0], BatchSite::Kind::PrimArg, index, DNNL_ARG_SRC);
-        noteBatchSite(in.in[1], BatchSite::Kind::PrimArg, index, DNNL_ARG_WEIGHTS);
+        if (!convertF16) {
+            noteBatchSite(in.in[0], BatchSite::Kind::PrimArg, index, DNNL_ARG_SRC);
+            noteBatchSite(in.in[1], BatchSite::Kind::PrimArg, index, DNNL_ARG_WEIGHTS);
+        }
         if (hasBias) pr.args[DNNL_ARG_BIAS] = memory(biasMd, eng_, resolve(in.in[2]));
-        pr.args[DNNL_ARG_DST] = memory(cMd, eng_, resolve(in.out));
+        pr.args[DNNL_ARG_DST] = memory(cMd, eng_, cPtr);
     } catch (const dnnl::error& e) {
-        return err("oneDNN " + what + ": " + e.what());
+        return err("oneDNN " + what + " (" + dtypeName(opType) + " -> " + dtypeName(outType) +
+                   "): " + e.what());
     }
     ins.prim = static_cast<int>(prims_.size());
     prims_.push_back(std::move(pr));
@@ -265,6 +421,7 @@ Status CpuProgram::build(const LoweredProgram& lp, const ProgramBindings& bind) 
         ins.l1 = in.l1;
         ins.l2 = in.l2;
         ins.seed = in.seed;
+        ins.rate = in.rate;
         switch (in.op) {
             case InstrOp::MatMul:
             case InstrOp::Dense:
@@ -273,6 +430,22 @@ Status CpuProgram::build(const LoweredProgram& lp, const ProgramBindings& bind) 
             case InstrOp::Dropout:
             case InstrOp::DropoutGrad:
                 ins.alpha = in.rate;
+                break;
+            case InstrOp::Cast: {
+                ConvPlan cp;
+                cp.before.push_back({resolve(in.in[0]), in.in[0].dtype, resolve(in.out),
+                                     in.out.dtype, in.out.elements()});
+                ins.conv = static_cast<int>(convs_.size());
+                noteBatchSite(in.in[0], BatchSite::Kind::ConvSrc, ins.conv);
+                ins.refreshOnly = in.refreshOnly;
+                convs_.push_back(std::move(cp));
+                break;
+            }
+            case InstrOp::LossGrad:
+                if (in.dynamicScale) {
+                    if (!bind.lossScale.ptr) return err("loss_grad: dynamic scale without lossScale");
+                    ins.lossScale = static_cast<LossScaleState*>(bind.lossScale.ptr);
+                }
                 break;
             case InstrOp::Accumulate:
                 ins.acc = static_cast<double*>(resolve(in.out));
@@ -290,6 +463,7 @@ Status CpuProgram::build(const LoweredProgram& lp, const ProgramBindings& bind) 
             case InstrOp::Update: {
                 TD_ASSERT(lp.update);
                 update_ = *lp.update;
+                if (updateTensors_.empty())
                 for (const UpdateOperands& u : lp.updateTensors) {
                     UpdateTensor t;
                     t.value = static_cast<float*>(resolve(u.value));
@@ -297,30 +471,253 @@ Status CpuProgram::build(const LoweredProgram& lp, const ProgramBindings& bind) 
                     t.size = u.value.elements();
                     for (size_t s = 0; s < u.slot.size() && s < 3; ++s)
                         t.slot[s] = static_cast<float*>(resolve(u.slot[s]));
+                    if (u.shadow.space == Space::Shadow) {
+                        t.shadow = static_cast<uint16_t*>(resolve(u.shadow));
+                        t.shadowF16 = u.shadow.dtype == DType::F16;
+                    }
                     updateTensors_.push_back(t);
                 }
+                ins.update = in.tensor;
+                if (lp.lossScaled) lossScale_ = static_cast<LossScaleState*>(bind.lossScale.ptr);
                 break;
             }
             default:
                 break;
         }
+        TD_RETURN_IF_ERROR(planBlock(in, ins));
         code_.push_back(ins);
     }
+    if (!blocks_.empty())
+        blockScratch_.assign(static_cast<size_t>(5 * kBlockElems + wholeElems_), 0.f);
     bind_ = nullptr;
     return Status::success();
 }
 
+// Which instructions run in block mode, and how: one with a 16-bit operand, a fused dropout mask
+// or a fused bias gradient. Losses, metrics and regularization read their operands whole (they
+// reduce over everything), so their block is every row.
+Status CpuProgram::planBlock(const Instr& in, CpuInstr& ins) {
+    switch (in.op) {
+        case InstrOp::BiasAdd:
+        case InstrOp::Act:
+        case InstrOp::ActGrad:
+        case InstrOp::Dropout:
+        case InstrOp::DropoutGrad:
+        case InstrOp::Add:
+        case InstrOp::BiasGrad:
+        case InstrOp::LossGrad:
+        case InstrOp::Loss:
+        case InstrOp::Metric:
+        case InstrOp::RegLoss:
+        case InstrOp::RegGrad:
+            break;
+        default:
+            return Status::success();
+    }
+    bool any16 = is16(in.out.dtype) || (in.out2.space != Space::None && is16(in.out2.dtype));
+    for (const Operand& o : in.in) any16 = any16 || is16(o.dtype);
+    const bool fusedMask = (in.op == InstrOp::Act || in.op == InstrOp::ActGrad) && in.rate > 0;
+    const bool fusedSums = in.out2.space != Space::None;
+    if (!any16 && !fusedMask && !fusedSums) return Status::success();
+    const std::string what = std::string(instrOpName(in.op)) + " %" + std::to_string(in.node);
+    BlockPlan bp;
+    const Operand& a = in.in.at(0);
+    const int64_t rows = ins.rows, cols = ins.cols;
+    const bool whole = in.op == InstrOp::Loss || in.op == InstrOp::Metric ||
+                       in.op == InstrOp::RegLoss || in.op == InstrOp::RegGrad;
+    if (whole && rows * cols > 64 * kBlockElems && any16)
+        return err(what + ": 16-bit operands of " + std::to_string(rows * cols) +
+                   " elements are more than a reduction converts at once");
+    bp.blockRows = whole ? rows : std::max<int64_t>(1, kBlockElems / std::max<int64_t>(1, cols));
+    if (cols > kBlockElems && !whole)
+        return err(what + ": rows of " + std::to_string(cols) + " values exceed the block of " +
+                   std::to_string(kBlockElems));
+    auto operand = [&](const Operand& o) {
+        BlockOperand b;
+        b.ptr = resolve(o);
+        b.dtype = o.dtype;
+        b.rowElems = (!o.shape.empty() && o.shape[0] == rows && o.elements() == rows * cols &&
+                      o.shape.size() >= 2)
+                         ? cols
+                         : 0;
+        if (o.shape.size() == 1 && o.shape[0] == rows && rows > 1) b.rowElems = 1;  // class ids
+        return b;
+    };
+    bp.inputs = static_cast<int>(in.in.size());
+    bp.in[0] = operand(a);
+    if (in.in.size() >= 2) {
+        bp.in[1] = operand(in.in[1]);
+        bp.floatB = in.op != InstrOp::LossGrad && in.op != InstrOp::Loss &&
+                    in.op != InstrOp::Metric;
+    }
+    if (in.op == InstrOp::BiasGrad) {
+        bp.outIsSums = true;
+        bp.out2 = operand(in.out);
+        bp.out2.rowElems = 0;
+    } else {
+        bp.out = operand(in.out);
+        if (fusedSums) {
+            bp.out2 = operand(in.out2);
+            bp.out2.rowElems = 0;
+        }
+    }
+    bp.whole = whole;
+    if (whole) wholeElems_ = std::max(wholeElems_, 3 * rows * cols);
+    if (in.op == InstrOp::Act && fusedMask) ins.rate = in.rate;
+    ins.block = static_cast<int>(blocks_.size());
+    for (size_t k = 0; k < in.in.size() && k < 2; ++k)
+        noteBatchSite(in.in[k], BatchSite::Kind::BlockIn, ins.block, static_cast<int>(k));
+    blocks_.push_back(bp);
+    return Status::success();
+}
+
+void CpuProgram::runBlock(const CpuInstr& i, const StepArgs& args) {
+    const BlockPlan& bp = blocks_[static_cast<size_t>(i.block)];
+    const int64_t rows = i.rows, cols = i.cols;
+    // Four block buffers, the column sums, then (reductions) three whole-operand buffers.
+    float* scratch = blockScratch_.data();
+    float* sums = scratch + 4 * kBlockElems;
+    float* buf[4];
+    for (int k = 0; k < 4; ++k)
+        buf[k] = bp.whole ? sums + kBlockElems + k % 3 * rows * cols : scratch + k * kBlockElems;
+    // The f32 view of rows [r0, r0 + n) of an operand: the operand itself, or converted into dst.
+    auto load = [&](const BlockOperand& o, int64_t r0, int64_t n, float* dst) -> const float* {
+        const int64_t first = r0 * o.rowElems;
+        const int64_t count = o.rowElems ? n * o.rowElems : cols;
+        if (o.dtype == DType::F32) return static_cast<const float*>(o.ptr) + first;
+        const auto* src = static_cast<const uint16_t*>(o.ptr) + first;
+        if (o.dtype == DType::BF16)
+            castBf16ToF32(src, dst, count);
+        else
+            castF16ToF32(src, dst, count);
+        return dst;
+    };
+    auto store = [&](const BlockOperand& o, int64_t r0, const float* src, int64_t count) {
+        auto* dst = static_cast<uint16_t*>(const_cast<void*>(o.ptr)) + r0 * o.rowElems;
+        if (o.dtype == DType::BF16)
+            castF32ToBf16(src, dst, count);
+        else
+            castF32ToF16(src, dst, count);
+    };
+    const bool scalarOut =
+        i.op == InstrOp::Loss || i.op == InstrOp::Metric || i.op == InstrOp::RegLoss;
+    // Column sums (bias gradient): accumulated row by row in order, as biasGrad does.
+    float* acc = nullptr;
+    if (bp.out2.ptr) {
+        acc = bp.out2.dtype == DType::F32 ? static_cast<float*>(const_cast<void*>(bp.out2.ptr))
+                                          : sums;
+        std::memset(acc, 0, static_cast<size_t>(cols) * sizeof(float));
+    }
+    for (int64_t r0 = 0; r0 < rows; r0 += bp.blockRows) {
+        const int64_t n = std::min(bp.blockRows, rows - r0);
+        const float* a = load(bp.in[0], r0, n, buf[0]);
+        const void* b = nullptr;
+        if (bp.inputs >= 2) {
+            if (bp.floatB) {
+                b = load(bp.in[1], r0, n, buf[1]);
+            } else {
+                const BlockOperand& o = bp.in[1];
+                b = static_cast<const char*>(o.ptr) +
+                    static_cast<size_t>(r0 * o.rowElems) * dtypeSize(o.dtype);
+            }
+        }
+        float* out = nullptr;
+        if (scalarOut)
+            out = i.out;
+        else if (!bp.outIsSums)
+            out = bp.out.dtype == DType::F32
+                      ? static_cast<float*>(const_cast<void*>(bp.out.ptr)) + r0 * bp.out.rowElems
+                      : buf[2];
+        const float* fb = static_cast<const float*>(b);
+        switch (i.op) {
+            case InstrOp::BiasAdd:
+                cpu::biasAdd(a, fb, out, n, cols);
+                break;
+            case InstrOp::Act:
+                cpu::activation(i.act, i.alpha, a, out, n, cols);
+                if (i.rate > 0)
+                    cpu::dropout(out, out, n, cols, i.rate, i.seed, args.step, args.sampleBase + r0);
+                break;
+            case InstrOp::ActGrad: {
+                const float* dy = a;
+                if (i.rate > 0) {
+                    cpu::dropout(a, buf[3], n, cols, i.rate, i.seed, args.step,
+                                 args.sampleBase + r0);
+                    dy = buf[3];
+                }
+                cpu::activationGrad(i.act, i.alpha, i.usesOutput, dy, fb, out, n, cols);
+                break;
+            }
+            case InstrOp::Dropout:
+            case InstrOp::DropoutGrad:
+                cpu::dropout(a, out, n, cols, i.alpha, i.seed, args.step, args.sampleBase + r0);
+                break;
+            case InstrOp::Add:
+                cpu::add(a, fb, out, n * cols);
+                break;
+            case InstrOp::LossGrad: {
+                const float sc = i.lossScale ? i.scale * i.lossScale->scale : i.scale;
+                cpu::lossGrad(i.loss, a, b, out, n, cols, sc);
+                break;
+            }
+            case InstrOp::Loss:
+                cpu::loss(i.loss, a, b, out, n, cols, i.scale);
+                break;
+            case InstrOp::Metric:
+                cpu::metric(i.metric, i.k, i.onLogits, a, b, out, n, cols);
+                break;
+            case InstrOp::RegLoss:
+                cpu::regLoss(a, n * cols, i.l1, i.l2, out);
+                break;
+            case InstrOp::RegGrad:
+                cpu::regGrad(a, fb, out, n * cols, i.l1, i.l2);
+                break;
+            case InstrOp::BiasGrad:
+                break;
+            default:
+                TD_ASSERT_MSG(false, "instruction without a block form");
+        }
+        if (acc) {
+            const float* src = bp.outIsSums ? a : out;
+            for (int64_t r = 0; r < n; ++r) {
+                const float* g = src + r * cols;
+#pragma omp simd
+                for (int64_t c = 0; c < cols; ++c) acc[c] += g[c];
+            }
+        }
+        if (!bp.outIsSums && !scalarOut && bp.out.dtype != DType::F32)
+            store(bp.out, r0, out, bp.out.rowElems ? n * bp.out.rowElems : cols);
+    }
+    if (acc && bp.out2.dtype != DType::F32) store(bp.out2, 0, acc, cols);
+}
+
 Status CpuProgram::run(const StepArgs& args) {
     for (const CpuInstr& i : code_) {
+        if (i.block >= 0) {
+            runBlock(i, args);
+            continue;
+        }
         switch (i.op) {
             case InstrOp::MatMul:
             case InstrOp::Dense: {
                 Prim& pr = prims_[static_cast<size_t>(i.prim)];
+                const ConvPlan* cp = i.conv >= 0 ? &convs_[static_cast<size_t>(i.conv)] : nullptr;
+                if (cp)
+                    for (const Conversion& c : cp->before) convert(c, nullptr, 0);
                 try {
                     pr.p.execute(strm_, pr.args);
                 } catch (const dnnl::error& e) {
                     return err(std::string("oneDNN matmul: ") + e.what());
                 }
+                if (cp)
+                    for (const Conversion& c : cp->after) convert(c, nullptr, 0);
+                break;
+            }
+            case InstrOp::Cast: {
+                if (i.refreshOnly && !args.refreshShadows) break;
+                float tmp[1024];
+                for (const Conversion& c : convs_[static_cast<size_t>(i.conv)].before)
+                    convert(c, tmp, 1024);
                 break;
             }
             case InstrOp::BiasAdd:
@@ -342,7 +739,8 @@ Status CpuProgram::run(const StepArgs& args) {
                 cpu::loss(i.loss, i.a, i.b, i.out, i.rows, i.cols, i.scale);
                 break;
             case InstrOp::LossGrad:
-                cpu::lossGrad(i.loss, i.a, i.b, i.out, i.rows, i.cols, i.scale);
+                cpu::lossGrad(i.loss, i.a, i.b, i.out, i.rows, i.cols,
+                              i.lossScale ? i.scale * i.lossScale->scale : i.scale);
                 break;
             case InstrOp::Metric:
                 cpu::metric(i.metric, i.k, i.onLogits, i.a, i.b, i.out, i.rows, i.cols);
@@ -374,7 +772,13 @@ Status CpuProgram::run(const StepArgs& args) {
                 break;
             }
             case InstrOp::Update:
-                applyUpdate(update_, args.update, updateTensors_, updateThreads_);
+                if (i.update >= 0)
+                    applyUpdate(update_, args.update,
+                                std::span<const UpdateTensor>(
+                                    &updateTensors_[static_cast<size_t>(i.update)], 1),
+                                updateThreads_);
+                else
+                    applyUpdate(update_, args.update, updateTensors_, updateThreads_, lossScale_);
                 break;
         }
     }
@@ -446,9 +850,10 @@ class CpuDevice final : public Device {
         return Status::success();
     }
     Support supportsOp(const Graph&, const Node& n) const override {
-        if (n.dtype != DType::F32 && n.op != Op::Label)
-            return {false, std::string("cpu:0 runs ") + opName(n.op) + " in f32 only, got " +
-                               dtypeName(n.dtype)};
+        if (n.op == Op::Label) return {};
+        if (n.dtype != DType::F32 && n.dtype != DType::BF16 && n.dtype != DType::F16)
+            return {false, std::string("cpu:0 runs ") + opName(n.op) +
+                               " in f32, bf16 or f16, not " + dtypeName(n.dtype)};
         return {};
     }
     Result<std::unique_ptr<Executable>> compile(const LoweredProgram& lp,

@@ -1,0 +1,63 @@
+// 16-bit floats as mixed precision stores them: bfloat16 (the top half of an IEEE single) and
+// IEEE binary16. Conversions round to nearest even and keep NaN a (quiet) NaN; float16 overflows
+// to infinity above 65504 and keeps its subnormals. The loops are written so compilers vectorise
+// them, and give the same bits on every instruction-set level (no hardware conversion whose
+// denormal handling depends on MXCSR).
+#pragma once
+
+#include <bit>
+#include <cstdint>
+
+namespace td {
+
+inline uint16_t floatToBf16(float f) {
+    uint32_t x = std::bit_cast<uint32_t>(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return static_cast<uint16_t>(x >> 16);
+}
+
+inline float bf16ToFloat(uint16_t h) {
+    return std::bit_cast<float>(static_cast<uint32_t>(h) << 16);
+}
+
+inline uint16_t floatToF16(float f) {
+    uint32_t x = std::bit_cast<uint32_t>(f);
+    const uint32_t sign = (x >> 16) & 0x8000u;
+    x &= 0x7fffffffu;
+    uint32_t h;
+    if (x >= 0x47800000u) {  // >= 65536, infinity or NaN
+        h = x > 0x7f800000u ? 0x7e00u : 0x7c00u;
+    } else if (x < 0x38800000u) {  // below the smallest normal half (2^-14): subnormal or zero
+        // Adding 0.5 puts the half's subnormal bits at the bottom of the mantissa, rounded to
+        // nearest even by the addition itself (the sum is a normal float).
+        const float t = std::bit_cast<float>(x) + 0.5f;
+        h = std::bit_cast<uint32_t>(t) - 0x3f000000u;
+    } else {
+        const uint32_t odd = (x >> 13) & 1u;
+        x += 0xc8000000u + 0xfffu + odd;  // rebias the exponent (127 -> 15) and round
+        h = x >> 13;                      // a carry out of the mantissa gives 0x7c00: infinity
+    }
+    return static_cast<uint16_t>(h | sign);
+}
+
+inline float f16ToFloat(uint16_t h) {
+    const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+    const uint32_t em = h & 0x7fffu;
+    uint32_t x;
+    if (em >= 0x7c00u)
+        x = 0x7f800000u | ((em & 0x3ffu) << 13);
+    else if (em >= 0x0400u)
+        x = (em << 13) + 0x38000000u;
+    else  // subnormal: em * 2^-24, exact in float
+        x = std::bit_cast<uint32_t>(static_cast<float>(em) * 5.9604644775390625e-8f);
+    return std::bit_cast<float>(x | sign);
+}
+
+// Whole arrays (n elements).
+void castF32ToBf16(const float* src, uint16_t* dst, int64_t n);
+void castBf16ToF32(const uint16_t* src, float* dst, int64_t n);
+void castF32ToF16(const float* src, uint16_t* dst, int64_t n);
+void castF16ToF32(const uint16_t* src, float* dst, int64_t n);
+
+}  // namespace td
