@@ -12,6 +12,7 @@
 #include <optional>
 #include <sstream>
 
+#include "engine/api/projects.h"
 #include "engine/api/session.h"
 #include "engine/store/run_store.h"
 
@@ -406,11 +407,20 @@ int devices(bool json) {
     return 0;
 }
 
-int compile(const std::string& path, const std::string& dumpAfter) {
+int compile(const std::string& path, const std::string& dumpAfter, bool report) {
     auto project = openProject(path);
     if (!project.ok()) {
         printError(project.error());
         return 2;
+    }
+    if (report) {
+        auto r = api::compileReport(*project);
+        if (!r.ok()) {
+            printError(path + ": " + r.error());
+            return 2;
+        }
+        std::fputs(r->text.c_str(), stdout);
+        return 0;
     }
     auto session = Session::create(*project, SessionOptions{});
     if (!session.ok()) {

@@ -20,7 +20,8 @@ int summary(const std::string& project);
 int runs(const std::string& db, bool json);
 int show(const std::string& db, const std::string& run, bool json);
 int devices(bool json);
-int compile(const std::string& project, const std::string& dumpAfter);
+// Prints the IR after a pass, or (report) the fusion report of the training step.
+int compile(const std::string& project, const std::string& dumpAfter, bool report = false);
 std::string defaultDbPath();
 
 }  // namespace td::cli

@@ -58,7 +58,12 @@ int main(int argc, char** argv) {
     auto* compile = app.add_subcommand("compile", "Compile a project and print its IR");
     compile->add_option("project", compProject, "Project file (JSON)")->required();
     compile->add_option("--dump-after", dumpAfter,
-                        "Stage to print: forward, autodiff, fusion, dce, memory, final");
+                        "Stage to print: forward, autodiff, fusion, fold_casts, "
+                        "fuse_act_bias_grad, fuse_elementwise, dce, memory, final, lowered");
+    bool compReport = false;
+    compile->add_flag("--report", compReport,
+                      "Print the fusion report: ops, kernels and bytes per step with and without "
+                      "fusion, the fusion groups and what was kept apart");
 
     try {
         app.parse(argc, argv);
@@ -77,7 +82,7 @@ int main(int argc, char** argv) {
     if (*runs) return td::cli::runs(runsDb, json);
     if (*show) return td::cli::show(showDb, showRun, showJson);
     if (*devices) return td::cli::devices(devJson);
-    if (*compile) return td::cli::compile(compProject, dumpAfter);
+    if (*compile) return td::cli::compile(compProject, dumpAfter, compReport);
 
 #ifdef TRAINDECK_HAVE_GUI
     return td::ui::runGui(argc, argv, db, project, start, quitWhenDone);

@@ -1,5 +1,7 @@
 #include "ui/model_designer.h"
 
+#include "engine/api/projects.h"
+
 #include <QAction>
 #include <QFontDatabase>
 #include <QGroupBox>
@@ -151,9 +153,21 @@ ModelDesigner::ModelDesigner(ProjectController* project, QWidget* parent)
     auto* sml = new QVBoxLayout(summaryBox);
     sml->addWidget(summary_);
 
+    // The compiler's view of the training step: fusions, kernels and bytes per step
+    // (api::compileReport), beside the summary.
+    report_ = new QPlainTextEdit;
+    report_->setObjectName("compileReport");
+    report_->setReadOnly(true);
+    report_->setLineWrapMode(QPlainTextEdit::NoWrap);
+    report_->setFont(QFontDatabase::systemFont(QFontDatabase::FixedFont));
+    auto* reportBox = new QGroupBox(tr("Compiler (fusion report)"));
+    auto* rl = new QVBoxLayout(reportBox);
+    rl->addWidget(report_);
+
     auto* right = new QSplitter(Qt::Vertical);
     right->addWidget(propBox);
     right->addWidget(summaryBox);
+    right->addWidget(reportBox);
     auto* split = new QSplitter(Qt::Horizontal);
     split->addWidget(paletteBox);
     split->addWidget(stackBox);
@@ -171,7 +185,18 @@ ModelDesigner::ModelDesigner(ProjectController* project, QWidget* parent)
     connect(editor_, &LayerPropertyEditor::layerEdited, this,
             [this](const td::LayerSpec& spec) { model_->updateLayer(currentRow(), spec); });
     connect(project_, &ProjectController::projectReplaced, this, &ModelDesigner::reloadFromProject);
+    connect(project_, &ProjectController::projectReplaced, this, &ModelDesigner::refreshReport);
+    connect(project_, &ProjectController::projectEdited, this, &ModelDesigner::refreshReport);
     reloadFromProject();
+    refreshReport();
+}
+
+void ModelDesigner::refreshReport() {
+    auto r = td::api::compileReport(project_->project());
+    report_->setPlainText(
+        r.ok()
+            ? QString::fromStdString(r->text)
+            : tr("The training step does not compile: %1").arg(QString::fromStdString(r.error())));
 }
 
 bool ModelDesigner::eventFilter(QObject* watched, QEvent* event) {

@@ -26,6 +26,7 @@ class ModelDesigner : public QWidget {
     QListWidget* palette() const { return palette_; }
     LayerPropertyEditor* propertyEditor() const { return editor_; }
     QPlainTextEdit* summaryView() const { return summary_; }
+    QPlainTextEdit* reportView() const { return report_; }
 
     int currentRow() const;
     void selectRow(int row);
@@ -43,6 +44,7 @@ class ModelDesigner : public QWidget {
     void onSpecEdited();
     void onSelectionChanged();
     void refreshSummary();
+    void refreshReport();
     void updateActions();
 
     ProjectController* project_;
@@ -51,6 +53,7 @@ class ModelDesigner : public QWidget {
     QTableView* stack_;
     LayerPropertyEditor* editor_;
     QPlainTextEdit* summary_;
+    QPlainTextEdit* report_;
     QLabel* status_;
     QAction* upAction_;
     QAction* downAction_;

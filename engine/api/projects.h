@@ -4,7 +4,9 @@
 // includes; this header adds no state.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "engine/core/result.h"
 #include "engine/io/project.h"
@@ -41,5 +43,25 @@ struct ModelSummary {
 // Errors name the layer index and name and what was expected
 // ("layer 2 'reshape': cannot reshape [784] into [30,30]").
 Result<ModelSummary> summarizeModel(const ModelSpec& model);
+
+// What the compiler makes of a project's training step, with its fusions and without any: ops
+// in the graph, kernels launched per step, bytes those kernels read and write per step, the
+// arena's peak bytes; each fusion group with its ops, each refusal with its reason. Reads no
+// data (the model's shapes and the training configuration are enough).
+struct CompileReport {
+    struct Side {
+        int ops = 0;        // graph nodes that compute (inputs, parameters and views excluded)
+        int kernels = 0;    // instructions run per step (a shadow refresh excluded)
+        int64_t bytes = 0;  // bytes the kernels read and write per step
+        int64_t arenaBytes = 0;
+    };
+    Side unfused, fused;
+    std::string precision;              // the policy's name
+    std::vector<std::string> groups;    // "fusion: matmul %5 + bias_add %7 + act(relu) %8 -> dense"
+    std::vector<std::string> refusals;  // "fuse_elementwise: dropout %7 after dense %6 stays ..."
+    std::vector<std::string> disabled;  // passes this project turns off
+    std::string text;                   // all of it, as `traindeck compile --report` prints it
+};
+Result<CompileReport> compileReport(const Project& project);
 
 }  // namespace td::api

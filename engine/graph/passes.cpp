@@ -344,7 +344,7 @@ Result<bool> FoldCastsPass::run(Graph& g) {
         const bool readersLoad =
             !cu.empty() && !isOutputOrGrad(g, c.id) &&
             std::all_of(cu.begin(), cu.end(), [&](int u) { return ownKernel(g.node(u).op); });
-        if (readersLoad && src.op != Op::Input && src.op != Op::Label) {
+        if (readersLoad && src.op != Op::Label) {
             std::string readers;
             for (int u : cu) readers += (readers.empty() ? "" : ", ") + opRef(g, u);
             redirect(c.id, p);
@@ -356,8 +356,12 @@ Result<bool> FoldCastsPass::run(Graph& g) {
             continue;
         }
         // Why it stays.
-        if (src.op == Op::Input)
-            d.reason = what + " of the input stays: the batch arrives in f32";
+        int root = p;
+        while (g.node(root).op == Op::Reshape) root = g.node(root).inputs[0];
+        if (g.node(root).op == Op::Input)
+            d.reason = what + " of the input stays: the batch arrives in f32 and " +
+                       (cu.empty() ? std::string("nothing reads it") : opRef(g, cu[0])) +
+                       " reads " + dtypeName(c.dtype);
         else if (!producerWrites && su.size() == 1)
             d.reason = what + " stays: " + opRef(g, p) + " writes only " + dtypeName(src.dtype);
         else if (isOutputOrGrad(g, p) || isOutputOrGrad(g, c.id))
@@ -548,28 +552,30 @@ Result<bool> MemoryPlanPass::run(Graph& g) {
     // A graph planned before (the same plan or another) is rewritten only where it differs, so a
     // second run over its own output reports no change.
     bool changed = false;
-    auto place = [&changed](Node& nd, BufKind buf, std::optional<int64_t> off) {
-        if (nd.attrs.buf != buf || nd.attrs.off != off) changed = true;
+    // off < 0: no arena offset.
+    auto place = [&changed](Node& nd, BufKind buf, int64_t off) {
+        const std::optional<int64_t> o = off < 0 ? std::nullopt : std::optional<int64_t>(off);
+        if (nd.attrs.buf != buf || nd.attrs.off != o) changed = true;
         nd.attrs.buf = buf;
-        nd.attrs.off = off;
+        nd.attrs.off = o;
     };
     for (size_t i = 0; i < n; ++i) {
         Node& nd = g.nodes[i];
         if (nd.op == Op::Param) {
-            place(nd, BufKind::Param, std::nullopt);
+            place(nd, BufKind::Param, -1);
             continue;
         }
         if (nd.attrs.buf == BufKind::Shadow) continue;  // fold_casts: kept by the trainer
         if (nd.op == Op::Input || nd.op == Op::Label) {
-            place(nd, nd.op == Op::Input ? BufKind::Input : BufKind::Label, std::nullopt);
+            place(nd, nd.op == Op::Input ? BufKind::Input : BufKind::Label, -1);
             continue;
         }
         if (root[i] != static_cast<int>(i)) {
-            place(nd, BufKind::Alias, std::nullopt);
+            place(nd, BufKind::Alias, -1);
             continue;
         }
         if (gradOut[i]) {
-            place(nd, BufKind::Grad, std::nullopt);
+            place(nd, BufKind::Grad, -1);
             continue;
         }
         // Release blocks whose values are dead before this node runs. A block may be reused by

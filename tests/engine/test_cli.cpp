@@ -2,6 +2,7 @@
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
+#include <QRegularExpression>
 #include <QtTest>
 
 namespace {
@@ -146,6 +147,18 @@ void TestCli::compileDumpsAfterPass() {
     const qsizetype wait = two.out.indexOf("all_reduce_wait bucket 0");
     const qsizetype update = two.out.indexOf("update sgd");
     QVERIFY(start > 0 && wait > start && update > wait);
+
+    // The fusion report: fewer kernels and bytes with fusion, groups and refusals named.
+    Run report = traindeck({"compile", project("fashion_mnist_mlp.json"), "--report"});
+    QCOMPARE(report.code, 0);
+    QVERIFY2(report.out.contains("kernels per step"), qPrintable(report.out));
+    QVERIFY(report.out.contains("fuse_act_bias_grad: act_grad(relu)"));
+    QVERIFY(report.out.contains("fuse_elementwise: dropout_grad"));
+    QVERIFY(report.out.contains("kept apart"));
+    const QRegularExpression kernels(R"(kernels per step\s+(\d+)\s+(\d+))");
+    const auto m = kernels.match(report.out);
+    QVERIFY(m.hasMatch());
+    QVERIFY(m.captured(2).toInt() < m.captured(1).toInt());
 }
 
 void TestCli::trainStoresRunAndListsIt() {

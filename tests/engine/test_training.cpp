@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <regex>
 #include <stdexcept>
@@ -133,6 +134,7 @@ class TestTraining : public QObject {
     void callbackThrows();
     void dataFailsMidEpoch();
     void pausedTimeIsNotEpochTime();
+    void mixedPrecisionTrains();
     void validationSplitLeavesNoRows_data();
     void validationSplitLeavesNoRows();
 };
@@ -150,6 +152,42 @@ void TestTraining::syntheticReachesThreshold() {
     QVERIFY2(fin[0].finalMetrics.at("test_accuracy") > 0.9,
              qPrintable(QString::number(fin[0].finalMetrics.at("test_accuracy"))));
     QVERIFY(fin[0].finalMetrics.at("test_loss") < 0.4);
+}
+
+// Mixed precision trains the synthetic project as float32 does (within a point of test accuracy);
+// mixed_float16 reports its loss scale with every logged step and logs what it converts.
+void TestTraining::mixedPrecisionTrains() {
+    qputenv("TRAINDECK_BF16_EMULATION", "1");  // this machine's CPU may lack bf16 instructions
+    std::map<PrecisionPolicy, double> acc;
+    for (PrecisionPolicy pp : {PrecisionPolicy::Float32, PrecisionPolicy::MixedBfloat16,
+                               PrecisionPolicy::MixedFloat16}) {
+        Project p = synthetic();
+        p.precision = pp;
+        auto s = Session::create(p, {});
+        QVERIFY2(s.ok(), s.ok() ? "" : s.error().c_str());
+        Recorded r = runToEnd(**s);
+        auto fin = r.all<RunFinished>();
+        QCOMPARE(fin.size(), size_t(1));
+        QCOMPARE(fin[0].status, RunStatus::Completed);
+        acc[pp] = fin[0].finalMetrics.at("test_accuracy");
+        const auto steps = r.all<StepMetrics>();
+        QVERIFY(!steps.empty());
+        if (pp == PrecisionPolicy::MixedFloat16) {
+            for (const StepMetrics& sm : steps) QVERIFY(sm.lossScale >= 1.0);
+            QCOMPARE(steps.front().lossScale, 32768.0);
+            bool noted = false;
+            for (const LogLine& l : r.all<LogLine>())
+                noted = noted || l.text.find("mixed_float16: ") != std::string::npos;
+            QVERIFY(noted);
+        } else {
+            for (const StepMetrics& sm : steps) QCOMPARE(sm.lossScale, 0.0);
+        }
+    }
+    qunsetenv("TRAINDECK_BF16_EMULATION");
+    QVERIFY2(std::fabs(acc[PrecisionPolicy::MixedBfloat16] - acc[PrecisionPolicy::Float32]) < 0.01,
+             qPrintable(QString::number(acc[PrecisionPolicy::MixedBfloat16])));
+    QVERIFY2(std::fabs(acc[PrecisionPolicy::MixedFloat16] - acc[PrecisionPolicy::Float32]) < 0.01,
+             qPrintable(QString::number(acc[PrecisionPolicy::MixedFloat16])));
 }
 
 void TestTraining::eventsAndStore() {

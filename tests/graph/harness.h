@@ -4,6 +4,7 @@
 
 #include <QtTest>
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -20,6 +21,10 @@ struct HarnessOptions {
     td::Collectives* collectives = nullptr;
     const td::UpdateSpec* update = nullptr;  // the optimizer update, with zeroed slots
     int accumulators = 0;                    // f64 accumulator slots (0: none)
+    // The standard passes with these options (instead of the names given to compile()).
+    const td::CompileOptions* passes = nullptr;
+    bool lossScale = false;  // bind a LossScaleState (mixed_float16)
+    bool fuseUpdate = true;
 };
 
 struct Harness {
@@ -29,6 +34,8 @@ struct Harness {
     td::Buffer input, label;
     td::Buffer flat, acc;
     std::vector<td::Buffer> optimizerSlots;
+    std::vector<td::Buffer> shadows;
+    td::Buffer lossScale;
     td::GradientPlan plan;
     std::unique_ptr<td::Executable> exe;
 
@@ -41,6 +48,9 @@ struct Harness {
             for (auto& b : grads)
                 if (b.ptr) dev->release(b);
         for (auto& b : optimizerSlots) dev->release(b);
+        for (auto& b : shadows)
+            if (b.ptr) dev->release(b);
+        if (lossScale.ptr) dev->release(lossScale);
         for (td::Buffer* b : {&input, &label, &acc})
             if (b->ptr) dev->release(*b);
     }
@@ -50,11 +60,15 @@ struct Harness {
                  std::string* error = nullptr, const HarnessOptions& opt = {}) {
         g = std::move(graph);
         td::PassManager pm;
-        for (const auto& p : passes) {
-            if (p == "fusion") pm.add(std::make_unique<td::FusionPass>());
-            if (p == "dce") pm.add(std::make_unique<td::DeadCodePass>());
+        if (opt.passes) {
+            td::addStandardPasses(pm, *opt.passes);
+        } else {
+            for (const auto& p : passes) {
+                if (p == "fusion") pm.add(std::make_unique<td::FusionPass>());
+                if (p == "dce") pm.add(std::make_unique<td::DeadCodePass>());
+            }
+            pm.add(std::make_unique<td::MemoryPlanPass>());
         }
-        pm.add(std::make_unique<td::MemoryPlanPass>());
         td::Status s = pm.run(g);
         if (!s.ok()) {
             if (error) *error = s.error();
@@ -100,6 +114,19 @@ struct Harness {
         bind.accumulators = acc;
         bind.update = opt.update;
         bind.optimizerSlots = optimizerSlots;
+        bind.fuseUpdate = opt.fuseUpdate;
+        shadows.assign(pids.size(), td::Buffer{});
+        for (const auto& n : g.nodes)
+            if (n.attrs.buf == td::BufKind::Shadow)
+                for (size_t i = 0; i < pids.size(); ++i)
+                    if (pids[i] == n.inputs[0]) shadows[i] = *dev->allocate(n.bytes());
+        bind.shadows = shadows;
+        if (opt.lossScale) {
+            lossScale = *dev->allocate(sizeof(td::LossScaleState));
+            const td::LossScaleState initial;
+            std::memcpy(lossScale.ptr, &initial, sizeof initial);
+            bind.lossScale = lossScale;
+        }
         auto e = td::compileProgram(*dev, g, bind);
         if (!e.ok()) {
             if (error) *error = e.error();
@@ -115,8 +142,9 @@ struct Harness {
     const float* value(int id) { return static_cast<const float*>(exe->valuePtr(id)); }
     const float* output(const std::string& name) { return value(g.output(name)); }
     const double* accumulators() const { return static_cast<const double*>(acc.ptr); }
-    void run(int64_t step = 1, int64_t base = 0, td::UpdateScalars update = {}) {
-        td::Status s = exe->run(td::StepArgs{step, base, update});
+    void run(int64_t step = 1, int64_t base = 0, td::UpdateScalars update = {},
+             bool refreshShadows = true) {
+        td::Status s = exe->run(td::StepArgs{step, base, update, refreshShadows});
         QVERIFY2(s.ok(), s.ok() ? "" : s.error().c_str());
     }
 };
