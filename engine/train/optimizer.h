@@ -58,6 +58,9 @@ class Optimizer {
     int64_t iterations() const { return iterations_; }
     double currentLearningRate() const;       // rate the next step will use
     void setLearningRateOverride(double lr);  // replaces the schedule from now on
+    // Checkpoints: the override in force (none: the schedule decides), and its restoration.
+    std::optional<double> learningRateOverride() const { return override_; }
+    void restoreLearningRateOverride(std::optional<double> lr) { override_ = lr; }
 
     // Host slot state for checkpoints: one tensor per slot array, parameter-major, plus
     // iterations.
