@@ -133,6 +133,7 @@ struct Session::Impl {
     // A run that continues from a checkpoint (SessionOptions::resume, or a BackupAndRestore
     // backup found when the session was created).
     std::optional<ResumePoint> resume;
+    std::string staleCheckpointNote;  // a kept folder of a deleted run with this run's id
     // MultiWorkerMirrored under an MPI launch: the process group (outlives the trainer).
     std::unique_ptr<MpiCollectives> workers;
     std::unique_ptr<Trainer> trainer;
@@ -344,6 +345,17 @@ Status Session::Impl::openStore(std::unique_ptr<RunStore>& store,
     r.params = info.totalParams;
     if (runId == 0) {
         TD_ASSIGN_OR_RETURN(runId, store->createRun(r));
+        // A deleted run whose checkpoint files were kept may have had this id: its folder is
+        // moved aside, so the new run neither overwrites nor inherits those files.
+        const std::string dir = runCheckpointDir(options.storePath, runId);
+        std::error_code ec;
+        if (std::filesystem::exists(dir, ec)) {
+            const std::string aside = dir + ".old-" + std::to_string(unixMs());
+            std::filesystem::rename(dir, aside, ec);
+            staleCheckpointNote = ec ? "cannot move " + dir + " aside: " + ec.message()
+                                     : dir + " held the checkpoints of an earlier, deleted run " +
+                                           std::to_string(runId) + ": moved to " + aside;
+        }
     }
     recorderQueue = bus.subscribe();
     auto rec =
@@ -523,6 +535,8 @@ Status Session::fit() {
                     note.rfind("refused", 0) == 0 ? LogLine::Level::Warning : LogLine::Level::Info,
                     note);
         }
+        if (!im.staleCheckpointNote.empty()) im.log(LogLine::Level::Warning, im.staleCheckpointNote);
+        im.staleCheckpointNote.clear();
         im.trainer->setCheckpointing(im.checkpointPlan(recorder != nullptr));
         Result<RunFinished> r = guarded("internal error", [&] { return im.trainer->fit(); });
         im.resume.reset();
