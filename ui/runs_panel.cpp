@@ -284,8 +284,10 @@ void RunsPanel::poll() {
     const int dbGeneration = dbGeneration_, overlayGeneration = overlayGeneration_;
     worker_->post(
         [feed = feed_, store = catalog_, key = metric_->currentData().toString().toStdString(),
-         reads = std::move(reads), dbGeneration, overlayGeneration]() mutable {
+         reads = std::move(reads), dbGeneration, overlayGeneration,
+         watch = std::exchange(watchNext_, {})]() mutable {
             Poll p;
+            feed->watch(watch);
             p.dbGeneration = dbGeneration;
             p.overlayGeneration = overlayGeneration;
             // The run list first: overlay rows read afterwards are at least as new, so a run seen
@@ -348,6 +350,7 @@ void RunsPanel::applyPoll(Poll& p) {
                 epochChart_->replotIfDirty();
             }
         }
+        updateButtons();  // a run's status may have changed (Resume depends on it)
         emit refreshed();
     }
     if (pollAgain_) {
@@ -375,6 +378,7 @@ void RunsPanel::selectRuns(const std::vector<int64_t>& ids) {
     view_->selectionModel()->select(
         sel, QItemSelectionModel::ClearAndSelect | QItemSelectionModel::Rows);
     view_->viewport()->update();
+    updateButtons();
 }
 
 void RunsPanel::onSelectionChanged() {
@@ -531,7 +535,9 @@ void RunsPanel::deleteSelected() {
 
 void RunsPanel::resumeSelected() {
     auto ids = selectedRunIds();
-    if (ids.size() == 1) emit resumeRequested(ids[0]);
+    if (ids.size() != 1) return;
+    watchNext_.push_back(ids[0]);
+    emit resumeRequested(ids[0]);
 }
 
 void RunsPanel::exportSelected() {

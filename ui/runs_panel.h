@@ -117,6 +117,7 @@ class RunsPanel : public QWidget {
     ChartWidget* epochChart_;
     QTimer* poll_;
     std::map<int64_t, Overlay> overlays_;
+    std::vector<int64_t> watchNext_;  // resumed runs for the feed to follow from the next look
     std::unique_ptr<SerialWorker> worker_;  // last member: destroyed (joined) first
 };
 
