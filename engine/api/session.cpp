@@ -470,7 +470,8 @@ RunStarted Session::Impl::runStarted() const {
     rs.runId = runId;
     rs.runName = options.runName.empty() ? p.name : options.runName;
     rs.devices = trainer->replicaDevices();
-    rs.initialEpoch = p.training.initialEpoch;
+    // A resumed run starts where its checkpoint is (the progress shown counts from there).
+    rs.initialEpoch = resume ? resume->state->epoch : p.training.initialEpoch;
     rs.epochs = p.training.epochs;
     const int64_t n = trainSamples;
     rs.stepsPerEpoch = trainer->stepsPerEpoch(n);
