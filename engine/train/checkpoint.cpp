@@ -284,12 +284,7 @@ Status writeAll(int fd, const char* p, size_t n, const std::string& tmp) {
 
 }  // namespace
 
-Status writeCheckpoint(const std::string& path, const CheckpointState& state) {
-    const std::filesystem::path target(path);
-    const std::string dir =
-        target.has_parent_path() ? target.parent_path().string() : std::string(".");
-    TD_RETURN_IF_ERROR(makeDirs(dir));
-    const std::string payload = encode(state);
+std::string checkpointFileBytes(std::string_view payload) {
     unsigned char header[kHeaderBytes] = {};
     std::memcpy(header, kMagic, 8);
     const uint32_t version = kVersion;
@@ -300,6 +295,17 @@ Status writeCheckpoint(const std::string& path, const CheckpointState& state) {
     std::memcpy(header + 24, &payloadHash, 8);
     const uint64_t headerHash = hashBytes(header, 32, kHeaderSeed);
     std::memcpy(header + 32, &headerHash, 8);
+    std::string out(reinterpret_cast<const char*>(header), kHeaderBytes);
+    out.append(payload.data(), payload.size());
+    return out;
+}
+
+Status writeCheckpoint(const std::string& path, const CheckpointState& state) {
+    const std::filesystem::path target(path);
+    const std::string dir =
+        target.has_parent_path() ? target.parent_path().string() : std::string(".");
+    TD_RETURN_IF_ERROR(makeDirs(dir));
+    const std::string bytes = checkpointFileBytes(encode(state));
 
     // The temporary's name starts with '.', so no listing of checkpoints takes it for one.
     const std::string tmp = (std::filesystem::path(dir) / ("." + target.filename().string() +
@@ -307,8 +313,7 @@ Status writeCheckpoint(const std::string& path, const CheckpointState& state) {
                                 .string();
     const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return err(tmp + ": cannot create the checkpoint's temporary file: " + errnoText());
-    Status st = writeAll(fd, reinterpret_cast<const char*>(header), kHeaderBytes, tmp);
-    if (st.ok()) st = writeAll(fd, payload.data(), payload.size(), tmp);
+    Status st = writeAll(fd, bytes.data(), bytes.size(), tmp);
     if (st.ok() && ::fsync(fd) != 0) st = err(tmp + ": fsync: " + errnoText());
     if (::close(fd) != 0 && st.ok()) st = err(tmp + ": close: " + errnoText());
     if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0)

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/core/events.h"
@@ -105,6 +106,10 @@ Result<CheckpointModel> readCheckpointModel(const std::string& path);
 
 // The project stored in a checkpoint, parsed (errors name the file).
 Result<Project> checkpointProject(const std::string& path, const CheckpointState& state);
+
+// Tests and tools: a file's bytes for a payload (the header with its sizes and hashes), so a
+// fuzzer reaches the payload decoder past the checksums.
+std::string checkpointFileBytes(std::string_view payload);
 
 // The folder of a run's own checkpoints: <folder of the store>/checkpoints/run-<id>.
 std::string runCheckpointDir(const std::string& storePath, int64_t runId);

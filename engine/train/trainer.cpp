@@ -951,17 +951,15 @@ Status Trainer::Impl::saveCheckpoint(size_t w, int epoch, int64_t stepInEpoch, i
     if (auto it = monitored.find(cw.monitor); it != monitored.end()) value = it->second;
     if (cw.saveBestOnly) {
         if (!value) {
-            if (!rt.warned)
-                log(
-                    LogLine::Level::Warning, cw.id + ": can save the best model only with " +
-                                                 cw.monitor + " available, skipping (available: " +
-                                                 [&] {
-                                                     std::string a;
-                                                     for (const auto& [k, v] : monitored)
-                                                         a += (a.empty() ? "" : ", ") + k;
-                                                     return a.empty() ? std::string("none") : a;
-                                                 }() +
-                                                 ")");
+            if (!rt.warned) {
+                std::string available;
+                for (const auto& [k, v] : monitored)
+                    available += (available.empty() ? "" : ", ") + k;
+                log(LogLine::Level::Warning,
+                    cw.id + ": can save the best model only with " + cw.monitor +
+                        " available, skipping (available: " +
+                        (available.empty() ? std::string("none") : available) + ")");
+            }
             rt.warned = true;
             return Status::success();
         }
