@@ -363,6 +363,11 @@ int deleteRun(const std::string& db, const std::string& run, bool deleteCheckpoi
         printError(r.error());
         return 2;
     }
+    if (r->status == "running") {
+        printError("run " + std::to_string(r->id) + " is running (process " +
+                   std::to_string(r->pid) + " on " + r->host + "); stop it first");
+        return 2;
+    }
     auto files = (*catalog)->checkpoints(r->id);
     if (!files.ok()) {
         printError(files.error());

@@ -866,6 +866,11 @@ Status Trainer::Impl::restore(const std::string& path, const CheckpointState& st
         return err(path + ": the checkpoint is at the end of epoch " + std::to_string(st.epoch) +
                    " and the run has " + std::to_string(tc.epochs) +
                    " epochs: nothing is left to train");
+    if (s.workers && st.stepInEpoch > 0)
+        return err(path + ": the checkpoint is at step " + std::to_string(st.stepInEpoch) +
+                   " of epoch " + std::to_string(st.epoch + 1) +
+                   "; a multi-worker run resumes only from a checkpoint written at an epoch's "
+                   "end (it holds the chief's loss and metric sums alone)");
     if (st.stepInEpoch > 0) {
         if (st.accumulators.size() != replicas.size())
             return err(path + ": the checkpoint holds the sums of " +

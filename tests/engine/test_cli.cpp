@@ -422,6 +422,24 @@ void TestCli::resumeAndDeleteErrors() {
     QVERIFY(QDir(dir.filePath("checkpoints/" + aside[0])).exists());
     Run missing = traindeck({"runs", "delete", "2", "--db", db});
     QCOMPARE(missing.code, 2);
+    // A run still running (this test process holds it) is neither resumed nor deleted.
+    int64_t live = 0;
+    {
+        auto store = td::RunStore::open(db.toStdString());
+        QVERIFY(store.ok());
+        td::RunRecord rec;
+        rec.name = "live";
+        rec.pid = QCoreApplication::applicationPid();
+        auto id = (*store)->createRun(rec);
+        QVERIFY(id.ok());
+        live = *id;
+    }
+    Run busy = traindeck({"train", "--resume", QString::number(live), "--db", db});
+    QCOMPARE(busy.code, 2);
+    QVERIFY2(busy.err.contains("is still running"), qPrintable(busy.err));
+    Run held = traindeck({"runs", "delete", QString::number(live), "--db", db});
+    QCOMPARE(held.code, 2);
+    QVERIFY2(held.err.contains("is running"), qPrintable(held.err));
 }
 
 #include "test_cli.moc"
