@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "engine/api/projects.h"
+#include "engine/api/runs.h"
 #include "engine/api/session.h"
 #include "engine/store/run_store.h"
 
@@ -235,20 +236,43 @@ std::string defaultDbPath() {
 }
 
 int train(const TrainArgs& a) {
-    auto project = openProject(a.project);
+    SessionOptions opt;
+    opt.storePath = a.db.empty() ? defaultDbPath() : a.db;
+    Result<Project> project = err("no project");
+    std::string label = a.project;
+    if (!a.resume.empty()) {
+        // The run continues with the project it was trained with; only its length may change.
+        if (!a.project.empty() || !a.runName.empty() || a.batchSize > 0 || a.seed >= 0) {
+            printError(
+                "--resume: a resumed run keeps its project, name, batch size and seed "
+                "(only --epochs, --db and --plain go with it)");
+            return 2;
+        }
+        auto point = findResumePoint(opt.storePath, a.resume);
+        if (!point.ok()) {
+            printError("--resume " + a.resume + ": " + point.error());
+            return 2;
+        }
+        label = "run " + std::to_string(point->runId);
+        project = point->project;
+        opt.resume = std::move(point).value();
+    } else if (a.project.empty()) {
+        printError("train: expected a project file, or --resume RUN");
+        return 2;
+    } else {
+        project = openProject(a.project);
+    }
     if (!project.ok()) {
         printError(project.error());
         return 2;
     }
-    SessionOptions opt;
-    opt.storePath = a.db.empty() ? defaultDbPath() : a.db;
     opt.runName = a.runName;
     if (a.epochs > 0) opt.epochs = a.epochs;
     if (a.batchSize > 0) opt.batchSize = a.batchSize;
     if (a.seed >= 0) opt.seed = static_cast<uint64_t>(a.seed);
     auto session = Session::create(*project, opt);
     if (!session.ok()) {
-        printError(a.project + ": " + session.error());
+        printError(label + ": " + session.error());
         return 2;
     }
     // Under MultiWorkerMirrored only the chief (rank 0) reports progress and stores the run; the
@@ -267,8 +291,8 @@ int train(const TrainArgs& a) {
     (*session)->join();
     const std::optional<RunFinished>& fin = progress.finished();
     if (!fin) {
-        printError(a.project + ": the run ended without a final status; the store " +
-                   opt.storePath + " may not hold it");
+        printError(label + ": the run ended without a final status; the store " + opt.storePath +
+                   " may not hold it");
         return 1;
     }
     if (fin->status == RunStatus::Failed) {
@@ -326,6 +350,43 @@ int runs(const std::string& db, bool json) {
                     r.endedAtMs > 0 ? fmtDuration(dur).c_str() : "-",
                     r.modelName.substr(0, 12).c_str(), fmtParams(r.params).c_str(), best);
     }
+    return 0;
+}
+
+int deleteRun(const std::string& db, const std::string& run, bool deleteCheckpoints) {
+    auto catalog = api::RunCatalog::open(db.empty() ? defaultDbPath() : db);
+    if (!catalog.ok()) {
+        printError(catalog.error());
+        return 2;
+    }
+    auto r = (*catalog)->findRun(run);
+    if (!r.ok()) {
+        printError(r.error());
+        return 2;
+    }
+    if (r->status == "running") {
+        printError("run " + std::to_string(r->id) + " is running (process " +
+                   std::to_string(r->pid) + " on " + r->host + "); stop it first");
+        return 2;
+    }
+    auto files = (*catalog)->checkpoints(r->id);
+    if (!files.ok()) {
+        printError(files.error());
+        return 2;
+    }
+    if (Status st = (*catalog)->remove(r->id, deleteCheckpoints); !st.ok()) {
+        printError(st.error());
+        return 1;
+    }
+    std::printf("Deleted run %lld (%s)", static_cast<long long>(r->id), r->name.c_str());
+    if (deleteCheckpoints)
+        std::printf(" and its %zu checkpoint file%s\n", files->size(),
+                    files->size() == 1 ? "" : "s");
+    else if (!files->empty())
+        std::printf("; its %zu checkpoint file%s stay (--delete-checkpoints deletes them)\n",
+                    files->size(), files->size() == 1 ? "" : "s");
+    else
+        std::printf("\n");
     return 0;
 }
 

@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
 
     td::cli::TrainArgs ta;
     auto* train = app.add_subcommand("train", "Train a project headless with a progress bar");
-    train->add_option("project", ta.project, "Project file (JSON)")->required();
+    train->add_option("project", ta.project, "Project file (JSON); not with --resume");
     train->add_option("--epochs", ta.epochs, "Override training.epochs")
         ->check(CLI::PositiveNumber);
     train->add_option("--batch-size", ta.batchSize, "Override training.batch_size")
@@ -32,6 +32,8 @@ int main(int argc, char** argv) {
     train->add_option("--run-name", ta.runName, "Name of the stored run");
     train->add_option("--db", ta.db, "SQLite run store");
     train->add_flag("--plain", ta.plain, "Plain progress lines even on a terminal");
+    train->add_option("--resume", ta.resume,
+                      "Continue a stored run (id or name) from its last good checkpoint");
 
     std::string sumProject;
     auto* summary = app.add_subcommand("summary", "Print the Keras-style model summary");
@@ -42,6 +44,13 @@ int main(int argc, char** argv) {
     auto* runs = app.add_subcommand("runs", "List stored runs");
     runs->add_option("--db", runsDb, "SQLite run store");
     runs->add_flag("--json", json, "JSON output");
+    std::string deleteRun;
+    bool deleteCheckpoints = false;
+    auto* runsDelete = runs->add_subcommand("delete", "Delete a stored run (id or name)");
+    runsDelete->add_option("run", deleteRun, "Run id or name")->required();
+    runsDelete->add_option("--db", runsDb, "SQLite run store");
+    runsDelete->add_flag("--delete-checkpoints", deleteCheckpoints,
+                         "Delete the run's checkpoint files too");
 
     std::string showRun, showDb;
     bool showJson = false;
@@ -79,6 +88,7 @@ int main(int argc, char** argv) {
 
     if (*train) return td::cli::train(ta);
     if (*summary) return td::cli::summary(sumProject);
+    if (*runsDelete) return td::cli::deleteRun(runsDb, deleteRun, deleteCheckpoints);
     if (*runs) return td::cli::runs(runsDb, json);
     if (*show) return td::cli::show(showDb, showRun, showJson);
     if (*devices) return td::cli::devices(devJson);

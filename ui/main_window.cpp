@@ -73,6 +73,10 @@ MainWindow::MainWindow(QWidget* parent)
     });
     connect(runs_, &RunController::startRequested, this, [this] { startTraining(); });
     connect(runs_, &RunController::runStarted, runsPanel_, &RunsPanel::refresh);
+    connect(runsPanel_, &RunsPanel::resumeRequested, this, [this](int64_t id) {
+        tabs_->setCurrentIndex(MonitorTab);
+        runs_->resume(id, runsPanel_->databasePath());
+    });
     connect(runs_, &RunController::runFinished, this, [this](const td::RunFinished& r) {
         runsPanel_->refresh();
         latencyLabel_->setText(runs_->latencyProbe()->report());

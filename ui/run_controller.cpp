@@ -65,15 +65,8 @@ bool RunController::start(const td::Project& project, const QString& storePath, 
     if (!blocker_.isEmpty()) return fail(tr("Cannot start: %1").arg(blocker_));
     td::SessionOptions options;
     options.storePath = storePath.toStdString();
-    stopWhilePreparing_ = false;
-    runId_ = 0;
-    setState(State::Preparing);
-    emit message(tr("Preparing \"%1\": loading data and compiling the model…")
-                     .arg(QString::fromStdString(project.name)),
-                 false);
-    // Loading data and compiling can take seconds: keep it off the GUI thread.
-    runAsync(
-        this,
+    return prepare(
+        QString::fromStdString(project.name),
         [project, options] {
             Prepared out;
             auto created = td::Session::create(project, options);
@@ -84,7 +77,48 @@ bool RunController::start(const td::Project& project, const QString& storePath, 
             }
             return out;
         },
-        [this](Prepared p) { onPrepared(std::move(p)); });
+        error);
+}
+
+bool RunController::resume(int64_t runId, const QString& storePath, QString* error) {
+    if (state_ != State::Idle) {
+        const QString why = tr("A run is already in progress.");
+        if (error) *error = why;
+        emit message(why, true);
+        return false;
+    }
+    const std::string store = storePath.toStdString();
+    return prepare(
+        tr("run #%1").arg(runId),
+        [runId, store] {
+            Prepared out;
+            auto point = td::findResumePoint(store, std::to_string(runId));
+            if (!point.ok()) {
+                out.error = point.error();
+                return out;
+            }
+            td::SessionOptions options;
+            options.storePath = store;
+            const td::Project project = point->project;
+            options.resume = std::move(point).value();
+            auto created = td::Session::create(project, options);
+            if (created.ok()) {
+                out.session.reset(created->release());
+            } else {
+                out.error = created.error();
+            }
+            return out;
+        },
+        error);
+}
+
+bool RunController::prepare(const QString& what, std::function<Prepared()> make, QString*) {
+    stopWhilePreparing_ = false;
+    runId_ = 0;
+    setState(State::Preparing);
+    emit message(tr("Preparing \"%1\": loading data and compiling the model…").arg(what), false);
+    // Loading data and compiling can take seconds: keep it off the GUI thread.
+    runAsync(this, std::move(make), [this](Prepared p) { onPrepared(std::move(p)); });
     return true;
 }
 

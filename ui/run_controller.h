@@ -8,6 +8,7 @@
 #include <QObject>
 #include <QString>
 #include <QTimer>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -52,6 +53,9 @@ class RunController : public QObject {
     // Compiles off the GUI thread, then starts the engine thread. Returns false (and says why in
     // *error) only when a run cannot even be attempted.
     bool start(const td::Project& project, const QString& storePath, QString* error = nullptr);
+    // Continues stored run `runId` of the store from its last good checkpoint (findResumePoint),
+    // off the GUI thread like start(); its rows go on in the same stored run.
+    bool resume(int64_t runId, const QString& storePath, QString* error = nullptr);
     void togglePause();
     // Shows a run this controller did not start (a replay, a test): drains `queue` on the same
     // 40 ms timer and emits the same signals as for its own runs, until a RunFinished arrives.
@@ -74,6 +78,8 @@ class RunController : public QObject {
         std::unique_ptr<td::Session> session;  // null on error
         std::string error;
     };
+    // Runs `make` off the GUI thread, then starts the session it returns.
+    bool prepare(const QString& what, std::function<Prepared()> make, QString* error);
     void onPrepared(Prepared prepared);
     void drain();
     void finish(const td::RunFinished& result);

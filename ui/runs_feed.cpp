@@ -21,10 +21,13 @@ RunsDelta RunsFeed::poll() {
     }
     const auto now = std::chrono::steady_clock::now();
     const bool full = !loaded_ || now - lastFull_ >= fullReloadEvery_;
-    auto snap =
-        !loaded_ ? watcher_->allRuns()
-        : full   ? watcher_->allRuns(dataVersion_)
-               : watcher_->changedRuns(dataVersion_, known_.empty() ? 0 : known_.back(), running_);
+    std::vector<int64_t> ids;
+    std::set_union(running_.begin(), running_.end(), watched_.begin(), watched_.end(),
+                   std::back_inserter(ids));
+    auto snap = !loaded_ ? watcher_->allRuns()
+                : full
+                    ? watcher_->allRuns(dataVersion_)
+                    : watcher_->changedRuns(dataVersion_, known_.empty() ? 0 : known_.back(), ids);
     if (!snap) {
         delta.error = snap.error();
         return delta;
@@ -42,9 +45,20 @@ RunsDelta RunsFeed::poll() {
     // from renames and notes, which the full reloads pick up).
     running_.clear();
     for (const td::RunRecord& r : s.runs)
-        if (r.status == "running") running_.push_back(r.id);
+        if (r.status == "running") {
+            running_.push_back(r.id);
+            std::erase(watched_, r.id);
+        }
+    std::sort(running_.begin(), running_.end());
+    if (full) watched_.clear();
     delta.runs = std::move(s.runs);
     return delta;
+}
+
+void RunsFeed::watch(const std::vector<int64_t>& ids) {
+    watched_.insert(watched_.end(), ids.begin(), ids.end());
+    std::sort(watched_.begin(), watched_.end());
+    watched_.erase(std::unique(watched_.begin(), watched_.end()), watched_.end());
 }
 
 }  // namespace td::ui

@@ -29,6 +29,9 @@ class RunsFeed {
     explicit RunsFeed(std::string path,
                       std::chrono::steady_clock::duration fullReloadEvery = kFullReloadEvery);
     RunsDelta poll();
+    // Runs about to run again (a resume): read on every look until they are seen running (or
+    // the next full reload), since a run that was not running is otherwise not read again.
+    void watch(const std::vector<int64_t>& ids);
 
   private:
     std::string path_;
@@ -39,6 +42,7 @@ class RunsFeed {
     int64_t dataVersion_ = 0;
     std::vector<int64_t> known_;    // ascending
     std::vector<int64_t> running_;  // runs whose row may still change
+    std::vector<int64_t> watched_;  // ascending: resumed runs not yet seen running
 };
 
 }  // namespace td::ui

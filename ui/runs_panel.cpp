@@ -177,16 +177,22 @@ RunsPanel::RunsPanel(QWidget* parent)
     rename_ = new QPushButton(tr("Rename…"));
     notes_ = new QPushButton(tr("Notes…"));
     delete_ = new QPushButton(tr("Delete…"));
+    resume_ = new QPushButton(tr("Resume"));
+    resume_->setToolTip(
+        tr("Continue the selected stopped, interrupted or failed run from its last good "
+           "checkpoint."));
     export_ = new QPushButton(tr("Export CSV…"));
     diff_ = new QPushButton(tr("Compare configs…"));
     diff_->setToolTip(tr("Select exactly two runs to compare their configurations."));
     connect(rename_, &QPushButton::clicked, this, &RunsPanel::renameSelected);
     connect(notes_, &QPushButton::clicked, this, &RunsPanel::notesSelected);
     connect(delete_, &QPushButton::clicked, this, &RunsPanel::deleteSelected);
+    connect(resume_, &QPushButton::clicked, this, &RunsPanel::resumeSelected);
     connect(export_, &QPushButton::clicked, this, &RunsPanel::exportSelected);
     connect(diff_, &QPushButton::clicked, this, &RunsPanel::diffSelected);
     auto* buttons = new QHBoxLayout;
-    for (QPushButton* b : {rename_, notes_, delete_, export_, diff_}) buttons->addWidget(b);
+    for (QPushButton* b : {rename_, notes_, delete_, resume_, export_, diff_})
+        buttons->addWidget(b);
     buttons->addStretch(1);
     buttons->addWidget(new QLabel(tr("Overlay metric:")));
     metric_ = new QComboBox;
@@ -278,8 +284,10 @@ void RunsPanel::poll() {
     const int dbGeneration = dbGeneration_, overlayGeneration = overlayGeneration_;
     worker_->post(
         [feed = feed_, store = catalog_, key = metric_->currentData().toString().toStdString(),
-         reads = std::move(reads), dbGeneration, overlayGeneration]() mutable {
+         reads = std::move(reads), dbGeneration, overlayGeneration,
+         watch = std::exchange(watchNext_, {})]() mutable {
             Poll p;
+            feed->watch(watch);
             p.dbGeneration = dbGeneration;
             p.overlayGeneration = overlayGeneration;
             // The run list first: overlay rows read afterwards are at least as new, so a run seen
@@ -342,6 +350,7 @@ void RunsPanel::applyPoll(Poll& p) {
                 epochChart_->replotIfDirty();
             }
         }
+        updateButtons();  // a run's status may have changed (Resume depends on it)
         emit refreshed();
     }
     if (pollAgain_) {
@@ -369,6 +378,7 @@ void RunsPanel::selectRuns(const std::vector<int64_t>& ids) {
     view_->selectionModel()->select(
         sel, QItemSelectionModel::ClearAndSelect | QItemSelectionModel::Rows);
     view_->viewport()->update();
+    updateButtons();
 }
 
 void RunsPanel::onSelectionChanged() {
@@ -382,6 +392,9 @@ void RunsPanel::updateButtons() {
     notes_->setEnabled(n == 1);
     export_->setEnabled(n == 1);
     delete_->setEnabled(n >= 1);
+    const td::RunRecord* one = n == 1 ? model_->runById(selectedRunIds()[0]) : nullptr;
+    resume_->setEnabled(one && (one->status == "stopped" || one->status == "interrupted" ||
+                                one->status == "failed"));
     diff_->setEnabled(n == 2);
 }
 
@@ -442,9 +455,9 @@ bool RunsPanel::setNotes(int64_t id, const QString& notes) {
     return st.ok();
 }
 
-bool RunsPanel::deleteRun(int64_t id) {
+bool RunsPanel::deleteRun(int64_t id, bool deleteCheckpoints) {
     if (!catalog_) return false;
-    td::Status st = catalog_->remove(id);
+    td::Status st = catalog_->remove(id, deleteCheckpoints);
     if (!st)
         showError(tr("Delete run"), QString::fromStdString(st.error()));
     else
@@ -507,14 +520,24 @@ void RunsPanel::deleteSelected() {
             return;
         }
     }
-    auto answer = QMessageBox::question(
-        this, tr("Delete runs"),
-        tr("Delete %n run(s) and all their metrics? This cannot be undone.\n\n%1", nullptr,
-           static_cast<int>(ids.size()))
-            .arg(names.join('\n')),
-        QMessageBox::Yes | QMessageBox::Cancel, QMessageBox::Cancel);
-    if (answer != QMessageBox::Yes) return;
-    for (int64_t id : ids) deleteRun(id);
+    QMessageBox box(QMessageBox::Question, tr("Delete runs"),
+                    tr("Delete %n run(s) and all their metrics? This cannot be undone.\n\n%1",
+                       nullptr, static_cast<int>(ids.size()))
+                        .arg(names.join('\n')),
+                    QMessageBox::Yes | QMessageBox::Cancel, this);
+    box.setDefaultButton(QMessageBox::Cancel);
+    auto* files = new QCheckBox(tr("Also delete their checkpoint files"));
+    files->setToolTip(tr("Without checkpoints a run can no longer be resumed or exported."));
+    box.setCheckBox(files);
+    if (box.exec() != QMessageBox::Yes) return;
+    for (int64_t id : ids) deleteRun(id, files->isChecked());
+}
+
+void RunsPanel::resumeSelected() {
+    auto ids = selectedRunIds();
+    if (ids.size() != 1) return;
+    watchNext_.push_back(ids[0]);
+    emit resumeRequested(ids[0]);
 }
 
 void RunsPanel::exportSelected() {

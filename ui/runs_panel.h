@@ -55,11 +55,14 @@ class RunsPanel : public QWidget {
     // Actions on the selection (also used by tests; interactive ones ask first).
     bool renameRun(int64_t id, const QString& name);
     bool setNotes(int64_t id, const QString& notes);
-    bool deleteRun(int64_t id);
+    // deleteCheckpoints: the run's checkpoint files go too.
+    bool deleteRun(int64_t id, bool deleteCheckpoints = false);
     bool exportCsv(int64_t id, const QString& path, QString* error);
 
   signals:
     void databaseChanged(const QString& path);
+    // Resume was chosen for a stopped, interrupted or failed run (the owner starts it).
+    void resumeRequested(int64_t runId);
     // A look at the store was applied to the model and the overlays.
     void refreshed();
 
@@ -83,6 +86,7 @@ class RunsPanel : public QWidget {
     void renameSelected();
     void notesSelected();
     void deleteSelected();
+    void resumeSelected();
     void exportSelected();
     void diffSelected();
     void showDiff(const td::RunRecord& a, const td::RunRecord& b);
@@ -106,12 +110,14 @@ class RunsPanel : public QWidget {
     QPushButton* rename_;
     QPushButton* notes_;
     QPushButton* delete_;
+    QPushButton* resume_;
     QPushButton* export_;
     QPushButton* diff_;
     ChartWidget* stepChart_;
     ChartWidget* epochChart_;
     QTimer* poll_;
     std::map<int64_t, Overlay> overlays_;
+    std::vector<int64_t> watchNext_;  // resumed runs for the feed to follow from the next look
     std::unique_ptr<SerialWorker> worker_;  // last member: destroyed (joined) first
 };
 

@@ -1,9 +1,11 @@
 #include "engine/api/runs.h"
 
+#include <filesystem>
 #include <utility>
 
 #include "engine/store/run_queries.h"
 #include "engine/store/run_store.h"
+#include "engine/train/checkpoint.h"
 
 namespace td::api {
 
@@ -67,6 +69,52 @@ Status RunCatalog::setNotes(int64_t runId, const std::string& notes) {
 
 Status RunCatalog::remove(int64_t runId) {
     return impl_->store->deleteRun(runId);
+}
+
+Status RunCatalog::remove(int64_t runId, bool deleteCheckpointFiles) {
+    std::vector<CheckpointRow> files;
+    if (deleteCheckpointFiles) {
+        TD_ASSIGN_OR_RETURN(files, impl_->store->checkpoints(runId));
+    }
+    TD_RETURN_IF_ERROR(impl_->store->deleteRun(runId));
+    if (!deleteCheckpointFiles) return Status::success();
+    std::string failed;
+    std::error_code ec;
+    for (const CheckpointRow& f : files)
+        if (!std::filesystem::remove(f.path, ec) && ec)
+            failed += "\n  " + f.path + ": " + ec.message();
+    const std::string dir = runCheckpointDir(impl_->store->path(), runId);
+    std::filesystem::remove_all(dir, ec);
+    if (ec) failed += "\n  " + dir + ": " + ec.message();
+    if (!failed.empty())
+        return err("run " + std::to_string(runId) +
+                   " was deleted, but some of its checkpoint files could not be:" + failed);
+    return Status::success();
+}
+
+Result<std::vector<CheckpointRow>> RunCatalog::checkpoints(int64_t runId) {
+    return impl_->store->checkpoints(runId);
+}
+
+Result<std::string> latestCheckpointForRun(const std::string& storePath, int64_t runId) {
+    TD_ASSIGN_OR_RETURN(std::unique_ptr<RunStore> store, RunStore::open(storePath));
+    TD_RETURN_IF_ERROR(store->getRun(runId));
+    TD_ASSIGN_OR_RETURN(std::vector<CheckpointRow> rows, store->checkpoints(runId));
+    std::string why;
+    for (const CheckpointRow& r : rows) {
+        auto m = readCheckpointModel(r.path);
+        if (!m.ok()) {
+            why += "\n  " + m.error();
+        } else if (m.value().runId != runId) {
+            why += "\n  " + r.path + ": it belongs to run " + std::to_string(m.value().runId);
+        } else {
+            return r.path;
+        }
+    }
+    if (rows.empty())
+        return err("run " + std::to_string(runId) + " in " + storePath + " has no checkpoint");
+    return err("run " + std::to_string(runId) + " in " + storePath +
+               ": none of its checkpoints can be used:" + why);
 }
 
 Result<std::string> RunCatalog::exportCsv(int64_t runId) {

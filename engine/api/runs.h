@@ -47,6 +47,12 @@ class RunCatalog {
     Status rename(int64_t runId, const std::string& name);
     Status setNotes(int64_t runId, const std::string& notes);
     Status remove(int64_t runId);  // the run and all its rows
+    // remove(), and with deleteCheckpointFiles also the checkpoint files the store knows the run
+    // has and its own checkpoint folder (<store folder>/checkpoints/run-<id>). The run's rows go
+    // first; errors name a file that could not be deleted.
+    Status remove(int64_t runId, bool deleteCheckpointFiles);
+    // The checkpoint files the store knows the run has, newest first.
+    Result<std::vector<CheckpointRow>> checkpoints(int64_t runId);
     // CSV: one row per epoch, then one per logged step, then (runs with per-replica figures) one
     // per step and replica.
     Result<std::string> exportCsv(int64_t runId);
@@ -56,6 +62,12 @@ class RunCatalog {
     struct Impl;
     std::unique_ptr<Impl> impl_;
 };
+
+// Stable for exporters: the path of the newest checkpoint of stored run `runId` that reads back
+// whole and fits its project (readCheckpointModel in engine/train/checkpoint.h reads it); older
+// ones are tried when newer ones are missing or damaged. Errors name the run, the store and why no
+// checkpoint can be used.
+Result<std::string> latestCheckpointForRun(const std::string& storePath, int64_t runId);
 
 // Change checks for a viewer that polls a store while other processes write to it. A look costs
 // one PRAGMA when nothing was committed since the previous one; otherwise it reads run ids from an

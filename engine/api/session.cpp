@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -26,6 +27,7 @@
 #include "engine/graph/passes.h"
 #include "engine/store/run_store.h"
 #include "engine/train/callbacks.h"
+#include "engine/train/checkpoint.h"
 #include "engine/train/optimizer.h"
 #include "engine/train/trainer.h"
 
@@ -50,7 +52,78 @@ std::string hostName() {
     return buf;
 }
 
+bool isCheckpointCallback(const CallbackConfig& c) {
+    return c.type == "model_checkpoint" || c.type == "backup_and_restore";
+}
+
+// A checkpoint that reads back whole and fits its own project; the reason when not.
+Result<std::pair<Project, std::shared_ptr<CheckpointState>>> loadUsableCheckpoint(
+    const std::string& path) {
+    TD_ASSIGN_OR_RETURN(CheckpointState st, readCheckpoint(path));
+    TD_ASSIGN_OR_RETURN(Project p, checkpointProject(path, st));
+    TD_ASSIGN_OR_RETURN(CheckpointModel m, readCheckpointModel(path));
+    (void)m;
+    return std::make_pair(std::move(p), std::make_shared<CheckpointState>(std::move(st)));
+}
+
+// BackupAndRestore's folder: its backups, newest (highest global step) first.
+std::vector<std::string> backupFiles(const std::string& dir) {
+    std::vector<std::pair<int64_t, std::string>> found;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+        const std::string name = e.path().filename().string();
+        if (name.rfind("backup-", 0) != 0 || e.path().extension() != ".tdckpt") continue;
+        const std::string digits = name.substr(7, name.size() - 7 - 7);
+        if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+        found.emplace_back(std::stoll(digits), e.path().string());
+    }
+    std::sort(found.begin(), found.end(), std::greater<>());
+    std::vector<std::string> out;
+    for (auto& f : found) out.push_back(std::move(f.second));
+    return out;
+}
+
 }  // namespace
+
+Result<ResumePoint> findResumePoint(const std::string& storePath, const std::string& runIdOrName) {
+    TD_ASSIGN_OR_RETURN(std::unique_ptr<RunStore> store, RunStore::open(storePath));
+    TD_ASSIGN_OR_RETURN(RunRecord run, store->findRun(runIdOrName));
+    if (run.status == "running")
+        return err("run " + std::to_string(run.id) + " in " + storePath +
+                   " is still running (process " + std::to_string(run.pid) + " on " + run.host +
+                   "): stop it before resuming it");
+    TD_ASSIGN_OR_RETURN(std::vector<CheckpointRow> rows, store->checkpoints(run.id));
+    if (rows.empty())
+        return err("run " + std::to_string(run.id) + " in " + storePath +
+                   " has no checkpoint to resume from (it ended before its first checkpoint, "
+                   "or its project switched them off)");
+    ResumePoint rp;
+    rp.runId = run.id;
+    for (const CheckpointRow& r : rows) {
+        auto got = loadUsableCheckpoint(r.path);
+        if (!got.ok()) {
+            rp.notes.push_back("refused " + got.error());
+            continue;
+        }
+        if (got.value().second->runId != run.id) {
+            rp.notes.push_back("refused " + r.path + ": it belongs to run " +
+                               std::to_string(got.value().second->runId) + ", expected run " +
+                               std::to_string(run.id));
+            continue;
+        }
+        rp.checkpointPath = r.path;
+        rp.project = std::move(got.value().first);
+        rp.state = std::move(got.value().second);
+        if (!rp.notes.empty())
+            rp.notes.push_back("using the previous good checkpoint " + r.path + " (global step " +
+                               std::to_string(r.globalStep) + ")");
+        return rp;
+    }
+    std::string why;
+    for (const std::string& n : rp.notes) why += "\n  " + n;
+    return err("run " + std::to_string(run.id) + " in " + storePath +
+               ": none of its checkpoints can be used:" + why);
+}
 
 struct Session::Impl {
     Project project;
@@ -59,6 +132,10 @@ struct Session::Impl {
     RunControl control;
     ModelInfo info;
     DataSplits splits;
+    // A run that continues from a checkpoint (SessionOptions::resume, or a BackupAndRestore
+    // backup found when the session was created).
+    std::optional<ResumePoint> resume;
+    std::string staleCheckpointNote;  // a kept folder of a deleted run with this run's id
     // MultiWorkerMirrored under an MPI launch: the process group (outlives the trainer).
     std::unique_ptr<MpiCollectives> workers;
     std::unique_ptr<Trainer> trainer;
@@ -70,6 +147,12 @@ struct Session::Impl {
 
     Status openStore(std::unique_ptr<RunStore>& store, std::unique_ptr<RunRecorder>& recorder,
                      std::shared_ptr<EventQueue>& recorderQueue);
+    // The checkpoint writers of the run about to start (its own, ModelCheckpoint,
+    // BackupAndRestore), once its id is known.
+    CheckpointPlan checkpointPlan(bool stored) const;
+    // BackupAndRestore: the newest usable backup in its folder, if any (Keras restores it when
+    // fit starts); the stored run it continues when this store registered it.
+    Status findBackup();
     RunStarted runStarted() const;
     void log(LogLine::Level lvl, const std::string& text) { bus.publish(LogLine{lvl, text}); }
 };
@@ -126,6 +209,15 @@ Result<std::unique_ptr<Session>> Session::create(const Project& projectIn,
     TD_ASSIGN_OR_RETURN(ts.labelSpec, labelSpecFor(p.training.loss, im->info.outputShape));
     TD_ASSIGN_OR_RETURN(ts.metrics, resolveMetrics(p.training.metrics, p.training.loss));
     for (size_t i = 0; i < p.training.callbacks.size(); ++i) {
+        const CallbackConfig& c = p.training.callbacks[i];
+        if (isCheckpointCallback(c)) {
+            // Written by the trainer (it owns the state they save), not a Callback object.
+            if (c.type == "model_checkpoint" && c.directory.empty() && opt.storePath.empty())
+                return err("training.callbacks[" + std::to_string(i) +
+                           "].config.directory: needed when the run is not stored (without a "
+                           "run store there is no run checkpoint folder)");
+            continue;
+        }
         auto cb = Callback::create(p.training.callbacks[i]);
         if (!cb.ok()) return err("training.callbacks: " + cb.error());
         ts.callbacks.push_back(std::move(cb).value());
@@ -202,6 +294,14 @@ Result<std::unique_ptr<Session>> Session::create(const Project& projectIn,
     // Opens the devices, builds the parameters and compiles the training program, so model,
     // strategy and pipeline errors surface before a run starts.
     TD_ASSIGN_OR_RETURN(im->trainer, Trainer::create(std::move(ts), im->bus, im->control));
+    if (opt.resume) {
+        if (!opt.resume->state) return err("resume: no checkpoint state (use findResumePoint)");
+        im->resume = opt.resume;
+    } else {
+        TD_RETURN_IF_ERROR(im->findBackup());
+    }
+    if (im->resume)
+        TD_RETURN_IF_ERROR(im->trainer->restore(im->resume->checkpointPath, *im->resume->state));
     return std::unique_ptr<Session>(new Session(std::move(im)));
 }
 
@@ -226,6 +326,12 @@ Status Session::Impl::openStore(std::unique_ptr<RunStore>& store,
     if (options.storePath.empty() || trainer->workerRank() != 0) return Status::success();
     TD_ASSIGN_OR_RETURN(store, RunStore::open(options.storePath));
     const Project& p = project;
+    if (resume && resume->runId > 0) {
+        // The stored run goes on: its rows stay, the steps after the checkpoint are added (a
+        // step stored past it is written again with the same values).
+        TD_RETURN_IF_ERROR(store->reopenRun(resume->runId));
+        runId = resume->runId;
+    }
     RunRecord r;
     r.name = options.runName.empty() ? p.name : options.runName;
     r.projectJson = projectToJson(p);
@@ -246,7 +352,20 @@ Status Session::Impl::openStore(std::unique_ptr<RunStore>& store,
     r.devices = devs;
     r.modelName = p.model.name;
     r.params = info.totalParams;
-    TD_ASSIGN_OR_RETURN(runId, store->createRun(r));
+    if (runId == 0) {
+        TD_ASSIGN_OR_RETURN(runId, store->createRun(r));
+        // A deleted run whose checkpoint files were kept may have had this id: its folder is
+        // moved aside, so the new run neither overwrites nor inherits those files.
+        const std::string dir = runCheckpointDir(options.storePath, runId);
+        std::error_code ec;
+        if (std::filesystem::exists(dir, ec)) {
+            const std::string aside = dir + ".old-" + std::to_string(unixMs());
+            std::filesystem::rename(dir, aside, ec);
+            staleCheckpointNote = ec ? "cannot move " + dir + " aside: " + ec.message()
+                                     : dir + " held the checkpoints of an earlier, deleted run " +
+                                           std::to_string(runId) + ": moved to " + aside;
+        }
+    }
     recorderQueue = bus.subscribe();
     auto rec =
         RunRecorder::start(options.storePath, runId, recorderQueue, [this](const std::string& e) {
@@ -263,13 +382,105 @@ Status Session::Impl::openStore(std::unique_ptr<RunStore>& store,
     return Status::success();
 }
 
+CheckpointPlan Session::Impl::checkpointPlan(bool stored) const {
+    const TrainConfig& t = project.training;
+    CheckpointPlan plan;
+    plan.runId = runId;
+    plan.projectJson = projectToJson(project);
+    plan.storeDeletes = stored;
+    const std::string runDir = stored ? runCheckpointDir(options.storePath, runId) : "";
+    if (stored && t.runCheckpoints) {
+        CheckpointWriter w;
+        w.id = "run checkpoints";
+        w.kind = "run";
+        w.directory = runDir;
+        w.prefix = "run";
+        w.atStop = true;
+        w.keepLast = 2;  // the previous one stays until the newer one is registered and whole
+        plan.writers.push_back(w);
+    }
+    for (size_t i = 0; i < t.callbacks.size(); ++i) {
+        const CallbackConfig& c = t.callbacks[i];
+        if (!isCheckpointCallback(c)) continue;
+        CheckpointWriter w;
+        w.id = "training.callbacks[" + std::to_string(i) + "] (" + c.type + ")";
+        w.everySteps = c.saveFreqSteps;
+        if (c.type == "model_checkpoint") {
+            w.kind = "model_checkpoint";
+            w.directory = c.directory.empty() ? runDir : c.directory;
+            w.prefix = c.saveBestOnly ? "best" : "model";
+            w.saveBestOnly = c.saveBestOnly;
+            w.monitor = c.monitor;
+            w.mode = c.mode;
+            w.keepLast = c.keepLast;
+        } else {
+            w.kind = "backup";
+            w.directory = c.directory;
+            w.prefix = "backup";
+            w.atStop = true;
+            w.keepLast = 2;
+            w.deleteWhenCompleted = c.deleteCheckpoint;
+        }
+        plan.writers.push_back(w);
+    }
+    return plan;
+}
+
+Status Session::Impl::findBackup() {
+    for (const CallbackConfig& c : project.training.callbacks) {
+        if (c.type != "backup_and_restore") continue;
+        std::vector<std::string> notes;
+        for (const std::string& f : backupFiles(c.directory)) {
+            auto got = loadUsableCheckpoint(f);
+            if (!got.ok()) {
+                notes.push_back("refused " + got.error());
+                continue;
+            }
+            ResumePoint rp;
+            rp.checkpointPath = f;
+            rp.project = std::move(got.value().first);
+            rp.state = std::move(got.value().second);
+            rp.notes = std::move(notes);
+            rp.notes.push_back("BackupAndRestore: restoring " + f + " (global step " +
+                               std::to_string(rp.state->globalStep) + ")");
+            // The stored run it came from goes on when this store registered the backup for it.
+            if (rp.state->runId > 0 && !options.storePath.empty()) {
+                if (auto st = RunStore::open(options.storePath); st.ok()) {
+                    auto run = st.value()->getRun(rp.state->runId);
+                    auto rows = st.value()->checkpoints(rp.state->runId);
+                    if (run.ok() && rows.ok() && run.value().status != "running")
+                        for (const CheckpointRow& r : rows.value()) {
+                            std::error_code ec;
+                            if (std::filesystem::equivalent(r.path, f, ec))
+                                rp.runId = rp.state->runId;
+                        }
+                }
+            }
+            if (rp.runId == 0)
+                rp.notes.push_back(
+                    "BackupAndRestore: the backup's run is not in this store; the "
+                    "rows go to a new run");
+            resume = std::move(rp);
+            return Status::success();
+        }
+        if (!notes.empty()) {
+            std::string why;
+            for (const std::string& n : notes) why += "\n  " + n;
+            return err("training.callbacks (backup_and_restore): no usable backup in " +
+                       c.directory + " (delete them to start afresh):" + why);
+        }
+    }
+    return Status::success();
+}
+
 RunStarted Session::Impl::runStarted() const {
     const Project& p = project;
     RunStarted rs;
     rs.runId = runId;
     rs.runName = options.runName.empty() ? p.name : options.runName;
     rs.devices = trainer->replicaDevices();
-    rs.initialEpoch = p.training.initialEpoch;
+    // A resumed run starts where its checkpoint is (the progress shown counts from there).
+    rs.initialEpoch = resume ? resume->state->epoch : p.training.initialEpoch;
     rs.epochs = p.training.epochs;
     const int64_t n = trainSamples;
     rs.stepsPerEpoch = trainer->stepsPerEpoch(n);
@@ -329,7 +540,18 @@ Status Session::fit() {
         for (const std::string& note : im.splits.notes) im.log(LogLine::Level::Warning, note);
         for (const std::string& note : precisionNotes(im.project.precision))
             im.log(LogLine::Level::Warning, note);
+        if (im.resume) {
+            // Checkpoints refused on the way to the one this run continues from.
+            for (const std::string& note : im.resume->notes)
+                im.log(
+                    note.rfind("refused", 0) == 0 ? LogLine::Level::Warning : LogLine::Level::Info,
+                    note);
+        }
+        if (!im.staleCheckpointNote.empty()) im.log(LogLine::Level::Warning, im.staleCheckpointNote);
+        im.staleCheckpointNote.clear();
+        im.trainer->setCheckpointing(im.checkpointPlan(recorder != nullptr));
         Result<RunFinished> r = guarded("internal error", [&] { return im.trainer->fit(); });
+        im.resume.reset();
         if (r.ok()) {
             fin = std::move(r).value();
             // The test split, after a run that ended normally (Keras' evaluate after fit).

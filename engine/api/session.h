@@ -41,6 +41,23 @@ Capability strategyCapability(const std::string& strategyType);
 
 class Callback;
 class Device;
+struct CheckpointState;
+
+// Where a resumed run continues (findResumePoint): the checkpoint chosen, the project it was
+// trained with, and the checkpoints refused on the way (newest first, with the reason).
+struct ResumePoint {
+    std::string checkpointPath;
+    int64_t runId = 0;  // the stored run whose rows continue; 0: a new run
+    Project project;
+    std::vector<std::string> notes;  // "run-40.tdckpt: ... checksum mismatch ...; using ..."
+    std::shared_ptr<const CheckpointState> state;
+};
+
+// The last good checkpoint of stored run `runIdOrName` (an id, or the newest run with that name):
+// the store's checkpoints of the run, newest first; one that is missing, damaged (magic, size,
+// checksum) or does not fit its project is refused and the previous one is tried. Errors name the
+// run and the store, and why no checkpoint can be used.
+Result<ResumePoint> findResumePoint(const std::string& storePath, const std::string& runIdOrName);
 
 struct SessionOptions {
     std::string storePath;  // SQLite run store; empty = do not record
@@ -54,6 +71,10 @@ struct SessionOptions {
     // Opens each replica's device ("cpu:0", "cuda:1") with a number of kernel threads (0 = all)
     // instead of the default; tests pass a device that counts its host reads.
     std::function<Result<std::unique_ptr<Device>>(const std::string& id, int threads)> openDevice;
+    // Continue a run from a checkpoint (findResumePoint): create() restores it, fit() goes on
+    // from its step, in the stored run it names. The project passed to create() should be the
+    // resume point's (epochs may be raised to train longer).
+    std::optional<ResumePoint> resume;
 };
 
 class Session {

@@ -103,8 +103,23 @@ struct RunFinished {
     std::string storeError;
 };
 
-using Event =
-    std::variant<RunStarted, StepMetrics, EpochMetrics, DeviceStats, LogLine, RunFinished>;
+// A checkpoint file was written (engine/train/checkpoint.h). The run store registers it after the
+// rows of the steps before it, then forgets and deletes the files it supersedes (keep-best,
+// keep-last-K): a registered checkpoint always has its steps stored, and a run killed at any
+// moment keeps a registered, existing checkpoint to resume from.
+struct CheckpointSaved {
+    std::string path;  // empty: no new file, only `superseded` to forget and delete
+    std::string kind;  // "run", "model_checkpoint", "backup"
+    int64_t globalStep = 0;
+    int epoch = 0;            // the epoch to continue
+    int64_t stepInEpoch = 0;  // its steps done
+    std::optional<double> monitorValue;
+    int64_t bytes = 0;
+    std::vector<std::string> superseded;  // files this one replaces: forget, then delete them
+};
+
+using Event = std::variant<RunStarted, StepMetrics, EpochMetrics, DeviceStats, LogLine, RunFinished,
+                           CheckpointSaved>;
 
 // One subscriber's queue. Thread-safe.
 class EventQueue {

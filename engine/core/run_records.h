@@ -70,6 +70,18 @@ struct ReplicaRow {
     ReplicaStats stats;
 };
 
+// A checkpoint the store knows a run has (CheckpointSaved).
+struct CheckpointRow {
+    std::string path;
+    std::string kind;  // "run", "model_checkpoint", "backup"
+    int64_t globalStep = 0;
+    int epoch = 0;
+    int64_t stepInEpoch = 0;
+    std::optional<double> monitorValue;
+    int64_t bytes = 0;
+    int64_t createdAtMs = 0;
+};
+
 // A consistent snapshot of what a viewer may show, taken in one read transaction.
 struct RunListSnapshot {
     // Equal values mean no other connection committed in between (PRAGMA data_version).

@@ -534,10 +534,18 @@ struct Reader {
             c.minDelta = 1e-4;
         } else if (key == "terminateonnan") {
             c.type = "terminate_on_nan";
+        } else if (key == "modelcheckpoint") {
+            c.type = "model_checkpoint";
+        } else if (key == "backupandrestore") {
+            c.type = "backup_and_restore";
         } else {
             fail(namePath, "unknown callback " + squote(given) +
-                               " (supported: EarlyStopping, ReduceLROnPlateau, TerminateOnNaN)");
+                               " (supported: EarlyStopping, ReduceLROnPlateau, TerminateOnNaN, "
+                               "ModelCheckpoint, BackupAndRestore)");
         }
+        if (!cfg && c.type == "backup_and_restore")
+            fail(child(child(path, "config"), "backup_dir"),
+                 "required: the folder BackupAndRestore keeps its backup in");
         if (!cfg) return c;
         const std::string cp = child(path, "config");
         requireObject(*cfg, cp);
@@ -549,6 +557,12 @@ struct Reader {
             checkKeys(*cfg, cp,
                       {"monitor", "factor", "patience", "verbose", "mode", "min_delta", "cooldown",
                        "min_lr"});
+        else if (c.type == "model_checkpoint")
+            checkKeys(*cfg, cp,
+                      {"directory", "monitor", "mode", "verbose", "save_best_only", "save_freq",
+                       "keep_last"});
+        else if (c.type == "backup_and_restore")
+            checkKeys(*cfg, cp, {"backup_dir", "save_freq", "delete_checkpoint"});
         else
             checkKeys(*cfg, cp, {});
         auto smallInt = [&](const char* k) {
@@ -578,14 +592,53 @@ struct Reader {
         if (member(*cfg, "cooldown")) c.cooldown = smallInt("cooldown");
         if (const Json* x = member(*cfg, "min_lr"))
             c.minLr = getNonNegativeNumber(*x, child(cp, "min_lr"));
+        checkpointFields(*cfg, cp, c);
         return c;
+    }
+
+    // ModelCheckpoint and BackupAndRestore: folder, frequency, what to keep.
+    static void checkpointFields(const Json& cfg, const std::string& cp, CallbackConfig& c) {
+        const char* dirKey = c.type == "backup_and_restore" ? "backup_dir" : "directory";
+        if (const Json* x = member(cfg, dirKey)) {
+            c.directory = getNonEmptyString(*x, child(cp, dirKey));
+            if (c.directory.size() > 4096 ||
+                c.directory.find_first_of(std::string("\0\n", 2)) != std::string::npos)
+                fail(child(cp, dirKey), "expected a folder path of at most 4096 bytes on one line");
+        } else if (c.type == "backup_and_restore") {
+            fail(child(cp, dirKey), "required: the folder BackupAndRestore keeps its backup in");
+        }
+        if (const Json* x = member(cfg, "save_freq")) {
+            const std::string fp = child(cp, "save_freq");
+            if (x->is_string()) {
+                getOneOf(*x, fp, {"epoch"});
+                c.saveFreqSteps = 0;
+            } else if (x->is_number_integer() || x->is_number_unsigned()) {
+                c.saveFreqSteps = getPositiveInteger(*x, fp);
+                if (c.saveFreqSteps > 1000000000)
+                    fail(fp, "expected at most 1000000000 steps, got " +
+                                 std::to_string(c.saveFreqSteps));
+            } else {
+                fail(fp, "expected \"epoch\" or a positive number of steps, got " + describe(*x));
+            }
+        }
+        if (const Json* x = member(cfg, "save_best_only"))
+            c.saveBestOnly = getBool(*x, child(cp, "save_best_only"));
+        if (const Json* x = member(cfg, "keep_last")) {
+            const int64_t k = getPositiveInteger(*x, child(cp, "keep_last"));
+            if (k > 1000)
+                fail(child(cp, "keep_last"),
+                     "expected at most 1000 files, got " + std::to_string(k));
+            c.keepLast = static_cast<int>(k);
+        }
+        if (const Json* x = member(cfg, "delete_checkpoint"))
+            c.deleteCheckpoint = getBool(*x, child(cp, "delete_checkpoint"));
     }
 
     static TrainConfig training(const Json& v, const std::string& path) {
         requireObject(v, path);
         checkKeys(v, path,
                   {"epochs", "initial_epoch", "batch_size", "seed", "optimizer", "loss", "metrics",
-                   "callbacks", "log_every_steps", "evaluate_test"});
+                   "callbacks", "log_every_steps", "evaluate_test", "run_checkpoints"});
         TrainConfig t;
         auto intField = [&](const char* k, bool positive) {
             const std::string p = child(path, k);
@@ -628,13 +681,17 @@ struct Reader {
             t.logEverySteps = getPositiveInteger(*x, child(path, "log_every_steps"));
         if (const Json* x = member(v, "evaluate_test"))
             t.evaluateTest = getBool(*x, child(path, "evaluate_test"));
+        if (const Json* x = member(v, "run_checkpoints"))
+            t.runCheckpoints = getBool(*x, child(path, "run_checkpoints"));
 
         // A callback can only watch a quantity that fit() logs.
         std::vector<std::string> logged{"loss"};
         logged.insert(logged.end(), t.metrics.begin(), t.metrics.end());
         for (size_t i = 0; i < t.callbacks.size(); ++i) {
             const CallbackConfig& c = t.callbacks[i];
-            if (c.type == "terminate_on_nan") continue;
+            if (c.type == "terminate_on_nan" || c.type == "backup_and_restore" ||
+                (c.type == "model_checkpoint" && !c.saveBestOnly))
+                continue;
             std::string base = c.monitor.rfind("val_", 0) == 0 ? c.monitor.substr(4) : c.monitor;
             if (std::find(logged.begin(), logged.end(), base) == logged.end()) {
                 std::vector<std::string> all = logged;
@@ -932,6 +989,21 @@ Json callbackJson(const CallbackConfig& c) {
                       {"min_delta", c.minDelta},
                       {"cooldown", c.cooldown},
                       {"min_lr", c.minLr}}}};
+    if (c.type == "model_checkpoint") {
+        Json cfg = {{"monitor", c.monitor},
+                    {"mode", c.mode},
+                    {"save_best_only", c.saveBestOnly},
+                    {"save_freq", c.saveFreqSteps > 0 ? Json(c.saveFreqSteps) : Json("epoch")},
+                    {"keep_last", c.keepLast}};
+        if (!c.directory.empty()) cfg["directory"] = c.directory;
+        return Json{{"class_name", "ModelCheckpoint"}, {"config", cfg}};
+    }
+    if (c.type == "backup_and_restore")
+        return Json{{"class_name", "BackupAndRestore"},
+                    {"config",
+                     {{"backup_dir", c.directory},
+                      {"save_freq", c.saveFreqSteps > 0 ? Json(c.saveFreqSteps) : Json("epoch")},
+                      {"delete_checkpoint", c.deleteCheckpoint}}}};
     return Json{{"class_name", "TerminateOnNaN"}};
 }
 
@@ -947,7 +1019,8 @@ Json trainingJson(const TrainConfig& t) {
                 {"metrics", t.metrics},
                 {"callbacks", callbacks},
                 {"log_every_steps", t.logEverySteps},
-                {"evaluate_test", t.evaluateTest}};
+                {"evaluate_test", t.evaluateTest},
+                {"run_checkpoints", t.runCheckpoints}};
 }
 
 std::string errnoText() {
@@ -1122,11 +1195,15 @@ std::string projectDifference(const Project& a, const Project& b) {
         if (x.type != y.type || x.monitor != y.monitor || x.mode != y.mode ||
             x.minDelta != y.minDelta || x.patience != y.patience ||
             x.restoreBestWeights != y.restoreBestWeights || x.startFromEpoch != y.startFromEpoch ||
-            x.factor != y.factor || x.cooldown != y.cooldown || x.minLr != y.minLr)
+            x.factor != y.factor || x.cooldown != y.cooldown || x.minLr != y.minLr ||
+            x.directory != y.directory || x.saveFreqSteps != y.saveFreqSteps ||
+            x.saveBestOnly != y.saveBestOnly || x.keepLast != y.keepLast ||
+            x.deleteCheckpoint != y.deleteCheckpoint)
             return "training.callbacks[" + std::to_string(i) + "]";
     }
     TD_DIFF("training.log_every_steps", training.logEverySteps);
     TD_DIFF("training.evaluate_test", training.evaluateTest);
+    TD_DIFF("training.run_checkpoints", training.runCheckpoints);
     TD_DIFF("precision", precision);
     TD_DIFF("fusion", fusion);
     TD_DIFF("disabled_passes", disabledPasses);

@@ -1,5 +1,7 @@
 // RunRecorder: drains one EventQueue on its own thread and writes the events to the run store in
 // batches, so the training thread never waits on SQLite and a viewer sees a live run.
+#include <unistd.h>
+
 #include <chrono>
 #include <mutex>
 #include <type_traits>
@@ -49,11 +51,16 @@ struct RunRecorder::Impl {
     std::vector<EpochRow> epochs;
     std::vector<DeviceRow> devices;
     std::vector<LogRow> logs;
+    std::vector<CheckpointRow> checkpoints;
+    std::vector<std::string> superseded;  // checkpoint files to forget, then delete
     std::chrono::steady_clock::time_point lastFlush = std::chrono::steady_clock::now();
     bool finished = false;
 
     // Events waiting to be written; a logged step counts once, with its replicas' rows.
-    size_t pending() const { return steps.size() + epochs.size() + devices.size() + logs.size(); }
+    size_t pending() const {
+        return steps.size() + epochs.size() + devices.size() + logs.size() + checkpoints.size() +
+               superseded.size();
+    }
 
     void report(const Status& st) {
         if (st.ok()) return;
@@ -73,7 +80,14 @@ struct RunRecorder::Impl {
             if (!firstError()) report(store->appendEpochs(runId, epochs));
             if (!firstError()) report(store->appendDeviceStats(runId, devices));
             if (!firstError()) report(store->appendLogs(runId, logs));
+            // Checkpoints after the rows of their steps; a superseded file is deleted only once
+            // its successor is registered, so a run always keeps one to resume from.
+            if (!firstError()) report(store->addCheckpoints(runId, checkpoints, superseded));
+            if (!firstError())
+                for (const std::string& f : superseded) (void)::unlink(f.c_str());
         }
+        checkpoints.clear();
+        superseded.clear();
         steps.clear();
         replicas.clear();
         epochs.clear();
@@ -141,6 +155,12 @@ struct RunRecorder::Impl {
                         DeviceRow{t, e.device, e.utilization, e.memoryBytes, e.samplesPerSecond});
                 } else if constexpr (std::is_same_v<T, LogLine>) {
                     logs.push_back(LogRow{t, levelName(e.level), std::move(e.text)});
+                } else if constexpr (std::is_same_v<T, CheckpointSaved>) {
+                    if (!e.path.empty())
+                        checkpoints.push_back(CheckpointRow{e.path, e.kind, e.globalStep, e.epoch,
+                                                            e.stepInEpoch, e.monitorValue, e.bytes,
+                                                            t});
+                    superseded.insert(superseded.end(), e.superseded.begin(), e.superseded.end());
                 } else if constexpr (std::is_same_v<T, RunFinished>) {
                     finish(e.status, e.finalMetrics, e.message);
                 }

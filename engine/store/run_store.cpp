@@ -127,6 +127,22 @@ INSERT INTO run_documents (run_id, project_json, config_json)
 ALTER TABLE runs DROP COLUMN project_json;
 ALTER TABLE runs DROP COLUMN config_json;
 )sql",
+    // 3 -> 4: the checkpoint files each run has (engine/train/checkpoint.h), registered after the
+    // rows of the steps before them; older runs have none.
+    R"sql(
+CREATE TABLE checkpoints (
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    path TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    global_step INTEGER NOT NULL,
+    epoch INTEGER NOT NULL,
+    step INTEGER NOT NULL,
+    monitor_value REAL,
+    bytes INTEGER NOT NULL,
+    created_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (run_id, path)
+) WITHOUT ROWID;
+)sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
@@ -871,6 +887,79 @@ Status RunStore::updateRunInfo(int64_t runId, const std::string& devices, int64_
     return {};
 }
 
+Status RunStore::reopenRun(int64_t runId, int64_t pid, const std::string& host) {
+    std::lock_guard<std::mutex> lock(mu_);
+    static constexpr const char* kSql =
+        "UPDATE runs SET status = 'running', ended_at_ms = 0, pid = ?1, host = ?2, message = '', "
+        "updated_at_ms = MAX(updated_at_ms, ?3) WHERE id = ?4";
+    TD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db_, path_, kSql));
+    TD_RETURN_IF_ERROR(s.bindInt(1, pid != 0 ? pid : static_cast<int64_t>(getpid())));
+    TD_RETURN_IF_ERROR(s.bindText(2, host.empty() ? hostName() : host));
+    TD_RETURN_IF_ERROR(s.bindInt(3, nowMs()));
+    TD_RETURN_IF_ERROR(s.bindInt(4, runId));
+    TD_RETURN_IF_ERROR(s.run());
+    if (sqlite3_changes(db_) == 0) return noRun(runId, path_);
+    return {};
+}
+
+Status RunStore::addCheckpoints(int64_t runId, const std::vector<CheckpointRow>& rows,
+                                const std::vector<std::string>& forget) {
+    if (rows.empty() && forget.empty()) return {};
+    std::lock_guard<std::mutex> lock(mu_);
+    static constexpr const char* kSql =
+        "INSERT OR REPLACE INTO checkpoints (run_id, path, kind, global_step, epoch, step, "
+        "monitor_value, bytes, created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
+    static constexpr const char* kForgetSql =
+        "DELETE FROM checkpoints WHERE run_id = ?1 AND path = ?2";
+    TD_ASSIGN_OR_RETURN(Transaction txn, Transaction::begin(db_, path_));
+    TD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db_, path_, kSql));
+    for (const CheckpointRow& r : rows) {
+        TD_RETURN_IF_ERROR(s.bindInt(1, runId));
+        TD_RETURN_IF_ERROR(s.bindText(2, r.path));
+        TD_RETURN_IF_ERROR(s.bindText(3, r.kind));
+        TD_RETURN_IF_ERROR(s.bindInt(4, r.globalStep));
+        TD_RETURN_IF_ERROR(s.bindInt(5, r.epoch));
+        TD_RETURN_IF_ERROR(s.bindInt(6, r.stepInEpoch));
+        TD_RETURN_IF_ERROR(r.monitorValue ? s.bindDouble(7, *r.monitorValue)
+                                          : s.bindDouble(7, std::nan("")));
+        TD_RETURN_IF_ERROR(s.bindInt(8, r.bytes));
+        TD_RETURN_IF_ERROR(s.bindInt(9, r.createdAtMs > 0 ? r.createdAtMs : nowMs()));
+        TD_RETURN_IF_ERROR(s.run());
+    }
+    TD_ASSIGN_OR_RETURN(Stmt f, Stmt::prepare(db_, path_, kForgetSql));
+    for (const std::string& path : forget) {
+        TD_RETURN_IF_ERROR(f.bindInt(1, runId));
+        TD_RETURN_IF_ERROR(f.bindText(2, path));
+        TD_RETURN_IF_ERROR(f.run());
+    }
+    return txn.commit();
+}
+
+Result<std::vector<CheckpointRow>> RunStore::checkpoints(int64_t runId) {
+    std::lock_guard<std::mutex> lock(mu_);
+    static constexpr const char* kSql =
+        "SELECT path, kind, global_step, epoch, step, monitor_value, bytes, created_at_ms "
+        "FROM checkpoints WHERE run_id = ?1 ORDER BY global_step DESC, created_at_ms DESC, path";
+    TD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db_, path_, kSql));
+    TD_RETURN_IF_ERROR(s.bindInt(1, runId));
+    std::vector<CheckpointRow> out;
+    for (;;) {
+        TD_ASSIGN_OR_RETURN(bool row, s.step());
+        if (!row) break;
+        CheckpointRow r;
+        r.path = s.colText(0);
+        r.kind = s.colText(1);
+        r.globalStep = s.colInt(2);
+        r.epoch = static_cast<int>(s.colInt(3));
+        r.stepInEpoch = s.colInt(4);
+        r.monitorValue = s.colOptDouble(5);
+        r.bytes = s.colInt(6);
+        r.createdAtMs = s.colInt(7);
+        out.push_back(std::move(r));
+    }
+    return out;
+}
+
 Result<std::vector<RunRecord>> RunStore::listRuns() {
     std::lock_guard<std::mutex> lock(mu_);
     return selectRuns(db_, path_, "", {}, 0, false);
@@ -986,6 +1075,7 @@ Status RunStore::deleteRun(int64_t runId) {
         "DELETE FROM replica_stats WHERE run_id = ?1",
         "DELETE FROM run_documents WHERE run_id = ?1",
         "DELETE FROM logs WHERE run_id = ?1",
+        "DELETE FROM checkpoints WHERE run_id = ?1",
     };
     TD_ASSIGN_OR_RETURN(Transaction txn, Transaction::begin(db_, path_));
     for (const char* sql : kChildren) {

@@ -47,6 +47,15 @@ class RunStore {
     // Fills in what is known once the run has started (RunStarted): empty devices and params 0
     // leave the stored values unchanged.
     Status updateRunInfo(int64_t runId, const std::string& devices, int64_t params);
+    // A resumed run: status back to 'running' under this process (pid 0 / empty host: this
+    // one's), end time and message cleared. Its rows stay.
+    Status reopenRun(int64_t runId, int64_t pid = 0, const std::string& host = "");
+    // Registers checkpoint files (a row for a path already registered replaces it) and forgets
+    // `forget`, in one transaction. Files are not touched.
+    Status addCheckpoints(int64_t runId, const std::vector<CheckpointRow>& rows,
+                          const std::vector<std::string>& forget = {});
+    // Newest (highest global step) first.
+    Result<std::vector<CheckpointRow>> checkpoints(int64_t runId);
 
     Result<std::vector<RunRecord>> listRuns();
     // By id ("12") or by name (the newest run with that name).
@@ -61,7 +70,7 @@ class RunStore {
 
     Status renameRun(int64_t runId, const std::string& name);
     Status setNotes(int64_t runId, const std::string& notes);
-    Status deleteRun(int64_t runId);  // with all its rows
+    Status deleteRun(int64_t runId);  // with all its rows (checkpoint files stay; see runs.h)
     // CSV with one row per epoch, a second section per step (columns from the metric names) and,
     // when the run has per-replica rows, a third section with one row per step and replica.
     Result<std::string> exportCsv(int64_t runId);

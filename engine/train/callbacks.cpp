@@ -125,6 +125,28 @@ class EarlyStopping final : public Callback {
         }
     }
 
+    // best, wait, best epoch, stopped epoch, warned; the best weights when restore_best_weights.
+    CallbackState saveState() const override {
+        CallbackState st;
+        st.values = {monitor_.best(), static_cast<double>(wait_), static_cast<double>(bestEpoch_),
+                     static_cast<double>(stoppedEpoch_), warned_ ? 1.0 : 0.0};
+        if (haveBestWeights_) st.tensors = bestWeights_;
+        return st;
+    }
+    Status restoreState(const CallbackState& st) override {
+        if (st.values.size() != 5)
+            return err("early_stopping: expected 5 saved values, got " +
+                       std::to_string(st.values.size()));
+        monitor_.setBest(st.values[0]);
+        wait_ = static_cast<int>(st.values[1]);
+        bestEpoch_ = static_cast<int>(st.values[2]);
+        stoppedEpoch_ = static_cast<int>(st.values[3]);
+        warned_ = st.values[4] != 0.0;
+        bestWeights_ = st.tensors;
+        haveBestWeights_ = !st.tensors.empty();
+        return Status::success();
+    }
+
   private:
     CallbackConfig cfg_;
     Monitor monitor_;
@@ -191,6 +213,24 @@ class ReduceLROnPlateau final : public Callback {
         }
     }
 
+    // best, wait, cooldown counter, warned (the learning rate it set lives in the optimizer).
+    CallbackState saveState() const override {
+        CallbackState st;
+        st.values = {monitor_.best(), static_cast<double>(wait_),
+                     static_cast<double>(cooldownCounter_), warned_ ? 1.0 : 0.0};
+        return st;
+    }
+    Status restoreState(const CallbackState& st) override {
+        if (st.values.size() != 4 || !st.tensors.empty())
+            return err("reduce_lr_on_plateau: expected 4 saved values, got " +
+                       std::to_string(st.values.size()));
+        monitor_.setBest(st.values[0]);
+        wait_ = static_cast<int>(st.values[1]);
+        cooldownCounter_ = static_cast<int>(st.values[2]);
+        warned_ = st.values[3] != 0.0;
+        return Status::success();
+    }
+
   private:
     CallbackConfig cfg_;
     Monitor monitor_;
@@ -238,6 +278,10 @@ Status checkMonitor(const char* type, const CallbackConfig& cfg) {
 }
 
 }  // namespace
+
+bool monitorMaximizes(const std::string& mode, const std::string& monitor) {
+    return maximizes(mode, monitor);
+}
 
 Result<std::unique_ptr<Callback>> Callback::create(const CallbackConfig& cfg) {
     const std::string type = squashName(cfg.type);

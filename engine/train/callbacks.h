@@ -25,6 +25,18 @@ struct TrainControl {
     std::function<void(const std::string&)> log;  // a log line for the run
 };
 
+// What a callback carries from one epoch to the next (EarlyStopping's best and wait,
+// ReduceLROnPlateau's wait and cooldown, ...), for checkpoints: numbers, and tensors (best
+// weights).
+struct CallbackState {
+    std::vector<double> values;
+    std::vector<Tensor> tensors;
+};
+
+// Whether a monitored quantity improves upwards: mode "max"/"min", or for "auto" what Keras
+// infers from the name (accuracies up, losses down).
+bool monitorMaximizes(const std::string& mode, const std::string& monitor);
+
 class Callback {
   public:
     // Errors name the callback and field, e.g. "callbacks[0].patience: expected >= 0".
@@ -37,6 +49,11 @@ class Callback {
     virtual bool wantsBatchLogs() const { return true; }
     virtual void onEpochEnd(int /*epoch*/, const MetricMap& /*logs*/, TrainControl&) {}
     virtual void onTrainEnd(TrainControl&) {}
+    // Checkpoints: the state later epochs depend on, and its restoration in a resumed run (after
+    // onTrainBegin). A callback without such state keeps the defaults. Errors say what did not
+    // fit ("expected 4 values, got 2").
+    virtual CallbackState saveState() const { return {}; }
+    virtual Status restoreState(const CallbackState& /*state*/) { return Status::success(); }
 };
 
 }  // namespace td

@@ -61,6 +61,9 @@ class Optimizer {
     void rewindIterations(int64_t n) { iterations_ = n > iterations_ ? 0 : iterations_ - n; }
     double currentLearningRate() const;       // rate the next step will use
     void setLearningRateOverride(double lr);  // replaces the schedule from now on
+    // Checkpoints: the override in force (none: the schedule decides), and its restoration.
+    std::optional<double> learningRateOverride() const { return override_; }
+    void restoreLearningRateOverride(std::optional<double> lr) { override_ = lr; }
 
     // Host slot state for checkpoints: one tensor per slot array, parameter-major, plus
     // iterations.

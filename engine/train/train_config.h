@@ -55,6 +55,14 @@ struct CallbackConfig {
     double factor = 0.1;              // reduce_lr_on_plateau
     int cooldown = 0;
     double minLr = 0.0;
+    // model_checkpoint and backup_and_restore: where the files go (model_checkpoint: empty = the
+    // run's checkpoint folder next to the store; backup_and_restore: backup_dir, required), and
+    // how often: every epoch (0) or every N global steps.
+    std::string directory;
+    int64_t saveFreqSteps = 0;
+    bool saveBestOnly = false;     // model_checkpoint: keep the best by monitor/mode
+    int keepLast = 1;              // model_checkpoint without save_best_only: files kept
+    bool deleteCheckpoint = true;  // backup_and_restore: delete the backup when the run completes
 };
 
 struct TrainConfig {
@@ -70,6 +78,9 @@ struct TrainConfig {
     std::vector<CallbackConfig> callbacks;
     int64_t logEverySteps = 20;  // metrics read back to the host every N steps
     bool evaluateTest = true;    // evaluate on the source's test split after fit
+    // Every stored run keeps its last checkpoints (written at each epoch's end and when the run
+    // ends) in <store folder>/checkpoints/run-<id>/, so it can be resumed or exported.
+    bool runCheckpoints = true;
 };
 
 }  // namespace td

@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <sstream>
 #include <thread>
@@ -18,6 +19,7 @@
 #include "engine/graph/initializers.h"
 #include "engine/graph/lower.h"
 #include "engine/graph/passes.h"
+#include "engine/train/checkpoint.h"
 #include "engine/train/optimizer.h"
 
 namespace td {
@@ -224,7 +226,27 @@ struct Trainer::Impl {
     GradientPlan gradPlan;
     std::vector<size_t> trainableIndex;  // Graph::params() indices of the trainable parameters
     std::vector<Shape> paramShapes;
+    std::vector<std::string> paramNames;  // Graph::params() order
     bool wantBatchLoss = false;
+    // Checkpoints: the writers, their best value and files, and where a resumed run continues.
+    CheckpointPlan ckpt;
+    struct WriterRuntime {
+        std::optional<double> best;
+        std::vector<std::string> kept;  // oldest first
+        int64_t lastStep = -1;          // global step of its last file
+        bool warned = false;
+    };
+    std::vector<WriterRuntime> writerRuntime;
+    struct ResumePoint {
+        std::string path;
+        int epoch = 0;
+        int64_t stepInEpoch = 0, globalStep = 0, epochSamples = 0;
+        std::vector<std::vector<double>> accumulators;
+        MetricMap lastEpochMetrics;
+        std::vector<CallbackState> callbacks;
+        std::vector<CheckpointWriterState> writers;
+    };
+    std::optional<ResumePoint> resume;
     WorkerFault fault = WorkerFault::fromEnv();
 
     ~Impl() {
@@ -428,6 +450,7 @@ struct Trainer::Impl {
             const Node& n = g.node(pids[i]);
             const std::string name = n.attrs.name.value_or("");
             paramShapes.push_back(n.shape);
+            paramNames.push_back(name);
             if (n.attrs.trainableOr()) trainableIndex.push_back(i);
             const std::string layer = name.substr(0, name.rfind('/'));
             const bool isKernel = name.size() > 7 && name.substr(name.size() - 7) == "/kernel";
@@ -867,9 +890,222 @@ struct Trainer::Impl {
         return bytes;
     }
 
+    // ---- checkpoints ------------------------------------------------------------------------
+
+    Status restore(const std::string& path, const CheckpointState& st);
+    // Everything but the writers' state, at this moment of the loop: `epoch`/`stepInEpoch` say
+    // where the run continues, `seen` the samples of that epoch so far.
+    Result<CheckpointState> captureState(int epoch, int64_t stepInEpoch, int64_t gstep,
+                                         int64_t seen, const MetricMap& lastEpoch);
+    // Writer w's checkpoint now (when due: keep-best compares `monitored` first). Publishes
+    // CheckpointSaved; an error (a full disk) ends the run.
+    Status saveCheckpoint(size_t w, int epoch, int64_t stepInEpoch, int64_t gstep, int64_t seen,
+                          const MetricMap& lastEpoch, const MetricMap& monitored);
+    // BackupAndRestore: a completed run's backups are deleted.
+    void dropCompletedBackups();
+
     Result<RunFinished> fit();
     Result<EvalResult> evaluate(const Dataset& d);
 };
+
+// ---- checkpoints --------------------------------------------------------------------------------
+
+Status Trainer::Impl::restore(const std::string& path, const CheckpointState& st) {
+    const TrainConfig& tc = s.project.training;
+    TD_RETURN_IF_ERROR(checkCheckpointParams(path, st, paramNames, paramShapes));
+    const size_t slotsEach = static_cast<size_t>(updateSpec.slotsPerParam());
+    if (st.optimizerSlots.size() != trainableIndex.size() * slotsEach)
+        return err(path + ": the checkpoint holds " + std::to_string(st.optimizerSlots.size()) +
+                   " optimizer slots, this run's " + optimizer->name() + " optimizer has " +
+                   std::to_string(trainableIndex.size() * slotsEach));
+    for (size_t i = 0; i < st.optimizerSlots.size(); ++i) {
+        const Shape& want = paramShapes[trainableIndex[i / std::max<size_t>(1, slotsEach)]];
+        const Tensor& t = st.optimizerSlots[i];
+        if (t.dtype() != DType::F32 || t.shape() != want)
+            return err(path + ": optimizer slot " + std::to_string(i) + " is " +
+                       dtypeName(t.dtype()) + " " + shapeToString(t.shape()) + ", expected f32 " +
+                       shapeToString(want));
+    }
+    if (st.callbacks.size() != s.callbacks.size())
+        return err(path + ": the checkpoint holds the state of " +
+                   std::to_string(st.callbacks.size()) + " callbacks, this run has " +
+                   std::to_string(s.callbacks.size()));
+    if (st.seed != tc.seed)
+        return err(path + ": the checkpoint was trained with seed " + std::to_string(st.seed) +
+                   ", this run has training.seed " + std::to_string(tc.seed));
+    if (st.epoch >= tc.epochs)
+        return err(path + ": the checkpoint is at the end of epoch " + std::to_string(st.epoch) +
+                   " and the run has " + std::to_string(tc.epochs) +
+                   " epochs: nothing is left to train");
+    if (s.workers && st.stepInEpoch > 0)
+        return err(path + ": the checkpoint is at step " + std::to_string(st.stepInEpoch) +
+                   " of epoch " + std::to_string(st.epoch + 1) +
+                   "; a multi-worker run resumes only from a checkpoint written at an epoch's "
+                   "end (it holds the chief's loss and metric sums alone)");
+    if (st.stepInEpoch > 0) {
+        if (st.accumulators.size() != replicas.size())
+            return err(path + ": the checkpoint holds the sums of " +
+                       std::to_string(st.accumulators.size()) + " replicas, this process runs " +
+                       std::to_string(replicas.size()) +
+                       " (resume with the strategy it was trained with)");
+        for (const auto& a : st.accumulators)
+            if (static_cast<int64_t>(a.size()) != accumCount())
+                return err(path + ": the checkpoint's loss and metric sums hold " +
+                           std::to_string(a.size()) + " values, expected " +
+                           std::to_string(accumCount()));
+    }
+    for (auto& rp : replicas) {
+        Device& d = *rp->device;
+        for (size_t i = 0; i < rp->params.size(); ++i)
+            TD_RETURN_IF_ERROR(d.copyToDevice(rp->params[i], 0, st.params[i].value.raw(),
+                                              st.params[i].value.bytes()));
+        for (size_t i = 0; i < rp->slots.size(); ++i)
+            TD_RETURN_IF_ERROR(d.copyToDevice(rp->slots[i], 0, st.optimizerSlots[i].raw(),
+                                              st.optimizerSlots[i].bytes()));
+        TD_RETURN_IF_ERROR(d.synchronize());
+        rp->weightsDirty = true;  // mixed precision: the shadows follow the restored weights
+    }
+    optimizer->setIterations(st.optimizerIterations);
+    optimizer->restoreLearningRateOverride(st.learningRateOverride);
+    ResumePoint rp;
+    rp.path = path;
+    rp.epoch = st.epoch;
+    rp.stepInEpoch = st.stepInEpoch;
+    rp.globalStep = st.globalStep;
+    rp.epochSamples = st.epochSamples;
+    rp.accumulators = st.accumulators;
+    rp.lastEpochMetrics = st.lastEpochMetrics;
+    rp.callbacks = st.callbacks;
+    rp.writers = st.writers;
+    resume = std::move(rp);
+    return Status::success();
+}
+
+Result<CheckpointState> Trainer::Impl::captureState(int epoch, int64_t stepInEpoch, int64_t gstep,
+                                                    int64_t seen, const MetricMap& lastEpoch) {
+    CheckpointState st;
+    st.projectJson = ckpt.projectJson;
+    st.runId = ckpt.runId;
+    st.globalStep = gstep;
+    st.epoch = epoch;
+    st.stepInEpoch = stepInEpoch;
+    st.seed = s.project.training.seed;
+    st.epochSamples = stepInEpoch > 0 ? seen : 0;
+    st.lastEpochMetrics = lastEpoch;
+    Replica& r0 = *replicas[0];
+    for (auto& rp : replicas) TD_RETURN_IF_ERROR(rp->device->synchronize());
+    for (size_t i = 0; i < r0.params.size(); ++i) {
+        Tensor t(DType::F32, paramShapes[i]);
+        TD_RETURN_IF_ERROR(r0.device->copyToHost(t.raw(), r0.params[i], 0, t.bytes()));
+        st.params.push_back(NamedTensor{paramNames[i], std::move(t)});
+    }
+    const size_t slotsEach = static_cast<size_t>(updateSpec.slotsPerParam());
+    for (size_t i = 0; i < r0.slots.size(); ++i) {
+        Tensor t(DType::F32, paramShapes[trainableIndex[i / std::max<size_t>(1, slotsEach)]]);
+        TD_RETURN_IF_ERROR(r0.device->copyToHost(t.raw(), r0.slots[i], 0, t.bytes()));
+        st.optimizerSlots.push_back(std::move(t));
+    }
+    if (stepInEpoch > 0)
+        for (auto& rp : replicas) {
+            std::vector<double> v(static_cast<size_t>(accumCount()));
+            TD_RETURN_IF_ERROR(
+                rp->device->copyToHost(v.data(), rp->trainAccum, 0, v.size() * sizeof(double)));
+            st.accumulators.push_back(std::move(v));
+        }
+    st.optimizerIterations = optimizer->iterations();
+    st.learningRateOverride = optimizer->learningRateOverride();
+    for (const auto& cb : s.callbacks) st.callbacks.push_back(cb->saveState());
+    return st;
+}
+
+Status Trainer::Impl::saveCheckpoint(size_t w, int epoch, int64_t stepInEpoch, int64_t gstep,
+                                     int64_t seen, const MetricMap& lastEpoch,
+                                     const MetricMap& monitored) {
+    const CheckpointWriter& cw = ckpt.writers[w];
+    WriterRuntime& rt = writerRuntime[w];
+    if (workerRank != 0 || rt.lastStep == gstep) return Status::success();
+    std::optional<double> value;
+    if (auto it = monitored.find(cw.monitor); it != monitored.end()) value = it->second;
+    if (cw.saveBestOnly) {
+        if (!value) {
+            if (!rt.warned) {
+                std::string available;
+                for (const auto& [k, v] : monitored)
+                    available += (available.empty() ? "" : ", ") + k;
+                log(LogLine::Level::Warning,
+                    cw.id + ": can save the best model only with " + cw.monitor +
+                        " available, skipping (available: " +
+                        (available.empty() ? std::string("none") : available) + ")");
+            }
+            rt.warned = true;
+            return Status::success();
+        }
+        const bool up = monitorMaximizes(cw.mode, cw.monitor);
+        if (rt.best && !(up ? *value > *rt.best : *value < *rt.best)) return Status::success();
+    }
+    const std::string path = (std::filesystem::path(cw.directory) /
+                              (cw.prefix + "-" + std::to_string(gstep) + ".tdckpt"))
+                                 .string();
+    WriterRuntime next = rt;
+    std::vector<std::string> superseded;
+    if (cw.saveBestOnly) {
+        next.best = value;
+        for (const std::string& k : next.kept)
+            if (k != path) superseded.push_back(k);
+        next.kept = {path};
+    } else {
+        std::erase(next.kept, path);
+        next.kept.push_back(path);
+        while (static_cast<int>(next.kept.size()) > std::max(1, cw.keepLast)) {
+            superseded.push_back(next.kept.front());
+            next.kept.erase(next.kept.begin());
+        }
+    }
+    TD_ASSIGN_OR_RETURN(CheckpointState st,
+                        captureState(epoch, stepInEpoch, gstep, seen, lastEpoch));
+    st.kind = cw.kind;
+    st.monitorValue = value;
+    for (size_t i = 0; i < ckpt.writers.size(); ++i) {
+        const WriterRuntime& x = i == w ? next : writerRuntime[i];
+        st.writers.push_back(CheckpointWriterState{ckpt.writers[i].id, x.best, x.kept});
+    }
+    Status written = writeCheckpoint(path, st);
+    if (!written.ok()) return err(cw.id + ": " + written.error());
+    next.lastStep = gstep;
+    rt = std::move(next);
+    std::error_code ec;
+    const auto bytes = std::filesystem::file_size(path, ec);
+    CheckpointSaved ev;
+    ev.path = path;
+    ev.kind = cw.kind;
+    ev.globalStep = gstep;
+    ev.epoch = epoch;
+    ev.stepInEpoch = stepInEpoch;
+    ev.monitorValue = value;
+    ev.bytes = ec ? 0 : static_cast<int64_t>(bytes);
+    ev.superseded = superseded;
+    if (!ckpt.storeDeletes)
+        for (const std::string& f : superseded) std::filesystem::remove(f, ec);
+    bus->publish(std::move(ev));
+    return Status::success();
+}
+
+void Trainer::Impl::dropCompletedBackups() {
+    if (workerRank != 0) return;
+    for (size_t w = 0; w < ckpt.writers.size(); ++w) {
+        if (!ckpt.writers[w].deleteWhenCompleted || writerRuntime[w].kept.empty()) continue;
+        CheckpointSaved ev;  // no new file: only the superseded ones, forgotten and deleted
+        ev.kind = ckpt.writers[w].kind;
+        ev.superseded = std::move(writerRuntime[w].kept);
+        writerRuntime[w].kept.clear();
+        std::error_code ec;
+        if (!ckpt.storeDeletes)
+            for (const std::string& f : ev.superseded) std::filesystem::remove(f, ec);
+        log(LogLine::Level::Info,
+            ckpt.writers[w].id + ": the run completed; its backup files are deleted");
+        bus->publish(std::move(ev));
+    }
+}
 
 // ---- the fit loop -------------------------------------------------------------------------------
 
@@ -918,6 +1154,29 @@ Result<RunFinished> Trainer::Impl::fit() {
     ctl.setWeights = [&](const std::vector<Tensor>& w) { setWeights(w); };
     ctl.log = [&](const std::string& text) { log(LogLine::Level::Info, text); };
     TD_RETURN_IF_ERROR(runCallbacks("on_train_begin", [&](Callback& cb) { cb.onTrainBegin(ctl); }));
+    writerRuntime.assign(ckpt.writers.size(), WriterRuntime{});
+    if (resume) {
+        // A resumed run: callbacks and checkpoint writers go on from their saved state.
+        for (size_t i = 0; i < s.callbacks.size(); ++i) {
+            Status st = s.callbacks[i]->restoreState(resume->callbacks[i]);
+            if (!st.ok()) return err(resume->path + ": " + s.callbackNames[i] + ": " + st.error());
+        }
+        for (size_t w = 0; w < ckpt.writers.size(); ++w)
+            for (const CheckpointWriterState& ws : resume->writers)
+                if (ws.id == ckpt.writers[w].id) {
+                    writerRuntime[w].best = ws.best;
+                    writerRuntime[w].kept = ws.kept;
+                }
+        if (resume->stepInEpoch > steps)
+            return err(resume->path + ": the checkpoint is at step " +
+                       std::to_string(resume->stepInEpoch) + " of epoch " +
+                       std::to_string(resume->epoch + 1) + ", which has " + std::to_string(steps) +
+                       " steps in this run");
+        log(LogLine::Level::Info, "resuming from " + resume->path + " at global step " +
+                                      std::to_string(resume->globalStep) + " (epoch " +
+                                      std::to_string(resume->epoch + 1) + ", step " +
+                                      std::to_string(resume->stepInEpoch) + ")");
+    }
 
     const int64_t memory = deviceBytes();
     MetricMap last;
@@ -927,12 +1186,32 @@ Result<RunFinished> Trainer::Impl::fit() {
     MetricMap batchLogs{{"loss", 0.0}};
     auto batchLoss = batchLogs.find("loss");
     int64_t gstep = static_cast<int64_t>(tc.initialEpoch) * steps;
+    const int firstEpoch = resume ? resume->epoch : tc.initialEpoch;
+    if (resume) {
+        gstep = resume->globalStep;
+        last = resume->lastEpochMetrics;
+    }
+    // Checkpoints due after a step (every N steps), at an epoch's end, or at a stop.
+    auto saveDue = [&](bool epochEnd, bool stopping, int ep, int64_t stepIn, int64_t seenNow,
+                       const MetricMap& monitored) -> Status {
+        for (size_t w = 0; w < ckpt.writers.size(); ++w) {
+            const CheckpointWriter& cw = ckpt.writers[w];
+            const bool due = stopping   ? cw.atStop
+                             : epochEnd ? cw.everySteps == 0
+                                        : cw.everySteps > 0 && gstep % cw.everySteps == 0;
+            if (due)
+                TD_RETURN_IF_ERROR(saveCheckpoint(w, ep, stepIn, gstep, seenNow, last, monitored));
+        }
+        return Status::success();
+    };
+    MetricMap lastLogged;  // the latest step metrics: what a keep-best writer saving every N
+                           // steps compares
     // With workers, a stop request is honoured at the next log point, where every worker learns
     // of it through the metric all-reduce, so that all stop after the same step.
     const bool stopAtLogPoints = s.workers != nullptr;
     bool stopNow = false;
 
-    for (int epoch = tc.initialEpoch; epoch < tc.epochs && !stopNow; ++epoch) {
+    for (int epoch = firstEpoch; epoch < tc.epochs && !stopNow; ++epoch) {
         TD_RETURN_IF_ERROR(pipe->beginEpoch(epoch));
         TD_RETURN_IF_ERROR(zeroAccumulators(true));
         auto epochT0 = Clock::now();
@@ -940,10 +1219,32 @@ Result<RunFinished> Trainer::Impl::fit() {
         int64_t seen = 0, seenSinceLog = 0;
         double logWait = 0, logCompute = 0;
         std::vector<double> sums;
-        for (int64_t step = 1; step <= steps; ++step) {
+        int64_t firstStep = 1;
+        if (resume && epoch == resume->epoch && resume->stepInEpoch > 0) {
+            // The pipeline's position: its batches are keyed by (seed, epoch), so the ones already
+            // trained are formed again and passed over. The epoch's sums go on from the saved ones.
+            for (int64_t k = 0; k < resume->stepInEpoch; ++k) {
+                TD_ASSIGN_OR_RETURN(const Batch* skipped, pipe->next());
+                if (!skipped)
+                    return err(resume->path + ": the pipeline ended after " + std::to_string(k) +
+                               " batches of epoch " + std::to_string(epoch + 1) +
+                               ", the checkpoint is at step " +
+                               std::to_string(resume->stepInEpoch));
+            }
+            for (size_t i = 0; i < replicas.size(); ++i) {
+                const auto& a = resume->accumulators[i];
+                TD_RETURN_IF_ERROR(replicas[i]->device->copyToDevice(
+                    replicas[i]->trainAccum, 0, a.data(), a.size() * sizeof(double)));
+            }
+            seen = resume->epochSamples;
+            firstStep = resume->stepInEpoch + 1;
+        }
+        for (int64_t step = firstStep; step <= steps; ++step) {
             // Between steps: stop, pause, a failed store.
             if (!stopAtLogPoints && control->stopRequested) {
                 stopNow = true;
+                // Before the partial epoch's end: a resumed run continues with this step.
+                TD_RETURN_IF_ERROR(saveDue(false, true, epoch, step - 1, seen, lastLogged));
                 break;
             }
             {
@@ -1034,6 +1335,7 @@ Result<RunFinished> Trainer::Impl::fit() {
                 sm.computeSeconds = logCompute;
                 sm.samplesPerSecond = wall > 0 ? static_cast<double>(seenSinceLog) / wall : 0;
                 sm.replicas = std::move(per);
+                lastLogged = sm.metrics;
                 bus->publish(sm);
                 for (auto& rp : replicas)
                     bus->publish(DeviceStats{
@@ -1043,6 +1345,10 @@ Result<RunFinished> Trainer::Impl::fit() {
                 logWait = logCompute = 0;
                 seenSinceLog = 0;
             }
+            TD_RETURN_IF_ERROR(saveDue(false, false, epoch, step, seen, lastLogged));
+            // A stop after this step (a request, a callback): saved before the partial epoch's
+            // end, as above.
+            if (stopNow) TD_RETURN_IF_ERROR(saveDue(false, true, epoch, step, seen, lastLogged));
             if (stopNow) break;
         }
         // The skipped short batch still leaves the pipeline, which completes a cache it fills.
@@ -1050,7 +1356,8 @@ Result<RunFinished> Trainer::Impl::fit() {
         if (seen == 0) break;
         // A stop between log points leaves steps the last read did not see: read them now. (Every
         // worker gets here at the same step: across workers a stop acts at log points only.)
-        if (seenSinceLog > 0) {
+        // A run resumed at its epoch's last step has read nothing yet.
+        if (seenSinceLog > 0 || sums.empty()) {
             TD_ASSIGN_OR_RETURN(sums, readAccumulators(true));
         }
         EpochMetrics em;
@@ -1075,6 +1382,7 @@ Result<RunFinished> Trainer::Impl::fit() {
         }
         TD_RETURN_IF_ERROR(runCallbacks(
             "on_epoch_end", [&](Callback& cb) { cb.onEpochEnd(epoch, em.metrics, ctl); }));
+        if (!stopNow) TD_RETURN_IF_ERROR(saveDue(true, false, epoch + 1, 0, 0, em.metrics));
         if (ctl.stopTraining && status == RunStatus::Completed) {
             status = RunStatus::Stopped;
             message = ctl.stopReason.empty() ? "stopped by a callback" : ctl.stopReason;
@@ -1087,6 +1395,8 @@ Result<RunFinished> Trainer::Impl::fit() {
     }
     TD_RETURN_IF_ERROR(runCallbacks("on_train_end", [&](Callback& cb) { cb.onTrainEnd(ctl); }));
     if (control->aborted) return err(control->abortMessage());
+    if (status == RunStatus::Completed) dropCompletedBackups();
+    resume.reset();
 
     RunFinished fin;
     fin.status = status;
@@ -1164,6 +1474,14 @@ Result<std::unique_ptr<Trainer>> Trainer::create(TrainerSetup setup, EventBus& b
 
 Result<RunFinished> Trainer::fit() {
     return impl_->fit();
+}
+
+void Trainer::setCheckpointing(CheckpointPlan plan) {
+    impl_->ckpt = std::move(plan);
+}
+
+Status Trainer::restore(const std::string& path, const CheckpointState& state) {
+    return impl_->restore(path, state);
 }
 
 Result<EvalResult> Trainer::evaluate(const Dataset& d) {

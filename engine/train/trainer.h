@@ -29,6 +29,33 @@
 namespace td {
 
 class Collectives;
+struct CheckpointState;
+
+// One writer of checkpoint files (engine/train/checkpoint.h): the run's own (every epoch's end
+// and a stop), a ModelCheckpoint or a BackupAndRestore callback. Files are named
+// <directory>/<prefix>-<global step>.tdckpt.
+struct CheckpointWriter {
+    std::string id;    // "run", "training.callbacks[2] (model_checkpoint)": names it in messages
+    std::string kind;  // "run", "model_checkpoint", "backup"
+    std::string directory;
+    std::string prefix;
+    int64_t everySteps = 0;  // 0: at each epoch's end
+    bool atStop = false;     // also when a stop request ends the run between epoch ends
+    bool saveBestOnly = false;
+    std::string monitor = "val_loss";
+    std::string mode = "auto";
+    int keepLast = 1;                  // without saveBestOnly: the newest files kept
+    bool deleteWhenCompleted = false;  // BackupAndRestore: its files go when the run completes
+};
+
+struct CheckpointPlan {
+    std::vector<CheckpointWriter> writers;
+    int64_t runId = 0;
+    std::string projectJson;  // stored in every checkpoint
+    // true: the run store registers each file and deletes the ones it supersedes once the new
+    // one is registered (CheckpointSaved); false (no store): the trainer deletes them at once.
+    bool storeDeletes = false;
+};
 
 // What the compiler is asked for by a project: the compute dtype of its precision policy, the
 // passes it turns off (`disabled_passes`, and every fusing pass with `fusion: false`), and
@@ -87,6 +114,15 @@ class Trainer {
     // The fit loop. Publishes StepMetrics, DeviceStats, EpochMetrics and LogLines (not RunStarted
     // or RunFinished, which belong to the caller). Returns the outcome, or the error that ended it.
     Result<RunFinished> fit();
+    // Checkpoints the next fit() writes. With MultiWorkerMirrored only the chief writes; with
+    // several local replicas the parameters and slots are replica 0's (all replicas hold the same).
+    void setCheckpointing(CheckpointPlan plan);
+    // Makes the next fit() continue from `state` (read from `path`): parameters and optimizer
+    // slots on every replica, the optimizer's iterations and learning-rate override, the position
+    // (epoch, step, global step; the pipeline skips the batches already trained), the epoch's
+    // running sums, callbacks' and checkpoint writers' state. Errors name the file and what does
+    // not fit this run (parameters, slots, replicas, callbacks, a position past the run's end).
+    Status restore(const std::string& path, const CheckpointState& state);
     // Evaluation and prediction on the first replica's device.
     Result<EvalResult> evaluate(const Dataset& d);
     Result<Tensor> predict(const Tensor& x);

@@ -4,6 +4,12 @@
 #include <QJsonObject>
 #include <QRegularExpression>
 #include <QtTest>
+#include <cstring>
+#include <filesystem>
+
+#include "engine/api/runs.h"
+#include "engine/store/run_store.h"
+#include "engine/train/checkpoint.h"
 
 namespace {
 
@@ -60,6 +66,8 @@ class TestCli : public QObject {
     void trainWithBadStore_data();
     void trainWithBadStore();
     void diskFillsDuringRun();
+    void killedRunResumes();
+    void resumeAndDeleteErrors();
 };
 
 void TestCli::summaryPrintsKerasTable() {
@@ -288,4 +296,163 @@ void TestCli::diskFillsDuringRun() {
 }
 
 QTEST_GUILESS_MAIN(TestCli)
+// Per logged step: loss, accuracy and learning rate as stored.
+static std::map<int64_t, td::MetricMap> storedSteps(const QString& db, int64_t runId) {
+    auto store = td::RunStore::open(db.toStdString());
+    std::map<int64_t, td::MetricMap> out;
+    if (!store.ok()) return out;
+    auto rows = (*store)->steps(runId);
+    if (!rows.ok()) return out;
+    for (const td::StepRow& r : *rows)
+        for (const char* k : {"loss", "accuracy", "lr"}) out[r.globalStep][k] = r.metrics.at(k);
+    return out;
+}
+
+// A real kill -9 of the binary mid-run (after it registered a checkpoint), then train --resume:
+// the run finishes in the same stored run, and every logged step and the final weights equal an
+// uninterrupted run's bit for bit.
+void TestCli::killedRunResumes() {
+    QTemporaryDir dir;
+    QFile in(project("synthetic_blobs.json"));
+    QVERIFY(in.open(QIODevice::ReadOnly));
+    QJsonObject p = QJsonDocument::fromJson(in.readAll()).object();
+    QJsonObject data = p["data"].toObject(), source = data["source"].toObject();
+    source["samples"] = 4096;
+    data["source"] = source;
+    p["data"] = data;
+    QJsonObject training = p["training"].toObject();
+    training["epochs"] = 60;
+    training["evaluate_test"] = false;
+    training["callbacks"] = QJsonArray{QJsonObject{
+        {"class_name", "ModelCheckpoint"},
+        {"config", QJsonObject{{"save_freq", 16}, {"keep_last", 2}}}}};
+    p["training"] = training;
+    const QString path = dir.filePath("long.json");
+    QFile out(path);
+    QVERIFY(out.open(QIODevice::WriteOnly));
+    out.write(QJsonDocument(p).toJson());
+    out.close();
+    const QString killedDb = dir.filePath("killed/runs.db");
+    const QString straightDb = dir.filePath("straight/runs.db");
+    QVERIFY(QDir().mkpath(dir.filePath("killed")) && QDir().mkpath(dir.filePath("straight")));
+
+    QProcess victim;
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert("OMP_NUM_THREADS", "1");
+    victim.setProcessEnvironment(env);
+    victim.start(TRAINDECK_BINARY, {"train", path, "--db", killedDb, "--plain"});
+    QVERIFY(victim.waitForStarted());
+    // Wait until the store has registered a checkpoint well into the run, then kill -9.
+    int64_t registered = 0;
+    for (int i = 0; i < 6000 && registered < 600; ++i) {
+        QThread::msleep(5);
+        if (victim.state() == QProcess::NotRunning) break;
+        auto store = td::RunStore::open(killedDb.toStdString());
+        if (!store.ok()) continue;
+        auto rows = (*store)->checkpoints(1);
+        if (rows.ok() && !rows->empty()) registered = rows->front().globalStep;
+    }
+    QVERIFY2(victim.state() == QProcess::Running,
+             "the run ended before it could be killed: make it longer");
+    victim.kill();  // SIGKILL
+    QVERIFY(victim.waitForFinished(10000));
+    QCOMPARE(victim.exitStatus(), QProcess::CrashExit);
+    {
+        auto store = td::RunStore::open(killedDb.toStdString());
+        QVERIFY(store.ok());
+        QCOMPARE((*store)->getRun(1)->status, std::string("interrupted"));
+        QVERIFY((*store)->steps(1)->size() < 60 * 8);
+    }
+
+    Run resumed = traindeck({"train", "--resume", "1", "--db", killedDb, "--plain"});
+    QVERIFY2(resumed.code == 0, qPrintable(resumed.err + resumed.out));
+    QVERIFY2(resumed.out.contains("resuming from"), qPrintable(resumed.out));
+    QVERIFY(resumed.out.contains("Run completed"));
+    Run straight = traindeck({"train", path, "--db", straightDb, "--plain"});
+    QCOMPARE(straight.code, 0);
+
+    const auto want = storedSteps(straightDb, 1);
+    const auto got = storedSteps(killedDb, 1);
+    QCOMPARE(want.size(), size_t(60 * 8));  // 64 steps an epoch, a log point every 8
+    QVERIFY(got == want);
+    auto a = td::api::latestCheckpointForRun(straightDb.toStdString(), 1);
+    auto b = td::api::latestCheckpointForRun(killedDb.toStdString(), 1);
+    QVERIFY(a.ok() && b.ok());
+    auto ma = td::readCheckpointModel(*a);
+    auto mb = td::readCheckpointModel(*b);
+    QVERIFY(ma.ok() && mb.ok());
+    QCOMPARE(mb->globalStep, int64_t(60 * 64));
+    QCOMPARE(mb->globalStep, ma->globalStep);
+    for (size_t i = 0; i < ma->weights.size(); ++i)
+        QVERIFY(std::memcmp(ma->weights[i].value.raw(), mb->weights[i].value.raw(),
+                            ma->weights[i].value.bytes()) == 0);
+    auto store = td::RunStore::open(killedDb.toStdString());
+    QCOMPARE((*store)->getRun(1)->status, std::string("completed"));
+    QCOMPARE((*store)->listRuns()->size(), size_t(1));
+}
+
+void TestCli::resumeAndDeleteErrors() {
+    QTemporaryDir dir;
+    const QString db = dir.filePath("runs.db");
+    Run none = traindeck({"train", "--resume", "7", "--db", db});
+    QCOMPARE(none.code, 2);
+    QVERIFY2(none.err.contains("no run '7'"), qPrintable(none.err));
+    Run both = traindeck({"train", project("synthetic_blobs.json"), "--resume", "7", "--db", db});
+    QCOMPARE(both.code, 2);
+    QVERIFY2(both.err.contains("--resume: a resumed run keeps its project"), qPrintable(both.err));
+    Run neither = traindeck({"train", "--db", db});
+    QCOMPARE(neither.code, 2);
+    QVERIFY(neither.err.contains("expected a project file, or --resume RUN"));
+    // A completed run has nothing left to train.
+    Run done = traindeck({"train", project("synthetic_blobs.json"), "--epochs", "1", "--db", db});
+    QCOMPARE(done.code, 0);
+    Run again = traindeck({"train", "--resume", "1", "--db", db});
+    QCOMPARE(again.code, 2);
+    QVERIFY2(again.err.contains("nothing is left to train"), qPrintable(again.err));
+    Run longer = traindeck({"train", "--resume", "1", "--epochs", "2", "--db", db, "--plain"});
+    QVERIFY2(longer.code == 0, qPrintable(longer.err));
+    QVERIFY(longer.out.contains("Epoch 2/2"));
+    // Delete keeps the files unless asked.
+    const QString ckdir = dir.filePath("checkpoints/run-1");
+    QVERIFY(QDir(ckdir).exists());
+    Run kept = traindeck({"runs", "delete", "1", "--db", db});
+    QCOMPARE(kept.code, 0);
+    QVERIFY2(kept.out.contains("checkpoint files stay"), qPrintable(kept.out));
+    QVERIFY(QDir(ckdir).exists());
+    // The next run gets id 1 again (SQLite reuses the highest id): the kept folder moves aside.
+    Run second = traindeck({"train", project("synthetic_blobs.json"), "--epochs", "1", "--db", db,
+                            "--plain"});
+    QCOMPARE(second.code, 0);
+    QVERIFY2(second.out.contains("held the checkpoints of an earlier, deleted run 1"),
+             qPrintable(second.out));
+    const QStringList aside =
+        QDir(dir.filePath("checkpoints")).entryList({"run-1.old-*"}, QDir::Dirs);
+    QCOMPARE(aside.size(), 1);
+    Run gone = traindeck({"runs", "delete", "1", "--db", db, "--delete-checkpoints"});
+    QCOMPARE(gone.code, 0);
+    QVERIFY2(gone.out.contains("and its 1 checkpoint file"), qPrintable(gone.out));
+    QVERIFY(!QDir(ckdir).exists());
+    QVERIFY(QDir(dir.filePath("checkpoints/" + aside[0])).exists());
+    Run missing = traindeck({"runs", "delete", "2", "--db", db});
+    QCOMPARE(missing.code, 2);
+    // A run still running (this test process holds it) is neither resumed nor deleted.
+    int64_t live = 0;
+    {
+        auto store = td::RunStore::open(db.toStdString());
+        QVERIFY(store.ok());
+        td::RunRecord rec;
+        rec.name = "live";
+        rec.pid = QCoreApplication::applicationPid();
+        auto id = (*store)->createRun(rec);
+        QVERIFY(id.ok());
+        live = *id;
+    }
+    Run busy = traindeck({"train", "--resume", QString::number(live), "--db", db});
+    QCOMPARE(busy.code, 2);
+    QVERIFY2(busy.err.contains("is still running"), qPrintable(busy.err));
+    Run held = traindeck({"runs", "delete", QString::number(live), "--db", db});
+    QCOMPARE(held.code, 2);
+    QVERIFY2(held.err.contains("is running"), qPrintable(held.err));
+}
+
 #include "test_cli.moc"

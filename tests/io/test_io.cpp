@@ -586,7 +586,7 @@ class TestIo : public QObject {
             << "3"
             << "training: unknown key 'epocs'; did you mean 'epochs'? (valid keys: epochs, "
                "initial_epoch, batch_size, seed, optimizer, loss, metrics, callbacks, "
-               "log_every_steps, evaluate_test)";
+               "log_every_steps, evaluate_test, run_checkpoints)";
         QTest::newRow("unknown top-level key")
             << "/colour"
             << "\"blue\""

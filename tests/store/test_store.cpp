@@ -127,6 +127,34 @@ CREATE INDEX runs_name ON runs(name, started_at_ms);
 PRAGMA user_version = 2;
 )sql";
 
+// What migration 2 -> 3 did, frozen here: kSchemaV1 + kSchemaV2Delta + kSchemaV3Delta is a real
+// v3 file.
+const char* kSchemaV3Delta = R"sql(
+CREATE TABLE replica_stats (
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    global_step INTEGER NOT NULL,
+    replica INTEGER NOT NULL,
+    worker INTEGER NOT NULL DEFAULT 0,
+    device TEXT NOT NULL DEFAULT '',
+    time_ms INTEGER NOT NULL,
+    samples_per_s REAL,
+    compute_s REAL,
+    all_reduce_s REAL,
+    input_wait_s REAL,
+    PRIMARY KEY (run_id, global_step, replica)
+) WITHOUT ROWID;
+CREATE TABLE run_documents (
+    run_id INTEGER PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
+    project_json TEXT NOT NULL DEFAULT '',
+    config_json TEXT NOT NULL DEFAULT '{}'
+);
+INSERT INTO run_documents (run_id, project_json, config_json)
+    SELECT id, project_json, config_json FROM runs;
+ALTER TABLE runs DROP COLUMN project_json;
+ALTER TABLE runs DROP COLUMN config_json;
+PRAGMA user_version = 3;
+)sql";
+
 ReplicaRow replicaRow(int64_t globalStep, int replica, double samplesPerSecond) {
     ReplicaRow r;
     r.globalStep = globalStep;
@@ -570,7 +598,7 @@ class TestStore : public QObject {
     }
 
     void migratesVersion1() {
-        QCOMPARE(RunStore::schemaVersion(), 3);  // update this test when adding a migration
+        QCOMPARE(RunStore::schemaVersion(), 4);  // update this test when adding a migration
         const std::string path = dir_.filePath("v1.db").toStdString();
         {
             RawDb raw(path);
@@ -637,7 +665,7 @@ class TestStore : public QObject {
         QVERIFY(store);
         {
             RawDb raw(path);
-            QCOMPARE(raw.queryInt("PRAGMA user_version"), int64_t(3));
+            QCOMPARE(raw.queryInt("PRAGMA user_version"), int64_t(RunStore::schemaVersion()));
             QCOMPARE(raw.queryInt("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND "
                                   "name = 'replica_stats'"),
                      int64_t(1));
@@ -671,6 +699,86 @@ class TestStore : public QObject {
         QVERIFY(store->appendReplicaStats(3, {replicaRow(2, 0, 5.0), replicaRow(2, 1, 6.0)}).ok());
         QCOMPARE(store->replicaStats(3)->size(), size_t(2));
         QCOMPARE(store->getRun(3)->updatedAtMs, int64_t(3900));  // row time 102 is older
+    }
+
+    // A store of the previous version (3) keeps every run and row, and takes checkpoint rows.
+    void migratesVersion3() {
+        const std::string path = dir_.filePath("v3.db").toStdString();
+        constexpr int kRuns = 4;
+        {
+            RawDb raw(path);
+            raw.exec(kSchemaV1);
+            raw.exec(kSchemaV2Delta);
+            raw.exec(kSchemaV3Delta);
+            for (int i = 1; i <= kRuns; ++i) {
+                const std::string id = std::to_string(i);
+                raw.exec(
+                    "INSERT INTO runs (id, name, status, started_at_ms, ended_at_ms, host, pid, "
+                    "devices, params, notes, updated_at_ms) VALUES (" +
+                    id + ", 'run " + id + "', 'stopped', " + id + "000, " + id +
+                    "900, 'h', 1, 'cpu:0', 42, 'note " + id + "', " + id + "900)");
+                raw.exec("INSERT INTO run_documents VALUES (" + id + ", '{\"name\":\"p" + id +
+                         "\"}', '{}')");
+                raw.exec("INSERT INTO steps VALUES (" + id + ", 1, 0, 1, " + id +
+                         "100, 'loss', 0." + id + ")");
+                raw.exec("INSERT INTO epochs VALUES (" + id + ", 0, " + id +
+                         "200, 1.5, '{\"val_accuracy\":0.5}')");
+                raw.exec("INSERT INTO replica_stats VALUES (" + id +
+                         ", 1, 0, 0, 'cpu:0', 5, 1.0, 0.1, 0.0, 0.0)");
+                raw.exec("INSERT INTO logs (run_id, time_ms, level, text) VALUES (" + id + ", " +
+                         id + "400, 'info', 'hello')");
+            }
+        }
+        QCOMPARE(RunStore::schemaVersion(), 4);
+        auto store = openOk(path);
+        QVERIFY(store);
+        {
+            RawDb raw(path);
+            QCOMPARE(raw.queryInt("PRAGMA user_version"), int64_t(4));
+            QCOMPARE(raw.queryInt("SELECT count(*) FROM checkpoints"), int64_t(0));
+        }
+        QCOMPARE(store->listRuns()->size(), size_t(kRuns));
+        for (int i = 1; i <= kRuns; ++i) {
+            auto r = store->getRun(i);
+            QVERIFY(r.ok());
+            QCOMPARE(r->name, "run " + std::to_string(i));
+            QCOMPARE(r->status, std::string("stopped"));
+            QCOMPARE(r->projectJson, "{\"name\":\"p" + std::to_string(i) + "\"}");
+            QCOMPARE(r->notes, "note " + std::to_string(i));
+            QCOMPARE(store->steps(i)->front().metrics.at("loss"), 0.1 * i);
+            QCOMPARE(store->epochs(i)->size(), size_t(1));
+            QCOMPARE(store->replicaStats(i)->size(), size_t(1));
+            QCOMPARE(store->logs(i)->size(), size_t(1));
+            QVERIFY(store->checkpoints(i)->empty());
+        }
+        // Checkpoint rows: newest first, a path again replaces its row, forgotten ones go.
+        CheckpointRow a{"/c/run-32.tdckpt", "run", 32, 1, 0, std::nullopt, 100, 5};
+        CheckpointRow b{"/c/run-64.tdckpt", "run", 64, 2, 0, 0.25, 200, 6};
+        QVERIFY(store->addCheckpoints(2, {a, b}).ok());
+        auto rows = store->checkpoints(2);
+        QVERIFY(rows.ok());
+        QCOMPARE(rows->size(), size_t(2));
+        QCOMPARE(rows->at(0).path, b.path);
+        QCOMPARE(rows->at(0).monitorValue, std::optional<double>(0.25));
+        QCOMPARE(rows->at(1).monitorValue, std::optional<double>());
+        QCOMPARE(rows->at(1).epoch, 1);
+        CheckpointRow c{"/c/run-96.tdckpt", "run", 96, 3, 0, std::nullopt, 300, 7};
+        QVERIFY(store->addCheckpoints(2, {c}, {a.path}).ok());
+        rows = store->checkpoints(2);
+        QCOMPARE(rows->size(), size_t(2));
+        QCOMPARE(rows->at(0).globalStep, int64_t(96));
+        QCOMPARE(rows->at(1).globalStep, int64_t(64));
+        QVERIFY(store->checkpoints(3)->empty());
+        QVERIFY(!store->addCheckpoints(4242, {a}).ok());  // no such run
+        // A resumed run is running again under this process; deleting a run drops its rows.
+        QVERIFY(store->reopenRun(2).ok());
+        QCOMPARE(store->getRun(2)->status, std::string("running"));
+        QCOMPARE(store->getRun(2)->endedAtMs, int64_t(0));
+        QVERIFY(!store->reopenRun(4242).ok());
+        QVERIFY(store->deleteRun(2).ok());
+        RawDb raw(path);
+        QCOMPARE(raw.queryInt("SELECT count(*) FROM checkpoints"), int64_t(0));
+        QCOMPARE(store->listRuns()->size(), size_t(kRuns - 1));
     }
 
     void replicaStatsRoundTrip() {

@@ -12,6 +12,8 @@
 #                                              fails after timeout_seconds naming rank 1
 #   check_mwms.sh TRAINDECK SOURCE_DIR off     shard_policy "off": each worker its own order and
 #                                              a batch of global / workers; the run completes
+#   check_mwms.sh TRAINDECK SOURCE_DIR resume  worker 1 killed in epoch 2, train --resume under a
+#                                              new launch: the losses equal an uninterrupted run's
 # Exit 77 (skipped) when the build has no MPI or mpirun is missing.
 set -uo pipefail
 bin="$1"
@@ -145,6 +147,28 @@ PY
     [ "$count" = 1 ] || fail "expected one stored run, found $count"
     [ "$status" = failed ] || fail "the stored run is '$status', expected failed"
     echo "PASS: worker 1 ${what}: launcher exit $rc after ${elapsed} s; stored run failed: $message"
+    ;;
+  resume)
+    # Worker 1 killed in epoch 2 (16 steps an epoch); the chief's checkpoint at the end of epoch
+    # 1 resumes the run under a new launch: every logged loss equals an uninterrupted run's.
+    OMP_NUM_THREADS=1 TRAINDECK_FAULT_WORKER="kill:1:20" timeout 120 "$launch" 2 "$bin" train \
+      "$work/mw.json" --plain --db "$work/killed.db" > "$work/killed.log" 2>&1
+    [ $? != 0 ] || { cat "$work/killed.log"; fail "the launcher exited 0 although worker 1 died"; }
+    OMP_NUM_THREADS=1 timeout 300 "$launch" 2 "$bin" train --resume 1 --plain \
+      --db "$work/killed.db" > "$work/resumed.log" 2>&1
+    rc=$?
+    cat "$work/resumed.log"
+    [ $rc = 0 ] || fail "the resumed launch exited with $rc"
+    grep -q "resuming from .*run-16.tdckpt" "$work/resumed.log" || fail "not resumed from step 16"
+    OMP_NUM_THREADS=1 timeout 300 "$launch" 2 "$bin" train "$work/mw.json" --plain \
+      --db "$work/straight.db" > "$work/straight.log" 2>&1 || fail "the uninterrupted run failed"
+    [ "$(losses "$work/killed.db" | wc -l)" = 48 ] || fail "expected 48 logged steps"
+    [ "$(losses "$work/killed.db")" = "$(losses "$work/straight.db")" ] ||
+      fail "the resumed run's losses differ from the uninterrupted run's"
+    read -r count status message < <(run_status "$work/killed.db")
+    [ "$count" = 1 ] && [ "$status" = completed ] ||
+      fail "expected one completed run, found $count ($status)"
+    echo "PASS: killed at step 20, resumed from step 16: 48 losses equal bit for bit"
     ;;
   *) echo "check_mwms.sh: unknown case $what" >&2; exit 2 ;;
 esac

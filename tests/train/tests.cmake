@@ -1,3 +1,5 @@
 # traindeck_compiler: the optimizer update inside a compiled step (programUpdateMatchesApply).
 td_add_test(test_optim SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_optim.cpp LABELS unit train
             LIBS traindeck_train traindeck_compiler)
+td_add_test(test_checkpoint SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_checkpoint.cpp
+            LABELS integration train)
