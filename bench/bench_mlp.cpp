@@ -8,7 +8,12 @@
 //   traindeck_bench [--epochs 3] [--threads 2] [--models seed-32,seed-256,wide-256]
 //                   [--frameworks torch,torch-compile,torch-debian,keras|none]
 //                   [--python VENV/bin/python] [--python-debian /usr/bin/python3]
-//                   [--strategies one,mirrored-2,mpi-2]
+//                   [--strategies one,mirrored-2,mpi-2] [--variants f32,unfused,bf16,f16]
+//
+// --variants adds TrainDeck rows for the same model: unfused (every fusing pass off), bf16
+// (mixed_bfloat16; emulated by oneDNN on a CPU without AMX-BF16 or AVX512-BF16, and labelled so)
+// and f16 (mixed_float16), each with its ratio to the first row; torch-bf16 and keras-bf16 are the
+// references' bf16 runs (autocast, mixed_bfloat16).
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -84,6 +89,7 @@ struct StrategyRun {
     std::string type = "one_device";
     int replicas = 1;
     bool mpi = false;
+    std::vector<std::string> env;  // extra environment (a variant's)
 };
 
 Outcome runTrainDeck(const std::string& binary, const std::string& projectPath, int epochs,
@@ -93,6 +99,7 @@ Outcome runTrainDeck(const std::string& binary, const std::string& projectPath, 
     // Every replica (thread group or process) gets its share of the threads.
     const int each = std::max(1, threads / st.replicas);
     std::vector<std::string> env{"OMP_NUM_THREADS=" + std::to_string(st.mpi ? each : threads)};
+    env.insert(env.end(), st.env.begin(), st.env.end());
     std::vector<std::string> argv;
     if (st.mpi) {
         argv = {"mpirun",
@@ -164,6 +171,7 @@ struct Reference {
     bool debianPython;  // true: --python-debian, false: --python
     std::string framework;
     bool compile;
+    bool bf16 = false;  // --precision bf16: torch autocast, Keras mixed_bfloat16
 };
 
 const std::vector<Reference>& knownReferences() {
@@ -172,6 +180,8 @@ const std::vector<Reference>& knownReferences() {
         {"torch-compile", "PyTorch compile", false, "torch", true},
         {"torch-debian", "PyTorch Debian", true, "torch", false},
         {"keras", "Keras", false, "keras", false},
+        {"torch-bf16", "PyTorch bf16", false, "torch", false, true},
+        {"keras-bf16", "Keras bf16", false, "keras", false, true},
     };
     return refs;
 }
@@ -191,6 +201,10 @@ Outcome runReference(const std::string& python, const std::string& script, const
                                   "--epochs",    std::to_string(epochs),
                                   "--threads",   std::to_string(threads)};
     if (ref.compile) argv.push_back("--compile");
+    if (ref.bf16) {
+        argv.push_back("--precision");
+        argv.push_back("bf16");
+    }
     int rc = runChild(argv, env, &out, &o.peakRssMiB);
     if (rc != 0) {
         o.error = ref.key + ": " + python + " " + script + " exited with " + std::to_string(rc) +
@@ -277,7 +291,22 @@ int main(int argc, char** argv) {
     app.add_option("--strategies", strategies,
                    "TrainDeck strategies: one, mirrored-N (N CPU replicas), mpi-N (N processes "
                    "under mpirun); rows after the first print their scaling against it");
+    std::string variants = "f32";
+    app.add_option("--variants", variants,
+                   "TrainDeck variants on one device: f32, unfused (fusion off), bf16 "
+                   "(mixed_bfloat16), f16 (mixed_float16); rows after the first print their "
+                   "ratio to it");
     CLI11_PARSE(app, argc, argv);
+    for (const std::string& v : splitList(variants))
+        if (v != "f32" && v != "unfused" && v != "bf16" && v != "f16") {
+            std::fprintf(stderr,
+                         "bench: --variants: unknown variant '%s' (expected f32, unfused, bf16 or "
+                         "f16)\n",
+                         v.c_str());
+            return 2;
+        }
+    const td::CpuHalfSupport half = td::cpuHalfSupport();
+    const bool bf16Native = half.amxBf16 || half.avx512Bf16;
     if (binary.empty())
         binary =
             (std::filesystem::canonical("/proc/self/exe").parent_path() / "traindeck").string();
@@ -290,7 +319,7 @@ int main(int argc, char** argv) {
         if (it == knownReferences().end()) {
             std::fprintf(stderr,
                          "bench: --frameworks: unknown reference '%s' (expected torch, "
-                         "torch-compile, torch-debian, keras or none)\n",
+                         "torch-compile, torch-debian, keras, torch-bf16, keras-bf16 or none)\n",
                          key.c_str());
             return 2;
         }
@@ -424,6 +453,47 @@ int main(int argc, char** argv) {
             }
             scaled.emplace_back(st, o);
         }
+        // Variants: the same model on one device with another precision or without fusion.
+        nlohmann::json variantRows = nlohmann::json::array();
+        Outcome firstVariant;
+        for (const std::string& v : splitList(variants)) {
+            td::Project pv = p;
+            StrategyRun st{"one"};
+            std::string label = "TrainDeck " + v;
+            if (v == "unfused") pv.fusion = false;
+            if (v == "f16") pv.precision = td::PrecisionPolicy::MixedFloat16;
+            if (v == "bf16") {
+                pv.precision = td::PrecisionPolicy::MixedBfloat16;
+                st.env.push_back("TRAINDECK_BF16_EMULATION=1");
+                if (!bf16Native) label += " (emulated)";
+            }
+            Outcome o;
+            if (v == "f32" && strategyRuns.front().key == "one") {
+                o = ours;
+            } else {
+                const std::string pp = (tmp / ("bench" + std::to_string(idx++) + ".json")).string();
+                if (auto s = td::saveProject(pv, pp); !s.ok()) {
+                    std::fprintf(stderr, "bench: %s\n", s.error().c_str());
+                    return 2;
+                }
+                o = runTrainDeck(binary, pp, epochs, c.batch, threads, (tmp / "bench.db").string(),
+                                 st);
+                printRow(c.name, c.batch, label, o, nullptr);
+            }
+            if (variantRows.empty()) {
+                firstVariant = o;
+            } else if (o.ok && firstVariant.ok && firstVariant.samplesPerSecond > 0) {
+                std::printf("  %s / %s: %.2fx samples/s\n", v.c_str(),
+                            variantRows[0]["variant"].get<std::string>().c_str(),
+                            o.samplesPerSecond / firstVariant.samplesPerSecond);
+            }
+            variantRows.push_back({{"variant", v},
+                                   {"ok", o.ok},
+                                   {"error", o.error},
+                                   {"samples_per_s", o.samplesPerSecond},
+                                   {"test_accuracy", o.testAccuracy},
+                                   {"bf16_native", bf16Native}});
+        }
         nlohmann::json row{{"model", c.name},
                            {"batch", c.batch},
                            {"threads", threads},
@@ -433,7 +503,8 @@ int main(int argc, char** argv) {
                            {"traindeck_test_accuracy", ours.testAccuracy},
                            {"traindeck_peak_rss_mib", ours.peakRssMiB},
                            {"references", nlohmann::json::array()},
-                           {"strategies", nlohmann::json::array()}};
+                           {"strategies", nlohmann::json::array()},
+                           {"variants", variantRows}};
         for (const auto& [st, o] : scaled)
             row["strategies"].push_back({{"strategy", st.key},
                                          {"ok", o.ok},

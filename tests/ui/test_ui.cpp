@@ -310,6 +310,11 @@ void TestUi::designerBuildsModelThroughWidgets() {
     QVERIFY(d->summaryView()->toPlainText().contains("25,120") ||
             d->summaryView()->toPlainText().contains("25120"));
     QVERIFY(pc->isDirty());
+
+    // The compiler's report beside the summary follows the edits too.
+    const QString report = d->reportView()->toPlainText();
+    QVERIFY2(report.contains("kernels per step"), qPrintable(report));
+    QVERIFY(report.contains("fusion groups"));
 }
 
 void TestUi::designerRejectsInvalidLayer() {
