@@ -26,8 +26,8 @@ inline uint16_t floatToF16(float f) {
     const uint32_t sign = (x >> 16) & 0x8000u;
     x &= 0x7fffffffu;
     uint32_t h;
-    if (x >= 0x47800000u) {  // >= 65536, infinity or NaN
-        h = x > 0x7f800000u ? 0x7e00u : 0x7c00u;
+    if (x >= 0x47800000u) {  // >= 65536, infinity or NaN (quieted, top payload bits kept)
+        h = x > 0x7f800000u ? 0x7e00u | ((x >> 13) & 0x3ffu) : 0x7c00u;
     } else if (x < 0x38800000u) {  // below the smallest normal half (2^-14): subnormal or zero
         // Adding 0.5 puts the half's subnormal bits at the bottom of the mantissa, rounded to
         // nearest even by the addition itself (the sum is a normal float).
@@ -45,8 +45,10 @@ inline float f16ToFloat(uint16_t h) {
     const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
     const uint32_t em = h & 0x7fffu;
     uint32_t x;
-    if (em >= 0x7c00u)
-        x = 0x7f800000u | ((em & 0x3ffu) << 13);
+    if (em > 0x7c00u)  // NaN: quieted, payload kept (as the hardware conversion does)
+        x = 0x7fc00000u | ((em & 0x3ffu) << 13);
+    else if (em == 0x7c00u)
+        x = 0x7f800000u;
     else if (em >= 0x0400u)
         x = (em << 13) + 0x38000000u;
     else  // subnormal: em * 2^-24, exact in float
@@ -54,10 +56,13 @@ inline float f16ToFloat(uint16_t h) {
     return std::bit_cast<float>(x | sign);
 }
 
-// Whole arrays (n elements).
+// Whole arrays (n elements). The f16 ones use F16C where the CPU has it (same bits).
 void castF32ToBf16(const float* src, uint16_t* dst, int64_t n);
 void castBf16ToF32(const uint16_t* src, float* dst, int64_t n);
 void castF32ToF16(const float* src, uint16_t* dst, int64_t n);
 void castF16ToF32(const uint16_t* src, float* dst, int64_t n);
+// The scalar code alone (tests compare it with the F16C path).
+void castF32ToF16Portable(const float* src, uint16_t* dst, int64_t n);
+void castF16ToF32Portable(const uint16_t* src, float* dst, int64_t n);
 
 }  // namespace td

@@ -532,34 +532,37 @@ Status CpuProgram::planBlock(const Instr& in, CpuInstr& ins) {
     if (cols > kBlockElems && !whole)
         return err(what + ": rows of " + std::to_string(cols) + " values exceed the block of " +
                    std::to_string(kBlockElems));
-    auto operand = [&](const Operand& o) {
+    // How far an operand advances per row: a [rows, cols] value by a row, class ids [rows] by
+    // one, a bias (or any other operand read whole by every row) not at all.
+    enum class Rows { Full, Ids, Broadcast };
+    auto operand = [&](const Operand& o, Rows kind) {
         BlockOperand b;
         b.ptr = resolve(o);
         b.dtype = o.dtype;
-        b.rowElems = (!o.shape.empty() && o.shape[0] == rows && o.elements() == rows * cols &&
-                      o.shape.size() >= 2)
-                         ? cols
-                         : 0;
-        if (o.shape.size() == 1 && o.shape[0] == rows && rows > 1) b.rowElems = 1;  // class ids
+        b.rowElems = kind == Rows::Full  ? o.elements() / std::max<int64_t>(1, rows)
+                     : kind == Rows::Ids ? 1
+                                         : 0;
         return b;
     };
     bp.inputs = static_cast<int>(in.in.size());
-    bp.in[0] = operand(a);
+    bp.in[0] = operand(a, Rows::Full);
     if (in.in.size() >= 2) {
-        bp.in[1] = operand(in.in[1]);
-        bp.floatB = in.op != InstrOp::LossGrad && in.op != InstrOp::Loss &&
-                    in.op != InstrOp::Metric;
+        const bool labels =
+            in.op == InstrOp::LossGrad || in.op == InstrOp::Loss || in.op == InstrOp::Metric;
+        const Operand& b = in.in[1];
+        bp.in[1] = operand(b, in.op == InstrOp::BiasAdd         ? Rows::Broadcast
+                              : labels && b.dtype == DType::I32 ? Rows::Ids
+                                                                : Rows::Full);
+        bp.floatB = !labels;
     }
     if (in.op == InstrOp::BiasGrad) {
         bp.outIsSums = true;
-        bp.out2 = operand(in.out);
-        bp.out2.rowElems = 0;
+        bp.out2 = operand(in.out, Rows::Broadcast);
     } else {
-        bp.out = operand(in.out);
-        if (fusedSums) {
-            bp.out2 = operand(in.out2);
-            bp.out2.rowElems = 0;
-        }
+        const bool scalar =
+            in.op == InstrOp::Loss || in.op == InstrOp::Metric || in.op == InstrOp::RegLoss;
+        bp.out = operand(in.out, scalar ? Rows::Broadcast : Rows::Full);
+        if (fusedSums) bp.out2 = operand(in.out2, Rows::Broadcast);
     }
     bp.whole = whole;
     if (whole) wholeElems_ = std::max(wholeElems_, 3 * rows * cols);
