@@ -18,7 +18,11 @@ void f16ToF32Scalar(const uint16_t* src, float* dst, int64_t n) {
     for (int64_t i = 0; i < n; ++i) dst[i] = f16ToFloat(src[i]);
 }
 
+}  // namespace
+
 #if defined(__x86_64__)
+namespace half::isa_f16c {
+namespace {
 // F16C: eight values per instruction, rounding to nearest even. Neither direction depends on
 // MXCSR's flush or denormals-are-zero bits for the values it produces (a float denormal becomes a
 // half zero either way), so it gives the scalar code's bits; tests/graph/test_precision checks
@@ -40,7 +44,10 @@ __attribute__((target("f16c,avx"))) void f16ToF32Hw(const uint16_t* src, float* 
             dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
     f16ToF32Scalar(src + i, dst + i, n - i);
 }
+}  // namespace
+}  // namespace half::isa_f16c
 
+namespace {
 bool hasF16c() {
     static const bool yes = [] {
         __builtin_cpu_init();
@@ -64,14 +71,14 @@ void castBf16ToF32(const uint16_t* src, float* dst, int64_t n) {
 
 void castF32ToF16(const float* src, uint16_t* dst, int64_t n) {
 #if defined(__x86_64__)
-    if (hasF16c()) return f32ToF16Hw(src, dst, n);
+    if (hasF16c()) return half::isa_f16c::f32ToF16Hw(src, dst, n);
 #endif
     f32ToF16Scalar(src, dst, n);
 }
 
 void castF16ToF32(const uint16_t* src, float* dst, int64_t n) {
 #if defined(__x86_64__)
-    if (hasF16c()) return f16ToF32Hw(src, dst, n);
+    if (hasF16c()) return half::isa_f16c::f16ToF32Hw(src, dst, n);
 #endif
     f16ToF32Scalar(src, dst, n);
 }

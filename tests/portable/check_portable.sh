@@ -7,7 +7,9 @@
 #    TRAINDECK_ISA=avx512 with a message instead of stopping with SIGILL.
 # 2. In the disassembly, every function that touches a ymm, zmm or mask register belongs to the
 #    td::isa_avx2 / td::isa_avx512 (optimizer), td::cpu::isa_avx2 / td::cpu::isa_avx512 or
-#    td::data_kernels::isa_avx2 / td::data_kernels::isa_avx512 (batch forming) loops.
+#    td::data_kernels::isa_avx2 / td::data_kernels::isa_avx512 (batch forming) loops, or
+#    td::half::isa_f16c (the f16 conversions, chosen by CPUID). or
+#    td::half::isa_f16c (the f16 conversions, chosen by CPUID).
 # Exit 77 (skipped) only when neither qemu-x86_64 nor objdump is installed.
 set -uo pipefail
 bin="$1"
@@ -63,7 +65,7 @@ if command -v objdump >/dev/null 2>&1; then
   awk '
     /^[0-9a-f]+ <.*>:$/ { fn = $0; sub(/^[0-9a-f]+ </, "", fn); sub(/>:$/, "", fn); next }
     /%[yz]mm[0-9]|%k[0-7]([^0-9]|$)/ {
-      if (fn !~ /^td::(cpu::|data_kernels::)?isa_avx(2|512)::/ && !(fn in seen)) {
+      if (fn !~ /^td::(cpu::|data_kernels::)?isa_avx(2|512)::/ && fn !~ /^td::half::isa_f16c::/ && !(fn in seen)) {
         seen[fn] = 1; print fn
       }
     }' "$tmp/dis.txt" >"$tmp/wide.txt"
@@ -73,7 +75,7 @@ if command -v objdump >/dev/null 2>&1; then
     echo "($(wc -l <"$tmp/wide.txt") functions in all)"
     fail=1
   else
-    echo "ok: AVX registers only in the dispatched isa_avx2 / isa_avx512 functions"
+    echo "ok: AVX registers only in the dispatched isa_avx2 / isa_avx512 / isa_f16c functions"
   fi
 else
   echo "objdump not installed (package binutils): skipping the disassembly check"
