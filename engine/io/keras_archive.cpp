@@ -41,6 +41,17 @@ std::vector<std::string> groupPaths(const std::vector<LayerWeights>& layout) {
     return out;
 }
 
+// serialize_keras_object marks objects that several layers share (the model's dtype policy) with
+// a "shared_object_id" next to their full config; to_json() has no such key.
+void dropSharedObjectIds(nlohmann::json& j) {
+    if (j.is_object()) {
+        j.erase("shared_object_id");
+        for (auto& [k, v] : j.items()) dropSharedObjectIds(v);
+    } else if (j.is_array()) {
+        for (auto& v : j) dropSharedObjectIds(v);
+    }
+}
+
 std::string slotList(const LayerWeights& lw) {
     std::string s;
     for (const WeightSlot& w : lw.variables)
@@ -134,6 +145,7 @@ Result<KerasArchive> parseKerasArchive(const std::string& bytes, const std::stri
         return err(f + "config.json: invalid JSON (expected a Keras model object)");
     config.erase("build_config");
     config.erase("compile_config");
+    dropSharedObjectIds(config);
     auto model = modelFromKerasJson(config.dump(), &out.warnings);
     if (!model.ok()) return err(f + "config.json: " + model.error());
     out.weights.model = std::move(*model);

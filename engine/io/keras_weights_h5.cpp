@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <mutex>
 
+#include "engine/data/resource_plan.h"
+
 namespace td {
 
 namespace {
@@ -150,6 +152,10 @@ Result<std::vector<Tensor>> readVars(hid_t vars, const std::string& where) {
             shape.push_back(static_cast<int64_t>(d));
             count *= static_cast<int64_t>(d);
         }
+        // A dataset may declare more values than the file stores (unwritten chunks read as the
+        // fill value): its size is checked against the memory budget before it is allocated.
+        TD_RETURN_IF_ERROR(checkFileFits(what, "a variable of shape " + shapeToString(shape),
+                                         4.0 * double(count)));
         Tensor t(DType::F32, shape);
         if (count > 0 &&
             H5Dread(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.raw()) < 0)

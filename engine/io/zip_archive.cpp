@@ -6,6 +6,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -196,6 +197,11 @@ Result<std::vector<ZipMember>> readZipArchive(const std::string& bytes, const st
             if (packed != size) return err(what + ": damaged zip archive (stored sizes differ)");
             m.bytes = data;
         } else if (method == 8) {
+            // Deflate expands at most about 1032:1; a larger claim is a damaged (or hostile)
+            // header, refused before the output is allocated.
+            if (uint64_t{size} > uint64_t{packed} * 1032 + 64)
+                return err(what + ": claims " + std::to_string(size) + " bytes from " +
+                           std::to_string(packed) + " compressed (more than deflate can expand)");
             TD_ASSIGN_OR_RETURN(m.bytes, inflateRaw(data, size, what));
         } else {
             return err(what + ": compression method " + std::to_string(method) +

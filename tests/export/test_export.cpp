@@ -4,6 +4,7 @@
 // and a Session, and the errors for damaged or mismatched files.
 #include <zlib.h>
 
+#include <QProcess>
 #include <QtTest>
 #include <cmath>
 #include <filesystem>
@@ -12,6 +13,7 @@
 #include <random>
 
 #include "engine/api/export.h"
+#include "engine/data/pipeline.h"
 #include "engine/io/keras_archive.h"
 #include "engine/io/keras_weights_h5.h"
 #include "engine/io/onnx_export.h"
@@ -272,6 +274,34 @@ std::string deflateRaw(const std::string& in) {
 
 void writeBytes(const std::string& path, const std::string& bytes) {
     std::ofstream(path, std::ios::binary) << bytes;
+}
+
+// An f32 .npy file (version 1.0).
+void writeNpy(const std::string& path, const Tensor& t) {
+    std::string shape = "(";
+    for (size_t i = 0; i < t.rank(); ++i) shape += std::to_string(t.dim(i)) + ",";
+    std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape + "), }";
+    header.append((64 - (10 + header.size() + 1) % 64) % 64, ' ');
+    header += '\n';
+    std::string out = std::string("\x93NUMPY\x01\x00", 8);
+    out += static_cast<char>(header.size() & 0xff);
+    out += static_cast<char>(header.size() >> 8);
+    writeBytes(path, out + header + std::string(static_cast<const char*>(t.raw()), t.bytes()));
+}
+
+struct Run {
+    int code = -1;
+    std::string out, err;
+};
+Run traindeck(const QStringList& args) {
+    QProcess p;
+    p.start(TRAINDECK_BINARY, args);
+    Run r;
+    if (!p.waitForFinished(120000)) return r;
+    r.code = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
+    r.out = p.readAllStandardOutput().toStdString();
+    r.err = p.readAllStandardError().toStdString();
+    return r;
 }
 
 }  // namespace
@@ -677,6 +707,72 @@ class TestExport : public QObject {
         QCOMPARE(projectDifference(*plain, *ok), std::string("initial_weights"));
     }
 
+    // The command line: results, exit codes and messages that name the file and what was wrong.
+    void commandLine() {
+        const QString d = q(dir_);
+        ModelWeights w = randomWeights(mlp(), 13);
+        TD_VERIFY_OK(saveKerasArchive(w, dir_ + "/cli.keras"));
+        const Tensor x = randomInput(6, {12}, 14);
+        writeNpy(dir_ + "/x.npy", x);
+        writeNpy(dir_ + "/x11.npy", randomInput(6, {11}, 14));
+
+        Run r = traindeck({"predict", d + "/cli.keras", d + "/x.npy", "-o", d + "/y.npy"});
+        QVERIFY2(r.code == 0, r.err.c_str());
+        auto y = readNpy(dir_ + "/y.npy");
+        TD_VERIFY_OK(y);
+        LoadedModel m;
+        m.weights = w;
+        auto expected = predictWithModel(m, x);
+        TD_VERIFY_OK(expected);
+        QVERIFY(sameBits(*y, *expected));
+        r = traindeck({"predict", d + "/cli.keras", d + "/x.npy"});
+        QCOMPARE(r.code, 0);
+        QVERIFY(r.out.rfind("row,class,probability,output_0,output_1,output_2\n0,", 0) == 0);
+
+        r = traindeck({"export", d + "/cli.keras", "-o", d + "/m.onnx"});
+        QVERIFY2(r.code == 0, r.err.c_str());
+        auto onnxBytes = readWholeFile(dir_ + "/m.onnx", 1 << 20);
+        TD_VERIFY_OK(onnxBytes);
+        QVERIFY(*onnxBytes == *onnxModelBytes(w));
+
+        auto expectError = [&](const QStringList& args, int code, const std::string& fragment) {
+            Run e = traindeck(args);
+            QVERIFY2(e.code == code,
+                     qPrintable(q("exit " + std::to_string(e.code) + ": " + e.err)));
+            QVERIFY2(e.err.find(fragment) != std::string::npos, qPrintable(q(e.err)));
+        };
+        expectError({"predict", d + "/none.keras", d + "/x.npy"}, 2, "none.keras: no such file");
+        writeBytes(dir_ + "/cut.keras",
+                   readWholeFile(dir_ + "/cli.keras", 1 << 20)->substr(0, 300));
+        expectError({"predict", d + "/cut.keras", d + "/x.npy"}, 2,
+                    "cut.keras: not a zip archive (no end-of-central-directory record)");
+        expectError({"import", d + "/cut.keras", "-o", d + "/p.json"}, 2, "cut.keras: not a zip");
+        expectError(
+            {"predict", d + "/cli.keras", d + "/x11.npy"}, 2,
+            "the model expects samples of shape [12] (12 values), got input of shape [6,11]");
+        expectError({"predict", d + "/cli.keras", d + "/x.npy", "-o", d + "/y.txt"}, 2,
+                    "y.txt: expected a .csv or .npy output file");
+        expectError({"export", d + "/cli.keras", "-o", d + "/m.txt"}, 2,
+                    "m.txt: cannot tell the format from the extension '.txt'");
+        expectError({"export", d + "/cli.keras", "--format", "tflite", "-o", d + "/m.x"}, 2,
+                    "unknown export format 'tflite' (expected onnx or keras)");
+        expectError({"export", "-o", d + "/m.onnx"}, 2,
+                    "give a model file, or --project with --weights");
+
+        // export --project --weights: the project's model must match the weights.
+        Project p;
+        p.model = shaped();
+        TD_VERIFY_OK(saveProject(p, dir_ + "/shaped.json"));
+        expectError({"export", "--project", d + "/shaped.json", "--weights", d + "/cli.keras", "-o",
+                     d + "/s.onnx"},
+                    2,
+                    "cli.keras: layer 2 'dense' (Dense): kernel has shape [12,16] in the file, "
+                    "expected [12,5]");
+        Run t = traindeck({"train", d + "/shaped.json", "--save-model", d + "/out.h5"});
+        QVERIFY(t.code != 0);
+        QVERIFY2(t.err.find("expected a .keras or .onnx file") != std::string::npos, t.err.c_str());
+    }
+
     void predictInputChecks() {
         ModelWeights w = randomWeights(mlp(), 11);
         LoadedModel m;
@@ -695,5 +791,5 @@ class TestExport : public QObject {
     }
 };
 
-QTEST_APPLESS_MAIN(TestExport)
+QTEST_GUILESS_MAIN(TestExport)
 #include "test_export.moc"
