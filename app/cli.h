@@ -30,10 +30,10 @@ std::string defaultDbPath();
 
 // Model files (cli_model.cpp).
 struct ExportArgs {
-    std::string source;       // a model file (.keras); a stored run once checkpoints exist
-    std::string project;      // with weights: the project's model with these weights
+    std::string source;   // a model file (.keras); a stored run once checkpoints exist
+    std::string project;  // with weights: the project's model with these weights
     std::string weights;
-    std::string format;       // "onnx" | "keras"; empty = from the output's extension
+    std::string format;  // "onnx" | "keras"; empty = from the output's extension
     std::string output;
 };
 int exportModel(const ExportArgs& a);

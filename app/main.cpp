@@ -33,8 +33,9 @@ int main(int argc, char** argv) {
     train->add_option("--run-name", ta.runName, "Name of the stored run");
     train->add_option("--db", ta.db, "SQLite run store");
     train->add_flag("--plain", ta.plain, "Plain progress lines even on a terminal");
-    train->add_option("--save-model", ta.saveModel,
-                      "After the run: write the trained model (.keras or .onnx)")
+    train
+        ->add_option("--save-model", ta.saveModel,
+                     "After the run: write the trained model (.keras or .onnx)")
         ->check([](const std::string& p) -> std::string {
             const auto ext = std::filesystem::path(p).extension();
             return ext == ".keras" || ext == ".onnx" ? "" : "expected a .keras or .onnx file";
@@ -71,7 +72,8 @@ int main(int argc, char** argv) {
     auto* exportCmd = app.add_subcommand(
         "export", "Export a model with its weights as ONNX or a Keras 3 .keras file");
     exportCmd->add_option("model", ea.source, "Model file (.keras)");
-    exportCmd->add_option("--project", ea.project, "Project whose model to export (with --weights)");
+    exportCmd->add_option("--project", ea.project,
+                          "Project whose model to export (with --weights)");
     exportCmd->add_option("--weights", ea.weights, "Weights for the project's model (.keras)");
     exportCmd->add_option("--format", ea.format, "onnx or keras (default: from -o's extension)");
     exportCmd->add_option("-o,--output", ea.output, "Output file")->required();

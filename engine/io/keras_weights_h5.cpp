@@ -11,6 +11,10 @@ namespace td {
 
 namespace {
 
+// The name HDF5 gives the in-memory file. The core driver may still look for a file of that name
+// on disk (an open found one in the working folder), so it is a path no file can have.
+constexpr const char* kMemoryFileName = "/dev/null/traindeck-in-memory.h5";
+
 // Debian's serial HDF5 is not thread-safe: one call sequence at a time in this process.
 std::mutex& h5Mutex() {
     static std::mutex mu;
@@ -152,8 +156,15 @@ Result<std::vector<Tensor>> readVars(hid_t vars, const std::string& where) {
             shape.push_back(static_cast<int64_t>(d));
             count *= static_cast<int64_t>(d);
         }
-        // A dataset may declare more values than the file stores (unwritten chunks read as the
-        // fill value): its size is checked against the memory budget before it is allocated.
+        // A damaged dataset may declare more values than the file holds (Keras writes them
+        // contiguous and uncompressed): refused before anything is allocated, as is one over the
+        // memory budget.
+        const size_t typeBytes = H5Tget_size(type.get());
+        const hsize_t stored = H5Dget_storage_size(ds.get());
+        if (typeBytes == 0 || typeBytes > 8 || double(stored) < double(count) * double(typeBytes))
+            return err(what + ": declares shape " + shapeToString(shape) + " of " +
+                       std::to_string(typeBytes) + "-byte values but stores " +
+                       std::to_string(stored) + " bytes (damaged, or compressed)");
         TD_RETURN_IF_ERROR(checkFileFits(what, "a variable of shape " + shapeToString(shape),
                                          4.0 * double(count)));
         Tensor t(DType::F32, shape);
@@ -175,7 +186,7 @@ Result<std::string> kerasWeightsH5Bytes(const std::vector<H5Group>& groups) {
         return err("model.weights.h5: cannot set up an in-memory HDF5 file");
     std::string bytes;
     {
-        Id file(H5Fcreate("model.weights.h5", H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
+        Id file(H5Fcreate(kMemoryFileName, H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
         if (!file.ok()) return err("model.weights.h5: cannot create an in-memory HDF5 file");
         for (const H5Group& g : groups) {
             Status st = writeGroup(file.get(), g);
@@ -199,10 +210,12 @@ Result<std::map<std::string, std::vector<Tensor>>> readKerasWeightsH5(const std:
     if (bytes.size() < 8 || bytes.compare(0, 8, "\x89HDF\r\n\x1a\n") != 0)
         return err(what + ": not an HDF5 file (no HDF5 signature)");
     Id fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+    // H5F_CLOSE_STRONG: closing the file closes whatever a damaged file left open in the library.
     if (!fapl.ok() || H5Pset_fapl_core(fapl.get(), size_t{1} << 20, 0) < 0 ||
+        H5Pset_fclose_degree(fapl.get(), H5F_CLOSE_STRONG) < 0 ||
         H5Pset_file_image(fapl.get(), const_cast<char*>(bytes.data()), bytes.size()) < 0)
         return err(what + ": cannot set up an in-memory HDF5 file");
-    Id file(H5Fopen("model.weights.h5", H5F_ACC_RDONLY, fapl.get()), H5Fclose);
+    Id file(H5Fopen(kMemoryFileName, H5F_ACC_RDONLY, fapl.get()), H5Fclose);
     if (!file.ok()) return err(what + ": not a readable HDF5 file (damaged?)");
     std::map<std::string, std::vector<Tensor>> out;
     if (isGroup(file.get(), "vars")) {

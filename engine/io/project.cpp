@@ -741,8 +741,7 @@ struct Reader {
         if (const Json* x = member(root, "fusion")) p.fusion = getBool(*x, "fusion");
         if (const Json* x = member(root, "strategy")) p.strategy = strategy(*x, "strategy");
         if (const Json* x = member(root, "initial_weights"))
-            p.initialWeights =
-                resolvePath(getNonEmptyString(*x, "initial_weights"), baseDir);
+            p.initialWeights = resolvePath(getNonEmptyString(*x, "initial_weights"), baseDir);
 
         auto info = inferShapes(p.model);
         if (!info) fail("model", info.error());

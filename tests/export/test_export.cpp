@@ -425,6 +425,18 @@ class TestExport : public QObject {
         QVERIFY(sameBits(groups->at("layers/dense_1")[0], w.params.at("dense_1/kernel")));
         QVERIFY(sameBits(groups->at("layers/dense_2")[1], w.params.at("dense_2/bias")));
         QVERIFY(groups->at("layers/dropout").empty());
+        // Files on disk named like the member do not matter (the HDF5 file lives in memory).
+        const fs::path cwd = fs::current_path();
+        fs::current_path(dir_);
+        writeBytes("model.weights.h5", "unrelated");
+        auto again = readKerasWeightsH5((*members)[2].bytes, "h5");
+        auto rewritten = kerasArchiveBytes(w);
+        fs::current_path(cwd);
+        TD_VERIFY_OK(again);
+        TD_VERIFY_OK(rewritten);
+        QCOMPARE(again->size(), groups->size());
+        std::ifstream junk(dir_ + "/model.weights.h5");
+        QCOMPARE(std::string((std::istreambuf_iterator<char>(junk)), {}), std::string("unrelated"));
         TD_VERIFY_ERROR(readKerasWeightsH5("not hdf5 at all", "m.keras: model.weights.h5"),
                         "m.keras: model.weights.h5: not an HDF5 file");
         std::string cut = (*members)[2].bytes.substr(0, (*members)[2].bytes.size() / 3);
