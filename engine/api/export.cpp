@@ -160,7 +160,11 @@ Result<ImportedProject> importKerasModel(const std::string& kerasPath, const Pro
     p.description = "Keras model imported from " + fs::path(kerasPath).filename().string() +
                     (a.kerasVersion.empty() ? "" : " (Keras " + a.kerasVersion + ")");
     TD_ASSIGN_OR_RETURN(ModelInfo info, inferShapes(p.model));
-    if (!like) p.training.loss = lossForOutput(p.model, info.outputShape);
+    if (!like) {
+        p.training.loss = lossForOutput(p.model, info.outputShape);
+        // Accuracy needs classes; a regression model is trained with its loss alone.
+        if (p.training.loss.name == "mean_squared_error") p.training.metrics.clear();
+    }
     // The project as parseProject sees it: every field validated, errors by field path.
     auto parsed = parseProject(projectToJson(p), kerasPath);
     if (!parsed.ok()) return err(parsed.error());

@@ -54,7 +54,8 @@ Result<Tensor> predictWithModel(const LoadedModel& model, const Tensor& x);
 // training and strategy sections of `like` when given (else the defaults, with a loss that fits
 // the model's output: sparse categorical cross-entropy for k >= 2 outputs (from logits when the
 // last layer has no softmax), binary cross-entropy for one sigmoid output, mean squared error
-// otherwise). The project is validated as parseProject does; errors name the field.
+// otherwise, without the accuracy metric). The project is validated as parseProject does; errors
+// name the field.
 struct ImportedProject {
     Project project;
     std::vector<std::string> warnings;

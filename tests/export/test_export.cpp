@@ -697,6 +697,52 @@ class TestExport : public QObject {
                         "initial_weights: " + dir_ + "/absent.keras: no such file");
     }
 
+    // Without a project to take the setup from, the loss fits the model's output.
+    void importChoosesLoss_data() {
+        QTest::addColumn<int>("units");
+        QTest::addColumn<int>("activation");
+        QTest::addColumn<QString>("loss");
+        QTest::addColumn<bool>("fromLogits");
+        QTest::addColumn<bool>("accuracy");
+        QTest::newRow("softmax") << 3 << int(ActivationKind::Softmax)
+                                 << "sparse_categorical_crossentropy" << false << true;
+        QTest::newRow("logits") << 3 << int(ActivationKind::Linear)
+                                << "sparse_categorical_crossentropy" << true << true;
+        QTest::newRow("sigmoid") << 1 << int(ActivationKind::Sigmoid) << "binary_crossentropy"
+                                 << false << true;
+        QTest::newRow("regression")
+            << 1 << int(ActivationKind::Linear) << "mean_squared_error" << false << false;
+    }
+    void importChoosesLoss() {
+        QFETCH(int, units);
+        QFETCH(int, activation);
+        QFETCH(QString, loss);
+        QFETCH(bool, fromLogits);
+        QFETCH(bool, accuracy);
+        ModelSpec m = mlp();
+        m.layers.back().units = units;
+        m.layers.back().activation = static_cast<ActivationKind>(activation);
+        const std::string path = dir_ + "/loss.keras";
+        TD_VERIFY_OK(saveKerasArchive(randomWeights(m, 15), path));
+        auto imported = importKerasModel(path, nullptr);
+        TD_VERIFY_OK(imported);
+        Project p = imported->project;
+        QCOMPARE(q(p.training.loss.name), loss);
+        QCOMPARE(p.training.loss.fromLogits, fromLogits);
+        QCOMPARE(!p.training.metrics.empty(), accuracy);
+        // It trains (on data of the model's shape).
+        p.data.source = SourceConfig{};
+        p.data.source.type = "synthetic";
+        p.data.source.sampleShape = {12};
+        p.data.source.classes = 2;
+        p.data.source.samples = 32;
+        p.data.source.testSamples = 0;
+        p.training.epochs = 1;
+        auto session = Session::create(p, SessionOptions{});
+        TD_VERIFY_OK(session);
+        TD_VERIFY_OK((*session)->fit());
+    }
+
     void projectFieldValidation() {
         const std::string base = R"({"format": "traindeck-project", "model": {"class_name":
             "Sequential", "config": {"layers": [{"class_name": "InputLayer", "config":
