@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "engine/io/keras_archive.h"
 #include "engine/io/onnx_export.h"
@@ -160,6 +161,7 @@ Result<ImportedProject> importKerasModel(const std::string& kerasPath, const Pro
     p.description = "Keras model imported from " + fs::path(kerasPath).filename().string() +
                     (a.kerasVersion.empty() ? "" : " (Keras " + a.kerasVersion + ")");
     TD_ASSIGN_OR_RETURN(ModelInfo info, inferShapes(p.model));
+    out.warnings = a.warnings;
     if (!like) {
         p.training.loss = lossForOutput(p.model, info.outputShape);
         // Accuracy needs classes; a regression model is trained with its loss alone.
@@ -169,7 +171,21 @@ Result<ImportedProject> importKerasModel(const std::string& kerasPath, const Pro
     auto parsed = parseProject(projectToJson(p), kerasPath);
     if (!parsed.ok()) return err(parsed.error());
     out.project = std::move(parsed).value();
-    out.warnings = a.warnings;
+    if (!like && !a.compileConfigJson.empty()) {
+        // What model.compile was given (optimizer, loss, metrics) becomes the training setup
+        // when TrainDeck reads it; otherwise the defaults above stay, with a warning.
+        const nlohmann::json cc = nlohmann::json::parse(a.compileConfigJson);
+        nlohmann::json j = nlohmann::json::parse(projectToJson(out.project));
+        for (const char* key : {"optimizer", "loss", "metrics"})
+            if (cc.contains(key) && !cc[key].is_null()) j["training"][key] = cc[key];
+        auto compiled = parseProject(j.dump(), "compile_config");
+        if (compiled.ok()) {
+            out.project = std::move(compiled).value();
+        } else {
+            out.warnings.push_back("compile_config not applied (" + compiled.error() +
+                                   "); the project's optimizer, loss and metrics are defaults");
+        }
+    }
     return out;
 }
 

@@ -51,7 +51,8 @@ Result<LoadedModel> loadModelFile(const std::string& path);
 Result<Tensor> predictWithModel(const LoadedModel& model, const Tensor& x);
 
 // A project for a .keras file: its model, `initial_weights` pointing at the file, and the data,
-// training and strategy sections of `like` when given (else the defaults, with a loss that fits
+// training and strategy sections of `like` when given (else the defaults, with the optimizer,
+// loss and metrics of the file's compile_config when TrainDeck reads them, or a loss that fits
 // the model's output: sparse categorical cross-entropy for k >= 2 outputs (from logits when the
 // last layer has no softmax), binary cross-entropy for one sigmoid output, mean squared error
 // otherwise, without the accuracy metric). The project is validated as parseProject does; errors

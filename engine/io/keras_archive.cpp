@@ -143,6 +143,9 @@ Result<KerasArchive> parseKerasArchive(const std::string& bytes, const std::stri
     auto config = nlohmann::json::parse(*configText, nullptr, false);
     if (config.is_discarded() || !config.is_object())
         return err(f + "config.json: invalid JSON (expected a Keras model object)");
+    if (auto cc = config.find("compile_config");
+        cc != config.end() && cc->is_object() && !cc->empty())
+        out.compileConfigJson = cc->dump();
     config.erase("build_config");
     config.erase("compile_config");
     dropSharedObjectIds(config);

@@ -19,7 +19,10 @@ Status saveKerasArchive(const ModelWeights& weights, const std::string& path);
 
 struct KerasArchive {
     ModelWeights weights;
-    std::string kerasVersion;           // metadata.json's keras_version ("" when absent)
+    std::string kerasVersion;  // metadata.json's keras_version ("" when absent)
+    // config.json's compile_config as JSON text (the optimizer, loss and metrics model.compile
+    // was given); "" when the model was saved uncompiled.
+    std::string compileConfigJson;
     std::vector<std::string> warnings;  // Keras keys accepted but not applied (modelFromKerasJson)
 };
 // Parses archive bytes; `fileName` names the file in every error: "m.keras: config.json:

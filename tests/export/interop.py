@@ -7,7 +7,8 @@
 2. `traindeck export` of those files: the ONNX file passes onnx.checker (full_check) and ONNX
    Runtime predicts what `traindeck predict` does; keras.saving.load_model reads the .keras file
    and predicts the same.
-3. `traindeck import` makes a project that starts from the Keras weights (a run with a learning
+3. `traindeck import` makes a project that takes model.compile's optimizer and starts from the
+   Keras weights (a run with a learning
    rate of 1e-7 ends next to them) and trains further (a normal run lowers Keras' own loss on the
    training data); the trained model, saved with --save-model, loads in Keras and in ONNX Runtime
    (exported) with TrainDeck's predictions.
@@ -93,6 +94,11 @@ mlp = keras.Sequential([
     keras.layers.Activation("tanh"),
     keras.layers.Dense(3, activation="softmax"),
 ])
+# Compiled and fitted a little: the file carries compile_config and the optimizer's variables.
+mlp.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9),
+            loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+mlp.fit(rng.normal(size=(64, 12)).astype(np.float32), rng.integers(0, 3, size=64), epochs=1,
+        verbose=0)
 mlp.save("mlp.keras")
 x = rng.normal(size=(40, 12)).astype(np.float32)
 np.save("x.npy", x)
@@ -166,6 +172,11 @@ traindeck("import", "mlp.keras", "-o", "tiny.json", "--like", "like_tiny.json")
 traindeck("import", "mlp.keras", "-o", "proj.json", "--like", "like.json")
 proj = json.load(open("proj.json"))
 check(proj.get("initial_weights") == "mlp.keras", "imported project references mlp.keras")
+traindeck("import", "mlp.keras", "-o", "plain.json")
+opt = json.load(open("plain.json"))["training"]["optimizer"]
+check(opt["class_name"] == "SGD" and abs(opt["config"]["learning_rate"] - 0.05) < 1e-6
+      and opt["config"]["momentum"] == 0.9,
+      f"import without --like takes model.compile's optimizer: {opt['class_name']}")
 
 traindeck("train", "tiny.json", "--db", "runs.db", "--plain", "--save-model", "tiny.keras")
 start = [w for w in mlp.get_weights()]

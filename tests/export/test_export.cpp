@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "engine/api/export.h"
@@ -741,6 +742,49 @@ class TestExport : public QObject {
         auto session = Session::create(p, SessionOptions{});
         TD_VERIFY_OK(session);
         TD_VERIFY_OK((*session)->fit());
+    }
+
+    // model.compile's optimizer, loss and metrics (config.json's compile_config) become the
+    // imported project's training setup when TrainDeck reads them; otherwise a warning says so.
+    void importTakesCompileConfig() {
+        auto members = *readZipArchive(*kerasArchiveBytes(randomWeights(mlp(), 16)), "x");
+        auto withCompile = [&](const std::string& cc) {
+            nlohmann::json config = nlohmann::json::parse(members[1].bytes);
+            config["compile_config"] = nlohmann::json::parse(cc);
+            const std::string path = dir_ + "/compiled.keras";
+            writeBytes(path,
+                       *zipArchiveBytes({members[0], {"config.json", config.dump()}, members[2]}));
+            return importKerasModel(path, nullptr);
+        };
+        auto sgd = withCompile(R"({"optimizer": {"module": "keras.optimizers", "class_name": "SGD",
+            "config": {"name": "SGD", "learning_rate": 0.05, "momentum": 0.9, "nesterov": false},
+            "registered_name": null}, "loss": "categorical_crossentropy", "loss_weights": null,
+            "metrics": ["accuracy"], "weighted_metrics": null, "run_eagerly": false,
+            "steps_per_execution": 1, "jit_compile": false})");
+        TD_VERIFY_OK(sgd);
+        QCOMPARE(sgd->project.training.optimizer.name, std::string("sgd"));
+        QCOMPARE(sgd->project.training.optimizer.learningRate, 0.05);
+        QCOMPARE(sgd->project.training.optimizer.momentum, 0.9);
+        QCOMPARE(sgd->project.training.loss.name, std::string("categorical_crossentropy"));
+        QVERIFY(sgd->warnings.empty());
+        auto lion = withCompile(R"({"optimizer": {"class_name": "Lion", "config": {}},
+            "loss": "sparse_categorical_crossentropy"})");
+        TD_VERIFY_OK(lion);
+        QCOMPARE(lion->project.training.optimizer.name, std::string("adam"));
+        QCOMPARE(lion->warnings.size(), size_t{1});
+        QVERIFY2(lion->warnings[0].find("compile_config not applied (compile_config: "
+                                        "training.optimizer") == 0,
+                 lion->warnings[0].c_str());
+        // A project to take the setup from wins over compile_config.
+        Project like;
+        like.training.optimizer.name = "rmsprop";
+        auto liked =
+            withCompile(R"({"optimizer": "sgd", "loss": "sparse_categorical_crossentropy"})");
+        TD_VERIFY_OK(liked);
+        QCOMPARE(liked->project.training.optimizer.name, std::string("sgd"));
+        auto withLike = importKerasModel(dir_ + "/compiled.keras", &like);
+        TD_VERIFY_OK(withLike);
+        QCOMPARE(withLike->project.training.optimizer.name, std::string("rmsprop"));
     }
 
     void projectFieldValidation() {
