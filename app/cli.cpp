@@ -304,6 +304,7 @@ int train(const TrainArgs& a) {
         return 1;
     }
     if (rank == 0) std::printf("Stored in %s\n", opt.storePath.c_str());
+    if (rank == 0 && !a.saveModel.empty()) return saveTrainedModel(**session, a.saveModel);
     return 0;
 }
 

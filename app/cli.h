@@ -3,6 +3,10 @@
 
 #include <string>
 
+namespace td {
+class Session;
+}
+
 namespace td::cli {
 
 struct TrainArgs {
@@ -14,6 +18,7 @@ struct TrainArgs {
     long long seed = -1;  // -1 = project's value
     bool plain = false;   // force plain lines even on a terminal
     std::string resume;   // a stored run (id or name) to continue from its last good checkpoint
+    std::string saveModel;  // after a successful run: the trained model as .keras or .onnx
 };
 
 int train(const TrainArgs& a);
@@ -26,5 +31,20 @@ int devices(bool json);
 // Prints the IR after a pass, or (report) the fusion report of the training step.
 int compile(const std::string& project, const std::string& dumpAfter, bool report = false);
 std::string defaultDbPath();
+
+// Model files (cli_model.cpp).
+struct ExportArgs {
+    std::string source;   // a model file (.keras); a stored run once checkpoints exist
+    std::string project;  // with weights: the project's model with these weights
+    std::string weights;
+    std::string format;  // "onnx" | "keras"; empty = from the output's extension
+    std::string output;
+};
+int exportModel(const ExportArgs& a);
+int importModel(const std::string& model, const std::string& output, const std::string& like);
+int predict(const std::string& model, const std::string& input, const std::string& output,
+            const std::string& labelColumn);
+// `train --save-model`: the session's trained model, in the format the extension names.
+int saveTrainedModel(Session& session, const std::string& path);
 
 }  // namespace td::cli

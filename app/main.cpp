@@ -1,6 +1,7 @@
 // traindeck: the desktop app by default; headless subcommands for servers and scripts.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <filesystem>
 
 #include "app/cli.h"
 #include "engine/api/session.h"
@@ -34,6 +35,13 @@ int main(int argc, char** argv) {
     train->add_flag("--plain", ta.plain, "Plain progress lines even on a terminal");
     train->add_option("--resume", ta.resume,
                       "Continue a stored run (id or name) from its last good checkpoint");
+    train
+        ->add_option("--save-model", ta.saveModel,
+                     "After the run: write the trained model (.keras or .onnx)")
+        ->check([](const std::string& p) -> std::string {
+            const auto ext = std::filesystem::path(p).extension();
+            return ext == ".keras" || ext == ".onnx" ? "" : "expected a .keras or .onnx file";
+        });
 
     std::string sumProject;
     auto* summary = app.add_subcommand("summary", "Print the Keras-style model summary");
@@ -74,6 +82,34 @@ int main(int argc, char** argv) {
                       "Print the fusion report: ops, kernels and bytes per step with and without "
                       "fusion, the fusion groups and what was kept apart");
 
+    td::cli::ExportArgs ea;
+    auto* exportCmd = app.add_subcommand(
+        "export", "Export a model with its weights as ONNX or a Keras 3 .keras file");
+    exportCmd->add_option("model", ea.source, "Model file (.keras)");
+    exportCmd->add_option("--project", ea.project,
+                          "Project whose model to export (with --weights)");
+    exportCmd->add_option("--weights", ea.weights, "Weights for the project's model (.keras)");
+    exportCmd->add_option("--format", ea.format, "onnx or keras (default: from -o's extension)");
+    exportCmd->add_option("-o,--output", ea.output, "Output file")->required();
+
+    std::string importModel, importOut, importLike;
+    auto* importCmd =
+        app.add_subcommand("import", "Make a project from a Keras 3 .keras file and its weights");
+    importCmd->add_option("model", importModel, "Keras 3 model file (.keras)")->required();
+    importCmd->add_option("-o,--output", importOut, "Project file to write")->required();
+    importCmd->add_option("--like", importLike,
+                          "Take data, training and strategy from this project");
+
+    std::string predModel, predInput, predOut, predLabel = "label";
+    auto* predictCmd =
+        app.add_subcommand("predict", "Predictions of a model file on IDX, CSV or NPY input");
+    predictCmd->add_option("model", predModel, "Model file (.keras)")->required();
+    predictCmd->add_option("input", predInput, "Samples: .npy, .csv, or IDX (raw or .gz)")
+        ->required();
+    predictCmd->add_option("-o,--output", predOut, "Write predictions to a .csv or .npy file");
+    predictCmd->add_option("--label-column", predLabel,
+                           "CSV input: the label column to leave out (default: label)");
+
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -93,6 +129,9 @@ int main(int argc, char** argv) {
     if (*show) return td::cli::show(showDb, showRun, showJson);
     if (*devices) return td::cli::devices(devJson);
     if (*compile) return td::cli::compile(compProject, dumpAfter, compReport);
+    if (*exportCmd) return td::cli::exportModel(ea);
+    if (*importCmd) return td::cli::importModel(importModel, importOut, importLike);
+    if (*predictCmd) return td::cli::predict(predModel, predInput, predOut, predLabel);
 
 #ifdef TRAINDECK_HAVE_GUI
     return td::ui::runGui(argc, argv, db, project, start, quitWhenDone);

@@ -21,6 +21,7 @@ pkgs=(
   build-essential cmake ninja-build pkg-config git
   libdnnl-dev ocl-icd-opencl-dev libsqlite3-dev nlohmann-json3-dev libcli11-dev zlib1g-dev libomp-dev
   qt6-base-dev qt6-base-dev-tools
+  libhdf5-dev
   libqcustomplot-dev libqcustomplot2.1-qt6
   dataset-fashion-mnist
   libopenmpi-dev openmpi-bin
@@ -28,7 +29,8 @@ pkgs=(
 if [ "$want_test" = 1 ]; then
   # qemu-user: the portable_binary test runs the binary on an emulated CPU without AVX.
   # clang + libclang-rt: the libFuzzer build (tests/fuzz/run.sh).
-  pkgs+=(xvfb xauth xfonts-base python3 python3-numpy qemu-user clang libclang-rt-14-dev)
+  # python3-venv: installer/pyenv.sh's environment for the export interop tests.
+  pkgs+=(xvfb xauth xfonts-base python3 python3-numpy python3-venv qemu-user clang libclang-rt-14-dev)
 fi
 if [ "$want_bench" = 1 ]; then
   pkgs+=(python3-torch libopenblas0-pthread python3-venv python3-dev)

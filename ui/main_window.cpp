@@ -16,6 +16,7 @@
 #include <QTimer>
 #include <QToolBar>
 
+#include "engine/api/export.h"
 #include "ui/data_panel.h"
 #include "ui/latency_probe.h"
 #include "ui/model_designer.h"
@@ -135,6 +136,9 @@ void MainWindow::buildMenus() {
     file->addAction(tr("Save &As…"), this, &MainWindow::saveAs)->setShortcut(QKeySequence::SaveAs);
     file->addSeparator();
     file->addAction(tr("Open Run &Database…"), this, &MainWindow::openDatabaseDialog);
+    file->addSeparator();
+    file->addAction(tr("&Import Keras Model…"), this, &MainWindow::importKerasDialog);
+    file->addAction(tr("&Export Model…"), this, &MainWindow::exportModelDialog);
     file->addSeparator();
     file->addAction(tr("&Quit"), this, &QWidget::close)->setShortcut(QKeySequence::Quit);
 
@@ -367,6 +371,63 @@ void MainWindow::updateTitle() {
 
 void MainWindow::updateStartBlocker() {
     runs_->setStartBlocker(startBlocker(project_->project()));
+}
+
+bool MainWindow::importKerasModel(const QString& kerasPath, QString* error) {
+    auto imported = td::importKerasModel(kerasPath.toStdString(), &project_->project());
+    if (!imported) {
+        if (error) *error = QString::fromStdString(imported.error());
+        return false;
+    }
+    project_->adoptUnsaved(std::move(imported->project));
+    tabs_->setCurrentIndex(ModelTab);
+    statusBar()->showMessage(tr("Imported %1: training starts from its weights")
+                                 .arg(QFileInfo(kerasPath).fileName()),
+                             10000);
+    return true;
+}
+
+bool MainWindow::exportModelFile(const QString& weightsPath, const QString& outputPath,
+                                 QString* error) {
+    const bool onnx = outputPath.endsWith(".onnx", Qt::CaseInsensitive);
+    if (!onnx && !outputPath.endsWith(".keras", Qt::CaseInsensitive)) {
+        if (error) *error = tr("%1: expected a .onnx or .keras file").arg(outputPath);
+        return false;
+    }
+    auto weights = td::projectModelWeights(project_->project(), weightsPath.toStdString());
+    td::Status st = weights ? td::exportModel(*weights,
+                                              onnx ? td::ExportFormat::Onnx : td::ExportFormat::Keras,
+                                              outputPath.toStdString())
+                            : td::Status(td::err(weights.error()));
+    if (!st) {
+        if (error) *error = QString::fromStdString(st.error());
+        return false;
+    }
+    statusBar()->showMessage(tr("Exported %1").arg(outputPath), 10000);
+    return true;
+}
+
+void MainWindow::importKerasDialog() {
+    if (!maybeSave()) return;
+    QString path = QFileDialog::getOpenFileName(this, tr("Import Keras model"), QDir::homePath(),
+                                                tr("Keras 3 models (*.keras)"));
+    if (path.isEmpty()) return;
+    QString error;
+    if (!importKerasModel(path, &error)) showError(tr("Import Keras model"), error);
+}
+
+void MainWindow::exportModelDialog() {
+    const QString initial = QString::fromStdString(project_->project().initialWeights);
+    QString weights = QFileDialog::getOpenFileName(
+        this, tr("Weights for the model (a .keras file)"),
+        initial.isEmpty() ? QDir::homePath() : initial, tr("Keras 3 models (*.keras)"));
+    if (weights.isEmpty()) return;
+    QString out = QFileDialog::getSaveFileName(this, tr("Export model"),
+                                               QFileInfo(weights).absolutePath() + "/model.onnx",
+                                               tr("ONNX (*.onnx);;Keras 3 (*.keras)"));
+    if (out.isEmpty()) return;
+    QString error;
+    if (!exportModelFile(weights, out, &error)) showError(tr("Export model"), error);
 }
 
 void MainWindow::showError(const QString& title, const QString& message) {

@@ -43,6 +43,13 @@ class MainWindow : public QMainWindow {
     bool openProject(const QString& path, QString* error = nullptr);
     void openDefaultProject();
     bool startTraining(QString* error = nullptr);
+    // File > Import Keras Model: the .keras file's model with its weights (initial_weights) in
+    // the current project's data and training setup, unsaved.
+    bool importKerasModel(const QString& kerasPath, QString* error = nullptr);
+    // File > Export Model: the project's model with the weights of a .keras file, as ONNX or
+    // .keras (by the output's extension). A stored run's weights arrive with its checkpoints.
+    bool exportModelFile(const QString& weightsPath, const QString& outputPath,
+                         QString* error = nullptr);
 
   protected:
     void closeEvent(QCloseEvent* event) override;
@@ -58,6 +65,8 @@ class MainWindow : public QMainWindow {
     void populateRecentMenu();
     void populateExamplesMenu();
     void openExample(const QString& path);
+    void importKerasDialog();
+    void exportModelDialog();
     void updateTitle();
     void updateStartBlocker();
     void showError(const QString& title, const QString& message);

@@ -58,6 +58,10 @@ bool ProjectController::openFromText(const QString& jsonText, const QString& nam
     return true;
 }
 
+void ProjectController::adoptUnsaved(td::Project p) {
+    replace(std::move(p), QString(), true);
+}
+
 bool ProjectController::save(QString* error) {
     if (path_.isEmpty()) {
         if (error) *error = tr("The project has no file yet; use Save As.");

@@ -30,6 +30,8 @@ class ProjectController : public QObject {
     // Loads a project from JSON text (an example or the embedded default); it has no path, so the
     // next save asks for one.
     bool openFromText(const QString& jsonText, const QString& name, QString* error);
+    // A project made elsewhere (an imported Keras model) replaces the current one, unsaved.
+    void adoptUnsaved(td::Project p);
     bool save(QString* error);  // requires path()
     bool saveAs(const QString& path, QString* error);
 

@@ -25,6 +25,7 @@
 #include "engine/graph/builder.h"
 #include "engine/graph/initializers.h"
 #include "engine/graph/passes.h"
+#include "engine/io/keras_archive.h"
 #include "engine/store/run_store.h"
 #include "engine/train/callbacks.h"
 #include "engine/train/checkpoint.h"
@@ -206,6 +207,13 @@ Result<std::unique_ptr<Session>> Session::create(const Project& projectIn,
         return err("run name: " + e);
     TD_RETURN_IF_ERROR(checkProjectResources(p, im->info));
     TrainerSetup ts;
+    if (!opt.initialParams.empty()) {
+        ts.initialParams = opt.initialParams;
+    } else if (!p.initialWeights.empty()) {
+        auto w = loadWeightsFor(p.model, p.initialWeights);
+        if (!w.ok()) return err("initial_weights: " + w.error());
+        ts.initialParams = std::move(w).value();
+    }
     TD_ASSIGN_OR_RETURN(ts.labelSpec, labelSpecFor(p.training.loss, im->info.outputShape));
     TD_ASSIGN_OR_RETURN(ts.metrics, resolveMetrics(p.training.metrics, p.training.loss));
     for (size_t i = 0; i < p.training.callbacks.size(); ++i) {
@@ -637,6 +645,11 @@ Result<EvalResult> Session::evaluateTest() {
 Result<Tensor> Session::predict(const Tensor& x) {
     if (running()) return err("predict: a run is in progress");
     return impl_->trainer->predict(x);
+}
+
+Result<std::map<std::string, Tensor>> Session::parameters() {
+    if (running()) return err("parameters: a run is in progress");
+    return impl_->trainer->parameters();
 }
 
 Result<std::string> Session::dumpIr(const std::string& afterPass) {

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -75,6 +76,9 @@ struct SessionOptions {
     // from its step, in the stored run it names. The project passed to create() should be the
     // resume point's (epochs may be raised to train longer).
     std::optional<ResumePoint> resume;
+    // Start values of parameters by name ("dense/kernel"), instead of the project's
+    // initial_weights (prediction from a model file: engine/api/export.h).
+    std::map<std::string, Tensor> initialParams;
 };
 
 class Session {
@@ -109,6 +113,9 @@ class Session {
     Result<EvalResult> evaluateTest();
     // Class probabilities (or outputs) for x (f32 or u8 [N, ...], u8 goes through the map steps).
     Result<Tensor> predict(const Tensor& x);
+    // The parameters by name ("dense/kernel": the layer's name and Keras' variable name), as
+    // they are now (after fit: the trained weights). Refused while a run is in progress.
+    Result<std::map<std::string, Tensor>> parameters();
 
     // Textual IR after a pass ("build", "autodiff", "fusion", "dce", "memory", "final").
     Result<std::string> dumpIr(const std::string& afterPass);

@@ -775,7 +775,8 @@ struct Reader {
                  "of a project instead)");
         checkKeys(root, "",
                   {"format", "version", "name", "description", "model", "data", "training",
-                   "precision", "fusion", "disabled_passes", "strategy"});
+                   "precision", "fusion", "disabled_passes", "strategy",
+                   "initial_weights"});
         getOneOf(requireMember(root, "", "format"), "format", {kFormat});
         if (const Json* x = member(root, "version")) {
             int64_t ver = getPositiveInteger(*x, "version");
@@ -811,6 +812,8 @@ struct Reader {
             }
         }
         if (const Json* x = member(root, "strategy")) p.strategy = strategy(*x, "strategy");
+        if (const Json* x = member(root, "initial_weights"))
+            p.initialWeights = resolvePath(getNonEmptyString(*x, "initial_weights"), baseDir);
 
         auto info = inferShapes(p.model);
         if (!info) fail("model", info.error());
@@ -1068,6 +1071,7 @@ std::string projectToJson(const Project& p) {
                          {"replicas", p.strategy.replicas},
                          {"timeout_seconds", p.strategy.timeoutSeconds},
                          {"shard_policy", p.strategy.shardPolicy}};
+    if (!p.initialWeights.empty()) j["initial_weights"] = p.initialWeights;
     return prettyJson(j) + "\n";
 }
 
@@ -1086,6 +1090,7 @@ Status saveProject(const Project& p, const std::string& path) {
         *f = relativePath(*f, dir);
     if (copy.data.pipeline.cache.rfind("file:", 0) == 0)
         copy.data.pipeline.cache = "file:" + relativePath(copy.data.pipeline.cache.substr(5), dir);
+    copy.initialWeights = relativePath(copy.initialWeights, dir);
     const std::string text = projectToJson(copy);
 
     const std::string tmp =
@@ -1125,6 +1130,7 @@ std::string projectDifference(const Project& a, const Project& b) {
     if (!(a.field == b.field)) return path
     TD_DIFF("name", name);
     TD_DIFF("description", description);
+    TD_DIFF("initial_weights", initialWeights);
     TD_DIFF("model.config.name", model.name);
     if (a.model.layers.size() != b.model.layers.size()) return "model.config.layers";
     for (size_t i = 0; i < a.model.layers.size(); ++i)

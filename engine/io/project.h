@@ -42,6 +42,10 @@ struct Project {
     // "fuse_softmax_xent", "fuse_update", "dce".
     std::vector<std::string> disabledPasses;
     StrategyConfig strategy;
+    // A Keras 3 .keras file whose weights the parameters start from instead of their
+    // initializers ("initial_weights"; empty = none). Checked against the model when a session
+    // is created. Relative paths resolve against the project's folder, as data paths do.
+    std::string initialWeights;
     // Set by parseProject, never saved: keys of the Keras model that were accepted but are not
     // applied ("model.config.layers[1].config.dtype.config.name: dtype 'mixed_float16' is not
     // applied per layer; ..."). Front ends show them when they open the project.

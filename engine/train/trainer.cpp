@@ -226,7 +226,7 @@ struct Trainer::Impl {
     GradientPlan gradPlan;
     std::vector<size_t> trainableIndex;  // Graph::params() indices of the trainable parameters
     std::vector<Shape> paramShapes;
-    std::vector<std::string> paramNames;  // Graph::params() order
+    std::vector<std::string> paramNames;  // "dense/kernel", in Graph::params() order
     bool wantBatchLoss = false;
     // Checkpoints: the writers, their best value and files, and where a resumed run continues.
     CheckpointPlan ckpt;
@@ -460,6 +460,13 @@ struct Trainer::Impl {
             Status st = initializeParam(host.back().data(), n.shape,
                                         isKernel ? L->kernelInitializer : L->biasInitializer, seed);
             if (!st.ok()) return err("layer '" + layer + "': " + st.error());
+            if (auto it = s.initialParams.find(name); it != s.initialParams.end()) {
+                if (it->second.dtype() != DType::F32 || it->second.shape() != n.shape)
+                    return err("initial_weights: '" + name + "' has shape " +
+                               shapeToString(it->second.shape()) + ", expected " +
+                               shapeToString(n.shape));
+                std::memcpy(host.back().data(), it->second.raw(), it->second.bytes());
+            }
         }
         gradPlan = planGradients(g, s.bucketBytes);
         updateSpec = optimizer->spec();
@@ -1486,6 +1493,18 @@ Status Trainer::restore(const std::string& path, const CheckpointState& state) {
 
 Result<EvalResult> Trainer::evaluate(const Dataset& d) {
     return impl_->evaluate(d);
+}
+
+Result<std::map<std::string, Tensor>> Trainer::parameters() {
+    Impl::Replica& r = *impl_->replicas[0];
+    TD_RETURN_IF_ERROR(r.device->synchronize());
+    std::map<std::string, Tensor> out;
+    for (size_t i = 0; i < r.params.size(); ++i) {
+        Tensor t(DType::F32, impl_->paramShapes[i]);
+        TD_RETURN_IF_ERROR(r.device->copyToHost(t.raw(), r.params[i], 0, t.bytes()));
+        out.emplace(impl_->paramNames[i], std::move(t));
+    }
+    return out;
 }
 
 Result<Tensor> Trainer::predict(const Tensor& xIn) {

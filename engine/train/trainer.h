@@ -12,6 +12,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -101,6 +102,9 @@ struct TrainerSetup {
     std::function<std::string()> interrupted;
     // Gradient bucket size for the all-reduce (bytes).
     size_t bucketBytes = size_t{4} << 20;
+    // Start values of parameters by name ("dense/kernel"), f32 of the parameter's shape, used
+    // instead of the initializer (the project's initial_weights); others are initialized.
+    std::map<std::string, Tensor> initialParams;
 };
 
 class Trainer {
@@ -126,6 +130,8 @@ class Trainer {
     // Evaluation and prediction on the first replica's device.
     Result<EvalResult> evaluate(const Dataset& d);
     Result<Tensor> predict(const Tensor& x);
+    // The first replica's parameters by name ("dense/kernel"), copied to the host.
+    Result<std::map<std::string, Tensor>> parameters();
 
     // "cpu:0" once per replica of the whole strategy (every worker's), in replica order.
     std::vector<std::string> replicaDevices() const;

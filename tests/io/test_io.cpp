@@ -591,7 +591,7 @@ class TestIo : public QObject {
             << "/colour"
             << "\"blue\""
             << "unknown key 'colour' (valid keys: format, version, name, description, model, "
-               "data, training, precision, fusion, disabled_passes, strategy)";
+               "data, training, precision, fusion, disabled_passes, strategy, initial_weights)";
         QTest::newRow("bad precision")
             << "/precision"
             << "\"float64\""

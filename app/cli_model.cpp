@@ -1,0 +1,260 @@
+// traindeck export | import | predict, and train --save-model: model files in and out through
+// engine/api/export.h.
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "app/cli.h"
+#include "engine/api/export.h"
+#include "engine/data/pipeline.h"
+#include "engine/io/zip_archive.h"
+
+namespace td::cli {
+
+namespace {
+
+void printError(const std::string& msg) {
+    std::fprintf(stderr, "traindeck: error: %s\n", msg.c_str());
+}
+
+std::string extensionOf(const std::string& path) {
+    std::string ext = std::filesystem::path(path).extension().string();
+    for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return ext;
+}
+
+// The format a file name asks for: --format when given, else its extension.
+Result<ExportFormat> formatFor(const std::string& format, const std::string& path) {
+    if (!format.empty()) return parseExportFormat(format);
+    const std::string ext = extensionOf(path);
+    if (ext == ".onnx") return ExportFormat::Onnx;
+    if (ext == ".keras") return ExportFormat::Keras;
+    return err(path + ": cannot tell the format from the extension '" + ext +
+               "' (use .onnx or .keras, or --format onnx|keras)");
+}
+
+// Prediction input by extension: .npy, .csv (a training CSV: the label column is left out),
+// anything else IDX (raw or gzip).
+Result<Tensor> readInput(const std::string& path, const std::string& labelColumn) {
+    const std::string ext = extensionOf(path);
+    if (ext == ".npy") return readNpy(path);
+    if (ext == ".csv") {
+        TD_ASSIGN_OR_RETURN(CsvData csv, readCsv(path, labelColumn));
+        return csv.x;
+    }
+    return readIdx(path);
+}
+
+// NumPy .npy version 1.0 of an f32 tensor: magic, version, header length, a Python dict literal
+// padded with spaces to a multiple of 64 bytes, ending in '\n', then the values little-endian.
+std::string npyBytes(const Tensor& t) {
+    std::string shape = "(";
+    for (size_t i = 0; i < t.rank(); ++i)
+        shape += std::to_string(t.dim(i)) + (t.rank() == 1 || i + 1 < t.rank() ? "," : "");
+    shape += ")";
+    std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape + ", }";
+    const size_t total = 10 + header.size() + 1;
+    header.append((64 - total % 64) % 64, ' ');
+    header += '\n';
+    std::string out = "\x93NUMPY";
+    out += '\x01';
+    out += '\x00';
+    out += static_cast<char>(header.size() & 0xff);
+    out += static_cast<char>(header.size() >> 8);
+    out += header;
+    out.append(static_cast<const char*>(t.raw()), t.bytes());
+    return out;
+}
+
+// Per row: the class (arg max) and its probability, the model's output read as probabilities
+// when it ends in a softmax, else through a softmax of its outputs (logits).
+struct RowClass {
+    int64_t cls = 0;
+    double probability = 0;
+};
+RowClass classOf(const float* v, int64_t k, bool outputsAreProbabilities) {
+    RowClass r;
+    for (int64_t j = 1; j < k; ++j)
+        if (v[j] > v[r.cls]) r.cls = j;
+    if (outputsAreProbabilities) {
+        r.probability = v[r.cls];
+    } else {
+        double sum = 0;
+        for (int64_t j = 0; j < k; ++j) sum += std::exp(double(v[j]) - double(v[r.cls]));
+        r.probability = 1.0 / sum;
+    }
+    return r;
+}
+
+bool endsInSoftmax(const ModelSpec& m) {
+    ActivationKind last = ActivationKind::Linear;
+    for (const LayerSpec& l : m.layers)
+        if (l.type == LayerType::Dense || l.type == LayerType::Activation) last = l.activation;
+    return last == ActivationKind::Softmax;
+}
+
+}  // namespace
+
+int exportModel(const ExportArgs& a) {
+    auto format = formatFor(a.format, a.output);
+    if (!format.ok()) {
+        printError(format.error());
+        return 2;
+    }
+    Result<ModelWeights> weights = err("");
+    if (!a.project.empty() || !a.weights.empty()) {
+        if (a.project.empty() || a.weights.empty() || !a.source.empty()) {
+            printError("export: give a model file, or --project with --weights");
+            return 2;
+        }
+        auto project = loadProject(a.project);
+        if (!project.ok()) {
+            printError(project.error());
+            return 2;
+        }
+        weights = projectModelWeights(*project, a.weights);
+    } else if (!a.source.empty()) {
+        // `export RUN` resolves a stored run's checkpoint to a model file here once runs have
+        // checkpoints; today the source is a model file.
+        auto model = loadModelFile(a.source);
+        if (!model.ok()) {
+            printError(model.error());
+            return 2;
+        }
+        weights = std::move(model->weights);
+    } else {
+        printError("export: give a model file, or --project with --weights");
+        return 2;
+    }
+    if (!weights.ok()) {
+        printError(weights.error());
+        return 2;
+    }
+    if (Status st = td::exportModel(*weights, *format, a.output); !st.ok()) {
+        printError(st.error());
+        return 1;
+    }
+    std::printf("Exported %s (%s)\n", a.output.c_str(), exportFormatName(*format));
+    return 0;
+}
+
+int importModel(const std::string& model, const std::string& output, const std::string& like) {
+    std::optional<Project> likeProject;
+    if (!like.empty()) {
+        auto p = loadProject(like);
+        if (!p.ok()) {
+            printError(p.error());
+            return 2;
+        }
+        likeProject = std::move(p).value();
+    }
+    auto imported = importKerasModel(model, likeProject ? &*likeProject : nullptr);
+    if (!imported.ok()) {
+        printError(imported.error());
+        return 2;
+    }
+    for (const std::string& w : imported->warnings)
+        std::fprintf(stderr, "traindeck: warning: %s: %s\n", model.c_str(), w.c_str());
+    if (Status st = saveProject(imported->project, output); !st.ok()) {
+        printError(st.error());
+        return 1;
+    }
+    std::printf("Wrote %s (model '%s', %zu layers, weights from %s)\n", output.c_str(),
+                imported->project.model.name.c_str(), imported->project.model.layers.size(),
+                model.c_str());
+    if (likeProject == std::nullopt)
+        std::printf(
+            "Its data source is the default (Fashion-MNIST): set data.source for this "
+            "model's input\n");
+    return 0;
+}
+
+int predict(const std::string& modelPath, const std::string& input, const std::string& output,
+            const std::string& labelColumn) {
+    auto model = loadModelFile(modelPath);
+    if (!model.ok()) {
+        printError(model.error());
+        return 2;
+    }
+    for (const std::string& w : model->warnings)
+        std::fprintf(stderr, "traindeck: warning: %s: %s\n", modelPath.c_str(), w.c_str());
+    const std::string ext = extensionOf(output);
+    if (!output.empty() && ext != ".csv" && ext != ".npy") {
+        printError(output + ": expected a .csv or .npy output file");
+        return 2;
+    }
+    auto x = readInput(input, labelColumn);
+    if (!x.ok()) {
+        printError(x.error());
+        return 2;
+    }
+    auto y = predictWithModel(*model, *x);
+    if (!y.ok()) {
+        printError(input + ": " + y.error());
+        return 2;
+    }
+    const int64_t n = y->dim(0);
+    const int64_t k = y->size() / std::max<int64_t>(1, n);
+    const bool classes = k >= 2;
+    const bool probabilities = endsInSoftmax(model->weights.model);
+    if (ext == ".npy") {
+        if (Status st = writeFileAtomic(output, npyBytes(*y)); !st.ok()) {
+            printError(st.error());
+            return 1;
+        }
+        std::printf("Wrote %lld predictions to %s\n", static_cast<long long>(n), output.c_str());
+        return 0;
+    }
+    std::string text = classes ? "row,class,probability" : "row";
+    for (int64_t j = 0; j < k; ++j) text += ",output_" + std::to_string(j);
+    text += "\n";
+    char buf[64];
+    for (int64_t i = 0; i < n; ++i) {
+        const float* v = y->data<float>() + i * k;
+        text += std::to_string(i);
+        if (classes) {
+            const RowClass r = classOf(v, k, probabilities);
+            std::snprintf(buf, sizeof buf, ",%lld,%.6g", static_cast<long long>(r.cls),
+                          r.probability);
+            text += buf;
+        }
+        for (int64_t j = 0; j < k; ++j) {
+            std::snprintf(buf, sizeof buf, ",%.9g", double(v[j]));
+            text += buf;
+        }
+        text += "\n";
+    }
+    if (output.empty()) {
+        std::fwrite(text.data(), 1, text.size(), stdout);
+        return 0;
+    }
+    if (Status st = writeFileAtomic(output, text); !st.ok()) {
+        printError(st.error());
+        return 1;
+    }
+    std::printf("Wrote %lld predictions to %s\n", static_cast<long long>(n), output.c_str());
+    return 0;
+}
+
+int saveTrainedModel(Session& session, const std::string& path) {
+    auto format = formatFor("", path);
+    if (!format.ok()) {
+        printError(format.error());
+        return 2;
+    }
+    auto weights = sessionModelWeights(session);
+    if (!weights.ok()) {
+        printError(path + ": " + weights.error());
+        return 1;
+    }
+    if (Status st = td::exportModel(*weights, *format, path); !st.ok()) {
+        printError(st.error());
+        return 1;
+    }
+    std::printf("Saved the trained model to %s\n", path.c_str());
+    return 0;
+}
+
+}  // namespace td::cli

@@ -1,0 +1,66 @@
+// Export, import and prediction from model files: what `traindeck export | import | predict` and
+// the GUI's Export call. Formats live in engine/io (onnx_export.h, keras_archive.h); this facade
+// says where a model and its weights come from and where they go.
+//
+// Where weights come from today: a Session (its parameters after fit), a project plus a .keras
+// weights file, or a .keras file alone. A stored run's checkpoint is one more source: a reader
+// that returns a LoadedModel (the run's project, its weights) plugs into loadModelFile, and
+// `export RUN` is then exportModel(loadModelFile(checkpoint).weights, ...).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/api/session.h"
+#include "engine/core/result.h"
+#include "engine/io/model_weights.h"
+#include "engine/io/project.h"
+
+namespace td {
+
+enum class ExportFormat { Onnx, Keras };
+// "onnx" or "keras"; errors list both.
+Result<ExportFormat> parseExportFormat(const std::string& name);
+const char* exportFormatName(ExportFormat f);
+
+// The session's model with its parameters as they are now (after fit: the trained weights).
+Result<ModelWeights> sessionModelWeights(Session& session);
+// The project's model with the weights of `weightsPath` (a .keras file, matched by layer name).
+Result<ModelWeights> projectModelWeights(const Project& project, const std::string& weightsPath);
+
+// Writes `weights` as an ONNX model or a Keras 3 .keras file (atomically). Errors name the file
+// and, for a layer that cannot be exported, the layer.
+Status exportModel(const ModelWeights& weights, ExportFormat format, const std::string& path);
+
+// A model file opened for prediction or export.
+struct LoadedModel {
+    ModelWeights weights;
+    // The project the model was trained with (a checkpoint's), whose map steps (scaling, say)
+    // prediction applies; none for a .keras file, whose model sees the input as it is.
+    std::optional<Project> project;
+    std::string kind;                   // "keras"
+    std::vector<std::string> warnings;  // Keras keys accepted but not applied
+};
+// Opens a model file by its content: a .keras zip archive today. Errors name the file and what
+// was expected.
+Result<LoadedModel> loadModelFile(const std::string& path);
+
+// Predictions of the model for x (f32 or u8, [N, ...input shape] or [N, values]): the model's
+// outputs [N, ...output shape], computed by TrainDeck's compiled inference program.
+Result<Tensor> predictWithModel(const LoadedModel& model, const Tensor& x);
+
+// A project for a .keras file: its model, `initial_weights` pointing at the file, and the data,
+// training and strategy sections of `like` when given (else the defaults, with the optimizer,
+// loss and metrics of the file's compile_config when TrainDeck reads them, or a loss that fits
+// the model's output: sparse categorical cross-entropy for k >= 2 outputs (from logits when the
+// last layer has no softmax), binary cross-entropy for one sigmoid output, mean squared error
+// otherwise, without the accuracy metric). The project is validated as parseProject does; errors
+// name the field.
+struct ImportedProject {
+    Project project;
+    std::vector<std::string> warnings;
+};
+Result<ImportedProject> importKerasModel(const std::string& kerasPath, const Project* like);
+
+}  // namespace td

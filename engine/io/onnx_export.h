@@ -1,0 +1,27 @@
+// ONNX export of a Sequential model with its weights: an inference graph (dropout removed),
+// opset 17, IR version 8, every weight an initializer, one input "input" of shape
+// [batch, ...input shape] with a symbolic batch dimension and one output "output". Written in
+// the protobuf wire format of onnx/onnx.proto (protobuf_wire.h).
+//
+// Layer by layer (onnxLayerNodes in the .cpp): Dense -> Gemm (MatMul without bias) + its
+// activation; Flatten -> Flatten(axis 1); Reshape -> Reshape to [-1, target]; Activation -> the
+// ONNX op (gelu as its erf form, which opset 17 lacks as one op); Dropout -> nothing. Any other
+// layer type is refused by name.
+#pragma once
+
+#include <string>
+
+#include "engine/core/result.h"
+#include "engine/io/model_weights.h"
+
+namespace td {
+
+constexpr int kOnnxOpset = 17;
+constexpr int kOnnxIrVersion = 8;  // the IR version of opset 17 (ONNX 1.12)
+
+// The serialized ModelProto. Errors name the layer that cannot be exported.
+Result<std::string> onnxModelBytes(const ModelWeights& weights);
+// Atomic write; errors name `path`.
+Status saveOnnxModel(const ModelWeights& weights, const std::string& path);
+
+}  // namespace td

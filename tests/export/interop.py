@@ -1,0 +1,206 @@
+"""Export and import checked against the real runtimes (run by interop.sh).
+
+  interop.py TRAINDECK_BINARY WORK_DIR
+
+1. Models built and saved by Keras 3 are read by `traindeck predict` (NPY, CSV and IDX input) and
+   predict what Keras predicts.
+2. `traindeck export` of those files: the ONNX file passes onnx.checker (full_check) and ONNX
+   Runtime predicts what `traindeck predict` does; keras.saving.load_model reads the .keras file
+   and predicts the same.
+3. `traindeck import` makes a project that takes model.compile's optimizer and starts from the
+   Keras weights (a run with a learning
+   rate of 1e-7 ends next to them) and trains further (a normal run lowers Keras' own loss on the
+   training data); the trained model, saved with --save-model, loads in Keras and in ONNX Runtime
+   (exported) with TrainDeck's predictions.
+Tolerance: relative 1e-4 (absolute 1e-6), and equal arg max per row.
+"""
+import gzip
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+BIN, WORK = sys.argv[1], sys.argv[2]
+os.chdir(WORK)
+
+import keras  # noqa: E402  (after the environment is set)
+import onnx  # noqa: E402
+import onnxruntime as ort  # noqa: E402
+
+failures = []
+
+
+def check(ok, what):
+    print(("PASS " if ok else "FAIL ") + what, flush=True)
+    if not ok:
+        failures.append(what)
+
+
+def traindeck(*args):
+    r = subprocess.run([BIN, *args], capture_output=True, text=True)
+    if r.returncode != 0:
+        print(r.stdout + r.stderr)
+        raise SystemExit(f"FAIL traindeck {' '.join(args)} exited {r.returncode}")
+    return r.stdout
+
+
+def close(a, b, what):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    same_shape = a.shape == b.shape
+    ok = same_shape and np.allclose(a, b, rtol=1e-4, atol=1e-6)
+    if same_shape and a.ndim == 2 and a.shape[1] > 1:
+        ok = ok and bool((a.argmax(1) == b.argmax(1)).all())
+    diff = float(np.abs(a - b).max()) if same_shape else float("nan")
+    check(ok, f"{what} (shapes {a.shape} {b.shape}, max abs diff {diff:.3g})")
+
+
+def td_predict(model, inp, out="pred.npy", *extra):
+    traindeck("predict", model, inp, "-o", out, *extra)
+    return np.load(out)
+
+
+def onnx_check_and_run(path, x):
+    m = onnx.load(path)
+    try:
+        onnx.checker.check_model(m, full_check=True)
+        check(True, f"{path}: onnx.checker.check_model(full_check=True)")
+    except Exception as e:  # noqa: BLE001
+        check(False, f"{path}: onnx.checker: {e}")
+    check(m.opset_import[0].version == 17, f"{path}: opset 17")
+    check(m.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "batch",
+          f"{path}: symbolic batch dimension")
+    check(all(n.op_type != "Dropout" for n in m.graph.node), f"{path}: no Dropout node")
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    return sess.run(None, {"input": x.astype(np.float32)})[0]
+
+
+def write_idx_u8(path, a):
+    header = bytes([0, 0, 0x08, a.ndim]) + b"".join(int(d).to_bytes(4, "big") for d in a.shape)
+    with gzip.open(path, "wb") as f:
+        f.write(header + a.astype(np.uint8).tobytes())
+
+
+rng = np.random.default_rng(7)
+keras.utils.set_random_seed(7)
+
+# ---- 1 + 2: an MLP (Dense, Dropout, activations) -------------------------------------------------
+mlp = keras.Sequential([
+    keras.Input((12,)),
+    keras.layers.Dense(16, activation="relu"),
+    keras.layers.Dropout(0.25),
+    keras.layers.Dense(8, activation="gelu"),
+    keras.layers.Activation("tanh"),
+    keras.layers.Dense(3, activation="softmax"),
+])
+# Compiled and fitted a little: the file carries compile_config and the optimizer's variables.
+mlp.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9),
+            loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+mlp.fit(rng.normal(size=(64, 12)).astype(np.float32), rng.integers(0, 3, size=64), epochs=1,
+        verbose=0)
+mlp.save("mlp.keras")
+x = rng.normal(size=(40, 12)).astype(np.float32)
+np.save("x.npy", x)
+ref = mlp.predict(x, verbose=0)
+td = td_predict("mlp.keras", "x.npy")
+close(td, ref, "Keras-built MLP: traindeck predict == Keras predict (NPY input)")
+with open("x.csv", "w") as f:
+    f.write(",".join([f"f{i}" for i in range(12)] + ["label"]) + "\n")
+    for row in x:
+        f.write(",".join(repr(float(v)) for v in row) + ",0\n")
+traindeck("predict", "mlp.keras", "x.csv", "-o", "pred.csv")
+csv = np.genfromtxt("pred.csv", delimiter=",", names=True)
+close(np.stack([csv[f"output_{j}"] for j in range(3)], 1), td, "CSV input, CSV output == NPY")
+check(bool((csv["class"] == td.argmax(1)).all()), "CSV output: class == arg max")
+printed = traindeck("predict", "mlp.keras", "x.npy").splitlines()
+check(printed[0].startswith("row,class,probability") and len(printed) == 41,
+      "predict prints a header and one line per row")
+
+traindeck("export", "mlp.keras", "-o", "mlp.onnx")
+close(onnx_check_and_run("mlp.onnx", x), td, "MLP: ONNX Runtime == traindeck predict")
+traindeck("export", "mlp.keras", "--format", "keras", "-o", "mlp_rt.keras")
+rt = keras.saving.load_model("mlp_rt.keras")
+close(rt.predict(x, verbose=0), td, "MLP: keras.saving.load_model(exported) == traindeck predict")
+
+# ---- a model over images: Flatten, Dense without bias, Reshape, LeakyReLU/ELU layers, IDX input --
+img = keras.Sequential([
+    keras.Input((6, 6)),
+    keras.layers.Flatten(),
+    keras.layers.Dense(10, use_bias=False, activation="sigmoid"),
+    keras.layers.Reshape((5, 2)),
+    keras.layers.LeakyReLU(negative_slope=0.1),
+    keras.layers.Flatten(),
+    keras.layers.Dense(6),
+    keras.layers.ELU(alpha=0.5),
+    keras.layers.Dense(4),
+])
+img.save("img.keras")
+images = rng.integers(0, 256, size=(25, 6, 6)).astype(np.uint8)
+write_idx_u8("images-idx3-ubyte.gz", images)
+ref = img.predict(images.astype(np.float32), verbose=0)
+td = td_predict("img.keras", "images-idx3-ubyte.gz", "img_pred.npy")
+close(td, ref, "Keras-built image model: traindeck predict (IDX u8 input) == Keras predict")
+traindeck("export", "img.keras", "-o", "img.onnx")
+close(onnx_check_and_run("img.onnx", images.astype(np.float32)), td,
+      "image model: ONNX Runtime == traindeck predict")
+traindeck("export", "img.keras", "-o", "img_rt.keras")
+close(keras.saving.load_model("img_rt.keras").predict(images.astype(np.float32), verbose=0), td,
+      "image model: keras.saving.load_model(exported) == traindeck predict")
+
+# ---- 3: import into a project and train further ---------------------------------------------------
+x_train = rng.normal(size=(512, 12)).astype(np.float32)
+y_train = (x_train[:, 0] + x_train[:, 1] > 0).astype(np.int64) + (x_train[:, 2] > 1).astype(np.int64)
+np.save("x_train.npy", x_train)
+np.save("y_train.npy", y_train)
+
+
+def like(lr, epochs):
+    return {"format": "traindeck-project",
+            "model": json.loads(mlp.to_json()),
+            "data": {"source": {"type": "npy", "train_x": "x_train.npy", "train_y": "y_train.npy"},
+                     "pipeline": {"shuffle_buffer": 512}},
+            "training": {"epochs": epochs, "batch_size": 32, "seed": 3,
+                         "optimizer": {"class_name": "Adam", "config": {"learning_rate": lr}},
+                         "loss": "sparse_categorical_crossentropy"}}
+
+
+for name, lr, epochs in (("like_tiny.json", 1e-7, 1), ("like.json", 1e-2, 4)):
+    with open(name, "w") as f:
+        json.dump(like(lr, epochs), f)
+traindeck("import", "mlp.keras", "-o", "tiny.json", "--like", "like_tiny.json")
+traindeck("import", "mlp.keras", "-o", "proj.json", "--like", "like.json")
+proj = json.load(open("proj.json"))
+check(proj.get("initial_weights") == "mlp.keras", "imported project references mlp.keras")
+traindeck("import", "mlp.keras", "-o", "plain.json")
+opt = json.load(open("plain.json"))["training"]["optimizer"]
+check(opt["class_name"] == "SGD" and abs(opt["config"]["learning_rate"] - 0.05) < 1e-6
+      and opt["config"]["momentum"] == 0.9,
+      f"import without --like takes model.compile's optimizer: {opt['class_name']}")
+
+traindeck("train", "tiny.json", "--db", "runs.db", "--plain", "--save-model", "tiny.keras")
+start = [w for w in mlp.get_weights()]
+after = keras.saving.load_model("tiny.keras").get_weights()
+drift = max(float(np.abs(a - b).max()) for a, b in zip(start, after))
+check(len(start) == len(after) and 0 < drift < 1e-4,
+      f"training starts from the imported weights (largest change {drift:.3g} at learning rate 1e-7)")
+
+traindeck("train", "proj.json", "--db", "runs.db", "--plain", "--save-model", "trained.keras")
+trained = keras.saving.load_model("trained.keras")
+loss = keras.losses.SparseCategoricalCrossentropy()
+before = float(loss(y_train, mlp.predict(x_train, verbose=0)))
+after = float(loss(y_train, trained.predict(x_train, verbose=0)))
+check(after < 0.8 * before, f"trained further: Keras' loss on the training data {before:.4f} -> {after:.4f}")
+td = td_predict("trained.keras", "x.npy", "trained_pred.npy")
+close(trained.predict(x, verbose=0), td, "trained model: Keras load_model == traindeck predict")
+traindeck("train", "proj.json", "--db", "runs.db", "--plain", "--epochs", "1", "--save-model",
+          "trained.onnx")
+traindeck("export", "--project", "proj.json", "--weights", "trained.keras", "-o", "trained_p.onnx")
+close(onnx_check_and_run("trained_p.onnx", x), td,
+      "trained model via export --project --weights: ONNX Runtime == traindeck predict")
+onnx_check_and_run("trained.onnx", x)
+
+if failures:
+    print(f"{len(failures)} check(s) failed")
+    sys.exit(1)
+print("all interop checks passed")
