@@ -245,6 +245,9 @@ void MonitorPanel::onRunStarted(const td::RunStarted& info) {
     showStepTimeOf(0);
     series_["lr"] = learningRate_->addSeries(tr("learning rate"), seriesColor(4));
     series_["ls"] = lossScale_->addSeries(tr("loss scale"), seriesColor(5));
+    // Steps skipped so far (non-finite gradients), on the same log axis: each skip halves the
+    // scale, so the two curves move together.
+    series_["skip"] = lossScale_->addSeries(tr("skipped steps"), seriesColor(1));
     const int64_t total = std::max<int64_t>(
         1, static_cast<int64_t>(info.epochs - info.initialEpoch) * info.stepsPerEpoch);
     progress_->setRange(0, static_cast<int>(std::min<int64_t>(total, INT32_MAX)));
@@ -295,6 +298,8 @@ void MonitorPanel::onEvents(const EventBatch& batch) {
         learningRate_->append(series_["lr"], x, s.learningRate);
         if (s.lossScale > 0) {
             lossScale_->append(series_["ls"], x, s.lossScale);
+            if (s.skippedSteps > 0)
+                lossScale_->append(series_["skip"], x, static_cast<double>(s.skippedSteps));
             if (lossScale_->isHidden()) lossScale_->show();
         }
         lastGlobalStep_ = s.globalStep;

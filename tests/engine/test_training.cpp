@@ -163,7 +163,11 @@ void TestTraining::mixedPrecisionTrains() {
                                PrecisionPolicy::MixedFloat16}) {
         Project p = synthetic();
         p.precision = pp;
-        auto s = Session::create(p, {});
+        QTemporaryDir dir;
+        SessionOptions o;
+        o.storePath = dir.filePath("runs.db").toStdString();
+        o.runName = "mixed";
+        auto s = Session::create(p, o);
         QVERIFY2(s.ok(), s.ok() ? "" : s.error().c_str());
         Recorded r = runToEnd(**s);
         auto fin = r.all<RunFinished>();
@@ -175,6 +179,17 @@ void TestTraining::mixedPrecisionTrains() {
         if (pp == PrecisionPolicy::MixedFloat16) {
             for (const StepMetrics& sm : steps) QVERIFY(sm.lossScale >= 1.0);
             QCOMPARE(steps.front().lossScale, 32768.0);
+            // The store keeps the scale and the skipped steps with every logged step.
+            auto store = RunStore::open(o.storePath);
+            QVERIFY(store.ok());
+            auto run = (*store)->findRun("mixed");
+            QVERIFY(run.ok());
+            auto rows = (*store)->steps(run->id);
+            QVERIFY(rows.ok() && rows->size() == steps.size());
+            for (const auto& row : *rows) {
+                QCOMPARE(row.metrics.at("loss_scale"), 32768.0);
+                QCOMPARE(row.metrics.at("skipped_steps"), 0.0);
+            }
             bool noted = false;
             for (const LogLine& l : r.all<LogLine>())
                 noted = noted || l.text.find("mixed_float16: ") != std::string::npos;

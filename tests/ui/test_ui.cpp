@@ -587,11 +587,21 @@ void TestUi::monitorChartsEveryReplica() {
     b.metrics = {{"loss", 1.25}, {"accuracy", 0.5}};
     b.samplesPerSecond = 3600;
     b.replicas = {replica(1, 1900, 0.040, 0.008, 0.004), replica(0, 1700, 0.080, 0.012, 0.020)};
+    // mixed_float16: the loss scale and the skipped steps (a skip halved the scale).
+    a.lossScale = 32768;
+    b.lossScale = 16384;
+    b.skippedSteps = 1;
     bus.publish(a);
     bus.publish(b);
     QTRY_COMPARE_WITH_TIMEOUT(mon->throughputChart()->pointCount(mon->seriesIndex("tp/1")), 2,
                               5000);
     QCOMPARE(started.count(), 1);
+    ChartWidget* ls = mon->lossScaleChart();
+    QVERIFY(!ls->isHidden());
+    QCOMPARE(ls->pointCount(mon->seriesIndex("ls")), 2);
+    QCOMPARE(ls->point(mon->seriesIndex("ls"), 1), QPointF(0.6, 16384.0));
+    QCOMPARE(ls->pointCount(mon->seriesIndex("skip")), 1);
+    QCOMPARE(ls->point(mon->seriesIndex("skip"), 0), QPointF(0.6, 1.0));
 
     // Throughput: the total and one series per replica, named after its device.
     ChartWidget* tp = mon->throughputChart();
