@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -266,6 +267,10 @@ int train(const TrainArgs& a) {
         printError(project.error());
         return 2;
     }
+    for (const std::string& pass : a.disablePasses)
+        if (std::find(project->disabledPasses.begin(), project->disabledPasses.end(), pass) ==
+            project->disabledPasses.end())
+            project->disabledPasses.push_back(pass);
     opt.runName = a.runName;
     if (a.epochs > 0) opt.epochs = a.epochs;
     if (a.batchSize > 0) opt.batchSize = a.batchSize;
@@ -469,12 +474,17 @@ int devices(bool json) {
     return 0;
 }
 
-int compile(const std::string& path, const std::string& dumpAfter, bool report) {
+int compile(const std::string& path, const std::string& dumpAfter, bool report,
+            const std::vector<std::string>& disablePasses) {
     auto project = openProject(path);
     if (!project.ok()) {
         printError(project.error());
         return 2;
     }
+    for (const std::string& pass : disablePasses)
+        if (std::find(project->disabledPasses.begin(), project->disabledPasses.end(), pass) ==
+            project->disabledPasses.end())
+            project->disabledPasses.push_back(pass);
     if (report) {
         auto r = api::compileReport(*project);
         if (!r.ok()) {

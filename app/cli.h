@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace td {
 class Session;
@@ -19,6 +20,7 @@ struct TrainArgs {
     bool plain = false;   // force plain lines even on a terminal
     std::string resume;   // a stored run (id or name) to continue from its last good checkpoint
     std::string saveModel;  // after a successful run: the trained model as .keras or .onnx
+    std::vector<std::string> disablePasses;  // added to the project's disabled_passes
 };
 
 int train(const TrainArgs& a);
@@ -29,7 +31,8 @@ int deleteRun(const std::string& db, const std::string& run, bool deleteCheckpoi
 int show(const std::string& db, const std::string& run, bool json);
 int devices(bool json);
 // Prints the IR after a pass, or (report) the fusion report of the training step.
-int compile(const std::string& project, const std::string& dumpAfter, bool report = false);
+int compile(const std::string& project, const std::string& dumpAfter, bool report = false,
+            const std::vector<std::string>& disablePasses = {});
 std::string defaultDbPath();
 
 // Model files (cli_model.cpp).

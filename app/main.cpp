@@ -33,6 +33,9 @@ int main(int argc, char** argv) {
     train->add_option("--run-name", ta.runName, "Name of the stored run");
     train->add_option("--db", ta.db, "SQLite run store");
     train->add_flag("--plain", ta.plain, "Plain progress lines even on a terminal");
+    train->add_option("--disable-pass", ta.disablePasses,
+                      "Turn a compiler pass off by name (repeatable; traindeck compile --report "
+                      "lists the fusions)");
     train->add_option("--resume", ta.resume,
                       "Continue a stored run (id or name) from its last good checkpoint");
     train
@@ -77,6 +80,8 @@ int main(int argc, char** argv) {
     compile->add_option("--dump-after", dumpAfter,
                         "Stage to print: forward, autodiff, fusion, fold_casts, "
                         "fuse_act_bias_grad, fuse_elementwise, dce, memory, final, lowered");
+    std::vector<std::string> compDisable;
+    compile->add_option("--disable-pass", compDisable, "Turn a compiler pass off (repeatable)");
     bool compReport = false;
     compile->add_flag("--report", compReport,
                       "Print the fusion report: ops, kernels and bytes per step with and without "
@@ -128,7 +133,7 @@ int main(int argc, char** argv) {
     if (*runs) return td::cli::runs(runsDb, json);
     if (*show) return td::cli::show(showDb, showRun, showJson);
     if (*devices) return td::cli::devices(devJson);
-    if (*compile) return td::cli::compile(compProject, dumpAfter, compReport);
+    if (*compile) return td::cli::compile(compProject, dumpAfter, compReport, compDisable);
     if (*exportCmd) return td::cli::exportModel(ea);
     if (*importCmd) return td::cli::importModel(importModel, importOut, importLike);
     if (*predictCmd) return td::cli::predict(predModel, predInput, predOut, predLabel);

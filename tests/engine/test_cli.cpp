@@ -210,6 +210,13 @@ void TestCli::badInput_data() {
                               << "epochs";
     QTest::newRow("corrupt db") << QStringList{"runs", "--db", project("synthetic_blobs.json")}
                                 << "synthetic_blobs.json";
+    QTest::newRow("unknown pass") << QStringList{"train",          project("synthetic_blobs.json"),
+                                                 "--disable-pass", "fuse_all",
+                                                 "--db",           db}
+                                  << "disabled_passes[0]: unknown pass 'fuse_all'";
+    QTest::newRow("memory pass") << QStringList{"compile", project("synthetic_blobs.json"),
+                                                "--report", "--disable-pass", "memory"}
+                                 << "pass 'memory' cannot be turned off";
 }
 
 void TestCli::badInput() {
