@@ -37,11 +37,12 @@ std::string defaultDbPath();
 
 // Model files (cli_model.cpp).
 struct ExportArgs {
-    std::string source;   // a model file (.keras); a stored run once checkpoints exist
+    std::string source;   // a model file (.keras, .tdckpt), else a stored run (id or name)
     std::string project;  // with weights: the project's model with these weights
     std::string weights;
     std::string format;  // "onnx" | "keras"; empty = from the output's extension
     std::string output;
+    std::string db;  // the run store a run is looked up in (default: the per-user store)
 };
 int exportModel(const ExportArgs& a);
 int importModel(const std::string& model, const std::string& output, const std::string& like);

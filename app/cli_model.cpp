@@ -8,6 +8,7 @@
 
 #include "app/cli.h"
 #include "engine/api/export.h"
+#include "engine/api/runs.h"
 #include "engine/data/pipeline.h"
 #include "engine/io/zip_archive.h"
 
@@ -95,6 +96,49 @@ bool endsInSoftmax(const ModelSpec& m) {
     return last == ActivationKind::Softmax;
 }
 
+// `export RUN`: the stored run's newest good checkpoint (a damaged newer one is skipped, with a
+// warning that says why).
+int exportRun(const ExportArgs& a, ExportFormat format) {
+    const std::string db = a.db.empty() ? defaultDbPath() : a.db;
+    std::error_code ec;
+    if (!std::filesystem::exists(db, ec)) {
+        printError("export: " + a.source + ": no such model file, and no run store at " + db +
+                   " to look a run with that id or name up in" +
+                   (a.db.empty() ? " (--db names one)" : ""));
+        return 2;
+    }
+    auto catalog = api::RunCatalog::open(db);
+    if (!catalog.ok()) {
+        printError(catalog.error());
+        return 2;
+    }
+    auto run = (*catalog)->findRun(a.source);
+    if (!run.ok()) {
+        printError("export: " + a.source + ": no such model file, and " + run.error());
+        return 2;
+    }
+    auto model = loadRunModel(**catalog, run->id);
+    if (!model.ok()) {
+        printError(model.error());
+        return 2;
+    }
+    for (const std::string& note : model->notes)
+        std::fprintf(stderr, "traindeck: warning: run %lld: %s\n",
+                     static_cast<long long>(model->runId), note.c_str());
+    if (Status st = td::exportModel(model->model.weights, format, a.output); !st.ok()) {
+        printError(st.error());
+        return 1;
+    }
+    const LoadedModel& m = model->model;
+    const std::string when = m.stepInEpoch == 0 ? "after epoch " + std::to_string(m.epoch)
+                                                : "in epoch " + std::to_string(m.epoch + 1);
+    std::printf("Exported run %lld (%s) to %s (%s) from checkpoint %s (%s, global step %lld)\n",
+                static_cast<long long>(model->runId), model->runName.c_str(), a.output.c_str(),
+                exportFormatName(format), model->checkpointPath.c_str(), when.c_str(),
+                static_cast<long long>(m.globalStep));
+    return 0;
+}
+
 }  // namespace
 
 int exportModel(const ExportArgs& a) {
@@ -106,7 +150,9 @@ int exportModel(const ExportArgs& a) {
     Result<ModelWeights> weights = err("");
     if (!a.project.empty() || !a.weights.empty()) {
         if (a.project.empty() || a.weights.empty() || !a.source.empty()) {
-            printError("export: give a model file, or --project with --weights");
+            printError(
+                "export: give a model file or a stored run (id or name), or --project with "
+                "--weights");
             return 2;
         }
         auto project = loadProject(a.project);
@@ -115,17 +161,20 @@ int exportModel(const ExportArgs& a) {
             return 2;
         }
         weights = projectModelWeights(*project, a.weights);
-    } else if (!a.source.empty()) {
-        // `export RUN` resolves a stored run's checkpoint to a model file here once runs have
-        // checkpoints; today the source is a model file.
+    } else if (std::error_code ec;
+               !a.source.empty() && std::filesystem::is_regular_file(a.source, ec)) {
+        // A model file: .keras or a checkpoint, told apart by content.
         auto model = loadModelFile(a.source);
         if (!model.ok()) {
             printError(model.error());
             return 2;
         }
         weights = std::move(model->weights);
+    } else if (!a.source.empty()) {
+        return exportRun(a, *format);
     } else {
-        printError("export: give a model file, or --project with --weights");
+        printError(
+            "export: give a model file or a stored run (id or name), or --project with --weights");
         return 2;
     }
     if (!weights.ok()) {

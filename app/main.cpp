@@ -90,12 +90,15 @@ int main(int argc, char** argv) {
     td::cli::ExportArgs ea;
     auto* exportCmd = app.add_subcommand(
         "export", "Export a model with its weights as ONNX or a Keras 3 .keras file");
-    exportCmd->add_option("model", ea.source, "Model file (.keras)");
+    exportCmd->add_option("model", ea.source,
+                          "Model file (.keras, .tdckpt), or a stored run (id or name): its "
+                          "latest good checkpoint");
     exportCmd->add_option("--project", ea.project,
                           "Project whose model to export (with --weights)");
     exportCmd->add_option("--weights", ea.weights, "Weights for the project's model (.keras)");
     exportCmd->add_option("--format", ea.format, "onnx or keras (default: from -o's extension)");
     exportCmd->add_option("-o,--output", ea.output, "Output file")->required();
+    exportCmd->add_option("--db", ea.db, "SQLite run store a run is looked up in");
 
     std::string importModel, importOut, importLike;
     auto* importCmd =
@@ -108,7 +111,8 @@ int main(int argc, char** argv) {
     std::string predModel, predInput, predOut, predLabel = "label";
     auto* predictCmd =
         app.add_subcommand("predict", "Predictions of a model file on IDX, CSV or NPY input");
-    predictCmd->add_option("model", predModel, "Model file (.keras)")->required();
+    predictCmd->add_option("model", predModel, "Model file (.keras, or a checkpoint .tdckpt)")
+        ->required();
     predictCmd->add_option("input", predInput, "Samples: .npy, .csv, or IDX (raw or .gz)")
         ->required();
     predictCmd->add_option("-o,--output", predOut, "Write predictions to a .csv or .npy file");

@@ -78,6 +78,17 @@ MainWindow::MainWindow(QWidget* parent)
         tabs_->setCurrentIndex(MonitorTab);
         runs_->resume(id, runsPanel_->databasePath());
     });
+    connect(
+        runsPanel_, &RunsPanel::modelExported, this,
+        [this](int64_t id, const QString& path, const QString& checkpoint, const QString& error) {
+            if (error.isEmpty())
+                statusBar()->showMessage(tr("Exported run #%1's model to %2 (from %3)")
+                                             .arg(id)
+                                             .arg(path, QFileInfo(checkpoint).fileName()),
+                                         10000);
+            else
+                statusBar()->showMessage(error, 10000);
+        });
     connect(runs_, &RunController::runFinished, this, [this](const td::RunFinished& r) {
         runsPanel_->refresh();
         latencyLabel_->setText(runs_->latencyProbe()->report());
@@ -385,6 +396,11 @@ bool MainWindow::importKerasModel(const QString& kerasPath, QString* error) {
                                  .arg(QFileInfo(kerasPath).fileName()),
                              10000);
     return true;
+}
+
+void MainWindow::setInteractive(bool on) {
+    interactive_ = on;
+    runsPanel_->setInteractive(on);
 }
 
 bool MainWindow::exportModelFile(const QString& weightsPath, const QString& outputPath,

@@ -37,7 +37,7 @@ class MainWindow : public QMainWindow {
     QTabWidget* tabs() const { return tabs_; }
 
     // Dialogs (unsaved changes, stop the run?) are skipped when not interactive (tests, scripts).
-    void setInteractive(bool on) { interactive_ = on; }
+    void setInteractive(bool on);
 
     bool openDatabase(const QString& path, QString* error = nullptr);
     bool openProject(const QString& path, QString* error = nullptr);

@@ -6,6 +6,7 @@
 #include <QDialogButtonBox>
 #include <QFile>
 #include <QFileDialog>
+#include <QFileInfo>
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QInputDialog>
@@ -21,6 +22,7 @@
 #include <QTimer>
 #include <QVBoxLayout>
 
+#include "engine/api/export.h"
 #include "ui/async.h"
 #include "ui/chart_widget.h"
 #include "ui/config_diff.h"
@@ -182,6 +184,8 @@ RunsPanel::RunsPanel(QWidget* parent)
         tr("Continue the selected stopped, interrupted or failed run from its last good "
            "checkpoint."));
     export_ = new QPushButton(tr("Export CSV…"));
+    exportModel_ = new QPushButton(tr("Export model…"));
+    exportModel_->setObjectName("exportModel");
     diff_ = new QPushButton(tr("Compare configs…"));
     diff_->setToolTip(tr("Select exactly two runs to compare their configurations."));
     connect(rename_, &QPushButton::clicked, this, &RunsPanel::renameSelected);
@@ -189,9 +193,10 @@ RunsPanel::RunsPanel(QWidget* parent)
     connect(delete_, &QPushButton::clicked, this, &RunsPanel::deleteSelected);
     connect(resume_, &QPushButton::clicked, this, &RunsPanel::resumeSelected);
     connect(export_, &QPushButton::clicked, this, &RunsPanel::exportSelected);
+    connect(exportModel_, &QPushButton::clicked, this, &RunsPanel::exportModelSelected);
     connect(diff_, &QPushButton::clicked, this, &RunsPanel::diffSelected);
     auto* buttons = new QHBoxLayout;
-    for (QPushButton* b : {rename_, notes_, delete_, resume_, export_, diff_})
+    for (QPushButton* b : {rename_, notes_, delete_, resume_, export_, exportModel_, diff_})
         buttons->addWidget(b);
     buttons->addStretch(1);
     buttons->addWidget(new QLabel(tr("Overlay metric:")));
@@ -396,6 +401,49 @@ void RunsPanel::updateButtons() {
     resume_->setEnabled(one && (one->status == "stopped" || one->status == "interrupted" ||
                                 one->status == "failed"));
     diff_->setEnabled(n == 2);
+
+    // Export model: offered when the store knows a checkpoint file of the run. The store is asked
+    // on the worker when the selection, the run's status or its last write changes.
+    if (!one || !catalog_) {
+        exportModel_->setEnabled(false);
+        exportModel_->setToolTip(
+            tr("Select one run to export its model (ONNX or Keras 3) with the weights of its "
+               "latest good checkpoint."));
+        return;
+    }
+    const std::string run = std::to_string(dbGeneration_) + ":" + std::to_string(one->id);
+    const std::string key = run + ":" + one->status + ":" + std::to_string(one->updatedAtMs);
+    if (key != modelCheckedKey_ && key != modelPendingKey_) checkModelAvailable(one->id, key);
+    if (modelCheckedRun_ != run) {
+        exportModel_->setEnabled(false);
+        exportModel_->setToolTip(tr("Looking for run #%1's checkpoints…").arg(one->id));
+    } else if (!modelUnavailable_.isEmpty()) {
+        exportModel_->setEnabled(false);
+        exportModel_->setToolTip(modelUnavailable_);
+    } else {
+        exportModel_->setEnabled(true);
+        exportModel_->setToolTip(
+            tr("Export run #%1's model with the weights of its latest good checkpoint, as ONNX "
+               "(.onnx) or Keras 3 (.keras) by the file's extension.")
+                .arg(one->id));
+    }
+}
+
+void RunsPanel::checkModelAvailable(int64_t id, const std::string& key) {
+    modelPendingKey_ = key;
+    const int generation = dbGeneration_;
+    worker_->post([store = catalog_, id] { return td::runModelUnavailable(*store, id); },
+                  [this, id, key, generation](td::Result<std::string> why) {
+                      if (modelPendingKey_ == key) modelPendingKey_.clear();
+                      if (generation != dbGeneration_) return;
+                      modelCheckedKey_ = key;
+                      modelCheckedRun_ = std::to_string(generation) + ":" + std::to_string(id);
+                      modelUnavailable_ = why ? QString::fromStdString(why.value())
+                                              : tr("Cannot look for run #%1's checkpoints: %2")
+                                                    .arg(id)
+                                                    .arg(QString::fromStdString(why.error()));
+                      updateButtons();
+                  });
 }
 
 void RunsPanel::rebuildOverlays() {
@@ -547,11 +595,56 @@ void RunsPanel::exportSelected() {
     QString suggested =
         QString("run_%1_%2.csv").arg(ids[0]).arg(r ? QString::fromStdString(r->name) : QString());
     suggested.replace(QRegularExpression("[^A-Za-z0-9_.-]"), "_");
-    QString path = QFileDialog::getSaveFileName(this, tr("Export run metrics"), suggested,
-                                                tr("CSV files (*.csv)"));
+    QString path = saveFileName(tr("Export run metrics"), suggested, tr("CSV files (*.csv)"));
     if (path.isEmpty()) return;
     QString error;
     if (!exportCsv(ids[0], path, &error)) showError(tr("Export CSV"), error);
+}
+
+void RunsPanel::exportModel(int64_t id, const QString& path) {
+    auto fail = [this, id, path](const QString& error) {
+        showError(tr("Export model"), error);
+        emit modelExported(id, path, QString(), error);
+    };
+    if (!catalog_) return fail(tr("No run database is open."));
+    const bool onnx = path.endsWith(".onnx", Qt::CaseInsensitive);
+    if (!onnx && !path.endsWith(".keras", Qt::CaseInsensitive))
+        return fail(tr("%1: expected a .onnx or .keras file").arg(path));
+    const td::ExportFormat format = onnx ? td::ExportFormat::Onnx : td::ExportFormat::Keras;
+    // The checkpoint is read and the file written on the worker, like every read of the store.
+    worker_->post(
+        [store = catalog_, id, format, out = path.toStdString()] {
+            return td::exportRunModel(*store, id, format, out);
+        },
+        [id, path, fail, this](td::Result<td::RunModel> done) {
+            if (!done) return fail(QString::fromStdString(done.error()));
+            emit modelExported(id, path, QString::fromStdString(done->checkpointPath), QString());
+        });
+}
+
+void RunsPanel::exportModelSelected() {
+    auto ids = selectedRunIds();
+    if (ids.size() != 1) return;
+    const td::RunRecord* r = model_->runById(ids[0]);
+    QString suggested =
+        QString("run_%1_%2.keras").arg(ids[0]).arg(r ? QString::fromStdString(r->name) : QString());
+    suggested.replace(QRegularExpression("[^A-Za-z0-9_.-]"), "_");
+    const QString path = saveFileName(tr("Export the model of run #%1").arg(ids[0]), suggested,
+                                      tr("Keras 3 (*.keras);;ONNX (*.onnx)"));
+    if (!path.isEmpty()) exportModel(ids[0], path);
+}
+
+QString RunsPanel::saveFileName(const QString& title, const QString& suggested,
+                                const QString& filter) {
+    if (chooseSaveFile_) return chooseSaveFile_(title, suggested, filter);
+    QString chosenFilter;
+    QString path = QFileDialog::getSaveFileName(this, title, suggested, filter, &chosenFilter);
+    // A name typed without an extension takes the chosen filter's ("Keras 3 (*.keras)").
+    static const QRegularExpression extension(R"(\*(\.[A-Za-z0-9]+))");
+    const auto m = extension.match(chosenFilter);
+    if (!path.isEmpty() && QFileInfo(path).suffix().isEmpty() && m.hasMatch())
+        path += m.captured(1);
+    return path;
 }
 
 void RunsPanel::diffSelected() {
@@ -619,7 +712,7 @@ void RunsPanel::showDiff(const td::RunRecord& a, const td::RunRecord& b) {
 }
 
 void RunsPanel::showError(const QString& what, const QString& message) {
-    QMessageBox::warning(this, what, message);
+    if (interactive_) QMessageBox::warning(this, what, message);
 }
 
 }  // namespace td::ui

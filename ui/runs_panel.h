@@ -1,12 +1,14 @@
 // Runs panel: the stored runs of one SQLite database (the same store the CLI writes), with filter
-// and sort, overlaid curves of the selected runs, rename / notes / delete / CSV export, and a
-// side-by-side diff of two runs' configurations. Polls the store once a second so runs that the
+// and sort, overlaid curves of the selected runs, rename / notes / delete / CSV export, export of a
+// run's model (ONNX or .keras, from its latest good checkpoint), and a side-by-side diff of two
+// runs' configurations. Polls the store once a second so runs that the
 // headless trainer is writing right now appear and grow live. Every read of the store runs on the
 // panel's worker thread; the GUI thread only applies what changed (RunsFeed) and writes the user's
 // edits (rename, notes, delete).
 #pragma once
 
 #include <QWidget>
+#include <functional>
 #include <map>
 #include <memory>
 
@@ -58,6 +60,19 @@ class RunsPanel : public QWidget {
     // deleteCheckpoints: the run's checkpoint files go too.
     bool deleteRun(int64_t id, bool deleteCheckpoints = false);
     bool exportCsv(int64_t id, const QString& path, QString* error);
+    // The run's model with the weights of its latest good checkpoint, as ONNX or .keras by the
+    // extension of `path`; done on the panel's worker, then modelExported says how it went.
+    void exportModel(int64_t id, const QString& path);
+    QPushButton* exportModelButton() const { return exportModel_; }
+
+    // Errors are shown in a message box unless not interactive (tests, scripts); the calls still
+    // return them.
+    void setInteractive(bool on) { interactive_ = on; }
+    // Asks for the output file of an export instead of QFileDialog::getSaveFileName (tests drive
+    // the buttons with it): (title, suggested file name, filter) -> path, empty to cancel.
+    using SaveFileChooser = std::function<QString(const QString& title, const QString& suggested,
+                                                  const QString& filter)>;
+    void setSaveFileChooser(SaveFileChooser chooser) { chooseSaveFile_ = std::move(chooser); }
 
   signals:
     void databaseChanged(const QString& path);
@@ -65,6 +80,9 @@ class RunsPanel : public QWidget {
     void resumeRequested(int64_t runId);
     // A look at the store was applied to the model and the overlays.
     void refreshed();
+    // exportModel() finished: `error` is empty when `path` was written, from `checkpoint`.
+    void modelExported(int64_t runId, const QString& path, const QString& checkpoint,
+                       const QString& error);
 
   private:
     struct Overlay {
@@ -88,6 +106,10 @@ class RunsPanel : public QWidget {
     void deleteSelected();
     void resumeSelected();
     void exportSelected();
+    void exportModelSelected();
+    // Asks the worker whether the selected run has a checkpoint to export (Export model's state).
+    void checkModelAvailable(int64_t id, const std::string& key);
+    QString saveFileName(const QString& title, const QString& suggested, const QString& filter);
     void diffSelected();
     void showDiff(const td::RunRecord& a, const td::RunRecord& b);
     void showError(const QString& what, const QString& message);
@@ -112,12 +134,19 @@ class RunsPanel : public QWidget {
     QPushButton* delete_;
     QPushButton* resume_;
     QPushButton* export_;
+    QPushButton* exportModel_;
     QPushButton* diff_;
     ChartWidget* stepChart_;
     ChartWidget* epochChart_;
     QTimer* poll_;
     std::map<int64_t, Overlay> overlays_;
     std::vector<int64_t> watchNext_;  // resumed runs for the feed to follow from the next look
+    // Export model's state: the run (and its status and last write) the answer is for, the key
+    // of the check in progress, and why that run has no model ("" when it has a checkpoint).
+    std::string modelCheckedKey_, modelPendingKey_, modelCheckedRun_;
+    QString modelUnavailable_;
+    bool interactive_ = true;
+    SaveFileChooser chooseSaveFile_;
     std::unique_ptr<SerialWorker> worker_;  // last member: destroyed (joined) first
 };
 

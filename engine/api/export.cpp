@@ -6,6 +6,7 @@
 
 #include "engine/io/keras_archive.h"
 #include "engine/io/onnx_export.h"
+#include "engine/train/checkpoint.h"
 
 namespace td {
 
@@ -28,6 +29,56 @@ LossConfig lossForOutput(const ModelSpec& model, const Shape& out) {
         loss.name = "mean_squared_error";
     }
     return loss;
+}
+
+// A checkpoint as a model: its weights, checked against its project's model, and that project.
+Result<LoadedModel> loadCheckpointModel(const std::string& path) {
+    TD_ASSIGN_OR_RETURN(CheckpointModel c, readCheckpointModel(path));
+    TD_ASSIGN_OR_RETURN(Project project, parseProject(c.projectJson, path));
+    LoadedModel m;
+    m.weights.model = std::move(c.model);
+    for (NamedTensor& t : c.weights) m.weights.params[t.name] = std::move(t.value);
+    m.project = std::move(project);
+    m.kind = "checkpoint";
+    m.runId = c.runId;
+    m.globalStep = c.globalStep;
+    m.epoch = c.epoch;
+    m.stepInEpoch = c.stepInEpoch;
+    return m;
+}
+
+std::string runLabel(const api::RunCatalog& catalog, const RunRecord& run) {
+    return "run " + std::to_string(run.id) + " ('" + run.name + "') in " + catalog.path();
+}
+
+// Why a run has no checkpoint to export, or empty when one of its registered files is there.
+// `rows` are the run's registered checkpoints, newest first.
+std::string noCheckpointReason(const api::RunCatalog& catalog, const RunRecord& run,
+                               const std::vector<CheckpointRow>& rows) {
+    if (rows.empty()) {
+        if (run.status == "running")
+            return runLabel(catalog, run) +
+                   " has no checkpoint yet: it is running and writes its first one at the end of "
+                   "its first epoch";
+        const nlohmann::json p = nlohmann::json::parse(run.projectJson, nullptr, false);
+        const nlohmann::json* training =
+            p.is_object() && p.contains("training") ? &p["training"] : nullptr;
+        if (training && training->is_object() && training->contains("run_checkpoints") &&
+            (*training)["run_checkpoints"] == false)
+            return runLabel(catalog, run) +
+                   " has no checkpoint: its project had training.run_checkpoints off";
+        return runLabel(catalog, run) +
+               " has no checkpoint: it ended before its first one (written at each epoch's end "
+               "and when a run is stopped), or its checkpoints were deleted";
+    }
+    for (const CheckpointRow& r : rows) {
+        std::error_code ec;
+        if (fs::exists(r.path, ec) || ec) return "";
+    }
+    return runLabel(catalog, run) + " has no checkpoint file left: its " +
+           std::to_string(rows.size()) + " registered checkpoint" +
+           (rows.size() == 1 ? " was" : "s were") + " deleted (" + rows.front().path +
+           " is missing)";
 }
 
 }  // namespace
@@ -81,12 +132,13 @@ Result<LoadedModel> loadModelFile(const std::string& path) {
         std::error_code ec;
         return err(path + ": " + (fs::exists(path, ec) ? "cannot open" : "no such file"));
     }
-    char magic[4] = {};
-    in.read(magic, 4);
+    char magic[8] = {};
+    in.read(magic, 8);
+    const auto got = static_cast<size_t>(in.gcount());
+    // A TrainDeck checkpoint: the model of the run's project with the checkpoint's weights.
+    if (hasCheckpointMagic(std::string_view(magic, got))) return loadCheckpointModel(path);
     // A zip archive (local file header, or the end record of an empty one): a .keras file.
-    // A TrainDeck checkpoint reader variables in here: its own magic -> LoadedModel with the run's
-    // project and weights (kind "checkpoint").
-    if (in.gcount() == 4 && magic[0] == 'P' && magic[1] == 'K' &&
+    if (got >= 4 && magic[0] == 'P' && magic[1] == 'K' &&
         ((magic[2] == 3 && magic[3] == 4) || (magic[2] == 5 && magic[3] == 6))) {
         TD_ASSIGN_OR_RETURN(KerasArchive a, loadKerasArchive(path));
         LoadedModel m;
@@ -95,7 +147,9 @@ Result<LoadedModel> loadModelFile(const std::string& path) {
         m.warnings = std::move(a.warnings);
         return m;
     }
-    return err(path + ": not a model file TrainDeck reads (expected a Keras 3 .keras archive)");
+    return err(path +
+               ": not a model file TrainDeck reads (expected a Keras 3 .keras archive or a "
+               "TrainDeck checkpoint .tdckpt)");
 }
 
 Result<Tensor> predictWithModel(const LoadedModel& model, const Tensor& xIn) {
@@ -187,6 +241,56 @@ Result<ImportedProject> importKerasModel(const std::string& kerasPath, const Pro
         }
     }
     return out;
+}
+
+Result<RunModel> loadRunModel(api::RunCatalog& catalog, int64_t runId) {
+    TD_ASSIGN_OR_RETURN(RunRecord run, catalog.run(runId));
+    // A running run replaces its checkpoints as it goes: a file chosen a moment ago may be gone
+    // by the time it is opened, and the next look finds its successor.
+    for (int attempt = 0;; ++attempt) {
+        TD_ASSIGN_OR_RETURN(std::vector<CheckpointRow> rows, catalog.checkpoints(runId));
+        if (std::string why = noCheckpointReason(catalog, run, rows); !why.empty()) return err(why);
+        auto path = api::latestCheckpointForRun(catalog.path(), runId);
+        if (!path.ok()) return err(path.error());
+        auto model = loadModelFile(*path);
+        std::error_code ec;
+        if (!model.ok() && attempt < 2 && !fs::exists(*path, ec)) continue;
+        if (!model.ok()) return err(runLabel(catalog, run) + ": " + model.error());
+        RunModel out;
+        out.runId = run.id;
+        out.runName = run.name;
+        out.checkpointPath = *path;
+        out.model = std::move(model).value();
+        for (const CheckpointRow& r : rows) {
+            if (r.path == *path) break;
+            auto skipped = readCheckpointModel(r.path);
+            std::string why =
+                !skipped.ok() ? skipped.error()
+                : skipped->runId != runId
+                    ? r.path + ": it belongs to run " + std::to_string(skipped->runId)
+                    : r.path + " (it could not be read when the checkpoint was chosen)";
+            out.notes.push_back("skipped the newer checkpoint " + why);
+        }
+        return out;
+    }
+}
+
+Result<std::string> runModelUnavailable(api::RunCatalog& catalog, int64_t runId) {
+    TD_ASSIGN_OR_RETURN(std::vector<CheckpointRow> rows, catalog.checkpoints(runId));
+    for (const CheckpointRow& r : rows) {
+        std::error_code ec;
+        if (fs::exists(r.path, ec) || ec) return std::string();
+    }
+    // The run's documents are read only to say why it has none.
+    TD_ASSIGN_OR_RETURN(RunRecord run, catalog.run(runId));
+    return noCheckpointReason(catalog, run, rows);
+}
+
+Result<RunModel> exportRunModel(api::RunCatalog& catalog, int64_t runId, ExportFormat format,
+                                const std::string& path) {
+    TD_ASSIGN_OR_RETURN(RunModel m, loadRunModel(catalog, runId));
+    TD_RETURN_IF_ERROR(exportModel(m.model.weights, format, path));
+    return m;
 }
 
 }  // namespace td

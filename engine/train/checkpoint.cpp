@@ -453,7 +453,13 @@ Result<CheckpointModel> readCheckpointModel(const std::string& path) {
     m.globalStep = s.globalStep;
     m.epoch = s.epoch;
     m.stepInEpoch = s.stepInEpoch;
+    m.projectJson = std::move(s.projectJson);
     return m;
+}
+
+bool hasCheckpointMagic(std::string_view firstBytes) {
+    return firstBytes.size() >= sizeof kMagic &&
+           std::memcmp(firstBytes.data(), kMagic, sizeof kMagic) == 0;
 }
 
 std::string runCheckpointDir(const std::string& storePath, int64_t runId) {

@@ -98,11 +98,16 @@ struct CheckpointModel {
     int64_t globalStep = 0;
     int epoch = 0;  // epochs completed when stepInEpoch is 0
     int64_t stepInEpoch = 0;
+    std::string projectJson;  // the project the weights were trained with (checkpointProject)
 };
 
 // Stable for exporters: reads a checkpoint (readCheckpoint's checks), parses its project and
 // checks that the weights are the model's parameters by name and shape. Errors name the file.
 Result<CheckpointModel> readCheckpointModel(const std::string& path);
+
+// Whether a file's first bytes are a checkpoint's magic (at least 8 bytes), so a reader can tell
+// a checkpoint by its content, whatever its name.
+bool hasCheckpointMagic(std::string_view firstBytes);
 
 // The project stored in a checkpoint, parsed (errors name the file).
 Result<Project> checkpointProject(const std::string& path, const CheckpointState& state);

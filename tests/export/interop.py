@@ -12,6 +12,8 @@
    rate of 1e-7 ends next to them) and trains further (a normal run lowers Keras' own loss on the
    training data); the trained model, saved with --save-model, loads in Keras and in ONNX Runtime
    (exported) with TrainDeck's predictions.
+4. `traindeck export RUN` of that stored run (its latest checkpoint): ONNX Runtime and Keras
+   predict what TrainDeck does, and so does `traindeck predict` on the checkpoint file itself.
 Tolerance: relative 1e-4 (absolute 1e-6), and equal arg max per row.
 """
 import gzip
@@ -185,7 +187,8 @@ drift = max(float(np.abs(a - b).max()) for a, b in zip(start, after))
 check(len(start) == len(after) and 0 < drift < 1e-4,
       f"training starts from the imported weights (largest change {drift:.3g} at learning rate 1e-7)")
 
-traindeck("train", "proj.json", "--db", "runs.db", "--plain", "--save-model", "trained.keras")
+traindeck("train", "proj.json", "--db", "runs.db", "--plain", "--run-name", "trained", "--save-model",
+          "trained.keras")
 trained = keras.saving.load_model("trained.keras")
 loss = keras.losses.SparseCategoricalCrossentropy()
 before = float(loss(y_train, mlp.predict(x_train, verbose=0)))
@@ -199,6 +202,18 @@ traindeck("export", "--project", "proj.json", "--weights", "trained.keras", "-o"
 close(onnx_check_and_run("trained_p.onnx", x), td,
       "trained model via export --project --weights: ONNX Runtime == traindeck predict")
 onnx_check_and_run("trained.onnx", x)
+
+# ---- 4: a stored run's model: export RUN (its latest checkpoint), predict on the checkpoint ------
+traindeck("export", "trained", "--db", "runs.db", "-o", "run.onnx")
+close(onnx_check_and_run("run.onnx", x), td,
+      "stored run via export RUN: ONNX Runtime == traindeck predict (its --save-model file)")
+traindeck("export", "trained", "--db", "runs.db", "--format", "keras", "-o", "run.keras")
+close(keras.saving.load_model("run.keras").predict(x, verbose=0), td,
+      "stored run via export RUN: keras.saving.load_model == traindeck predict")
+run_dir = "checkpoints/run-2"  # tiny.json's run is 1, the "trained" run 2
+newest = max(os.listdir(run_dir), key=lambda n: int(n.split("-")[-1].split(".")[0]))
+close(td_predict(os.path.join(run_dir, newest), "x.npy", "ckpt_pred.npy"), td,
+      f"traindeck predict on the run's checkpoint {newest} == on its --save-model file")
 
 if failures:
     print(f"{len(failures)} check(s) failed")

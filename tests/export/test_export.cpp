@@ -1,7 +1,8 @@
 // Export and import (engine/io: zip_archive, keras_weights_h5, keras_archive, onnx_export;
 // engine/api/export.h): the zip and HDF5 layers, .keras round trips (equal model, equal weights,
 // equal predictions), the ONNX file read back field by field, initial weights through a project
-// and a Session, and the errors for damaged or mismatched files.
+// and a Session, a stored run's model (export RUN, predict on its checkpoint) and the errors for
+// damaged or mismatched files and runs without checkpoints.
 #include <zlib.h>
 
 #include <QProcess>
@@ -19,6 +20,7 @@
 #include "engine/io/keras_weights_h5.h"
 #include "engine/io/onnx_export.h"
 #include "engine/io/zip_archive.h"
+#include "engine/train/checkpoint.h"
 
 using namespace td;
 namespace fs = std::filesystem;
@@ -303,6 +305,30 @@ Run traindeck(const QStringList& args) {
     r.out = p.readAllStandardOutput().toStdString();
     r.err = p.readAllStandardError().toStdString();
     return r;
+}
+
+// Largest absolute difference of two equally shaped f32 tensors (infinity when the shapes differ).
+double maxAbsDiff(const Tensor& a, const Tensor& b) {
+    if (a.shape() != b.shape()) return INFINITY;
+    double d = 0;
+    for (int64_t i = 0; i < a.size(); ++i)
+        d = std::max(d, std::abs(double(a.data<float>()[i]) - double(b.data<float>()[i])));
+    return d;
+}
+
+// projects/csv_iris_like.json for a short run in a test: its data paths absolute, `epochs`
+// epochs, no callbacks (the trained weights are the last epoch's), run checkpoints on or off.
+std::string irisProjectJson(int epochs, bool runCheckpoints) {
+    const std::string src = std::string(TRAINDECK_SOURCE_DIR) + "/projects/";
+    std::ifstream in(src + "csv_iris_like.json");
+    nlohmann::json j = nlohmann::json::parse(in);
+    j["data"]["source"]["train"] = src + "data/iris_like_train.csv";
+    j["data"]["source"]["test"] = src + "data/iris_like_test.csv";
+    j["training"]["epochs"] = epochs;
+    j["training"]["callbacks"] = nlohmann::json::array();
+    j["training"]["evaluate_test"] = false;
+    j["training"]["run_checkpoints"] = runCheckpoints;
+    return j.dump(2);
 }
 
 }  // namespace
@@ -859,7 +885,7 @@ class TestExport : public QObject {
         expectError({"export", d + "/cli.keras", "--format", "tflite", "-o", d + "/m.x"}, 2,
                     "unknown export format 'tflite' (expected onnx or keras)");
         expectError({"export", "-o", d + "/m.onnx"}, 2,
-                    "give a model file, or --project with --weights");
+                    "give a model file or a stored run (id or name), or --project with --weights");
 
         // export --project --weights: the project's model must match the weights.
         Project p;
@@ -873,6 +899,164 @@ class TestExport : public QObject {
         Run t = traindeck({"train", d + "/shaped.json", "--save-model", d + "/out.h5"});
         QVERIFY(t.code != 0);
         QVERIFY2(t.err.find("expected a .keras or .onnx file") != std::string::npos, t.err.c_str());
+    }
+
+    // A stored run's model: trained into a store, `export RUN` (by name or id) writes the weights
+    // of its latest checkpoint, and `predict` on that checkpoint (the project's normalize step
+    // applied to raw CSV rows) and on the exported .keras (input normalized by hand: a .keras
+    // model has no map steps) predict what Session::predict of the trained session does.
+    void runExportAndCheckpointPredict() {
+        const QString d = q(dir_);
+        const std::string db = dir_ + "/runs/runs.db";
+        fs::create_directories(dir_ + "/runs");
+        writeBytes(dir_ + "/iris.json", irisProjectJson(3, true));
+        writeBytes(dir_ + "/iris_off.json", irisProjectJson(1, false));
+        auto project = loadProject(dir_ + "/iris.json");
+        TD_VERIFY_OK(project);
+        const std::string testCsv =
+            std::string(TRAINDECK_SOURCE_DIR) + "/projects/data/iris_like_test.csv";
+        auto csv = readCsv(testCsv, "label");
+        TD_VERIFY_OK(csv);
+        const Tensor& x = csv->x;  // raw features, [60, 4]
+
+        SessionOptions opt;
+        opt.storePath = db;
+        opt.runName = "iris";
+        auto session = Session::create(*project, opt);
+        TD_VERIFY_OK(session);
+        QVERIFY((*session)->fit().ok());
+        const int64_t runId = (*session)->runId();
+        auto expected = (*session)->predict(x);
+        TD_VERIFY_OK(expected);
+        QCOMPARE(expected->shape(), (Shape{60, 3}));
+
+        // The checkpoint the store has for the run's end: `predict` on it takes raw rows.
+        auto catalog = api::RunCatalog::open(db);
+        TD_VERIFY_OK(catalog);
+        auto rows = (*catalog)->checkpoints(runId);
+        TD_VERIFY_OK(rows);
+        QCOMPARE(rows->size(), size_t(2));  // the run's own: the last two epochs' ends
+        const std::string ckpt = rows->front().path;
+        QVERIFY(QString::fromStdString(ckpt).endsWith(".tdckpt"));
+        auto unavailable = runModelUnavailable(**catalog, runId);
+        TD_VERIFY_OK(unavailable);
+        QCOMPARE(*unavailable, std::string());
+        Run r = traindeck({"predict", q(ckpt), q(testCsv), "-o", d + "/ckpt_pred.npy"});
+        QVERIFY2(r.code == 0, r.err.c_str());
+        auto fromCkpt = readNpy(dir_ + "/ckpt_pred.npy");
+        TD_VERIFY_OK(fromCkpt);
+        QVERIFY2(maxAbsDiff(*fromCkpt, *expected) < 2e-6,
+                 qPrintable(q("checkpoint predict differs by " +
+                              std::to_string(maxAbsDiff(*fromCkpt, *expected)))));
+        // By content, not by name: the same checkpoint under another name reads the same.
+        fs::copy_file(ckpt, dir_ + "/renamed.bin", fs::copy_options::overwrite_existing);
+        r = traindeck({"predict", d + "/renamed.bin", q(testCsv), "-o", d + "/renamed.npy"});
+        QVERIFY2(r.code == 0, r.err.c_str());
+        QVERIFY(sameBits(*readNpy(dir_ + "/renamed.npy"), *fromCkpt));
+
+        // export RUN by name to .keras, by id to .onnx.
+        r = traindeck({"export", "iris", "--db", q(db), "-o", d + "/run.keras"});
+        QVERIFY2(r.code == 0, r.err.c_str());
+        QVERIFY2(r.out.find("Exported run " + std::to_string(runId) + " (iris)") == 0 &&
+                     r.out.find(ckpt) != std::string::npos &&
+                     r.out.find("after epoch 3") != std::string::npos,
+                 r.out.c_str());
+        r = traindeck({"export", q(std::to_string(runId)), "--db", q(db), "--format", "onnx", "-o",
+                       d + "/run.onnx"});
+        QVERIFY2(r.code == 0, r.err.c_str());
+        auto trained = sessionModelWeights(**session);
+        TD_VERIFY_OK(trained);
+        auto onnxBytes = readWholeFile(dir_ + "/run.onnx", 1 << 20);
+        TD_VERIFY_OK(onnxBytes);
+        QVERIFY(*onnxBytes == *onnxModelBytes(*trained));
+        auto keras = loadKerasArchive(dir_ + "/run.keras");
+        TD_VERIFY_OK(keras);
+        for (const auto& [name, t] : trained->params)
+            QVERIFY2(sameBits(keras->weights.params.at(name), t), name.c_str());
+
+        // The exported .keras on normalized input (the project's step: (x - 4.0) / 1.9).
+        Tensor xn(DType::F32, x.shape());
+        for (int64_t i = 0; i < x.size(); ++i)
+            xn.data<float>()[i] = (x.data<float>()[i] - 4.0f) / 1.9f;
+        writeNpy(dir_ + "/xn.npy", xn);
+        r = traindeck({"predict", d + "/run.keras", d + "/xn.npy", "-o", d + "/keras_pred.npy"});
+        QVERIFY2(r.code == 0, r.err.c_str());
+        auto fromKeras = readNpy(dir_ + "/keras_pred.npy");
+        TD_VERIFY_OK(fromKeras);
+        QVERIFY2(maxAbsDiff(*fromKeras, *expected) < 2e-6,
+                 qPrintable(q("exported .keras predict differs by " +
+                              std::to_string(maxAbsDiff(*fromKeras, *expected)))));
+
+        auto expectError = [&](const QStringList& args, int code, const std::string& fragment) {
+            Run e = traindeck(args);
+            QVERIFY2(e.code == code,
+                     qPrintable(q("exit " + std::to_string(e.code) + ": " + e.err)));
+            QVERIFY2(e.err.find(fragment) != std::string::npos, qPrintable(q(e.err)));
+        };
+        // Unknown run, a store that is not there, a run without checkpoints.
+        expectError({"export", "nosuch", "--db", q(db), "-o", d + "/x.onnx"}, 2,
+                    "export: nosuch: no such model file, and no run 'nosuch' in " + db);
+        expectError({"export", "iris", "--db", d + "/none/runs.db", "-o", d + "/x.onnx"}, 2,
+                    "iris: no such model file, and no run store at " + dir_ + "/none/runs.db");
+        QVERIFY(!fs::exists(dir_ + "/none/runs.db"));
+        Run off = traindeck({"train", d + "/iris_off.json", "--db", q(db), "--run-name",
+                             "no checkpoints", "--plain"});
+        QVERIFY2(off.code == 0, off.err.c_str());
+        expectError({"export", "no checkpoints", "--db", q(db), "-o", d + "/x.onnx"}, 2,
+                    "run " + std::to_string(runId + 1) + " ('no checkpoints') in " + db +
+                        " has no checkpoint: its project had training.run_checkpoints off");
+        auto why = runModelUnavailable(**catalog, runId + 1);
+        TD_VERIFY_OK(why);
+        QVERIFY2(why->find("training.run_checkpoints off") != std::string::npos, why->c_str());
+        QVERIFY(!fs::exists(dir_ + "/x.onnx"));
+
+        // A damaged checkpoint given to predict: refused, naming the file and the damage.
+        std::string bytes = *readWholeFile(ckpt, 1 << 24);
+        bytes[bytes.size() / 2] ^= 0x5a;
+        writeBytes(dir_ + "/damaged.tdckpt", bytes);
+        expectError({"predict", d + "/damaged.tdckpt", q(testCsv)}, 2,
+                    dir_ +
+                        "/damaged.tdckpt: not a usable TrainDeck checkpoint: checksum mismatch "
+                        "(the file is damaged)");
+        writeBytes(dir_ + "/cut.tdckpt", bytes.substr(0, 30));
+        expectError({"predict", d + "/cut.tdckpt", q(testCsv)}, 2, dir_ + "/cut.tdckpt: ");
+        writeBytes(dir_ + "/text.tdckpt", "epoch,loss\n1,0.5\n");
+        expectError({"predict", d + "/text.tdckpt", q(testCsv)}, 2,
+                    "text.tdckpt: not a model file TrainDeck reads (expected a Keras 3 .keras "
+                    "archive or a TrainDeck checkpoint .tdckpt)");
+
+        // The run's newest checkpoint damaged: export falls back to the one before, and says so.
+        const std::string older = (*rows)[1].path;
+        writeBytes(ckpt, bytes);
+        r = traindeck({"export", "iris", "--db", q(db), "-o", d + "/older.onnx"});
+        QVERIFY2(r.code == 0, r.err.c_str());
+        QVERIFY2(r.out.find("from checkpoint " + older + " (after epoch 2") != std::string::npos,
+                 r.out.c_str());
+        QVERIFY2(
+            r.err.find("warning: run " + std::to_string(runId) + ": skipped the newer checkpoint " +
+                       ckpt + ": not a usable TrainDeck checkpoint: checksum mismatch") !=
+                std::string::npos,
+            r.err.c_str());
+        auto olderModel = loadModelFile(older);
+        TD_VERIFY_OK(olderModel);
+        QCOMPARE(olderModel->kind, std::string("checkpoint"));
+        QCOMPARE(olderModel->epoch, 2);
+        QVERIFY(*readWholeFile(dir_ + "/older.onnx", 1 << 20) ==
+                *onnxModelBytes(olderModel->weights));
+        // Every checkpoint damaged: each named with its reason.
+        fs::remove(older);
+        expectError({"export", "iris", "--db", q(db), "-o", d + "/x.onnx"}, 2,
+                    "run " + std::to_string(runId) + " in " + db +
+                        ": none of its checkpoints can be used:");
+        // Every file gone: said so, and the panel's check says the same without reading any.
+        fs::remove(ckpt);
+        expectError({"export", "iris", "--db", q(db), "-o", d + "/x.onnx"}, 2,
+                    "run " + std::to_string(runId) + " ('iris') in " + db +
+                        " has no checkpoint file left: its 2 registered checkpoints were deleted");
+        why = runModelUnavailable(**catalog, runId);
+        TD_VERIFY_OK(why);
+        QVERIFY2(why->find("has no checkpoint file left") != std::string::npos, why->c_str());
+        QVERIFY(!fs::exists(dir_ + "/x.onnx"));
     }
 
     void predictInputChecks() {
