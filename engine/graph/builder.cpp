@@ -119,9 +119,11 @@ Result<int> addImageLayer(Graph& g, const LayerSpec& L, int x, const Shape& outS
             const Shape c{in.back()};
             std::vector<int> gb;
             if (L.scale)
-                gb.push_back(g.add(Op::Param, {}, DType::F32, c, paramAttrs(L, "gamma", L.trainable)));
+                gb.push_back(
+                    g.add(Op::Param, {}, DType::F32, c, paramAttrs(L, "gamma", L.trainable)));
             if (L.center)
-                gb.push_back(g.add(Op::Param, {}, DType::F32, c, paramAttrs(L, "beta", L.trainable)));
+                gb.push_back(
+                    g.add(Op::Param, {}, DType::F32, c, paramAttrs(L, "beta", L.trainable)));
             NodeAttrs a;
             a.epsilon = textNumber(L.epsilon);
             if (L.scale) a.hasGamma = true;

@@ -564,7 +564,8 @@ Result<Graph> parseGraph(const std::string& text) {
 namespace {
 
 // Output size of one spatial axis of a window op (conv, pooling): -1 when none fits.
-int64_t windowOut(int64_t in, int64_t k, int64_t stride, int64_t dil, int64_t padLo, int64_t padHi) {
+int64_t windowOut(int64_t in, int64_t k, int64_t stride, int64_t dil, int64_t padLo,
+                  int64_t padHi) {
     const int64_t span = (k - 1) * dil + 1;
     const int64_t room = in + padLo + padHi - span;
     return room < 0 ? -1 : room / stride + 1;
@@ -602,9 +603,9 @@ std::string verifyImageOp(const Graph& g, const Node& nd) {
                             : nd.op == Op::Conv2DGradInput ? nd.shape
                                                            : in(0).shape;
             const Shape w = nd.op == Op::Conv2DGradFilter ? nd.shape : in(1).shape;
-            const Shape y = nd.op == Op::Conv2D ? nd.shape : nd.op == Op::Conv2DGradInput
-                                                                 ? in(0).shape
-                                                                 : in(1).shape;
+            const Shape y = nd.op == Op::Conv2D            ? nd.shape
+                            : nd.op == Op::Conv2DGradInput ? in(0).shape
+                                                           : in(1).shape;
             if (!isImage(x) || w.size() != 4 || !isImage(y))
                 return "expects an image [B,H,W,C] and a kernel [KH,KW,C/groups,F]";
             const int64_t groups = a.groupsOr();

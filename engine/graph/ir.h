@@ -45,29 +45,29 @@ enum class Op : uint8_t {
     Cast,         // the value in the node's dtype (f32 <-> bf16 / f16), rounded to nearest even
     // Convolutional and normalization ops. Images are channels-last: [B,H,W,C]. Windows: strides,
     // dilation ([h,w]), pads ([top,bottom,left,right]) and window ([h,w], pooling).
-    Conv2D,            // x [B,H,W,C], w [KH,KW,C/groups,F][, b [F]] -> [B,OH,OW,F]; strides,
-                       // dilation, pads, groups; act, alpha, has_bias (fused post-ops)
-    Conv2DGradInput,   // (dy, w) -> dx, the node's shape; same attributes as the conv
-    Conv2DGradFilter,  // (x, dy) -> dw, the node's shape
-    MaxPool,           // x [B,H,W,C] -> [B,OH,OW,C]; window, strides, pads (padding never wins)
-    MaxPoolGrad,       // (dy, x) -> dx: dy to the first maximum of each window
-    AvgPool,           // x -> mean over each window's elements inside the image
-    AvgPoolGrad,       // (dy) -> dx, the node's shape
-    Pad2D,             // x [B,H,W,C] -> zeros around; pads
-    Pad2DGrad,         // (dy) -> dx: the inner part; pads
-    Scale,             // x * scale + offset (Rescaling; its gradient: offset 0)
-    ChannelMean,       // x [..., C] -> [C]: mean over every other axis
-    ChannelVar,        // (x, mean) -> [C]: biased variance over every other axis
-    BatchNorm,         // (x, mean, var[, gamma][, beta]) -> (x - mean) / sqrt(var + epsilon)
-                       //   * gamma + beta per channel (last axis); epsilon, has_gamma, has_beta
-    BatchNormGrad,     // (dy, x, mean, var[, gamma]) -> dx; batch_stats: mean and var are the
-                       //   batch's own (their dependence on x is part of dx)
-    NormGammaGrad,     // (dy, x, mean, var) -> [C]: sum of dy * x_hat per channel; epsilon
-    MovingAvg,         // (param, stat) -> the param, updated in place:
-                       //   param = param * momentum + stat * (1 - momentum); momentum
-    LayerNorm,         // (x[, gamma][, beta]) -> normalized over the last axis per row; epsilon,
-                       //   has_gamma, has_beta
-    LayerNormGrad,     // (dy, x[, gamma]) -> dx; epsilon, has_gamma
+    Conv2D,              // x [B,H,W,C], w [KH,KW,C/groups,F][, b [F]] -> [B,OH,OW,F]; strides,
+                         // dilation, pads, groups; act, alpha, has_bias (fused post-ops)
+    Conv2DGradInput,     // (dy, w) -> dx, the node's shape; same attributes as the conv
+    Conv2DGradFilter,    // (x, dy) -> dw, the node's shape
+    MaxPool,             // x [B,H,W,C] -> [B,OH,OW,C]; window, strides, pads (padding never wins)
+    MaxPoolGrad,         // (dy, x) -> dx: dy to the first maximum of each window
+    AvgPool,             // x -> mean over each window's elements inside the image
+    AvgPoolGrad,         // (dy) -> dx, the node's shape
+    Pad2D,               // x [B,H,W,C] -> zeros around; pads
+    Pad2DGrad,           // (dy) -> dx: the inner part; pads
+    Scale,               // x * scale + offset (Rescaling; its gradient: offset 0)
+    ChannelMean,         // x [..., C] -> [C]: mean over every other axis
+    ChannelVar,          // (x, mean) -> [C]: biased variance over every other axis
+    BatchNorm,           // (x, mean, var[, gamma][, beta]) -> (x - mean) / sqrt(var + epsilon)
+                         //   * gamma + beta per channel (last axis); epsilon, has_gamma, has_beta
+    BatchNormGrad,       // (dy, x, mean, var[, gamma]) -> dx; batch_stats: mean and var are the
+                         //   batch's own (their dependence on x is part of dx)
+    NormGammaGrad,       // (dy, x, mean, var) -> [C]: sum of dy * x_hat per channel; epsilon
+    MovingAvg,           // (param, stat) -> the param, updated in place:
+                         //   param = param * momentum + stat * (1 - momentum); momentum
+    LayerNorm,           // (x[, gamma][, beta]) -> normalized over the last axis per row; epsilon,
+                         //   has_gamma, has_beta
+    LayerNormGrad,       // (dy, x[, gamma]) -> dx; epsilon, has_gamma
     LayerNormGammaGrad,  // (dy, x) -> [C]: sum over rows of dy * x_hat; epsilon
 };
 

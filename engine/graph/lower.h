@@ -106,15 +106,15 @@ enum class InstrOp : uint8_t {
     AvgPoolGrad,  // in dy
     Pad2D,
     Pad2DGrad,
-    Scale,             // scale, offset
-    ChannelMean,       // in x
-    ChannelVar,        // in x, mean
-    BatchNorm,         // in x, mean, var[, gamma][, beta]; epsilon, hasGamma, hasBeta
-    BatchNormGrad,     // in dy, x, mean, var[, gamma]; epsilon, hasGamma, batchStats
-    NormGammaGrad,     // in dy, x, mean, var; epsilon
-    MovingAvg,         // in param, stat; out = the param; momentum
-    LayerNorm,         // in x[, gamma][, beta]; epsilon, hasGamma, hasBeta
-    LayerNormGrad,     // in dy, x[, gamma]; epsilon, hasGamma
+    Scale,               // scale, offset
+    ChannelMean,         // in x
+    ChannelVar,          // in x, mean
+    BatchNorm,           // in x, mean, var[, gamma][, beta]; epsilon, hasGamma, hasBeta
+    BatchNormGrad,       // in dy, x, mean, var[, gamma]; epsilon, hasGamma, batchStats
+    NormGammaGrad,       // in dy, x, mean, var; epsilon
+    MovingAvg,           // in param, stat; out = the param; momentum
+    LayerNorm,           // in x[, gamma][, beta]; epsilon, hasGamma, hasBeta
+    LayerNormGrad,       // in dy, x[, gamma]; epsilon, hasGamma
     LayerNormGammaGrad,  // in dy, x; epsilon
     // The step around the graph.
     Accumulate,      // out (Accumulator) += double(in[0] scalar) * factor

@@ -348,26 +348,47 @@ std::vector<std::string> classKeys(const std::string& className) {
     if (className == "ELU") return {"alpha"};
     if (className == "Softmax") return {"axis"};
     if (className == "Conv2D")
-        return {"filters",          "kernel_size",        "strides",           "padding",
-                "data_format",      "dilation_rate",      "groups",            "activation",
-                "use_bias",         "kernel_initializer", "bias_initializer",  "kernel_regularizer",
-                "bias_regularizer", "kernel_constraint",  "bias_constraint",   "lora_rank",
+        return {"filters",          "kernel_size",        "strides",          "padding",
+                "data_format",      "dilation_rate",      "groups",           "activation",
+                "use_bias",         "kernel_initializer", "bias_initializer", "kernel_regularizer",
+                "bias_regularizer", "kernel_constraint",  "bias_constraint",  "lora_rank",
                 "lora_alpha"};
     if (className == "MaxPooling2D" || className == "AveragePooling2D")
         return {"pool_size", "strides", "padding", "data_format"};
     if (className == "GlobalAveragePooling2D") return {"data_format", "keepdims"};
     if (className == "BatchNormalization")
-        return {"axis",           "momentum",          "epsilon",
-                "center",         "scale",             "beta_initializer",
-                "gamma_initializer", "moving_mean_initializer", "moving_variance_initializer",
-                "beta_regularizer", "gamma_regularizer", "beta_constraint",
-                "gamma_constraint", "synchronized",    "renorm",
-                "renorm_clipping", "renorm_momentum",  "fused",
-                "virtual_batch_size", "adjustment"};
+        return {"axis",
+                "momentum",
+                "epsilon",
+                "center",
+                "scale",
+                "beta_initializer",
+                "gamma_initializer",
+                "moving_mean_initializer",
+                "moving_variance_initializer",
+                "beta_regularizer",
+                "gamma_regularizer",
+                "beta_constraint",
+                "gamma_constraint",
+                "synchronized",
+                "renorm",
+                "renorm_clipping",
+                "renorm_momentum",
+                "fused",
+                "virtual_batch_size",
+                "adjustment"};
     if (className == "LayerNormalization")
-        return {"axis",          "epsilon",          "center",           "scale",
-                "rms_scaling",   "beta_initializer", "gamma_initializer", "beta_regularizer",
-                "gamma_regularizer", "beta_constraint", "gamma_constraint"};
+        return {"axis",
+                "epsilon",
+                "center",
+                "scale",
+                "rms_scaling",
+                "beta_initializer",
+                "gamma_initializer",
+                "beta_regularizer",
+                "gamma_regularizer",
+                "beta_constraint",
+                "gamma_constraint"};
     if (className == "ZeroPadding2D") return {"padding", "data_format"};
     if (className == "Rescaling") return {"scale", "offset"};
     return {};
@@ -411,8 +432,8 @@ Shape readZeroPadding(const Json& v, const std::string& path) {
     }
     requireArray(v, path);
     if (v.size() != 2)
-        fail(path, "expected an integer, [h, w] or [[top, bottom], [left, right]], got " +
-                       describe(v));
+        fail(path,
+             "expected an integer, [h, w] or [[top, bottom], [left, right]], got " + describe(v));
     Shape out;
     for (size_t a = 0; a < 2; ++a) {
         if (v[a].is_array()) {
@@ -437,8 +458,8 @@ void readLastAxis(const Json& cfg, const std::string& cpath) {
                       (x->is_array() && x->size() == 1 && (*x)[0].is_number_integer() &&
                        (*x)[0].get<int64_t>() == -1);
     if (!last)
-        fail(child(cpath, "axis"), "only the last axis (-1, channels_last) is supported, got " +
-                                       describe(*x));
+        fail(child(cpath, "axis"),
+             "only the last axis (-1, channels_last) is supported, got " + describe(*x));
 }
 
 // The normalization layers' shared keys.
@@ -450,7 +471,8 @@ void readNormalization(const Json& cfg, const std::string& cpath, LayerSpec& lay
     if (const Json* x = member(cfg, "center")) layer.center = getBool(*x, child(cpath, "center"));
     if (const Json* x = member(cfg, "scale")) layer.scale = getBool(*x, child(cpath, "scale"));
     if (const Json* x = member(cfg, "beta_initializer"))
-        layer.betaInitializer = readInitializer(*x, child(cpath, "beta_initializer"), "zeros", notes);
+        layer.betaInitializer =
+            readInitializer(*x, child(cpath, "beta_initializer"), "zeros", notes);
     if (const Json* x = member(cfg, "gamma_initializer"))
         layer.gammaInitializer =
             readInitializer(*x, child(cpath, "gamma_initializer"), "ones", notes);
@@ -601,8 +623,8 @@ LayerSpec readLayer(const Json& entry, const std::string& path, size_t index, co
         case LayerType::Conv2D:
             layer.filters =
                 getPositiveInteger(requireMember(cfg, cpath, "filters"), child(cpath, "filters"));
-            layer.kernelSize = readPair(requireMember(cfg, cpath, "kernel_size"),
-                                        child(cpath, "kernel_size"));
+            layer.kernelSize =
+                readPair(requireMember(cfg, cpath, "kernel_size"), child(cpath, "kernel_size"));
             if (const Json* x = member(cfg, "strides"); x && !x->is_null())
                 layer.strides = readPair(*x, child(cpath, "strides"));
             if (const Json* x = member(cfg, "dilation_rate"); x && !x->is_null())
@@ -649,8 +671,7 @@ LayerSpec readLayer(const Json& entry, const std::string& path, size_t index, co
         case LayerType::BatchNormalization:
             readNormalization(cfg, cpath, layer, notes);
             if (const Json* x = member(cfg, "momentum"))
-                layer.momentum =
-                    getNumberInRange(*x, child(cpath, "momentum"), 0.0, 1.0, true);
+                layer.momentum = getNumberInRange(*x, child(cpath, "momentum"), 0.0, 1.0, true);
             if (const Json* x = member(cfg, "moving_mean_initializer"))
                 layer.movingMeanInitializer =
                     readInitializer(*x, child(cpath, "moving_mean_initializer"), "zeros", notes);
@@ -658,11 +679,11 @@ LayerSpec readLayer(const Json& entry, const std::string& path, size_t index, co
                 layer.movingVarianceInitializer =
                     readInitializer(*x, child(cpath, "moving_variance_initializer"), "ones", notes);
             for (const char* key : {"synchronized", "renorm"})
-                if (const Json* x = member(cfg, key); x && !x->is_null() &&
-                                                      getBool(*x, child(cpath, key)))
-                    fail(child(cpath, key),
-                         std::string(key) + " batch normalization is not supported (expected "
-                                            "false)");
+                if (const Json* x = member(cfg, key);
+                    x && !x->is_null() && getBool(*x, child(cpath, key)))
+                    fail(child(cpath, key), std::string(key) +
+                                                " batch normalization is not supported (expected "
+                                                "false)");
             if (const Json* x = member(cfg, "renorm_momentum"); x && !x->is_null())
                 getNumber(*x, child(cpath, "renorm_momentum"));  // unused without renorm
             if (const Json* x = member(cfg, "fused"); x && !x->is_null())

@@ -267,19 +267,18 @@ namespace {
 
 // A [h, w] field of a window layer: two sizes >= min ("" when it is).
 std::string badPair(const Shape& s, const char* field, int64_t min) {
-    if (s.size() != 2) return std::string(field) + " must be two sizes [h, w], got " +
-                              targetText(s);
+    if (s.size() != 2)
+        return std::string(field) + " must be two sizes [h, w], got " + targetText(s);
     for (int64_t v : s)
         if (v < min || v > kMaxElements)
-            return std::string(field) + " " + targetText(s) + " must hold sizes >= " +
-                   std::to_string(min);
+            return std::string(field) + " " + targetText(s) +
+                   " must hold sizes >= " + std::to_string(min);
     return {};
 }
 
 // Shape inference of the image layers; `shape` is the incoming shape, replaced by the outgoing
 // one. Errors are the text after the layer's label.
-std::string inferImageLayer(const LayerSpec& layer, Shape& shape, LayerInfo& li,
-                            int64_t& kept) {
+std::string inferImageLayer(const LayerSpec& layer, Shape& shape, LayerInfo& li, int64_t& kept) {
     const std::string type = layerTypeName(layer.type);
     auto needImage = [&]() -> std::string {
         if (shape.size() != 3)
@@ -297,9 +296,11 @@ std::string inferImageLayer(const LayerSpec& layer, Shape& shape, LayerInfo& li,
                 if (auto e = badPair(*v, f, m); !e.empty()) return e;
             const Shape st = effectiveStrides(layer);
             if (auto e = badPair(st, "strides", 1); !e.empty()) return e;
-            if ((st[0] > 1 || st[1] > 1) && (layer.dilationRate[0] > 1 || layer.dilationRate[1] > 1))
+            if ((st[0] > 1 || st[1] > 1) &&
+                (layer.dilationRate[0] > 1 || layer.dilationRate[1] > 1))
                 return "strides > 1 and dilation_rate > 1 cannot be combined (as in Keras)";
-            if (layer.groups < 1 || shape[2] % layer.groups != 0 || layer.filters % layer.groups != 0)
+            if (layer.groups < 1 || shape[2] % layer.groups != 0 ||
+                layer.filters % layer.groups != 0)
                 return "groups " + std::to_string(layer.groups) + " must divide both the " +
                        std::to_string(shape[2]) + " input channels and the " +
                        std::to_string(layer.filters) + " filters";
@@ -311,8 +312,8 @@ std::string inferImageLayer(const LayerSpec& layer, Shape& shape, LayerInfo& li,
             auto g = windowGeometry(shape[0], shape[1], layer.kernelSize, st, layer.dilationRate,
                                     layer.samePadding, "kernel");
             if (!g.ok()) return g.error();
-            const int64_t perFilter = layer.kernelSize[0] * layer.kernelSize[1] *
-                                      (shape[2] / layer.groups);
+            const int64_t perFilter =
+                layer.kernelSize[0] * layer.kernelSize[1] * (shape[2] / layer.groups);
             if (perFilter > kMaxElements / layer.filters) return "the kernel is too large";
             li.params = perFilter * layer.filters + (layer.useBias ? layer.filters : 0);
             kept += numElements(shape);  // the kernel gradient reads the input
@@ -527,10 +528,10 @@ Result<ModelInfo> inferShapes(ModelSpec& model) {
         }
         if (layer.type == LayerType::Dense) {
             // The kernel gradient reads the input; an activation's gradient its output or input.
-            info.keptForBackwardBytesPerSample += numElements(info.layers.empty()
-                                                                  ? info.inputShape
-                                                                  : info.layers.back().outputShape) *
-                                                  4;
+            info.keptForBackwardBytesPerSample +=
+                numElements(info.layers.empty() ? info.inputShape
+                                                : info.layers.back().outputShape) *
+                4;
             if (layer.activation != ActivationKind::Linear)
                 info.keptForBackwardBytesPerSample += numElements(shape) * 4;
         }

@@ -102,8 +102,8 @@ struct LayerSpec {
     Shape targetShape;  // may hold one -1
     // Conv2D (kernel/bias initializers, regularizers, use_bias and activation as Dense)
     int64_t filters = 0;
-    Shape kernelSize{3, 3};  // [h, w]
-    Shape strides;           // [h, w]; empty: 1x1 (Conv2D), the pool size (pooling)
+    Shape kernelSize{3, 3};    // [h, w]
+    Shape strides;             // [h, w]; empty: 1x1 (Conv2D), the pool size (pooling)
     bool samePadding = false;  // padding "same" (else "valid")
     Shape dilationRate{1, 1};
     int64_t groups = 1;

@@ -462,8 +462,8 @@ struct Trainer::Impl {
             const LayerSpec* L = byName.at(layer);
             host.emplace_back(static_cast<size_t>(numElements(n.shape)));
             const uint64_t seed = s.project.training.seed * 7919ull + 1000003ull * ++index;
-            Status st = initializeParam(host.back().data(), n.shape, initializerFor(*L, suffix),
-                                        seed);
+            Status st =
+                initializeParam(host.back().data(), n.shape, initializerFor(*L, suffix), seed);
             if (!st.ok()) return err("layer '" + layer + "': " + st.error());
         }
         gradPlan = planGradients(g, s.bucketBytes);
@@ -838,7 +838,9 @@ struct Trainer::Impl {
                 for (float v : host) sum[at++] += v;
             }
         }
-        if (s.workers) TD_RETURN_IF_ERROR(s.workers->allReduceHost(sum.data(), static_cast<int64_t>(sum.size())));
+        if (s.workers)
+            TD_RETURN_IF_ERROR(
+                s.workers->allReduceHost(sum.data(), static_cast<int64_t>(sum.size())));
         size_t at = 0;
         for (size_t i : movingIndex) {
             host.resize(static_cast<size_t>(numElements(paramShapes[i])));

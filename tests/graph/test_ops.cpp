@@ -469,11 +469,11 @@ void TestOps::conv2dForward() {
     std::string ir = "graph t {\n %0 = input() : f32" + shapeText({B, H, W, C}) +
                      "\n %1 = param() {name=w} : f32" + shapeText({KH, KW, C / G, F}) +
                      "\n %2 = conv2d(%0, %1) {dilation=" + std::to_string(D) + "x" +
-                     std::to_string(D) + ", groups=" + std::to_string(G) + ", pads=" +
-                     std::to_string(pt) + "x" + std::to_string(pb) + "x" + std::to_string(pl) +
-                     "x" + std::to_string(pr) + ", strides=" + std::to_string(S) + "x" +
-                     std::to_string(S) + "} : f32" + shapeText({B, OH, OW, F}) +
-                     "\n output y = %2\n}\n";
+                     std::to_string(D) + ", groups=" + std::to_string(G) +
+                     ", pads=" + std::to_string(pt) + "x" + std::to_string(pb) + "x" +
+                     std::to_string(pl) + "x" + std::to_string(pr) +
+                     ", strides=" + std::to_string(S) + "x" + std::to_string(S) + "} : f32" +
+                     shapeText({B, OH, OW, F}) + "\n output y = %2\n}\n";
     Harness h;
     std::string e;
     QVERIFY2(h.compile(tdtest::parseOrDie(ir), {}, &e), e.c_str());
@@ -500,10 +500,10 @@ void TestOps::conv2dFusedMatchesUnfused() {
     for (int fused = 0; fused < 2; ++fused) {
         Harness h;
         std::string e;
-        QVERIFY2(h.compile(tdtest::parseOrDie(ir),
-                           fused ? std::vector<std::string>{"fusion"} : std::vector<std::string>{},
-                           &e),
-                 e.c_str());
+        QVERIFY2(
+            h.compile(tdtest::parseOrDie(ir),
+                      fused ? std::vector<std::string>{"fusion"} : std::vector<std::string>{}, &e),
+            e.c_str());
         int convs = 0;
         for (const Node& n : h.g.nodes) convs += n.op == Op::Conv2D;
         QCOMPARE(convs, 1);
@@ -543,13 +543,12 @@ void TestOps::poolingForward() {
     const int B = 2, C = 3, H = p[0], W = p[1], kh = p[2], kw = p[3], sh = p[4], sw = p[5],
               pt = p[6], pb = p[7], pl = p[8], pr = p[9];
     const int OH = (H + pt + pb - kh) / sh + 1, OW = (W + pl + pr - kw) / sw + 1;
-    const std::string ir = "graph t {\n %0 = input() : f32" + shapeText({B, H, W, C}) + "\n %1 = " +
-                           op.toStdString() + "(%0) {pads=" + std::to_string(pt) + "x" +
-                           std::to_string(pb) + "x" + std::to_string(pl) + "x" +
-                           std::to_string(pr) + ", strides=" + std::to_string(sh) + "x" +
-                           std::to_string(sw) + ", window=" + std::to_string(kh) + "x" +
-                           std::to_string(kw) + "} : f32" + shapeText({B, OH, OW, C}) +
-                           "\n output y = %1\n}\n";
+    const std::string ir =
+        "graph t {\n %0 = input() : f32" + shapeText({B, H, W, C}) + "\n %1 = " + op.toStdString() +
+        "(%0) {pads=" + std::to_string(pt) + "x" + std::to_string(pb) + "x" + std::to_string(pl) +
+        "x" + std::to_string(pr) + ", strides=" + std::to_string(sh) + "x" + std::to_string(sw) +
+        ", window=" + std::to_string(kh) + "x" + std::to_string(kw) + "} : f32" +
+        shapeText({B, OH, OW, C}) + "\n output y = %1\n}\n";
     Harness h;
     std::string e;
     QVERIFY2(h.compile(tdtest::parseOrDie(ir), {}, &e), e.c_str());
@@ -627,11 +626,13 @@ void TestOps::batchNormTrainingAndMovingStatistics() {
             double m = 0, v = 0;
             for (int r = 0; r < 24; ++r) m += x[size_t(r * 5 + c)];
             m /= 24;
-            for (int r = 0; r < 24; ++r) v += (x[size_t(r * 5 + c)] - m) * (x[size_t(r * 5 + c)] - m);
+            for (int r = 0; r < 24; ++r)
+                v += (x[size_t(r * 5 + c)] - m) * (x[size_t(r * 5 + c)] - m);
             v /= 24;  // biased, as Keras
             for (int r = 0; r < 24; ++r) {
                 const double want =
-                    (x[size_t(r * 5 + c)] - m) / std::sqrt(v + 1e-3) * gamma[size_t(c)] + beta[size_t(c)];
+                    (x[size_t(r * 5 + c)] - m) / std::sqrt(v + 1e-3) * gamma[size_t(c)] +
+                    beta[size_t(c)];
                 QVERIFY(std::fabs(y[r * 5 + c] - want) < 1e-5);
             }
             mm[size_t(c)] = mm[size_t(c)] * 0.99 + m * 0.01;
@@ -656,7 +657,8 @@ void TestOps::batchNormInference() {
         " output y = %4\n}\n";
     Harness h;
     QVERIFY(h.compile(tdtest::parseOrDie(ir)));
-    auto x = randomVec(24, 15), m = randomVec(4, 16), v = randomVec(4, 17, 0.5, 2), b = randomVec(4, 18);
+    auto x = randomVec(24, 15), m = randomVec(4, 16), v = randomVec(4, 17, 0.5, 2),
+         b = randomVec(4, 18);
     std::copy(x.begin(), x.end(), h.in());
     std::copy(m.begin(), m.end(), h.param(0));
     std::copy(v.begin(), v.end(), h.param(1));
@@ -664,7 +666,9 @@ void TestOps::batchNormInference() {
     h.run();
     for (int r = 0; r < 6; ++r)
         for (int c = 0; c < 4; ++c) {
-            const double want = (x[size_t(r * 4 + c)] - m[size_t(c)]) / std::sqrt(v[size_t(c)] + 0.01) + b[size_t(c)];
+            const double want =
+                (x[size_t(r * 4 + c)] - m[size_t(c)]) / std::sqrt(v[size_t(c)] + 0.01) +
+                b[size_t(c)];
             QVERIFY(std::fabs(h.output("y")[r * 4 + c] - want) < 1e-5);
         }
     QCOMPARE(h.param(0)[0], m[0]);
@@ -674,7 +678,8 @@ void TestOps::layerNormForward() {
     Harness h;
     QVERIFY(h.compile(tdtest::parseOrDie(
         "graph t {\n %0 = input() : f32[2,3,6]\n %1 = param() {name=gamma} : f32[6]\n"
-        " %2 = layer_norm(%0, %1) {epsilon=0.001, has_gamma=1} : f32[2,3,6]\n output y = %2\n}\n")));
+        " %2 = layer_norm(%0, %1) {epsilon=0.001, has_gamma=1} : f32[2,3,6]\n output y = "
+        "%2\n}\n")));
     auto x = randomVec(36, 19, -4, 4), g = randomVec(6, 20);
     std::copy(x.begin(), x.end(), h.in());
     std::copy(g.begin(), g.end(), h.param(0));
@@ -687,7 +692,8 @@ void TestOps::layerNormForward() {
         v /= 6;
         for (int c = 0; c < 6; ++c)
             QVERIFY(std::fabs(h.output("y")[r * 6 + c] -
-                              (x[size_t(r * 6 + c)] - m) / std::sqrt(v + 1e-3) * g[size_t(c)]) < 1e-5);
+                              (x[size_t(r * 6 + c)] - m) / std::sqrt(v + 1e-3) * g[size_t(c)]) <
+                    1e-5);
     }
 }
 
@@ -707,19 +713,26 @@ void TestOps::imageGradientCheck_data() {
                std::to_string(id + 3) + "\n}\n";
     };
     QTest::newRow("conv2d same") << QString::fromStdString(
-        head + " %1 = param() {name=w} : f32[3,3,3,2]\n"
-               " %2 = conv2d(%0, %1) {pads=1x1x1x1} : f32[2,5,4,2]\n" + tail(2, "", 80));
+        head +
+        " %1 = param() {name=w} : f32[3,3,3,2]\n"
+        " %2 = conv2d(%0, %1) {pads=1x1x1x1} : f32[2,5,4,2]\n" +
+        tail(2, "", 80));
     QTest::newRow("conv2d stride 2 + bias + relu (fused)") << QString::fromStdString(
-        head + " %1 = param() {name=w} : f32[2,3,3,4]\n %2 = param() {name=b} : f32[4]\n"
-               " %3 = conv2d(%0, %1) {pads=0x1x1x1, strides=2x2} : f32[2,3,2,4]\n"
-               " %4 = bias_add(%3, %2) : f32[2,3,2,4]\n %5 = act(%4) {act=relu} : f32[2,3,2,4]\n" +
+        head +
+        " %1 = param() {name=w} : f32[2,3,3,4]\n %2 = param() {name=b} : f32[4]\n"
+        " %3 = conv2d(%0, %1) {pads=0x1x1x1, strides=2x2} : f32[2,3,2,4]\n"
+        " %4 = bias_add(%3, %2) : f32[2,3,2,4]\n %5 = act(%4) {act=relu} : f32[2,3,2,4]\n" +
         tail(5, "", 48));
-    QTest::newRow("conv2d dilation 2") << QString::fromStdString(
-        head + " %1 = param() {name=w} : f32[2,2,3,2]\n"
-               " %2 = conv2d(%0, %1) {dilation=2x2} : f32[2,3,2,2]\n" + tail(2, "", 24));
-    QTest::newRow("conv2d groups 3") << QString::fromStdString(
-        head + " %1 = param() {name=w} : f32[3,2,1,6]\n"
-               " %2 = conv2d(%0, %1) {groups=3} : f32[2,3,3,6]\n" + tail(2, "", 108));
+    QTest::newRow("conv2d dilation 2")
+        << QString::fromStdString(head +
+                                  " %1 = param() {name=w} : f32[2,2,3,2]\n"
+                                  " %2 = conv2d(%0, %1) {dilation=2x2} : f32[2,3,2,2]\n" +
+                                  tail(2, "", 24));
+    QTest::newRow("conv2d groups 3")
+        << QString::fromStdString(head +
+                                  " %1 = param() {name=w} : f32[3,2,1,6]\n"
+                                  " %2 = conv2d(%0, %1) {groups=3} : f32[2,3,3,6]\n" +
+                                  tail(2, "", 108));
     QTest::newRow("max_pool") << QString::fromStdString(
         head + " %1 = max_pool(%0) {pads=0x1x0x0, strides=2x2, window=2x2} : f32[2,3,2,3]\n" +
         tail(1, "", 36));
@@ -728,30 +741,36 @@ void TestOps::imageGradientCheck_data() {
     QTest::newRow("global avg_pool") << QString::fromStdString(
         head + " %1 = avg_pool(%0) {window=5x4} : f32[2,1,1,3]\n" + tail(1, "", 6));
     QTest::newRow("pad2d") << QString::fromStdString(
-        head + " %1 = pad2d(%0) {pads=1x2x0x1} : f32[2,8,5,3]\n %2 = act(%1) {act=tanh} : f32[2,8,5,3]\n" +
+        head +
+        " %1 = pad2d(%0) {pads=1x2x0x1} : f32[2,8,5,3]\n %2 = act(%1) {act=tanh} : f32[2,8,5,3]\n" +
         tail(2, "", 240));
     QTest::newRow("scale") << QString::fromStdString(
-        head + " %1 = scale(%0) {offset=0.5, scale=-2} : f32[2,5,4,3]\n %2 = act(%1) {act=tanh} : f32[2,5,4,3]\n" +
+        head +
+        " %1 = scale(%0) {offset=0.5, scale=-2} : f32[2,5,4,3]\n %2 = act(%1) {act=tanh} : "
+        "f32[2,5,4,3]\n" +
         tail(2, "", 120));
     QTest::newRow("batch_norm training") << QString::fromStdString(
-        head + " %1 = param() {name=gamma} : f32[3]\n %2 = param() {name=beta} : f32[3]\n"
-               " %3 = param() {name=mm, trainable=0} : f32[3]\n"
-               " %4 = param() {name=mv, trainable=0} : f32[3]\n"
-               " %5 = channel_mean(%0) : f32[3]\n %6 = channel_var(%0, %5) : f32[3]\n"
-               " %7 = moving_avg(%3, %5) {momentum=0.9} : f32[3]\n"
-               " %8 = batch_norm(%0, %5, %6, %1, %2) {epsilon=0.001, has_beta=1, has_gamma=1} : "
-               "f32[2,5,4,3]\n %9 = act(%8) {act=tanh} : f32[2,5,4,3]\n" +
+        head +
+        " %1 = param() {name=gamma} : f32[3]\n %2 = param() {name=beta} : f32[3]\n"
+        " %3 = param() {name=mm, trainable=0} : f32[3]\n"
+        " %4 = param() {name=mv, trainable=0} : f32[3]\n"
+        " %5 = channel_mean(%0) : f32[3]\n %6 = channel_var(%0, %5) : f32[3]\n"
+        " %7 = moving_avg(%3, %5) {momentum=0.9} : f32[3]\n"
+        " %8 = batch_norm(%0, %5, %6, %1, %2) {epsilon=0.001, has_beta=1, has_gamma=1} : "
+        "f32[2,5,4,3]\n %9 = act(%8) {act=tanh} : f32[2,5,4,3]\n" +
         tail(9, " output mm = %7\n", 120));
     QTest::newRow("batch_norm inference") << QString::fromStdString(
-        head + " %1 = param() {name=gamma} : f32[3]\n"
-               " %2 = param() {name=mm, trainable=0} : f32[3]\n"
-               " %3 = param() {name=mv, trainable=0} : f32[3]\n"
-               " %4 = batch_norm(%0, %2, %3, %1) {epsilon=0.5, has_gamma=1} : f32[2,5,4,3]\n" +
+        head +
+        " %1 = param() {name=gamma} : f32[3]\n"
+        " %2 = param() {name=mm, trainable=0} : f32[3]\n"
+        " %3 = param() {name=mv, trainable=0} : f32[3]\n"
+        " %4 = batch_norm(%0, %2, %3, %1) {epsilon=0.5, has_gamma=1} : f32[2,5,4,3]\n" +
         tail(4, "", 120));
     QTest::newRow("layer_norm") << QString::fromStdString(
-        head + " %1 = param() {name=gamma} : f32[3]\n %2 = param() {name=beta} : f32[3]\n"
-               " %3 = layer_norm(%0, %1, %2) {epsilon=0.001, has_beta=1, has_gamma=1} : f32[2,5,4,3]\n"
-               " %4 = act(%3) {act=tanh} : f32[2,5,4,3]\n" +
+        head +
+        " %1 = param() {name=gamma} : f32[3]\n %2 = param() {name=beta} : f32[3]\n"
+        " %3 = layer_norm(%0, %1, %2) {epsilon=0.001, has_beta=1, has_gamma=1} : f32[2,5,4,3]\n"
+        " %4 = act(%3) {act=tanh} : f32[2,5,4,3]\n" +
         tail(4, "", 120));
 }
 
@@ -765,7 +784,8 @@ void TestOps::imageGradientCheck() {
     std::vector<int> pids = h.g.params();
     for (size_t i = 0; i < pids.size(); ++i) {
         const Node& p = h.g.node(pids[i]);
-        auto v = randomVec(static_cast<size_t>(numElements(p.shape)), 40 + uint32_t(i), -1.5f, 1.5f);
+        auto v =
+            randomVec(static_cast<size_t>(numElements(p.shape)), 40 + uint32_t(i), -1.5f, 1.5f);
         if (!p.attrs.trainableOr())  // moving statistics: a variance must be positive
             for (float& x : v) x = std::fabs(x);
         if (i == 0) {

@@ -370,16 +370,22 @@ class TestModel : public QObject {
     // BatchNormalization over 32 channels = 128 of which 64 are moving statistics).
     void imageLayersAsKerasCountsThem() {
         ModelSpec m;
-        m.layers = {input({28, 28}), reshape({28, 28, 1}), conv(32, {3, 3}),
-                    layerOf(LayerType::BatchNormalization), layerOf(LayerType::MaxPooling2D),
-                    conv(64, {3, 3}), layerOf(LayerType::MaxPooling2D), flatten(),
-                    dense(128, ActivationKind::Relu), dense(10)};
+        m.layers = {input({28, 28}),
+                    reshape({28, 28, 1}),
+                    conv(32, {3, 3}),
+                    layerOf(LayerType::BatchNormalization),
+                    layerOf(LayerType::MaxPooling2D),
+                    conv(64, {3, 3}),
+                    layerOf(LayerType::MaxPooling2D),
+                    flatten(),
+                    dense(128, ActivationKind::Relu),
+                    dense(10)};
         auto info = inferShapes(m);
         QVERIFY2(info.ok(), info.ok() ? "" : info.error().c_str());
         const std::vector<std::pair<Shape, int64_t>> want{
-            {{28, 28, 1}, 0},  {{26, 26, 32}, 320}, {{26, 26, 32}, 128}, {{13, 13, 32}, 0},
-            {{11, 11, 64}, 18496}, {{5, 5, 64}, 0}, {{1600}, 0},           {{128}, 204928},
-            {{10}, 1290}};
+            {{28, 28, 1}, 0},  {{26, 26, 32}, 320},   {{26, 26, 32}, 128},
+            {{13, 13, 32}, 0}, {{11, 11, 64}, 18496}, {{5, 5, 64}, 0},
+            {{1600}, 0},       {{128}, 204928},       {{10}, 1290}};
         QCOMPARE(info->layers.size(), want.size());
         for (size_t i = 0; i < want.size(); ++i) {
             QCOMPARE(info->layers[i].outputShape, want[i].first);
@@ -396,8 +402,8 @@ class TestModel : public QObject {
         // and the first pooling's input, the first Dense's input and relu output; the second
         // pooling's input is also the second conv's relu output (counted once more: the
         // pooling's gradient reads it), the last Dense's input.
-        const int64_t kept = (784 + 21632) + (5408 + 7744) + 21632 + 21632 + 7744 + (1600 + 128) +
-                             128;
+        const int64_t kept =
+            (784 + 21632) + (5408 + 7744) + 21632 + 21632 + 7744 + (1600 + 128) + 128;
         QCOMPARE(info->keptForBackwardBytesPerSample, kept * 4);
         const std::string table = summaryTable(m, *info);
         QVERIFY(table.find("conv2d (Conv2D)") != std::string::npos);
@@ -442,8 +448,7 @@ class TestModel : public QObject {
         QTest::addColumn<int>("which");
         QTest::addColumn<QString>("message");
         QTest::newRow("kernel larger than input")
-            << 0
-            << "layer 1 'conv2d': kernel 5x5 is larger than the input 4x4 with padding valid";
+            << 0 << "layer 1 'conv2d': kernel 5x5 is larger than the input 4x4 with padding valid";
         QTest::newRow("conv on a flat input")
             << 1
             << "layer 1 'conv2d': Conv2D expects an image [height, width, channels] (rank 3), got "

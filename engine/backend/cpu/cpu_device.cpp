@@ -440,14 +440,13 @@ Status CpuProgram::addConv(const Instr& in, CpuInstr& ins) {
     const Shape x = gradInput ? in.out.shape : in.in[0].shape;
     const Shape k = gradFilter ? in.out.shape : in.in[1].shape;
     const Shape y = gradInput ? in.in[0].shape : gradFilter ? in.in[1].shape : in.out.shape;
-    const memory::dims strides{w.sh, w.sw}, dilates{w.dh - 1, w.dw - 1},
-        padL{w.padTop, w.padLeft}, padR{w.padBottom, w.padRight};
+    const memory::dims strides{w.sh, w.sw}, dilates{w.dh - 1, w.dw - 1}, padL{w.padTop, w.padLeft},
+        padR{w.padBottom, w.padRight};
     const memory::desc xMd = imageDesc(x), yMd = imageDesc(y), kUser = kernelDesc(k, w.groups);
     const memory::desc kAny(kUser.dims(), memory::data_type::f32, memory::format_tag::any);
     const bool bias = in.op == InstrOp::Conv2D && in.hasBias && in.in.size() == 3;
-    const memory::desc bMd = bias ? memory::desc({k[3]}, memory::data_type::f32,
-                                                 memory::format_tag::x)
-                                  : memory::desc();
+    const memory::desc bMd =
+        bias ? memory::desc({k[3]}, memory::data_type::f32, memory::format_tag::x) : memory::desc();
     primitive_attr attr;
     attr.set_scratchpad_mode(scratchpad_mode::user);
     if (in.op == InstrOp::Conv2D) {
@@ -462,8 +461,8 @@ Status CpuProgram::addConv(const Instr& in, CpuInstr& ins) {
                                              algorithm::convolution_direct, xMd, kAny, bMd, yMd,
                                              strides, dilates, padL, padR)
                  : convolution_forward::desc(prop_kind::forward_training,
-                                             algorithm::convolution_direct, xMd, kAny, yMd,
-                                             strides, dilates, padL, padR);
+                                             algorithm::convolution_direct, xMd, kAny, yMd, strides,
+                                             dilates, padL, padR);
         primitive_attr fwdAttr = in.op == InstrOp::Conv2D ? attr : primitive_attr();
         fwdAttr.set_scratchpad_mode(scratchpad_mode::user);
         const convolution_forward::primitive_desc fpd(fd, fwdAttr, eng_);
@@ -490,8 +489,7 @@ Status CpuProgram::addConv(const Instr& in, CpuInstr& ins) {
             kPrim = bpd.diff_weights_desc();
             scratchMd = bpd.scratchpad_desc();
         }
-        pr.args[DNNL_ARG_SCRATCHPAD] =
-            memory(scratchMd, eng_, scratchBytes(scratchMd.get_size()));
+        pr.args[DNNL_ARG_SCRATCHPAD] = memory(scratchMd, eng_, scratchBytes(scratchMd.get_size()));
         // The kernel operand: the user's buffer, or a copy in the primitive's layout.
         const bool filterOut = in.op == InstrOp::Conv2DGradFilter;
         void* kUserPtr = resolve(filterOut ? in.out : in.in[1]);
@@ -559,12 +557,12 @@ Status CpuProgram::setupImageOp(const Instr& in, CpuInstr& ins) {
         case InstrOp::AvgPoolGrad:
         case InstrOp::Pad2D:
         case InstrOp::Pad2DGrad: {
-            const bool fwd = in.op == InstrOp::MaxPool || in.op == InstrOp::AvgPool ||
-                             in.op == InstrOp::Pad2D;
+            const bool fwd =
+                in.op == InstrOp::MaxPool || in.op == InstrOp::AvgPool || in.op == InstrOp::Pad2D;
             const Shape& x = fwd ? in.in[0].shape : in.out.shape;
             const Shape& y = fwd ? in.out.shape : in.in[0].shape;
-            ins.pool = cpu::PoolShape{x[0], x[1], x[2], x[3], y[1], y[2], w.kh, w.kw, w.sh, w.sw,
-                                      w.padTop, w.padLeft};
+            ins.pool = cpu::PoolShape{x[0], x[1], x[2], x[3], y[1],     y[2],
+                                      w.kh, w.kw, w.sh, w.sw, w.padTop, w.padLeft};
             ins.pads[0] = w.padTop;
             ins.pads[1] = w.padBottom;
             ins.pads[2] = w.padLeft;
@@ -675,9 +673,9 @@ Status CpuProgram::build(const LoweredProgram& lp, const ProgramBindings& bind) 
         ins.seed = in.seed;
         ins.rate = in.rate;
         // Bias, its gradient and a softmax on an image work per position: rows of its channels.
-        const bool perChannel = in.op == InstrOp::BiasAdd || in.op == InstrOp::BiasGrad ||
-                                ((in.op == InstrOp::Act || in.op == InstrOp::ActGrad) &&
-                                 in.act == ActKind::Softmax);
+        const bool perChannel =
+            in.op == InstrOp::BiasAdd || in.op == InstrOp::BiasGrad ||
+            ((in.op == InstrOp::Act || in.op == InstrOp::ActGrad) && in.act == ActKind::Softmax);
         if (perChannel && in.in[0].shape.size() > 2) {
             ins.cols = in.in[0].shape.back();
             ins.rows = in.in[0].elements() / ins.cols;
@@ -1028,8 +1026,8 @@ Status CpuProgram::run(const StepArgs& args) {
                 cpu::avgPoolGrad(i.pool, i.a, i.out);
                 break;
             case InstrOp::Pad2D:
-                cpu::pad2d(i.a, i.out, i.pool.B, i.pool.H, i.pool.W, i.pool.C, i.pads[0],
-                           i.pads[1], i.pads[2], i.pads[3]);
+                cpu::pad2d(i.a, i.out, i.pool.B, i.pool.H, i.pool.W, i.pool.C, i.pads[0], i.pads[1],
+                           i.pads[2], i.pads[3]);
                 break;
             case InstrOp::Pad2DGrad:
                 cpu::pad2dGrad(i.a, i.out, i.pool.B, i.pool.H, i.pool.W, i.pool.C, i.pads[0],

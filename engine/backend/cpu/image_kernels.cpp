@@ -140,8 +140,8 @@ void pad2d(const float* x, float* y, int64_t B, int64_t H, int64_t W, int64_t C,
         }
 }
 
-void pad2dGrad(const float* dy, float* dx, int64_t B, int64_t H, int64_t W, int64_t C,
-               int64_t top, int64_t bottom, int64_t left, int64_t right) {
+void pad2dGrad(const float* dy, float* dx, int64_t B, int64_t H, int64_t W, int64_t C, int64_t top,
+               int64_t bottom, int64_t left, int64_t right) {
     const int64_t OH = H + top + bottom, OW = W + left + right;
 #pragma omp parallel for collapse(2) schedule(static)
     for (int64_t b = 0; b < B; ++b)
@@ -197,7 +197,8 @@ void batchNormGrad(const float* dy, const float* x, const float* mean, const flo
     for (int64_t c = 0; c < C; ++c) inv[static_cast<size_t>(c)] = 1.0f / std::sqrt(var[c] + eps);
     if (batchStats) {
         std::vector<double> sdy(static_cast<size_t>(C)), sdyx(static_cast<size_t>(C));
-        reduceRows(rows, C, sdy.data(), [&](int64_t r, int64_t c) { return double(dy[r * C + c]); });
+        reduceRows(rows, C, sdy.data(),
+                   [&](int64_t r, int64_t c) { return double(dy[r * C + c]); });
         reduceRows(rows, C, sdyx.data(), [&](int64_t r, int64_t c) {
             return double(dy[r * C + c]) * (double(x[r * C + c]) - mean[c]) * inv[size_t(c)];
         });

@@ -26,8 +26,8 @@ void avgPoolGrad(const PoolShape& p, const float* dy, float* dx);
 void pad2d(const float* x, float* y, int64_t B, int64_t H, int64_t W, int64_t C, int64_t top,
            int64_t bottom, int64_t left, int64_t right);
 // dx [B,H,W,C] = the inner part of dy.
-void pad2dGrad(const float* dy, float* dx, int64_t B, int64_t H, int64_t W, int64_t C,
-               int64_t top, int64_t bottom, int64_t left, int64_t right);
+void pad2dGrad(const float* dy, float* dx, int64_t B, int64_t H, int64_t W, int64_t C, int64_t top,
+               int64_t bottom, int64_t left, int64_t right);
 
 // y = x * scale + offset (n values).
 void scale(const float* x, float* y, int64_t n, float scale, float offset);
