@@ -125,6 +125,7 @@ class TestTraining : public QObject {
     void predictGivesProbabilities();
     void csvProjectTrains();
     void fashionMnistShortRun();
+    void cnnTrainsOnImages_data();
     void cnnTrainsOnImages();
     void badProjects_data();
     void badProjects();
@@ -410,9 +411,20 @@ void TestTraining::fashionMnistShortRun() {
 }
 
 // A small CNN with every image and normalization layer on the synthetic blobs seen as 4x4
-// images: the loss falls and the test accuracy is far above chance (0.25), in seconds.
+// images: the loss falls and the test accuracy is far above chance (0.25), in seconds; also
+// under mixed precision, where these layers compute in f32 and the Dense layer in 16 bits.
+void TestTraining::cnnTrainsOnImages_data() {
+    QTest::addColumn<int>("precision");
+    QTest::newRow("float32") << int(PrecisionPolicy::Float32);
+    QTest::newRow("mixed_bfloat16") << int(PrecisionPolicy::MixedBfloat16);
+    QTest::newRow("mixed_float16") << int(PrecisionPolicy::MixedFloat16);
+}
+
 void TestTraining::cnnTrainsOnImages() {
+    QFETCH(int, precision);
+    qputenv("TRAINDECK_BF16_EMULATION", "1");  // this machine's CPU may lack bf16 instructions
     Project p = synthetic(2048, 4);
+    p.precision = static_cast<PrecisionPolicy>(precision);
     auto model = modelFromKerasJson(R"({"class_name": "Sequential", "config": {"layers": [
         {"class_name": "InputLayer", "config": {"batch_shape": [null, 16]}},
         {"class_name": "Reshape", "config": {"target_shape": [4, 4, 1]}},
@@ -444,6 +456,7 @@ void TestTraining::cnnTrainsOnImages() {
                             .arg(epochs.back().metrics.at("loss"))));
     QVERIFY2(fin[0].finalMetrics.at("test_accuracy") > 0.7,
              qPrintable(QString::number(fin[0].finalMetrics.at("test_accuracy"))));
+    qunsetenv("TRAINDECK_BF16_EMULATION");
 }
 
 void TestTraining::badProjects_data() {
