@@ -1,5 +1,7 @@
 #include "engine/backend/cpu/image_kernels.h"
 
+#include "engine/backend/cpu/simd_kernels.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -22,21 +24,45 @@ Clip clipWindow(const PoolShape& p, int64_t oh, int64_t ow) {
 
 constexpr int64_t kReduceBlocks = 64;  // fixed, so sums do not depend on the thread count
 
-// sums[c] (+)= f(row, c) over every row, in kReduceBlocks blocks of rows added in order.
+// sums[c] = the sum of f(row, c) over every row: kReduceBlocks blocks of rows, each summed in
+// float (a few hundred rows of the CNN's activations), the blocks added in order in double.
 template <class F>
 void reduceRows(int64_t rows, int64_t C, double* sums, F f) {
     const int64_t blocks = std::min(kReduceBlocks, std::max<int64_t>(rows, 1));
-    std::vector<double> part(static_cast<size_t>(blocks * C), 0.0);
+    std::vector<float> part(static_cast<size_t>(blocks * C), 0.0f);
 #pragma omp parallel for schedule(static)
     for (int64_t b = 0; b < blocks; ++b) {
-        double* s = part.data() + b * C;
+        float* s = part.data() + b * C;
         const int64_t r0 = rows * b / blocks, r1 = rows * (b + 1) / blocks;
         for (int64_t r = r0; r < r1; ++r)
+#pragma omp simd
             for (int64_t c = 0; c < C; ++c) s[c] += f(r, c);
     }
     for (int64_t c = 0; c < C; ++c) sums[c] = 0;
     for (int64_t b = 0; b < blocks; ++b)
         for (int64_t c = 0; c < C; ++c) sums[c] += part[static_cast<size_t>(b * C + c)];
+}
+
+// Two sums in one pass: f(row, c, a, b) adds to both.
+template <class F>
+void reduceRows2(int64_t rows, int64_t C, double* sumsA, double* sumsB, F f) {
+    const int64_t blocks = std::min(kReduceBlocks, std::max<int64_t>(rows, 1));
+    std::vector<float> part(static_cast<size_t>(2 * blocks * C), 0.0f);
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < blocks; ++b) {
+        float* sa = part.data() + 2 * b * C;
+        float* sb = sa + C;
+        const int64_t r0 = rows * b / blocks, r1 = rows * (b + 1) / blocks;
+        for (int64_t r = r0; r < r1; ++r)
+#pragma omp simd
+            for (int64_t c = 0; c < C; ++c) f(r, c, sa[c], sb[c]);
+    }
+    for (int64_t c = 0; c < C; ++c) sumsA[c] = sumsB[c] = 0;
+    for (int64_t b = 0; b < blocks; ++b)
+        for (int64_t c = 0; c < C; ++c) {
+            sumsA[c] += part[static_cast<size_t>(2 * b * C + c)];
+            sumsB[c] += part[static_cast<size_t>(2 * b * C + C + c)];
+        }
 }
 
 }  // namespace
@@ -58,29 +84,44 @@ void maxPool(const PoolShape& p, const float* x, float* y) {
 }
 
 void maxPoolGrad(const PoolShape& p, const float* dy, const float* x, float* dx) {
-    // One image per thread: windows of one image may overlap, images never do.
-#pragma omp parallel for schedule(static)
-    for (int64_t b = 0; b < p.B; ++b) {
-        float* dxb = dx + b * p.H * p.W * p.C;
-        std::memset(dxb, 0, static_cast<size_t>(p.H * p.W * p.C) * sizeof(float));
-        for (int64_t oh = 0; oh < p.OH; ++oh)
-            for (int64_t ow = 0; ow < p.OW; ++ow) {
-                const Clip w = clipWindow(p, oh, ow);
-                const float* g = dy + ((b * p.OH + oh) * p.OW + ow) * p.C;
-                for (int64_t c = 0; c < p.C; ++c) {
-                    float best = -std::numeric_limits<float>::infinity();
-                    int64_t at = -1;
+    // One image per thread: windows of one image may overlap, images never do. Per window, the
+    // running maximum and its position for every channel at once (the channels are contiguous);
+    // a later position wins only when strictly greater: the first maximum in row-major order.
+    const auto step = simd::activeKernels().maxArgStep;
+#pragma omp parallel
+    {
+        std::vector<float> best(static_cast<size_t>(p.C));
+        std::vector<int32_t> at(static_cast<size_t>(p.C));  // within the image
+        float* bst = best.data();
+        int32_t* pos = at.data();
+#pragma omp for schedule(static)
+        for (int64_t b = 0; b < p.B; ++b) {
+            float* dxb = dx + b * p.H * p.W * p.C;
+            std::memset(dxb, 0, static_cast<size_t>(p.H * p.W * p.C) * sizeof(float));
+            for (int64_t oh = 0; oh < p.OH; ++oh)
+                for (int64_t ow = 0; ow < p.OW; ++ow) {
+                    const Clip w = clipWindow(p, oh, ow);
+                    if (w.h0 >= w.h1 || w.w0 >= w.w1) continue;
+                    bool first = true;
                     for (int64_t h = w.h0; h < w.h1; ++h)
                         for (int64_t ww = w.w0; ww < w.w1; ++ww) {
-                            const int64_t i = ((b * p.H + h) * p.W + ww) * p.C + c;
-                            if (at < 0 || x[i] > best) {
-                                best = x[i];
-                                at = i;
+                            const auto base = static_cast<int32_t>((h * p.W + ww) * p.C);
+                            const float* in = x + b * p.H * p.W * p.C + base;
+                            if (first) {
+#pragma omp simd
+                                for (int64_t c = 0; c < p.C; ++c) {
+                                    bst[c] = in[c];
+                                    pos[c] = base + static_cast<int32_t>(c);
+                                }
+                                first = false;
+                                continue;
                             }
+                            step(in, bst, pos, p.C, base);
                         }
-                    if (at >= 0) dx[at] += g[c];
+                    const float* g = dy + ((b * p.OH + oh) * p.OW + ow) * p.C;
+                    for (int64_t c = 0; c < p.C; ++c) dxb[pos[c]] += g[c];
                 }
-            }
+        }
     }
 }
 
@@ -157,14 +198,14 @@ void scale(const float* x, float* y, int64_t n, float scale, float offset) {
 
 void channelMean(const float* x, float* mean, int64_t rows, int64_t C) {
     std::vector<double> s(static_cast<size_t>(C));
-    reduceRows(rows, C, s.data(), [&](int64_t r, int64_t c) { return double(x[r * C + c]); });
+    reduceRows(rows, C, s.data(), [&](int64_t r, int64_t c) { return x[r * C + c]; });
     for (int64_t c = 0; c < C; ++c) mean[c] = static_cast<float>(s[static_cast<size_t>(c)] / rows);
 }
 
 void channelVar(const float* x, const float* mean, float* var, int64_t rows, int64_t C) {
     std::vector<double> s(static_cast<size_t>(C));
     reduceRows(rows, C, s.data(), [&](int64_t r, int64_t c) {
-        const double d = double(x[r * C + c]) - double(mean[c]);
+        const float d = x[r * C + c] - mean[c];
         return d * d;
     });
     for (int64_t c = 0; c < C; ++c) var[c] = static_cast<float>(s[static_cast<size_t>(c)] / rows);
@@ -196,12 +237,14 @@ void batchNormGrad(const float* dy, const float* x, const float* mean, const flo
         k2(static_cast<size_t>(C), 0.f);
     for (int64_t c = 0; c < C; ++c) inv[static_cast<size_t>(c)] = 1.0f / std::sqrt(var[c] + eps);
     if (batchStats) {
+        // sum(dy) and sum(dy * x_hat) in one pass over dy and x.
         std::vector<double> sdy(static_cast<size_t>(C)), sdyx(static_cast<size_t>(C));
-        reduceRows(rows, C, sdy.data(),
-                   [&](int64_t r, int64_t c) { return double(dy[r * C + c]); });
-        reduceRows(rows, C, sdyx.data(), [&](int64_t r, int64_t c) {
-            return double(dy[r * C + c]) * (double(x[r * C + c]) - mean[c]) * inv[size_t(c)];
-        });
+        reduceRows2(rows, C, sdy.data(), sdyx.data(),
+                    [&](int64_t r, int64_t c, float& a, float& b) {
+                        const float g = dy[r * C + c];
+                        a += g;
+                        b += g * (x[r * C + c] - mean[c]) * inv[size_t(c)];
+                    });
         for (int64_t c = 0; c < C; ++c) {
             k1[size_t(c)] = static_cast<float>(sdy[size_t(c)] / rows);
             k2[size_t(c)] = static_cast<float>(sdyx[size_t(c)] / rows);
@@ -229,7 +272,7 @@ void normGammaGrad(const float* dy, const float* x, const float* mean, const flo
     for (int64_t c = 0; c < C; ++c) inv[static_cast<size_t>(c)] = 1.0f / std::sqrt(var[c] + eps);
     std::vector<double> s(static_cast<size_t>(C));
     reduceRows(rows, C, s.data(), [&](int64_t r, int64_t c) {
-        return double(dy[r * C + c]) * (double(x[r * C + c]) - mean[c]) * inv[size_t(c)];
+        return dy[r * C + c] * (x[r * C + c] - mean[c]) * inv[size_t(c)];
     });
     for (int64_t c = 0; c < C; ++c) dgamma[c] = static_cast<float>(s[static_cast<size_t>(c)]);
 }
@@ -295,7 +338,7 @@ void layerNormGammaGrad(const float* dy, const float* x, float* dgamma, int64_t 
         rowStats(x + r * C, C, eps, mean[static_cast<size_t>(r)], inv[static_cast<size_t>(r)]);
     std::vector<double> s(static_cast<size_t>(C));
     reduceRows(rows, C, s.data(), [&](int64_t r, int64_t c) {
-        return double(dy[r * C + c]) * (x[r * C + c] - mean[size_t(r)]) * inv[size_t(r)];
+        return dy[r * C + c] * (x[r * C + c] - mean[size_t(r)]) * inv[size_t(r)];
     });
     for (int64_t c = 0; c < C; ++c) dgamma[c] = static_cast<float>(s[static_cast<size_t>(c)]);
 }

@@ -16,7 +16,8 @@ struct PoolShape {
 
 // y = the maximum of each window's positions inside the image (padding never wins).
 void maxPool(const PoolShape& p, const float* x, float* y);
-// dx = 0, then each dy added at the first maximum of its window (x read again).
+// dx = 0, then each dy added at the first maximum of its window (x read again). An image's
+// H * W * C must be below 2^31.
 void maxPoolGrad(const PoolShape& p, const float* dy, const float* x, float* dx);
 // y = the mean over each window's positions inside the image (padding not counted).
 void avgPool(const PoolShape& p, const float* x, float* y);
