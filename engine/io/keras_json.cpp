@@ -396,7 +396,7 @@ std::vector<std::string> classKeys(const std::string& className) {
 
 // kernel_size, strides, pool_size, dilation_rate: an integer or two integers [h, w].
 Shape readPair(const Json& v, const std::string& path) {
-    if (v.is_number_integer()) {
+    if (v.is_number()) {
         const int64_t n = getPositiveInteger(v, path);
         return {n, n};
     }
@@ -426,7 +426,7 @@ bool readSamePadding(const Json& cfg, const std::string& cpath) {
 
 // ZeroPadding2D padding: n, [h, w] or [[top, bottom], [left, right]] -> [top, bottom, left, right].
 Shape readZeroPadding(const Json& v, const std::string& path) {
-    if (v.is_number_integer()) {
+    if (v.is_number()) {
         const int64_t n = getNonNegativeInteger(v, path);
         return {n, n, n, n};
     }

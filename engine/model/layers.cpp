@@ -265,14 +265,21 @@ Shape effectiveStrides(const LayerSpec& layer) {
 
 namespace {
 
-// A [h, w] field of a window layer: two sizes >= min ("" when it is).
+// Window sizes, strides and dilations past this are refused (no image is that large, and their
+// products stay far from overflowing).
+constexpr int64_t kMaxWindow = int64_t(1) << 20;
+
+// A [h, w] field of a window layer: two sizes in [min, kMaxWindow] ("" when it is).
 std::string badPair(const Shape& s, const char* field, int64_t min) {
     if (s.size() != 2)
         return std::string(field) + " must be two sizes [h, w], got " + targetText(s);
     for (int64_t v : s)
-        if (v < min || v > kMaxElements)
+        if (v < min)
             return std::string(field) + " " + targetText(s) +
                    " must hold sizes >= " + std::to_string(min);
+        else if (v > kMaxWindow)
+            return std::string(field) + " " + targetText(s) + " is too large (at most " +
+                   std::to_string(kMaxWindow) + ")";
     return {};
 }
 
@@ -312,8 +319,9 @@ std::string inferImageLayer(const LayerSpec& layer, Shape& shape, LayerInfo& li,
             auto g = windowGeometry(shape[0], shape[1], layer.kernelSize, st, layer.dilationRate,
                                     layer.samePadding, "kernel");
             if (!g.ok()) return g.error();
-            const int64_t perFilter =
-                layer.kernelSize[0] * layer.kernelSize[1] * (shape[2] / layer.groups);
+            const int64_t window = layer.kernelSize[0] * layer.kernelSize[1];  // <= 2^40
+            if (shape[2] / layer.groups > kMaxElements / window) return "the kernel is too large";
+            const int64_t perFilter = window * (shape[2] / layer.groups);
             if (perFilter > kMaxElements / layer.filters) return "the kernel is too large";
             li.params = perFilter * layer.filters + (layer.useBias ? layer.filters : 0);
             kept += numElements(shape);  // the kernel gradient reads the input

@@ -248,8 +248,9 @@ class TestKerasFixtures : public QObject {
         const float* y = h.output("predictions");
         QCOMPARE(int64_t(want.size()), batch * 5);
         for (size_t i = 0; i < want.size(); ++i)
-            QVERIFY2(std::fabs(y[i] - want[i]) <= 1e-4f + 1e-4f * std::fabs(want[i]),
-                     qPrintable(QString("output %1: %2 vs Keras %3").arg(i).arg(y[i]).arg(want[i])));
+            QVERIFY2(
+                std::fabs(y[i] - want[i]) <= 1e-4f + 1e-4f * std::fabs(want[i]),
+                qPrintable(QString("output %1: %2 vs Keras %3").arg(i).arg(y[i]).arg(want[i])));
         const Json& after = f.at("moving_after_training");
         for (size_t k = 0; k < moving.size(); ++k) {
             const auto keras = after.at(k).get<std::vector<float>>();
@@ -258,12 +259,10 @@ class TestKerasFixtures : public QObject {
             for (size_t c = 0; c < keras.size(); ++c) {
                 // Training moves them as Keras does; inference leaves them alone.
                 const float expect = training ? keras[c] : initial[c];
-                QVERIFY2(std::fabs(ours[c] - expect) <= 1e-5f + 1e-5f * std::fabs(expect),
-                         qPrintable(QString("moving %1[%2]: %3 vs %4")
-                                        .arg(k)
-                                        .arg(c)
-                                        .arg(ours[c])
-                                        .arg(expect)));
+                QVERIFY2(
+                    std::fabs(ours[c] - expect) <= 1e-5f + 1e-5f * std::fabs(expect),
+                    qPrintable(
+                        QString("moving %1[%2]: %3 vs %4").arg(k).arg(c).arg(ours[c]).arg(expect)));
             }
         }
     }

@@ -474,6 +474,10 @@ class TestModel : public QObject {
             << 8 << "layer 1 'batch_normalization': epsilon must be positive, got 0";
         QTest::newRow("batch norm momentum")
             << 9 << "layer 1 'batch_normalization': momentum must be in [0, 1], got 1.5";
+        QTest::newRow("absurd kernel")
+            << 11
+            << "layer 1 'conv2d': kernel_size [1099511627776,1] is too large (at most 1048576)";
+        QTest::newRow("absurd filters") << 12 << "layer 1 'conv2d': the kernel is too large";
         QTest::newRow("global pooling on a flat input")
             << 10
             << "layer 1 'global_average_pooling2d': GlobalAveragePooling2D expects an image "
@@ -527,6 +531,12 @@ class TestModel : public QObject {
             case 10:
                 l = layerOf(LayerType::GlobalAveragePooling2D);
                 in = {784};
+                break;
+            case 11:
+                l = conv(4, {int64_t(1) << 40, 1}, true);
+                break;
+            case 12:
+                l = conv(int64_t(1) << 62, {3, 3}, true);
                 break;
         }
         m.layers = {input(in), l};

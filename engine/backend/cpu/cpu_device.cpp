@@ -564,8 +564,7 @@ Status CpuProgram::setupImageOp(const Instr& in, CpuInstr& ins) {
             ins.pool = cpu::PoolShape{x[0], x[1], x[2], x[3], y[1],     y[2],
                                       w.kh, w.kw, w.sh, w.sw, w.padTop, w.padLeft};
             if (x[1] * x[2] * x[3] >= (int64_t(1) << 31))
-                return err(what + ": an image of " + shapeToString(x) +
-                           " has 2^31 values or more");
+                return err(what + ": an image of " + shapeToString(x) + " has 2^31 values or more");
             ins.pads[0] = w.padTop;
             ins.pads[1] = w.padBottom;
             ins.pads[2] = w.padLeft;
