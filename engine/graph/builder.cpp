@@ -59,7 +59,8 @@ NodeAttrs paramAttrs(const LayerSpec& L, const char* suffix, bool trainable) {
 
 // The nodes of a convolutional, pooling, padding, rescaling or normalization layer reading x;
 // returns the layer's output (before a Conv2D's activation). Moving statistics updates of a
-// training BatchNormalization become graph outputs "moving:<param name>".
+// training BatchNormalization become graph outputs "moving.<param id>.<layer>_mean" (and
+// _variance).
 Result<int> addImageLayer(Graph& g, const LayerSpec& L, int x, const Shape& outShape,
                           GraphMode mode, std::vector<std::pair<int, RegularizerSpec>>& regs) {
     const Shape in = g.node(x).shape;  // [B, H, W, C] for the image layers
@@ -143,9 +144,18 @@ Result<int> addImageLayer(Graph& g, const LayerSpec& L, int x, const Shape& outS
                 var = g.add(Op::ChannelVar, {x, mean}, DType::F32, c);
                 NodeAttrs ma;
                 ma.momentum = textNumber(L.momentum);
-                g.outputs.emplace_back("moving:" + L.name + "/moving_mean",
+                // Output names stay words of the text form: "moving.<param id>.<layer>_mean".
+                auto outputName = [&](int param, const char* what) {
+                    std::string layer = L.name;
+                    for (char& ch : layer)
+                        if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_' &&
+                            ch != '.' && ch != '-')
+                            ch = '_';
+                    return "moving." + std::to_string(param) + "." + layer + "_" + what;
+                };
+                g.outputs.emplace_back(outputName(mm, "mean"),
                                        g.add(Op::MovingAvg, {mm, mean}, DType::F32, c, ma));
-                g.outputs.emplace_back("moving:" + L.name + "/moving_variance",
+                g.outputs.emplace_back(outputName(mv, "variance"),
                                        g.add(Op::MovingAvg, {mv, var}, DType::F32, c, ma));
             }
             std::vector<int> ops{x, mean, var};
