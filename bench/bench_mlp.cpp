@@ -1,11 +1,12 @@
-// Side-by-side MLP benchmark: TrainDeck against the reference trainers of bench/reference_mlp.py
-// (PyTorch 2.x eager and torch.compile, Debian's PyTorch 1.13, Keras) on Fashion-MNIST: same
-// model, data, optimizer, dropout, batch and thread count, in one invocation. Every trainer runs
-// as its own child process, so peak memory (ru_maxrss of the child) is measured the same way for
-// all. Prints steady samples/s (epochs after the first), test accuracy, peak RSS and TrainDeck's
-// ratios to each reference.
+// Side-by-side MLP and CNN benchmark: TrainDeck against the reference trainers of
+// bench/reference_mlp.py (PyTorch 2.x eager and torch.compile, Debian's PyTorch 1.13, Keras) on
+// Fashion-MNIST: same model, data, optimizer, dropout, batch and thread count, in one invocation.
+// cnn-64 is projects/fashion_mnist_cnn.json's model (two Conv2D, BatchNormalization, pooling).
+// Every trainer runs as its own child process, so peak memory (ru_maxrss of the child) is measured
+// the same way for all. Prints steady samples/s (epochs after the first), test accuracy, peak RSS
+// and TrainDeck's ratios to each reference.
 //
-//   traindeck_bench [--epochs 3] [--threads 2] [--models seed-32,seed-256,wide-256]
+//   traindeck_bench [--epochs 3] [--threads 2] [--models seed-32,seed-256,wide-256,cnn-64]
 //                   [--frameworks torch,torch-compile,torch-debian,keras|none]
 //                   [--python VENV/bin/python] [--python-debian /usr/bin/python3]
 //                   [--strategies one,mirrored-2,mpi-2] [--variants f32,unfused,bf16,f16]
@@ -188,7 +189,7 @@ const std::vector<Reference>& knownReferences() {
 
 Outcome runReference(const std::string& python, const std::string& script, const Reference& ref,
                      const std::vector<int>& hidden, double dropout, int epochs, int batch,
-                     int threads) {
+                     int threads, bool cnn) {
     Outcome o;
     std::string out;
     std::vector<std::string> env{"OMP_NUM_THREADS=" + std::to_string(threads),
@@ -201,6 +202,10 @@ Outcome runReference(const std::string& python, const std::string& script, const
                                   "--epochs",    std::to_string(epochs),
                                   "--threads",   std::to_string(threads)};
     if (ref.compile) argv.push_back("--compile");
+    if (cnn) {
+        argv.push_back("--model");
+        argv.push_back("cnn");
+    }
     if (ref.bf16) {
         argv.push_back("--precision");
         argv.push_back("bf16");
@@ -283,7 +288,7 @@ int main(int argc, char** argv) {
     app.add_option("--threads", threads, "Threads for every trainer")->check(CLI::PositiveNumber);
     app.add_option("--frameworks", frameworks,
                    "References: torch, torch-compile, torch-debian, keras, or none");
-    app.add_option("--models", models, "Configurations: seed-32, seed-256, wide-256");
+    app.add_option("--models", models, "Configurations: seed-32, seed-256, wide-256, cnn-64");
     app.add_option("--reference", reference, "Path of reference_mlp.py");
     app.add_option("--traindeck", binary, "traindeck binary (default: next to this program)");
     app.add_option("--json", jsonOut, "Also write the results as JSON to this file");
@@ -334,10 +339,12 @@ int main(int argc, char** argv) {
         std::string key, name;
         std::vector<int> hidden;
         int batch;
+        bool cnn = false;  // projects/fashion_mnist_cnn.json's model (hidden unused)
     };
     const std::vector<Config> allConfigs{{"seed-32", "784-128-10 (seed)", {128}, 32},
                                          {"seed-256", "784-128-10 (seed)", {128}, 256},
-                                         {"wide-256", "784-1024-1024-10", {1024, 1024}, 256}};
+                                         {"wide-256", "784-1024-1024-10", {1024, 1024}, 256},
+                                         {"cnn-64", "CNN 2xConv2D+BN", {128}, 64, true}};
     std::vector<Config> configs;
     for (const std::string& key : splitList(models)) {
         auto it = std::find_if(allConfigs.begin(), allConfigs.end(),
@@ -345,7 +352,7 @@ int main(int argc, char** argv) {
         if (it == allConfigs.end()) {
             std::fprintf(stderr,
                          "bench: --models: unknown configuration '%s' (expected seed-32, "
-                         "seed-256 or wide-256)\n",
+                         "seed-256, wide-256 or cnn-64)\n",
                          key.c_str());
             return 2;
         }
@@ -379,13 +386,22 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "bench: %s\n", base.error().c_str());
         return 2;
     }
+    auto cnnBase = td::loadProject(root + "/projects/fashion_mnist_cnn.json");
+    if (!cnnBase.ok()) {
+        std::fprintf(stderr, "bench: %s\n", cnnBase.error().c_str());
+        return 2;
+    }
+    // The CNN's dropout rate, for the references.
+    double cnnDropout = 0;
+    for (const td::LayerSpec& l : cnnBase->model.layers)
+        if (l.type == td::LayerType::Dropout) cnnDropout = l.rate;
     const auto tmp =
         std::filesystem::temp_directory_path() / ("traindeck-bench-" + std::to_string(getpid()));
     std::filesystem::create_directories(tmp);
 
     std::printf(
-        "TrainDeck MLP benchmark: Fashion-MNIST, %d epochs (steady = epochs 2..%d), threads: %d, "
-        "dropout 0.2, Adam\n",
+        "TrainDeck benchmark: Fashion-MNIST, %d epochs (steady = epochs 2..%d), threads: %d, "
+        "dropout 0.2 (MLP) / as the CNN project, Adam\n",
         epochs, epochs, threads);
     std::printf("%-20s %5s  %-34s %10s %8s %9s %8s %7s\n", "model", "batch", "trainer", "samples/s",
                 "test acc", "peak MiB", "speed x", "mem x");
@@ -424,6 +440,10 @@ int main(int argc, char** argv) {
         out.activation = td::ActivationKind::Softmax;
         m.layers.push_back(out);
         p.model = m;
+        if (c.cnn) {
+            p = *cnnBase;
+            p.training.epochs = base->training.epochs;
+        }
         Outcome ours;
         std::vector<std::pair<StrategyRun, Outcome>> scaled;
         for (const StrategyRun& st : strategyRuns) {
@@ -513,8 +533,9 @@ int main(int argc, char** argv) {
                                          {"all_reduce_kib_per_step", o.allReduceKiB},
                                          {"all_reduce_share_percent", o.allReduceShare}});
         for (const Reference& r : refs) {
-            Outcome ref = runReference(r.debianPython ? pythonDebian : python, reference, r,
-                                       c.hidden, 0.2, epochs, c.batch, threads);
+            Outcome ref =
+                runReference(r.debianPython ? pythonDebian : python, reference, r, c.hidden,
+                             c.cnn ? cnnDropout : 0.2, epochs, c.batch, threads, c.cnn);
             printRow(c.name, c.batch, r.label + " " + ref.version, ref, &ours);
             const bool both = ours.ok && ref.ok && ref.samplesPerSecond > 0 && ref.peakRssMiB > 0;
             row["references"].push_back(

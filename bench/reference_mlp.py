@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
-"""Reference trainers for bench/bench_mlp.cpp: the benchmark's MLP on Fashion-MNIST in PyTorch or
-Keras, trained the way TrainDeck trains it, so that the rates compare like with like.
+"""Reference trainers for bench/bench_mlp.cpp: the benchmark's MLP or CNN on Fashion-MNIST in
+PyTorch or Keras, trained the way TrainDeck trains it, so that the rates compare like with like.
 
 Same as TrainDeck's benchmark project:
-  model      784 -> [Dense(h, relu) -> Dropout(p)] per hidden width -> Dense(10) -> softmax,
+  model      mlp: 784 -> [Dense(h, relu) -> Dropout(p)] per hidden width -> Dense(10) -> softmax;
+             cnn (projects/fashion_mnist_cnn.json): 28x28x1 -> Conv2D(32, 3x3, relu) ->
+             BatchNormalization (momentum 0.99, epsilon 1e-3) -> MaxPooling2D(2) -> Conv2D(64,
+             3x3, relu) -> MaxPooling2D(2) -> Flatten -> Dropout(p) -> Dense(128, relu) ->
+             Dense(10) -> softmax;
              Glorot-uniform kernels and zero biases (the Keras defaults TrainDeck uses);
   data       the Debian package dataset-fashion-mnist, pixels scaled by 1/255, reshuffled every
              epoch, last partial batch kept;
@@ -20,6 +24,7 @@ or the framework is missing.
   reference_mlp.py --framework torch --hidden 128 --batch 32 --epochs 3 --threads 2
   reference_mlp.py --framework torch --compile --hidden 1024,1024 --batch 256
   reference_mlp.py --framework keras --precision bf16 --hidden 128 --batch 256
+  reference_mlp.py --framework torch --model cnn --dropout 0.3 --batch 64
 """
 import argparse
 import gzip
@@ -88,15 +93,26 @@ def train_torch(opts, hidden, train, test):
 
     layers = []
     width = train[0].shape[1]
-    for h in hidden:
-        layers += [torch.nn.Linear(width, h), torch.nn.ReLU()]
+    if opts.model == "cnn":
+        # PyTorch's images are channels-first; its BatchNorm momentum is Keras' 1 - momentum.
+        nn = torch.nn
+        layers = [nn.Unflatten(1, (1, 28, 28)), nn.Conv2d(1, 32, 3), nn.ReLU(),
+                  nn.BatchNorm2d(32, eps=1e-3, momentum=0.01), nn.MaxPool2d(2),
+                  nn.Conv2d(32, 64, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten()]
         if opts.dropout > 0:
-            layers.append(torch.nn.Dropout(opts.dropout))
-        width = h
+            layers.append(nn.Dropout(opts.dropout))
+        layers += [nn.Linear(64 * 5 * 5, 128), nn.ReLU()]
+        width = 128
+    else:
+        for h in hidden:
+            layers += [torch.nn.Linear(width, h), torch.nn.ReLU()]
+            if opts.dropout > 0:
+                layers.append(torch.nn.Dropout(opts.dropout))
+            width = h
     layers.append(torch.nn.Linear(width, 10))
     model = torch.nn.Sequential(*layers)
     for m in model:
-        if isinstance(m, torch.nn.Linear):
+        if isinstance(m, (torch.nn.Linear, torch.nn.Conv2d)):
             torch.nn.init.xavier_uniform_(m.weight)
             torch.nn.init.zeros_(m.bias)
     optimizer = torch.optim.Adam(model.parameters(), lr=ADAM["lr"],
@@ -148,10 +164,20 @@ def train_keras(opts, hidden, train, test):
         keras.mixed_precision.set_global_policy("mixed_bfloat16")
 
     model = keras.Sequential([keras.Input(shape=(train[0].shape[1],))])
-    for h in hidden:
-        model.add(keras.layers.Dense(h, activation="relu"))
+    L = keras.layers
+    if opts.model == "cnn":
+        for layer in [L.Reshape((28, 28, 1)), L.Conv2D(32, 3, activation="relu"),
+                      L.BatchNormalization(), L.MaxPooling2D(), L.Conv2D(64, 3, activation="relu"),
+                      L.MaxPooling2D(), L.Flatten()]:
+            model.add(layer)
         if opts.dropout > 0:
-            model.add(keras.layers.Dropout(opts.dropout))
+            model.add(L.Dropout(opts.dropout))
+        model.add(L.Dense(128, activation="relu"))
+    else:
+        for h in hidden:
+            model.add(keras.layers.Dense(h, activation="relu"))
+            if opts.dropout > 0:
+                model.add(keras.layers.Dropout(opts.dropout))
     model.add(keras.layers.Dense(10, activation="softmax", dtype="float32"))
     model.compile(
         optimizer=keras.optimizers.Adam(learning_rate=ADAM["lr"], beta_1=ADAM["beta_1"],
@@ -180,6 +206,8 @@ def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--framework", choices=["torch", "keras"], required=True)
+    p.add_argument("--model", choices=["mlp", "cnn"], default="mlp",
+                   help="mlp (--hidden widths) or the Fashion-MNIST CNN (--hidden unused)")
     p.add_argument("--compile", action="store_true",
                    help="torch.compile (PyTorch 2+), or Keras jit_compile=True (XLA)")
     p.add_argument("--precision", choices=["f32", "bf16"], default="f32",
@@ -226,6 +254,7 @@ def main(argv):
     print(json.dumps({
         "framework": framework,
         "version": version,
+        "model": opts.model,
         "compile": opts.compile,
         "precision": opts.precision,
         "hidden": hidden,

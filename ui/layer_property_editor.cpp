@@ -1,5 +1,7 @@
 #include "ui/layer_property_editor.h"
 
+#include <algorithm>
+
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDoubleSpinBox>
@@ -288,6 +290,158 @@ void LayerPropertyEditor::rebuild() {
         }
         case td::LayerType::Activation:
             addActivationFields(form);
+            break;
+        case td::LayerType::Conv2D:
+        case td::LayerType::MaxPooling2D:
+        case td::LayerType::AveragePooling2D:
+        case td::LayerType::GlobalAveragePooling2D:
+        case td::LayerType::BatchNormalization:
+        case td::LayerType::LayerNormalization:
+        case td::LayerType::ZeroPadding2D:
+        case td::LayerType::Rescaling:
+            addImageLayerFields(form);
+            break;
+    }
+}
+
+// A line edit of sizes ("3, 3"): `count` whole numbers >= `min`; `emptyMeans` (when not empty)
+// is what an empty field stands for (strides: the layer's default).
+QLineEdit* LayerPropertyEditor::addSizesRow(QFormLayout* form, const QString& label,
+                                            const char* objectName, td::Shape* field, int count,
+                                            int64_t min, const QString& emptyMeans) {
+    auto* edit = new QLineEdit(shapeToText(*field));
+    edit->setObjectName(objectName);
+    edit->setPlaceholderText(emptyMeans.isEmpty() ? tr("e.g. 3, 3") : emptyMeans);
+    connect(
+        edit, &QLineEdit::textEdited, this,
+        [this, edit, field, count, min, label, emptyMeans](const QString& text) {
+            QString t = text.trimmed();
+            t.remove('(').remove(')').remove('[').remove(']');
+            const QStringList parts = t.split(QRegularExpression("[,\\sx]+"), Qt::SkipEmptyParts);
+            if (parts.isEmpty() && !emptyMeans.isEmpty()) {
+                setFieldError(edit, {});
+                field->clear();
+                commit();
+                return;
+            }
+            td::Shape sizes;
+            for (const QString& p : parts) {
+                bool ok = false;
+                const qlonglong v = p.toLongLong(&ok);
+                if (!ok || v < min) {
+                    setFieldError(
+                        edit, tr("%1: \"%2\" is not a whole number >= %3.").arg(label, p).arg(min));
+                    return;
+                }
+                sizes.push_back(v);
+            }
+            if (sizes.size() != static_cast<size_t>(count)) {
+                setFieldError(
+                    edit,
+                    tr("%1: expected %2 sizes, got %3.").arg(label).arg(count).arg(sizes.size()));
+                return;
+            }
+            setFieldError(edit, {});
+            *field = sizes;
+            commit();
+        });
+    form->addRow(label, edit);
+    return edit;
+}
+
+void LayerPropertyEditor::addImageLayerFields(QFormLayout* form) {
+    auto paddingCombo = [&] {
+        auto* padding = new QComboBox;
+        padding->setObjectName("paddingCombo");
+        padding->addItems({"valid", "same"});
+        padding->setCurrentIndex(spec_.samePadding ? 1 : 0);
+        padding->setToolTip(
+            tr("valid: no padding; same: pad so that the output has "
+               "ceil(input / stride) positions."));
+        connect(padding, &QComboBox::activated, this, [this](int i) {
+            spec_.samePadding = i == 1;
+            commit();
+        });
+        form->addRow(tr("Padding"), padding);
+    };
+    auto checkRow = [&](const QString& label, const char* objectName, bool* field) {
+        auto* box = new QCheckBox;
+        box->setObjectName(objectName);
+        box->setChecked(*field);
+        connect(box, &QCheckBox::toggled, this, [this, field](bool on) {
+            *field = on;
+            commit();
+        });
+        form->addRow(label, box);
+    };
+    auto numberRow = [&](const QString& label, const char* objectName, double* field, double lo,
+                         double hi, double step, int decimals) {
+        auto* spin = makeDoubleSpin(lo, hi, step, decimals, *field);
+        spin->setObjectName(objectName);
+        connect(spin, &QDoubleSpinBox::valueChanged, this, [this, field](double v) {
+            *field = v;
+            commit();
+        });
+        form->addRow(label, spin);
+    };
+    switch (spec_.type) {
+        case td::LayerType::Conv2D: {
+            auto* filters = new QSpinBox;
+            filters->setObjectName("filtersSpin");
+            filters->setRange(1, 65536);
+            filters->setValue(static_cast<int>(std::clamp<int64_t>(spec_.filters, 1, 65536)));
+            connect(filters, &QSpinBox::valueChanged, this, [this](int v) {
+                spec_.filters = v;
+                commit();
+            });
+            form->addRow(tr("Filters"), filters);
+            addSizesRow(form, tr("Kernel size"), "kernelSizeEdit", &spec_.kernelSize, 2, 1);
+            addSizesRow(form, tr("Strides"), "stridesEdit", &spec_.strides, 2, 1,
+                        tr("1, 1 when empty"));
+            paddingCombo();
+            addSizesRow(form, tr("Dilation rate"), "dilationEdit", &spec_.dilationRate, 2, 1);
+            auto* groups = new QSpinBox;
+            groups->setObjectName("groupsSpin");
+            groups->setRange(1, 65536);
+            groups->setValue(static_cast<int>(std::clamp<int64_t>(spec_.groups, 1, 65536)));
+            groups->setToolTip(tr("Must divide the input channels and the filters."));
+            connect(groups, &QSpinBox::valueChanged, this, [this](int v) {
+                spec_.groups = v;
+                commit();
+            });
+            form->addRow(tr("Groups"), groups);
+            addActivationFields(form);
+            checkRow(tr("Use bias"), "useBiasCheck", &spec_.useBias);
+            addInitializerRow(form, tr("Kernel initializer"), &spec_.kernelInitializer);
+            addInitializerRow(form, tr("Bias initializer"), &spec_.biasInitializer);
+            addRegularizerRow(form, tr("Kernel regularizer"), &spec_.kernelRegularizer);
+            addRegularizerRow(form, tr("Bias regularizer"), &spec_.biasRegularizer);
+            break;
+        }
+        case td::LayerType::MaxPooling2D:
+        case td::LayerType::AveragePooling2D:
+            addSizesRow(form, tr("Pool size"), "poolSizeEdit", &spec_.poolSize, 2, 1);
+            addSizesRow(form, tr("Strides"), "stridesEdit", &spec_.strides, 2, 1,
+                        tr("the pool size when empty"));
+            paddingCombo();
+            break;
+        case td::LayerType::BatchNormalization:
+            numberRow(tr("Momentum"), "momentumSpin", &spec_.momentum, 0.0, 1.0, 0.01, 4);
+            [[fallthrough]];
+        case td::LayerType::LayerNormalization:
+            numberRow(tr("Epsilon"), "epsilonSpin", &spec_.epsilon, 1e-9, 1.0, 1e-3, 9);
+            checkRow(tr("Center (beta)"), "centerCheck", &spec_.center);
+            checkRow(tr("Scale (gamma)"), "scaleCheck", &spec_.scale);
+            break;
+        case td::LayerType::ZeroPadding2D:
+            addSizesRow(form, tr("Padding"), "zeroPaddingEdit", &spec_.zeroPadding, 4, 0)
+                ->setToolTip(tr("Rows and columns of zeros: top, bottom, left, right."));
+            break;
+        case td::LayerType::Rescaling:
+            numberRow(tr("Scale"), "rescaleSpin", &spec_.rescale, -1e6, 1e6, 0.001, 8);
+            numberRow(tr("Offset"), "offsetSpin", &spec_.offset, -1e6, 1e6, 0.1, 6);
+            break;
+        default:
             break;
     }
 }

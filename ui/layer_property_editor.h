@@ -37,6 +37,11 @@ class LayerPropertyEditor : public QWidget {
     void commit();
     void setFieldError(QWidget* field, const QString& message);
     void addActivationFields(QFormLayout* form);
+    // Conv2D, pooling, normalization, padding and rescaling fields.
+    void addImageLayerFields(QFormLayout* form);
+    QLineEdit* addSizesRow(QFormLayout* form, const QString& label, const char* objectName,
+                           td::Shape* field, int count, int64_t min,
+                           const QString& emptyMeans = {});
     void addInitializerRow(QFormLayout* form, const QString& label, td::InitializerSpec* init);
     void addRegularizerRow(QFormLayout* form, const QString& label, td::RegularizerSpec* reg);
 

@@ -23,29 +23,26 @@ QString shapeText(const td::Shape& s) {
 }
 
 QString baseName(td::LayerType t) {
-    switch (t) {
-        case td::LayerType::Input:
-            return "input_layer";
-        case td::LayerType::Flatten:
-            return "flatten";
-        case td::LayerType::Reshape:
-            return "reshape";
-        case td::LayerType::Dense:
-            return "dense";
-        case td::LayerType::Dropout:
-            return "dropout";
-        case td::LayerType::Activation:
-            return "activation";
-    }
-    return "layer";
+    return QString::fromLatin1(td::defaultLayerNamePrefix(t));  // Keras' prefixes
 }
 
 }  // namespace
 
 const std::vector<td::LayerType>& supportedLayerTypes() {
-    static const std::vector<td::LayerType> types{
-        td::LayerType::Input, td::LayerType::Flatten, td::LayerType::Reshape,
-        td::LayerType::Dense, td::LayerType::Dropout, td::LayerType::Activation};
+    static const std::vector<td::LayerType> types{td::LayerType::Input,
+                                                  td::LayerType::Flatten,
+                                                  td::LayerType::Reshape,
+                                                  td::LayerType::Dense,
+                                                  td::LayerType::Dropout,
+                                                  td::LayerType::Activation,
+                                                  td::LayerType::Conv2D,
+                                                  td::LayerType::MaxPooling2D,
+                                                  td::LayerType::AveragePooling2D,
+                                                  td::LayerType::GlobalAveragePooling2D,
+                                                  td::LayerType::BatchNormalization,
+                                                  td::LayerType::LayerNormalization,
+                                                  td::LayerType::ZeroPadding2D,
+                                                  td::LayerType::Rescaling};
     return types;
 }
 
@@ -63,6 +60,26 @@ QString layerTypeDescription(td::LayerType t) {
             return QObject::tr("Randomly zeroes a fraction of inputs while training.");
         case td::LayerType::Activation:
             return QObject::tr("Applies an activation function element-wise.");
+        case td::LayerType::Conv2D:
+            return QObject::tr(
+                "2-D convolution over an image [height, width, channels]: "
+                "activation(conv(x, kernel) + b).");
+        case td::LayerType::MaxPooling2D:
+            return QObject::tr("The maximum of each pooling window of an image.");
+        case td::LayerType::AveragePooling2D:
+            return QObject::tr("The mean of each pooling window of an image.");
+        case td::LayerType::GlobalAveragePooling2D:
+            return QObject::tr("The mean over height and width: one value per channel.");
+        case td::LayerType::BatchNormalization:
+            return QObject::tr(
+                "Normalizes each channel with the batch's statistics while "
+                "training and the moving statistics at inference.");
+        case td::LayerType::LayerNormalization:
+            return QObject::tr("Normalizes each sample over its last axis.");
+        case td::LayerType::ZeroPadding2D:
+            return QObject::tr("Adds rows and columns of zeros around an image.");
+        case td::LayerType::Rescaling:
+            return QObject::tr("x * scale + offset, e.g. pixels 0..255 to 0..1.");
     }
     return {};
 }
@@ -99,8 +116,21 @@ td::LayerSpec LayerStackModel::makeLayer(td::LayerType type) const {
         case td::LayerType::Activation:
             l.activation = td::ActivationKind::Relu;
             break;
-        case td::LayerType::Flatten:
+        case td::LayerType::Conv2D:
+            l.filters = 32;
+            l.activation = td::ActivationKind::Relu;
             break;
+        case td::LayerType::Rescaling:
+            l.rescale = 1.0 / 255.0;
+            break;
+        case td::LayerType::Flatten:
+        case td::LayerType::MaxPooling2D:
+        case td::LayerType::AveragePooling2D:
+        case td::LayerType::GlobalAveragePooling2D:
+        case td::LayerType::BatchNormalization:
+        case td::LayerType::LayerNormalization:
+        case td::LayerType::ZeroPadding2D:
+            break;  // the Keras defaults of LayerSpec
     }
     return l;
 }
@@ -242,11 +272,14 @@ QString LayerStackModel::summaryText() const {
     QLocale loc = QLocale::c();
     const double kib = 1024.0;
     double actKiB = static_cast<double>(info_.activationBytesPerSample) / kib;
+    double keptKiB = static_cast<double>(info_.keptForBackwardBytesPerSample) / kib;
     double paramMiB = static_cast<double>(info_.totalParams) * 4.0 / (kib * kib);
-    table += tr("\nEstimated memory per sample: %1 KiB of f32 activations (forward pass; training "
-                "keeps about twice that for gradients)\nParameters: %2 MiB as f32 (Adam adds two "
-                "slots of the same size)")
+    table += tr("\nEstimated memory per sample: %1 KiB of f32 activations (forward pass), of "
+                "which training keeps %2 KiB until the backward pass reads them (inputs of "
+                "Dense and Conv2D, normalization and max-pooling inputs, activations)\n"
+                "Parameters: %3 MiB as f32 (Adam adds two slots of the same size)")
                  .arg(loc.toString(actKiB, 'f', 1))
+                 .arg(loc.toString(keptKiB, 'f', 1))
                  .arg(loc.toString(paramMiB, 'f', 2));
     return table;
 }

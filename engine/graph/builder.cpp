@@ -50,6 +50,123 @@ NodeAttrs matmulAttrs(bool transA, bool transB) {
     return a;
 }
 
+NodeAttrs paramAttrs(const LayerSpec& L, const char* suffix, bool trainable) {
+    NodeAttrs a;
+    a.name = L.name + "/" + suffix;
+    if (!trainable) a.trainable = false;
+    return a;
+}
+
+// The nodes of a convolutional, pooling, padding, rescaling or normalization layer reading x;
+// returns the layer's output (before a Conv2D's activation). Moving statistics updates of a
+// training BatchNormalization become graph outputs "moving.<param id>.<layer>_mean" (and
+// _variance).
+Result<int> addImageLayer(Graph& g, const LayerSpec& L, int x, const Shape& outShape,
+                          GraphMode mode, std::vector<std::pair<int, RegularizerSpec>>& regs) {
+    const Shape in = g.node(x).shape;  // [B, H, W, C] for the image layers
+    auto window = [&](const Shape& kernel, const Shape& dilation) -> Result<NodeAttrs> {
+        TD_ASSIGN_OR_RETURN(Window2D w, windowGeometry(in[1], in[2], kernel, effectiveStrides(L),
+                                                       dilation, L.samePadding, "window"));
+        NodeAttrs a;
+        const Shape st = effectiveStrides(L);
+        if (st != Shape{1, 1}) a.strides = st;
+        if (dilation != Shape{1, 1}) a.dilation = dilation;
+        if (w.pads != Shape{0, 0, 0, 0}) a.pads = w.pads;
+        return a;
+    };
+    switch (L.type) {
+        case LayerType::Conv2D: {
+            int w = g.add(Op::Param, {}, DType::F32,
+                          {L.kernelSize[0], L.kernelSize[1], in[3] / L.groups, L.filters},
+                          paramAttrs(L, "kernel", L.trainable));
+            if (L.kernelRegularizer.active()) regs.emplace_back(w, L.kernelRegularizer);
+            TD_ASSIGN_OR_RETURN(NodeAttrs a, window(L.kernelSize, L.dilationRate));
+            if (L.groups != 1) a.groups = L.groups;
+            int y = g.add(Op::Conv2D, {x, w}, DType::F32, outShape, a);
+            if (L.useBias) {
+                int b = g.add(Op::Param, {}, DType::F32, {L.filters},
+                              paramAttrs(L, "bias", L.trainable));
+                if (L.biasRegularizer.active()) regs.emplace_back(b, L.biasRegularizer);
+                y = g.add(Op::BiasAdd, {y, b}, DType::F32, outShape);
+            }
+            return y;
+        }
+        case LayerType::MaxPooling2D:
+        case LayerType::AveragePooling2D: {
+            TD_ASSIGN_OR_RETURN(NodeAttrs a, window(L.poolSize, Shape{1, 1}));
+            a.window = L.poolSize;
+            return g.add(L.type == LayerType::MaxPooling2D ? Op::MaxPool : Op::AvgPool, {x},
+                         DType::F32, outShape, a);
+        }
+        case LayerType::GlobalAveragePooling2D: {
+            NodeAttrs a;
+            a.window = Shape{in[1], in[2]};
+            int p = g.add(Op::AvgPool, {x}, DType::F32, {in[0], 1, 1, in[3]}, a);
+            return g.add(Op::Reshape, {p}, DType::F32, outShape);
+        }
+        case LayerType::ZeroPadding2D: {
+            NodeAttrs a;
+            a.pads = L.zeroPadding;
+            return g.add(Op::Pad2D, {x}, DType::F32, outShape, a);
+        }
+        case LayerType::Rescaling: {
+            NodeAttrs a;
+            a.scale = textNumber(L.rescale);
+            a.offset = textNumber(L.offset);
+            return g.add(Op::Scale, {x}, DType::F32, outShape, a);
+        }
+        case LayerType::BatchNormalization:
+        case LayerType::LayerNormalization: {
+            const Shape c{in.back()};
+            std::vector<int> gb;
+            if (L.scale)
+                gb.push_back(
+                    g.add(Op::Param, {}, DType::F32, c, paramAttrs(L, "gamma", L.trainable)));
+            if (L.center)
+                gb.push_back(
+                    g.add(Op::Param, {}, DType::F32, c, paramAttrs(L, "beta", L.trainable)));
+            NodeAttrs a;
+            a.epsilon = textNumber(L.epsilon);
+            if (L.scale) a.hasGamma = true;
+            if (L.center) a.hasBeta = true;
+            if (L.type == LayerType::LayerNormalization) {
+                std::vector<int> ops{x};
+                ops.insert(ops.end(), gb.begin(), gb.end());
+                return g.add(Op::LayerNorm, ops, DType::F32, outShape, a);
+            }
+            int mm = g.add(Op::Param, {}, DType::F32, c, paramAttrs(L, "moving_mean", false));
+            int mv = g.add(Op::Param, {}, DType::F32, c, paramAttrs(L, "moving_variance", false));
+            int mean = mm, var = mv;
+            // Keras: a training step normalizes with the batch's statistics and moves the moving
+            // ones towards them; a frozen layer (trainable=False) runs in inference mode.
+            if (mode == GraphMode::Train && L.trainable) {
+                mean = g.add(Op::ChannelMean, {x}, DType::F32, c);
+                var = g.add(Op::ChannelVar, {x, mean}, DType::F32, c);
+                NodeAttrs ma;
+                ma.momentum = textNumber(L.momentum);
+                // Output names stay words of the text form: "moving.<param id>.<layer>_mean".
+                auto outputName = [&](int param, const char* what) {
+                    std::string layer = L.name;
+                    for (char& ch : layer)
+                        if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_' &&
+                            ch != '.' && ch != '-')
+                            ch = '_';
+                    return "moving." + std::to_string(param) + "." + layer + "_" + what;
+                };
+                g.outputs.emplace_back(outputName(mm, "mean"),
+                                       g.add(Op::MovingAvg, {mm, mean}, DType::F32, c, ma));
+                g.outputs.emplace_back(outputName(mv, "variance"),
+                                       g.add(Op::MovingAvg, {mv, var}, DType::F32, c, ma));
+            }
+            std::vector<int> ops{x, mean, var};
+            ops.insert(ops.end(), gb.begin(), gb.end());
+            return g.add(Op::BatchNorm, ops, DType::F32, outShape, a);
+        }
+        default:
+            return err(std::string("buildGraph: no nodes for layer type ") + layerTypeName(L.type));
+    }
+}
+
 }  // namespace
 
 Result<std::vector<MetricSpec>> resolveMetrics(const std::vector<std::string>& names,
@@ -192,6 +309,11 @@ Result<Graph> buildGraph(const ModelSpec& model, const ModelInfo& info, const Bu
                 break;
             case LayerType::Input:
                 break;
+            default: {
+                TD_ASSIGN_OR_RETURN(x, addImageLayer(g, L, x, outShape, opt.mode, regs));
+                x = addAct(x, L.type == LayerType::Conv2D ? L.activation : ActivationKind::Linear);
+                break;
+            }
         }
     }
     const int pred = x;
@@ -301,6 +423,21 @@ Graph insertCasts(const Graph& fwd, DType compute) {
             case Op::Loss:
             case Op::Metric:
                 in[0] = castTo(in[0], DType::F32);
+                break;
+            case Op::Conv2D:
+            case Op::MaxPool:
+            case Op::AvgPool:
+            case Op::Pad2D:
+            case Op::Scale:
+            case Op::ChannelMean:
+            case Op::ChannelVar:
+            case Op::BatchNorm:
+            case Op::LayerNorm:
+            case Op::MovingAvg:
+                // Computed in f32 (normalization as Keras does; the image ops have no 16-bit
+                // kernels here): their operands are cast to f32.
+                for (int& v : in) v = castTo(v, DType::F32);
+                dt = DType::F32;
                 break;
             default:
                 break;
@@ -435,6 +572,87 @@ Status autodiff(Graph& g, bool dynamicLossScale) {
                 if (wants(nd.inputs[0])) give(nd.inputs[0], dy);
                 if (wants(nd.inputs[1])) give(nd.inputs[1], dy);
                 break;
+            case Op::Conv2D: {
+                if (nd.inputs.size() != 2 || nd.attrs.act)
+                    return err("autodiff: conv2d %" + std::to_string(nd.id) +
+                               " with a fused bias or activation (run fusion after autodiff)");
+                const int x = nd.inputs[0], w = nd.inputs[1];
+                NodeAttrs a = nd.attrs;
+                if (wants(x))
+                    give(x, g.add(Op::Conv2DGradInput, {dy, w}, dt(x), g.node(x).shape, a));
+                if (wants(w))
+                    give(w, g.add(Op::Conv2DGradFilter, {x, dy}, dt(w), g.node(w).shape, a));
+                break;
+            }
+            case Op::MaxPool:
+                if (wants(nd.inputs[0]))
+                    give(nd.inputs[0], g.add(Op::MaxPoolGrad, {dy, nd.inputs[0]}, dt(nd.inputs[0]),
+                                             g.node(nd.inputs[0]).shape, nd.attrs));
+                break;
+            case Op::AvgPool:
+                if (wants(nd.inputs[0]))
+                    give(nd.inputs[0], g.add(Op::AvgPoolGrad, {dy}, dt(nd.inputs[0]),
+                                             g.node(nd.inputs[0]).shape, nd.attrs));
+                break;
+            case Op::Pad2D:
+                if (wants(nd.inputs[0]))
+                    give(nd.inputs[0], g.add(Op::Pad2DGrad, {dy}, dt(nd.inputs[0]),
+                                             g.node(nd.inputs[0]).shape, nd.attrs));
+                break;
+            case Op::Scale:
+                if (wants(nd.inputs[0])) {
+                    NodeAttrs a;
+                    a.scale = nd.attrs.scale;
+                    give(nd.inputs[0],
+                         g.add(Op::Scale, {dy}, dt(nd.inputs[0]), g.node(nd.inputs[0]).shape, a));
+                }
+                break;
+            case Op::BatchNorm: {
+                const int x = nd.inputs[0], mean = nd.inputs[1], var = nd.inputs[2];
+                const bool hasGamma = nd.attrs.hasGamma.value_or(false);
+                const bool hasBeta = nd.attrs.hasBeta.value_or(false);
+                const int gamma = hasGamma ? nd.inputs[3] : -1;
+                const int beta = hasBeta ? nd.inputs[3 + hasGamma] : -1;
+                NodeAttrs eps;
+                eps.epsilon = nd.attrs.epsilon;
+                if (wants(x)) {
+                    NodeAttrs a = eps;
+                    if (hasGamma) a.hasGamma = true;
+                    // Batch statistics depend on x: their part of the gradient is in dx.
+                    if (g.node(mean).op == Op::ChannelMean) a.batchStats = true;
+                    std::vector<int> ops{dy, x, mean, var};
+                    if (hasGamma) ops.push_back(gamma);
+                    give(x, g.add(Op::BatchNormGrad, ops, dt(x), g.node(x).shape, a));
+                }
+                if (hasGamma && wants(gamma))
+                    give(gamma, g.add(Op::NormGammaGrad, {dy, x, mean, var}, dt(gamma),
+                                      g.node(gamma).shape, eps));
+                if (hasBeta && wants(beta))
+                    give(beta, g.add(Op::BiasGrad, {dy}, dt(beta), g.node(beta).shape));
+                break;
+            }
+            case Op::LayerNorm: {
+                const int x = nd.inputs[0];
+                const bool hasGamma = nd.attrs.hasGamma.value_or(false);
+                const bool hasBeta = nd.attrs.hasBeta.value_or(false);
+                const int gamma = hasGamma ? nd.inputs[1] : -1;
+                const int beta = hasBeta ? nd.inputs[1 + hasGamma] : -1;
+                NodeAttrs eps;
+                eps.epsilon = nd.attrs.epsilon;
+                if (wants(x)) {
+                    NodeAttrs a = eps;
+                    if (hasGamma) a.hasGamma = true;
+                    std::vector<int> ops{dy, x};
+                    if (hasGamma) ops.push_back(gamma);
+                    give(x, g.add(Op::LayerNormGrad, ops, dt(x), g.node(x).shape, a));
+                }
+                if (hasGamma && wants(gamma))
+                    give(gamma, g.add(Op::LayerNormGammaGrad, {dy, x}, dt(gamma),
+                                      g.node(gamma).shape, eps));
+                if (hasBeta && wants(beta))
+                    give(beta, g.add(Op::BiasGrad, {dy}, dt(beta), g.node(beta).shape));
+                break;
+            }
             case Op::Cast:  // the gradient goes back to the operand's dtype
                 if (wants(nd.inputs[0]))
                     give(nd.inputs[0],

@@ -36,6 +36,25 @@ constexpr OpEntry kOps[] = {
     {Op::RegGrad, "reg_grad", 2, 2},
     {Op::Add, "add", 2, 2},
     {Op::Cast, "cast", 1, 1},
+    {Op::Conv2D, "conv2d", 2, 3},
+    {Op::Conv2DGradInput, "conv2d_grad_input", 2, 2},
+    {Op::Conv2DGradFilter, "conv2d_grad_filter", 2, 2},
+    {Op::MaxPool, "max_pool", 1, 1},
+    {Op::MaxPoolGrad, "max_pool_grad", 2, 2},
+    {Op::AvgPool, "avg_pool", 1, 1},
+    {Op::AvgPoolGrad, "avg_pool_grad", 1, 1},
+    {Op::Pad2D, "pad2d", 1, 1},
+    {Op::Pad2DGrad, "pad2d_grad", 1, 1},
+    {Op::Scale, "scale", 1, 1},
+    {Op::ChannelMean, "channel_mean", 1, 1},
+    {Op::ChannelVar, "channel_var", 2, 2},
+    {Op::BatchNorm, "batch_norm", 3, 5},
+    {Op::BatchNormGrad, "batch_norm_grad", 4, 5},
+    {Op::NormGammaGrad, "norm_gamma_grad", 4, 4},
+    {Op::MovingAvg, "moving_avg", 2, 2},
+    {Op::LayerNorm, "layer_norm", 1, 3},
+    {Op::LayerNormGrad, "layer_norm_grad", 2, 3},
+    {Op::LayerNormGammaGrad, "layer_norm_gamma_grad", 2, 2},
 };
 const OpEntry& entry(Op op) {
     for (const auto& e : kOps)
@@ -216,6 +235,11 @@ std::string toText(MetricKind v) {
 std::string toText(BufKind v) {
     return bufKindName(v);
 }
+std::string toText(const std::vector<int64_t>& v) {  // "3x3"
+    std::string out;
+    for (size_t i = 0; i < v.size(); ++i) out += (i ? "x" : "") + std::to_string(v[i]);
+    return out;
+}
 
 Status fromText(const std::string& s, bool& out) {
     if (s != "0" && s != "1") return err("expected 0 or 1, got '" + s + "'");
@@ -246,6 +270,20 @@ Status fromText(const std::string& s, uint64_t& out) {
     if (s.empty() || s[0] == '-' || *end != '\0' || errno == ERANGE)
         return err("expected an unsigned integer, got '" + s + "'");
     out = v;
+    return Status::success();
+}
+Status fromText(const std::string& s, std::vector<int64_t>& out) {
+    out.clear();
+    size_t start = 0;
+    while (true) {
+        const size_t end = s.find('x', start);
+        int64_t v = 0;
+        const Status st = fromText(s.substr(start, end - start), v);
+        if (!st.ok()) return err("expected sizes like 3x3, got '" + s + "'");
+        out.push_back(v);
+        if (end == std::string::npos) break;
+        start = end + 1;
+    }
     return Status::success();
 }
 Status fromText(const std::string& s, std::string& out) {
@@ -293,26 +331,37 @@ constexpr AttrField field(const char* key) {
 constexpr AttrField kAttrFields[] = {
     field<&NodeAttrs::act>("act"),
     field<&NodeAttrs::alpha>("alpha"),
+    field<&NodeAttrs::batchStats>("batch_stats"),
     field<&NodeAttrs::biasGrad>("bias_grad"),
     field<&NodeAttrs::buf>("buf"),
     field<&NodeAttrs::byProducer>("by_producer"),
+    field<&NodeAttrs::dilation>("dilation"),
     field<&NodeAttrs::dynamicScale>("dynamic_scale"),
+    field<&NodeAttrs::epsilon>("epsilon"),
+    field<&NodeAttrs::groups>("groups"),
+    field<&NodeAttrs::hasBeta>("has_beta"),
     field<&NodeAttrs::hasBias>("has_bias"),
+    field<&NodeAttrs::hasGamma>("has_gamma"),
     field<&NodeAttrs::k>("k"),
     field<&NodeAttrs::l1>("l1"),
     field<&NodeAttrs::l2>("l2"),
     field<&NodeAttrs::loss>("loss"),
     field<&NodeAttrs::metric>("metric"),
+    field<&NodeAttrs::momentum>("momentum"),
     field<&NodeAttrs::name>("name"),
     field<&NodeAttrs::off>("off"),
+    field<&NodeAttrs::offset>("offset"),
     field<&NodeAttrs::onLogits>("on_logits"),
+    field<&NodeAttrs::pads>("pads"),
     field<&NodeAttrs::rate>("rate"),
     field<&NodeAttrs::scale>("scale"),
     field<&NodeAttrs::seed>("seed"),
+    field<&NodeAttrs::strides>("strides"),
     field<&NodeAttrs::trainable>("trainable"),
     field<&NodeAttrs::transA>("trans_a"),
     field<&NodeAttrs::transB>("trans_b"),
     field<&NodeAttrs::usesOutput>("uses_output"),
+    field<&NodeAttrs::window>("window"),
 };
 
 const AttrField* findAttr(const std::string& key) {
@@ -512,6 +561,157 @@ Result<Graph> parseGraph(const std::string& text) {
 // ---- verifier
 // ------------------------------------------------------------------------------------
 
+namespace {
+
+// Output size of one spatial axis of a window op (conv, pooling): -1 when none fits.
+int64_t windowOut(int64_t in, int64_t k, int64_t stride, int64_t dil, int64_t padLo,
+                  int64_t padHi) {
+    const int64_t span = (k - 1) * dil + 1;
+    const int64_t room = in + padLo + padHi - span;
+    return room < 0 ? -1 : room / stride + 1;
+}
+
+bool sizes(const std::optional<std::vector<int64_t>>& v, size_t n, int64_t min) {
+    if (!v) return true;
+    if (v->size() != n) return false;
+    for (int64_t x : *v)
+        if (x < min) return false;
+    return true;
+}
+
+// Shape rules of the convolutional and normalization ops ("" when the node is consistent).
+std::string verifyImageOp(const Graph& g, const Node& nd) {
+    auto in = [&](size_t j) -> const Node& { return g.node(nd.inputs[j]); };
+    const NodeAttrs& a = nd.attrs;
+    if (!sizes(a.strides, 2, 1)) return "strides must be two sizes >= 1";
+    if (!sizes(a.dilation, 2, 1)) return "dilation must be two sizes >= 1";
+    if (!sizes(a.pads, 4, 0)) return "pads must be four sizes >= 0 (top, bottom, left, right)";
+    if (!sizes(a.window, 2, 1)) return "window must be two sizes >= 1";
+    const auto st = a.stridesOr(), dl = a.dilationOr(), pd = a.padsOr();
+    auto isImage = [](const Shape& s) { return s.size() == 4; };
+    auto windowed = [&](const Shape& x, int64_t kh, int64_t kw, int64_t ch) -> Shape {
+        const int64_t oh = windowOut(x[1], kh, st[0], dl[0], pd[0], pd[1]);
+        const int64_t ow = windowOut(x[2], kw, st[1], dl[1], pd[2], pd[3]);
+        if (oh <= 0 || ow <= 0) return {};
+        return {x[0], oh, ow, ch};
+    };
+    switch (nd.op) {
+        case Op::Conv2D:
+        case Op::Conv2DGradInput:
+        case Op::Conv2DGradFilter: {
+            const Shape x = nd.op == Op::Conv2D            ? in(0).shape
+                            : nd.op == Op::Conv2DGradInput ? nd.shape
+                                                           : in(0).shape;
+            const Shape w = nd.op == Op::Conv2DGradFilter ? nd.shape : in(1).shape;
+            const Shape y = nd.op == Op::Conv2D            ? nd.shape
+                            : nd.op == Op::Conv2DGradInput ? in(0).shape
+                                                           : in(1).shape;
+            if (!isImage(x) || w.size() != 4 || !isImage(y))
+                return "expects an image [B,H,W,C] and a kernel [KH,KW,C/groups,F]";
+            const int64_t groups = a.groupsOr();
+            if (groups < 1 || x[3] % groups != 0 || w[3] % groups != 0 || w[2] * groups != x[3])
+                return "kernel " + shapeToString(w) + " does not fit " + std::to_string(x[3]) +
+                       " channels in " + std::to_string(groups) + " groups";
+            const Shape want = windowed(x, w[0], w[1], w[3]);
+            if (want.empty()) return "kernel " + shapeToString(w) + " larger than the padded input";
+            if (y != want)
+                return "output shape " + shapeToString(y) + ", expected " + shapeToString(want);
+            if (nd.op == Op::Conv2D && nd.inputs.size() == 3 && in(2).shape != Shape{w[3]})
+                return "bias shape " + shapeToString(in(2).shape) + ", expected [" +
+                       std::to_string(w[3]) + "]";
+            return {};
+        }
+        case Op::MaxPool:
+        case Op::AvgPool:
+        case Op::MaxPoolGrad:
+        case Op::AvgPoolGrad: {
+            if (!a.window) return "missing attribute window";
+            if (a.dilation) return "pooling has no dilation";
+            const bool fwd = nd.op == Op::MaxPool || nd.op == Op::AvgPool;
+            const Shape x = fwd ? in(0).shape : nd.shape;
+            const Shape y = fwd ? nd.shape : in(0).shape;
+            if (!isImage(x)) return "expects an image [B,H,W,C]";
+            if (nd.op == Op::MaxPoolGrad && in(1).shape != x) return "x differs from the result";
+            const Shape want = windowed(x, (*a.window)[0], (*a.window)[1], x[3]);
+            if (want.empty()) return "window larger than the padded input";
+            if (y != want)
+                return "pooled shape " + shapeToString(y) + ", expected " + shapeToString(want);
+            return {};
+        }
+        case Op::Pad2D:
+        case Op::Pad2DGrad: {
+            const Shape x = nd.op == Op::Pad2D ? in(0).shape : nd.shape;
+            const Shape y = nd.op == Op::Pad2D ? nd.shape : in(0).shape;
+            if (!isImage(x)) return "expects an image [B,H,W,C]";
+            const Shape want{x[0], x[1] + pd[0] + pd[1], x[2] + pd[2] + pd[3], x[3]};
+            if (y != want)
+                return "padded shape " + shapeToString(y) + ", expected " + shapeToString(want);
+            return {};
+        }
+        case Op::Scale:
+            if (nd.shape != in(0).shape) return "result shape differs from input";
+            return {};
+        case Op::ChannelMean:
+        case Op::ChannelVar:
+            if (in(0).shape.size() < 2 || nd.shape != Shape{in(0).shape.back()})
+                return "expects [B,...,C] -> [C]";
+            if (nd.op == Op::ChannelVar && in(1).shape != nd.shape) return "mean is not [C]";
+            return {};
+        case Op::MovingAvg:
+            if (in(0).op != Op::Param) return "updates a param, not %" + std::to_string(in(0).id);
+            if (in(0).attrs.trainableOr()) return "updates a trainable param";
+            if (in(1).shape != in(0).shape || nd.shape != in(0).shape)
+                return "statistic shape " + shapeToString(in(1).shape) + " differs from the param";
+            if (!a.momentum) return "missing attribute momentum";
+            return {};
+        case Op::BatchNorm:
+        case Op::BatchNormGrad:
+        case Op::NormGammaGrad: {
+            const bool grad = nd.op != Op::BatchNorm;
+            const Shape& x = in(grad ? 1 : 0).shape;
+            if (x.size() < 2) return "expects [B,...,C]";
+            const Shape c{x.back()};
+            const size_t stats = grad ? 2 : 1;
+            if (in(stats).shape != c || in(stats + 1).shape != c)
+                return "mean and variance must be " + shapeToString(c);
+            size_t k = stats + 2;
+            const bool gamma = nd.op != Op::NormGammaGrad && a.hasGamma.value_or(false);
+            const bool beta = nd.op == Op::BatchNorm && a.hasBeta.value_or(false);
+            if (nd.inputs.size() != k + gamma + beta)
+                return "operands do not match has_gamma / has_beta";
+            for (; k < nd.inputs.size(); ++k)
+                if (in(k).shape != c) return "gamma and beta must be " + shapeToString(c);
+            const Shape want = nd.op == Op::NormGammaGrad ? c : x;
+            if (nd.shape != want) return "result shape must be " + shapeToString(want);
+            if (grad && in(0).shape != x) return "dy differs from x";
+            return {};
+        }
+        case Op::LayerNorm:
+        case Op::LayerNormGrad:
+        case Op::LayerNormGammaGrad: {
+            const bool grad = nd.op != Op::LayerNorm;
+            const Shape& x = in(grad ? 1 : 0).shape;
+            if (x.size() < 2) return "expects [B,...,C]";
+            const Shape c{x.back()};
+            const bool gamma = nd.op != Op::LayerNormGammaGrad && a.hasGamma.value_or(false);
+            const bool beta = nd.op == Op::LayerNorm && a.hasBeta.value_or(false);
+            const size_t first = grad ? 2 : 1;
+            if (nd.inputs.size() != first + gamma + beta)
+                return "operands do not match has_gamma / has_beta";
+            for (size_t k = first; k < nd.inputs.size(); ++k)
+                if (in(k).shape != c) return "gamma and beta must be " + shapeToString(c);
+            const Shape want = nd.op == Op::LayerNormGammaGrad ? c : x;
+            if (nd.shape != want) return "result shape must be " + shapeToString(want);
+            if (grad && in(0).shape != x) return "dy differs from x";
+            return {};
+        }
+        default:
+            return {};
+    }
+}
+
+}  // namespace
+
 Status verifyGraph(const Graph& g) {
     const int n = static_cast<int>(g.nodes.size());
     auto where = [&](const Node& nd) {
@@ -574,7 +774,7 @@ Status verifyGraph(const Graph& g) {
                 break;
             }
             case Op::BiasAdd:
-                if (in(0).shape.size() != 2 || in(1).shape != Shape{in(0).shape[1]})
+                if (in(0).shape.size() < 2 || in(1).shape != Shape{in(0).shape.back()})
                     return mismatch("bias shape " + shapeToString(in(1).shape) +
                                     " does not match " + shapeToString(in(0).shape));
                 if (nd.shape != in(0).shape) return mismatch("result shape differs from input");
@@ -593,8 +793,8 @@ Status verifyGraph(const Graph& g) {
                                     " and " + shapeToString(in(1).shape));
                 break;
             case Op::BiasGrad:
-                if (in(0).shape.size() != 2 || nd.shape != Shape{in(0).shape[1]})
-                    return mismatch("expects [B,N] -> [N]");
+                if (in(0).shape.size() < 2 || nd.shape != Shape{in(0).shape.back()})
+                    return mismatch("expects [B,...,N] -> [N]");
                 if (nd.attrs.byProducer.value_or(false) &&
                     (in(0).op != Op::ActGrad || !in(0).attrs.biasGrad.value_or(false)))
                     return mismatch("by_producer needs an act_grad operand with bias_grad=1");
@@ -607,8 +807,11 @@ Status verifyGraph(const Graph& g) {
             case Op::LossGrad:
                 if (nd.shape != in(0).shape) return mismatch("result shape differs from pred");
                 break;
-            default:
+            default: {
+                const std::string why = verifyImageOp(g, nd);
+                if (!why.empty()) return mismatch(why);
                 break;
+            }
         }
     }
     for (const auto& [name, id] : g.outputs)

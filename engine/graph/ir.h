@@ -43,7 +43,39 @@ enum class Op : uint8_t {
     RegGrad,      // inputs (g, w): g + d RegLoss/dw
     Add,          // a + b
     Cast,         // the value in the node's dtype (f32 <-> bf16 / f16), rounded to nearest even
+    // Convolutional and normalization ops. Images are channels-last: [B,H,W,C]. Windows: strides,
+    // dilation ([h,w]), pads ([top,bottom,left,right]) and window ([h,w], pooling).
+    Conv2D,              // x [B,H,W,C], w [KH,KW,C/groups,F][, b [F]] -> [B,OH,OW,F]; strides,
+                         // dilation, pads, groups; act, alpha, has_bias (fused post-ops)
+    Conv2DGradInput,     // (dy, w) -> dx, the node's shape; same attributes as the conv
+    Conv2DGradFilter,    // (x, dy) -> dw, the node's shape
+    MaxPool,             // x [B,H,W,C] -> [B,OH,OW,C]; window, strides, pads (padding never wins)
+    MaxPoolGrad,         // (dy, x) -> dx: dy to the first maximum of each window
+    AvgPool,             // x -> mean over each window's elements inside the image
+    AvgPoolGrad,         // (dy) -> dx, the node's shape
+    Pad2D,               // x [B,H,W,C] -> zeros around; pads
+    Pad2DGrad,           // (dy) -> dx: the inner part; pads
+    Scale,               // x * scale + offset (Rescaling; its gradient: offset 0)
+    ChannelMean,         // x [..., C] -> [C]: mean over every other axis
+    ChannelVar,          // (x, mean) -> [C]: biased variance over every other axis
+    BatchNorm,           // (x, mean, var[, gamma][, beta]) -> (x - mean) / sqrt(var + epsilon)
+                         //   * gamma + beta per channel (last axis); epsilon, has_gamma, has_beta
+    BatchNormGrad,       // (dy, x, mean, var[, gamma]) -> dx; batch_stats: mean and var are the
+                         //   batch's own (their dependence on x is part of dx)
+    NormGammaGrad,       // (dy, x, mean, var) -> [C]: sum of dy * x_hat per channel; epsilon
+    MovingAvg,           // (param, stat) -> the param, updated in place:
+                         //   param = param * momentum + stat * (1 - momentum); momentum
+    LayerNorm,           // (x[, gamma][, beta]) -> normalized over the last axis per row; epsilon,
+                         //   has_gamma, has_beta
+    LayerNormGrad,       // (dy, x[, gamma]) -> dx; epsilon, has_gamma
+    LayerNormGammaGrad,  // (dy, x) -> [C]: sum over rows of dy * x_hat; epsilon
 };
+
+// Ops whose value is a view of their first operand's storage (no buffer of their own): reshape,
+// and moving_avg (it writes the parameter it updates).
+inline bool aliasesOperand(Op op) {
+    return op == Op::Reshape || op == Op::MovingAvg;
+}
 
 const char* opName(Op op);
 Result<Op> parseOp(const std::string& s);
@@ -104,12 +136,30 @@ struct NodeAttrs {
     std::optional<bool> biasGrad;      // bias_grad: act_grad also writes its bias_grad user
     std::optional<bool> byProducer;    // by_producer: bias_grad computed by its act_grad input
     std::optional<bool> dynamicScale;  // dynamic_scale: loss_grad x the loss scale (fp16)
+    // Convolution, pooling and normalization (printed as "2x2", "0x1x0x1"):
+    std::optional<std::vector<int64_t>> window;    // window: pooling [h,w]
+    std::optional<std::vector<int64_t>> strides;   // strides: [h,w] (absent: 1x1)
+    std::optional<std::vector<int64_t>> dilation;  // dilation: conv [h,w] (absent: 1x1)
+    std::optional<std::vector<int64_t>> pads;      // pads: [top,bottom,left,right] (absent: 0)
+    std::optional<int64_t> groups;                 // groups: conv (absent: 1)
+    std::optional<double> offset;                  // offset: scale
+    std::optional<double> epsilon;                 // epsilon: batch_norm, layer_norm, grads
+    std::optional<double> momentum;                // momentum: moving_avg
+    std::optional<bool> hasGamma, hasBeta;         // has_gamma, has_beta: batch/layer_norm
+    std::optional<bool> batchStats;                // batch_stats: batch_norm_grad
 
     bool trainableOr() const { return trainable.value_or(true); }
     ActKind actOr() const { return act.value_or(ActKind::Linear); }
     double alphaOr() const { return alpha.value_or(0.0); }
     double scaleOr() const { return scale.value_or(1.0); }
     int64_t kOr() const { return k.value_or(1); }
+    // Window geometry with its defaults.
+    std::vector<int64_t> stridesOr() const { return strides.value_or(std::vector<int64_t>{1, 1}); }
+    std::vector<int64_t> dilationOr() const {
+        return dilation.value_or(std::vector<int64_t>{1, 1});
+    }
+    std::vector<int64_t> padsOr() const { return pads.value_or(std::vector<int64_t>{0, 0, 0, 0}); }
+    int64_t groupsOr() const { return groups.value_or(1); }
 
     bool operator==(const NodeAttrs&) const = default;
 };

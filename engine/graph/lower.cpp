@@ -20,7 +20,7 @@ std::vector<int> storageRoots(const Graph& g) {
     std::vector<int> root(g.nodes.size());
     for (const Node& n : g.nodes)
         root[static_cast<size_t>(n.id)] =
-            n.op == Op::Reshape ? root[static_cast<size_t>(n.inputs[0])] : n.id;
+            aliasesOperand(n.op) ? root[static_cast<size_t>(n.inputs[0])] : n.id;
     return root;
 }
 
@@ -147,6 +147,44 @@ const char* instrOpName(InstrOp op) {
             return "add";
         case InstrOp::Cast:
             return "cast";
+        case InstrOp::Conv2D:
+            return "conv2d";
+        case InstrOp::Conv2DGradInput:
+            return "conv2d_grad_input";
+        case InstrOp::Conv2DGradFilter:
+            return "conv2d_grad_filter";
+        case InstrOp::MaxPool:
+            return "max_pool";
+        case InstrOp::MaxPoolGrad:
+            return "max_pool_grad";
+        case InstrOp::AvgPool:
+            return "avg_pool";
+        case InstrOp::AvgPoolGrad:
+            return "avg_pool_grad";
+        case InstrOp::Pad2D:
+            return "pad2d";
+        case InstrOp::Pad2DGrad:
+            return "pad2d_grad";
+        case InstrOp::Scale:
+            return "scale";
+        case InstrOp::ChannelMean:
+            return "channel_mean";
+        case InstrOp::ChannelVar:
+            return "channel_var";
+        case InstrOp::BatchNorm:
+            return "batch_norm";
+        case InstrOp::BatchNormGrad:
+            return "batch_norm_grad";
+        case InstrOp::NormGammaGrad:
+            return "norm_gamma_grad";
+        case InstrOp::MovingAvg:
+            return "moving_avg";
+        case InstrOp::LayerNorm:
+            return "layer_norm";
+        case InstrOp::LayerNormGrad:
+            return "layer_norm_grad";
+        case InstrOp::LayerNormGammaGrad:
+            return "layer_norm_gamma_grad";
         case InstrOp::Accumulate:
             return "accumulate";
         case InstrOp::AllReduceStart:
@@ -198,6 +236,44 @@ std::optional<InstrOp> instrOpOf(Op op) {
             return InstrOp::Add;
         case Op::Cast:
             return InstrOp::Cast;
+        case Op::Conv2D:
+            return InstrOp::Conv2D;
+        case Op::Conv2DGradInput:
+            return InstrOp::Conv2DGradInput;
+        case Op::Conv2DGradFilter:
+            return InstrOp::Conv2DGradFilter;
+        case Op::MaxPool:
+            return InstrOp::MaxPool;
+        case Op::MaxPoolGrad:
+            return InstrOp::MaxPoolGrad;
+        case Op::AvgPool:
+            return InstrOp::AvgPool;
+        case Op::AvgPoolGrad:
+            return InstrOp::AvgPoolGrad;
+        case Op::Pad2D:
+            return InstrOp::Pad2D;
+        case Op::Pad2DGrad:
+            return InstrOp::Pad2DGrad;
+        case Op::Scale:
+            return InstrOp::Scale;
+        case Op::ChannelMean:
+            return InstrOp::ChannelMean;
+        case Op::ChannelVar:
+            return InstrOp::ChannelVar;
+        case Op::BatchNorm:
+            return InstrOp::BatchNorm;
+        case Op::BatchNormGrad:
+            return InstrOp::BatchNormGrad;
+        case Op::NormGammaGrad:
+            return InstrOp::NormGammaGrad;
+        case Op::MovingAvg:
+            return InstrOp::MovingAvg;
+        case Op::LayerNorm:
+            return InstrOp::LayerNorm;
+        case Op::LayerNormGrad:
+            return InstrOp::LayerNormGrad;
+        case Op::LayerNormGammaGrad:
+            return InstrOp::LayerNormGammaGrad;
     }
     return std::nullopt;
 }
@@ -225,6 +301,35 @@ Instr instrFor(const Node& n, InstrOp op, const std::vector<Operand>& values) {
     ins.l1 = static_cast<float>(a.l1.value_or(0.0));
     ins.l2 = static_cast<float>(a.l2.value_or(0.0));
     ins.dynamicScale = a.dynamicScale.value_or(false);
+    ins.hasBias = a.hasBias.value_or(false);
+    ins.hasGamma = a.hasGamma.value_or(false);
+    ins.hasBeta = a.hasBeta.value_or(false);
+    ins.batchStats = a.batchStats.value_or(false);
+    ins.epsilon = static_cast<float>(a.epsilon.value_or(0.0));
+    ins.momentum = static_cast<float>(a.momentum.value_or(0.0));
+    ins.offset = static_cast<float>(a.offset.value_or(0.0));
+    // The window: a pooling's from its attribute, a convolution's from its kernel [KH,KW,..].
+    WindowParams& w = ins.window;
+    if (a.window) {
+        w.kh = (*a.window)[0];
+        w.kw = (*a.window)[1];
+    } else if (n.op == Op::Conv2D || n.op == Op::Conv2DGradInput) {
+        w.kh = ins.in[1].shape[0];
+        w.kw = ins.in[1].shape[1];
+    } else if (n.op == Op::Conv2DGradFilter) {
+        w.kh = n.shape[0];
+        w.kw = n.shape[1];
+    }
+    const auto st = a.stridesOr(), dl = a.dilationOr(), pd = a.padsOr();
+    w.sh = st[0];
+    w.sw = st[1];
+    w.dh = dl[0];
+    w.dw = dl[1];
+    w.padTop = pd[0];
+    w.padBottom = pd[1];
+    w.padLeft = pd[2];
+    w.padRight = pd[3];
+    w.groups = a.groupsOr();
     return ins;
 }
 
@@ -550,6 +655,41 @@ std::string printProgram(const LoweredProgram& p) {
                 break;
             case InstrOp::Accumulate:
                 os << " {factor=" << fmtNum(ins.factor) << "}";
+                break;
+            case InstrOp::Conv2D:
+            case InstrOp::Conv2DGradInput:
+            case InstrOp::Conv2DGradFilter:
+            case InstrOp::MaxPool:
+            case InstrOp::MaxPoolGrad:
+            case InstrOp::AvgPool:
+            case InstrOp::AvgPoolGrad:
+            case InstrOp::Pad2D:
+            case InstrOp::Pad2DGrad: {
+                const WindowParams& w = ins.window;
+                os << " {window=" << w.kh << "x" << w.kw << ", strides=" << w.sh << "x" << w.sw
+                   << ", dilation=" << w.dh << "x" << w.dw << ", pads=" << w.padTop << "x"
+                   << w.padBottom << "x" << w.padLeft << "x" << w.padRight;
+                if (w.groups != 1) os << ", groups=" << w.groups;
+                if (ins.op == InstrOp::Conv2D)
+                    os << ", act=" << actName(ins.act) << ", has_bias=" << ins.hasBias;
+                os << "}";
+                break;
+            }
+            case InstrOp::Scale:
+                os << " {scale=" << fmtNum(ins.scale) << ", offset=" << fmtNum(ins.offset) << "}";
+                break;
+            case InstrOp::BatchNorm:
+            case InstrOp::BatchNormGrad:
+            case InstrOp::NormGammaGrad:
+            case InstrOp::LayerNorm:
+            case InstrOp::LayerNormGrad:
+            case InstrOp::LayerNormGammaGrad:
+                os << " {epsilon=" << fmtNum(ins.epsilon);
+                if (ins.batchStats) os << ", batch_stats=1";
+                os << "}";
+                break;
+            case InstrOp::MovingAvg:
+                os << " {momentum=" << fmtNum(ins.momentum) << "}";
                 break;
             default:
                 break;

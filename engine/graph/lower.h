@@ -96,6 +96,26 @@ enum class InstrOp : uint8_t {
     BiasGrad,
     Add,
     Cast,  // in x; out in the node's dtype (refreshOnly: a parameter's shadow, see Instr)
+    // Images [B,H,W,C] (see Op for operands); geometry in Instr::window.
+    Conv2D,            // in x, w[, bias]; act, alpha (bias and eltwise post-ops)
+    Conv2DGradInput,   // in dy, w
+    Conv2DGradFilter,  // in x, dy
+    MaxPool,
+    MaxPoolGrad,  // in dy, x
+    AvgPool,
+    AvgPoolGrad,  // in dy
+    Pad2D,
+    Pad2DGrad,
+    Scale,               // scale, offset
+    ChannelMean,         // in x
+    ChannelVar,          // in x, mean
+    BatchNorm,           // in x, mean, var[, gamma][, beta]; epsilon, hasGamma, hasBeta
+    BatchNormGrad,       // in dy, x, mean, var[, gamma]; epsilon, hasGamma, batchStats
+    NormGammaGrad,       // in dy, x, mean, var; epsilon
+    MovingAvg,           // in param, stat; out = the param; momentum
+    LayerNorm,           // in x[, gamma][, beta]; epsilon, hasGamma, hasBeta
+    LayerNormGrad,       // in dy, x[, gamma]; epsilon, hasGamma
+    LayerNormGammaGrad,  // in dy, x; epsilon
     // The step around the graph.
     Accumulate,      // out (Accumulator) += double(in[0] scalar) * factor
     AllReduceStart,  // collectives->allReduceStart(bucket, out (FlatGrad) data, elements)
@@ -104,6 +124,18 @@ enum class InstrOp : uint8_t {
              // pass; else that one), StepArgs::update scalars
 };
 const char* instrOpName(InstrOp op);
+
+// The window of a convolution or pooling instruction: kernel (pooling: window) size, strides,
+// dilation, padding and groups.
+struct WindowParams {
+    int64_t kh = 1, kw = 1;
+    int64_t sh = 1, sw = 1;
+    int64_t dh = 1, dw = 1;
+    int64_t padTop = 0, padBottom = 0, padLeft = 0, padRight = 0;
+    int64_t groups = 1;
+
+    bool operator==(const WindowParams&) const = default;
+};
 
 struct Instr {
     InstrOp op = InstrOp::Add;
@@ -134,6 +166,11 @@ struct Instr {
     // Act / ActGrad with a dropout mask fused in (rate > 0): Act masks its result, ActGrad its dy.
     // LossGrad: multiply by the loss scale (Space::LossScale) as well.
     bool dynamicScale = false;
+    // Conv2D: the fused bias (in[2]); BatchNorm / LayerNorm: gamma and beta operands present.
+    bool hasBias = false, hasGamma = false, hasBeta = false;
+    bool batchStats = false;  // BatchNormGrad
+    WindowParams window;      // convolution, pooling, padding (pads only)
+    float epsilon = 0, momentum = 0, offset = 0;
 };
 
 // One trainable parameter of the update instruction.

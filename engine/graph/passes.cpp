@@ -166,20 +166,26 @@ Result<bool> FusionPass::run(Graph& g) {
     };
     for (size_t i = 0; i < g.nodes.size(); ++i) {
         Node& mm = g.nodes[i];
-        if (mm.op != Op::MatMul || mm.attrs.transA.value_or(false) ||
-            mm.attrs.transB.value_or(false))
+        const bool conv = mm.op == Op::Conv2D;
+        if (conv) {
+            // A convolution takes its bias and activation as oneDNN post-ops as dense does.
+            if (mm.inputs.size() != 2 || mm.attrs.act) continue;
+        } else if (mm.op != Op::MatMul || mm.attrs.transA.value_or(false) ||
+                   mm.attrs.transB.value_or(false)) {
             continue;
+        }
+        const char* opText = conv ? "conv2d " : "matmul ";
         FusionDecision d;
         d.nodes.push_back(mm.id);
         const auto& u = users[i];
         if (u.size() != 1 || g.node(u[0]).op != Op::BiasAdd || g.node(u[0]).inputs[0] != mm.id) {
             // A matmul without a following bias_add (backward products, use_bias=false) stays.
             if (u.size() == 1 && g.node(u[0]).op == Op::BiasAdd) {
-                d.reason = "matmul " + ref(mm.id) + " is the bias operand, not the input";
+                d.reason = opText + ref(mm.id) + " is the bias operand, not the input";
             } else if (!u.empty() && std::any_of(u.begin(), u.end(), [&](int x) {
                            return g.node(x).op == Op::BiasAdd;
                        })) {
-                d.reason = "matmul " + ref(mm.id) + " has " + std::to_string(u.size()) +
+                d.reason = opText + ref(mm.id) + " has " + std::to_string(u.size()) +
                            " users; fusing would recompute it";
             } else {
                 continue;  // nothing to fuse with: not a decision worth reporting
@@ -188,7 +194,7 @@ Result<bool> FusionPass::run(Graph& g) {
             continue;
         }
         if (isOutput(mm.id)) {
-            d.reason = "matmul " + ref(mm.id) + " is a graph output";
+            d.reason = opText + ref(mm.id) + " is a graph output";
             decisions_.push_back(d);
             continue;
         }
@@ -221,18 +227,19 @@ Result<bool> FusionPass::run(Graph& g) {
         // Rewrite `last` in place as the fused node so users and ids stay valid.
         Node fused;
         fused.id = last;
-        fused.op = Op::Dense;
+        fused.op = conv ? Op::Conv2D : Op::Dense;
         fused.inputs = {mm.inputs[0], mm.inputs[1], ba.inputs[1]};
         fused.dtype = g.node(last).dtype;
         fused.shape = g.node(last).shape;
+        if (conv) fused.attrs = mm.attrs;  // the window
         fused.attrs.act = act;
         fused.attrs.hasBias = true;
         fused.attrs.alpha = alpha;
         d.fused = true;
-        d.what = "matmul " + ref(mm.id) + " + bias_add " + ref(ba.id) +
+        d.what = opText + ref(mm.id) + " + bias_add " + ref(ba.id) +
                  (last != ba.id ? " + act(" + std::string(actName(act)) + ") " + ref(last)
                                 : std::string()) +
-                 " -> dense" + actNote;
+                 (conv ? " -> conv2d" : " -> dense") + actNote;
         for (int id : d.nodes)
             if (id != last) keep[static_cast<size_t>(id)] = false;
         g.node(last) = fused;
@@ -389,6 +396,10 @@ Result<bool> FuseActBiasGradPass::run(Graph& g) {
         if (a.op != Op::ActGrad) {
             d.reason = "bias_grad %" + std::to_string(b.id) + " reads " + opRef(g, a.id) +
                        ", not an act_grad (a linear layer's gradient has no pass to join)";
+        } else if (a.shape.size() != 2) {
+            d.reason = "bias_grad %" + std::to_string(b.id) + " sums an image " +
+                       shapeToString(a.shape) +
+                       " over batch and positions; act_grad's pass sums rows of [B,N] only";
         } else if (a.attrs.biasGrad.value_or(false)) {
             d.reason = "act_grad %" + std::to_string(a.id) + " already writes a bias gradient";
         } else {
@@ -435,7 +446,11 @@ Result<bool> FuseElementwisePass::run(Graph& g) {
             if (dg.op != Op::DropoutGrad) continue;
             FusionDecision d;
             d.nodes = {dg.id, n.id};
-            if (users[static_cast<size_t>(dg.id)].size() != 1 || isOutputOrGrad(g, dg.id)) {
+            if (n.shape.size() != 2) {
+                d.reason = "dropout_grad %" + std::to_string(dg.id) + " on " +
+                           shapeToString(n.shape) +
+                           " stays apart: the joined pass works on rows of [B,N]";
+            } else if (users[static_cast<size_t>(dg.id)].size() != 1 || isOutputOrGrad(g, dg.id)) {
                 d.reason = "dropout_grad %" + std::to_string(dg.id) + " has other readers";
             } else if (dg.dtype != n.dtype) {
                 d.reason = "dropout_grad %" + std::to_string(dg.id) + " and act_grad %" +
@@ -461,6 +476,9 @@ Result<bool> FuseElementwisePass::run(Graph& g) {
                            " stays apart: a oneDNN post-op cannot draw keyed masks";
             } else if (a.op != Op::Act || a.attrs.rate) {
                 continue;  // nothing elementwise to join
+            } else if (n.shape.size() != 2) {
+                d.reason = "dropout %" + std::to_string(n.id) + " on " + shapeToString(n.shape) +
+                           " stays apart: the joined pass works on rows of [B,N]";
             } else if (a.attrs.actOr() == ActKind::Softmax) {
                 d.reason = "dropout %" + std::to_string(n.id) + " after softmax stays apart";
             } else if (users[static_cast<size_t>(a.id)].size() != 1 || isOutputOrGrad(g, a.id)) {
@@ -524,7 +542,7 @@ Result<bool> MemoryPlanPass::run(Graph& g) {
     for (size_t i = 0; i < n; ++i) {
         const Node& nd = g.nodes[i];
         root[i] =
-            nd.op == Op::Reshape ? root[static_cast<size_t>(nd.inputs[0])] : static_cast<int>(i);
+            aliasesOperand(nd.op) ? root[static_cast<size_t>(nd.inputs[0])] : static_cast<int>(i);
     }
     std::vector<bool> gradOut(n, false);
     for (const auto& [p, gr] : g.grads)

@@ -2,8 +2,10 @@
 //
 // Read: class_name "Sequential"; config.name; config.layers[] each {class_name, config} plus
 // whatever else Keras writes next to them (module, registered_name, build_config: ignored).
-// Layer classes: InputLayer, Flatten, Reshape, Dense, Dropout, Activation, and the activation
-// layers ReLU (defaults only), LeakyReLU, ELU and Softmax (read as Activation layers).
+// Layer classes: InputLayer, Flatten, Reshape, Dense, Dropout, Activation, Conv2D, MaxPooling2D,
+// AveragePooling2D, GlobalAveragePooling2D, BatchNormalization, LayerNormalization,
+// ZeroPadding2D, Rescaling, and the activation layers ReLU (defaults only), LeakyReLU, ELU and
+// Softmax (read as Activation layers). Images are channels_last only.
 //
 // Every key Keras 2.x and 3.x write into these configs is known here. A key that does not change
 // the computation is accepted: silently when it holds Keras' default (sparse false, null
@@ -28,9 +30,24 @@ namespace jsonio {
 namespace {
 
 const std::vector<std::string>& supportedClasses() {
-    static const std::vector<std::string> v{"InputLayer", "Flatten",    "Reshape", "Dense",
-                                            "Dropout",    "Activation", "ReLU",    "LeakyReLU",
-                                            "ELU",        "Softmax"};
+    static const std::vector<std::string> v{"InputLayer",
+                                            "Flatten",
+                                            "Reshape",
+                                            "Dense",
+                                            "Dropout",
+                                            "Activation",
+                                            "Conv2D",
+                                            "MaxPooling2D",
+                                            "AveragePooling2D",
+                                            "GlobalAveragePooling2D",
+                                            "BatchNormalization",
+                                            "LayerNormalization",
+                                            "ZeroPadding2D",
+                                            "Rescaling",
+                                            "ReLU",
+                                            "LeakyReLU",
+                                            "ELU",
+                                            "Softmax"};
     return v;
 }
 
@@ -330,7 +347,140 @@ std::vector<std::string> classKeys(const std::string& className) {
     if (className == "LeakyReLU") return {"negative_slope", "alpha"};
     if (className == "ELU") return {"alpha"};
     if (className == "Softmax") return {"axis"};
+    if (className == "Conv2D")
+        return {"filters",          "kernel_size",        "strides",          "padding",
+                "data_format",      "dilation_rate",      "groups",           "activation",
+                "use_bias",         "kernel_initializer", "bias_initializer", "kernel_regularizer",
+                "bias_regularizer", "kernel_constraint",  "bias_constraint",  "lora_rank",
+                "lora_alpha"};
+    if (className == "MaxPooling2D" || className == "AveragePooling2D")
+        return {"pool_size", "strides", "padding", "data_format"};
+    if (className == "GlobalAveragePooling2D") return {"data_format", "keepdims"};
+    if (className == "BatchNormalization")
+        return {"axis",
+                "momentum",
+                "epsilon",
+                "center",
+                "scale",
+                "beta_initializer",
+                "gamma_initializer",
+                "moving_mean_initializer",
+                "moving_variance_initializer",
+                "beta_regularizer",
+                "gamma_regularizer",
+                "beta_constraint",
+                "gamma_constraint",
+                "synchronized",
+                "renorm",
+                "renorm_clipping",
+                "renorm_momentum",
+                "fused",
+                "virtual_batch_size",
+                "adjustment"};
+    if (className == "LayerNormalization")
+        return {"axis",
+                "epsilon",
+                "center",
+                "scale",
+                "rms_scaling",
+                "beta_initializer",
+                "gamma_initializer",
+                "beta_regularizer",
+                "gamma_regularizer",
+                "beta_constraint",
+                "gamma_constraint"};
+    if (className == "ZeroPadding2D") return {"padding", "data_format"};
+    if (className == "Rescaling") return {"scale", "offset"};
     return {};
+}
+
+// kernel_size, strides, pool_size, dilation_rate: an integer or two integers [h, w].
+Shape readPair(const Json& v, const std::string& path) {
+    if (v.is_number()) {
+        const int64_t n = getPositiveInteger(v, path);
+        return {n, n};
+    }
+    requireArray(v, path);
+    if (v.size() != 2) fail(path, "expected an integer or two integers [h, w], got " + describe(v));
+    return {getPositiveInteger(v[0], child(path, 0)), getPositiveInteger(v[1], child(path, 1))};
+}
+
+void readChannelsLast(const Json& cfg, const std::string& cpath) {
+    if (const Json* x = member(cfg, "data_format");
+        x && !x->is_null() && !(x->is_string() && x->get<std::string>() == "channels_last"))
+        fail(child(cpath, "data_format"),
+             "only \"channels_last\" is supported, got " + describe(*x));
+}
+
+// padding "valid" or "same" -> samePadding.
+bool readSamePadding(const Json& cfg, const std::string& cpath) {
+    const Json* x = member(cfg, "padding");
+    if (!x) return false;
+    std::string p = getString(*x, child(cpath, "padding"));
+    std::transform(p.begin(), p.end(), p.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (p != "valid" && p != "same")
+        fail(child(cpath, "padding"), "expected \"valid\" or \"same\", got " + describe(*x));
+    return p == "same";
+}
+
+// ZeroPadding2D padding: n, [h, w] or [[top, bottom], [left, right]] -> [top, bottom, left, right].
+Shape readZeroPadding(const Json& v, const std::string& path) {
+    if (v.is_number()) {
+        const int64_t n = getNonNegativeInteger(v, path);
+        return {n, n, n, n};
+    }
+    requireArray(v, path);
+    if (v.size() != 2)
+        fail(path,
+             "expected an integer, [h, w] or [[top, bottom], [left, right]], got " + describe(v));
+    Shape out;
+    for (size_t a = 0; a < 2; ++a) {
+        if (v[a].is_array()) {
+            if (v[a].size() != 2)
+                fail(child(path, a), "expected two integers, got " + describe(v[a]));
+            out.push_back(getNonNegativeInteger(v[a][0], child(child(path, a), 0)));
+            out.push_back(getNonNegativeInteger(v[a][1], child(child(path, a), 1)));
+        } else {
+            const int64_t n = getNonNegativeInteger(v[a], child(path, a));
+            out.push_back(n);
+            out.push_back(n);
+        }
+    }
+    return out;
+}
+
+// BatchNormalization / LayerNormalization axis: the last one only (-1, or [-1]).
+void readLastAxis(const Json& cfg, const std::string& cpath) {
+    const Json* x = member(cfg, "axis");
+    if (!x) return;
+    const bool last = (x->is_number_integer() && x->get<int64_t>() == -1) ||
+                      (x->is_array() && x->size() == 1 && (*x)[0].is_number_integer() &&
+                       (*x)[0].get<int64_t>() == -1);
+    if (!last)
+        fail(child(cpath, "axis"),
+             "only the last axis (-1, channels_last) is supported, got " + describe(*x));
+}
+
+// The normalization layers' shared keys.
+void readNormalization(const Json& cfg, const std::string& cpath, LayerSpec& layer,
+                       const Notes& notes) {
+    readLastAxis(cfg, cpath);
+    if (const Json* x = member(cfg, "epsilon"))
+        layer.epsilon = getPositiveNumber(*x, child(cpath, "epsilon"));
+    if (const Json* x = member(cfg, "center")) layer.center = getBool(*x, child(cpath, "center"));
+    if (const Json* x = member(cfg, "scale")) layer.scale = getBool(*x, child(cpath, "scale"));
+    if (const Json* x = member(cfg, "beta_initializer"))
+        layer.betaInitializer =
+            readInitializer(*x, child(cpath, "beta_initializer"), "zeros", notes);
+    if (const Json* x = member(cfg, "gamma_initializer"))
+        layer.gammaInitializer =
+            readInitializer(*x, child(cpath, "gamma_initializer"), "ones", notes);
+    for (const char* key : {"beta_regularizer", "gamma_regularizer"})
+        if (const Json* x = member(cfg, key); x && readRegularizer(*x, child(cpath, key)).active())
+            fail(child(cpath, key), "a regularizer on a normalization layer is not supported");
+    requireNull(cfg, cpath, "beta_constraint", "a beta constraint");
+    requireNull(cfg, cpath, "gamma_constraint", "a gamma constraint");
 }
 
 LayerSpec readLayer(const Json& entry, const std::string& path, size_t index, const Notes& notes) {
@@ -469,6 +619,94 @@ LayerSpec readLayer(const Json& entry, const std::string& path, size_t index, co
         case LayerType::Activation:
             layer.activation =
                 readActivation(requireMember(cfg, cpath, "activation"), child(cpath, "activation"));
+            break;
+        case LayerType::Conv2D:
+            layer.filters =
+                getPositiveInteger(requireMember(cfg, cpath, "filters"), child(cpath, "filters"));
+            layer.kernelSize =
+                readPair(requireMember(cfg, cpath, "kernel_size"), child(cpath, "kernel_size"));
+            if (const Json* x = member(cfg, "strides"); x && !x->is_null())
+                layer.strides = readPair(*x, child(cpath, "strides"));
+            if (const Json* x = member(cfg, "dilation_rate"); x && !x->is_null())
+                layer.dilationRate = readPair(*x, child(cpath, "dilation_rate"));
+            if (const Json* x = member(cfg, "groups"))
+                layer.groups = getPositiveInteger(*x, child(cpath, "groups"));
+            layer.samePadding = readSamePadding(cfg, cpath);
+            readChannelsLast(cfg, cpath);
+            if (const Json* x = member(cfg, "activation"))
+                layer.activation = readActivation(*x, child(cpath, "activation"));
+            if (const Json* x = member(cfg, "use_bias"))
+                layer.useBias = getBool(*x, child(cpath, "use_bias"));
+            if (const Json* x = member(cfg, "kernel_initializer"))
+                layer.kernelInitializer = readInitializer(*x, child(cpath, "kernel_initializer"),
+                                                          "glorot_uniform", notes);
+            if (const Json* x = member(cfg, "bias_initializer"))
+                layer.biasInitializer =
+                    readInitializer(*x, child(cpath, "bias_initializer"), "zeros", notes);
+            if (const Json* x = member(cfg, "kernel_regularizer"))
+                layer.kernelRegularizer = readRegularizer(*x, child(cpath, "kernel_regularizer"));
+            if (const Json* x = member(cfg, "bias_regularizer"))
+                layer.biasRegularizer = readRegularizer(*x, child(cpath, "bias_regularizer"));
+            requireNull(cfg, cpath, "kernel_constraint", "a kernel constraint");
+            requireNull(cfg, cpath, "bias_constraint", "a bias constraint");
+            requireNull(cfg, cpath, "lora_rank", "LoRA");
+            if (layer.strides.empty()) layer.strides = Shape{1, 1};
+            break;
+        case LayerType::MaxPooling2D:
+        case LayerType::AveragePooling2D:
+            if (const Json* x = member(cfg, "pool_size"); x && !x->is_null())
+                layer.poolSize = readPair(*x, child(cpath, "pool_size"));
+            if (const Json* x = member(cfg, "strides"); x && !x->is_null())
+                layer.strides = readPair(*x, child(cpath, "strides"));
+            layer.samePadding = readSamePadding(cfg, cpath);
+            readChannelsLast(cfg, cpath);
+            if (layer.strides.empty()) layer.strides = layer.poolSize;  // Keras: strides=None
+            break;
+        case LayerType::GlobalAveragePooling2D:
+            readChannelsLast(cfg, cpath);
+            if (const Json* x = member(cfg, "keepdims");
+                x && !x->is_null() && getBool(*x, child(cpath, "keepdims")))
+                fail(child(cpath, "keepdims"), "keepdims true is not supported (expected false)");
+            break;
+        case LayerType::BatchNormalization:
+            readNormalization(cfg, cpath, layer, notes);
+            if (const Json* x = member(cfg, "momentum"))
+                layer.momentum = getNumberInRange(*x, child(cpath, "momentum"), 0.0, 1.0, true);
+            if (const Json* x = member(cfg, "moving_mean_initializer"))
+                layer.movingMeanInitializer =
+                    readInitializer(*x, child(cpath, "moving_mean_initializer"), "zeros", notes);
+            if (const Json* x = member(cfg, "moving_variance_initializer"))
+                layer.movingVarianceInitializer =
+                    readInitializer(*x, child(cpath, "moving_variance_initializer"), "ones", notes);
+            for (const char* key : {"synchronized", "renorm"})
+                if (const Json* x = member(cfg, key);
+                    x && !x->is_null() && getBool(*x, child(cpath, key)))
+                    fail(child(cpath, key), std::string(key) +
+                                                " batch normalization is not supported (expected "
+                                                "false)");
+            if (const Json* x = member(cfg, "renorm_momentum"); x && !x->is_null())
+                getNumber(*x, child(cpath, "renorm_momentum"));  // unused without renorm
+            if (const Json* x = member(cfg, "fused"); x && !x->is_null())
+                getBool(*x, child(cpath, "fused"));  // an implementation choice of Keras 2
+            requireNull(cfg, cpath, "renorm_clipping", "renorm clipping");
+            requireNull(cfg, cpath, "virtual_batch_size", "a virtual batch size");
+            requireNull(cfg, cpath, "adjustment", "an adjustment function");
+            break;
+        case LayerType::LayerNormalization:
+            readNormalization(cfg, cpath, layer, notes);
+            if (const Json* x = member(cfg, "rms_scaling");
+                x && !x->is_null() && getBool(*x, child(cpath, "rms_scaling")))
+                fail(child(cpath, "rms_scaling"), "rms_scaling is not supported (expected false)");
+            break;
+        case LayerType::ZeroPadding2D:
+            if (const Json* x = member(cfg, "padding"); x && !x->is_null())
+                layer.zeroPadding = readZeroPadding(*x, child(cpath, "padding"));
+            readChannelsLast(cfg, cpath);
+            break;
+        case LayerType::Rescaling:
+            layer.rescale = getNumber(requireMember(cfg, cpath, "scale"), child(cpath, "scale"));
+            if (const Json* x = member(cfg, "offset"))
+                layer.offset = getNumber(*x, child(cpath, "offset"));
             break;
     }
     return layer;
@@ -710,6 +948,74 @@ Json kerasModelToJson(const ModelSpec& model) {
                 } else {
                     cfg["activation"] = activationName(l.activation);
                 }
+                break;
+            case LayerType::Conv2D:
+                cfg["filters"] = l.filters;
+                cfg["kernel_size"] = shapeJson(l.kernelSize);
+                cfg["strides"] = shapeJson(effectiveStrides(l));
+                cfg["padding"] = l.samePadding ? "same" : "valid";
+                cfg["data_format"] = "channels_last";
+                cfg["dilation_rate"] = shapeJson(l.dilationRate);
+                cfg["groups"] = l.groups;
+                cfg["activation"] = activationName(l.activation);
+                cfg["use_bias"] = l.useBias;
+                cfg["kernel_initializer"] = initializerJson(l.kernelInitializer);
+                cfg["bias_initializer"] = initializerJson(l.biasInitializer);
+                cfg["kernel_regularizer"] = regularizerJson(l.kernelRegularizer);
+                cfg["bias_regularizer"] = regularizerJson(l.biasRegularizer);
+                cfg["kernel_constraint"] = nullptr;
+                cfg["bias_constraint"] = nullptr;
+                break;
+            case LayerType::MaxPooling2D:
+            case LayerType::AveragePooling2D:
+                cfg["pool_size"] = shapeJson(l.poolSize);
+                cfg["padding"] = l.samePadding ? "same" : "valid";
+                cfg["strides"] = shapeJson(effectiveStrides(l));
+                cfg["data_format"] = "channels_last";
+                break;
+            case LayerType::GlobalAveragePooling2D:
+                cfg["data_format"] = "channels_last";
+                cfg["keepdims"] = false;
+                break;
+            case LayerType::BatchNormalization:
+            case LayerType::LayerNormalization: {
+                const bool bn = l.type == LayerType::BatchNormalization;
+                cfg["axis"] = bn ? Json(-1) : Json::array({-1});
+                if (bn) cfg["momentum"] = l.momentum;
+                cfg["epsilon"] = l.epsilon;
+                cfg["center"] = l.center;
+                cfg["scale"] = l.scale;
+                if (!bn) cfg["rms_scaling"] = false;
+                cfg["beta_initializer"] = initializerJson(l.betaInitializer);
+                cfg["gamma_initializer"] = initializerJson(l.gammaInitializer);
+                if (bn) {
+                    cfg["moving_mean_initializer"] = initializerJson(l.movingMeanInitializer);
+                    cfg["moving_variance_initializer"] =
+                        initializerJson(l.movingVarianceInitializer);
+                }
+                cfg["beta_regularizer"] = nullptr;
+                cfg["gamma_regularizer"] = nullptr;
+                cfg["beta_constraint"] = nullptr;
+                cfg["gamma_constraint"] = nullptr;
+                if (bn) {
+                    cfg["synchronized"] = false;
+                    cfg["renorm"] = false;
+                    cfg["renorm_clipping"] = nullptr;
+                    cfg["renorm_momentum"] = 0.99;
+                }
+                break;
+            }
+            case LayerType::ZeroPadding2D:
+                cfg["padding"] =
+                    l.zeroPadding.size() == 4
+                        ? Json::array({Json::array({l.zeroPadding[0], l.zeroPadding[1]}),
+                                       Json::array({l.zeroPadding[2], l.zeroPadding[3]})})
+                        : shapeJson(l.zeroPadding);
+                cfg["data_format"] = "channels_last";
+                break;
+            case LayerType::Rescaling:
+                cfg["scale"] = l.rescale;
+                cfg["offset"] = l.offset;
                 break;
         }
         Json entry{{"module", "keras.layers"},

@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <map>
+#include <tuple>
 #include <utility>
 
 namespace td {
@@ -19,13 +21,21 @@ struct LayerTypeEntry {
     const char* prefix;
 };
 
-constexpr std::array<LayerTypeEntry, 6> kLayerTypes{{
+constexpr std::array<LayerTypeEntry, 14> kLayerTypes{{
     {LayerType::Input, "InputLayer", "input_layer"},
     {LayerType::Flatten, "Flatten", "flatten"},
     {LayerType::Reshape, "Reshape", "reshape"},
     {LayerType::Dense, "Dense", "dense"},
     {LayerType::Dropout, "Dropout", "dropout"},
     {LayerType::Activation, "Activation", "activation"},
+    {LayerType::Conv2D, "Conv2D", "conv2d"},
+    {LayerType::MaxPooling2D, "MaxPooling2D", "max_pooling2d"},
+    {LayerType::AveragePooling2D, "AveragePooling2D", "average_pooling2d"},
+    {LayerType::GlobalAveragePooling2D, "GlobalAveragePooling2D", "global_average_pooling2d"},
+    {LayerType::BatchNormalization, "BatchNormalization", "batch_normalization"},
+    {LayerType::LayerNormalization, "LayerNormalization", "layer_normalization"},
+    {LayerType::ZeroPadding2D, "ZeroPadding2D", "zero_padding2d"},
+    {LayerType::Rescaling, "Rescaling", "rescaling"},
 }};
 
 struct ActivationEntry {
@@ -210,6 +220,172 @@ std::string formatThousands(int64_t n) {
     return out;
 }
 
+Result<Window2D> windowGeometry(int64_t h, int64_t w, const Shape& kernel, const Shape& strides,
+                                const Shape& dilation, bool same, const char* what) {
+    Window2D g;
+    const int64_t in[2] = {h, w};
+    int64_t out[2] = {0, 0};
+    for (int a = 0; a < 2; ++a) {
+        const int64_t span = (kernel[a] - 1) * dilation[a] + 1;
+        if (same) {
+            out[a] = (in[a] + strides[a] - 1) / strides[a];
+            const int64_t total = std::max<int64_t>((out[a] - 1) * strides[a] + span - in[a], 0);
+            g.pads[2 * a] = total / 2;
+            g.pads[2 * a + 1] = total - total / 2;
+        } else {
+            if (span > in[a])
+                return err(std::string(what) + " " + std::to_string(kernel[0]) + "x" +
+                           std::to_string(kernel[1]) +
+                           (dilation[0] * dilation[1] > 1 ? " (dilated)" : "") +
+                           " is larger than the input " + std::to_string(h) + "x" +
+                           std::to_string(w) + " with padding valid");
+            out[a] = (in[a] - span) / strides[a] + 1;
+        }
+    }
+    g.outH = out[0];
+    g.outW = out[1];
+    return g;
+}
+
+const InitializerSpec& initializerFor(const LayerSpec& layer, const std::string& suffix) {
+    if (suffix == "kernel") return layer.kernelInitializer;
+    if (suffix == "gamma") return layer.gammaInitializer;
+    if (suffix == "beta") return layer.betaInitializer;
+    if (suffix == "moving_mean") return layer.movingMeanInitializer;
+    if (suffix == "moving_variance") return layer.movingVarianceInitializer;
+    return layer.biasInitializer;
+}
+
+Shape effectiveStrides(const LayerSpec& layer) {
+    if (!layer.strides.empty()) return layer.strides;
+    if (layer.type == LayerType::MaxPooling2D || layer.type == LayerType::AveragePooling2D)
+        return layer.poolSize;
+    return Shape{1, 1};
+}
+
+namespace {
+
+// Window sizes, strides and dilations past this are refused (no image is that large, and their
+// products stay far from overflowing).
+constexpr int64_t kMaxWindow = int64_t(1) << 20;
+
+// A [h, w] field of a window layer: two sizes in [min, kMaxWindow] ("" when it is).
+std::string badPair(const Shape& s, const char* field, int64_t min) {
+    if (s.size() != 2)
+        return std::string(field) + " must be two sizes [h, w], got " + targetText(s);
+    for (int64_t v : s)
+        if (v < min)
+            return std::string(field) + " " + targetText(s) +
+                   " must hold sizes >= " + std::to_string(min);
+        else if (v > kMaxWindow)
+            return std::string(field) + " " + targetText(s) + " is too large (at most " +
+                   std::to_string(kMaxWindow) + ")";
+    return {};
+}
+
+// Shape inference of the image layers; `shape` is the incoming shape, replaced by the outgoing
+// one. Errors are the text after the layer's label.
+std::string inferImageLayer(const LayerSpec& layer, Shape& shape, LayerInfo& li, int64_t& kept) {
+    const std::string type = layerTypeName(layer.type);
+    auto needImage = [&]() -> std::string {
+        if (shape.size() != 3)
+            return type + " expects an image [height, width, channels] (rank 3), got " +
+                   shapeToString(shape) + "; add a Reshape layer with a channel axis first";
+        return {};
+    };
+    switch (layer.type) {
+        case LayerType::Conv2D: {
+            if (auto e = needImage(); !e.empty()) return e;
+            if (layer.filters <= 0)
+                return "filters must be a positive integer, got " + std::to_string(layer.filters);
+            for (auto [v, f, m] : {std::tuple{&layer.kernelSize, "kernel_size", 1},
+                                   std::tuple{&layer.dilationRate, "dilation_rate", 1}})
+                if (auto e = badPair(*v, f, m); !e.empty()) return e;
+            const Shape st = effectiveStrides(layer);
+            if (auto e = badPair(st, "strides", 1); !e.empty()) return e;
+            if ((st[0] > 1 || st[1] > 1) &&
+                (layer.dilationRate[0] > 1 || layer.dilationRate[1] > 1))
+                return "strides > 1 and dilation_rate > 1 cannot be combined (as in Keras)";
+            if (layer.groups < 1 || shape[2] % layer.groups != 0 ||
+                layer.filters % layer.groups != 0)
+                return "groups " + std::to_string(layer.groups) + " must divide both the " +
+                       std::to_string(shape[2]) + " input channels and the " +
+                       std::to_string(layer.filters) + " filters";
+            if (layer.useBias && initializerNeedsMatrix(layer.biasInitializer.name))
+                return "the bias initializer " + squoteName(layer.biasInitializer.name) +
+                       " needs a matrix (rank 2) and a bias is a vector";
+            if (auto bad = badInitializerAxes(layer.kernelInitializer, 4); !bad.empty())
+                return "kernel initializer: " + bad;
+            auto g = windowGeometry(shape[0], shape[1], layer.kernelSize, st, layer.dilationRate,
+                                    layer.samePadding, "kernel");
+            if (!g.ok()) return g.error();
+            const int64_t window = layer.kernelSize[0] * layer.kernelSize[1];  // <= 2^40
+            if (shape[2] / layer.groups > kMaxElements / window) return "the kernel is too large";
+            const int64_t perFilter = window * (shape[2] / layer.groups);
+            if (perFilter > kMaxElements / layer.filters) return "the kernel is too large";
+            li.params = perFilter * layer.filters + (layer.useBias ? layer.filters : 0);
+            kept += numElements(shape);  // the kernel gradient reads the input
+            shape = Shape{g->outH, g->outW, layer.filters};
+            if (checkedElements(shape) < 0) return "the output is too large";
+            if (layer.activation != ActivationKind::Linear) kept += numElements(shape);
+            return {};
+        }
+        case LayerType::MaxPooling2D:
+        case LayerType::AveragePooling2D: {
+            if (auto e = needImage(); !e.empty()) return e;
+            if (auto e = badPair(layer.poolSize, "pool_size", 1); !e.empty()) return e;
+            const Shape st = effectiveStrides(layer);
+            if (auto e = badPair(st, "strides", 1); !e.empty()) return e;
+            auto g = windowGeometry(shape[0], shape[1], layer.poolSize, st, Shape{1, 1},
+                                    layer.samePadding, "pool_size");
+            if (!g.ok()) return g.error();
+            if (layer.type == LayerType::MaxPooling2D) kept += numElements(shape);
+            shape = Shape{g->outH, g->outW, shape[2]};
+            return {};
+        }
+        case LayerType::GlobalAveragePooling2D:
+            if (auto e = needImage(); !e.empty()) return e;
+            shape = Shape{shape[2]};
+            return {};
+        case LayerType::ZeroPadding2D: {
+            if (auto e = needImage(); !e.empty()) return e;
+            if (layer.zeroPadding.size() != 4)
+                return "padding must be four sizes [top, bottom, left, right], got " +
+                       targetText(layer.zeroPadding);
+            for (int64_t p : layer.zeroPadding)
+                if (p < 0 || p > kMaxElements)
+                    return "padding " + targetText(layer.zeroPadding) + " must hold sizes >= 0";
+            shape = Shape{shape[0] + layer.zeroPadding[0] + layer.zeroPadding[1],
+                          shape[1] + layer.zeroPadding[2] + layer.zeroPadding[3], shape[2]};
+            if (checkedElements(shape) < 0) return "the output is too large";
+            return {};
+        }
+        case LayerType::BatchNormalization:
+        case LayerType::LayerNormalization: {
+            if (shape.empty()) return type + " needs an input with a feature axis";
+            if (!(layer.epsilon > 0.0) || !std::isfinite(layer.epsilon))
+                return "epsilon must be positive, got " + numberText(layer.epsilon);
+            if (layer.type == LayerType::BatchNormalization &&
+                !(layer.momentum >= 0.0 && layer.momentum <= 1.0))
+                return "momentum must be in [0, 1], got " + numberText(layer.momentum);
+            const int64_t c = shape.back();
+            const int64_t learned = (layer.scale ? c : 0) + (layer.center ? c : 0);
+            li.params = learned + (layer.type == LayerType::BatchNormalization ? 2 * c : 0);
+            li.trainableParams = layer.trainable ? learned : 0;
+            kept += numElements(shape);
+            return {};
+        }
+        case LayerType::Rescaling:
+            if (!std::isfinite(layer.rescale) || !std::isfinite(layer.offset))
+                return "scale and offset must be finite numbers";
+            return {};
+        default:
+            return {};
+    }
+}
+
+}  // namespace
+
 Result<ModelInfo> inferShapes(ModelSpec& model) {
     if (model.layers.empty()) return err("the model has no layers");
 
@@ -347,12 +523,32 @@ Result<ModelInfo> inferShapes(ModelSpec& model) {
                                numberText(layer.rate));
                 break;
             case LayerType::Activation:
+                if (layer.activation != ActivationKind::Linear)
+                    info.keptForBackwardBytesPerSample += numElements(shape) * 4;
                 break;
+            default: {
+                int64_t kept = 0;
+                const std::string e = inferImageLayer(layer, shape, li, kept);
+                if (!e.empty()) return err(label + ": " + e);
+                info.keptForBackwardBytesPerSample += kept * 4;
+                break;
+            }
+        }
+        if (layer.type == LayerType::Dense) {
+            // The kernel gradient reads the input; an activation's gradient its output or input.
+            info.keptForBackwardBytesPerSample +=
+                numElements(info.layers.empty() ? info.inputShape
+                                                : info.layers.back().outputShape) *
+                4;
+            if (layer.activation != ActivationKind::Linear)
+                info.keptForBackwardBytesPerSample += numElements(shape) * 4;
         }
         if (layer.activation == ActivationKind::Elu && !(layer.eluAlpha > 0.0))
             return err(label + ": elu alpha must be positive");
         li.outputShape = shape;
-        li.trainableParams = layer.trainable ? li.params : 0;
+        // BatchNormalization's moving statistics are never trainable (set by the layer above).
+        if (layer.type != LayerType::BatchNormalization)
+            li.trainableParams = layer.trainable ? li.params : 0;
         info.totalParams += li.params;
         info.trainableParams += li.trainableParams;
         info.activationBytesPerSample += numElements(shape) * 4;

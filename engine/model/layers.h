@@ -13,7 +13,22 @@
 
 namespace td {
 
-enum class LayerType { Input, Flatten, Reshape, Dense, Dropout, Activation };
+enum class LayerType {
+    Input,
+    Flatten,
+    Reshape,
+    Dense,
+    Dropout,
+    Activation,
+    Conv2D,
+    MaxPooling2D,
+    AveragePooling2D,
+    GlobalAveragePooling2D,
+    BatchNormalization,
+    LayerNormalization,
+    ZeroPadding2D,
+    Rescaling,
+};
 enum class ActivationKind { Linear, Relu, LeakyRelu, Elu, Gelu, Sigmoid, Tanh, Softmax };
 
 const char* layerTypeName(LayerType t);  // Keras class name: "InputLayer", "Dense", ...
@@ -85,6 +100,29 @@ struct LayerSpec {
     std::optional<uint64_t> seed;
     // Reshape
     Shape targetShape;  // may hold one -1
+    // Conv2D (kernel/bias initializers, regularizers, use_bias and activation as Dense)
+    int64_t filters = 0;
+    Shape kernelSize{3, 3};    // [h, w]
+    Shape strides;             // [h, w]; empty: 1x1 (Conv2D), the pool size (pooling)
+    bool samePadding = false;  // padding "same" (else "valid")
+    Shape dilationRate{1, 1};
+    int64_t groups = 1;
+    // MaxPooling2D, AveragePooling2D
+    Shape poolSize{2, 2};
+    // BatchNormalization, LayerNormalization (axis -1 only)
+    double momentum = 0.99;  // BatchNormalization
+    double epsilon = 1e-3;
+    bool center = true;  // beta
+    bool scale = true;   // gamma
+    InitializerSpec gammaInitializer{.name = "ones"};
+    InitializerSpec betaInitializer{.name = "zeros"};
+    InitializerSpec movingMeanInitializer{.name = "zeros"};
+    InitializerSpec movingVarianceInitializer{.name = "ones"};
+    // ZeroPadding2D: [top, bottom, left, right]
+    Shape zeroPadding{1, 1, 1, 1};
+    // Rescaling: x * rescale + offset
+    double rescale = 1.0;
+    double offset = 0.0;
 
     bool operator==(const LayerSpec&) const = default;  // field by field (tests, round trips)
 };
@@ -117,7 +155,29 @@ struct ModelInfo {
     // Weights, gradients and optimizer slots are not counted; a training step keeps roughly twice
     // this (activations plus their gradients), which callers multiply in themselves.
     int64_t activationBytesPerSample = 0;
+    // f32 bytes per sample of the forward values a training step keeps until its backward pass
+    // reads them (a Dense/Conv2D input for its kernel gradient, a normalization's input, a max
+    // pooling's input, an activation's output or input), the part of a step's memory that grows
+    // with the batch besides the activations themselves.
+    int64_t keptForBackwardBytesPerSample = 0;
 };
+
+// The geometry of a 2-D window (Keras/TensorFlow padding rules): "same" gives ceil(in / stride)
+// outputs with the padding split evenly, the odd one at the bottom / right; "valid" gives
+// floor((in - span) / stride) + 1, where span = (k - 1) * dilation + 1.
+struct Window2D {
+    int64_t outH = 0, outW = 0;
+    Shape pads{0, 0, 0, 0};  // top, bottom, left, right
+};
+// Errors say what does not fit ("kernel 5x5 is larger than the input 3x3 with padding valid").
+Result<Window2D> windowGeometry(int64_t h, int64_t w, const Shape& kernel, const Shape& strides,
+                                const Shape& dilation, bool same, const char* what);
+
+// The initializer of a parameter by its name's suffix ("kernel", "bias", "gamma", "beta",
+// "moving_mean", "moving_variance").
+const InitializerSpec& initializerFor(const LayerSpec& layer, const std::string& suffix);
+// Strides as a window layer uses them (its default when empty).
+Shape effectiveStrides(const LayerSpec& layer);
 
 // Keras' default name prefix of a layer type: "input_layer", "flatten", "reshape", "dense",
 // "dropout", "activation". Generated names are prefix, prefix_1, prefix_2, ... per type.

@@ -225,6 +225,9 @@ struct Trainer::Impl {
     UpdateSpec updateSpec;
     GradientPlan gradPlan;
     std::vector<size_t> trainableIndex;  // Graph::params() indices of the trainable parameters
+    // BatchNormalization's moving statistics (Graph::params() indices): updated by the training
+    // step itself, averaged over the replicas after it (syncMovingStats).
+    std::vector<size_t> movingIndex;
     std::vector<Shape> paramShapes;
     std::vector<std::string> paramNames;  // "dense/kernel", in Graph::params() order
     bool wantBatchLoss = false;
@@ -452,13 +455,15 @@ struct Trainer::Impl {
             paramShapes.push_back(n.shape);
             paramNames.push_back(name);
             if (n.attrs.trainableOr()) trainableIndex.push_back(i);
+            if (name.ends_with("/moving_mean") || name.ends_with("/moving_variance"))
+                movingIndex.push_back(i);
             const std::string layer = name.substr(0, name.rfind('/'));
-            const bool isKernel = name.size() > 7 && name.substr(name.size() - 7) == "/kernel";
+            const std::string suffix = name.substr(name.rfind('/') + 1);
             const LayerSpec* L = byName.at(layer);
             host.emplace_back(static_cast<size_t>(numElements(n.shape)));
             const uint64_t seed = s.project.training.seed * 7919ull + 1000003ull * ++index;
-            Status st = initializeParam(host.back().data(), n.shape,
-                                        isKernel ? L->kernelInitializer : L->biasInitializer, seed);
+            Status st =
+                initializeParam(host.back().data(), n.shape, initializerFor(*L, suffix), seed);
             if (!st.ok()) return err("layer '" + layer + "': " + st.error());
             if (auto it = s.initialParams.find(name); it != s.initialParams.end()) {
                 if (it->second.dtype() != DType::F32 || it->second.shape() != n.shape)
@@ -794,7 +799,7 @@ struct Trainer::Impl {
         StepArgs args;
         args.step = gstep;
         args.update = optimizer->nextStep();
-        return forEachReplica([&](Replica& r) -> Status {
+        const Status stepped = forEachReplica([&](Replica& r) -> Status {
             const auto t0 = Clock::now();
             const auto [begin, end] = sliceOf(r.global, b.size);
             TD_ASSIGN_OR_RETURN(Program * p,
@@ -814,6 +819,44 @@ struct Trainer::Impl {
             r.timing.samples += end - begin;
             return Status::success();
         });
+        if (!stepped.ok()) return stepped;
+        return syncMovingStats();
+    }
+
+    // Each replica normalizes with its own rows' statistics and moves its moving statistics
+    // towards them (tf.distribute without synchronized BatchNorm); the replicas' moving
+    // statistics are then averaged (Keras' ON_READ variables with MEAN aggregation), so every
+    // replica holds the same bits again. The update is linear, so this equals moving once
+    // towards the mean of the replicas' batch statistics. A few values per layer: one host
+    // read and write per step and replica, and one host all-reduce across workers.
+    Status syncMovingStats() {
+        if (movingIndex.empty() || totalReplicas < 2) return Status::success();
+        size_t total = 0;
+        for (size_t i : movingIndex) total += static_cast<size_t>(numElements(paramShapes[i]));
+        std::vector<double> sum(total, 0.0);
+        std::vector<float> host;
+        for (auto& rp : replicas) {
+            TD_RETURN_IF_ERROR(rp->device->synchronize());
+            size_t at = 0;
+            for (size_t i : movingIndex) {
+                host.resize(static_cast<size_t>(numElements(paramShapes[i])));
+                TD_RETURN_IF_ERROR(rp->device->copyToHost(host.data(), rp->params[i], 0,
+                                                          host.size() * sizeof(float)));
+                for (float v : host) sum[at++] += v;
+            }
+        }
+        if (s.workers)
+            TD_RETURN_IF_ERROR(
+                s.workers->allReduceHost(sum.data(), static_cast<int64_t>(sum.size())));
+        size_t at = 0;
+        for (size_t i : movingIndex) {
+            host.resize(static_cast<size_t>(numElements(paramShapes[i])));
+            for (float& v : host) v = static_cast<float>(sum[at++] / totalReplicas);
+            for (auto& rp : replicas)
+                TD_RETURN_IF_ERROR(rp->device->copyToDevice(rp->params[i], 0, host.data(),
+                                                            host.size() * sizeof(float)));
+        }
+        return Status::success();
     }
 
     // The loss of the last step, summed over the replicas' shares (callbacks that want batch

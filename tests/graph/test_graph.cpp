@@ -3,6 +3,7 @@
 // with passes on and off.
 #include <QtTest>
 #include <random>
+#include <sstream>
 
 #include "engine/distribute/collectives.h"
 #include "engine/graph/initializers.h"
@@ -128,6 +129,7 @@ class TestGraph : public QObject {
     Q_OBJECT
   private slots:
     void textRoundTrip();
+    void imageGraphRoundTripAndLowering();
     void parseErrors_data();
     void parseErrors();
     void verifierRejects_data();
@@ -158,6 +160,128 @@ void TestGraph::textRoundTrip() {
     QCOMPARE(printGraph(*back), text);
     // Comments are allowed in the text form.
     QVERIFY(parseGraph("# a comment\n" + text).ok());
+}
+
+// A CNN's training graph with every image and normalization op: printed and parsed back equal,
+// through the passes (fused conv2d with its post-ops) and lowered with its window parameters.
+void TestGraph::imageGraphRoundTripAndLowering() {
+    auto layer = [](LayerType t) {
+        LayerSpec l;
+        l.type = t;
+        return l;
+    };
+    ModelSpec model;
+    LayerSpec in = layer(LayerType::Input);
+    in.inputShape = {6, 5, 2};
+    LayerSpec rescale = layer(LayerType::Rescaling);
+    rescale.rescale = 0.5;
+    LayerSpec pad = layer(LayerType::ZeroPadding2D);
+    pad.zeroPadding = {1, 0, 0, 1};
+    LayerSpec conv = layer(LayerType::Conv2D);
+    conv.filters = 4;
+    conv.strides = {2, 2};
+    conv.samePadding = true;
+    conv.activation = ActivationKind::Relu;
+    LayerSpec bn = layer(LayerType::BatchNormalization);
+    bn.momentum = 0.9;
+    LayerSpec pool = layer(LayerType::MaxPooling2D);
+    pool.samePadding = true;
+    LayerSpec conv1 = layer(LayerType::Conv2D);
+    conv1.filters = 4;
+    conv1.kernelSize = {1, 1};
+    conv1.groups = 2;
+    conv1.dilationRate = {2, 2};
+    LayerSpec avg = layer(LayerType::AveragePooling2D);
+    avg.poolSize = {1, 1};
+    LayerSpec out = layer(LayerType::Dense);
+    out.units = 3;
+    out.activation = ActivationKind::Softmax;
+    model.layers = {in,
+                    rescale,
+                    pad,
+                    conv,
+                    bn,
+                    pool,
+                    layer(LayerType::LayerNormalization),
+                    conv1,
+                    avg,
+                    layer(LayerType::GlobalAveragePooling2D),
+                    out};
+    Graph g = trainGraph(model, 4);
+    std::string text = printGraph(g);
+    for (const char* op : {"conv2d(",
+                           "conv2d_grad_input(",
+                           "conv2d_grad_filter(",
+                           "max_pool(",
+                           "max_pool_grad(",
+                           "avg_pool(",
+                           "avg_pool_grad(",
+                           "pad2d(",
+                           "scale(",
+                           "channel_mean(",
+                           "channel_var(",
+                           "batch_norm(",
+                           "batch_norm_grad(",
+                           "norm_gamma_grad(",
+                           "moving_avg(",
+                           "layer_norm(",
+                           "layer_norm_grad(",
+                           "layer_norm_gamma_grad(",
+                           "strides=2x2",
+                           "pads=1x1x0x1",
+                           "groups=2",
+                           "dilation=2x2",
+                           "batch_stats=1",
+                           "momentum=0.9"})
+        QVERIFY2(text.find(op) != std::string::npos, op);
+    // Node by node: op, operands, typed attributes, dtype, shape; outputs and gradient bindings.
+    auto same = [](const Graph& a, const Graph& b) {
+        if (a.nodes.size() != b.nodes.size() || a.outputs != b.outputs || a.grads != b.grads)
+            return false;
+        for (size_t i = 0; i < a.nodes.size(); ++i) {
+            const Node &x = a.nodes[i], &y = b.nodes[i];
+            if (x.op != y.op || x.inputs != y.inputs || !(x.attrs == y.attrs) ||
+                x.dtype != y.dtype || x.shape != y.shape)
+                return false;
+        }
+        return true;
+    };
+    auto back = parseGraph(text);
+    QVERIFY2(back.ok(), back.ok() ? "" : back.error().c_str());
+    QVERIFY(same(*back, g));
+    QCOMPARE(printGraph(*back), text);
+
+    PassManager pm;
+    addStandardPasses(pm, CompileOptions{});
+    QVERIFY(pm.run(g).ok());
+    text = printGraph(g);
+    bool fused = false;  // conv2d + bias_add + relu as one conv2d with post-ops
+    std::istringstream lines(text);
+    for (std::string line; std::getline(lines, line);)
+        fused = fused || (line.find("= conv2d(") != std::string::npos &&
+                          line.find("act=relu") != std::string::npos &&
+                          line.find("has_bias=1") != std::string::npos);
+    QVERIFY2(fused, text.c_str());
+    back = parseGraph(text);
+    QVERIFY2(back.ok(), back.ok() ? "" : (back.error() + "\n" + text).c_str());
+    QVERIFY(same(*back, g));
+    auto lp = lower(g);
+    QVERIFY2(lp.ok(), lp.ok() ? "" : lp.error().c_str());
+    const std::string program = printProgram(*lp);
+    QVERIFY2(program.find("conv2d %") != std::string::npos &&
+                 program.find("window=3x3, strides=2x2, dilation=1x1") != std::string::npos &&
+                 program.find("act=relu, has_bias=1") != std::string::npos,
+             program.c_str());
+    // moving_avg writes its parameter: the same operand in and out.
+    bool moving = false;
+    for (const Instr& ins : lp->code)
+        if (ins.op == InstrOp::MovingAvg) {
+            moving = true;
+            QCOMPARE(ins.out.space, Space::Param);
+            QCOMPARE(ins.in[0].space, Space::Param);
+            QCOMPARE(ins.out.index, ins.in[0].index);
+        }
+    QVERIFY(moving);
 }
 
 void TestGraph::parseErrors_data() {
@@ -195,6 +319,9 @@ void TestGraph::parseErrors_data() {
                               << "%2 = loss: attribute loss: unknown loss kernel 'hinge'";
     QTest::newRow("missing act") << in + " %1 = act(%0) : f32[2]\n}"
                                  << "%1 = act: missing attribute act";
+    QTest::newRow("bad window") << in + " %1 = max_pool(%0) {window=3y3} : f32[2]\n}"
+                                << "%1 = max_pool: attribute window: expected sizes like 3x3, "
+                                   "got '3y3'";
 }
 
 void TestGraph::parseErrors() {
@@ -222,6 +349,34 @@ void TestGraph::verifierRejects_data() {
     QTest::newRow("operand order")
         << "graph t {\n %0 = act(%1) {act=relu} : f32[2]\n %1 = input() : f32[2]\n}"
         << "not defined before it";
+    const std::string img = "graph t {\n %0 = input() : f32[2,5,5,3]\n";
+    QTest::newRow("conv kernel larger than the input")
+        << QString::fromStdString(img +
+                                  " %1 = param() {name=w} : f32[7,7,3,4]\n"
+                                  " %2 = conv2d(%0, %1) : f32[2,1,1,4]\n}")
+        << "%2 = conv2d: kernel [7,7,3,4] larger than the padded input";
+    QTest::newRow("conv output shape")
+        << QString::fromStdString(img +
+                                  " %1 = param() {name=w} : f32[3,3,3,4]\n"
+                                  " %2 = conv2d(%0, %1) {pads=1x1x1x1} : f32[2,3,3,4]\n}")
+        << "%2 = conv2d: output shape [2,3,3,4], expected [2,5,5,4]";
+    QTest::newRow("conv groups")
+        << QString::fromStdString(img +
+                                  " %1 = param() {name=w} : f32[3,3,3,4]\n"
+                                  " %2 = conv2d(%0, %1) {groups=2} : f32[2,3,3,4]\n}")
+        << "%2 = conv2d: kernel [3,3,3,4] does not fit 3 channels in 2 groups";
+    QTest::newRow("pool without window")
+        << QString::fromStdString(img + " %1 = max_pool(%0) : f32[2,5,5,3]\n}")
+        << "%1 = max_pool: missing attribute window";
+    QTest::newRow("moving_avg of a trainable param")
+        << "graph t {\n %0 = param() {name=m} : f32[3]\n %1 = param() {name=s} : f32[3]\n"
+           " %2 = moving_avg(%0, %1) {momentum=0.9} : f32[3]\n}"
+        << "%2 = moving_avg: updates a trainable param";
+    QTest::newRow("batch_norm operands")
+        << QString::fromStdString(img +
+                                  " %1 = param() {name=m, trainable=0} : f32[3]\n"
+                                  " %2 = batch_norm(%0, %1, %1) {has_gamma=1} : f32[2,5,5,3]\n}")
+        << "%2 = batch_norm: operands do not match has_gamma / has_beta";
     QTest::newRow("grad shape")
         << "graph t {\n %0 = param() {name=w} : f32[2]\n %1 = input() : f32[3]\n grad %0 = %1\n}"
         << "differs from param";

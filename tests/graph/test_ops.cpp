@@ -1,6 +1,7 @@
 // Every op on the CPU backend against a plain double-precision reference, and a central
 // finite-difference check of every gradient rule (forward op -> mse/loss -> autodiff).
 #include <QtTest>
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <random>
@@ -54,6 +55,18 @@ class TestOps : public QObject {
     void regularizer();
     void gradientCheck_data();
     void gradientCheck();
+    // Images and normalization.
+    void conv2dForward_data();
+    void conv2dForward();
+    void conv2dFusedMatchesUnfused();
+    void poolingForward_data();
+    void poolingForward();
+    void padAndScaleForward();
+    void batchNormTrainingAndMovingStatistics();
+    void batchNormInference();
+    void layerNormForward();
+    void imageGradientCheck_data();
+    void imageGradientCheck();
 };
 
 void TestOps::activationForward_data() {
@@ -396,6 +409,429 @@ void TestOps::gradientCheck() {
                                     .arg(numeric)));
         }
     }
+}
+
+// ---- images and normalization ------------------------------------------------------------------
+
+namespace {
+
+// A naive double-precision convolution over NHWC x and a Keras kernel [KH,KW,C/G,F].
+std::vector<double> convRef(const std::vector<float>& x, const std::vector<float>& w,
+                            const std::vector<float>* bias, int B, int H, int W, int C, int KH,
+                            int KW, int F, int G, int sh, int sw, int dh, int dw, int pt, int pl,
+                            int OH, int OW) {
+    std::vector<double> y(size_t(B * OH * OW * F), 0.0);
+    const int Cg = C / G, Fg = F / G;
+    for (int b = 0; b < B; ++b)
+        for (int oh = 0; oh < OH; ++oh)
+            for (int ow = 0; ow < OW; ++ow)
+                for (int f = 0; f < F; ++f) {
+                    double s = bias ? (*bias)[size_t(f)] : 0.0;
+                    const int g = f / Fg;
+                    for (int kh = 0; kh < KH; ++kh)
+                        for (int kw = 0; kw < KW; ++kw) {
+                            const int h = oh * sh - pt + kh * dh, ww = ow * sw - pl + kw * dw;
+                            if (h < 0 || h >= H || ww < 0 || ww >= W) continue;
+                            for (int ci = 0; ci < Cg; ++ci)
+                                s += double(x[size_t(((b * H + h) * W + ww) * C + g * Cg + ci)]) *
+                                     w[size_t(((kh * KW + kw) * Cg + ci) * F + f)];
+                        }
+                    y[size_t(((b * OH + oh) * OW + ow) * F + f)] = s;
+                }
+    return y;
+}
+
+std::string shapeText(std::initializer_list<int> dims) {
+    std::string s = "[";
+    for (int d : dims) s += (s.size() > 1 ? "," : "") + std::to_string(d);
+    return s + "]";
+}
+
+}  // namespace
+
+void TestOps::conv2dForward_data() {
+    // H, W, C, KH, KW, F, groups, strides, dilation, pads (top, bottom, left, right)
+    QTest::addColumn<QVector<int>>("p");
+    QTest::newRow("3x3 valid") << QVector<int>{6, 5, 3, 3, 3, 4, 1, 1, 1, 0, 0, 0, 0};
+    QTest::newRow("3x3 same") << QVector<int>{6, 5, 3, 3, 3, 4, 1, 1, 1, 1, 1, 1, 1};
+    QTest::newRow("stride 2, odd padding") << QVector<int>{7, 6, 2, 3, 2, 5, 1, 2, 1, 1, 1, 0, 1};
+    QTest::newRow("dilation 2") << QVector<int>{7, 7, 2, 3, 3, 3, 1, 1, 2, 2, 2, 2, 2};
+    QTest::newRow("groups 2") << QVector<int>{5, 5, 4, 3, 3, 6, 2, 1, 1, 1, 1, 1, 1};
+    QTest::newRow("1x1") << QVector<int>{4, 4, 5, 1, 1, 3, 1, 1, 1, 0, 0, 0, 0};
+}
+
+void TestOps::conv2dForward() {
+    QFETCH(QVector<int>, p);
+    const int B = 2, H = p[0], W = p[1], C = p[2], KH = p[3], KW = p[4], F = p[5], G = p[6],
+              S = p[7], D = p[8], pt = p[9], pb = p[10], pl = p[11], pr = p[12];
+    const int OH = (H + pt + pb - ((KH - 1) * D + 1)) / S + 1;
+    const int OW = (W + pl + pr - ((KW - 1) * D + 1)) / S + 1;
+    std::string ir = "graph t {\n %0 = input() : f32" + shapeText({B, H, W, C}) +
+                     "\n %1 = param() {name=w} : f32" + shapeText({KH, KW, C / G, F}) +
+                     "\n %2 = conv2d(%0, %1) {dilation=" + std::to_string(D) + "x" +
+                     std::to_string(D) + ", groups=" + std::to_string(G) +
+                     ", pads=" + std::to_string(pt) + "x" + std::to_string(pb) + "x" +
+                     std::to_string(pl) + "x" + std::to_string(pr) +
+                     ", strides=" + std::to_string(S) + "x" + std::to_string(S) + "} : f32" +
+                     shapeText({B, OH, OW, F}) + "\n output y = %2\n}\n";
+    Harness h;
+    std::string e;
+    QVERIFY2(h.compile(tdtest::parseOrDie(ir), {}, &e), e.c_str());
+    auto x = randomVec(size_t(B * H * W * C), 5), w = randomVec(size_t(KH * KW * C / G * F), 6);
+    std::copy(x.begin(), x.end(), h.in());
+    std::copy(w.begin(), w.end(), h.param(0));
+    h.run();
+    const auto ref = convRef(x, w, nullptr, B, H, W, C, KH, KW, F, G, S, S, D, D, pt, pl, OH, OW);
+    const float* y = h.output("y");
+    for (size_t i = 0; i < ref.size(); ++i)
+        QVERIFY2(std::fabs(y[i] - ref[i]) < 1e-4,
+                 qPrintable(QString("element %1: %2 vs %3").arg(i).arg(y[i]).arg(ref[i])));
+}
+
+void TestOps::conv2dFusedMatchesUnfused() {
+    // conv2d -> bias_add -> relu: the fusion pass makes one conv2d with post-ops.
+    const std::string ir =
+        "graph t {\n %0 = input() : f32[2,6,6,3]\n %1 = param() {name=w} : f32[3,3,3,4]\n"
+        " %2 = param() {name=b} : f32[4]\n"
+        " %3 = conv2d(%0, %1) {pads=1x1x1x1} : f32[2,6,6,4]\n"
+        " %4 = bias_add(%3, %2) : f32[2,6,6,4]\n %5 = act(%4) {act=relu} : f32[2,6,6,4]\n"
+        " output y = %5\n}\n";
+    std::vector<float> results[2];
+    for (int fused = 0; fused < 2; ++fused) {
+        Harness h;
+        std::string e;
+        QVERIFY2(
+            h.compile(tdtest::parseOrDie(ir),
+                      fused ? std::vector<std::string>{"fusion"} : std::vector<std::string>{}, &e),
+            e.c_str());
+        int convs = 0;
+        for (const Node& n : h.g.nodes) convs += n.op == Op::Conv2D;
+        QCOMPARE(convs, 1);
+        QCOMPARE(h.g.nodes.size(), size_t(fused ? 4 : 6));  // bias_add and act folded in
+        auto x = randomVec(216, 7), w = randomVec(108, 8), b = randomVec(4, 9);
+        std::copy(x.begin(), x.end(), h.in());
+        std::copy(w.begin(), w.end(), h.param(0));
+        std::copy(b.begin(), b.end(), h.param(1));
+        h.run();
+        results[fused].assign(h.output("y"), h.output("y") + 288);
+        if (!fused) {
+            const auto ref = convRef(x, w, &b, 2, 6, 6, 3, 3, 3, 4, 1, 1, 1, 1, 1, 1, 1, 6, 6);
+            for (size_t i = 0; i < ref.size(); ++i)
+                QVERIFY(std::fabs(results[0][i] - std::max(0.0, ref[i])) < 1e-4);
+        }
+    }
+    for (size_t i = 0; i < results[0].size(); ++i)
+        QVERIFY(std::fabs(results[0][i] - results[1][i]) < 1e-5);
+}
+
+void TestOps::poolingForward_data() {
+    QTest::addColumn<QString>("op");
+    // H, W, window h, w, strides h, w, pads top, bottom, left, right
+    QTest::addColumn<QVector<int>>("p");
+    for (const char* op : {"max_pool", "avg_pool"}) {
+        QTest::addRow("%s 2x2", op) << QString(op) << QVector<int>{6, 6, 2, 2, 2, 2, 0, 0, 0, 0};
+        QTest::addRow("%s 3x3 same", op)
+            << QString(op) << QVector<int>{5, 4, 3, 3, 1, 1, 1, 1, 1, 1};
+        QTest::addRow("%s 2x3 odd padding", op)
+            << QString(op) << QVector<int>{5, 7, 2, 3, 2, 2, 0, 1, 1, 1};
+    }
+}
+
+void TestOps::poolingForward() {
+    QFETCH(QString, op);
+    QFETCH(QVector<int>, p);
+    const int B = 2, C = 3, H = p[0], W = p[1], kh = p[2], kw = p[3], sh = p[4], sw = p[5],
+              pt = p[6], pb = p[7], pl = p[8], pr = p[9];
+    const int OH = (H + pt + pb - kh) / sh + 1, OW = (W + pl + pr - kw) / sw + 1;
+    const std::string ir =
+        "graph t {\n %0 = input() : f32" + shapeText({B, H, W, C}) + "\n %1 = " + op.toStdString() +
+        "(%0) {pads=" + std::to_string(pt) + "x" + std::to_string(pb) + "x" + std::to_string(pl) +
+        "x" + std::to_string(pr) + ", strides=" + std::to_string(sh) + "x" + std::to_string(sw) +
+        ", window=" + std::to_string(kh) + "x" + std::to_string(kw) + "} : f32" +
+        shapeText({B, OH, OW, C}) + "\n output y = %1\n}\n";
+    Harness h;
+    std::string e;
+    QVERIFY2(h.compile(tdtest::parseOrDie(ir), {}, &e), e.c_str());
+    auto x = randomVec(size_t(B * H * W * C), 10, -3, -0.5);  // all negative: padding must not win
+    std::copy(x.begin(), x.end(), h.in());
+    h.run();
+    const float* y = h.output("y");
+    for (int b = 0; b < B; ++b)
+        for (int oh = 0; oh < OH; ++oh)
+            for (int ow = 0; ow < OW; ++ow)
+                for (int c = 0; c < C; ++c) {
+                    double best = -1e30, sum = 0;
+                    int count = 0;
+                    for (int i = 0; i < kh; ++i)
+                        for (int j = 0; j < kw; ++j) {
+                            const int hh = oh * sh - pt + i, ww = ow * sw - pl + j;
+                            if (hh < 0 || hh >= H || ww < 0 || ww >= W) continue;
+                            const double v = x[size_t(((b * H + hh) * W + ww) * C + c)];
+                            best = std::max(best, v);
+                            sum += v;
+                            ++count;
+                        }
+                    const double want = op == "max_pool" ? best : sum / count;
+                    QVERIFY(std::fabs(y[((b * OH + oh) * OW + ow) * C + c] - want) < 1e-5);
+                }
+}
+
+void TestOps::padAndScaleForward() {
+    Harness h;
+    QVERIFY(h.compile(tdtest::parseOrDie(
+        "graph t {\n %0 = input() : f32[2,3,2,2]\n %1 = scale(%0) {offset=-1, scale=0.5} : "
+        "f32[2,3,2,2]\n %2 = pad2d(%1) {pads=1x0x2x1} : f32[2,4,5,2]\n output y = %2\n}\n")));
+    auto x = randomVec(24, 11);
+    std::copy(x.begin(), x.end(), h.in());
+    h.run();
+    const float* y = h.output("y");
+    for (int b = 0; b < 2; ++b)
+        for (int i = 0; i < 4; ++i)
+            for (int j = 0; j < 5; ++j)
+                for (int c = 0; c < 2; ++c) {
+                    const int hh = i - 1, ww = j - 2;
+                    const bool inside = hh >= 0 && hh < 3 && ww >= 0 && ww < 2;
+                    const double want =
+                        inside ? x[size_t(((b * 3 + hh) * 2 + ww) * 2 + c)] * 0.5 - 1.0 : 0.0;
+                    QVERIFY(std::fabs(y[((b * 4 + i) * 5 + j) * 2 + c] - want) < 1e-6);
+                }
+}
+
+void TestOps::batchNormTrainingAndMovingStatistics() {
+    // A training step: batch statistics normalize, the moving ones move towards them.
+    const std::string ir =
+        "graph t {\n %0 = input() : f32[4,3,2,5]\n %1 = param() {name=gamma} : f32[5]\n"
+        " %2 = param() {name=beta} : f32[5]\n"
+        " %3 = param() {name=moving_mean, trainable=0} : f32[5]\n"
+        " %4 = param() {name=moving_variance, trainable=0} : f32[5]\n"
+        " %5 = channel_mean(%0) : f32[5]\n %6 = channel_var(%0, %5) : f32[5]\n"
+        " %7 = moving_avg(%3, %5) {momentum=0.99} : f32[5]\n"
+        " %8 = moving_avg(%4, %6) {momentum=0.99} : f32[5]\n"
+        " %9 = batch_norm(%0, %5, %6, %1, %2) {epsilon=0.001, has_beta=1, has_gamma=1} : "
+        "f32[4,3,2,5]\n output y = %9\n output m = %7\n output v = %8\n}\n";
+    Harness h;
+    std::string e;
+    QVERIFY2(h.compile(tdtest::parseOrDie(ir), {}, &e), e.c_str());
+    auto x = randomVec(120, 12, -2, 3), gamma = randomVec(5, 13), beta = randomVec(5, 14);
+    std::copy(x.begin(), x.end(), h.in());
+    std::copy(gamma.begin(), gamma.end(), h.param(0));
+    std::copy(beta.begin(), beta.end(), h.param(1));
+    std::vector<double> mm(5, 0.0), mv(5, 1.0);
+    std::fill(h.param(2), h.param(2) + 5, 0.f);
+    std::fill(h.param(3), h.param(3) + 5, 1.f);
+    for (int step = 0; step < 3; ++step) {
+        h.run();
+        const float* y = h.output("y");
+        for (int c = 0; c < 5; ++c) {
+            double m = 0, v = 0;
+            for (int r = 0; r < 24; ++r) m += x[size_t(r * 5 + c)];
+            m /= 24;
+            for (int r = 0; r < 24; ++r)
+                v += (x[size_t(r * 5 + c)] - m) * (x[size_t(r * 5 + c)] - m);
+            v /= 24;  // biased, as Keras
+            for (int r = 0; r < 24; ++r) {
+                const double want =
+                    (x[size_t(r * 5 + c)] - m) / std::sqrt(v + 1e-3) * gamma[size_t(c)] +
+                    beta[size_t(c)];
+                QVERIFY(std::fabs(y[r * 5 + c] - want) < 1e-5);
+            }
+            mm[size_t(c)] = mm[size_t(c)] * 0.99 + m * 0.01;
+            mv[size_t(c)] = mv[size_t(c)] * 0.99 + v * 0.01;
+            QVERIFY2(std::fabs(h.param(2)[c] - mm[size_t(c)]) < 1e-6,
+                     qPrintable(QString("step %1 moving mean %2").arg(step).arg(c)));
+            QVERIFY(std::fabs(h.param(3)[c] - mv[size_t(c)]) < 1e-6);
+        }
+        // moving_avg writes the parameter itself.
+        QCOMPARE(h.output("m"), static_cast<const float*>(h.param(2)));
+    }
+}
+
+void TestOps::batchNormInference() {
+    // Inference: the moving statistics normalize; nothing moves.
+    const std::string ir =
+        "graph t {\n %0 = input() : f32[6,4]\n"
+        " %1 = param() {name=moving_mean, trainable=0} : f32[4]\n"
+        " %2 = param() {name=moving_variance, trainable=0} : f32[4]\n"
+        " %3 = param() {name=beta} : f32[4]\n"
+        " %4 = batch_norm(%0, %1, %2, %3) {epsilon=0.01, has_beta=1} : f32[6,4]\n"
+        " output y = %4\n}\n";
+    Harness h;
+    QVERIFY(h.compile(tdtest::parseOrDie(ir)));
+    auto x = randomVec(24, 15), m = randomVec(4, 16), v = randomVec(4, 17, 0.5, 2),
+         b = randomVec(4, 18);
+    std::copy(x.begin(), x.end(), h.in());
+    std::copy(m.begin(), m.end(), h.param(0));
+    std::copy(v.begin(), v.end(), h.param(1));
+    std::copy(b.begin(), b.end(), h.param(2));
+    h.run();
+    for (int r = 0; r < 6; ++r)
+        for (int c = 0; c < 4; ++c) {
+            const double want =
+                (x[size_t(r * 4 + c)] - m[size_t(c)]) / std::sqrt(v[size_t(c)] + 0.01) +
+                b[size_t(c)];
+            QVERIFY(std::fabs(h.output("y")[r * 4 + c] - want) < 1e-5);
+        }
+    QCOMPARE(h.param(0)[0], m[0]);
+}
+
+void TestOps::layerNormForward() {
+    Harness h;
+    QVERIFY(h.compile(tdtest::parseOrDie(
+        "graph t {\n %0 = input() : f32[2,3,6]\n %1 = param() {name=gamma} : f32[6]\n"
+        " %2 = layer_norm(%0, %1) {epsilon=0.001, has_gamma=1} : f32[2,3,6]\n output y = "
+        "%2\n}\n")));
+    auto x = randomVec(36, 19, -4, 4), g = randomVec(6, 20);
+    std::copy(x.begin(), x.end(), h.in());
+    std::copy(g.begin(), g.end(), h.param(0));
+    h.run();
+    for (int r = 0; r < 6; ++r) {
+        double m = 0, v = 0;
+        for (int c = 0; c < 6; ++c) m += x[size_t(r * 6 + c)];
+        m /= 6;
+        for (int c = 0; c < 6; ++c) v += (x[size_t(r * 6 + c)] - m) * (x[size_t(r * 6 + c)] - m);
+        v /= 6;
+        for (int c = 0; c < 6; ++c)
+            QVERIFY(std::fabs(h.output("y")[r * 6 + c] -
+                              (x[size_t(r * 6 + c)] - m) / std::sqrt(v + 1e-3) * g[size_t(c)]) <
+                    1e-5);
+    }
+}
+
+void TestOps::imageGradientCheck_data() {
+    QTest::addColumn<QString>("ir");
+    // x is a param [2,5,4,3] so its gradient is checked too; the loss is mse against a label.
+    const std::string head = "graph t {\n %0 = param() {name=x} : f32[2,5,4,3]\n";
+    // reshape the last value %id to [2, elems/2], mse against a label; `extra`: more outputs.
+    auto tail = [](int id, const std::string& extra, int elems) {
+        const int rows = 2;
+        return " %" + std::to_string(id + 1) + " = reshape(%" + std::to_string(id) + ") : f32[" +
+               std::to_string(rows) + "," + std::to_string(elems / rows) + "]\n %" +
+               std::to_string(id + 2) + " = label() : f32[" + std::to_string(rows) + "," +
+               std::to_string(elems / rows) + "]\n %" + std::to_string(id + 3) + " = loss(%" +
+               std::to_string(id + 1) + ", %" + std::to_string(id + 2) +
+               ") {loss=mse, scale=0.5} : f32[1]\n" + extra + " output loss = %" +
+               std::to_string(id + 3) + "\n}\n";
+    };
+    QTest::newRow("conv2d same") << QString::fromStdString(
+        head +
+        " %1 = param() {name=w} : f32[3,3,3,2]\n"
+        " %2 = conv2d(%0, %1) {pads=1x1x1x1} : f32[2,5,4,2]\n" +
+        tail(2, "", 80));
+    QTest::newRow("conv2d stride 2 + bias + relu (fused)") << QString::fromStdString(
+        head +
+        " %1 = param() {name=w} : f32[2,3,3,4]\n %2 = param() {name=b} : f32[4]\n"
+        " %3 = conv2d(%0, %1) {pads=0x1x1x1, strides=2x2} : f32[2,3,2,4]\n"
+        " %4 = bias_add(%3, %2) : f32[2,3,2,4]\n %5 = act(%4) {act=relu} : f32[2,3,2,4]\n" +
+        tail(5, "", 48));
+    QTest::newRow("conv2d dilation 2")
+        << QString::fromStdString(head +
+                                  " %1 = param() {name=w} : f32[2,2,3,2]\n"
+                                  " %2 = conv2d(%0, %1) {dilation=2x2} : f32[2,3,2,2]\n" +
+                                  tail(2, "", 24));
+    QTest::newRow("conv2d groups 3")
+        << QString::fromStdString(head +
+                                  " %1 = param() {name=w} : f32[3,2,1,6]\n"
+                                  " %2 = conv2d(%0, %1) {groups=3} : f32[2,3,3,6]\n" +
+                                  tail(2, "", 108));
+    QTest::newRow("max_pool") << QString::fromStdString(
+        head + " %1 = max_pool(%0) {pads=0x1x0x0, strides=2x2, window=2x2} : f32[2,3,2,3]\n" +
+        tail(1, "", 36));
+    QTest::newRow("avg_pool same") << QString::fromStdString(
+        head + " %1 = avg_pool(%0) {pads=1x1x1x1, window=3x3} : f32[2,5,4,3]\n" + tail(1, "", 120));
+    QTest::newRow("global avg_pool") << QString::fromStdString(
+        head + " %1 = avg_pool(%0) {window=5x4} : f32[2,1,1,3]\n" + tail(1, "", 6));
+    QTest::newRow("pad2d") << QString::fromStdString(
+        head +
+        " %1 = pad2d(%0) {pads=1x2x0x1} : f32[2,8,5,3]\n %2 = act(%1) {act=tanh} : f32[2,8,5,3]\n" +
+        tail(2, "", 240));
+    QTest::newRow("scale") << QString::fromStdString(
+        head +
+        " %1 = scale(%0) {offset=0.5, scale=-2} : f32[2,5,4,3]\n %2 = act(%1) {act=tanh} : "
+        "f32[2,5,4,3]\n" +
+        tail(2, "", 120));
+    QTest::newRow("batch_norm training") << QString::fromStdString(
+        head +
+        " %1 = param() {name=gamma} : f32[3]\n %2 = param() {name=beta} : f32[3]\n"
+        " %3 = param() {name=mm, trainable=0} : f32[3]\n"
+        " %4 = param() {name=mv, trainable=0} : f32[3]\n"
+        " %5 = channel_mean(%0) : f32[3]\n %6 = channel_var(%0, %5) : f32[3]\n"
+        " %7 = moving_avg(%3, %5) {momentum=0.9} : f32[3]\n"
+        " %8 = batch_norm(%0, %5, %6, %1, %2) {epsilon=0.001, has_beta=1, has_gamma=1} : "
+        "f32[2,5,4,3]\n %9 = act(%8) {act=tanh} : f32[2,5,4,3]\n" +
+        tail(9, " output mm = %7\n", 120));
+    QTest::newRow("batch_norm inference") << QString::fromStdString(
+        head +
+        " %1 = param() {name=gamma} : f32[3]\n"
+        " %2 = param() {name=mm, trainable=0} : f32[3]\n"
+        " %3 = param() {name=mv, trainable=0} : f32[3]\n"
+        " %4 = batch_norm(%0, %2, %3, %1) {epsilon=0.5, has_gamma=1} : f32[2,5,4,3]\n" +
+        tail(4, "", 120));
+    QTest::newRow("layer_norm") << QString::fromStdString(
+        head +
+        " %1 = param() {name=gamma} : f32[3]\n %2 = param() {name=beta} : f32[3]\n"
+        " %3 = layer_norm(%0, %1, %2) {epsilon=0.001, has_beta=1, has_gamma=1} : f32[2,5,4,3]\n"
+        " %4 = act(%3) {act=tanh} : f32[2,5,4,3]\n" +
+        tail(4, "", 120));
+}
+
+void TestOps::imageGradientCheck() {
+    QFETCH(QString, ir);
+    Graph g = tdtest::parseOrDie(ir.toStdString());
+    QVERIFY(autodiff(g).ok());
+    Harness h;
+    std::string e;
+    QVERIFY2(h.compile(g, {"fusion", "dce"}, &e), e.c_str());
+    std::vector<int> pids = h.g.params();
+    for (size_t i = 0; i < pids.size(); ++i) {
+        const Node& p = h.g.node(pids[i]);
+        auto v =
+            randomVec(static_cast<size_t>(numElements(p.shape)), 40 + uint32_t(i), -1.5f, 1.5f);
+        if (!p.attrs.trainableOr())  // moving statistics: a variance must be positive
+            for (float& x : v) x = std::fabs(x);
+        if (i == 0) {
+            // x: distinct values at least 0.025 apart (more than the two steps of 0.01), so a
+            // finite difference never changes which element of a window is the maximum.
+            const size_t n = v.size();
+            for (size_t k = 0; k < n; ++k) v[k] = -1.5f + 3.0f * float(k) / float(n);
+            std::shuffle(v.begin(), v.end(), std::mt19937(7));
+        }
+        std::copy(v.begin(), v.end(), h.param(i));
+    }
+    for (const auto& n : h.g.nodes)
+        if (n.op == Op::Label) {
+            auto v = randomVec(static_cast<size_t>(numElements(n.shape)), 50, -0.9f, 0.9f);
+            std::copy(v.begin(), v.end(), static_cast<float*>(h.lab()));
+        }
+    h.run();
+    const int lossId = h.g.output("loss");
+    int checked = 0;
+    for (size_t i = 0; i < pids.size(); ++i) {
+        if (!h.g.grads.count(pids[i])) continue;
+        const int64_t n = numElements(h.g.node(pids[i]).shape);
+        std::vector<float> analytic(h.grad(i), h.grad(i) + n);
+        for (int64_t j = 0; j < n; ++j) {
+            float* w = h.param(i) + j;
+            const float orig = *w;
+            const float eps = 1e-2f;
+            *w = orig + eps;
+            h.run();
+            const double lp = h.value(lossId)[0];
+            *w = orig - eps;
+            h.run();
+            const double lm = h.value(lossId)[0];
+            *w = orig;
+            const double numeric = (lp - lm) / (2 * eps);
+            const double tol = 3e-3 + 3e-2 * std::fabs(numeric);
+            QVERIFY2(std::fabs(numeric - analytic[size_t(j)]) < tol,
+                     qPrintable(QString("param %1[%2]: analytic %3 numeric %4")
+                                    .arg(i)
+                                    .arg(j)
+                                    .arg(analytic[size_t(j)])
+                                    .arg(numeric)));
+            ++checked;
+        }
+    }
+    QVERIFY(checked >= 120);  // at least every element of x
 }
 
 QTEST_GUILESS_MAIN(TestOps)

@@ -323,10 +323,12 @@ class TestIo : public QObject {
             {"class_name":"InputLayer","config":{"batch_shape":[null,28,28]}},
             {"class_name":"Flatten","config":{}},)";
         QTest::newRow("unsupported class")
-            << head + R"({"class_name":"Conv2D","config":{"filters":8}}]}})"
+            << head + R"({"class_name":"LSTM","config":{"units":8}}]}})"
             << "Keras model JSON: config.layers[2].class_name: layer 2 has unsupported class "
-               "'Conv2D' (supported: InputLayer, Flatten, Reshape, Dense, Dropout, Activation, "
-               "ReLU, LeakyReLU, ELU, Softmax)";
+               "'LSTM' (supported: InputLayer, Flatten, Reshape, Dense, Dropout, Activation, "
+               "Conv2D, MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, "
+               "BatchNormalization, LayerNormalization, ZeroPadding2D, Rescaling, ReLU, "
+               "LeakyReLU, ELU, Softmax)";
         QTest::newRow("functional")
             << R"({"class_name":"Functional","config":{"layers":[]}})"
             << "Keras model JSON: class_name: expected \"Sequential\" (TrainDeck models are "
@@ -599,10 +601,11 @@ class TestIo : public QObject {
                "got \"float64\"";
         QTest::newRow("unknown layer class")
             << "/model/config/layers/2/class_name"
-            << "\"Conv2D\""
-            << "model.config.layers[2].class_name: layer 2 has unsupported class 'Conv2D' "
-               "(supported: InputLayer, Flatten, Reshape, Dense, Dropout, Activation, ReLU, "
-               "LeakyReLU, ELU, Softmax)";
+            << "\"LSTM\""
+            << "model.config.layers[2].class_name: layer 2 has unsupported class 'LSTM' "
+               "(supported: InputLayer, Flatten, Reshape, Dense, Dropout, Activation, Conv2D, "
+               "MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, BatchNormalization, "
+               "LayerNormalization, ZeroPadding2D, Rescaling, ReLU, LeakyReLU, ELU, Softmax)";
         QTest::newRow("units 0") << "/model/config/layers/4/config/units"
                                  << "0"
                                  << "model.config.layers[4].config.units: expected a positive "

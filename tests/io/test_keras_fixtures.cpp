@@ -10,9 +10,11 @@
 #include <fstream>
 #include <sstream>
 
+#include "engine/graph/builder.h"
 #include "engine/graph/initializers.h"
 #include "engine/io/project.h"
 #include "tests/fixtures/keras/keras_fixtures.h"
+#include "tests/graph/harness.h"
 
 using namespace td;
 using keras_fixtures::Json;
@@ -193,6 +195,76 @@ class TestKerasFixtures : public QObject {
         auto back = modelFromKerasJson(modelToKerasJson(*parsed));
         QVERIFY2(back.ok(), back.ok() ? "" : back.error().c_str());
         QVERIFY(*back == *parsed);
+    }
+
+    // ---- a CNN's forward pass ------------------------------------------------------------------
+
+    // Every image and normalization layer with Keras' weights and input: TrainDeck's inference
+    // output, training-mode output (batch statistics) and moving statistics after that step
+    // equal what Keras computed (cnn_forward_keras3.json).
+    void cnnForwardAsKeras_data() {
+        QTest::addColumn<bool>("training");
+        QTest::newRow("inference") << false;
+        QTest::newRow("training") << true;
+    }
+    void cnnForwardAsKeras() {
+        QFETCH(bool, training);
+        const Json f = keras_fixtures::load("cnn_forward_keras3.json");
+        auto parsed = modelFromKerasJson(f.at("json").dump());
+        QVERIFY2(parsed.ok(), parsed.ok() ? "" : parsed.error().c_str());
+        ModelSpec model = *parsed;
+        auto info = inferShapes(model);
+        QVERIFY2(info.ok(), info.ok() ? "" : info.error().c_str());
+        const int64_t batch = f.at("x").at("shape").at(0).get<int64_t>();
+        BuildOptions bo;
+        bo.batch = batch;
+        bo.mode = training ? GraphMode::Train : GraphMode::Predict;
+        bo.loss.name = "mean_squared_error";
+        auto g = buildGraph(model, *info, bo);
+        QVERIFY2(g.ok(), g.ok() ? "" : g.error().c_str());
+        tdtest::Harness h;
+        std::string e;
+        QVERIFY2(h.compile(*g, {"fusion", "dce"}, &e), e.c_str());
+        // Parameters in Keras' model.weights order, with Keras' shapes (kernels [kh,kw,in,out]).
+        const std::vector<int> pids = h.g.params();
+        const Json& weights = f.at("weights");
+        QCOMPARE(pids.size(), weights.size());
+        std::vector<size_t> moving;
+        for (size_t i = 0; i < pids.size(); ++i) {
+            Shape shape;
+            for (const Json& d : weights[i].at("shape")) shape.push_back(d.get<int64_t>());
+            const Node& p = h.g.node(pids[i]);
+            QVERIFY2(p.shape == shape, qPrintable(q(*p.attrs.name + " " + shapeToString(p.shape) +
+                                                    " vs " + shapeToString(shape))));
+            const auto values = weights[i].at("values").get<std::vector<float>>();
+            std::copy(values.begin(), values.end(), h.param(i));
+            if (p.attrs.name->find("/moving_") != std::string::npos) moving.push_back(i);
+        }
+        QCOMPARE(moving.size(), size_t(2));
+        const auto x = f.at("x").at("values").get<std::vector<float>>();
+        std::copy(x.begin(), x.end(), h.in());
+        h.run();
+        const auto want = f.at(training ? "training" : "inference").get<std::vector<float>>();
+        const float* y = h.output("predictions");
+        QCOMPARE(int64_t(want.size()), batch * 5);
+        for (size_t i = 0; i < want.size(); ++i)
+            QVERIFY2(
+                std::fabs(y[i] - want[i]) <= 1e-4f + 1e-4f * std::fabs(want[i]),
+                qPrintable(QString("output %1: %2 vs Keras %3").arg(i).arg(y[i]).arg(want[i])));
+        const Json& after = f.at("moving_after_training");
+        for (size_t k = 0; k < moving.size(); ++k) {
+            const auto keras = after.at(k).get<std::vector<float>>();
+            const auto initial = weights[moving[k]].at("values").get<std::vector<float>>();
+            const float* ours = h.param(moving[k]);
+            for (size_t c = 0; c < keras.size(); ++c) {
+                // Training moves them as Keras does; inference leaves them alone.
+                const float expect = training ? keras[c] : initial[c];
+                QVERIFY2(
+                    std::fabs(ours[c] - expect) <= 1e-5f + 1e-5f * std::fabs(expect),
+                    qPrintable(
+                        QString("moving %1[%2]: %3 vs %4").arg(k).arg(c).arg(ours[c]).arg(expect)));
+            }
+        }
     }
 
     void refusedNamingTheKey_data() { addModelRows("refused"); }

@@ -257,6 +257,50 @@ void TestLimits::absurdValues_data() {
         "[null, 10000000, 10000000]", 2, "input shape [10000000,10000000] is too large");
     row("units 1e30", "/model/config/layers/1/config/units", "1e30", 2,
         "model.config.layers[1].config.units: expected a positive integer");
+    // image layers: the blobs as 4x4x1 images; `conv` is layer 2's config
+    auto cnn = [](const std::string& layer2) {
+        return R"([{"class_name": "InputLayer", "config": {"batch_shape": [null, 16]}},
+                   {"class_name": "Reshape", "config": {"target_shape": [4, 4, 1]}}, )" +
+               layer2 + R"(, {"class_name": "Flatten", "config": {}},
+                   {"class_name": "Dense", "config": {"units": 4, "activation": "softmax"}}])";
+    };
+    auto conv = [&](const std::string& config) {
+        return cnn(R"({"class_name": "Conv2D", "config": )" + config + "}");
+    };
+    row("Conv2D kernel 1e12", "/model/config/layers",
+        conv(R"({"filters": 2, "kernel_size": 1000000000000, "padding": "same"})"), 2,
+        "layer 2 'conv2d': kernel_size [1000000000000,1000000000000] is too large (at most "
+        "1048576)");
+    row("Conv2D filters 1e12", "/model/config/layers",
+        conv(R"({"filters": 1000000000000, "kernel_size": 3, "padding": "same"})"), 2,
+        "layer 2 'conv2d': the kernel is too large");
+    row("Conv2D filters 1e9", "/model/config/layers",
+        conv(R"({"filters": 1000000000, "kernel_size": 3, "padding": "same"})"), 2,
+        "model.config.layers[2]: needs about");
+    row("Conv2D kernel larger than the image", "/model/config/layers",
+        conv(R"({"filters": 2, "kernel_size": 5})"), 2,
+        "layer 2 'conv2d': kernel 5x5 is larger than the input 4x4 with padding valid");
+    row("Conv2D strides 1e30", "/model/config/layers",
+        conv(R"({"filters": 2, "kernel_size": 3, "strides": 1e30})"), 2,
+        "model.config.layers[2].config.strides: expected a positive integer");
+    row("Conv2D groups 0", "/model/config/layers",
+        conv(R"({"filters": 2, "kernel_size": 3, "groups": 0})"), 2,
+        "model.config.layers[2].config.groups: expected a positive integer");
+    row("ZeroPadding2D 1e12", "/model/config/layers",
+        cnn(R"({"class_name": "ZeroPadding2D", "config": {"padding": 1000000000000}})"), 2,
+        "layer 2 'zero_padding2d': the output is too large");
+    row("MaxPooling2D pool 1e30", "/model/config/layers",
+        cnn(R"({"class_name": "MaxPooling2D", "config": {"pool_size": 1e30}})"), 2,
+        "model.config.layers[2].config.pool_size: expected a positive integer");
+    row("BatchNormalization momentum 2", "/model/config/layers",
+        cnn(R"({"class_name": "BatchNormalization", "config": {"momentum": 2}})"), 2,
+        "model.config.layers[2].config.momentum: expected a number in [0, 1]");
+    row("BatchNormalization epsilon -1", "/model/config/layers",
+        cnn(R"({"class_name": "BatchNormalization", "config": {"epsilon": -1}})"), 2,
+        "model.config.layers[2].config.epsilon: expected a positive number");
+    row("small CNN compiles", "/model/config/layers",
+        conv(R"({"filters": 2, "kernel_size": 3, "padding": "same", "activation": "relu"})"), 0,
+        "");
     // free text
     row("name of 300 characters", "/name", Json(std::string(300, 'n')).dump(), 2,
         "name: is 300 characters long; at most 200 are allowed");

@@ -282,6 +282,30 @@ class TestIsa : public QObject {
         }
     }
 
+    // Max pooling's argmax step: the same positions on every level, ties (the first wins) and
+    // negative zero included.
+    void maxArgStepMatchesGeneric_data() { levelsMatchGeneric_data(); }
+    void maxArgStepMatchesGeneric() {
+        QFETCH(td::CpuIsa, isa);
+        if (isa == CpuIsa::Generic) QSKIP("this CPU has no AVX2: only the generic level runs here");
+        const auto& k = cpu::simd::kernelsFor(isa);
+        const auto& g = cpu::simd::kernelsFor(CpuIsa::Generic);
+        for (int64_t n : {int64_t{1}, int64_t{15}, int64_t{17}, kElements}) {
+            std::vector<float> bestK(n, 0.5f), bestG(n, 0.5f);
+            std::vector<int32_t> atK(n, -1), atG(n, -1);
+            for (int pos = 0; pos < 4; ++pos) {
+                std::vector<float> x = gradients(11 + pos);
+                x[0] = 0.5f;  // a tie: the earlier position stays
+                if (n > 1) x[1] = -0.0f;
+                k.maxArgStep(x.data(), bestK.data(), atK.data(), n, pos * 1000);
+                g.maxArgStep(x.data(), bestG.data(), atG.data(), n, pos * 1000);
+            }
+            requireSame(bestK, bestG, "max pooling maximum");
+            QCOMPARE(atK, atG);
+            QCOMPARE(atG[0], -1);
+        }
+    }
+
     // The generic dropout row is the keyed hash of the forward pass: about `rate` of the values
     // are zeroed and the others scaled by 1 / (1 - rate).
     void dropoutRowKeepsAboutOneMinusRate() {

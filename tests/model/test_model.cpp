@@ -60,6 +60,23 @@ ModelSpec seedModel(bool withInputLayer) {
     return m;
 }
 
+LayerSpec conv(int64_t filters, Shape kernel, bool same = false, Shape strides = {}) {
+    LayerSpec l;
+    l.type = LayerType::Conv2D;
+    l.filters = filters;
+    l.kernelSize = std::move(kernel);
+    l.samePadding = same;
+    l.strides = std::move(strides);
+    l.activation = ActivationKind::Relu;
+    return l;
+}
+
+LayerSpec layerOf(LayerType t) {
+    LayerSpec l;
+    l.type = t;
+    return l;
+}
+
 QStringList lines(const std::string& text) {
     return QString::fromStdString(text).split('\n');
 }
@@ -100,11 +117,13 @@ class TestModel : public QObject {
     }
 
     void unknownLayerClass() {
-        auto r = parseLayerType("Conv2D");
+        auto r = parseLayerType("LSTM");
         QVERIFY(!r.ok());
         QCOMPARE(QString::fromStdString(r.error()),
-                 "unsupported layer class 'Conv2D' (supported: InputLayer, Flatten, Reshape, "
-                 "Dense, Dropout, Activation)");
+                 "unsupported layer class 'LSTM' (supported: InputLayer, Flatten, Reshape, "
+                 "Dense, Dropout, Activation, Conv2D, MaxPooling2D, AveragePooling2D, "
+                 "GlobalAveragePooling2D, BatchNormalization, LayerNormalization, ZeroPadding2D, "
+                 "Rescaling)");
     }
 
     void activationNames_data() {
@@ -345,6 +364,185 @@ class TestModel : public QObject {
         ModelSpec again = m;
         QVERIFY(inferShapes(again).ok());
         QVERIFY(again == m);
+    }
+
+    // The Fashion-MNIST CNN: Keras' summary counts (Conv2D(32,3) on 28x28x1 = 320 parameters,
+    // BatchNormalization over 32 channels = 128 of which 64 are moving statistics).
+    void imageLayersAsKerasCountsThem() {
+        ModelSpec m;
+        m.layers = {input({28, 28}),
+                    reshape({28, 28, 1}),
+                    conv(32, {3, 3}),
+                    layerOf(LayerType::BatchNormalization),
+                    layerOf(LayerType::MaxPooling2D),
+                    conv(64, {3, 3}),
+                    layerOf(LayerType::MaxPooling2D),
+                    flatten(),
+                    dense(128, ActivationKind::Relu),
+                    dense(10)};
+        auto info = inferShapes(m);
+        QVERIFY2(info.ok(), info.ok() ? "" : info.error().c_str());
+        const std::vector<std::pair<Shape, int64_t>> want{
+            {{28, 28, 1}, 0},  {{26, 26, 32}, 320},   {{26, 26, 32}, 128},
+            {{13, 13, 32}, 0}, {{11, 11, 64}, 18496}, {{5, 5, 64}, 0},
+            {{1600}, 0},       {{128}, 204928},       {{10}, 1290}};
+        QCOMPARE(info->layers.size(), want.size());
+        for (size_t i = 0; i < want.size(); ++i) {
+            QCOMPARE(info->layers[i].outputShape, want[i].first);
+            QCOMPARE(info->layers[i].params, want[i].second);
+        }
+        QCOMPARE(info->layers[2].trainableParams, int64_t(64));
+        QCOMPARE(info->totalParams, int64_t(225162));
+        QCOMPARE(info->trainableParams, int64_t(225098));
+        QCOMPARE(info->nonTrainableParams, int64_t(64));
+        QCOMPARE(info->layers[1].name, std::string("conv2d"));
+        QCOMPARE(info->layers[2].name, std::string("batch_normalization"));
+        QCOMPARE(info->layers[3].name, std::string("max_pooling2d"));
+        // Kept for backward: both convolutions' inputs and relu outputs, the normalization's
+        // and the first pooling's input, the first Dense's input and relu output; the second
+        // pooling's input is also the second conv's relu output (counted once more: the
+        // pooling's gradient reads it), the last Dense's input.
+        const int64_t kept =
+            (784 + 21632) + (5408 + 7744) + 21632 + 21632 + 7744 + (1600 + 128) + 128;
+        QCOMPARE(info->keptForBackwardBytesPerSample, kept * 4);
+        const std::string table = summaryTable(m, *info);
+        QVERIFY(table.find("conv2d (Conv2D)") != std::string::npos);
+        QVERIFY(table.find("(None, 26, 26, 32)") != std::string::npos);
+        QVERIFY(table.find("Non-trainable params: 64") != std::string::npos);
+    }
+
+    void windowGeometryAsTensorFlow_data() {
+        QTest::addColumn<int>("in");
+        QTest::addColumn<int>("k");
+        QTest::addColumn<int>("stride");
+        QTest::addColumn<int>("dilation");
+        QTest::addColumn<bool>("same");
+        QTest::addColumn<int>("out");
+        QTest::addColumn<int>("padLo");
+        QTest::addColumn<int>("padHi");
+        QTest::newRow("valid 3") << 28 << 3 << 1 << 1 << false << 26 << 0 << 0;
+        QTest::newRow("same 3") << 28 << 3 << 1 << 1 << true << 28 << 1 << 1;
+        QTest::newRow("same 2 stride 2 odd") << 29 << 2 << 2 << 1 << true << 15 << 0 << 1;
+        QTest::newRow("same 4 (odd pad at the end)") << 10 << 4 << 1 << 1 << true << 10 << 1 << 2;
+        QTest::newRow("valid stride 2") << 7 << 3 << 2 << 1 << false << 3 << 0 << 0;
+        QTest::newRow("valid dilated") << 17 << 3 << 1 << 2 << false << 13 << 0 << 0;
+        QTest::newRow("same stride 3") << 11 << 3 << 3 << 1 << true << 4 << 0 << 1;
+    }
+    void windowGeometryAsTensorFlow() {
+        QFETCH(int, in);
+        QFETCH(int, k);
+        QFETCH(int, stride);
+        QFETCH(int, dilation);
+        QFETCH(bool, same);
+        QFETCH(int, out);
+        QFETCH(int, padLo);
+        QFETCH(int, padHi);
+        auto g = windowGeometry(in, in, Shape{k, k}, Shape{stride, stride},
+                                Shape{dilation, dilation}, same, "kernel");
+        QVERIFY(g.ok());
+        QCOMPARE(g->outH, int64_t(out));
+        QCOMPARE(g->pads, (Shape{padLo, padHi, padLo, padHi}));
+    }
+
+    void imageLayerErrors_data() {
+        QTest::addColumn<int>("which");
+        QTest::addColumn<QString>("message");
+        QTest::newRow("kernel larger than input")
+            << 0 << "layer 1 'conv2d': kernel 5x5 is larger than the input 4x4 with padding valid";
+        QTest::newRow("conv on a flat input")
+            << 1
+            << "layer 1 'conv2d': Conv2D expects an image [height, width, channels] (rank 3), got "
+               "[784]; add a Reshape layer with a channel axis first";
+        QTest::newRow("negative filters")
+            << 2 << "layer 1 'conv2d': filters must be a positive integer, got -3";
+        QTest::newRow("zero kernel")
+            << 3 << "layer 1 'conv2d': kernel_size [0,3] must hold sizes >= 1";
+        QTest::newRow("groups") << 4
+                                << "layer 1 'conv2d': groups 2 must divide both the 3 input "
+                                   "channels and the 4 filters";
+        QTest::newRow("strides and dilation")
+            << 5
+            << "layer 1 'conv2d': strides > 1 and dilation_rate > 1 cannot be combined (as in "
+               "Keras)";
+        QTest::newRow("pool larger than input")
+            << 6
+            << "layer 1 'max_pooling2d': pool_size 5x5 is larger than the input 4x4 with padding "
+               "valid";
+        QTest::newRow("negative padding")
+            << 7 << "layer 1 'zero_padding2d': padding [1,-1,0,0] must hold sizes >= 0";
+        QTest::newRow("batch norm epsilon")
+            << 8 << "layer 1 'batch_normalization': epsilon must be positive, got 0";
+        QTest::newRow("batch norm momentum")
+            << 9 << "layer 1 'batch_normalization': momentum must be in [0, 1], got 1.5";
+        QTest::newRow("absurd kernel")
+            << 11
+            << "layer 1 'conv2d': kernel_size [1099511627776,1] is too large (at most 1048576)";
+        QTest::newRow("absurd filters") << 12 << "layer 1 'conv2d': the kernel is too large";
+        QTest::newRow("global pooling on a flat input")
+            << 10
+            << "layer 1 'global_average_pooling2d': GlobalAveragePooling2D expects an image "
+               "[height, width, channels] (rank 3), got [784]; add a Reshape layer with a channel "
+               "axis first";
+    }
+    void imageLayerErrors() {
+        QFETCH(int, which);
+        QFETCH(QString, message);
+        ModelSpec m;
+        LayerSpec l;
+        Shape in{4, 4, 3};
+        switch (which) {
+            case 0:
+                l = conv(4, {5, 5});
+                break;
+            case 1:
+                l = conv(4, {3, 3});
+                in = {784};
+                break;
+            case 2:
+                l = conv(-3, {3, 3});
+                break;
+            case 3:
+                l = conv(4, {0, 3});
+                break;
+            case 4:
+                l = conv(4, {3, 3});
+                l.groups = 2;
+                break;
+            case 5:
+                l = conv(4, {2, 2}, false, {2, 2});
+                l.dilationRate = {2, 2};
+                break;
+            case 6:
+                l = layerOf(LayerType::MaxPooling2D);
+                l.poolSize = {5, 5};
+                break;
+            case 7:
+                l = layerOf(LayerType::ZeroPadding2D);
+                l.zeroPadding = {1, -1, 0, 0};
+                break;
+            case 8:
+                l = layerOf(LayerType::BatchNormalization);
+                l.epsilon = 0;
+                break;
+            case 9:
+                l = layerOf(LayerType::BatchNormalization);
+                l.momentum = 1.5;
+                break;
+            case 10:
+                l = layerOf(LayerType::GlobalAveragePooling2D);
+                in = {784};
+                break;
+            case 11:
+                l = conv(4, {int64_t(1) << 40, 1}, true);
+                break;
+            case 12:
+                l = conv(int64_t(1) << 62, {3, 3}, true);
+                break;
+        }
+        m.layers = {input(in), l};
+        auto r = inferShapes(m);
+        QVERIFY(!r.ok());
+        QCOMPARE(QString::fromStdString(r.error()), message);
     }
 
     void shapeErrors_data() {

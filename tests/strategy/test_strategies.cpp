@@ -191,6 +191,46 @@ decltype(SessionOptions::openDevice) countingOpener(int failIndex = -1, int fail
 class TestStrategies : public QObject {
     Q_OBJECT
   private slots:
+    // BatchNormalization with replicas: each normalizes with its own rows' statistics, and the
+    // moving statistics are averaged over the replicas after every step. With the layer on the
+    // input features (which no weight changes), the moving mean of 2 replicas is then the one
+    // device's moving mean over the same global batches; without the averaging it would follow
+    // replica 0's half of every batch.
+    void mirroredBatchNormMovingMean() {
+        auto withBatchNorm = [](Project p) {
+            LayerSpec bn;
+            bn.type = LayerType::BatchNormalization;
+            bn.name = "batch_normalization";
+            bn.momentum = 0.5;  // moves far in 32 steps
+            p.model.layers.insert(p.model.layers.begin() + 1, bn);
+            return p;
+        };
+        const Outcome one = train(withBatchNorm(blobs(R"({"type": "one_device"})")));
+        QVERIFY2(one.status.ok(), one.status.error().c_str());
+        const Outcome two = train(withBatchNorm(blobs(R"({"type": "mirrored", "replicas": 2})")));
+        QVERIFY2(two.status.ok(), two.status.error().c_str());
+        QCOMPARE(two.weights.size(), one.weights.size());
+        // gamma, beta, moving_mean, moving_variance, then the Dense layers.
+        const Tensor& mean1 = one.weights.at(2);
+        const Tensor& mean2 = two.weights.at(2);
+        QCOMPARE(mean1.size(), int64_t(16));
+        double moved = 0;
+        for (int64_t k = 0; k < 16; ++k) {
+            const float a = mean1.data<float>()[k], b = mean2.data<float>()[k];
+            moved += std::abs(a);
+            QVERIFY2(std::abs(a - b) <= 1e-5f + 1e-4f * std::abs(a),
+                     qPrintable(QString("moving_mean[%1]: %2 vs %3").arg(k).arg(a).arg(b)));
+        }
+        QVERIFY(moved > 0.1);  // it did move away from its zeros
+        // The variance is not the same (the replicas' variances are about their own means),
+        // but it moved from its ones and stays positive.
+        for (int64_t k = 0; k < 16; ++k) {
+            QVERIFY(two.weights.at(3).data<float>()[k] > 0.f);
+            QVERIFY(two.weights.at(3).data<float>()[k] != 1.f);
+        }
+        QVERIFY(two.stepLoss.back() < two.stepLoss.front());
+    }
+
     void mirroredEqualsOneDevice_data() {
         QTest::addColumn<int>("replicas");
         QTest::newRow("2 replicas") << 2;

@@ -306,19 +306,31 @@ void TestCheckpoint::resumeEqualsUninterrupted_data() {
     QTest::addColumn<QString>("strategy");
     QTest::addColumn<int>("stopAt");
     QTest::addColumn<bool>("viaCallback");
+    QTest::addColumn<bool>("batchNorm");  // BatchNormalization: moving statistics in the state
     // 32 steps an epoch, a log point every 8: 45 is mid-epoch and between log points.
-    QTest::newRow("one_device, stop mid-epoch") << "one_device" << 45 << false;
-    QTest::newRow("one_device, stop at an epoch's end") << "one_device" << 64 << false;
+    QTest::newRow("one_device, stop mid-epoch") << "one_device" << 45 << false << false;
+    QTest::newRow("one_device, stop at an epoch's end") << "one_device" << 64 << false << false;
     QTest::newRow("one_device, callback stops at an epoch's last step")
-        << "one_device" << 64 << true;
-    QTest::newRow("mirrored x2, stop mid-epoch") << "mirrored" << 45 << false;
+        << "one_device" << 64 << true << false;
+    QTest::newRow("mirrored x2, stop mid-epoch") << "mirrored" << 45 << false << false;
+    QTest::newRow("one_device, BatchNormalization, stop mid-epoch")
+        << "one_device" << 45 << false << true;
+    QTest::newRow("mirrored x2, BatchNormalization, stop mid-epoch")
+        << "mirrored" << 45 << false << true;
 }
 
 void TestCheckpoint::resumeEqualsUninterrupted() {
     QFETCH(QString, strategy);
     QFETCH(int, stopAt);
     QFETCH(bool, viaCallback);
+    QFETCH(bool, batchNorm);
     Project p = statefulBlobs(2048, 4);
+    if (batchNorm) {
+        LayerSpec bn;
+        bn.type = LayerType::BatchNormalization;
+        bn.momentum = 0.9;
+        p.model.layers.insert(p.model.layers.begin() + 2, bn);
+    }
     p.strategy.type = strategy.toStdString();
     if (strategy == "mirrored") p.strategy.replicas = 2;
     QTemporaryDir dir;
@@ -379,7 +391,17 @@ void TestCheckpoint::resumeEqualsUninterrupted() {
     QCOMPARE(sb->params.size(), sa->params.size());
     for (size_t i = 0; i < sa->params.size(); ++i)
         QVERIFY2(sameBits(sa->params[i].value, sb->params[i].value), sa->params[i].name.c_str());
-    QCOMPARE(sb->optimizerSlots.size(), size_t(2 * 4));
+    // Adam's two slots for each trainable parameter (gamma and beta too, not the moving ones).
+    QCOMPARE(sb->optimizerSlots.size(), size_t(2 * (batchNorm ? 6 : 4)));
+    if (batchNorm) {
+        QCOMPARE(sb->params.size(), size_t(8));
+        bool moved = false;
+        for (const auto& t : sb->params)
+            if (t.name.find("moving_mean") != std::string::npos)
+                for (int64_t k = 0; k < t.value.size(); ++k)
+                    moved = moved || t.value.data<float>()[k] != 0.f;
+        QVERIFY(moved);
+    }
     for (size_t i = 0; i < sa->optimizerSlots.size(); ++i)
         QVERIFY(sameBits(sa->optimizerSlots[i], sb->optimizerSlots[i]));
     QCOMPARE(sb->optimizerIterations, sa->optimizerIterations);

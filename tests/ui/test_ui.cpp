@@ -216,6 +216,7 @@ class TestUi : public QObject {
     void initTestCase();
     void designerBuildsModelThroughWidgets();
     void designerRejectsInvalidLayer();
+    void designerBuildsCnn();
     void designerReordersDuplicatesDeletes();
     void propertyEditorValidatesFields();
     void trainingFillsChartsAndStore();
@@ -360,6 +361,91 @@ void TestUi::designerRejectsInvalidLayer() {
     QCOMPARE(m->errorRow(), -1);
     QVERIFY(w->runController()->startBlocker().isEmpty() ||
             !w->runController()->startBlocker().startsWith("model"));
+}
+
+// The image layers from the palette with their property fields; shapes, parameter counts and
+// the memory kept for backward in the live summary.
+void TestUi::designerBuildsCnn() {
+    auto w = makeWindow("cnn.db");
+    ProjectController* pc = w->projectController();
+    pc->newProject();
+    ModelDesigner* d = w->modelDesigner();
+    w->tabs()->setCurrentIndex(MainWindow::ModelTab);
+    while (d->stackModel()->layerCount() > 0) {
+        d->selectRow(0);
+        d->stackView()->setFocus();
+        QTest::keyClick(d->stackView(), Qt::Key_Delete);
+    }
+    auto addFromPalette = [&](td::LayerType t) {
+        bool found = false;
+        for (int i = 0; i < d->palette()->count(); ++i)
+            if (d->palette()->item(i)->data(Qt::UserRole).toInt() == static_cast<int>(t)) {
+                d->palette()->setCurrentRow(i);
+                found = true;
+            }
+        QVERIFY2(found, td::layerTypeName(t));
+        QTest::mouseClick(child<QPushButton>(d, "addLayerButton"), Qt::LeftButton);
+    };
+    auto type = [&](QLineEdit* e, const char* text) {
+        e->selectAll();
+        QTest::keyClicks(e, text);
+    };
+    addFromPalette(td::LayerType::Input);
+    type(child<QLineEdit>(d->propertyEditor(), "shapeEdit"), "28, 28, 1");
+    addFromPalette(td::LayerType::Rescaling);
+    addFromPalette(td::LayerType::Conv2D);  // 32 filters, 3x3, relu
+    LayerStackModel* m = d->stackModel();
+    QVERIFY2(m->valid(), qPrintable(m->errorText()));
+    QCOMPARE(m->index(2, LayerStackModel::ColParams).data().toString(), QString("320"));
+    QCOMPARE(m->index(2, LayerStackModel::ColOutputShape).data().toString(),
+             QString("(None, 26, 26, 32)"));
+    auto* kernel = child<QLineEdit>(d->propertyEditor(), "kernelSizeEdit");
+    QVERIFY(kernel);
+    type(kernel, "0, 3");
+    QVERIFY(d->propertyEditor()->validationMessage().contains("Kernel size"));
+    type(kernel, "5, 5");
+    QVERIFY(d->propertyEditor()->validationMessage().isEmpty());
+    QCOMPARE(m->index(2, LayerStackModel::ColParams).data().toString(), QString("832"));
+    auto* padding = child<QComboBox>(d->propertyEditor(), "paddingCombo");
+    QVERIFY(padding);
+    padding->setCurrentIndex(1);
+    emit padding->activated(1);
+    QCOMPARE(m->index(2, LayerStackModel::ColOutputShape).data().toString(),
+             QString("(None, 28, 28, 32)"));
+    addFromPalette(td::LayerType::BatchNormalization);
+    QCOMPARE(m->index(3, LayerStackModel::ColParams).data().toString(), QString("128"));
+    addFromPalette(td::LayerType::MaxPooling2D);
+    addFromPalette(td::LayerType::GlobalAveragePooling2D);
+    addFromPalette(td::LayerType::Dense);
+    auto* units = child<QSpinBox>(d->propertyEditor(), "unitsSpin");
+    units->selectAll();
+    QTest::keyClicks(units, "10");
+    QVERIFY2(m->valid(), qPrintable(m->errorText()));
+    QCOMPARE(m->index(4, LayerStackModel::ColOutputShape).data().toString(),
+             QString("(None, 14, 14, 32)"));
+    QCOMPARE(m->info().totalParams, int64_t(832 + 128 + 330));
+    QCOMPARE(m->info().nonTrainableParams, int64_t(64));
+    const QString summary = d->summaryView()->toPlainText();
+    QVERIFY2(summary.contains("Non-trainable params: 64"), qPrintable(summary));
+    // Kept for backward: the rescaled input and conv output (Conv2D), the normalization's and
+    // the pooling's inputs, the Dense input and relu output.
+    const double keptKiB = (784 + 25088 + 25088 + 25088 + 32 + 10) * 4 / 1024.0;
+    QVERIFY2(summary.contains(QString("training keeps %1 KiB").arg(keptKiB, 0, 'f', 1)),
+             qPrintable(summary));
+    QCOMPARE(pc->project().model.layers[2].kernelSize, (td::Shape{5, 5}));
+    QVERIFY(pc->project().model.layers[2].samePadding);
+
+    // A kernel larger than the image with valid padding: the layer is marked, Start refused.
+    d->selectRow(2);
+    padding = child<QComboBox>(d->propertyEditor(), "paddingCombo");
+    padding->setCurrentIndex(0);
+    emit padding->activated(0);
+    type(child<QLineEdit>(d->propertyEditor(), "kernelSizeEdit"), "30, 30");
+    QVERIFY(!m->valid());
+    QCOMPARE(m->errorRow(), 2);
+    QVERIFY2(m->errorText().contains("kernel 30x30 is larger than the input 28x28"),
+             qPrintable(m->errorText()));
+    QVERIFY(!w->runController()->startAction()->isEnabled());
 }
 
 void TestUi::designerReordersDuplicatesDeletes() {

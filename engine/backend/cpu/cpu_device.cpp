@@ -14,6 +14,7 @@
 
 #include "dnnl.hpp"
 #include "engine/backend/backend.h"
+#include "engine/backend/cpu/image_kernels.h"
 #include "engine/backend/cpu/kernels.h"
 #include "engine/core/cpu_isa.h"
 #include "engine/core/half.h"
@@ -54,6 +55,17 @@ struct CpuInstr {
     float rate = 0;  // Act / ActGrad: the fused dropout's rate (0: none)
     // Cast, and a matmul's conversions when oneDNN has no kernel for its dtype.
     int conv = -1;  // index into CpuProgram::convs_
+    // Images and normalization: further operands (gamma, beta, mean, var), the geometry.
+    const float* c = nullptr;
+    const float* d = nullptr;
+    const float* e = nullptr;
+    cpu::PoolShape pool;  // pooling; padding: B, H, W, C of the unpadded image
+    int64_t pads[4] = {0, 0, 0, 0};
+    float epsilon = 0, momentum = 0, offset = 0;
+    bool batchStats = false;
+    // A convolution's weight reorders around its primitive (-1: none): into the layout the
+    // primitive chose before it runs, out of it (a filter gradient) after.
+    int reorderBefore = -1, reorderAfter = -1;
 };
 
 // An operand as block mode reads or writes it.
@@ -171,6 +183,13 @@ class CpuProgram final : public Executable {
     };
     void* resolve(const Operand& o) const;
     Status addMatmul(const Instr& in, CpuInstr& ins);
+    Status addConv(const Instr& in, CpuInstr& ins);
+    Status setupImageOp(const Instr& in, CpuInstr& ins);
+    void* scratchBytes(size_t bytes) {
+        scratch_.emplace_back(new char[bytes + 64]);
+        const auto p = reinterpret_cast<uintptr_t>(scratch_.back().get());
+        return reinterpret_cast<void*>((p + 63) / 64 * 64);
+    }
     // Where the program reads the batch: instruction operands and oneDNN arguments in the input
     // or label space, so rebindBatch() can point them at a batch in place.
     struct BatchSite {
@@ -232,6 +251,52 @@ dnnl::memory::desc matDesc(int64_t rows, int64_t cols, bool transposed,
     // Logical [rows, cols]; a transposed operand is stored as [cols, rows] row-major.
     memory::dims strides = transposed ? memory::dims{1, rows} : memory::dims{cols, 1};
     return memory::desc({rows, cols}, dnnlType(dtype), strides);
+}
+
+// The activation of a fused dense or conv2d as a oneDNN eltwise post-op (false: softmax).
+bool appendActPostOp(dnnl::post_ops& po, ActKind act, float alpha) {
+    using dnnl::algorithm;
+    switch (act) {
+        case ActKind::Linear:
+            break;
+        case ActKind::Relu:
+            po.append_eltwise(1.f, algorithm::eltwise_relu, 0.f, 0.f);
+            break;
+        case ActKind::LeakyRelu:
+            po.append_eltwise(1.f, algorithm::eltwise_relu, alpha, 0.f);
+            break;
+        case ActKind::Elu:
+            po.append_eltwise(1.f, algorithm::eltwise_elu, alpha, 0.f);
+            break;
+        case ActKind::Gelu:
+            po.append_eltwise(1.f, algorithm::eltwise_gelu_erf, 0.f, 0.f);
+            break;
+        case ActKind::Sigmoid:
+            po.append_eltwise(1.f, algorithm::eltwise_logistic, 0.f, 0.f);
+            break;
+        case ActKind::Tanh:
+            po.append_eltwise(1.f, algorithm::eltwise_tanh, 0.f, 0.f);
+            break;
+        case ActKind::Softmax:
+            return false;
+    }
+    return true;
+}
+
+// An image [B,H,W,C] as oneDNN sees it: logical NCHW dims, channels-last memory.
+dnnl::memory::desc imageDesc(const Shape& s) {
+    return dnnl::memory::desc({s[0], s[3], s[1], s[2]}, dnnl::memory::data_type::f32,
+                              dnnl::memory::format_tag::nhwc);
+}
+
+// A Keras kernel [KH,KW,C/groups,F] as oneDNN weights: OIHW (GOIHW with groups) over its memory.
+dnnl::memory::desc kernelDesc(const Shape& w, int64_t groups) {
+    const int64_t KH = w[0], KW = w[1], Cg = w[2], F = w[3];
+    if (groups == 1)
+        return dnnl::memory::desc({F, Cg, KH, KW}, dnnl::memory::data_type::f32,
+                                  dnnl::memory::dims{1, F, KW * Cg * F, Cg * F});
+    return dnnl::memory::desc({groups, F / groups, Cg, KH, KW}, dnnl::memory::data_type::f32,
+                              dnnl::memory::dims{F / groups, 1, F, KW * Cg * F, Cg * F});
 }
 
 void* CpuProgram::resolve(const Operand& o) const {
@@ -306,30 +371,8 @@ Status CpuProgram::addMatmul(const Instr& in, CpuInstr& ins) {
     if (hasBias) biasMd = memory::desc({1, N}, memory::data_type::f32, memory::dims{N, 1});
     if (in.op == InstrOp::Dense) {
         post_ops po;
-        switch (in.act) {
-            case ActKind::Linear:
-                break;
-            case ActKind::Relu:
-                po.append_eltwise(1.f, algorithm::eltwise_relu, 0.f, 0.f);
-                break;
-            case ActKind::LeakyRelu:
-                po.append_eltwise(1.f, algorithm::eltwise_relu, in.alpha, 0.f);
-                break;
-            case ActKind::Elu:
-                po.append_eltwise(1.f, algorithm::eltwise_elu, in.alpha, 0.f);
-                break;
-            case ActKind::Gelu:
-                po.append_eltwise(1.f, algorithm::eltwise_gelu_erf, 0.f, 0.f);
-                break;
-            case ActKind::Sigmoid:
-                po.append_eltwise(1.f, algorithm::eltwise_logistic, 0.f, 0.f);
-                break;
-            case ActKind::Tanh:
-                po.append_eltwise(1.f, algorithm::eltwise_tanh, 0.f, 0.f);
-                break;
-            case ActKind::Softmax:
-                return err(what + ": activation softmax is not a post-op");
-        }
+        if (!appendActPostOp(po, in.act, in.alpha))
+            return err(what + ": activation softmax is not a post-op");
         attr.set_post_ops(po);
     }
     Prim pr;
@@ -380,6 +423,213 @@ Status CpuProgram::addMatmul(const Instr& in, CpuInstr& ins) {
     return Status::success();
 }
 
+// A convolution (forward with bias and eltwise post-ops, backward data, backward weights) as a
+// oneDNN primitive over channels-last images. The weights go in the layout the primitive
+// prefers (`any`): when it differs from the Keras kernel's, a reorder runs before (the kernel
+// read) or after (the filter gradient written) on every step.
+Status CpuProgram::addConv(const Instr& in, CpuInstr& ins) {
+    using namespace dnnl;
+    const std::string what = std::string(instrOpName(in.op)) + " %" + std::to_string(in.node);
+    for (const Operand& o : in.in)
+        if (o.dtype != DType::F32)
+            return err(what + ": runs in f32, got a " + dtypeName(o.dtype) + " operand");
+    const WindowParams& w = in.window;
+    // conv2d: (x, k) -> y; conv2d_grad_input: (dy, k) -> dx; conv2d_grad_filter: (x, dy) -> dk.
+    const bool gradInput = in.op == InstrOp::Conv2DGradInput;
+    const bool gradFilter = in.op == InstrOp::Conv2DGradFilter;
+    const Shape x = gradInput ? in.out.shape : in.in[0].shape;
+    const Shape k = gradFilter ? in.out.shape : in.in[1].shape;
+    const Shape y = gradInput ? in.in[0].shape : gradFilter ? in.in[1].shape : in.out.shape;
+    const memory::dims strides{w.sh, w.sw}, dilates{w.dh - 1, w.dw - 1}, padL{w.padTop, w.padLeft},
+        padR{w.padBottom, w.padRight};
+    const memory::desc xMd = imageDesc(x), yMd = imageDesc(y), kUser = kernelDesc(k, w.groups);
+    const memory::desc kAny(kUser.dims(), memory::data_type::f32, memory::format_tag::any);
+    const bool bias = in.op == InstrOp::Conv2D && in.hasBias && in.in.size() == 3;
+    const memory::desc bMd =
+        bias ? memory::desc({k[3]}, memory::data_type::f32, memory::format_tag::x) : memory::desc();
+    primitive_attr attr;
+    attr.set_scratchpad_mode(scratchpad_mode::user);
+    if (in.op == InstrOp::Conv2D) {
+        post_ops po;
+        if (!appendActPostOp(po, in.act, in.alpha))
+            return err(what + ": activation softmax is not a post-op");
+        attr.set_post_ops(po);
+    }
+    try {
+        const convolution_forward::desc fd =
+            bias ? convolution_forward::desc(prop_kind::forward_training,
+                                             algorithm::convolution_direct, xMd, kAny, bMd, yMd,
+                                             strides, dilates, padL, padR)
+                 : convolution_forward::desc(prop_kind::forward_training,
+                                             algorithm::convolution_direct, xMd, kAny, yMd, strides,
+                                             dilates, padL, padR);
+        primitive_attr fwdAttr = in.op == InstrOp::Conv2D ? attr : primitive_attr();
+        fwdAttr.set_scratchpad_mode(scratchpad_mode::user);
+        const convolution_forward::primitive_desc fpd(fd, fwdAttr, eng_);
+        Prim pr;
+        memory::desc kPrim, scratchMd;
+        if (in.op == InstrOp::Conv2D) {
+            pr.p = convolution_forward(fpd);
+            kPrim = fpd.weights_desc();
+            scratchMd = fpd.scratchpad_desc();
+        } else if (in.op == InstrOp::Conv2DGradInput) {
+            const convolution_backward_data::primitive_desc bpd(
+                convolution_backward_data::desc(algorithm::convolution_direct, xMd, kAny, yMd,
+                                                strides, dilates, padL, padR),
+                attr, eng_, fpd);
+            pr.p = convolution_backward_data(bpd);
+            kPrim = bpd.weights_desc();
+            scratchMd = bpd.scratchpad_desc();
+        } else {
+            const convolution_backward_weights::primitive_desc bpd(
+                convolution_backward_weights::desc(algorithm::convolution_direct, xMd, kAny, yMd,
+                                                   strides, dilates, padL, padR),
+                attr, eng_, fpd);
+            pr.p = convolution_backward_weights(bpd);
+            kPrim = bpd.diff_weights_desc();
+            scratchMd = bpd.scratchpad_desc();
+        }
+        pr.args[DNNL_ARG_SCRATCHPAD] = memory(scratchMd, eng_, scratchBytes(scratchMd.get_size()));
+        // The kernel operand: the user's buffer, or a copy in the primitive's layout.
+        const bool filterOut = in.op == InstrOp::Conv2DGradFilter;
+        void* kUserPtr = resolve(filterOut ? in.out : in.in[1]);
+        memory kUserMem(kUser, eng_, kUserPtr);
+        memory kMem = kUserMem;
+        if (kPrim != kUser) {
+            kMem = memory(kPrim, eng_, scratchBytes(kPrim.get_size()));
+            Prim ro;
+            ro.p = filterOut ? reorder(kMem, kUserMem) : reorder(kUserMem, kMem);
+            ro.args[DNNL_ARG_FROM] = filterOut ? kMem : kUserMem;
+            ro.args[DNNL_ARG_TO] = filterOut ? kUserMem : kMem;
+            (filterOut ? ins.reorderAfter : ins.reorderBefore) = static_cast<int>(prims_.size());
+            prims_.push_back(std::move(ro));
+        }
+        const int index = static_cast<int>(prims_.size());
+        switch (in.op) {
+            case InstrOp::Conv2D:
+                pr.args[DNNL_ARG_SRC] = memory(xMd, eng_, resolve(in.in[0]));
+                pr.args[DNNL_ARG_WEIGHTS] = kMem;
+                if (bias) pr.args[DNNL_ARG_BIAS] = memory(bMd, eng_, resolve(in.in[2]));
+                pr.args[DNNL_ARG_DST] = memory(yMd, eng_, resolve(in.out));
+                noteBatchSite(in.in[0], BatchSite::Kind::PrimArg, index, DNNL_ARG_SRC);
+                break;
+            case InstrOp::Conv2DGradInput:
+                pr.args[DNNL_ARG_DIFF_DST] = memory(yMd, eng_, resolve(in.in[0]));
+                pr.args[DNNL_ARG_WEIGHTS] = kMem;
+                pr.args[DNNL_ARG_DIFF_SRC] = memory(xMd, eng_, resolve(in.out));
+                break;
+            default:
+                pr.args[DNNL_ARG_SRC] = memory(xMd, eng_, resolve(in.in[0]));
+                pr.args[DNNL_ARG_DIFF_DST] = memory(yMd, eng_, resolve(in.in[1]));
+                pr.args[DNNL_ARG_DIFF_WEIGHTS] = kMem;
+                noteBatchSite(in.in[0], BatchSite::Kind::PrimArg, index, DNNL_ARG_SRC);
+                break;
+        }
+        ins.prim = index;
+        prims_.push_back(std::move(pr));
+    } catch (const dnnl::error& e) {
+        return err("oneDNN " + what + " (x " + shapeToString(x) + ", kernel " + shapeToString(k) +
+                   "): " + e.what());
+    }
+    return Status::success();
+}
+
+// Pointers and geometry of the own image and normalization kernels. Every operand is f32
+// (insertCasts computes these ops in f32).
+Status CpuProgram::setupImageOp(const Instr& in, CpuInstr& ins) {
+    const std::string what = std::string(instrOpName(in.op)) + " %" + std::to_string(in.node);
+    for (const Operand& o : in.in)
+        if (o.dtype != DType::F32)
+            return err(what + ": runs in f32, got a " + dtypeName(o.dtype) + " operand");
+    if (in.out.dtype != DType::F32) return err(what + ": writes f32 only");
+    auto at = [&](size_t i) {
+        return i < in.in.size() ? static_cast<const float*>(resolve(in.in[i])) : nullptr;
+    };
+    ins.epsilon = in.epsilon;
+    ins.momentum = in.momentum;
+    ins.offset = in.offset;
+    ins.batchStats = in.batchStats;
+    const WindowParams& w = in.window;
+    switch (in.op) {
+        case InstrOp::MaxPool:
+        case InstrOp::AvgPool:
+        case InstrOp::MaxPoolGrad:
+        case InstrOp::AvgPoolGrad:
+        case InstrOp::Pad2D:
+        case InstrOp::Pad2DGrad: {
+            const bool fwd =
+                in.op == InstrOp::MaxPool || in.op == InstrOp::AvgPool || in.op == InstrOp::Pad2D;
+            const Shape& x = fwd ? in.in[0].shape : in.out.shape;
+            const Shape& y = fwd ? in.out.shape : in.in[0].shape;
+            ins.pool = cpu::PoolShape{x[0], x[1], x[2], x[3], y[1],     y[2],
+                                      w.kh, w.kw, w.sh, w.sw, w.padTop, w.padLeft};
+            if (x[1] * x[2] * x[3] >= (int64_t(1) << 31))
+                return err(what + ": an image of " + shapeToString(x) + " has 2^31 values or more");
+            ins.pads[0] = w.padTop;
+            ins.pads[1] = w.padBottom;
+            ins.pads[2] = w.padLeft;
+            ins.pads[3] = w.padRight;
+            break;
+        }
+        case InstrOp::Scale:
+            ins.rows = 1;
+            ins.cols = in.out.elements();
+            break;
+        case InstrOp::ChannelMean:
+        case InstrOp::ChannelVar:
+        case InstrOp::LayerNorm:
+        case InstrOp::BatchNorm: {
+            const Shape& x = in.in[0].shape;
+            ins.cols = x.back();
+            ins.rows = numElements(x) / ins.cols;
+            break;
+        }
+        case InstrOp::BatchNormGrad:
+        case InstrOp::NormGammaGrad:
+        case InstrOp::LayerNormGrad:
+        case InstrOp::LayerNormGammaGrad: {
+            const Shape& x = in.in[1].shape;
+            ins.cols = x.back();
+            ins.rows = numElements(x) / ins.cols;
+            break;
+        }
+        case InstrOp::MovingAvg:
+            ins.cols = in.out.elements();
+            if (resolve(in.out) != resolve(in.in[0]))
+                return err(what + ": must write the parameter it reads");
+            break;
+        default:
+            break;
+    }
+    // Operands beyond the first two.
+    switch (in.op) {
+        case InstrOp::BatchNorm:  // x, mean, var[, gamma][, beta]
+            ins.c = at(2);
+            ins.d = in.hasGamma ? at(3) : nullptr;
+            ins.e = in.hasBeta ? at(3 + (in.hasGamma ? 1 : 0)) : nullptr;
+            break;
+        case InstrOp::BatchNormGrad:  // dy, x, mean, var[, gamma]
+            ins.c = at(2);
+            ins.d = at(3);
+            ins.e = in.hasGamma ? at(4) : nullptr;
+            break;
+        case InstrOp::NormGammaGrad:
+            ins.c = at(2);
+            ins.d = at(3);
+            break;
+        case InstrOp::LayerNorm:  // x[, gamma][, beta]
+            ins.c = in.hasGamma ? at(1) : nullptr;
+            ins.d = in.hasBeta ? at(1 + (in.hasGamma ? 1 : 0)) : nullptr;
+            break;
+        case InstrOp::LayerNormGrad:  // dy, x[, gamma]
+            ins.c = in.hasGamma ? at(2) : nullptr;
+            break;
+        default:
+            break;
+    }
+    return Status::success();
+}
+
 Status CpuProgram::build(const LoweredProgram& lp, const ProgramBindings& bind) {
     bind_ = &bind;
     arenaBytes_ = lp.arenaBytes;
@@ -405,7 +655,9 @@ Status CpuProgram::build(const LoweredProgram& lp, const ProgramBindings& bind) 
             }
         }
         if (in.in.size() >= 2) ins.b = resolve(in.in[1]);
-        if (in.op != InstrOp::MatMul && in.op != InstrOp::Dense) {
+        const bool convOp = in.op == InstrOp::Conv2D || in.op == InstrOp::Conv2DGradInput ||
+                            in.op == InstrOp::Conv2DGradFilter;
+        if (in.op != InstrOp::MatMul && in.op != InstrOp::Dense && !convOp) {
             const int index = static_cast<int>(code_.size());
             if (!in.in.empty()) noteBatchSite(in.in[0], BatchSite::Kind::OperandA, index);
             if (in.in.size() >= 2) noteBatchSite(in.in[1], BatchSite::Kind::OperandB, index);
@@ -422,10 +674,41 @@ Status CpuProgram::build(const LoweredProgram& lp, const ProgramBindings& bind) 
         ins.l2 = in.l2;
         ins.seed = in.seed;
         ins.rate = in.rate;
+        // Bias, its gradient and a softmax on an image work per position: rows of its channels.
+        const bool perChannel =
+            in.op == InstrOp::BiasAdd || in.op == InstrOp::BiasGrad ||
+            ((in.op == InstrOp::Act || in.op == InstrOp::ActGrad) && in.act == ActKind::Softmax);
+        if (perChannel && in.in[0].shape.size() > 2) {
+            ins.cols = in.in[0].shape.back();
+            ins.rows = in.in[0].elements() / ins.cols;
+        }
         switch (in.op) {
             case InstrOp::MatMul:
             case InstrOp::Dense:
                 TD_RETURN_IF_ERROR(addMatmul(in, ins));
+                break;
+            case InstrOp::Conv2D:
+            case InstrOp::Conv2DGradInput:
+            case InstrOp::Conv2DGradFilter:
+                TD_RETURN_IF_ERROR(addConv(in, ins));
+                break;
+            case InstrOp::MaxPool:
+            case InstrOp::MaxPoolGrad:
+            case InstrOp::AvgPool:
+            case InstrOp::AvgPoolGrad:
+            case InstrOp::Pad2D:
+            case InstrOp::Pad2DGrad:
+            case InstrOp::Scale:
+            case InstrOp::ChannelMean:
+            case InstrOp::ChannelVar:
+            case InstrOp::BatchNorm:
+            case InstrOp::BatchNormGrad:
+            case InstrOp::NormGammaGrad:
+            case InstrOp::MovingAvg:
+            case InstrOp::LayerNorm:
+            case InstrOp::LayerNormGrad:
+            case InstrOp::LayerNormGammaGrad:
+                TD_RETURN_IF_ERROR(setupImageOp(in, ins));
                 break;
             case InstrOp::Dropout:
             case InstrOp::DropoutGrad:
@@ -716,6 +999,80 @@ Status CpuProgram::run(const StepArgs& args) {
                     for (const Conversion& c : cp->after) convert(c, nullptr, 0);
                 break;
             }
+            case InstrOp::Conv2D:
+            case InstrOp::Conv2DGradInput:
+            case InstrOp::Conv2DGradFilter: {
+                try {
+                    if (i.reorderBefore >= 0) {
+                        Prim& ro = prims_[static_cast<size_t>(i.reorderBefore)];
+                        ro.p.execute(strm_, ro.args);
+                    }
+                    Prim& pr = prims_[static_cast<size_t>(i.prim)];
+                    pr.p.execute(strm_, pr.args);
+                    if (i.reorderAfter >= 0) {
+                        Prim& ro = prims_[static_cast<size_t>(i.reorderAfter)];
+                        ro.p.execute(strm_, ro.args);
+                    }
+                } catch (const dnnl::error& e) {
+                    return err(std::string("oneDNN ") + instrOpName(i.op) + ": " + e.what());
+                }
+                break;
+            }
+            case InstrOp::MaxPool:
+                cpu::maxPool(i.pool, i.a, i.out);
+                break;
+            case InstrOp::MaxPoolGrad:
+                cpu::maxPoolGrad(i.pool, i.a, static_cast<const float*>(i.b), i.out);
+                break;
+            case InstrOp::AvgPool:
+                cpu::avgPool(i.pool, i.a, i.out);
+                break;
+            case InstrOp::AvgPoolGrad:
+                cpu::avgPoolGrad(i.pool, i.a, i.out);
+                break;
+            case InstrOp::Pad2D:
+                cpu::pad2d(i.a, i.out, i.pool.B, i.pool.H, i.pool.W, i.pool.C, i.pads[0], i.pads[1],
+                           i.pads[2], i.pads[3]);
+                break;
+            case InstrOp::Pad2DGrad:
+                cpu::pad2dGrad(i.a, i.out, i.pool.B, i.pool.H, i.pool.W, i.pool.C, i.pads[0],
+                               i.pads[1], i.pads[2], i.pads[3]);
+                break;
+            case InstrOp::Scale:
+                cpu::scale(i.a, i.out, i.cols, i.scale, i.offset);
+                break;
+            case InstrOp::ChannelMean:
+                cpu::channelMean(i.a, i.out, i.rows, i.cols);
+                break;
+            case InstrOp::ChannelVar:
+                cpu::channelVar(i.a, static_cast<const float*>(i.b), i.out, i.rows, i.cols);
+                break;
+            case InstrOp::BatchNorm:
+                cpu::batchNorm(i.a, static_cast<const float*>(i.b), i.c, i.d, i.e, i.out, i.rows,
+                               i.cols, i.epsilon);
+                break;
+            case InstrOp::BatchNormGrad:
+                cpu::batchNormGrad(i.a, static_cast<const float*>(i.b), i.c, i.d, i.e, i.out,
+                                   i.rows, i.cols, i.epsilon, i.batchStats);
+                break;
+            case InstrOp::NormGammaGrad:
+                cpu::normGammaGrad(i.a, static_cast<const float*>(i.b), i.c, i.d, i.out, i.rows,
+                                   i.cols, i.epsilon);
+                break;
+            case InstrOp::MovingAvg:
+                cpu::movingAvg(i.out, static_cast<const float*>(i.b), i.cols, i.momentum);
+                break;
+            case InstrOp::LayerNorm:
+                cpu::layerNorm(i.a, i.c, i.d, i.out, i.rows, i.cols, i.epsilon);
+                break;
+            case InstrOp::LayerNormGrad:
+                cpu::layerNormGrad(i.a, static_cast<const float*>(i.b), i.c, i.out, i.rows, i.cols,
+                                   i.epsilon);
+                break;
+            case InstrOp::LayerNormGammaGrad:
+                cpu::layerNormGammaGrad(i.a, static_cast<const float*>(i.b), i.out, i.rows, i.cols,
+                                        i.epsilon);
+                break;
             case InstrOp::Cast: {
                 if (i.refreshOnly && !args.refreshShadows) break;
                 float tmp[1024];

@@ -18,6 +18,9 @@ struct Table {
                        float keepScale);
     // ReLU's gradient: dx[i] = s[i] > 0 ? dy[i] : 0 (s: the input or the output), branch-free.
     void (*reluGrad)(const float* dy, const float* s, float* dx, int64_t n);
+    // One position of a max-pooling window, every channel at once: where x[c] > best[c] (a later
+    // position wins only when strictly greater), best[c] = x[c] and at[c] = base + c.
+    void (*maxArgStep)(const float* x, float* best, int32_t* at, int64_t channels, int32_t base);
 };
 
 // The loops of one level (the generic ones for a level this build has none for).

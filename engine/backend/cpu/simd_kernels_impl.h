@@ -37,10 +37,19 @@ void reluGrad(const float* dy, const float* s, float* dx, int64_t n) {
     for (int64_t i = 0; i < n; ++i) dx[i] = s[i] > 0.f ? dy[i] : 0.f;
 }
 
+void maxArgStep(const float* x, float* best, int32_t* at, int64_t channels, int32_t base) {
+#pragma omp simd
+    for (int64_t c = 0; c < channels; ++c) {
+        const bool more = x[c] > best[c];
+        best[c] = more ? x[c] : best[c];
+        at[c] = more ? base + static_cast<int32_t>(c) : at[c];
+    }
+}
+
 }  // namespace
 
 const simd::Table& table() {
-    static constexpr simd::Table t{TD_SIMD_ISA_LEVEL, &dropoutRow, &reluGrad};
+    static constexpr simd::Table t{TD_SIMD_ISA_LEVEL, &dropoutRow, &reluGrad, &maxArgStep};
     return t;
 }
 

@@ -1,0 +1,346 @@
+#include "engine/backend/cpu/image_kernels.h"
+
+#include "engine/backend/cpu/simd_kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+namespace td::cpu {
+
+namespace {
+
+// The window of output position (oh, ow) clipped to the image: rows [h0, h1), columns [w0, w1).
+struct Clip {
+    int64_t h0, h1, w0, w1;
+};
+Clip clipWindow(const PoolShape& p, int64_t oh, int64_t ow) {
+    const int64_t hs = oh * p.sh - p.padTop, ws = ow * p.sw - p.padLeft;
+    return {std::max<int64_t>(hs, 0), std::min(hs + p.kh, p.H), std::max<int64_t>(ws, 0),
+            std::min(ws + p.kw, p.W)};
+}
+
+constexpr int64_t kReduceBlocks = 64;  // fixed, so sums do not depend on the thread count
+
+// sums[c] = the sum of f(row, c) over every row: kReduceBlocks blocks of rows, each summed in
+// float (a few hundred rows of the CNN's activations), the blocks added in order in double.
+template <class F>
+void reduceRows(int64_t rows, int64_t C, double* sums, F f) {
+    const int64_t blocks = std::min(kReduceBlocks, std::max<int64_t>(rows, 1));
+    std::vector<float> part(static_cast<size_t>(blocks * C), 0.0f);
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < blocks; ++b) {
+        float* s = part.data() + b * C;
+        const int64_t r0 = rows * b / blocks, r1 = rows * (b + 1) / blocks;
+        for (int64_t r = r0; r < r1; ++r)
+#pragma omp simd
+            for (int64_t c = 0; c < C; ++c) s[c] += f(r, c);
+    }
+    for (int64_t c = 0; c < C; ++c) sums[c] = 0;
+    for (int64_t b = 0; b < blocks; ++b)
+        for (int64_t c = 0; c < C; ++c) sums[c] += part[static_cast<size_t>(b * C + c)];
+}
+
+// Two sums in one pass: f(row, c, a, b) adds to both.
+template <class F>
+void reduceRows2(int64_t rows, int64_t C, double* sumsA, double* sumsB, F f) {
+    const int64_t blocks = std::min(kReduceBlocks, std::max<int64_t>(rows, 1));
+    std::vector<float> part(static_cast<size_t>(2 * blocks * C), 0.0f);
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < blocks; ++b) {
+        float* sa = part.data() + 2 * b * C;
+        float* sb = sa + C;
+        const int64_t r0 = rows * b / blocks, r1 = rows * (b + 1) / blocks;
+        for (int64_t r = r0; r < r1; ++r)
+#pragma omp simd
+            for (int64_t c = 0; c < C; ++c) f(r, c, sa[c], sb[c]);
+    }
+    for (int64_t c = 0; c < C; ++c) sumsA[c] = sumsB[c] = 0;
+    for (int64_t b = 0; b < blocks; ++b)
+        for (int64_t c = 0; c < C; ++c) {
+            sumsA[c] += part[static_cast<size_t>(2 * b * C + c)];
+            sumsB[c] += part[static_cast<size_t>(2 * b * C + C + c)];
+        }
+}
+
+}  // namespace
+
+void maxPool(const PoolShape& p, const float* x, float* y) {
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t b = 0; b < p.B; ++b)
+        for (int64_t oh = 0; oh < p.OH; ++oh)
+            for (int64_t ow = 0; ow < p.OW; ++ow) {
+                const Clip w = clipWindow(p, oh, ow);
+                float* out = y + ((b * p.OH + oh) * p.OW + ow) * p.C;
+                for (int64_t c = 0; c < p.C; ++c) out[c] = -std::numeric_limits<float>::infinity();
+                for (int64_t h = w.h0; h < w.h1; ++h)
+                    for (int64_t ww = w.w0; ww < w.w1; ++ww) {
+                        const float* in = x + ((b * p.H + h) * p.W + ww) * p.C;
+                        for (int64_t c = 0; c < p.C; ++c) out[c] = std::max(out[c], in[c]);
+                    }
+            }
+}
+
+void maxPoolGrad(const PoolShape& p, const float* dy, const float* x, float* dx) {
+    // One image per thread: windows of one image may overlap, images never do. Per window, the
+    // running maximum and its position for every channel at once (the channels are contiguous);
+    // a later position wins only when strictly greater: the first maximum in row-major order.
+    const auto step = simd::activeKernels().maxArgStep;
+#pragma omp parallel
+    {
+        std::vector<float> best(static_cast<size_t>(p.C));
+        std::vector<int32_t> at(static_cast<size_t>(p.C));  // within the image
+        float* bst = best.data();
+        int32_t* pos = at.data();
+#pragma omp for schedule(static)
+        for (int64_t b = 0; b < p.B; ++b) {
+            float* dxb = dx + b * p.H * p.W * p.C;
+            std::memset(dxb, 0, static_cast<size_t>(p.H * p.W * p.C) * sizeof(float));
+            for (int64_t oh = 0; oh < p.OH; ++oh)
+                for (int64_t ow = 0; ow < p.OW; ++ow) {
+                    const Clip w = clipWindow(p, oh, ow);
+                    if (w.h0 >= w.h1 || w.w0 >= w.w1) continue;
+                    bool first = true;
+                    for (int64_t h = w.h0; h < w.h1; ++h)
+                        for (int64_t ww = w.w0; ww < w.w1; ++ww) {
+                            const auto base = static_cast<int32_t>((h * p.W + ww) * p.C);
+                            const float* in = x + b * p.H * p.W * p.C + base;
+                            if (first) {
+#pragma omp simd
+                                for (int64_t c = 0; c < p.C; ++c) {
+                                    bst[c] = in[c];
+                                    pos[c] = base + static_cast<int32_t>(c);
+                                }
+                                first = false;
+                                continue;
+                            }
+                            step(in, bst, pos, p.C, base);
+                        }
+                    const float* g = dy + ((b * p.OH + oh) * p.OW + ow) * p.C;
+                    for (int64_t c = 0; c < p.C; ++c) dxb[pos[c]] += g[c];
+                }
+        }
+    }
+}
+
+void avgPool(const PoolShape& p, const float* x, float* y) {
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t b = 0; b < p.B; ++b)
+        for (int64_t oh = 0; oh < p.OH; ++oh)
+            for (int64_t ow = 0; ow < p.OW; ++ow) {
+                const Clip w = clipWindow(p, oh, ow);
+                float* out = y + ((b * p.OH + oh) * p.OW + ow) * p.C;
+                for (int64_t c = 0; c < p.C; ++c) out[c] = 0;
+                for (int64_t h = w.h0; h < w.h1; ++h)
+                    for (int64_t ww = w.w0; ww < w.w1; ++ww) {
+                        const float* in = x + ((b * p.H + h) * p.W + ww) * p.C;
+                        for (int64_t c = 0; c < p.C; ++c) out[c] += in[c];
+                    }
+                const float inv = 1.0f / static_cast<float>((w.h1 - w.h0) * (w.w1 - w.w0));
+                for (int64_t c = 0; c < p.C; ++c) out[c] *= inv;
+            }
+}
+
+void avgPoolGrad(const PoolShape& p, const float* dy, float* dx) {
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < p.B; ++b) {
+        float* dxb = dx + b * p.H * p.W * p.C;
+        std::memset(dxb, 0, static_cast<size_t>(p.H * p.W * p.C) * sizeof(float));
+        for (int64_t oh = 0; oh < p.OH; ++oh)
+            for (int64_t ow = 0; ow < p.OW; ++ow) {
+                const Clip w = clipWindow(p, oh, ow);
+                const float* g = dy + ((b * p.OH + oh) * p.OW + ow) * p.C;
+                const float inv = 1.0f / static_cast<float>((w.h1 - w.h0) * (w.w1 - w.w0));
+                for (int64_t h = w.h0; h < w.h1; ++h)
+                    for (int64_t ww = w.w0; ww < w.w1; ++ww) {
+                        float* d = dxb + (h * p.W + ww) * p.C;
+                        for (int64_t c = 0; c < p.C; ++c) d[c] += g[c] * inv;
+                    }
+            }
+    }
+}
+
+void pad2d(const float* x, float* y, int64_t B, int64_t H, int64_t W, int64_t C, int64_t top,
+           int64_t bottom, int64_t left, int64_t right) {
+    const int64_t OH = H + top + bottom, OW = W + left + right;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t oh = 0; oh < OH; ++oh) {
+            float* out = y + (b * OH + oh) * OW * C;
+            const int64_t h = oh - top;
+            if (h < 0 || h >= H) {
+                std::memset(out, 0, static_cast<size_t>(OW * C) * sizeof(float));
+                continue;
+            }
+            std::memset(out, 0, static_cast<size_t>(left * C) * sizeof(float));
+            std::memcpy(out + left * C, x + (b * H + h) * W * C,
+                        static_cast<size_t>(W * C) * sizeof(float));
+            std::memset(out + (left + W) * C, 0, static_cast<size_t>(right * C) * sizeof(float));
+        }
+}
+
+void pad2dGrad(const float* dy, float* dx, int64_t B, int64_t H, int64_t W, int64_t C, int64_t top,
+               int64_t bottom, int64_t left, int64_t right) {
+    const int64_t OH = H + top + bottom, OW = W + left + right;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < H; ++h)
+            std::memcpy(dx + (b * H + h) * W * C, dy + ((b * OH + h + top) * OW + left) * C,
+                        static_cast<size_t>(W * C) * sizeof(float));
+}
+
+void scale(const float* x, float* y, int64_t n, float scale, float offset) {
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] * scale + offset;
+}
+
+void channelMean(const float* x, float* mean, int64_t rows, int64_t C) {
+    std::vector<double> s(static_cast<size_t>(C));
+    reduceRows(rows, C, s.data(), [&](int64_t r, int64_t c) { return x[r * C + c]; });
+    for (int64_t c = 0; c < C; ++c) mean[c] = static_cast<float>(s[static_cast<size_t>(c)] / rows);
+}
+
+void channelVar(const float* x, const float* mean, float* var, int64_t rows, int64_t C) {
+    std::vector<double> s(static_cast<size_t>(C));
+    reduceRows(rows, C, s.data(), [&](int64_t r, int64_t c) {
+        const float d = x[r * C + c] - mean[c];
+        return d * d;
+    });
+    for (int64_t c = 0; c < C; ++c) var[c] = static_cast<float>(s[static_cast<size_t>(c)] / rows);
+}
+
+void batchNorm(const float* x, const float* mean, const float* var, const float* gamma,
+               const float* beta, float* y, int64_t rows, int64_t C, float eps) {
+    // y = x * a + b with a = gamma / sqrt(var + eps), b = beta - mean * a.
+    std::vector<float> a(static_cast<size_t>(C)), b(static_cast<size_t>(C));
+    for (int64_t c = 0; c < C; ++c) {
+        a[static_cast<size_t>(c)] = (gamma ? gamma[c] : 1.0f) / std::sqrt(var[c] + eps);
+        b[static_cast<size_t>(c)] = (beta ? beta[c] : 0.0f) - mean[c] * a[static_cast<size_t>(c)];
+    }
+    const float* pa = a.data();
+    const float* pb = b.data();
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* xr = x + r * C;
+        float* yr = y + r * C;
+#pragma omp simd
+        for (int64_t c = 0; c < C; ++c) yr[c] = xr[c] * pa[c] + pb[c];
+    }
+}
+
+void batchNormGrad(const float* dy, const float* x, const float* mean, const float* var,
+                   const float* gamma, float* dx, int64_t rows, int64_t C, float eps,
+                   bool batchStats) {
+    std::vector<float> inv(static_cast<size_t>(C)), k1(static_cast<size_t>(C), 0.f),
+        k2(static_cast<size_t>(C), 0.f);
+    for (int64_t c = 0; c < C; ++c) inv[static_cast<size_t>(c)] = 1.0f / std::sqrt(var[c] + eps);
+    if (batchStats) {
+        // sum(dy) and sum(dy * x_hat) in one pass over dy and x.
+        std::vector<double> sdy(static_cast<size_t>(C)), sdyx(static_cast<size_t>(C));
+        reduceRows2(rows, C, sdy.data(), sdyx.data(),
+                    [&](int64_t r, int64_t c, float& a, float& b) {
+                        const float g = dy[r * C + c];
+                        a += g;
+                        b += g * (x[r * C + c] - mean[c]) * inv[size_t(c)];
+                    });
+        for (int64_t c = 0; c < C; ++c) {
+            k1[size_t(c)] = static_cast<float>(sdy[size_t(c)] / rows);
+            k2[size_t(c)] = static_cast<float>(sdyx[size_t(c)] / rows);
+        }
+    }
+    const float* pi = inv.data();
+    const float* p1 = k1.data();
+    const float* p2 = k2.data();
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* g = dy + r * C;
+        const float* xr = x + r * C;
+        float* d = dx + r * C;
+        for (int64_t c = 0; c < C; ++c) {
+            const float gi = (gamma ? gamma[c] : 1.0f) * pi[c];
+            const float xhat = (xr[c] - mean[c]) * pi[c];
+            d[c] = gi * (g[c] - p1[c] - xhat * p2[c]);
+        }
+    }
+}
+
+void normGammaGrad(const float* dy, const float* x, const float* mean, const float* var,
+                   float* dgamma, int64_t rows, int64_t C, float eps) {
+    std::vector<float> inv(static_cast<size_t>(C));
+    for (int64_t c = 0; c < C; ++c) inv[static_cast<size_t>(c)] = 1.0f / std::sqrt(var[c] + eps);
+    std::vector<double> s(static_cast<size_t>(C));
+    reduceRows(rows, C, s.data(), [&](int64_t r, int64_t c) {
+        return dy[r * C + c] * (x[r * C + c] - mean[c]) * inv[size_t(c)];
+    });
+    for (int64_t c = 0; c < C; ++c) dgamma[c] = static_cast<float>(s[static_cast<size_t>(c)]);
+}
+
+void movingAvg(float* param, const float* stat, int64_t n, float momentum) {
+    for (int64_t i = 0; i < n; ++i) param[i] = param[i] * momentum + stat[i] * (1.0f - momentum);
+}
+
+namespace {
+// Mean and 1 / sqrt(var + eps) of one row.
+void rowStats(const float* x, int64_t C, float eps, float& mean, float& inv) {
+    double s = 0;
+    for (int64_t c = 0; c < C; ++c) s += x[c];
+    const double m = s / C;
+    double v = 0;
+    for (int64_t c = 0; c < C; ++c) v += (x[c] - m) * (x[c] - m);
+    mean = static_cast<float>(m);
+    inv = 1.0f / std::sqrt(static_cast<float>(v / C) + eps);
+}
+}  // namespace
+
+void layerNorm(const float* x, const float* gamma, const float* beta, float* y, int64_t rows,
+               int64_t C, float eps) {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+        float mean, inv;
+        rowStats(x + r * C, C, eps, mean, inv);
+        const float* xr = x + r * C;
+        float* yr = y + r * C;
+        for (int64_t c = 0; c < C; ++c)
+            yr[c] = (xr[c] - mean) * inv * (gamma ? gamma[c] : 1.0f) + (beta ? beta[c] : 0.0f);
+    }
+}
+
+void layerNormGrad(const float* dy, const float* x, const float* gamma, float* dx, int64_t rows,
+                   int64_t C, float eps) {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+        float mean, inv;
+        const float* xr = x + r * C;
+        const float* g = dy + r * C;
+        rowStats(xr, C, eps, mean, inv);
+        double s1 = 0, s2 = 0;  // mean of dy * gamma and of dy * gamma * x_hat
+        for (int64_t c = 0; c < C; ++c) {
+            const double gg = double(g[c]) * (gamma ? gamma[c] : 1.0f);
+            s1 += gg;
+            s2 += gg * (xr[c] - mean) * inv;
+        }
+        const float m1 = static_cast<float>(s1 / C), m2 = static_cast<float>(s2 / C);
+        float* d = dx + r * C;
+        for (int64_t c = 0; c < C; ++c) {
+            const float gg = g[c] * (gamma ? gamma[c] : 1.0f);
+            d[c] = inv * (gg - m1 - (xr[c] - mean) * inv * m2);
+        }
+    }
+}
+
+void layerNormGammaGrad(const float* dy, const float* x, float* dgamma, int64_t rows, int64_t C,
+                        float eps) {
+    std::vector<float> mean(static_cast<size_t>(rows)), inv(static_cast<size_t>(rows));
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r)
+        rowStats(x + r * C, C, eps, mean[static_cast<size_t>(r)], inv[static_cast<size_t>(r)]);
+    std::vector<double> s(static_cast<size_t>(C));
+    reduceRows(rows, C, s.data(), [&](int64_t r, int64_t c) {
+        return dy[r * C + c] * (x[r * C + c] - mean[size_t(r)]) * inv[size_t(r)];
+    });
+    for (int64_t c = 0; c < C; ++c) dgamma[c] = static_cast<float>(s[static_cast<size_t>(c)]);
+}
+
+}  // namespace td::cpu

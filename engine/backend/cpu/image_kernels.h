@@ -1,0 +1,62 @@
+// The CPU backend's own kernels for images and normalization (convolutions go to oneDNN).
+// Images are channels-last: x[b, h, w, c] at ((b * H + h) * W + w) * C + c. Reductions over the
+// batch (channel statistics, gamma gradients) add fixed blocks of rows in double and combine
+// the blocks in order: the result does not depend on the thread count.
+#pragma once
+
+#include <cstdint>
+
+namespace td::cpu {
+
+// A pooling window over x [B,H,W,C] -> y [B,OH,OW,C].
+struct PoolShape {
+    int64_t B = 0, H = 0, W = 0, C = 0, OH = 0, OW = 0;
+    int64_t kh = 1, kw = 1, sh = 1, sw = 1, padTop = 0, padLeft = 0;
+};
+
+// y = the maximum of each window's positions inside the image (padding never wins).
+void maxPool(const PoolShape& p, const float* x, float* y);
+// dx = 0, then each dy added at the first maximum of its window (x read again). An image's
+// H * W * C must be below 2^31.
+void maxPoolGrad(const PoolShape& p, const float* dy, const float* x, float* dx);
+// y = the mean over each window's positions inside the image (padding not counted).
+void avgPool(const PoolShape& p, const float* x, float* y);
+void avgPoolGrad(const PoolShape& p, const float* dy, float* dx);
+
+// y [B, H + top + bottom, W + left + right, C]: x with zeros around it.
+void pad2d(const float* x, float* y, int64_t B, int64_t H, int64_t W, int64_t C, int64_t top,
+           int64_t bottom, int64_t left, int64_t right);
+// dx [B,H,W,C] = the inner part of dy.
+void pad2dGrad(const float* dy, float* dx, int64_t B, int64_t H, int64_t W, int64_t C, int64_t top,
+               int64_t bottom, int64_t left, int64_t right);
+
+// y = x * scale + offset (n values).
+void scale(const float* x, float* y, int64_t n, float scale, float offset);
+
+// Over x [rows, C]: mean[c] and the biased variance var[c] (x - mean)^2 / rows.
+void channelMean(const float* x, float* mean, int64_t rows, int64_t C);
+void channelVar(const float* x, const float* mean, float* var, int64_t rows, int64_t C);
+// y = (x - mean) / sqrt(var + eps) * gamma + beta per channel; gamma, beta may be null (1, 0).
+void batchNorm(const float* x, const float* mean, const float* var, const float* gamma,
+               const float* beta, float* y, int64_t rows, int64_t C, float eps);
+// dx of batchNorm. batchStats: mean and var are x's own, so dx also carries their gradient:
+// dx = gamma * inv * (dy - sum(dy) / rows - x_hat * sum(dy * x_hat) / rows); else
+// dx = gamma * inv * dy.
+void batchNormGrad(const float* dy, const float* x, const float* mean, const float* var,
+                   const float* gamma, float* dx, int64_t rows, int64_t C, float eps,
+                   bool batchStats);
+// dgamma[c] = sum over rows of dy * x_hat.
+void normGammaGrad(const float* dy, const float* x, const float* mean, const float* var,
+                   float* dgamma, int64_t rows, int64_t C, float eps);
+// param = param * momentum + stat * (1 - momentum)
+void movingAvg(float* param, const float* stat, int64_t n, float momentum);
+
+// Per row of x [rows, C]: (x - mean_row) / sqrt(var_row + eps) * gamma + beta.
+void layerNorm(const float* x, const float* gamma, const float* beta, float* y, int64_t rows,
+               int64_t C, float eps);
+void layerNormGrad(const float* dy, const float* x, const float* gamma, float* dx, int64_t rows,
+                   int64_t C, float eps);
+void layerNormGammaGrad(const float* dy, const float* x, float* dgamma, int64_t rows, int64_t C,
+                        float eps);
+
+}  // namespace td::cpu
