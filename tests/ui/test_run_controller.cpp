@@ -3,7 +3,6 @@
 // the reason naming the store) instead of leaving the window "Running" forever.
 #include <QAction>
 #include <QFile>
-#include <QPushButton>
 #include <QSignalSpy>
 #include <QTemporaryDir>
 #include <QTest>
@@ -11,7 +10,6 @@
 #include "engine/io/project.h"
 #include "engine/store/run_store.h"
 #include "ui/run_controller.h"
-#include "ui/runs_panel.h"
 
 using namespace td::ui;
 
@@ -33,7 +31,6 @@ class TestRunController : public QObject {
   private slots:
     void storeCannotBeOpened();
     void storeFillsDuringRun();
-    void resumeFromRunsPanel();
 };
 
 void TestRunController::storeCannotBeOpened() {
@@ -97,61 +94,6 @@ void TestRunController::storeFillsDuringRun() {
     QVERIFY(runs.ok());
     QCOMPARE(runs->size(), size_t(1));
     QCOMPARE(runs->front().status, std::string("failed"));
-}
-
-// Stop a run, then Resume it from the Runs panel: the button is offered for the stopped run only,
-// and the controller continues the same stored run to its end from its checkpoint.
-void TestRunController::resumeFromRunsPanel() {
-    QTemporaryDir dir;
-    const QString db = dir.filePath("r.db");
-    RunController rc;
-    QSignalSpy finished(&rc, &RunController::runFinished);
-    QString error;
-    // Stopped as soon as it runs: at its first step boundaries, long before its end.
-    bool stopSent = false;
-    connect(&rc, &RunController::stateChanged, &rc, [&](RunController::State st) {
-        if (st != RunController::State::Running || stopSent) return;
-        stopSent = true;
-        rc.stop();
-    });
-    QVERIFY2(rc.start(blobs(12), db, &error), qPrintable(error));
-    QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 1, 60000);
-    const auto stopped = finished.first().first().value<td::RunFinished>();
-    QVERIFY2(stopped.status == td::RunStatus::Stopped, stopped.message.c_str());
-    const int64_t id = rc.runId();
-    QVERIFY(id > 0);
-
-    RunsPanel panel;
-    QSignalSpy refreshed(&panel, &RunsPanel::refreshed);
-    QSignalSpy resumeAsked(&panel, &RunsPanel::resumeRequested);
-    QVERIFY(panel.setDatabasePath(db));
-    QTRY_VERIFY_WITH_TIMEOUT(refreshed.count() > 0, 10000);
-    QPushButton* resume = nullptr;
-    for (QPushButton* b : panel.findChildren<QPushButton*>())
-        if (b->text() == "Resume") resume = b;
-    QVERIFY(resume);
-    QVERIFY(!resume->isEnabled());  // nothing selected
-    panel.selectRuns({id});
-    QVERIFY(resume->isEnabled());
-    resume->click();
-    QCOMPARE(resumeAsked.count(), 1);
-    QCOMPARE(resumeAsked.first().first().value<int64_t>(), id);
-
-    finished.clear();
-    rc.disconnect(&rc, &RunController::stateChanged, nullptr, nullptr);
-    QVERIFY2(rc.resume(id, db, &error), qPrintable(error));
-    QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 1, 120000);
-    const auto result = finished.first().first().value<td::RunFinished>();
-    QVERIFY2(result.status == td::RunStatus::Completed, result.message.c_str());
-    QCOMPARE(rc.runId(), id);
-    auto store = td::RunStore::open(db.toStdString());
-    QVERIFY(store.ok());
-    QCOMPARE((*store)->listRuns()->size(), size_t(1));
-    QCOMPARE((*store)->getRun(id)->status, std::string("completed"));
-    QCOMPARE((*store)->epochs(id)->size(), size_t(12));
-    // A completed run is not offered for resuming.
-    panel.refresh();
-    QTRY_VERIFY_WITH_TIMEOUT(!resume->isEnabled(), 10000);
 }
 
 QTEST_MAIN(TestRunController)

@@ -2,6 +2,8 @@
 td_add_test(test_ui SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ui.cpp LABELS gui GUI)
 td_add_test(test_run_controller SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_run_controller.cpp
             LABELS gui GUI)
+td_add_test(test_runs_resume SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_runs_resume.cpp
+            LABELS gui GUI)
 td_add_test(test_ui_export SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ui_export.cpp LABELS gui GUI)
 
 # Fills a store with many runs for installer/gui_runs_latency.sh (not a test itself).
