@@ -7,24 +7,14 @@
 #include <QTemporaryDir>
 #include <QTest>
 
+#include "blobs_project.h"
 #include "engine/io/project.h"
 #include "engine/store/run_store.h"
 #include "ui/run_controller.h"
 
 using namespace td::ui;
 
-namespace {
-
-td::Project blobs(int epochs) {
-    auto p = td::loadProject(std::string(TRAINDECK_SOURCE_DIR) + "/projects/synthetic_blobs.json");
-    if (!p.ok()) qFatal("%s", p.error().c_str());
-    p->training.epochs = epochs;
-    p->training.batchSize = 16;
-    p->training.logEverySteps = 1;
-    return std::move(p).value();
-}
-
-}  // namespace
+using tdtest::blobs;
 
 class TestRunController : public QObject {
     Q_OBJECT

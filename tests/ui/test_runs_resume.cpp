@@ -7,6 +7,7 @@
 #include <QTemporaryDir>
 #include <QTest>
 
+#include "blobs_project.h"
 #include "engine/io/project.h"
 #include "engine/store/run_store.h"
 #include "ui/run_controller.h"
@@ -14,18 +15,7 @@
 
 using namespace td::ui;
 
-namespace {
-
-td::Project blobs(int epochs) {
-    auto p = td::loadProject(std::string(TRAINDECK_SOURCE_DIR) + "/projects/synthetic_blobs.json");
-    if (!p.ok()) qFatal("%s", p.error().c_str());
-    p->training.epochs = epochs;
-    p->training.batchSize = 16;
-    p->training.logEverySteps = 1;
-    return std::move(p).value();
-}
-
-}  // namespace
+using tdtest::blobs;
 
 class TestRunsResume : public QObject {
     Q_OBJECT
