@@ -93,16 +93,22 @@ Status checkPassNames(const std::vector<std::string>& names) {
     return Status::success();
 }
 
-void reorderGraph(Graph& g, const std::vector<int>& order) {
-    TD_ASSERT(order.size() == g.nodes.size());
+namespace {
+
+// The nodes `order` names, in that order, renumbered; operands, outputs and gradient bindings
+// follow. Every operand of a surviving node must survive and come before it. Returns the
+// old -> new id map (-1 for a node left out).
+std::vector<int> renumberGraph(Graph& g, const std::vector<int>& order) {
     std::vector<int> remap(g.nodes.size(), -1);
-    for (size_t i = 0; i < order.size(); ++i) remap[static_cast<size_t>(order[i])] = static_cast<int>(i);
+    for (size_t i = 0; i < order.size(); ++i)
+        remap[static_cast<size_t>(order[i])] = static_cast<int>(i);
     std::vector<Node> out;
-    out.reserve(g.nodes.size());
+    out.reserve(order.size());
     for (size_t i = 0; i < order.size(); ++i) {
         Node n = std::move(g.nodes[static_cast<size_t>(order[i])]);
         n.id = static_cast<int>(i);
         for (int& in : n.inputs) {
+            TD_ASSERT(remap[static_cast<size_t>(in)] >= 0);
             in = remap[static_cast<size_t>(in)];
             TD_ASSERT(in < n.id);
         }
@@ -114,29 +120,21 @@ void reorderGraph(Graph& g, const std::vector<int>& order) {
     for (auto& [p, gr] : g.grads)
         grads[remap[static_cast<size_t>(p)]] = remap[static_cast<size_t>(gr)];
     g.grads = std::move(grads);
+    return remap;
+}
+
+}  // namespace
+
+void reorderGraph(Graph& g, const std::vector<int>& order) {
+    TD_ASSERT(order.size() == g.nodes.size());
+    renumberGraph(g, order);
 }
 
 std::vector<int> compactGraph(Graph& g, const std::vector<bool>& keep) {
-    std::vector<int> remap(g.nodes.size(), -1);
-    std::vector<Node> out;
-    for (size_t i = 0; i < g.nodes.size(); ++i) {
-        if (!keep[i]) continue;
-        Node n = std::move(g.nodes[i]);
-        remap[i] = static_cast<int>(out.size());
-        n.id = remap[i];
-        for (int& in : n.inputs) {
-            TD_ASSERT(remap[static_cast<size_t>(in)] >= 0);
-            in = remap[static_cast<size_t>(in)];
-        }
-        out.push_back(std::move(n));
-    }
-    g.nodes = std::move(out);
-    for (auto& [name, id] : g.outputs) id = remap[static_cast<size_t>(id)];
-    std::map<int, int> grads;
-    for (auto& [p, gr] : g.grads)
-        grads[remap[static_cast<size_t>(p)]] = remap[static_cast<size_t>(gr)];
-    g.grads = std::move(grads);
-    return remap;
+    std::vector<int> order;
+    for (size_t i = 0; i < g.nodes.size(); ++i)
+        if (keep[i]) order.push_back(static_cast<int>(i));
+    return renumberGraph(g, order);
 }
 
 // ---- fusion
