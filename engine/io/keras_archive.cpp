@@ -64,21 +64,21 @@ std::string slotList(const LayerWeights& lw) {
 Result<std::string> kerasArchiveBytes(const ModelWeights& weights) {
     TD_ASSIGN_OR_RETURN(std::vector<LayerWeights> layout, weightLayout(weights.model));
     TD_RETURN_IF_ERROR(checkWeights(layout, weights.params, "model weights"));
-    // A Dense layer's activation goes out as Keras' activation name, which carries Keras'
-    // defaults only (leaky_relu 0.2, elu 1.0).
+    // A Dense or Conv2D layer's activation goes out as Keras' activation name, which carries
+    // Keras' defaults only (leaky_relu 0.2, elu 1.0).
     for (const LayerWeights& lw : layout) {
         const LayerSpec& l = weights.model.layers[lw.layerIndex];
-        if (l.type != LayerType::Dense) continue;
+        if (l.type != LayerType::Dense && l.type != LayerType::Conv2D) continue;
         std::ostringstream v;
         if (l.activation == ActivationKind::LeakyRelu && l.negativeSlope != 0.2)
             v << "leaky_relu with negative_slope " << l.negativeSlope;
         else if (l.activation == ActivationKind::Elu && l.eluAlpha != 1.0)
             v << "elu with alpha " << l.eluAlpha;
         if (!v.str().empty())
-            return err("layer " + std::to_string(lw.layerIndex) + " '" + l.name +
-                       "' (Dense): activation " + v.str() +
-                       " cannot be written as a Keras Dense activation (Keras' name means its "
-                       "default); use a linear Dense layer followed by a LeakyReLU or ELU layer");
+            return err("layer " + std::to_string(lw.layerIndex) + " '" + l.name + "' (" +
+                       lw.typeName + "): activation " + v.str() + " cannot be written as a Keras " +
+                       lw.typeName + " activation (Keras' name means its default); use a linear " +
+                       lw.typeName + " layer followed by a LeakyReLU or ELU layer");
     }
     // Layer classes in the weights file follow the classes config.json names; an activation
     // layer written as LeakyReLU/ELU holds no variables, so its group name changes nothing.

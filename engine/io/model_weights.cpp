@@ -1,5 +1,6 @@
 #include "engine/io/model_weights.h"
 
+#include <algorithm>
 #include <cctype>
 
 namespace td {
@@ -33,10 +34,32 @@ Result<std::vector<LayerWeights>> weightLayout(const ModelSpec& model) {
                 if (l.useBias) slot("bias", {l.units});
                 break;
             }
+            case LayerType::Conv2D:
+                // Keras' layout: [kernel h, kernel w, input channels / groups, filters].
+                slot("kernel", {l.kernelSize[0], l.kernelSize[1],
+                                lw.inputShape.back() / std::max<int64_t>(1, l.groups), l.filters});
+                if (l.useBias) slot("bias", {l.filters});
+                break;
+            case LayerType::BatchNormalization:
+                // Keras' order: the trainable gamma and beta, then the moving statistics.
+                if (l.scale) slot("gamma", {lw.inputShape.back()});
+                if (l.center) slot("beta", {lw.inputShape.back()});
+                slot("moving_mean", {lw.inputShape.back()});
+                slot("moving_variance", {lw.inputShape.back()});
+                break;
+            case LayerType::LayerNormalization:
+                if (l.scale) slot("gamma", {lw.inputShape.back()});
+                if (l.center) slot("beta", {lw.inputShape.back()});
+                break;
             case LayerType::Flatten:
             case LayerType::Reshape:
             case LayerType::Dropout:
             case LayerType::Activation:
+            case LayerType::MaxPooling2D:
+            case LayerType::AveragePooling2D:
+            case LayerType::GlobalAveragePooling2D:
+            case LayerType::ZeroPadding2D:
+            case LayerType::Rescaling:
                 break;
             default:
                 return err("layer " + std::to_string(i) + " '" + l.name + "' (" + lw.typeName +

@@ -41,8 +41,10 @@ struct LayerWeights {
 };
 
 // Every layer after the InputLayer, in order, with its variables. Errors: an invalid model
-// (inferShapes' message), or a layer type this table does not know yet: "layer 3 'conv2d'
-// (Conv2D): layer type Conv2D cannot be exported or imported yet".
+// (inferShapes' message), or a layer type this table does not know: "layer 3 'x' (T): layer
+// type T cannot be exported or imported yet". Conv2D: kernel [kh, kw, in / groups, filters],
+// bias; BatchNormalization: gamma, beta (where scale / center), moving_mean, moving_variance;
+// LayerNormalization: gamma, beta.
 Result<std::vector<LayerWeights>> weightLayout(const ModelSpec& model);
 
 // Checks that `params` holds every slot of the layout with its shape (f32) and nothing else.

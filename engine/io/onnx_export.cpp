@@ -17,8 +17,8 @@ constexpr int kOpsetDomain = 1, kOpsetVersion = 2;
 constexpr int kGraphNode = 1, kGraphName = 2, kGraphInitializer = 5, kGraphInput = 11,
               kGraphOutput = 12;
 constexpr int kNodeInput = 1, kNodeOutput = 2, kNodeName = 3, kNodeOpType = 4, kNodeAttribute = 5;
-constexpr int kAttrName = 1, kAttrF = 2, kAttrI = 3, kAttrType = 20;
-constexpr int kAttrTypeFloat = 1, kAttrTypeInt = 2;
+constexpr int kAttrName = 1, kAttrF = 2, kAttrI = 3, kAttrInts = 8, kAttrType = 20;
+constexpr int kAttrTypeFloat = 1, kAttrTypeInt = 2, kAttrTypeInts = 7;
 constexpr int kTensorDims = 1, kTensorDataType = 2, kTensorName = 8, kTensorRawData = 9;
 constexpr int kTypeFloat = 1, kTypeInt64 = 7;
 constexpr int kValueInfoName = 1, kValueInfoType = 2;
@@ -33,7 +33,15 @@ struct Attr {
     bool isFloat = false;
     float f = 0;
     int64_t i = 0;
+    std::vector<int64_t> ints;  // an INTS attribute when not empty
 };
+
+Attr ints(const std::string& name, std::vector<int64_t> values) {
+    Attr a;
+    a.name = name;
+    a.ints = std::move(values);
+    return a;
+}
 
 // The graph under construction: nodes and initializers in order, each value named once.
 class GraphWriter {
@@ -50,11 +58,16 @@ class GraphWriter {
         for (const Attr& a : attrs) {
             proto::Writer w;
             w.bytes(f::kAttrName, a.name);
-            if (a.isFloat)
-                w.float32(f::kAttrF, a.f);
-            else
-                w.varintSigned(f::kAttrI, a.i);
-            w.varint(f::kAttrType, a.isFloat ? f::kAttrTypeFloat : f::kAttrTypeInt);
+            if (!a.ints.empty()) {
+                for (int64_t v : a.ints) w.varintSigned(f::kAttrInts, v);
+                w.varint(f::kAttrType, f::kAttrTypeInts);
+            } else {
+                if (a.isFloat)
+                    w.float32(f::kAttrF, a.f);
+                else
+                    w.varintSigned(f::kAttrI, a.i);
+                w.varint(f::kAttrType, a.isFloat ? f::kAttrTypeFloat : f::kAttrTypeInt);
+            }
             n.message(f::kNodeAttribute, w);
         }
         graph_.message(f::kGraphNode, n);
@@ -171,41 +184,204 @@ std::string activation(GraphWriter& g, const LayerSpec& l, ActivationKind a, con
     return x;
 }
 
-// The nodes of one layer, reading `x`; returns the layer's output value.
-Result<std::string> onnxLayerNodes(GraphWriter& g, const LayerSpec& l, const LayerWeights& lw,
-                                   const ModelParams& params, const std::string& x) {
+// A value between layers. A batch of images is [batch, H, W, C] in TrainDeck and Keras and
+// [batch, C, H, W] for ONNX's Conv, pooling and BatchNormalization: the value stays channels-first
+// through a run of such layers, with one Transpose into it and one out of it, where a layer that
+// reads the last axis as channels (Dense, Flatten, Reshape, LayerNormalization, softmax) or the
+// graph's output needs channels-last again.
+struct Value {
+    std::string name;
+    size_t rank = 2;             // with the batch dimension
+    bool channelsFirst = false;  // [batch, C, ...] rather than [batch, ..., C]
+};
+
+void toChannelsFirst(GraphWriter& g, Value& v, const std::string& prefix) {
+    if (v.channelsFirst || v.rank <= 2) return;
+    std::vector<int64_t> perm{0, static_cast<int64_t>(v.rank) - 1};
+    for (int64_t d = 1; d + 1 < static_cast<int64_t>(v.rank); ++d) perm.push_back(d);
+    v.name = g.node("Transpose", prefix + "to_channels_first", {v.name}, {ints("perm", perm)});
+    v.channelsFirst = true;
+}
+
+void toChannelsLast(GraphWriter& g, Value& v, const std::string& prefix) {
+    if (!v.channelsFirst) return;
+    std::vector<int64_t> perm{0};
+    for (int64_t d = 2; d < static_cast<int64_t>(v.rank); ++d) perm.push_back(d);
+    perm.push_back(1);
+    v.name = g.node("Transpose", prefix + "to_channels_last", {v.name}, {ints("perm", perm)});
+    v.channelsFirst = false;
+}
+
+Tensor filled(int64_t n, float value) {
+    Tensor t(DType::F32, {n});
+    for (int64_t i = 0; i < n; ++i) t.data<float>()[i] = value;
+    return t;
+}
+
+Tensor scalar(float value) {
+    Tensor t(DType::F32, {});
+    t.data<float>()[0] = value;
+    return t;
+}
+
+// A Keras Conv2D kernel [kh, kw, cin / groups, filters] as ONNX's [filters, cin / groups, kh, kw].
+Tensor onnxConvKernel(const Tensor& k) {
+    const int64_t kh = k.dim(0), kw = k.dim(1), ci = k.dim(2), co = k.dim(3);
+    Tensor out(DType::F32, {co, ci, kh, kw});
+    const float* src = k.data<float>();
+    float* dst = out.data<float>();
+    for (int64_t y = 0; y < kh; ++y)
+        for (int64_t x = 0; x < kw; ++x)
+            for (int64_t c = 0; c < ci; ++c)
+                for (int64_t o = 0; o < co; ++o)
+                    dst[((o * ci + c) * kh + y) * kw + x] = src[((y * kw + x) * ci + c) * co + o];
+    return out;
+}
+
+// ONNX's pads for a window: [top, left, bottom, right] (begins of H and W, then their ends).
+std::vector<int64_t> onnxPads(const Window2D& w) {
+    return {w.pads[0], w.pads[2], w.pads[1], w.pads[3]};
+}
+
+// The activation `a` on `v`; softmax reads the channels on the last axis.
+void applyActivation(GraphWriter& g, const LayerSpec& l, ActivationKind a, Value& v,
+                     const std::string& prefix) {
+    if (a == ActivationKind::Softmax) toChannelsLast(g, v, prefix);
+    v.name = activation(g, l, a, v.name, prefix);
+}
+
+// The nodes of one layer, reading `v`, which becomes the layer's output.
+Status onnxLayerNodes(GraphWriter& g, const LayerSpec& l, const LayerWeights& lw,
+                      const ModelParams& params, Value& v) {
     const std::string prefix = l.name + "/";
+    const std::string where =
+        "layer " + std::to_string(lw.layerIndex) + " '" + l.name + "' (" + lw.typeName + "): ";
+    auto param = [&](const char* variable) { return params.at(l.name + "/" + variable); };
+    // An image layer's window: inputs [H, W, C].
+    auto window = [&](const Shape& kernel, const Shape& dilation) -> Result<Window2D> {
+        auto w = windowGeometry(lw.inputShape[0], lw.inputShape[1], kernel, effectiveStrides(l),
+                                dilation, l.samePadding, "window");
+        if (!w.ok()) return err(where + w.error());
+        return *w;
+    };
+    Status done = Status::success();
     switch (l.type) {
         case LayerType::Dense: {
-            const std::string kernel =
-                g.initializer(l.name + "/kernel", params.at(l.name + "/kernel"));
-            std::string y;
+            toChannelsLast(g, v, prefix);
+            const std::string kernel = g.initializer(l.name + "/kernel", param("kernel"));
             if (l.useBias) {
-                const std::string bias =
-                    g.initializer(l.name + "/bias", params.at(l.name + "/bias"));
-                y = g.node("Gemm", prefix + "gemm", {x, kernel, bias});
+                const std::string bias = g.initializer(l.name + "/bias", param("bias"));
+                v.name = g.node("Gemm", prefix + "gemm", {v.name, kernel, bias});
             } else {
-                y = g.node("MatMul", prefix + "matmul", {x, kernel});
+                v.name = g.node("MatMul", prefix + "matmul", {v.name, kernel});
             }
-            return activation(g, l, l.activation, y, prefix);
+            applyActivation(g, l, l.activation, v, prefix);
+            break;
         }
         case LayerType::Activation:
-            return activation(g, l, l.activation, x, prefix);
+            applyActivation(g, l, l.activation, v, prefix);
+            break;
         case LayerType::Dropout:
-            return x;  // identity at inference
+            break;  // identity at inference
         case LayerType::Flatten:
-            return g.node("Flatten", prefix + "flatten", {x}, {Attr{"axis", false, 0, 1}});
+            toChannelsLast(g, v, prefix);
+            v.name = g.node("Flatten", prefix + "flatten", {v.name}, {Attr{"axis", false, 0, 1}});
+            break;
         case LayerType::Reshape: {
+            toChannelsLast(g, v, prefix);
             std::vector<int64_t> shape{-1};
             shape.insert(shape.end(), lw.outputShape.begin(), lw.outputShape.end());
             const std::string s = g.initializerInt64(prefix + "shape", shape);
-            return g.node("Reshape", prefix + "reshape", {x, s});
+            v.name = g.node("Reshape", prefix + "reshape", {v.name, s});
+            break;
+        }
+        case LayerType::Conv2D: {
+            TD_ASSIGN_OR_RETURN(Window2D w, window(l.kernelSize, l.dilationRate));
+            toChannelsFirst(g, v, prefix);
+            std::vector<std::string> in{
+                v.name, g.initializer(l.name + "/kernel", onnxConvKernel(param("kernel")))};
+            if (l.useBias) in.push_back(g.initializer(l.name + "/bias", param("bias")));
+            v.name =
+                g.node("Conv", prefix + "conv", in,
+                       {ints("kernel_shape", l.kernelSize), ints("strides", effectiveStrides(l)),
+                        ints("dilations", l.dilationRate), ints("pads", onnxPads(w)),
+                        Attr{"group", false, 0, l.groups}});
+            applyActivation(g, l, l.activation, v, prefix);
+            break;
+        }
+        case LayerType::MaxPooling2D:
+        case LayerType::AveragePooling2D: {
+            TD_ASSIGN_OR_RETURN(Window2D w, window(l.poolSize, Shape{1, 1}));
+            toChannelsFirst(g, v, prefix);
+            std::vector<Attr> attrs{ints("kernel_shape", l.poolSize),
+                                    ints("strides", effectiveStrides(l)),
+                                    ints("pads", onnxPads(w))};
+            // Keras averages over the window's values inside the image only.
+            if (l.type == LayerType::AveragePooling2D)
+                attrs.push_back(Attr{"count_include_pad", false, 0, 0});
+            v.name = g.node(l.type == LayerType::MaxPooling2D ? "MaxPool" : "AveragePool",
+                            prefix + (l.type == LayerType::MaxPooling2D ? "max_pool" : "avg_pool"),
+                            {v.name}, attrs);
+            break;
+        }
+        case LayerType::GlobalAveragePooling2D:
+            toChannelsFirst(g, v, prefix);
+            v.name = g.node("GlobalAveragePool", prefix + "global_avg_pool", {v.name});
+            v.name = g.node("Flatten", prefix + "flatten", {v.name}, {Attr{"axis", false, 0, 1}});
+            v.rank = 2;
+            v.channelsFirst = false;
+            break;
+        case LayerType::ZeroPadding2D: {
+            const Shape& p = l.zeroPadding;  // top, bottom, left, right
+            const std::vector<int64_t> pads =
+                v.channelsFirst ? std::vector<int64_t>{0, 0, p[0], p[2], 0, 0, p[1], p[3]}
+                                : std::vector<int64_t>{0, p[0], p[2], 0, 0, p[1], p[3], 0};
+            v.name =
+                g.node("Pad", prefix + "pad", {v.name, g.initializerInt64(prefix + "pads", pads)});
+            break;
+        }
+        case LayerType::Rescaling:
+            if (l.rescale != 1.0)
+                v.name = g.node("Mul", prefix + "scale",
+                                {v.name, g.initializer(prefix + "scale_value",
+                                                       scalar(static_cast<float>(l.rescale)))});
+            if (l.offset != 0.0)
+                v.name = g.node("Add", prefix + "offset",
+                                {v.name, g.initializer(prefix + "offset_value",
+                                                       scalar(static_cast<float>(l.offset)))});
+            break;
+        case LayerType::BatchNormalization: {
+            // Inference: the moving statistics; channels on axis 1.
+            toChannelsFirst(g, v, prefix);
+            const int64_t c = lw.inputShape.back();
+            const std::string gamma =
+                g.initializer(l.name + "/gamma", l.scale ? param("gamma") : filled(c, 1.0f));
+            const std::string beta =
+                g.initializer(l.name + "/beta", l.center ? param("beta") : filled(c, 0.0f));
+            v.name = g.node(
+                "BatchNormalization", prefix + "batch_norm",
+                {v.name, gamma, beta, g.initializer(l.name + "/moving_mean", param("moving_mean")),
+                 g.initializer(l.name + "/moving_variance", param("moving_variance"))},
+                {Attr{"epsilon", true, static_cast<float>(l.epsilon), 0}});
+            break;
+        }
+        case LayerType::LayerNormalization: {
+            toChannelsLast(g, v, prefix);
+            const int64_t c = lw.inputShape.back();
+            std::vector<std::string> in{
+                v.name,
+                g.initializer(l.name + "/gamma", l.scale ? param("gamma") : filled(c, 1.0f))};
+            if (l.center) in.push_back(g.initializer(l.name + "/beta", param("beta")));
+            v.name = g.node("LayerNormalization", prefix + "layer_norm", in,
+                            {Attr{"axis", false, 0, -1},
+                             Attr{"epsilon", true, static_cast<float>(l.epsilon), 0}});
+            break;
         }
         default:
-            return err("layer " + std::to_string(lw.layerIndex) + " '" + l.name + "' (" +
-                       lw.typeName + "): layer type " + lw.typeName +
-                       " cannot be exported to ONNX yet");
+            done = err(where + "layer type " + lw.typeName + " cannot be exported to ONNX yet");
     }
+    v.rank = lw.outputShape.size() + 1;
+    return done;
 }
 
 }  // namespace
@@ -217,14 +393,13 @@ Result<std::string> onnxModelBytes(const ModelWeights& weights) {
     TD_ASSIGN_OR_RETURN(ModelInfo info, inferShapes(model));
 
     GraphWriter g;
-    std::string x = "input";
-    for (const LayerWeights& lw : layout) {
-        TD_ASSIGN_OR_RETURN(x,
-                            onnxLayerNodes(g, model.layers[lw.layerIndex], lw, weights.params, x));
-    }
+    Value v{"input", info.inputShape.size() + 1, false};
+    for (const LayerWeights& lw : layout)
+        TD_RETURN_IF_ERROR(onnxLayerNodes(g, model.layers[lw.layerIndex], lw, weights.params, v));
+    toChannelsLast(g, v, "output/");
     // An Identity names the graph's output "output" (and covers a model whose layers are all
     // identities at inference).
-    g.node("Identity", "output_identity", {x}, {}, "output");
+    g.node("Identity", "output_identity", {v.name}, {}, "output");
     g.io(f::kGraphInput, "input", info.inputShape);
     g.io(f::kGraphOutput, "output", info.outputShape);
 

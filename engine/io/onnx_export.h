@@ -5,8 +5,15 @@
 //
 // Layer by layer (onnxLayerNodes in the .cpp): Dense -> Gemm (MatMul without bias) + its
 // activation; Flatten -> Flatten(axis 1); Reshape -> Reshape to [-1, target]; Activation -> the
-// ONNX op (gelu as its erf form, which opset 17 lacks as one op); Dropout -> nothing. Any other
-// layer type is refused by name.
+// ONNX op (gelu as its erf form, which opset 17 lacks as one op); Dropout -> nothing; Conv2D ->
+// Conv (kernel transposed to [filters, in / groups, kh, kw], explicit pads for "same") + its
+// activation; MaxPooling2D / AveragePooling2D -> MaxPool / AveragePool (padding excluded from
+// the average, as Keras does); GlobalAveragePooling2D -> GlobalAveragePool + Flatten;
+// ZeroPadding2D -> Pad; Rescaling -> Mul and Add by scalars; BatchNormalization ->
+// BatchNormalization with the moving statistics (gamma 1, beta 0 where the layer has none);
+// LayerNormalization -> LayerNormalization(axis -1). Images are channels-last in TrainDeck and
+// channels-first for ONNX's Conv, pooling and BatchNormalization: a run of such layers sits
+// between one Transpose in and one out. Any other layer type is refused by name.
 #pragma once
 
 #include <string>

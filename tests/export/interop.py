@@ -150,6 +150,50 @@ traindeck("export", "img.keras", "-o", "img_rt.keras")
 close(keras.saving.load_model("img_rt.keras").predict(images.astype(np.float32), verbose=0), td,
       "image model: keras.saving.load_model(exported) == traindeck predict")
 
+# ---- image layers: Conv2D (strides, dilation, groups), pooling, padding, rescaling, normalization -
+cnn = keras.Sequential([
+    keras.Input((9, 8, 2)),
+    keras.layers.Rescaling(0.5, offset=0.1),
+    keras.layers.ZeroPadding2D(((1, 0), (2, 1))),
+    keras.layers.Conv2D(4, 3, strides=2, padding="same", activation="relu"),
+    # Momentum 0.9: the moving statistics catch up within the few steps the test trains.
+    keras.layers.BatchNormalization(momentum=0.9),
+    keras.layers.Conv2D(4, 2, dilation_rate=(2, 1), groups=2),
+    keras.layers.MaxPooling2D(2, padding="same"),
+    keras.layers.LayerNormalization(),
+    keras.layers.AveragePooling2D(2, strides=1, padding="same"),
+    keras.layers.Flatten(),
+    keras.layers.Dense(3, activation="softmax"),
+])
+gap = keras.Sequential([
+    keras.Input((6, 6, 1)),
+    keras.layers.Conv2D(3, 3, padding="same", use_bias=False, activation="tanh"),
+    keras.layers.BatchNormalization(center=False),
+    keras.layers.LayerNormalization(scale=False),
+    keras.layers.GlobalAveragePooling2D(),
+    keras.layers.Dense(2),
+])
+xc_train = rng.normal(size=(256, 9, 8, 2)).astype(np.float32)
+yc_train = ((xc_train[..., 0].mean((1, 2)) > 0).astype(np.int64)
+            + (xc_train[..., 1].mean((1, 2)) > 0).astype(np.int64))
+xc = xc_train[:40]
+# Fitted a little, so the moving statistics are away from 0 and 1 and gamma/beta from 1 and 0.
+cnn.compile(optimizer=keras.optimizers.Adam(1e-2), loss="sparse_categorical_crossentropy")
+cnn.fit(xc_train, yc_train, epochs=2, batch_size=32, verbose=0)
+xg = rng.normal(size=(30, 6, 6, 1)).astype(np.float32)
+gap.compile(optimizer="adam", loss="mse")
+gap.fit(xg, rng.normal(size=(30, 2)).astype(np.float32), epochs=2, batch_size=10, verbose=0)
+for name, model, xs in (("cnn", cnn, xc), ("gap", gap, xg)):
+    model.save(f"{name}.keras")
+    np.save(f"{name}_x.npy", xs)
+    td = td_predict(f"{name}.keras", f"{name}_x.npy", f"{name}_pred.npy")
+    close(td, model.predict(xs, verbose=0), f"Keras-built {name}: traindeck predict == Keras predict")
+    traindeck("export", f"{name}.keras", "-o", f"{name}.onnx")
+    close(onnx_check_and_run(f"{name}.onnx", xs), td, f"{name}: ONNX Runtime == traindeck predict")
+    traindeck("export", f"{name}.keras", "--format", "keras", "-o", f"{name}_rt.keras")
+    close(keras.saving.load_model(f"{name}_rt.keras").predict(xs, verbose=0), td,
+          f"{name}: keras.saving.load_model(exported) == traindeck predict")
+
 # ---- 3: import into a project and train further ---------------------------------------------------
 x_train = rng.normal(size=(512, 12)).astype(np.float32)
 y_train = (x_train[:, 0] + x_train[:, 1] > 0).astype(np.int64) + (x_train[:, 2] > 1).astype(np.int64)
@@ -157,10 +201,10 @@ np.save("x_train.npy", x_train)
 np.save("y_train.npy", y_train)
 
 
-def like(lr, epochs):
+def like(lr, epochs, model=mlp, x_file="x_train.npy", y_file="y_train.npy"):
     return {"format": "traindeck-project",
-            "model": json.loads(mlp.to_json()),
-            "data": {"source": {"type": "npy", "train_x": "x_train.npy", "train_y": "y_train.npy"},
+            "model": json.loads(model.to_json()),
+            "data": {"source": {"type": "npy", "train_x": x_file, "train_y": y_file},
                      "pipeline": {"shuffle_buffer": 512}},
             "training": {"epochs": epochs, "batch_size": 32, "seed": 3,
                          "optimizer": {"class_name": "Adam", "config": {"learning_rate": lr}},
@@ -202,6 +246,31 @@ traindeck("export", "--project", "proj.json", "--weights", "trained.keras", "-o"
 close(onnx_check_and_run("trained_p.onnx", x), td,
       "trained model via export --project --weights: ONNX Runtime == traindeck predict")
 onnx_check_and_run("trained.onnx", x)
+
+# The CNN: its batch normalization trains (batch statistics, moving statistics updated) and the
+# trained model, moving statistics included, predicts the same in Keras and ONNX Runtime.
+np.save("xc_train.npy", xc_train)
+np.save("yc_train.npy", yc_train)
+with open("like_cnn.json", "w") as f:
+    json.dump(like(1e-2, 8, cnn, "xc_train.npy", "yc_train.npy"), f)
+traindeck("import", "cnn.keras", "-o", "cnn_proj.json", "--like", "like_cnn.json")
+traindeck("train", "cnn_proj.json", "--db", "runs_cnn.db", "--plain", "--save-model",
+          "cnn_trained.keras")
+cnn_trained = keras.saving.load_model("cnn_trained.keras")
+before = float(loss(yc_train, cnn.predict(xc_train, verbose=0)))
+after = float(loss(yc_train, cnn_trained.predict(xc_train, verbose=0)))
+check(after < 0.8 * before,
+      f"CNN trained further: Keras' loss on the training data {before:.4f} -> {after:.4f}")
+moved = [float(np.abs(a - b).max()) for a, b in
+         zip(cnn.layers[3].get_weights()[2:], cnn_trained.layers[3].get_weights()[2:])]
+check(min(moved) > 1e-4, f"CNN: the moving statistics were trained (largest changes {moved})")
+td_cnn = td_predict("cnn_trained.keras", "cnn_x.npy", "cnn_trained_pred.npy")
+close(cnn_trained.predict(xc, verbose=0), td_cnn,
+      "trained CNN: Keras load_model == traindeck predict")
+traindeck("export", "--project", "cnn_proj.json", "--weights", "cnn_trained.keras", "-o",
+          "cnn_trained.onnx")
+close(onnx_check_and_run("cnn_trained.onnx", xc), td_cnn,
+      "trained CNN: ONNX Runtime == traindeck predict")
 
 # ---- 4: a stored run's model: export RUN (its latest checkpoint), predict on the checkpoint ------
 traindeck("export", "trained", "--db", "runs.db", "-o", "run.onnx")

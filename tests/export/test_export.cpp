@@ -99,6 +99,67 @@ ModelSpec shaped() {
     return m;
 }
 
+// Input [9,8,2] -> Rescaling(0.5, 0.1) -> ZeroPadding2D(1,0,2,1) -> Conv2D 4 3x3 same stride 2
+// relu -> BatchNormalization -> Conv2D 4 2x2 valid dilation (2,1) groups 2 -> MaxPooling2D 2 same
+// -> LayerNormalization -> AveragePooling2D 2 same stride 1 -> Flatten -> Dense 3 softmax
+ModelSpec cnn() {
+    ModelSpec m;
+    m.name = "cnn";
+    LayerSpec in = layer(LayerType::Input, "input_layer");
+    in.inputShape = {9, 8, 2};
+    LayerSpec rs = layer(LayerType::Rescaling, "rescaling");
+    rs.rescale = 0.5;
+    rs.offset = 0.1;
+    LayerSpec pad = layer(LayerType::ZeroPadding2D, "zero_padding2d");
+    pad.zeroPadding = {1, 0, 2, 1};
+    LayerSpec c1 = layer(LayerType::Conv2D, "conv2d");
+    c1.filters = 4;
+    c1.kernelSize = {3, 3};
+    c1.samePadding = true;
+    c1.strides = {2, 2};
+    c1.activation = ActivationKind::Relu;
+    LayerSpec bn = layer(LayerType::BatchNormalization, "batch_normalization");
+    LayerSpec c2 = layer(LayerType::Conv2D, "conv2d_1");
+    c2.filters = 4;
+    c2.kernelSize = {2, 2};
+    c2.dilationRate = {2, 1};
+    c2.groups = 2;
+    LayerSpec mp = layer(LayerType::MaxPooling2D, "max_pooling2d");
+    mp.samePadding = true;
+    LayerSpec ln = layer(LayerType::LayerNormalization, "layer_normalization");
+    LayerSpec ap = layer(LayerType::AveragePooling2D, "average_pooling2d");
+    ap.samePadding = true;
+    ap.strides = {1, 1};
+    LayerSpec d = layer(LayerType::Dense, "dense");
+    d.units = 3;
+    d.activation = ActivationKind::Softmax;
+    m.layers = {in, rs, pad, c1, bn, c2, mp, ln, ap, layer(LayerType::Flatten, "flatten"), d};
+    return m;
+}
+
+// Input [6,6,1] -> Conv2D 3 3x3 same tanh without bias -> BatchNormalization without beta ->
+// LayerNormalization without gamma -> GlobalAveragePooling2D -> Dense 2
+ModelSpec cnnGap() {
+    ModelSpec m;
+    m.name = "cnn_gap";
+    LayerSpec in = layer(LayerType::Input, "input_layer");
+    in.inputShape = {6, 6, 1};
+    LayerSpec c = layer(LayerType::Conv2D, "conv2d");
+    c.filters = 3;
+    c.samePadding = true;
+    c.useBias = false;
+    c.activation = ActivationKind::Tanh;
+    LayerSpec bn = layer(LayerType::BatchNormalization, "batch_normalization");
+    bn.center = false;
+    LayerSpec ln = layer(LayerType::LayerNormalization, "layer_normalization");
+    ln.scale = false;
+    LayerSpec d = layer(LayerType::Dense, "dense");
+    d.units = 2;
+    m.layers = {in, c, bn, ln, layer(LayerType::GlobalAveragePooling2D, "global_average_pooling2d"),
+                d};
+    return m;
+}
+
 ModelWeights randomWeights(const ModelSpec& model, uint32_t seed) {
     ModelWeights w;
     w.model = model;
@@ -110,6 +171,9 @@ ModelWeights randomWeights(const ModelSpec& model, uint32_t seed) {
         for (const WeightSlot& s : lw.variables) {
             Tensor t(DType::F32, s.shape);
             for (int64_t i = 0; i < t.size(); ++i) t.data<float>()[i] = u(rng);
+            if (s.variable == "moving_variance")  // a variance: positive
+                for (int64_t i = 0; i < t.size(); ++i)
+                    t.data<float>()[i] = 0.2f + std::abs(t.data<float>()[i]);
             w.params[s.param] = t;
         }
     return w;
@@ -414,6 +478,30 @@ class TestExport : public QObject {
         QCOMPARE((*layout)[5].variables[1].param, std::string("dense_1/bias"));
         QVERIFY((*layout)[2].variables.empty());  // reshape
 
+        // Image layers, in Keras' variable order and shapes.
+        auto image = weightLayout(cnn());
+        TD_VERIFY_OK(image);
+        std::vector<std::string> vars;
+        for (const LayerWeights& lw : *image)
+            for (const WeightSlot& s : lw.variables)
+                vars.push_back(s.param + " " + shapeToString(s.shape));
+        QCOMPARE(vars,
+                 (std::vector<std::string>{
+                     "conv2d/kernel [3,3,2,4]", "conv2d/bias [4]", "batch_normalization/gamma [4]",
+                     "batch_normalization/beta [4]", "batch_normalization/moving_mean [4]",
+                     "batch_normalization/moving_variance [4]", "conv2d_1/kernel [2,2,2,4]",
+                     "conv2d_1/bias [4]", "layer_normalization/gamma [4]",
+                     "layer_normalization/beta [4]", "dense/kernel [24,3]", "dense/bias [3]"}));
+        vars.clear();
+        auto gapLayout = weightLayout(cnnGap());
+        TD_VERIFY_OK(gapLayout);
+        for (const LayerWeights& lw : *gapLayout)
+            for (const WeightSlot& s : lw.variables) vars.push_back(s.param);
+        QCOMPARE(vars, (std::vector<std::string>{
+                           "conv2d/kernel", "batch_normalization/gamma",
+                           "batch_normalization/moving_mean", "batch_normalization/moving_variance",
+                           "layer_normalization/beta", "dense/kernel", "dense/bias"}));
+
         ModelWeights w = randomWeights(mlp(), 1);
         auto lay = weightLayout(w.model);
         TD_VERIFY_OK(checkWeights(*lay, w.params, "w"));
@@ -475,10 +563,13 @@ class TestExport : public QObject {
         QTest::addColumn<int>("which");
         QTest::newRow("mlp") << 0;
         QTest::newRow("flatten-reshape-no-bias") << 1;
+        QTest::newRow("cnn") << 2;
+        QTest::newRow("cnn-global-pooling") << 3;
     }
     void kerasRoundTrip() {
         QFETCH(int, which);
-        ModelWeights w = randomWeights(which == 0 ? mlp() : shaped(), 3);
+        const ModelSpec models[] = {mlp(), shaped(), cnn(), cnnGap()};
+        ModelWeights w = randomWeights(models[which], 3);
         const std::string path = dir_ + "/rt.keras";
         TD_VERIFY_OK(saveKerasArchive(w, path));
         auto back = loadKerasArchive(path);
@@ -487,6 +578,11 @@ class TestExport : public QObject {
         ModelSpec named = w.model;
         QVERIFY(inferShapes(named).ok());
         QCOMPARE(modelToKerasJson(back->weights.model), modelToKerasJson(named));
+        // Keras' config names every window layer's strides; empty strides mean the default.
+        for (LayerSpec& l : named.layers)
+            if (l.type == LayerType::Conv2D || l.type == LayerType::MaxPooling2D ||
+                l.type == LayerType::AveragePooling2D)
+                l.strides = effectiveStrides(l);
         QVERIFY(back->weights.model == named);
         QCOMPARE(back->weights.params.size(), w.params.size());
         for (const auto& [name, t] : w.params)
@@ -505,6 +601,7 @@ class TestExport : public QObject {
         TD_VERIFY_OK(y0);
         TD_VERIFY_OK(y1);
         QVERIFY(sameBits(*y0, *y1));
+        if (which >= 2) return;  // the image layers' numbers: interop.py, against Keras and ORT
         const int64_t k = y0->dim(1);
         const int64_t inValues = x.size() / x.dim(0);
         double worst = 0;
@@ -650,6 +747,91 @@ class TestExport : public QObject {
             QCOMPARE(v, (std::vector<int64_t>{-1, 5, 1}));
         }
         TD_VERIFY_ERROR(saveOnnxModel(w, dir_ + "/no/such/dir/m.onnx"), "m.onnx: cannot write");
+    }
+
+    void onnxImageLayers() {
+        // Channels-last values go channels-first for a run of Conv / pooling / BatchNormalization
+        // and back where the last axis is read as channels (LayerNormalization, Flatten).
+        const ModelWeights w = randomWeights(cnn(), 21);
+        auto bytes = onnxModelBytes(w);
+        TD_VERIFY_OK(bytes);
+        const auto graph = parseMessage(fields(parseMessage(*bytes), 7).at(0).bytes);
+        std::vector<std::string> ops;
+        std::map<std::string, std::map<std::string, std::vector<int64_t>>> intsOf;
+        std::string previous = "input";
+        for (const Field& n : fields(graph, 1)) {
+            const auto node = parseMessage(n.bytes);
+            ops.push_back(str(node, 4));
+            bool readsPrevious = false;
+            for (const Field& in : fields(node, 1))
+                readsPrevious = readsPrevious || in.bytes == previous;
+            QVERIFY2(readsPrevious, str(node, 3).c_str());
+            previous = str(node, 2);
+            for (const Field& a : fields(node, 5)) {
+                const auto attr = parseMessage(a.bytes);
+                std::vector<int64_t> values;
+                for (const Field& v : fields(attr, 8)) values.push_back(int64_t(v.varint));
+                for (const Field& v : fields(attr, 3)) values.push_back(int64_t(v.varint));
+                intsOf[str(node, 3)][str(attr, 1)] = values;
+            }
+        }
+        QCOMPARE(ops, (std::vector<std::string>{
+                          "Mul", "Add", "Pad", "Transpose", "Conv", "Relu", "BatchNormalization",
+                          "Conv", "MaxPool", "Transpose", "LayerNormalization", "Transpose",
+                          "AveragePool", "Transpose", "Flatten", "Gemm", "Softmax", "Identity"}));
+        QCOMPARE(intsOf["conv2d/to_channels_first"]["perm"], (std::vector<int64_t>{0, 3, 1, 2}));
+        QCOMPARE(intsOf["layer_normalization/to_channels_last"]["perm"],
+                 (std::vector<int64_t>{0, 2, 3, 1}));
+        // Same padding of 10x11 with a 3x3 kernel, stride 2: 1 row at the bottom; 1 column each
+        // side. ONNX orders pads [top, left, bottom, right].
+        QCOMPARE(intsOf["conv2d/conv"]["pads"], (std::vector<int64_t>{0, 1, 1, 1}));
+        QCOMPARE(intsOf["conv2d/conv"]["strides"], (std::vector<int64_t>{2, 2}));
+        QCOMPARE(intsOf["conv2d_1/conv"]["dilations"], (std::vector<int64_t>{2, 1}));
+        QCOMPARE(intsOf["conv2d_1/conv"]["group"], (std::vector<int64_t>{2}));
+        QCOMPARE(intsOf["max_pooling2d/max_pool"]["kernel_shape"], (std::vector<int64_t>{2, 2}));
+        QCOMPARE(intsOf["average_pooling2d/avg_pool"]["count_include_pad"],
+                 (std::vector<int64_t>{0}));
+        // The kernel as [filters, in / groups, kh, kw]; the moving statistics as they are.
+        std::map<std::string, Tensor> inits;
+        for (const Field& f : fields(graph, 5)) {
+            const auto t = parseMessage(f.bytes);
+            if (fields(t, 2).at(0).varint != 1) continue;
+            const auto dims = packedInts(fields(t, 1).at(0).bytes);
+            Tensor v(DType::F32, Shape(dims.begin(), dims.end()));
+            std::memcpy(v.raw(), str(t, 9).data(), v.bytes());
+            inits[str(t, 8)] = v;
+        }
+        const Tensor& k = w.params.at("conv2d_1/kernel");  // [2, 2, 2, 4]
+        const Tensor& ko = inits.at("conv2d_1/kernel");
+        QCOMPARE(ko.shape(), (Shape{4, 2, 2, 2}));
+        for (int64_t y = 0; y < 2; ++y)
+            for (int64_t x = 0; x < 2; ++x)
+                for (int64_t c = 0; c < 2; ++c)
+                    for (int64_t o = 0; o < 4; ++o)
+                        QCOMPARE(ko.data<float>()[((o * 2 + c) * 2 + y) * 2 + x],
+                                 k.data<float>()[((y * 2 + x) * 2 + c) * 4 + o]);
+        QVERIFY(sameBits(inits.at("batch_normalization/moving_variance"),
+                         w.params.at("batch_normalization/moving_variance")));
+
+        // Global pooling ends the channels-first run itself; a missing beta is zeros, a missing
+        // gamma ones.
+        auto gapBytes = onnxModelBytes(randomWeights(cnnGap(), 22));
+        TD_VERIFY_OK(gapBytes);
+        const auto g2 = parseMessage(fields(parseMessage(*gapBytes), 7).at(0).bytes);
+        ops.clear();
+        for (const Field& n : fields(g2, 1)) ops.push_back(str(parseMessage(n.bytes), 4));
+        QCOMPARE(ops,
+                 (std::vector<std::string>{"Transpose", "Conv", "Tanh", "BatchNormalization",
+                                           "Transpose", "LayerNormalization", "Transpose",
+                                           "GlobalAveragePool", "Flatten", "Gemm", "Identity"}));
+        for (const Field& f : fields(g2, 5)) {
+            const auto t = parseMessage(f.bytes);
+            const std::string name = str(t, 8);
+            if (name != "batch_normalization/beta" && name != "layer_normalization/gamma") continue;
+            std::vector<float> v(str(t, 9).size() / 4);
+            std::memcpy(v.data(), str(t, 9).data(), v.size() * 4);
+            QCOMPARE(v, std::vector<float>(3, name == "batch_normalization/beta" ? 0.f : 1.f));
+        }
     }
 
     void initialWeightsThroughProject() {
