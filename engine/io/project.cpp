@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <regex>
 #include <sstream>
 
@@ -773,10 +774,10 @@ struct Reader {
             fail("",
                  "this is a Keras model JSON, not a TrainDeck project (import it as the model "
                  "of a project instead)");
-        checkKeys(root, "",
-                  {"format", "version", "name", "description", "model", "data", "training",
-                   "precision", "fusion", "disabled_passes", "strategy",
-                   "initial_weights"});
+        checkKeys(
+            root, "",
+            {"format", "version", "name", "description", "model", "data", "training", "precision",
+             "loss_scale", "fusion", "disabled_passes", "strategy", "initial_weights"});
         getOneOf(requireMember(root, "", "format"), "format", {kFormat});
         if (const Json* x = member(root, "version")) {
             int64_t ver = getPositiveInteger(*x, "version");
@@ -796,6 +797,22 @@ struct Reader {
         if (const Json* x = member(root, "data")) p.data = data(*x, "data");
         if (const Json* x = member(root, "training")) p.training = training(*x, "training");
         if (const Json* x = member(root, "precision")) p.precision = precision(*x, "precision");
+        if (const Json* x = member(root, "loss_scale")) {
+            requireObject(*x, "loss_scale");
+            checkKeys(*x, "loss_scale", {"initial_scale", "dynamic_growth_steps"});
+            if (const Json* y = member(*x, "initial_scale")) {
+                p.lossScaleInitial = getPositiveNumber(*y, "loss_scale.initial_scale");
+                if (p.lossScaleInitial > 1e38)
+                    fail("loss_scale.initial_scale",
+                         "expected at most 1e38 (a float32), got " + describe(*y));
+            }
+            if (const Json* y = member(*x, "dynamic_growth_steps")) {
+                p.lossScaleGrowthSteps = getPositiveInteger(*y, "loss_scale.dynamic_growth_steps");
+                if (p.lossScaleGrowthSteps > std::numeric_limits<int32_t>::max())
+                    fail("loss_scale.dynamic_growth_steps",
+                         "expected at most 2147483647, got " + describe(*y));
+            }
+        }
         if (const Json* x = member(root, "fusion")) p.fusion = getBool(*x, "fusion");
         if (const Json* x = member(root, "disabled_passes")) {
             requireArray(*x, "disabled_passes");
@@ -1064,6 +1081,10 @@ std::string projectToJson(const Project& p) {
     j["data"] = dataJson(p.data);
     j["training"] = trainingJson(p.training);
     j["precision"] = precisionName(p.precision);
+    if (p.lossScaleInitial != Project{}.lossScaleInitial ||
+        p.lossScaleGrowthSteps != Project{}.lossScaleGrowthSteps)
+        j["loss_scale"] = Json{{"initial_scale", p.lossScaleInitial},
+                               {"dynamic_growth_steps", p.lossScaleGrowthSteps}};
     j["fusion"] = p.fusion;
     if (!p.disabledPasses.empty()) j["disabled_passes"] = p.disabledPasses;
     j["strategy"] = Json{{"type", p.strategy.type},
@@ -1211,6 +1232,8 @@ std::string projectDifference(const Project& a, const Project& b) {
     TD_DIFF("training.evaluate_test", training.evaluateTest);
     TD_DIFF("training.run_checkpoints", training.runCheckpoints);
     TD_DIFF("precision", precision);
+    TD_DIFF("loss_scale.initial_scale", lossScaleInitial);
+    TD_DIFF("loss_scale.dynamic_growth_steps", lossScaleGrowthSteps);
     TD_DIFF("fusion", fusion);
     TD_DIFF("disabled_passes", disabledPasses);
     TD_DIFF("strategy.type", strategy.type);

@@ -36,6 +36,10 @@ struct Project {
     DataConfig data;
     TrainConfig training;
     PrecisionPolicy precision = PrecisionPolicy::Float32;
+    // mixed_float16's dynamic loss scaling ("loss_scale"; Keras' LossScaleOptimizer arguments):
+    // the scale to start from and the finite steps after which it doubles.
+    double lossScaleInitial = 32768.0;
+    int64_t lossScaleGrowthSteps = 2000;
     bool fusion = true;  // false: every fusing pass is off
     // Compiler passes turned off by name (checked against the compiler's list when a session is
     // created): "fusion", "fold_casts", "fuse_act_bias_grad", "fuse_elementwise",

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -19,7 +20,8 @@ namespace td {
 namespace {
 
 constexpr char kMagic[8] = {'T', 'D', 'C', 'K', 'P', 'T', '\r', '\n'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 2: the loss scale; 1 is read too
+constexpr uint32_t kOldestVersion = 1;
 constexpr size_t kHeaderBytes = 40;  // magic, version, 0, payload bytes, payload hash, own hash
 constexpr uint64_t kPayloadSeed = 0x7464636b70743031ULL;  // "tdckpt01"
 constexpr uint64_t kHeaderSeed = 0x7464636b70686472ULL;   // "tdckphdr"
@@ -189,10 +191,19 @@ std::string encode(const CheckpointState& s) {
         w.u64(ws.kept.size());
         for (const std::string& k : ws.kept) w.str(k);
     }
+    w.u8(s.lossScale ? 1 : 0);
+    if (s.lossScale) {
+        w.f64(s.lossScale->scale);
+        w.i64(s.lossScale->goodSteps);
+        w.i64(s.lossScale->skippedSteps);
+        w.i64(s.lossScale->growthSteps);
+        w.i64(s.lossScale->lastSkipped);
+        w.i64(s.lossScaleSkipsReported);
+    }
     return std::move(w.out);
 }
 
-Status decode(Reader& r, CheckpointState& s) {
+Status decode(Reader& r, CheckpointState& s, uint32_t version) {
     int64_t epoch = 0;
     TD_RETURN_IF_ERROR(r.str(s.projectJson, "the project"));
     TD_RETURN_IF_ERROR(r.pod(s.runId, "the run id"));
@@ -256,6 +267,36 @@ Status decode(Reader& r, CheckpointState& s) {
         TD_RETURN_IF_ERROR(r.count(m, 8, "a writer's files"));
         ws.kept.resize(m);
         for (std::string& k : ws.kept) TD_RETURN_IF_ERROR(r.str(k, "a writer's file"));
+    }
+    if (version >= 2) {
+        uint8_t has = 0;
+        TD_RETURN_IF_ERROR(r.pod(has, "the loss scale"));
+        if (has > 1) return r.fail("loss scale flag " + std::to_string(has) + " (expected 0 or 1)");
+        if (has) {
+            double scale = 0;
+            int64_t good = 0, skipped = 0, growth = 0, last = 0;
+            TD_RETURN_IF_ERROR(r.pod(scale, "the loss scale"));
+            TD_RETURN_IF_ERROR(r.pod(good, "the loss scale's finite steps"));
+            TD_RETURN_IF_ERROR(r.pod(skipped, "the loss scale's skipped steps"));
+            TD_RETURN_IF_ERROR(r.pod(growth, "the loss scale's growth interval"));
+            TD_RETURN_IF_ERROR(r.pod(last, "the loss scale's last step"));
+            TD_RETURN_IF_ERROR(
+                r.pod(s.lossScaleSkipsReported, "the loss scale's skipped steps reported"));
+            constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
+            if (!(scale > 0) || !std::isfinite(scale) || scale > 3.4e38 || good < 0 ||
+                good > kMax || skipped < 0 || growth < 1 || growth > kMax || last < 0 || last > 1 ||
+                s.lossScaleSkipsReported < 0 || s.lossScaleSkipsReported > skipped)
+                return r.fail("loss scale out of range (scale " + std::to_string(scale) +
+                              ", finite steps " + std::to_string(good) + ", growth interval " +
+                              std::to_string(growth) + ")");
+            LossScaleState ls;
+            ls.scale = static_cast<float>(scale);
+            ls.goodSteps = static_cast<int32_t>(good);
+            ls.skippedSteps = skipped;
+            ls.growthSteps = static_cast<int32_t>(growth);
+            ls.lastSkipped = static_cast<int32_t>(last);
+            s.lossScale = ls;
+        }
     }
     if (r.left() != 0)
         return r.fail(std::to_string(r.left()) + " bytes after the last field (expected none)");
@@ -378,9 +419,9 @@ Result<CheckpointState> readCheckpoint(const std::string& path) {
     if (const uint64_t h = hashBytes(data.data(), 32, kHeaderSeed); h != headerHash)
         return fail("header checksum mismatch (the file is damaged): expected " + hex(headerHash) +
                     ", computed " + hex(h));
-    if (version != kVersion)
+    if (version < kOldestVersion || version > kVersion)
         return fail("format version " + std::to_string(version) + " (expected " +
-                    std::to_string(kVersion) + ")");
+                    std::to_string(kOldestVersion) + " to " + std::to_string(kVersion) + ")");
     if (fileBytes - kHeaderBytes != payloadBytes)
         return fail((fileBytes - kHeaderBytes < payloadBytes ? "truncated: " : "size mismatch: ") +
                     std::string("expected ") + std::to_string(payloadBytes) +
@@ -399,7 +440,7 @@ Result<CheckpointState> readCheckpoint(const std::string& path) {
                    hex(payloadHash) + ", computed " + hex(h));
     CheckpointState s;
     Reader r(path, payload.data(), payload.size());
-    TD_RETURN_IF_ERROR(decode(r, s));
+    TD_RETURN_IF_ERROR(decode(r, s, version));
     return s;
 }
 

@@ -2,7 +2,7 @@
 //
 // File layout (little-endian, as this machine writes it):
 //   "TDCKPT\r\n"                 8 bytes of magic
-//   u32 format version (1), u32 0
+//   u32 format version (2; version 1 files, without the loss scale, are read too), u32 0
 //   u64 payload bytes, u64 payload hash (hashBytes, engine/data/cache_file.h)
 //   u64 hash of the 32 bytes above
 //   payload: the fields of CheckpointState in declaration order (strings and arrays carry their
@@ -22,6 +22,7 @@
 #include "engine/core/tensor.h"
 #include "engine/model/layers.h"
 #include "engine/train/callbacks.h"
+#include "engine/train/update.h"
 
 namespace td {
 
@@ -69,6 +70,12 @@ struct CheckpointState {
     std::vector<Tensor> optimizerSlots;
     std::vector<CallbackState> callbacks;  // one per Callback of the run, in its order
     std::vector<CheckpointWriterState> writers;
+    // mixed_float16: the dynamic loss scale (scale, finite steps since its last change, steps
+    // skipped); none for other precisions and in files of format version 1.
+    std::optional<LossScaleState> lossScale;
+    // Of lossScale->skippedSteps, those the trainer had reported (and taken back from the
+    // optimizer's iterations) by the checkpoint; the rest are reported at the next log point.
+    int64_t lossScaleSkipsReported = 0;
 };
 
 // Serializes and writes atomically (temp file, fsync, rename, fsync of the folder); creates the

@@ -164,9 +164,9 @@ struct WorkerFault {
 
 CompileOptions compileOptions(const Project& project, bool train) {
     CompileOptions co;
-    co.compute = project.precision == PrecisionPolicy::MixedBfloat16 ? DType::BF16
+    co.compute = project.precision == PrecisionPolicy::MixedBfloat16  ? DType::BF16
                  : project.precision == PrecisionPolicy::MixedFloat16 ? DType::F16
-                                                                       : DType::F32;
+                                                                      : DType::F32;
     co.disabled.insert(project.disabledPasses.begin(), project.disabledPasses.end());
     if (!project.fusion) co.disabled.insert(fusionPassNames().begin(), fusionPassNames().end());
     co.paramShadows = train;
@@ -562,7 +562,11 @@ struct Trainer::Impl {
             if (s.project.precision == PrecisionPolicy::MixedFloat16) {
                 if (!r.lossScale.ptr) {
                     TD_ASSIGN_OR_RETURN(r.lossScale, d.allocate(sizeof(LossScaleState)));
-                    const LossScaleState initial;
+                    // A resumed run goes on with its checkpoint's scale.
+                    LossScaleState fresh;
+                    fresh.scale = static_cast<float>(s.project.lossScaleInitial);
+                    fresh.growthSteps = static_cast<int32_t>(s.project.lossScaleGrowthSteps);
+                    const LossScaleState initial = restoredLossScale.value_or(fresh);
                     TD_RETURN_IF_ERROR(
                         d.copyToDevice(r.lossScale, 0, &initial, sizeof(LossScaleState)));
                 }
@@ -943,6 +947,9 @@ struct Trainer::Impl {
     // ---- checkpoints ------------------------------------------------------------------------
 
     Status restore(const std::string& path, const CheckpointState& st);
+    // mixed_float16: the loss scale of the checkpoint a run resumes from, the start value of
+    // the replicas' loss-scale buffers.
+    std::optional<LossScaleState> restoredLossScale;
     // Everything but the writers' state, at this moment of the loop: `epoch`/`stepInEpoch` say
     // where the run continues, `seen` the samples of that epoch so far.
     Result<CheckpointState> captureState(int epoch, int64_t stepInEpoch, int64_t gstep,
@@ -1015,6 +1022,14 @@ Status Trainer::Impl::restore(const std::string& path, const CheckpointState& st
         TD_RETURN_IF_ERROR(d.synchronize());
         rp->weightsDirty = true;  // mixed precision: the shadows follow the restored weights
     }
+    restoredLossScale = st.lossScale;
+    skippedSeen = st.lossScale ? st.lossScaleSkipsReported : 0;
+    if (st.lossScale)
+        for (auto& rp : replicas)
+            if (rp->lossScale.ptr) {
+                TD_RETURN_IF_ERROR(rp->device->copyToDevice(rp->lossScale, 0, &*st.lossScale,
+                                                            sizeof(LossScaleState)));
+            }
     optimizer->setIterations(st.optimizerIterations);
     optimizer->restoreLearningRateOverride(st.learningRateOverride);
     ResumePoint rp;
@@ -1062,6 +1077,8 @@ Result<CheckpointState> Trainer::Impl::captureState(int epoch, int64_t stepInEpo
                 rp->device->copyToHost(v.data(), rp->trainAccum, 0, v.size() * sizeof(double)));
             st.accumulators.push_back(std::move(v));
         }
+    TD_ASSIGN_OR_RETURN(st.lossScale, readLossScale());
+    st.lossScaleSkipsReported = skippedSeen;
     st.optimizerIterations = optimizer->iterations();
     st.learningRateOverride = optimizer->learningRateOverride();
     for (const auto& cb : s.callbacks) st.callbacks.push_back(cb->saveState());

@@ -593,7 +593,21 @@ class TestIo : public QObject {
             << "/colour"
             << "\"blue\""
             << "unknown key 'colour' (valid keys: format, version, name, description, model, "
-               "data, training, precision, fusion, disabled_passes, strategy, initial_weights)";
+               "data, training, precision, loss_scale, fusion, disabled_passes, strategy, "
+               "initial_weights)";
+        QTest::newRow("loss scale 0") << "/loss_scale"
+                                      << "{\"initial_scale\": 0}"
+                                      << "loss_scale.initial_scale: expected a positive number, "
+                                         "got 0";
+        QTest::newRow("loss scale growth 1.5")
+            << "/loss_scale"
+            << "{\"dynamic_growth_steps\": 1.5}"
+            << "loss_scale.dynamic_growth_steps: expected a positive integer, got 1.5";
+        QTest::newRow("loss scale unknown key")
+            << "/loss_scale"
+            << "{\"growth\": 3}"
+            << "loss_scale: unknown key 'growth' (valid keys: initial_scale, "
+               "dynamic_growth_steps)";
         QTest::newRow("bad precision")
             << "/precision"
             << "\"float64\""
@@ -911,6 +925,8 @@ class TestIo : public QObject {
         p.training.logEverySteps = 3;
         p.training.evaluateTest = false;
         p.precision = PrecisionPolicy::MixedBfloat16;
+        p.lossScaleInitial = 1024;
+        p.lossScaleGrowthSteps = 50;
         p.fusion = false;
         p.strategy =
             StrategyConfig{.type = "mirrored", .devices = {"cpu:0", "cpu:1"}, .replicas = 2};
@@ -926,6 +942,7 @@ class TestIo : public QObject {
         QVERIFY2(back.ok(), back.ok() ? "" : back.error().c_str());
         QCOMPARE(q(projectDifference(p, *back)), QString());
         QCOMPARE(q(projectToJson(*back)), q(text));
+        QVERIFY(text.find("\"dynamic_growth_steps\": 50") != std::string::npos);
 
         // Other optimizers and schedules, and an idx source.
         p.training.optimizer = OptimizerConfig{.name = "rmsprop", .learningRate = 0.002};

@@ -154,6 +154,14 @@ CheckpointState sampleState() {
     s.optimizerSlots = {k, b};
     s.callbacks = {CallbackState{{1.0, 2.0}, {b}}, CallbackState{}};
     s.writers = {CheckpointWriterState{"run", std::nullopt, {"a.tdckpt", "b.tdckpt"}}};
+    LossScaleState ls;
+    ls.scale = 1024.0f;
+    ls.goodSteps = 17;
+    ls.skippedSteps = 5;
+    ls.growthSteps = 100;
+    ls.lastSkipped = 1;
+    s.lossScale = ls;
+    s.lossScaleSkipsReported = 3;
     return s;
 }
 
@@ -216,6 +224,19 @@ void TestCheckpoint::roundTrip() {
     QVERIFY(r->callbacks[0].values == s.callbacks[0].values);
     QVERIFY(sameBits(r->callbacks[0].tensors.at(0), s.callbacks[0].tensors[0]));
     QCOMPARE(r->writers.at(0).kept, s.writers[0].kept);
+    QVERIFY(r->lossScale.has_value());
+    QCOMPARE(r->lossScale->scale, 1024.0f);
+    QCOMPARE(r->lossScale->goodSteps, 17);
+    QCOMPARE(r->lossScale->skippedSteps, int64_t(5));
+    QCOMPARE(r->lossScale->growthSteps, 100);
+    QCOMPARE(r->lossScale->lastSkipped, 1);
+    QCOMPARE(r->lossScaleSkipsReported, int64_t(3));
+    // Without loss scaling: none read back.
+    CheckpointState plain = s;
+    plain.lossScale.reset();
+    QVERIFY(writeCheckpoint(path, plain).ok());
+    QVERIFY(!readCheckpoint(path)->lossScale.has_value());
+    QVERIFY(writeCheckpoint(path, s).ok());
     // Only the final file is left in the folder: no temporary.
     int files = 0;
     for (const auto& e : fs::directory_iterator(dir.filePath("sub").toStdString())) {
@@ -307,16 +328,24 @@ void TestCheckpoint::resumeEqualsUninterrupted_data() {
     QTest::addColumn<int>("stopAt");
     QTest::addColumn<bool>("viaCallback");
     QTest::addColumn<bool>("batchNorm");  // BatchNormalization: moving statistics in the state
+    QTest::addColumn<bool>("float16");    // mixed_float16: the loss scale in the state
     // 32 steps an epoch, a log point every 8: 45 is mid-epoch and between log points.
-    QTest::newRow("one_device, stop mid-epoch") << "one_device" << 45 << false << false;
-    QTest::newRow("one_device, stop at an epoch's end") << "one_device" << 64 << false << false;
+    QTest::newRow("one_device, stop mid-epoch") << "one_device" << 45 << false << false << false;
+    QTest::newRow("one_device, stop at an epoch's end")
+        << "one_device" << 64 << false << false << false;
     QTest::newRow("one_device, callback stops at an epoch's last step")
-        << "one_device" << 64 << true << false;
-    QTest::newRow("mirrored x2, stop mid-epoch") << "mirrored" << 45 << false << false;
+        << "one_device" << 64 << true << false << false;
+    QTest::newRow("mirrored x2, stop mid-epoch") << "mirrored" << 45 << false << false << false;
     QTest::newRow("one_device, BatchNormalization, stop mid-epoch")
-        << "one_device" << 45 << false << true;
+        << "one_device" << 45 << false << true << false;
     QTest::newRow("mirrored x2, BatchNormalization, stop mid-epoch")
-        << "mirrored" << 45 << false << true;
+        << "mirrored" << 45 << false << true << false;
+    // The loss scale starts at 2^24 (the first steps overflow and halve it) and doubles after
+    // every 4 finite steps, so steps are skipped all through the run, some of them between the
+    // last log point and the stop: the scale, its counters and the skips not yet reported must
+    // all resume.
+    QTest::newRow("one_device, mixed_float16, stop mid-epoch")
+        << "one_device" << 45 << false << false << true;
 }
 
 void TestCheckpoint::resumeEqualsUninterrupted() {
@@ -324,7 +353,13 @@ void TestCheckpoint::resumeEqualsUninterrupted() {
     QFETCH(int, stopAt);
     QFETCH(bool, viaCallback);
     QFETCH(bool, batchNorm);
+    QFETCH(bool, float16);
     Project p = statefulBlobs(2048, 4);
+    if (float16) {
+        p.precision = PrecisionPolicy::MixedFloat16;
+        p.lossScaleInitial = 16777216.0;
+        p.lossScaleGrowthSteps = 4;
+    }
     if (batchNorm) {
         LayerSpec bn;
         bn.type = LayerType::BatchNormalization;
@@ -410,6 +445,17 @@ void TestCheckpoint::resumeEqualsUninterrupted() {
     QVERIFY(sb->callbacks.size() == sa->callbacks.size());
     for (size_t i = 0; i < sa->callbacks.size(); ++i)
         QVERIFY(sb->callbacks[i].values == sa->callbacks[i].values);
+    QCOMPARE(sb->lossScale.has_value(), float16);
+    if (float16) {
+        QVERIFY(sa->lossScale.has_value());
+        QVERIFY2(sa->lossScale->skippedSteps >= 10,
+                 qPrintable(QString("%1 skipped steps").arg(sa->lossScale->skippedSteps)));
+        QCOMPARE(sb->lossScale->scale, sa->lossScale->scale);
+        QCOMPARE(sb->lossScale->goodSteps, sa->lossScale->goodSteps);
+        QCOMPARE(sb->lossScale->skippedSteps, sa->lossScale->skippedSteps);
+        QCOMPARE(sb->lossScale->growthSteps, 4);
+        QCOMPARE(sb->lossScaleSkipsReported, sa->lossScaleSkipsReported);
+    }
 }
 
 // The newest checkpoint damaged (a bit flip, then also a truncation of the next): refused with
