@@ -751,6 +751,37 @@ struct Trainer::Impl {
         return sums;
     }
 
+    // Each local replica's training sums of the epoch so far (a host read).
+    Result<std::vector<std::vector<double>>> localSums() {
+        std::vector<std::vector<double>> out;
+        for (auto& rp : replicas) {
+            std::vector<double> v(static_cast<size_t>(accumCount()));
+            TD_RETURN_IF_ERROR(rp->device->synchronize());
+            TD_RETURN_IF_ERROR(
+                rp->device->copyToHost(v.data(), rp->trainAccum, 0, v.size() * sizeof(double)));
+            out.push_back(std::move(v));
+        }
+        return out;
+    }
+    // With workers, before a mid-epoch checkpoint: every worker's local sums, rank-major, in
+    // gatheredSums (every worker takes part, the chief writes them). The checkpoint then holds
+    // the whole epoch's sums, and each worker of a resumed run goes on from its own.
+    std::vector<std::vector<double>> gatheredSums;
+    Status gatherSums() {
+        TD_ASSIGN_OR_RETURN(auto mine, localSums());
+        const size_t n = static_cast<size_t>(accumCount());
+        std::vector<double> flat;
+        for (const auto& v : mine) flat.insert(flat.end(), v.begin(), v.end());
+        std::vector<double> all(flat.size() * static_cast<size_t>(workerCount));
+        TD_RETURN_IF_ERROR(
+            s.workers->allGatherHost(flat.data(), static_cast<int64_t>(flat.size()), all.data()));
+        gatheredSums.clear();
+        for (size_t i = 0; i + n <= all.size(); i += n)
+            gatheredSums.emplace_back(all.begin() + static_cast<std::ptrdiff_t>(i),
+                                      all.begin() + static_cast<std::ptrdiff_t>(i + n));
+        return Status::success();
+    }
+
     Status zeroAccumulators(bool train) {
         for (auto& rp : replicas) {
             Buffer& a = train ? rp->trainAccum : rp->evalAccum;
@@ -994,17 +1025,23 @@ Status Trainer::Impl::restore(const std::string& path, const CheckpointState& st
         return err(path + ": the checkpoint is at the end of epoch " + std::to_string(st.epoch) +
                    " and the run has " + std::to_string(tc.epochs) +
                    " epochs: nothing is left to train");
-    if (s.workers && st.stepInEpoch > 0)
-        return err(path + ": the checkpoint is at step " + std::to_string(st.stepInEpoch) +
-                   " of epoch " + std::to_string(st.epoch + 1) +
-                   "; a multi-worker run resumes only from a checkpoint written at an epoch's "
-                   "end (it holds the chief's loss and metric sums alone)");
+    // Mid-epoch: the epoch's sums of every replica of every worker, rank-major; this worker
+    // goes on from its own.
+    std::vector<std::vector<double>> ownSums;
     if (st.stepInEpoch > 0) {
-        if (st.accumulators.size() != replicas.size())
+        const size_t local = replicas.size();
+        const size_t all = local * static_cast<size_t>(std::max(1, workerCount));
+        if (st.accumulators.size() != all)
             return err(path + ": the checkpoint holds the sums of " +
-                       std::to_string(st.accumulators.size()) + " replicas, this process runs " +
-                       std::to_string(replicas.size()) +
+                       std::to_string(st.accumulators.size()) + " replicas, this run has " +
+                       std::to_string(all) +
+                       (workerCount > 1 ? " (" + std::to_string(workerCount) + " workers x " +
+                                              std::to_string(local) + ")"
+                                        : std::string()) +
                        " (resume with the strategy it was trained with)");
+        const size_t first = local * static_cast<size_t>(std::max(0, workerRank));
+        ownSums.assign(st.accumulators.begin() + static_cast<std::ptrdiff_t>(first),
+                       st.accumulators.begin() + static_cast<std::ptrdiff_t>(first + local));
         for (const auto& a : st.accumulators)
             if (static_cast<int64_t>(a.size()) != accumCount())
                 return err(path + ": the checkpoint's loss and metric sums hold " +
@@ -1038,7 +1075,7 @@ Status Trainer::Impl::restore(const std::string& path, const CheckpointState& st
     rp.stepInEpoch = st.stepInEpoch;
     rp.globalStep = st.globalStep;
     rp.epochSamples = st.epochSamples;
-    rp.accumulators = st.accumulators;
+    rp.accumulators = std::move(ownSums);
     rp.lastEpochMetrics = st.lastEpochMetrics;
     rp.callbacks = st.callbacks;
     rp.writers = st.writers;
@@ -1070,13 +1107,13 @@ Result<CheckpointState> Trainer::Impl::captureState(int epoch, int64_t stepInEpo
         TD_RETURN_IF_ERROR(r0.device->copyToHost(t.raw(), r0.slots[i], 0, t.bytes()));
         st.optimizerSlots.push_back(std::move(t));
     }
-    if (stepInEpoch > 0)
-        for (auto& rp : replicas) {
-            std::vector<double> v(static_cast<size_t>(accumCount()));
-            TD_RETURN_IF_ERROR(
-                rp->device->copyToHost(v.data(), rp->trainAccum, 0, v.size() * sizeof(double)));
-            st.accumulators.push_back(std::move(v));
+    if (stepInEpoch > 0) {
+        if (s.workers) {
+            st.accumulators = gatheredSums;  // every worker's, gathered by saveDue
+        } else {
+            TD_ASSIGN_OR_RETURN(st.accumulators, localSums());
         }
+    }
     TD_ASSIGN_OR_RETURN(st.lossScale, readLossScale());
     st.lossScaleSkipsReported = skippedSeen;
     st.optimizerIterations = optimizer->iterations();
@@ -1259,15 +1296,22 @@ Result<RunFinished> Trainer::Impl::fit() {
         last = resume->lastEpochMetrics;
     }
     // Checkpoints due after a step (every N steps), at an epoch's end, or at a stop.
+    // Every worker has the same writers (the session plans them alike), so all of them find the
+    // same checkpoints due and take part in gathering the epoch's sums for a mid-epoch one.
     auto saveDue = [&](bool epochEnd, bool stopping, int ep, int64_t stepIn, int64_t seenNow,
                        const MetricMap& monitored) -> Status {
+        bool gathered = false;
         for (size_t w = 0; w < ckpt.writers.size(); ++w) {
             const CheckpointWriter& cw = ckpt.writers[w];
             const bool due = stopping   ? cw.atStop
                              : epochEnd ? cw.everySteps == 0
                                         : cw.everySteps > 0 && gstep % cw.everySteps == 0;
-            if (due)
-                TD_RETURN_IF_ERROR(saveCheckpoint(w, ep, stepIn, gstep, seenNow, last, monitored));
+            if (!due) continue;
+            if (s.workers && stepIn > 0 && !gathered) {
+                TD_RETURN_IF_ERROR(gatherSums());
+                gathered = true;
+            }
+            TD_RETURN_IF_ERROR(saveCheckpoint(w, ep, stepIn, gstep, seenNow, last, monitored));
         }
         return Status::success();
     };

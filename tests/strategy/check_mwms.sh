@@ -14,6 +14,9 @@
 #                                              a batch of global / workers; the run completes
 #   check_mwms.sh TRAINDECK SOURCE_DIR resume  worker 1 killed in epoch 2, train --resume under a
 #                                              new launch: the losses equal an uninterrupted run's
+#   check_mwms.sh TRAINDECK SOURCE_DIR resume_mid  the same from a ModelCheckpoint written every 4
+#                                              steps, in the middle of epoch 2: every worker's
+#                                              share of the epoch's sums goes on from the file
 # Exit 77 (skipped) when the build has no MPI or mpirun is missing.
 set -uo pipefail
 bin="$1"
@@ -169,6 +172,36 @@ PY
     [ "$count" = 1 ] && [ "$status" = completed ] ||
       fail "expected one completed run, found $count ($status)"
     echo "PASS: killed at step 20, resumed from step 16: 48 losses equal bit for bit"
+    ;;
+  resume_mid)
+    # A ModelCheckpoint every 4 steps; worker 1 killed after step 22, so the newest checkpoint is
+    # step 20, the 4th of epoch 2, with the epoch's loss and metric sums of both workers.
+    python3 - "$work/mw.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+p["training"]["callbacks"] = [{"class_name": "ModelCheckpoint", "config": {"save_freq": 4,
+                                                                         "keep_last": 2}}]
+json.dump(p, open(sys.argv[1], "w"))
+PY
+    OMP_NUM_THREADS=1 TRAINDECK_FAULT_WORKER="kill:1:22" timeout 120 "$launch" 2 "$bin" train \
+      "$work/mw.json" --plain --db "$work/killed.db" > "$work/killed.log" 2>&1
+    [ $? != 0 ] || { cat "$work/killed.log"; fail "the launcher exited 0 although worker 1 died"; }
+    OMP_NUM_THREADS=1 timeout 300 "$launch" 2 "$bin" train --resume 1 --plain \
+      --db "$work/killed.db" > "$work/resumed.log" 2>&1
+    rc=$?
+    cat "$work/resumed.log"
+    [ $rc = 0 ] || fail "the resumed launch exited with $rc"
+    grep -q "resuming from .*model-20.tdckpt at global step 20 (epoch 2, step 4)" \
+      "$work/resumed.log" || fail "not resumed from step 20 (epoch 2, step 4)"
+    OMP_NUM_THREADS=1 timeout 300 "$launch" 2 "$bin" train "$work/mw.json" --plain \
+      --db "$work/straight.db" > "$work/straight.log" 2>&1 || fail "the uninterrupted run failed"
+    [ "$(losses "$work/killed.db" | wc -l)" = 48 ] || fail "expected 48 logged steps"
+    [ "$(losses "$work/killed.db")" = "$(losses "$work/straight.db")" ] ||
+      fail "the resumed run's losses differ from the uninterrupted run's"
+    read -r count status message < <(run_status "$work/killed.db")
+    [ "$count" = 1 ] && [ "$status" = completed ] ||
+      fail "expected one completed run, found $count ($status)"
+    echo "PASS: killed at step 22, resumed mid-epoch from step 20: 48 losses equal bit for bit"
     ;;
   *) echo "check_mwms.sh: unknown case $what" >&2; exit 2 ;;
 esac
