@@ -324,6 +324,55 @@ std::vector<int64_t> packedInts(const std::string& bytes) {
     return out;
 }
 
+// The nodes of an ONNX GraphProto in order: op types, INT/INTS attributes by node name, and
+// whether they form a chain from "input" (every node reads what the one before wrote).
+struct OnnxNodes {
+    std::vector<std::string> ops;
+    std::map<std::string, std::map<std::string, std::vector<int64_t>>> ints;
+    std::string last = "input";  // the last node's output
+    std::string brokenAt;        // the first node that does not read its predecessor's output
+};
+OnnxNodes onnxNodes(const std::vector<Field>& graph) {
+    OnnxNodes out;
+    for (const Field& n : fields(graph, 1)) {
+        const auto node = parseMessage(n.bytes);
+        out.ops.push_back(str(node, 4));
+        bool readsPrevious = false;
+        for (const Field& in : fields(node, 1))
+            readsPrevious = readsPrevious || in.bytes == out.last;
+        if (!readsPrevious && out.brokenAt.empty()) out.brokenAt = str(node, 3);
+        out.last = str(node, 2);
+        for (const Field& a : fields(node, 5)) {
+            const auto attr = parseMessage(a.bytes);
+            std::vector<int64_t> values;
+            for (const Field& v : fields(attr, 8)) values.push_back(int64_t(v.varint));
+            for (const Field& v : fields(attr, 3)) values.push_back(int64_t(v.varint));
+            out.ints[str(node, 3)][str(attr, 1)] = values;
+        }
+    }
+    return out;
+}
+
+// The float initializers of an ONNX GraphProto by name (an empty Tensor where the raw bytes do
+// not match the dims).
+std::map<std::string, Tensor> onnxFloatInitializers(const std::vector<Field>& graph) {
+    std::map<std::string, Tensor> inits;
+    for (const Field& f : fields(graph, 5)) {
+        const auto t = parseMessage(f.bytes);
+        if (fields(t, 2).at(0).varint != 1) continue;  // float only
+        const auto dims = packedInts(fields(t, 1).at(0).bytes);
+        Tensor v(DType::F32, Shape(dims.begin(), dims.end()));
+        const std::string raw = str(t, 9);
+        if (raw.size() != v.bytes()) {
+            inits[str(t, 8)] = Tensor();
+            continue;
+        }
+        std::memcpy(v.raw(), raw.data(), raw.size());
+        inits[str(t, 8)] = v;
+    }
+    return inits;
+}
+
 // Raw deflate (no zlib header), as zip's method 8 stores it.
 std::string deflateRaw(const std::string& in) {
     z_stream zs{};
@@ -684,32 +733,13 @@ class TestExport : public QObject {
         QCOMPARE(fields(opset, 2).at(0).varint, uint64_t{17});
         QCOMPARE(str(model, 2), std::string("TrainDeck"));
         const auto graph = parseMessage(fields(model, 7).at(0).bytes);
-        std::vector<std::string> ops;
-        std::string previous = "input";
-        for (const Field& n : fields(graph, 1)) {
-            const auto node = parseMessage(n.bytes);
-            ops.push_back(str(node, 4));
-            // A chain: every node reads what the one before wrote.
-            bool readsPrevious = false;
-            for (const Field& in : fields(node, 1))
-                readsPrevious = readsPrevious || in.bytes == previous;
-            QVERIFY2(readsPrevious, str(node, 3).c_str());
-            previous = str(node, 2);
-        }
-        QCOMPARE(previous, std::string("output"));
-        QCOMPARE(ops, (std::vector<std::string>{"Gemm", "Relu", "Gemm", "Div", "Erf", "Add", "Mul",
-                                                "Mul", "Tanh", "Gemm", "Softmax", "Identity"}));
-        std::map<std::string, Tensor> inits;
-        for (const Field& f : fields(graph, 5)) {
-            const auto t = parseMessage(f.bytes);
-            if (fields(t, 2).at(0).varint != 1) continue;  // float only
-            const auto dims = packedInts(fields(t, 1).at(0).bytes);
-            Tensor v(DType::F32, Shape(dims.begin(), dims.end()));
-            const std::string raw = str(t, 9);
-            QCOMPARE(raw.size(), v.bytes());
-            std::memcpy(v.raw(), raw.data(), raw.size());
-            inits[str(t, 8)] = v;
-        }
+        const OnnxNodes nodes = onnxNodes(graph);
+        QVERIFY2(nodes.brokenAt.empty(), nodes.brokenAt.c_str());
+        QCOMPARE(nodes.last, std::string("output"));
+        QCOMPARE(nodes.ops,
+                 (std::vector<std::string>{"Gemm", "Relu", "Gemm", "Div", "Erf", "Add", "Mul",
+                                           "Mul", "Tanh", "Gemm", "Softmax", "Identity"}));
+        const std::map<std::string, Tensor> inits = onnxFloatInitializers(graph);
         for (const auto& [name, t] : w.params) QVERIFY2(sameBits(inits.at(name), t), name.c_str());
         // Input: float [batch, 12] with a symbolic batch dimension.
         const auto input = parseMessage(fields(graph, 11).at(0).bytes);
@@ -725,7 +755,7 @@ class TestExport : public QObject {
         auto shapedBytes = onnxModelBytes(randomWeights(shaped(), 8));
         TD_VERIFY_OK(shapedBytes);
         const auto g2 = parseMessage(fields(parseMessage(*shapedBytes), 7).at(0).bytes);
-        ops.clear();
+        std::vector<std::string> ops;
         std::vector<float> alphas;
         for (const Field& n : fields(g2, 1)) {
             const auto node = parseMessage(n.bytes);
@@ -756,25 +786,10 @@ class TestExport : public QObject {
         auto bytes = onnxModelBytes(w);
         TD_VERIFY_OK(bytes);
         const auto graph = parseMessage(fields(parseMessage(*bytes), 7).at(0).bytes);
-        std::vector<std::string> ops;
-        std::map<std::string, std::map<std::string, std::vector<int64_t>>> intsOf;
-        std::string previous = "input";
-        for (const Field& n : fields(graph, 1)) {
-            const auto node = parseMessage(n.bytes);
-            ops.push_back(str(node, 4));
-            bool readsPrevious = false;
-            for (const Field& in : fields(node, 1))
-                readsPrevious = readsPrevious || in.bytes == previous;
-            QVERIFY2(readsPrevious, str(node, 3).c_str());
-            previous = str(node, 2);
-            for (const Field& a : fields(node, 5)) {
-                const auto attr = parseMessage(a.bytes);
-                std::vector<int64_t> values;
-                for (const Field& v : fields(attr, 8)) values.push_back(int64_t(v.varint));
-                for (const Field& v : fields(attr, 3)) values.push_back(int64_t(v.varint));
-                intsOf[str(node, 3)][str(attr, 1)] = values;
-            }
-        }
+        const OnnxNodes nodes = onnxNodes(graph);
+        QVERIFY2(nodes.brokenAt.empty(), nodes.brokenAt.c_str());
+        const auto& ops = nodes.ops;
+        auto intsOf = nodes.ints;
         QCOMPARE(ops, (std::vector<std::string>{
                           "Mul", "Add", "Pad", "Transpose", "Conv", "Relu", "BatchNormalization",
                           "Conv", "MaxPool", "Transpose", "LayerNormalization", "Transpose",
@@ -792,15 +807,7 @@ class TestExport : public QObject {
         QCOMPARE(intsOf["average_pooling2d/avg_pool"]["count_include_pad"],
                  (std::vector<int64_t>{0}));
         // The kernel as [filters, in / groups, kh, kw]; the moving statistics as they are.
-        std::map<std::string, Tensor> inits;
-        for (const Field& f : fields(graph, 5)) {
-            const auto t = parseMessage(f.bytes);
-            if (fields(t, 2).at(0).varint != 1) continue;
-            const auto dims = packedInts(fields(t, 1).at(0).bytes);
-            Tensor v(DType::F32, Shape(dims.begin(), dims.end()));
-            std::memcpy(v.raw(), str(t, 9).data(), v.bytes());
-            inits[str(t, 8)] = v;
-        }
+        const std::map<std::string, Tensor> inits = onnxFloatInitializers(graph);
         const Tensor& k = w.params.at("conv2d_1/kernel");  // [2, 2, 2, 4]
         const Tensor& ko = inits.at("conv2d_1/kernel");
         QCOMPARE(ko.shape(), (Shape{4, 2, 2, 2}));
@@ -818,9 +825,7 @@ class TestExport : public QObject {
         auto gapBytes = onnxModelBytes(randomWeights(cnnGap(), 22));
         TD_VERIFY_OK(gapBytes);
         const auto g2 = parseMessage(fields(parseMessage(*gapBytes), 7).at(0).bytes);
-        ops.clear();
-        for (const Field& n : fields(g2, 1)) ops.push_back(str(parseMessage(n.bytes), 4));
-        QCOMPARE(ops,
+        QCOMPARE(onnxNodes(g2).ops,
                  (std::vector<std::string>{"Transpose", "Conv", "Tanh", "BatchNormalization",
                                            "Transpose", "LayerNormalization", "Transpose",
                                            "GlobalAveragePool", "Flatten", "Gemm", "Identity"}));

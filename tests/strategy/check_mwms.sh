@@ -53,6 +53,29 @@ for step, value in db.execute(
 PY
 }
 
+# kill_and_resume STEP PATTERN: worker 1 of mw.json's run is killed after global step STEP; then
+# `train --resume 1` under a new launch must log PATTERN, complete, and store every loss of an
+# uninterrupted run bit for bit.
+kill_and_resume() {
+  OMP_NUM_THREADS=1 TRAINDECK_FAULT_WORKER="kill:1:$1" timeout 120 "$launch" 2 "$bin" train \
+    "$work/mw.json" --plain --db "$work/killed.db" > "$work/killed.log" 2>&1
+  [ $? != 0 ] || { cat "$work/killed.log"; fail "the launcher exited 0 although worker 1 died"; }
+  OMP_NUM_THREADS=1 timeout 300 "$launch" 2 "$bin" train --resume 1 --plain \
+    --db "$work/killed.db" > "$work/resumed.log" 2>&1
+  local rc=$?
+  cat "$work/resumed.log"
+  [ $rc = 0 ] || fail "the resumed launch exited with $rc"
+  grep -q "$2" "$work/resumed.log" || fail "no line '$2' in the resumed run's log"
+  OMP_NUM_THREADS=1 timeout 300 "$launch" 2 "$bin" train "$work/mw.json" --plain \
+    --db "$work/straight.db" > "$work/straight.log" 2>&1 || fail "the uninterrupted run failed"
+  [ "$(losses "$work/killed.db" | wc -l)" = 48 ] || fail "expected 48 logged steps"
+  [ "$(losses "$work/killed.db")" = "$(losses "$work/straight.db")" ] ||
+    fail "the resumed run's losses differ from the uninterrupted run's"
+  read -r count status message < <(run_status "$work/killed.db")
+  [ "$count" = 1 ] && [ "$status" = completed ] ||
+    fail "expected one completed run, found $count ($status)"
+}
+
 run_status() {
   python3 - "$1" <<'PY'
 import sqlite3, sys
@@ -153,24 +176,8 @@ PY
     ;;
   resume)
     # Worker 1 killed in epoch 2 (16 steps an epoch); the chief's checkpoint at the end of epoch
-    # 1 resumes the run under a new launch: every logged loss equals an uninterrupted run's.
-    OMP_NUM_THREADS=1 TRAINDECK_FAULT_WORKER="kill:1:20" timeout 120 "$launch" 2 "$bin" train \
-      "$work/mw.json" --plain --db "$work/killed.db" > "$work/killed.log" 2>&1
-    [ $? != 0 ] || { cat "$work/killed.log"; fail "the launcher exited 0 although worker 1 died"; }
-    OMP_NUM_THREADS=1 timeout 300 "$launch" 2 "$bin" train --resume 1 --plain \
-      --db "$work/killed.db" > "$work/resumed.log" 2>&1
-    rc=$?
-    cat "$work/resumed.log"
-    [ $rc = 0 ] || fail "the resumed launch exited with $rc"
-    grep -q "resuming from .*run-16.tdckpt" "$work/resumed.log" || fail "not resumed from step 16"
-    OMP_NUM_THREADS=1 timeout 300 "$launch" 2 "$bin" train "$work/mw.json" --plain \
-      --db "$work/straight.db" > "$work/straight.log" 2>&1 || fail "the uninterrupted run failed"
-    [ "$(losses "$work/killed.db" | wc -l)" = 48 ] || fail "expected 48 logged steps"
-    [ "$(losses "$work/killed.db")" = "$(losses "$work/straight.db")" ] ||
-      fail "the resumed run's losses differ from the uninterrupted run's"
-    read -r count status message < <(run_status "$work/killed.db")
-    [ "$count" = 1 ] && [ "$status" = completed ] ||
-      fail "expected one completed run, found $count ($status)"
+    # 1 resumes the run under a new launch.
+    kill_and_resume 20 "resuming from .*run-16.tdckpt at global step 16"
     echo "PASS: killed at step 20, resumed from step 16: 48 losses equal bit for bit"
     ;;
   resume_mid)
@@ -183,24 +190,7 @@ p["training"]["callbacks"] = [{"class_name": "ModelCheckpoint", "config": {"save
                                                                          "keep_last": 2}}]
 json.dump(p, open(sys.argv[1], "w"))
 PY
-    OMP_NUM_THREADS=1 TRAINDECK_FAULT_WORKER="kill:1:22" timeout 120 "$launch" 2 "$bin" train \
-      "$work/mw.json" --plain --db "$work/killed.db" > "$work/killed.log" 2>&1
-    [ $? != 0 ] || { cat "$work/killed.log"; fail "the launcher exited 0 although worker 1 died"; }
-    OMP_NUM_THREADS=1 timeout 300 "$launch" 2 "$bin" train --resume 1 --plain \
-      --db "$work/killed.db" > "$work/resumed.log" 2>&1
-    rc=$?
-    cat "$work/resumed.log"
-    [ $rc = 0 ] || fail "the resumed launch exited with $rc"
-    grep -q "resuming from .*model-20.tdckpt at global step 20 (epoch 2, step 4)" \
-      "$work/resumed.log" || fail "not resumed from step 20 (epoch 2, step 4)"
-    OMP_NUM_THREADS=1 timeout 300 "$launch" 2 "$bin" train "$work/mw.json" --plain \
-      --db "$work/straight.db" > "$work/straight.log" 2>&1 || fail "the uninterrupted run failed"
-    [ "$(losses "$work/killed.db" | wc -l)" = 48 ] || fail "expected 48 logged steps"
-    [ "$(losses "$work/killed.db")" = "$(losses "$work/straight.db")" ] ||
-      fail "the resumed run's losses differ from the uninterrupted run's"
-    read -r count status message < <(run_status "$work/killed.db")
-    [ "$count" = 1 ] && [ "$status" = completed ] ||
-      fail "expected one completed run, found $count ($status)"
+    kill_and_resume 22 "resuming from .*model-20.tdckpt at global step 20 (epoch 2, step 4)"
     echo "PASS: killed at step 22, resumed mid-epoch from step 20: 48 losses equal bit for bit"
     ;;
   *) echo "check_mwms.sh: unknown case $what" >&2; exit 2 ;;
