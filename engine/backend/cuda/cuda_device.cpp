@@ -1,7 +1,7 @@
 // CUDA device: one stream per device, a caching allocator (no cudaMalloc in the step loop),
 // pinned host memory for staging, cuBLASLt for the matrix products and the device's own kernels
 // (cuda_kernels.h) for everything else. A program is the LoweredProgram's instruction list with
-// every pointer resolved at compile time; its first run is captured as a CUDA Graph and later
+// every pointer resolved at compile time; its second run is captured as a CUDA Graph and later
 // runs replay it, reading the per-step values (StepArgs) from a small device buffer that an
 // async copy updates before each replay. Nothing is read back during a step: the accumulators,
 // the loss-scale state and the update's skip decision stay on the device.
@@ -207,6 +207,7 @@ class CudaProgram final : public Executable {
     bool hostWork_ = false;  // an instruction calls the host: no graph capture
     // CUDA Graph of the whole step.
     bool useGraph_ = true;
+    int64_t runs_ = 0;
     cudaGraph_t graph_ = nullptr;
     cudaGraphExec_t graphExec_ = nullptr;
 };
@@ -820,10 +821,11 @@ Status CudaProgram::run(const StepArgs& args) {
                 dev + ": step values");
     TD_CUDA_TRY(cudaEventRecord(slotEvents_[slot], ctx_.stream), dev + ": step values");
 
-    if (!useGraph_) return enqueueAll();
+    // The first run goes instruction by instruction: it loads every kernel's module and lets
+    // cuBLASLt initialise outside a capture. The second is captured (and then launched): the
+    // step's kernels, products and the update as one graph, replayed from then on.
+    if (!useGraph_ || ++runs_ == 1) return enqueueAll();
     if (!graphExec_) {
-        // The first run is captured (and then launched): the step's kernels, products and the
-        // update as one graph.
         TD_CUDA_TRY(cudaStreamBeginCapture(ctx_.stream, cudaStreamCaptureModeThreadLocal),
                     dev + ": graph capture");
         const Status s = enqueueAll();
