@@ -15,6 +15,7 @@
 #include <cstring>
 #include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -285,7 +286,9 @@ struct Case {
     double tol = 1e-4;
 };
 
-ModelSpec mlp(ActivationKind hidden, double dropout, bool regularized) {
+ModelSpec mlp(ActivationKind hidden, double dropout, bool regularized,
+              ActivationKind output = ActivationKind::Softmax, int64_t outputs = 10,
+              bool hiddenBias = true) {
     ModelSpec m;
     LayerSpec flat;
     flat.type = LayerType::Flatten;
@@ -301,6 +304,7 @@ ModelSpec mlp(ActivationKind hidden, double dropout, bool regularized) {
         return d;
     };
     LayerSpec h = dense("dense", 48, hidden);
+    h.useBias = hiddenBias;
     if (regularized) h.kernelRegularizer = RegularizerSpec{0.001, 0.01};
     m.layers.push_back(h);
     if (dropout > 0) {
@@ -311,7 +315,7 @@ ModelSpec mlp(ActivationKind hidden, double dropout, bool regularized) {
         m.layers.push_back(d);
     }
     m.layers.push_back(dense("dense_1", 40, ActivationKind::Tanh));
-    m.layers.push_back(dense("dense_2", 10, ActivationKind::Softmax));
+    m.layers.push_back(dense("dense_2", outputs, output));
     return m;
 }
 
@@ -509,6 +513,50 @@ int main() {
                          false),
             noUpdate, 2e-4);
     }
+    // Every loss kernel (fused with its softmax / sigmoid and not) and every metric kernel.
+    struct LossCase {
+        const char* name;
+        const char* loss;
+        bool fromLogits;
+        ActivationKind output;
+        int64_t units;
+        std::vector<std::string> metrics;
+    };
+    const std::vector<LossCase> losses = {
+        {"categorical",
+         "categorical_crossentropy",
+         false,
+         ActivationKind::Softmax,
+         10,
+         {"accuracy", "top_k_categorical_accuracy"}},
+        {"sparse from logits",
+         "sparse_categorical_crossentropy",
+         true,
+         ActivationKind::Linear,
+         10,
+         {"accuracy", "sparse_top_k_categorical_accuracy"}},
+        {"binary", "binary_crossentropy", false, ActivationKind::Sigmoid, 3, {"accuracy"}},
+        {"binary from logits",
+         "binary_crossentropy",
+         true,
+         ActivationKind::Linear,
+         3,
+         {"accuracy"}},
+        {"mse", "mean_squared_error", false, ActivationKind::Linear, 4, {}}};
+    for (const LossCase& lc : losses)
+        for (bool fused : {true, false}) {
+            LossConfig loss;
+            loss.name = lc.loss;
+            loss.fromLogits = lc.fromLogits;
+            Setup s;
+            s.update = &specAdam;
+            std::set<std::string> off;
+            if (!fused) off = {"fuse_softmax_xent", "fusion"};
+            add(std::string("loss ") + lc.name + (fused ? " fused" : " unfused") + " f32",
+                plannedGraph(mlp(ActivationKind::Relu, 0.0, false, lc.output, lc.units, false),
+                             loss, lc.metrics, DType::F32, 12, false, true, off),
+                s, 2e-4);
+        }
     {
         Setup s;
         s.update = &specAdam;
