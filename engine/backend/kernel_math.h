@@ -51,6 +51,15 @@ TD_HOST_DEVICE inline float sigmoid(float x) {
     return 1.0f / (1.0f + expf(-x));
 }
 
+TD_HOST_DEVICE inline float elu(float x, float alpha) {
+    return x > 0.f ? x : alpha * expm1f(x);
+}
+
+// The exact (erf) form, as Keras' gelu(approximate=False).
+TD_HOST_DEVICE inline float gelu(float x) {
+    return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+}
+
 // act(x) for every elementwise kind (softmax works on rows: not here).
 TD_HOST_DEVICE inline float activate(ActKind k, float alpha, float x) {
     switch (k) {
@@ -59,9 +68,9 @@ TD_HOST_DEVICE inline float activate(ActKind k, float alpha, float x) {
         case ActKind::LeakyRelu:
             return x > 0.f ? x : alpha * x;
         case ActKind::Elu:
-            return x > 0.f ? x : alpha * expm1f(x);
+            return elu(x, alpha);
         case ActKind::Gelu:
-            return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+            return gelu(x);
         case ActKind::Sigmoid:
             return sigmoid(x);
         case ActKind::Tanh:
@@ -69,6 +78,24 @@ TD_HOST_DEVICE inline float activate(ActKind k, float alpha, float x) {
         default:  // Linear (Softmax never reaches here)
             return x;
     }
+}
+
+TD_HOST_DEVICE inline float eluGrad(float dy, float x, float alpha) {
+    return x > 0.f ? dy : dy * alpha * expf(x);
+}
+TD_HOST_DEVICE inline float eluGradFromOutput(float dy, float y, float alpha) {
+    return y > 0.f ? dy : dy * (y + alpha);
+}
+TD_HOST_DEVICE inline float geluGrad(float dy, float x) {
+    const float cdf = 0.5f * (1.0f + erff(x * 0.70710678118654752f));
+    const float pdf = 0.39894228040143268f * expf(-0.5f * x * x);
+    return dy * (cdf + x * pdf);
+}
+TD_HOST_DEVICE inline float sigmoidGrad(float dy, float y) {
+    return dy * y * (1.f - y);
+}
+TD_HOST_DEVICE inline float tanhGrad(float dy, float y) {
+    return dy * (1.f - y * y);
 }
 
 // dy * act'(.) where s is y (usesOutput) or x, for every elementwise kind.
@@ -80,21 +107,13 @@ TD_HOST_DEVICE inline float activateGrad(ActKind k, float alpha, bool usesOutput
         case ActKind::LeakyRelu:
             return s > 0.f ? dy : alpha * dy;
         case ActKind::Elu:
-            if (usesOutput) return s > 0.f ? dy : dy * (s + alpha);
-            return s > 0.f ? dy : dy * alpha * expf(s);
-        case ActKind::Gelu: {
-            const float cdf = 0.5f * (1.0f + erff(s * 0.70710678118654752f));
-            const float pdf = 0.39894228040143268f * expf(-0.5f * s * s);
-            return dy * (cdf + s * pdf);
-        }
-        case ActKind::Sigmoid: {
-            const float y = usesOutput ? s : sigmoid(s);
-            return dy * y * (1.f - y);
-        }
-        case ActKind::Tanh: {
-            const float y = usesOutput ? s : tanhf(s);
-            return dy * (1.f - y * y);
-        }
+            return usesOutput ? eluGradFromOutput(dy, s, alpha) : eluGrad(dy, s, alpha);
+        case ActKind::Gelu:
+            return geluGrad(dy, s);
+        case ActKind::Sigmoid:
+            return sigmoidGrad(dy, usesOutput ? s : sigmoid(s));
+        case ActKind::Tanh:
+            return tanhGrad(dy, usesOutput ? s : tanhf(s));
         default:
             return dy;
     }

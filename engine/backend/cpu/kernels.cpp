@@ -37,11 +37,20 @@ void activation(ActKind k, float alpha, const float* x, float* y, int64_t rows, 
             for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.f ? x[i] : alpha * x[i];
             return;
         case ActKind::Elu:
+#pragma omp parallel for if (n > kParallelMin)
+            for (int64_t i = 0; i < n; ++i) y[i] = kmath::elu(x[i], alpha);
+            return;
         case ActKind::Gelu:
+#pragma omp parallel for if (n > kParallelMin)
+            for (int64_t i = 0; i < n; ++i) y[i] = kmath::gelu(x[i]);
+            return;
         case ActKind::Sigmoid:
+#pragma omp parallel for if (n > kParallelMin)
+            for (int64_t i = 0; i < n; ++i) y[i] = sigmoid(x[i]);
+            return;
         case ActKind::Tanh:
 #pragma omp parallel for if (n > kParallelMin)
-            for (int64_t i = 0; i < n; ++i) y[i] = kmath::activate(k, alpha, x[i]);
+            for (int64_t i = 0; i < n; ++i) y[i] = std::tanh(x[i]);
             return;
         case ActKind::Softmax:
             for (int64_t r = 0; r < rows; ++r) {
@@ -86,26 +95,23 @@ void activationGrad(ActKind k, float alpha, bool usesOutput, const float* dy, co
         case ActKind::Elu:
             if (usesOutput) {
                 for (int64_t i = 0; i < n; ++i)
-                    dx[i] = kmath::activateGrad(k, alpha, true, dy[i], s[i]);
+                    dx[i] = kmath::eluGradFromOutput(dy[i], s[i], alpha);
             } else {
 #pragma omp parallel for if (n > kParallelMin)
-                for (int64_t i = 0; i < n; ++i)
-                    dx[i] = kmath::activateGrad(k, alpha, false, dy[i], s[i]);
+                for (int64_t i = 0; i < n; ++i) dx[i] = kmath::eluGrad(dy[i], s[i], alpha);
             }
             return;
         case ActKind::Gelu:
             TD_ASSERT(!usesOutput);
 #pragma omp parallel for if (n > kParallelMin)
-            for (int64_t i = 0; i < n; ++i)
-                dx[i] = kmath::activateGrad(k, alpha, false, dy[i], s[i]);
+            for (int64_t i = 0; i < n; ++i) dx[i] = kmath::geluGrad(dy[i], s[i]);
             return;
         case ActKind::Sigmoid:
             if (usesOutput) {
 #pragma omp parallel for simd if (n > kParallelMin)
                 for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * s[i] * (1.f - s[i]);
             } else {
-                for (int64_t i = 0; i < n; ++i)
-                    dx[i] = kmath::activateGrad(k, alpha, false, dy[i], s[i]);
+                for (int64_t i = 0; i < n; ++i) dx[i] = kmath::sigmoidGrad(dy[i], sigmoid(s[i]));
             }
             return;
         case ActKind::Tanh:
@@ -113,8 +119,7 @@ void activationGrad(ActKind k, float alpha, bool usesOutput, const float* dy, co
 #pragma omp parallel for simd if (n > kParallelMin)
                 for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * (1.f - s[i] * s[i]);
             } else {
-                for (int64_t i = 0; i < n; ++i)
-                    dx[i] = kmath::activateGrad(k, alpha, false, dy[i], s[i]);
+                for (int64_t i = 0; i < n; ++i) dx[i] = kmath::tanhGrad(dy[i], std::tanh(s[i]));
             }
             return;
         case ActKind::Softmax:
