@@ -5,7 +5,8 @@
 // Collectives interface. Each case is compiled for cuda:0 and cpu:0 from the same planned graph,
 // bound to the same parameters, batch and zeroed optimizer state, and run for a few steps; the
 // loss, metrics, predictions, gradients, parameters, accumulators and loss-scale state are
-// compared with a tolerance per dtype.
+// compared with a tolerance per dtype. Then whole training runs through the trainer: one_device
+// on cuda:0 (and mirrored over two GPUs where there are two) against the same on CPU replicas.
 //
 // Without a GPU (or without the CUDA backend) it prints why and exits 77, which CTest reports as
 // skipped: never a silent pass.
@@ -19,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/api/session.h"
 #include "engine/backend/backend.h"
 #include "engine/distribute/collectives.h"
 #include "engine/graph/builder.h"
@@ -432,6 +434,71 @@ UpdateSpec rmsprop() {
     return s;
 }
 
+// A whole training run through the trainer (data pipeline, staging, the eval program,
+// accumulators read at log points) of the synthetic project on the given strategy: its final
+// metrics.
+Result<MetricMap> trainSynthetic(const std::string& type, const std::vector<std::string>& devices,
+                                 int replicas) {
+    TD_ASSIGN_OR_RETURN(Project p, loadProject(std::string(TRAINDECK_SOURCE_DIR) +
+                                               "/projects/synthetic_blobs.json"));
+    p.data.source.samples = 1024;
+    p.training.epochs = 2;
+    p.strategy.type = type;
+    p.strategy.devices = devices;
+    p.strategy.replicas = replicas;
+    TD_ASSIGN_OR_RETURN(auto session, Session::create(p, {}));
+    auto q = session->events().subscribe();
+    TD_RETURN_IF_ERROR(session->fit());
+    for (const Event& e : q->drain())
+        if (const auto* f = std::get_if<RunFinished>(&e)) {
+            if (f->status != RunStatus::Completed) return err("run ended: " + f->message);
+            return f->finalMetrics;
+        }
+    return err("no RunFinished event");
+}
+
+// The trainer on the GPU strategies against the same strategies on CPU replicas.
+int trainerCases(const std::vector<DeviceDesc>& gpus) {
+    struct Run {
+        std::string name, type;
+        std::vector<std::string> devices;
+        int cpuReplicas;
+    };
+    std::vector<Run> runs = {{"trainer one_device", "one_device", {gpus[0].id}, 1}};
+    if (gpus.size() >= 2)
+        runs.push_back({"trainer mirrored x2", "mirrored", {gpus[0].id, gpus[1].id}, 2});
+    int failed = 0;
+    for (const Run& r : runs) {
+        auto got = trainSynthetic(r.type, r.devices, 0);
+        auto want = r.cpuReplicas == 1 ? trainSynthetic("one_device", {"cpu:0"}, 0)
+                                       : trainSynthetic("mirrored", {}, r.cpuReplicas);
+        if (!got.ok() || !want.ok()) {
+            std::printf("FAIL %s: cpu: %s | gpu: %s\n", r.name.c_str(),
+                        want.ok() ? "ok" : want.error().c_str(),
+                        got.ok() ? "ok" : got.error().c_str());
+            ++failed;
+            continue;
+        }
+        double worst = 0;
+        std::string worstKey;
+        for (const auto& [key, v] : *want) {
+            auto it = got->find(key);
+            const double d = it == got->end()
+                                 ? INFINITY
+                                 : std::fabs(it->second - v) / std::max(1.0, std::fabs(v));
+            if (!(d <= worst)) {
+                worst = d;
+                worstKey = key;
+            }
+        }
+        const bool ok = !want->empty() && worst <= 1e-3;
+        std::printf("%s %s: %zu final metrics, worst difference %.3g (%s)\n", ok ? "ok  " : "FAIL",
+                    r.name.c_str(), want->size(), worst, worstKey.c_str());
+        if (!ok) ++failed;
+    }
+    return failed;
+}
+
 }  // namespace
 
 int main() {
@@ -621,6 +688,7 @@ int main() {
                     ok ? "ok  " : "FAIL", c.name.c_str(), worst, worstKey.c_str(), c.tol);
         if (!ok) ++failed;
     }
+    failed += trainerCases(gpus);
     std::printf("%d of %zu cases failed\n", failed, cases.size() + buildErrors.size());
     return failed == 0 ? 0 : 1;
 }
