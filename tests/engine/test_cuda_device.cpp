@@ -66,6 +66,7 @@ struct Setup {
     bool lossScale = false;
     bool allReduce = false;
     int steps = 3;
+    bool directConv = false;  // the direct convolution kernels, not cuDNN
 };
 
 // Everything a run leaves behind, as host values keyed by name.
@@ -217,7 +218,9 @@ Outcome runOn(Device& dev, const Graph& planned, const HostData& data, const Set
         CHECK_OK(dev.copyToDevice(*ls, 0, &initial, sizeof initial), "loss scale");
         bind.lossScale = *ls;
     }
+    if (setup.directConv) setenv("TRAINDECK_CUDA_CUDNN", "0", 1);
     auto exe = compileProgram(dev, planned, bind);
+    if (setup.directConv) unsetenv("TRAINDECK_CUDA_CUDNN");
     CHECK_OK(exe, "compile");
     for (int s = 1; s <= setup.steps; ++s) {
         StepArgs args;
@@ -628,6 +631,11 @@ int main() {
         Setup s;
         s.update = &specAdam;
         add("image stack f32",
+            plannedGraph(imageStack(), sparse, {"accuracy", "sparse_top_k_categorical_accuracy"},
+                         DType::F32, 6, false, true),
+            s, 5e-4);
+        s.directConv = true;
+        add("image stack, direct convolutions f32",
             plannedGraph(imageStack(), sparse, {"accuracy", "sparse_top_k_categorical_accuracy"},
                          DType::F32, 6, false, true),
             s, 5e-4);

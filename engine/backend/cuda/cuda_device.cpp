@@ -23,6 +23,7 @@
 #include "engine/backend/backend.h"
 #include "engine/backend/cuda/cublaslt_matmul.h"
 #include "engine/backend/cuda/cuda_kernels.h"
+#include "engine/backend/cuda/cudnn_conv.h"
 #include "engine/distribute/collectives.h"
 
 namespace td {
@@ -134,6 +135,7 @@ struct DeviceContext {
     int index = 0;
     cudaStream_t stream = nullptr;
     cuda::LtContext* lt = nullptr;
+    cuda::DnnContext* dnn = nullptr;  // null: cuDNN is missing, direct convolution kernels only
     void* ltWorkspace = nullptr;
     size_t ltWorkspaceBytes = 0;
     std::shared_ptr<CachingAllocator> alloc;
@@ -188,6 +190,7 @@ class CudaProgram final : public Executable {
     size_t arenaBytes_ = 0;
     std::vector<void*> owned_;  // device memory of this program (arena, scratch, tables)
     std::vector<std::unique_ptr<cuda::LtMatmul>> matmuls_;
+    std::vector<std::unique_ptr<cuda::DnnConv>> convs_;
     // Per-step values: device copy, pinned host slots and the event that frees each slot.
     cuda::StepValues* stepDev_ = nullptr;
     cuda::StepValues* hostSteps_ = nullptr;
@@ -470,10 +473,39 @@ Status CudaProgram::addInstr(const Instr& in, size_t index, const LoweredProgram
             if (g.C % g.groups != 0 || g.F % g.groups != 0 || k[2] * g.groups != g.C || k[3] != g.F)
                 return err(what + ": kernel " + shapeToString(k) + " does not fit image " +
                            shapeToString(x) + " with " + std::to_string(g.groups) + " groups");
+            if (in.op == InstrOp::Conv2D && act == ActKind::Softmax)
+                return err(what + ": activation softmax is not a post-op");
+            // cuDNN where it can run this convolution, else the direct kernels.
+            const char* useDnn = std::getenv("TRAINDECK_CUDA_CUDNN");
+            if (ctx_.dnn && !(useDnn && std::string(useDnn) == "0")) {
+                const cuda::ConvPass pass = gradInput    ? cuda::ConvPass::GradInput
+                                            : gradFilter ? cuda::ConvPass::GradFilter
+                                                         : cuda::ConvPass::Forward;
+                std::string whyNot;
+                auto planned = cuda::DnnConv::plan(*ctx_.dnn, pass, g, w.padBottom, w.padRight,
+                                                   ctx_.ltWorkspaceBytes, &whyNot);
+                if (!planned.ok()) return err(what + ": " + planned.error());
+                if (*planned) {
+                    const cuda::DnnConv* dc = planned->get();
+                    TD_ASSIGN_OR_RETURN(void* filter,
+                                        deviceAlloc(static_cast<size_t>(dc->filterFloats()) * 4));
+                    convs_.push_back(std::move(planned).value());
+                    float* fs = static_cast<float*>(filter);
+                    void* ws = ctx_.ltWorkspace;
+                    push([=]() -> Status { return dc->run(st, af, bf, outF, fs, ws); });
+                    if (in.op == InstrOp::Conv2D) {
+                        const Ten bias = in.hasBias && in.in.size() == 3 ? ten(in.in[2]) : Ten{};
+                        if (bias.p || act != ActKind::Linear) {
+                            const int64_t rowsOut = g.B * g.OH * g.OW, F = g.F;
+                            push(TD_KERNEL(cuda::biasAct(st, out, bias, out, rowsOut, F, act, alpha,
+                                                         cuda::DropMask{}, sv)));
+                        }
+                    }
+                    break;
+                }
+            }
             if (in.op == InstrOp::Conv2D) {
                 const float* bias = in.hasBias && in.in.size() == 3 ? at(2) : nullptr;
-                if (act == ActKind::Softmax)
-                    return err(what + ": activation softmax is not a post-op");
                 const float* wk = at(1);
                 push(TD_KERNEL(cuda::conv2d(st, g, af, wk, bias, outF, act, alpha)));
             } else if (gradInput) {
@@ -861,6 +893,7 @@ class CudaDevice final : public Device {
         for (auto& [n, e] : events_) cudaEventDestroy(e);
         for (cudaEvent_t e : freeEvents_) cudaEventDestroy(e);
         if (ctx_.ltWorkspace) ctx_.alloc->release(ctx_.ltWorkspace);
+        dnn_.reset();
         lt_.reset();
         ctx_.alloc.reset();
         if (ctx_.stream) cudaStreamDestroy(ctx_.stream);
@@ -875,6 +908,14 @@ class CudaDevice final : public Device {
         ctx_.alloc = std::make_shared<CachingAllocator>(desc_.index);
         ctx_.ltWorkspaceBytes = size_t{32} << 20;
         TD_ASSIGN_OR_RETURN(ctx_.ltWorkspace, ctx_.alloc->allocate(ctx_.ltWorkspaceBytes));
+        auto dnn = cuda::DnnContext::create(ctx_.stream);
+        if (dnn.ok()) {
+            dnn_ = std::move(dnn).value();
+            ctx_.dnn = dnn_.get();
+        } else {
+            // Not fatal: the direct kernels run every convolution (dnnError_ says why).
+            dnnError_ = dnn.error();
+        }
         return Status::success();
     }
 
@@ -1033,6 +1074,8 @@ class CudaDevice final : public Device {
   private:
     DeviceDesc desc_;
     std::unique_ptr<cuda::LtContext> lt_;
+    std::unique_ptr<cuda::DnnContext> dnn_;
+    std::string dnnError_;  // why cuDNN is not used (empty: it is)
     DeviceContext ctx_;
     std::map<int64_t, cudaEvent_t> events_;  // recorded, not yet waited for
     std::vector<cudaEvent_t> freeEvents_;

@@ -340,7 +340,36 @@ __global__ void conv2dGradFilterKernel(ConvGeom g, const float* x, const float* 
     }
 }
 
+// dst[f, ky, kx, ci] = src[ky, kx, ci, f] (toKrsc), or back.
+__global__ void filterTransposeKernel(const float* src, float* dst, int64_t kh, int64_t kw,
+                                      int64_t cg, int64_t f, bool toKrsc) {
+    TD_GRID_STRIDE(i, kh * kw * cg * f) {
+        // i indexes the Keras layout: ((ky * kw + kx) * cg + ci) * f + o.
+        const int64_t o = i % f;
+        const int64_t spatialCi = i / f;  // (ky * kw + kx) * cg + ci
+        const int64_t j = o * kh * kw * cg + spatialCi;
+        if (toKrsc)
+            dst[j] = src[i];
+        else
+            dst[i] = src[j];
+    }
+}
+
 }  // namespace
+
+cudaError_t kerasToKrsc(cudaStream_t s, const float* src, float* dst, int64_t kh, int64_t kw,
+                        int64_t cg, int64_t f) {
+    filterTransposeKernel<<<blocksFor(kh * kw * cg * f), kThreads, 0, s>>>(src, dst, kh, kw, cg, f,
+                                                                           true);
+    return cudaGetLastError();
+}
+
+cudaError_t krscToKeras(cudaStream_t s, const float* src, float* dst, int64_t kh, int64_t kw,
+                        int64_t cg, int64_t f) {
+    filterTransposeKernel<<<blocksFor(kh * kw * cg * f), kThreads, 0, s>>>(src, dst, kh, kw, cg, f,
+                                                                           false);
+    return cudaGetLastError();
+}
 
 cudaError_t maxPool(cudaStream_t s, const PoolGeom& p, const float* x, float* y) {
     maxPoolKernel<<<blocksFor(p.B * p.OH * p.OW * p.C), kThreads, 0, s>>>(p, x, y);

@@ -119,8 +119,9 @@ cudaError_t layerNormGrad(cudaStream_t s, const float* dy, const float* x, const
 cudaError_t layerNormGammaGrad(cudaStream_t s, const float* dy, const float* x, float* dgamma,
                                int64_t rows, int64_t C, float eps, float* scratch);
 
-// Direct convolutions over channels-last images (one thread per output value; the filter
-// gradient one block per kernel value). x [B,H,W,C], w [KH,KW,C/groups,F], y [B,OH,OW,F].
+// Direct convolutions over channels-last images, where cuDNN cannot run one (cudnn_conv.h): one
+// thread per output value, the filter gradient one block per kernel value.
+// x [B,H,W,C], w [KH,KW,C/groups,F], y [B,OH,OW,F].
 struct ConvGeom {
     int64_t B = 0, H = 0, W = 0, C = 0, OH = 0, OW = 0, F = 0;
     int64_t kh = 1, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1, padTop = 0, padLeft = 0;
@@ -133,6 +134,11 @@ cudaError_t conv2dGradInput(cudaStream_t s, const ConvGeom& g, const float* dy, 
                             float* dx);
 cudaError_t conv2dGradFilter(cudaStream_t s, const ConvGeom& g, const float* x, const float* dy,
                              float* dw);
+// A kernel between Keras' layout [KH,KW,Cg,F] and cuDNN's channels-last filters [F,KH,KW,Cg].
+cudaError_t kerasToKrsc(cudaStream_t s, const float* src, float* dst, int64_t kh, int64_t kw,
+                        int64_t cg, int64_t f);
+cudaError_t krscToKeras(cudaStream_t s, const float* src, float* dst, int64_t kh, int64_t kw,
+                        int64_t cg, int64_t f);
 
 // The optimizer update (train/update.h) over tensors [first, first + count) of `tensors`, with
 // the clipping norms computed on the device, the per-step scalars read from `sv`, and dynamic
