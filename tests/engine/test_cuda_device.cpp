@@ -66,7 +66,8 @@ struct Setup {
     bool lossScale = false;
     bool allReduce = false;
     int steps = 3;
-    bool directConv = false;  // the direct convolution kernels, not cuDNN
+    bool directConv = false;    // the direct convolution kernels, not cuDNN
+    bool deviceReduce = false;  // allReduce on a GPU: NCCL (deviceCollectives), not host memory
 };
 
 // Everything a run leaves behind, as host values keyed by name.
@@ -206,9 +207,16 @@ Outcome runOn(Device& dev, const Graph& planned, const HostData& data, const Set
     bind.update = setup.update;
     bind.fuseUpdate = setup.fuseUpdate;
     SoloCollectives solo;
+    std::unique_ptr<Collectives> nccl;
     if (setup.allReduce) {
         bind.collectives = &solo;
         bind.buckets = plan.buckets;
+        if (setup.deviceReduce && dev.desc().kind == DeviceKind::Cuda) {
+            auto dc = deviceCollectives({&dev}, {&solo});
+            CHECK_OK(dc, "NCCL collectives");
+            nccl = std::move((*dc)[0]);
+            bind.collectives = nccl.get();
+        }
     }
     if (setup.lossScale) {
         auto ls = alloc(sizeof(LossScaleState));
@@ -268,7 +276,7 @@ Outcome runOn(Device& dev, const Graph& planned, const HostData& data, const Set
         out.values["loss scale"] = {ls.scale, static_cast<double>(ls.goodSteps),
                                     static_cast<double>(ls.skippedSteps)};
     }
-    if (setup.allReduce && (solo.started == 0 || solo.started != solo.waited))
+    if (setup.allReduce && !nccl && (solo.started == 0 || solo.started != solo.waited))
         out.error = "all-reduce: " + std::to_string(solo.started) + " buckets started, " +
                     std::to_string(solo.waited) + " waited";
     return out;
@@ -574,6 +582,11 @@ int main() {
         s.update = &specAms;
         s.allReduce = true;
         add("mlp all-reduce buckets f32",
+            plannedGraph(mlp(ActivationKind::Relu, 0.25, false), sparse, acc, DType::F32, 8, false,
+                         true),
+            s, 2e-4);
+        s.deviceReduce = true;
+        add("mlp all-reduce buckets NCCL f32",
             plannedGraph(mlp(ActivationKind::Relu, 0.25, false), sparse, acc, DType::F32, 8, false,
                          true),
             s, 2e-4);

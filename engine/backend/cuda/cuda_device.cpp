@@ -6,10 +6,11 @@
 // async copy updates before each replay. Nothing is read back during a step: the accumulators,
 // the loss-scale state and the update's skip decision stay on the device.
 //
-// Gradient all-reduce: the Collectives interface sums host memory here (the in-process replica
-// group, MPI), so a bucket goes to pinned host memory, is summed there and comes back; a program
-// with buckets runs its instructions one by one (the host calls cannot be captured). NCCL
-// between GPUs is the next step (docs/ARCHITECTURE.md).
+// Gradient all-reduce: collectives that sum device memory (NCCL between the GPUs of a process,
+// nccl_collectives.cpp) are called with the bucket in place and enqueue the sum on the stream,
+// inside the captured graph. Those that sum host memory (the replica group, MPI between
+// processes) get the bucket in pinned host memory, and it comes back after the wait; such a
+// program runs its instructions one by one (host calls cannot be captured).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -22,6 +23,7 @@
 
 #include "engine/backend/backend.h"
 #include "engine/backend/cuda/cublaslt_matmul.h"
+#include "engine/backend/cuda/cuda_device.h"
 #include "engine/backend/cuda/cuda_kernels.h"
 #include "engine/backend/cuda/cudnn_conv.h"
 #include "engine/distribute/collectives.h"
@@ -642,12 +644,17 @@ Status CudaProgram::addInstr(const Instr& in, size_t index, const LoweredProgram
         }
         case InstrOp::AllReduceStart: {
             if (!collectives_) return err(what + ": gradient buckets without collectives");
-            hostWork_ = true;
             const int bucket = in.bucket;
             float* data = static_cast<float*>(resolve(in.out));
             const int64_t count = in.out.elements();
-            float* host = hostGrads_ + in.out.offset / static_cast<int64_t>(sizeof(float));
             Collectives* coll = collectives_;
+            if (coll->reducesDeviceMemory()) {
+                // NCCL: the sum is enqueued on this stream (and captured with the step).
+                push([=]() -> Status { return coll->allReduceStart(bucket, data, count); });
+                break;
+            }
+            hostWork_ = true;
+            float* host = hostGrads_ + in.out.offset / static_cast<int64_t>(sizeof(float));
             push([=]() -> Status {
                 // The bucket to pinned host memory, summed there by the collectives.
                 TD_CUDA_TRY(cudaMemcpyAsync(host, data, static_cast<size_t>(count) * sizeof(float),
@@ -656,20 +663,24 @@ Status CudaProgram::addInstr(const Instr& in, size_t index, const LoweredProgram
                 TD_CUDA_TRY(cudaStreamSynchronize(st), "all-reduce staging");
                 return coll->allReduceStart(bucket, host, count);
             });
-            // The wait copies the sum back; it needs the bucket's range.
             break;
         }
         case InstrOp::AllReduceWait: {
             if (!collectives_) return err(what + ": gradient buckets without collectives");
-            hostWork_ = true;
             const int bucket = in.bucket;
+            Collectives* coll = collectives_;
+            if (coll->reducesDeviceMemory()) {
+                push([=]() -> Status { return coll->allReduceWait(bucket); });
+                break;
+            }
+            hostWork_ = true;
             if (bucket < 0 || static_cast<size_t>(bucket) >= lp.buckets.size())
                 return err(what + ": no bucket " + std::to_string(bucket));
             const GradBucket gb = lp.buckets[static_cast<size_t>(bucket)];
             float* data = static_cast<float*>(bind_->flatGrads.ptr) + gb.offset;
             float* host = hostGrads_ + gb.offset;
-            Collectives* coll = collectives_;
             push([=]() -> Status {
+                // The sum back to the device, before what reads it on the stream.
                 TD_RETURN_IF_ERROR(coll->allReduceWait(bucket));
                 TD_CUDA_TRY(
                     cudaMemcpyAsync(data, host, static_cast<size_t>(gb.count) * sizeof(float),
@@ -801,7 +812,7 @@ Status CudaProgram::build(const LoweredProgram& lp, const ProgramBindings& bind)
     ptrs_.assign(lp.values.size(), nullptr);
     for (size_t i = 0; i < lp.values.size(); ++i) ptrs_[i] = resolve(lp.values[i]);
     collectives_ = bind.collectives;
-    if (!lp.buckets.empty() && collectives_) {
+    if (!lp.buckets.empty() && collectives_ && !collectives_->reducesDeviceMemory()) {
         TD_CUDA_TRY(cudaHostAlloc(reinterpret_cast<void**>(&hostGrads_),
                                   std::max<size_t>(bind.flatGrads.bytes, 64), cudaHostAllocDefault),
                     "all-reduce staging buffer");
@@ -1070,6 +1081,7 @@ class CudaDevice final : public Device {
         cudaSetDevice(desc_.index);
     }
     bool hostAddressable() const override { return false; }
+    cudaStream_t stream() const { return ctx_.stream; }
 
   private:
     DeviceDesc desc_;
@@ -1083,6 +1095,11 @@ class CudaDevice final : public Device {
 };
 
 }  // namespace
+
+cudaStream_t cuda::streamOf(Device& device) {
+    auto* d = dynamic_cast<CudaDevice*>(&device);
+    return d ? d->stream() : nullptr;
+}
 
 Result<std::unique_ptr<Device>> makeCudaDevice(int index) {
     const auto devs = cudaDevices();
