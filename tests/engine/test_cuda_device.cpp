@@ -388,7 +388,8 @@ ModelSpec imageStack() {
 
 Result<Graph> plannedGraph(ModelSpec m, const LossConfig& loss,
                            const std::vector<std::string>& metrics, DType compute, int64_t batch,
-                           bool lossScale, bool withUpdate, const std::set<std::string>& off = {}) {
+                           bool lossScale, bool withUpdate, const std::set<std::string>& off = {},
+                           GraphMode mode = GraphMode::Train) {
     TD_ASSIGN_OR_RETURN(ModelInfo info, inferShapes(m));
     BuildOptions bo;
     bo.batch = batch;
@@ -397,8 +398,9 @@ Result<Graph> plannedGraph(ModelSpec m, const LossConfig& loss,
     bo.metrics = metrics;
     bo.compute = compute;
     bo.fuseSoftmaxXent = off.count("fuse_softmax_xent") == 0;
+    bo.mode = mode;
     TD_ASSIGN_OR_RETURN(Graph g, buildGraph(m, info, bo));
-    TD_RETURN_IF_ERROR(autodiff(g, lossScale));
+    if (mode == GraphMode::Train) TD_RETURN_IF_ERROR(autodiff(g, lossScale));
     CompileOptions co;
     co.compute = compute;
     co.disabled = off;
@@ -647,6 +649,15 @@ int main() {
             plannedGraph(imageStack(), sparse, {"accuracy", "sparse_top_k_categorical_accuracy"},
                          DType::F32, 6, false, true),
             s, 5e-4);
+        Setup eval;  // batch normalization with the moving statistics, no gradients
+        add("image stack eval f32",
+            plannedGraph(imageStack(), sparse, {"accuracy"}, DType::F32, 6, false, false, {},
+                         GraphMode::Eval),
+            eval, 5e-4);
+        add("mlp predict bf16",
+            plannedGraph(mlp(ActivationKind::Gelu, 0.25, false), sparse, {}, DType::BF16, 5, false,
+                         false, {}, GraphMode::Predict),
+            eval, tolFor(DType::BF16));
         s.directConv = true;
         add("image stack, direct convolutions f32",
             plannedGraph(imageStack(), sparse, {"accuracy", "sparse_top_k_categorical_accuracy"},
