@@ -178,5 +178,11 @@ std::unique_ptr<Device> makeCpuDevice(int threads);
 DeviceDesc cpuDeviceDesc();
 std::vector<DeviceDesc> cudaDevices();  // empty without the CUDA backend or GPUs
 Result<std::unique_ptr<Device>> makeCudaDevice(int index);
+// Collectives that sum gradient buckets in the devices' own memory on their streams (NCCL
+// between the CUDA devices of this process), one per device in order, passing host reductions,
+// barriers and aborts on to host[i] (one group, same order). An error says why not (CPU
+// devices, no NCCL): the caller keeps `host`.
+Result<std::vector<std::unique_ptr<Collectives>>> deviceCollectives(
+    const std::vector<Device*>& devices, const std::vector<Collectives*>& host);
 
 }  // namespace td

@@ -1,4 +1,5 @@
 #include "engine/backend/backend.h"
+#include "engine/distribute/collectives.h"
 
 namespace td {
 
@@ -26,6 +27,10 @@ std::vector<DeviceDesc> cudaDevices() {
 Result<std::unique_ptr<Device>> makeCudaDevice(int index) {
     return err("cuda:" + std::to_string(index) +
                ": this build has no CUDA backend (configure with the CUDA toolkit installed)");
+}
+Result<std::vector<std::unique_ptr<Collectives>>> deviceCollectives(
+    const std::vector<Device*>&, const std::vector<Collectives*>&) {
+    return err("this build has no CUDA backend: collectives sum host memory");
 }
 #endif
 

@@ -2,27 +2,29 @@
 // IEEE binary16. Conversions round to nearest even and keep NaN a (quiet) NaN; float16 overflows
 // to infinity above 65504 and keeps its subnormals. The loops are written so compilers vectorise
 // them, and give the same bits on every instruction-set level (no hardware conversion whose
-// denormal handling depends on MXCSR).
+// denormal handling depends on MXCSR). The scalar conversions are TD_HOST_DEVICE: the CUDA
+// kernels round exactly as the CPU does.
 #pragma once
 
-#include <bit>
 #include <cstdint>
+
+#include "engine/core/host_device.h"
 
 namespace td {
 
-inline uint16_t floatToBf16(float f) {
-    uint32_t x = std::bit_cast<uint32_t>(f);
+TD_HOST_DEVICE inline uint16_t floatToBf16(float f) {
+    uint32_t x = floatBits(f);
     if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);
     x += 0x7fffu + ((x >> 16) & 1u);
     return static_cast<uint16_t>(x >> 16);
 }
 
-inline float bf16ToFloat(uint16_t h) {
-    return std::bit_cast<float>(static_cast<uint32_t>(h) << 16);
+TD_HOST_DEVICE inline float bf16ToFloat(uint16_t h) {
+    return bitsFloat(static_cast<uint32_t>(h) << 16);
 }
 
-inline uint16_t floatToF16(float f) {
-    uint32_t x = std::bit_cast<uint32_t>(f);
+TD_HOST_DEVICE inline uint16_t floatToF16(float f) {
+    uint32_t x = floatBits(f);
     const uint32_t sign = (x >> 16) & 0x8000u;
     x &= 0x7fffffffu;
     uint32_t h;
@@ -31,8 +33,8 @@ inline uint16_t floatToF16(float f) {
     } else if (x < 0x38800000u) {  // below the smallest normal half (2^-14): subnormal or zero
         // Adding 0.5 puts the half's subnormal bits at the bottom of the mantissa, rounded to
         // nearest even by the addition itself (the sum is a normal float).
-        const float t = std::bit_cast<float>(x) + 0.5f;
-        h = std::bit_cast<uint32_t>(t) - 0x3f000000u;
+        const float t = bitsFloat(x) + 0.5f;
+        h = floatBits(t) - 0x3f000000u;
     } else {
         const uint32_t odd = (x >> 13) & 1u;
         x += 0xc8000000u + 0xfffu + odd;  // rebias the exponent (127 -> 15) and round
@@ -41,7 +43,7 @@ inline uint16_t floatToF16(float f) {
     return static_cast<uint16_t>(h | sign);
 }
 
-inline float f16ToFloat(uint16_t h) {
+TD_HOST_DEVICE inline float f16ToFloat(uint16_t h) {
     const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
     const uint32_t em = h & 0x7fffu;
     uint32_t x;
@@ -52,8 +54,8 @@ inline float f16ToFloat(uint16_t h) {
     else if (em >= 0x0400u)
         x = (em << 13) + 0x38000000u;
     else  // subnormal: em * 2^-24, exact in float
-        x = std::bit_cast<uint32_t>(static_cast<float>(em) * 5.9604644775390625e-8f);
-    return std::bit_cast<float>(x | sign);
+        x = floatBits(static_cast<float>(em) * 5.9604644775390625e-8f);
+    return bitsFloat(x | sign);
 }
 
 // Whole arrays (n elements). The f16 ones use F16C where the CPU has it (same bits).

@@ -112,21 +112,6 @@ float halfToFloat(uint16_t h) {
     return f;
 }
 
-uint16_t floatToBf16(float f) {
-    uint32_t x;
-    std::memcpy(&x, &f, 4);
-    if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);
-    uint32_t rounding = 0x7fffu + ((x >> 16) & 1u);
-    return static_cast<uint16_t>((x + rounding) >> 16);
-}
-
-float bf16ToFloat(uint16_t h) {
-    uint32_t x = static_cast<uint32_t>(h) << 16;
-    float f;
-    std::memcpy(&f, &x, 4);
-    return f;
-}
-
 Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
     size_t n = bytes();
     size_t alloc = ((n + 63) / 64) * 64;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/core/half.h"
 #include "engine/core/result.h"
 
 namespace td {
@@ -26,8 +27,7 @@ std::string shapeToString(const Shape& s);  // "[32,784]"
 // 16-bit float conversions (round to nearest even).
 uint16_t floatToHalf(float f);
 float halfToFloat(uint16_t h);
-uint16_t floatToBf16(float f);
-float bf16ToFloat(uint16_t h);
+// floatToBf16 / bf16ToFloat: engine/core/half.h (included above).
 
 class Tensor {
   public:

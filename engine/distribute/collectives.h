@@ -31,6 +31,11 @@ class Collectives {
     virtual Status allReduceStart(int bucket, float* data, int64_t count) = 0;
     // Waits for the sum of a started bucket.
     virtual Status allReduceWait(int bucket) = 0;
+    // (optional) Where allReduceStart's `data` lives: false (the default) host memory, which a
+    // GPU device stages its buckets through; true the device memory of this replica's GPU, the
+    // sum enqueued on that device's stream (NCCL: allReduceStart returns once enqueued, and
+    // allReduceWait has nothing to wait for, the stream orders what reads the sum).
+    virtual bool reducesDeviceMemory() const { return false; }
 
     // Blocking sum of host values across the group (metric sums at log points, per-replica
     // figures). Same order guarantee.

@@ -96,6 +96,7 @@ class TimedCollectives final : public Collectives {
         seconds += secondsSince(t0);
         return s;
     }
+    bool reducesDeviceMemory() const override { return inner_.reducesDeviceMemory(); }
     Status allReduceHost(double* v, int64_t n) override { return inner_.allReduceHost(v, n); }
     Status allGatherHost(const double* v, int64_t n, double* out) override {
         return inner_.allGatherHost(v, n, out);
@@ -200,6 +201,9 @@ struct Trainer::Impl {
         int64_t stagingEvent[2] = {0, 0};
         int stagingNext = 0;
         std::map<std::pair<int, int64_t>, std::unique_ptr<Program>> programs;
+        // GPU replicas of one process: NCCL for the gradient buckets (deviceCollectives in
+        // backend.h), host reductions through the replica group; null: the group alone.
+        std::unique_ptr<Collectives> deviceCollectives;
         std::unique_ptr<TimedCollectives> timed;
         ReplicaTiming timing;
         // The replica's thread (local > 0) and its work: the engine thread sets `job`, then bumps
@@ -281,6 +285,14 @@ struct Trainer::Impl {
         }
     }
 
+    // Breaks the replica group (and the GPUs' NCCL communicators, which would otherwise keep a
+    // stream waiting for a peer that never joins): every replica's collectives fail from now.
+    void abortGroup(const std::string& why) {
+        if (group) group->abort(why);
+        for (auto& r : replicas)
+            if (r->deviceCollectives) r->deviceCollectives->abort(why);
+    }
+
     int64_t globalBatch() const { return s.project.training.batchSize; }
     int64_t accumCount() const { return 1 + static_cast<int64_t>(s.metrics.size()); }
 
@@ -316,7 +328,7 @@ struct Trainer::Impl {
             ++done;
             Status st = r->job(r->jobFn, *r);
             // A replica that fails breaks the group so that no other waits for it.
-            if (!st.ok() && group) group->abort(st.error());
+            if (!st.ok()) abortGroup(st.error());
             r->jobResult = std::move(st);
             r->finished.store(done, std::memory_order_release);
             wake(*r);
@@ -338,7 +350,7 @@ struct Trainer::Impl {
             wake(r);
         }
         Status first = fn(*replicas[0]);
-        if (!first.ok() && group) group->abort(first.error());
+        if (!first.ok()) abortGroup(first.error());
         for (size_t i = 1; i < replicas.size(); ++i) {
             Replica& r = *replicas[i];
             const uint64_t want = r.posted.load(std::memory_order_relaxed);
@@ -414,6 +426,23 @@ struct Trainer::Impl {
             r->workerThreads = chooseWorkerThreads(s.info, perReplica, r->device->desc().threads);
             if (group) r->timed = std::make_unique<TimedCollectives>(group->replica(i));
             replicas.push_back(std::move(r));
+        }
+        if (group && workerCount == 1 && local > 1) {
+            // Replicas on GPUs of this process sum their gradient buckets on the GPUs (NCCL);
+            // anything else (CPU replicas, no NCCL) keeps the replica group for them.
+            std::vector<Device*> devices;
+            std::vector<Collectives*> host;
+            for (int i = 0; i < local; ++i) {
+                devices.push_back(replicas[static_cast<size_t>(i)]->device.get());
+                host.push_back(&group->replica(i));
+            }
+            auto dc = deviceCollectives(devices, host);
+            if (dc.ok())
+                for (int i = 0; i < local; ++i) {
+                    Replica& r = *replicas[static_cast<size_t>(i)];
+                    r.deviceCollectives = std::move((*dc)[static_cast<size_t>(i)]);
+                    r.timed = std::make_unique<TimedCollectives>(*r.deviceCollectives);
+                }
         }
         for (size_t i = 1; i < replicas.size(); ++i)
             replicas[i]->thread = std::thread([this, r = replicas[i].get()] { replicaLoop(r); });
@@ -1373,7 +1402,7 @@ Result<RunFinished> Trainer::Impl::fit() {
             if (control->aborted) return err(control->abortMessage());
             if (s.interrupted) {
                 if (std::string why = s.interrupted(); !why.empty()) {
-                    if (group) group->abort(why);
+                    abortGroup(why);
                     if (s.workers) s.workers->abort(why);
                     return err("worker rank " + std::to_string(workerRank) + ": " + why);
                 }

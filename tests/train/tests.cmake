@@ -3,3 +3,6 @@ td_add_test(test_optim SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_optim.cpp LABELS u
             LIBS traindeck_train traindeck_compiler)
 td_add_test(test_checkpoint SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_checkpoint.cpp
             LABELS integration train)
+# The TD_HOST_DEVICE math the CUDA kernels run, checked against the CPU kernels.
+td_add_test(test_shared_math SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_shared_math.cpp
+            LABELS unit train LIBS traindeck_train traindeck_compiler)

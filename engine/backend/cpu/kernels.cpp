@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "engine/backend/cpu/simd_kernels.h"
+#include "engine/backend/kernel_math.h"
 #include "engine/core/result.h"
 
 namespace td::cpu {
@@ -18,22 +19,7 @@ constexpr float kEps = 1e-7f;  // Keras backend epsilon
 // costs more than the work.
 constexpr int64_t kParallelMin = 1 << 16;
 
-inline uint64_t mix64(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-inline uint32_t mix32(uint32_t h) {
-    h ^= h >> 16;
-    h *= 0x7feb352du;
-    h ^= h >> 15;
-    h *= 0x846ca68bu;
-    h ^= h >> 16;
-    return h;
-}
-inline float sigmoidf(float x) {
-    return 1.0f / (1.0f + std::exp(-x));
-}
+using kmath::sigmoid;
 }  // namespace
 
 void activation(ActKind k, float alpha, const float* x, float* y, int64_t rows, int64_t cols) {
@@ -52,16 +38,15 @@ void activation(ActKind k, float alpha, const float* x, float* y, int64_t rows, 
             return;
         case ActKind::Elu:
 #pragma omp parallel for if (n > kParallelMin)
-            for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.f ? x[i] : alpha * std::expm1(x[i]);
+            for (int64_t i = 0; i < n; ++i) y[i] = kmath::elu(x[i], alpha);
             return;
         case ActKind::Gelu:
 #pragma omp parallel for if (n > kParallelMin)
-            for (int64_t i = 0; i < n; ++i)
-                y[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * 0.70710678118654752f));
+            for (int64_t i = 0; i < n; ++i) y[i] = kmath::gelu(x[i]);
             return;
         case ActKind::Sigmoid:
 #pragma omp parallel for if (n > kParallelMin)
-            for (int64_t i = 0; i < n; ++i) y[i] = sigmoidf(x[i]);
+            for (int64_t i = 0; i < n; ++i) y[i] = sigmoid(x[i]);
             return;
         case ActKind::Tanh:
 #pragma omp parallel for if (n > kParallelMin)
@@ -109,32 +94,24 @@ void activationGrad(ActKind k, float alpha, bool usesOutput, const float* dy, co
             return;
         case ActKind::Elu:
             if (usesOutput) {
-                for (int64_t i = 0; i < n; ++i) dx[i] = s[i] > 0.f ? dy[i] : dy[i] * (s[i] + alpha);
+                for (int64_t i = 0; i < n; ++i)
+                    dx[i] = kmath::eluGradFromOutput(dy[i], s[i], alpha);
             } else {
 #pragma omp parallel for if (n > kParallelMin)
-                for (int64_t i = 0; i < n; ++i)
-                    dx[i] = s[i] > 0.f ? dy[i] : dy[i] * alpha * std::exp(s[i]);
+                for (int64_t i = 0; i < n; ++i) dx[i] = kmath::eluGrad(dy[i], s[i], alpha);
             }
             return;
         case ActKind::Gelu:
             TD_ASSERT(!usesOutput);
 #pragma omp parallel for if (n > kParallelMin)
-            for (int64_t i = 0; i < n; ++i) {
-                const float x = s[i];
-                const float cdf = 0.5f * (1.0f + std::erf(x * 0.70710678118654752f));
-                const float pdf = 0.39894228040143268f * std::exp(-0.5f * x * x);
-                dx[i] = dy[i] * (cdf + x * pdf);
-            }
+            for (int64_t i = 0; i < n; ++i) dx[i] = kmath::geluGrad(dy[i], s[i]);
             return;
         case ActKind::Sigmoid:
             if (usesOutput) {
 #pragma omp parallel for simd if (n > kParallelMin)
                 for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * s[i] * (1.f - s[i]);
             } else {
-                for (int64_t i = 0; i < n; ++i) {
-                    const float y = sigmoidf(s[i]);
-                    dx[i] = dy[i] * y * (1.f - y);
-                }
+                for (int64_t i = 0; i < n; ++i) dx[i] = kmath::sigmoidGrad(dy[i], sigmoid(s[i]));
             }
             return;
         case ActKind::Tanh:
@@ -142,10 +119,7 @@ void activationGrad(ActKind k, float alpha, bool usesOutput, const float* dy, co
 #pragma omp parallel for simd if (n > kParallelMin)
                 for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * (1.f - s[i] * s[i]);
             } else {
-                for (int64_t i = 0; i < n; ++i) {
-                    const float y = std::tanh(s[i]);
-                    dx[i] = dy[i] * (1.f - y * y);
-                }
+                for (int64_t i = 0; i < n; ++i) dx[i] = kmath::tanhGrad(dy[i], std::tanh(s[i]));
             }
             return;
         case ActKind::Softmax:
@@ -179,27 +153,20 @@ void biasGrad(const float* dy, float* db, int64_t rows, int64_t cols) {
 }
 
 float keyedUniform(uint64_t seed, int64_t step, int64_t sample, int64_t col) {
-    const uint64_t rowKey =
-        mix64(seed * 0x9e3779b97f4a7c15ull ^ mix64(static_cast<uint64_t>(step)) ^
-              (static_cast<uint64_t>(sample) * 0xc2b2ae3d27d4eb4full));
-    const uint32_t h = mix32(static_cast<uint32_t>(rowKey) ^ static_cast<uint32_t>(rowKey >> 32) ^
-                             (static_cast<uint32_t>(col) * 0x9e3779b9u));
-    return static_cast<float>(h >> 8) * (1.0f / 16777216.0f);
+    const uint32_t h24 = kmath::dropoutHash24(kmath::dropoutRowBase(seed, step, sample), col);
+    return static_cast<float>(h24) * (1.0f / 16777216.0f);
 }
 
 void dropout(const float* x, float* y, int64_t rows, int64_t cols, float rate, uint64_t seed,
              int64_t step, int64_t sampleBase) {
     const float keepScale = 1.0f / (1.0f - rate);
     // Threshold on the top 24 bits of the keyed hash, as keyedUniform() computes it.
-    const uint32_t threshold = static_cast<uint32_t>(static_cast<double>(rate) * 16777216.0);
+    const uint32_t threshold = kmath::dropoutThreshold(rate);
     // The column loop needs a 32-bit lane multiply, which the baseline x86-64 lacks.
     const auto rowLoop = simd::activeKernels().dropoutRow;
 #pragma omp parallel for if (rows * cols > kParallelMin)
     for (int64_t r = 0; r < rows; ++r) {
-        const uint64_t rowKey =
-            mix64(seed * 0x9e3779b97f4a7c15ull ^ mix64(static_cast<uint64_t>(step)) ^
-                  (static_cast<uint64_t>(sampleBase + r) * 0xc2b2ae3d27d4eb4full));
-        const uint32_t base = static_cast<uint32_t>(rowKey) ^ static_cast<uint32_t>(rowKey >> 32);
+        const uint32_t base = kmath::dropoutRowBase(seed, step, sampleBase + r);
         rowLoop(x + r * cols, y + r * cols, cols, base, threshold, keepScale);
     }
 }
@@ -331,7 +298,7 @@ void lossGrad(LossKind k, const float* pred, const void* labels, float* dp, int6
             }
             case LossKind::SigmoidBce:
                 for (int64_t c = 0; c < cols; ++c)
-                    g[c] = (sigmoidf(p[c]) - yf[r * cols + c]) * invCols * scale;
+                    g[c] = (sigmoid(p[c]) - yf[r * cols + c]) * invCols * scale;
                 break;
             case LossKind::Bce:
                 for (int64_t c = 0; c < cols; ++c) {

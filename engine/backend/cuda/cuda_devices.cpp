@@ -28,14 +28,4 @@ std::vector<DeviceDesc> cudaDevices() {
     return out;
 }
 
-Result<std::unique_ptr<Device>> makeCudaDevice(int index) {
-    const auto devs = cudaDevices();
-    if (index < 0 || index >= static_cast<int>(devs.size()))
-        return err("cuda:" + std::to_string(index) + ": no such GPU (" +
-                   std::to_string(devs.size()) + " detected)");
-    return err("cuda:" + std::to_string(index) + " (" + devs[static_cast<size_t>(index)].name +
-               "): the CUDA backend detects GPUs but does not run training programs yet; use "
-               "cpu:0");
-}
-
 }  // namespace td

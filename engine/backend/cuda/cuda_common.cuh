@@ -1,0 +1,134 @@
+// Helpers of the CUDA device's kernels (cuda_kernels.cu, cuda_image_kernels.cu,
+// cuda_update.cu): typed loads and stores, grid-stride and warp-per-row loops, warp sums and
+// the fixed-order column reduction.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "engine/backend/cuda/cuda_kernels.h"
+#include "engine/backend/kernel_math.h"
+#include "engine/core/half.h"
+
+namespace td::cuda::detail {
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxBlocks = 4096;
+constexpr float kEps = 1e-7f;          // Keras backend epsilon
+constexpr int64_t kReduceBlocks = 64;  // row blocks of a column reduction (as the CPU's)
+constexpr int kFinalThreads = 256;     // threads of a final reduction over partial sums
+
+inline int blocksFor(int64_t n) {
+    const int64_t b = (n + kThreads - 1) / kThreads;
+    return static_cast<int>(b < 1 ? 1 : (b > kMaxBlocks ? kMaxBlocks : b));
+}
+
+__device__ inline float ld(const Ten& t, int64_t i) {
+    switch (t.dt) {
+        case Dt::BF16:
+            return bf16ToFloat(static_cast<const uint16_t*>(t.p)[i]);
+        case Dt::F16:
+            return f16ToFloat(static_cast<const uint16_t*>(t.p)[i]);
+        case Dt::I32:
+            return static_cast<float>(static_cast<const int32_t*>(t.p)[i]);
+        default:
+            return static_cast<const float*>(t.p)[i];
+    }
+}
+
+__device__ inline void st(const Ten& t, int64_t i, float v) {
+    switch (t.dt) {
+        case Dt::BF16:
+            static_cast<uint16_t*>(t.p)[i] = floatToBf16(v);
+            break;
+        case Dt::F16:
+            static_cast<uint16_t*>(t.p)[i] = floatToF16(v);
+            break;
+        case Dt::I32:
+            static_cast<int32_t*>(t.p)[i] = static_cast<int32_t>(v);
+            break;
+        default:
+            static_cast<float*>(t.p)[i] = v;
+    }
+}
+
+__device__ inline int32_t ldLabel(const Ten& t, int64_t r) {
+    return static_cast<const int32_t*>(t.p)[r];
+}
+
+// The dropout of element (r, c): x * keepScale when kept, else 0.
+__device__ inline float dropped(const DropMask& d, const StepValues* sv, int64_t r, int64_t c,
+                                float x) {
+    if (d.rate <= 0) return x;
+    const uint32_t base = kmath::dropoutRowBase(d.seed, sv->step, sv->sampleBase + r);
+    const float keepScale = 1.0f / (1.0f - d.rate);
+    return kmath::dropoutHash24(base, c) >= kmath::dropoutThreshold(d.rate) ? x * keepScale : 0.f;
+}
+
+__device__ inline float warpSum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ inline double warpSumD(double v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ inline float warpMax(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// One warp per row: grid of warps over rows.
+constexpr int kWarpsPerBlock = kThreads / 32;
+inline int rowBlocks(int64_t rows) {
+    const int64_t b = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
+    return static_cast<int>(b < 1 ? 1 : (b > kMaxBlocks ? kMaxBlocks : b));
+}
+#define TD_FOR_ROWS(r, rows)                                                                 \
+    for (int64_t r = (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32); \
+         r < (rows); r += static_cast<int64_t>(gridDim.x) * kWarpsPerBlock)
+#define TD_GRID_STRIDE(i, n)                                                               \
+    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+// ---- column reductions: fixed row blocks summed in f32, the blocks added in order in double --
+
+// Phase 1 of a column reduction: part[b * C + c] = sum over rows of block b of f(r, c).
+template <class F>
+__global__ void colPartialKernel(int64_t rows, int64_t C, int64_t blocks, float* part, F f) {
+    const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    const int64_t b = blockIdx.y;
+    if (c >= C || b >= blocks) return;
+    const int64_t r0 = rows * b / blocks, r1 = rows * (b + 1) / blocks;
+    float s = 0.f;
+    for (int64_t r = r0; r < r1; ++r) s += f(r, c);
+    part[b * C + c] = s;
+}
+
+// Phase 2: per column, the double sum of the blocks, handed to fin(c, sum).
+template <class G>
+__global__ void colFinalKernel(int64_t C, int64_t blocks, const float* part, G fin) {
+    TD_GRID_STRIDE(c, C) {
+        double s = 0.0;
+        for (int64_t b = 0; b < blocks; ++b) s += part[b * C + c];
+        fin(c, s);
+    }
+}
+
+inline int64_t reduceBlocks(int64_t rows) {
+    return rows < kReduceBlocks ? (rows < 1 ? 1 : rows) : kReduceBlocks;
+}
+
+template <class F, class G>
+cudaError_t reduceColumns(cudaStream_t s, int64_t rows, int64_t C, float* scratch, F f, G fin) {
+    const int64_t blocks = reduceBlocks(rows);
+    const dim3 grid(static_cast<unsigned>((C + kThreads - 1) / kThreads),
+                    static_cast<unsigned>(blocks));
+    colPartialKernel<<<grid, kThreads, 0, s>>>(rows, C, blocks, scratch, f);
+    colFinalKernel<<<blocksFor(C), kThreads, 0, s>>>(C, blocks, scratch, fin);
+    return cudaGetLastError();
+}
+
+}  // namespace td::cuda::detail

@@ -1,0 +1,1122 @@
+// CUDA device: one stream per device, a caching allocator (no cudaMalloc in the step loop),
+// pinned host memory for staging, cuBLASLt for the matrix products and the device's own kernels
+// (cuda_kernels.h) for everything else. A program is the LoweredProgram's instruction list with
+// every pointer resolved at compile time; its second run is captured as a CUDA Graph and later
+// runs replay it, reading the per-step values (StepArgs) from a small device buffer that an
+// async copy updates before each replay. Nothing is read back during a step: the accumulators,
+// the loss-scale state and the update's skip decision stay on the device.
+//
+// Gradient all-reduce: collectives that sum device memory (NCCL between the GPUs of a process,
+// nccl_collectives.cpp) are called with the bucket in place and enqueue the sum on the stream,
+// inside the captured graph. Those that sum host memory (the replica group, MPI between
+// processes) get the bucket in pinned host memory, and it comes back after the wait; such a
+// program runs its instructions one by one (host calls cannot be captured).
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+
+#include "engine/backend/backend.h"
+#include "engine/backend/cuda/cublaslt_matmul.h"
+#include "engine/backend/cuda/cuda_device.h"
+#include "engine/backend/cuda/cuda_kernels.h"
+#include "engine/backend/cuda/cudnn_conv.h"
+#include "engine/distribute/collectives.h"
+
+namespace td {
+
+namespace {
+
+using cuda::Dt;
+using cuda::Ten;
+
+std::string cudaText(cudaError_t e) {
+    return std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")";
+}
+
+// Every CUDA runtime call of the device goes through this: the error names the call and what
+// it was for.
+#define TD_CUDA_TRY(call, what)                                                                    \
+    do {                                                                                           \
+        const cudaError_t e_ = (call);                                                             \
+        if (e_ != cudaSuccess) return err(std::string(what) + ": " + #call + ": " + cudaText(e_)); \
+    } while (0)
+
+// ---- caching allocator -------------------------------------------------------------------------
+
+// Device memory in size classes, kept when released and handed out again: after the first
+// steps every allocation is served from the cache. Sizes round up to a power of two up to 1 MiB
+// and to a multiple of 2 MiB above. Thread-safe (replica threads may release concurrently).
+class CachingAllocator {
+  public:
+    explicit CachingAllocator(int device) : device_(device) {}
+    ~CachingAllocator() {
+        cudaSetDevice(device_);
+        for (auto& [size, list] : free_)
+            for (void* p : list) cudaFree(p);
+        for (auto& [p, size] : live_) cudaFree(p);
+    }
+    static size_t sizeClass(size_t bytes) {
+        if (bytes <= 512) return 512;
+        if (bytes <= (size_t{1} << 20)) {
+            size_t s = 512;
+            while (s < bytes) s *= 2;
+            return s;
+        }
+        const size_t mb2 = size_t{2} << 20;
+        return (bytes + mb2 - 1) / mb2 * mb2;
+    }
+    Result<void*> allocate(size_t bytes) {
+        const size_t cls = sizeClass(bytes);
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = free_.find(cls);
+        if (it != free_.end() && !it->second.empty()) {
+            void* p = it->second.back();
+            it->second.pop_back();
+            live_[p] = cls;
+            return p;
+        }
+        void* p = nullptr;
+        cudaError_t e = cudaMalloc(&p, cls);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            // Give the cached blocks back to the driver and try once more.
+            for (auto& [size, list] : free_)
+                for (void* q : list) cudaFree(q);
+            free_.clear();
+            e = cudaMalloc(&p, cls);
+            if (e != cudaSuccess) {
+                (void)cudaGetLastError();
+                return err("cuda:" + std::to_string(device_) + ": cannot allocate " +
+                           std::to_string(bytes) + " bytes: " + cudaText(e));
+            }
+        }
+        cached_ += cls;
+        live_[p] = cls;
+        return p;
+    }
+    void release(void* p) {
+        if (!p) return;
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = live_.find(p);
+        if (it == live_.end()) return;  // not ours (a view): nothing to do
+        free_[it->second].push_back(p);
+        live_.erase(it);
+    }
+
+  private:
+    int device_;
+    std::mutex mu_;
+    std::map<size_t, std::vector<void*>> free_;
+    std::unordered_map<void*, size_t> live_;
+    size_t cached_ = 0;
+};
+
+// ---- program --------------------------------------------------------------------------------
+
+Dt dtOf(DType d) {
+    switch (d) {
+        case DType::BF16:
+            return Dt::BF16;
+        case DType::F16:
+            return Dt::F16;
+        case DType::I32:
+            return Dt::I32;
+        default:
+            return Dt::F32;
+    }
+}
+
+// What a program shares with its device.
+struct DeviceContext {
+    int index = 0;
+    cudaStream_t stream = nullptr;
+    cuda::LtContext* lt = nullptr;
+    cuda::DnnContext* dnn = nullptr;  // null: cuDNN is missing, direct convolution kernels only
+    void* ltWorkspace = nullptr;
+    size_t ltWorkspaceBytes = 0;
+    std::shared_ptr<CachingAllocator> alloc;
+};
+
+constexpr int kStepSlots = 16;  // pinned StepValues slots, reused round-robin
+
+class CudaProgram final : public Executable {
+  public:
+    explicit CudaProgram(const DeviceContext& ctx) : ctx_(ctx) {}
+    ~CudaProgram() override {
+        cudaSetDevice(ctx_.index);
+        cudaStreamSynchronize(ctx_.stream);
+        if (graphExec_) cudaGraphExecDestroy(graphExec_);
+        if (graph_) cudaGraphDestroy(graph_);
+        for (cudaEvent_t e : slotEvents_)
+            if (e) cudaEventDestroy(e);
+        if (hostSteps_) cudaFreeHost(hostSteps_);
+        if (hostGrads_) cudaFreeHost(hostGrads_);
+        for (void* p : owned_) ctx_.alloc->release(p);
+    }
+
+    Status build(const LoweredProgram& lp, const ProgramBindings& bind);
+    Status run(const StepArgs& args) override;
+    const void* valuePtr(int nodeId) const override {
+        return ptrs_.at(static_cast<size_t>(nodeId));
+    }
+    size_t arenaBytes() const override { return arenaBytes_; }
+
+  private:
+    // One instruction: enqueues its work (kernels, a product, host calls for the all-reduce).
+    struct Step {
+        std::string what;  // "instruction 7 (dense %5)"
+        std::function<Status()> enqueue;
+    };
+    Result<void*> deviceAlloc(size_t bytes) {
+        TD_ASSIGN_OR_RETURN(void* p, ctx_.alloc->allocate(std::max<size_t>(bytes, 256)));
+        owned_.push_back(p);
+        return p;
+    }
+    void* resolve(const Operand& o) const;
+    Ten ten(const Operand& o) const { return Ten{resolve(o), dtOf(o.dtype)}; }
+    Status addInstr(const Instr& in, size_t index, const LoweredProgram& lp);
+    Status addMatmul(const Instr& in, const std::string& what);
+    Status enqueueAll();
+
+    DeviceContext ctx_;
+    const ProgramBindings* bind_ = nullptr;  // during build() only
+    std::vector<Step> steps_;
+    std::vector<void*> ptrs_;
+    void* arena_ = nullptr;
+    size_t arenaBytes_ = 0;
+    std::vector<void*> owned_;  // device memory of this program (arena, scratch, tables)
+    std::vector<std::unique_ptr<cuda::LtMatmul>> matmuls_;
+    std::vector<std::unique_ptr<cuda::DnnConv>> convs_;
+    // Per-step values: device copy, pinned host slots and the event that frees each slot.
+    cuda::StepValues* stepDev_ = nullptr;
+    cuda::StepValues* hostSteps_ = nullptr;
+    cudaEvent_t slotEvents_[kStepSlots] = {};
+    int nextSlot_ = 0;
+    // Scratch for reductions (floats and doubles share it; instructions run one after another).
+    void* scratch_ = nullptr;
+    size_t scratchBytes_ = 0;
+    // The optimizer update.
+    UpdateSpec update_;
+    cuda::UpdateTensorDev* updateTensors_ = nullptr;
+    std::vector<cuda::UpdateTensorDev> updateHost_;
+    cuda::UpdateWork updateWork_;
+    // Gradient all-reduce through host memory.
+    Collectives* collectives_ = nullptr;
+    float* hostGrads_ = nullptr;
+    bool hostWork_ = false;  // an instruction calls the host: no graph capture
+    // CUDA Graph of the whole step.
+    bool useGraph_ = true;
+    int64_t runs_ = 0;
+    cudaGraph_t graph_ = nullptr;
+    cudaGraphExec_t graphExec_ = nullptr;
+};
+
+void* CudaProgram::resolve(const Operand& o) const {
+    const ProgramBindings& b = *bind_;
+    void* base = nullptr;
+    switch (o.space) {
+        case Space::None:
+            return nullptr;
+        case Space::Input:
+            base = b.input.ptr;
+            break;
+        case Space::Label:
+            base = b.label.ptr;
+            break;
+        case Space::Param:
+            base = b.params.at(static_cast<size_t>(o.index)).ptr;
+            break;
+        case Space::Grad:
+            base = b.grads.at(static_cast<size_t>(o.index)).ptr;
+            break;
+        case Space::Arena:
+            base = arena_;
+            break;
+        case Space::Accumulator:
+            base = b.accumulators.ptr;
+            break;
+        case Space::FlatGrad:
+            base = b.flatGrads.ptr;
+            break;
+        case Space::Slot:
+            base = b.optimizerSlots.at(static_cast<size_t>(o.index)).ptr;
+            break;
+        case Space::Shadow:
+            base = b.shadows.at(static_cast<size_t>(o.index)).ptr;
+            break;
+        case Space::LossScale:
+            base = b.lossScale.ptr;
+            break;
+    }
+    return base ? static_cast<char*>(base) + o.offset : nullptr;
+}
+
+Status CudaProgram::addMatmul(const Instr& in, const std::string& what) {
+    const Shape& A = in.in[0].shape;
+    if (A.size() != 2 || in.in[1].shape.size() != 2 || in.out.shape.size() != 2)
+        return err(what + ": operands must be matrices");
+    cuda::LtMatmulShape s;
+    s.transA = in.transA;
+    s.transB = in.transB;
+    s.M = in.out.shape[0];
+    s.N = in.out.shape[1];
+    s.K = in.transA ? A[0] : A[1];
+    s.ab = in.in[0].dtype;
+    if (in.in[1].dtype != s.ab)
+        return err(what + ": operands in " + dtypeName(in.in[0].dtype) + " and " +
+                   dtypeName(in.in[1].dtype) + " (one dtype expected)");
+    s.c = in.out.dtype;
+    s.a = resolve(in.in[0]);
+    s.b = resolve(in.in[1]);
+    s.out = resolve(in.out);
+    const bool dense = in.op == InstrOp::Dense;
+    const bool hasBias = dense && in.in.size() == 3;
+    if (hasBias) {
+        s.biasPtr = resolve(in.in[2]);
+        s.bias = in.in[2].dtype;
+    }
+    const ActKind act = dense ? in.act : ActKind::Linear;
+    if (act == ActKind::Softmax) return err(what + ": activation softmax is not a post-op");
+    s.relu = act == ActKind::Relu;
+    TD_ASSIGN_OR_RETURN(auto mm,
+                        cuda::LtMatmul::plan(*ctx_.lt, s, ctx_.ltWorkspace, ctx_.ltWorkspaceBytes));
+    const cuda::LtMatmul* m = mm.get();
+    matmuls_.push_back(std::move(mm));
+    // What the epilogue did not do: the bias and the activation, in place on the result.
+    const bool restBias = hasBias && !m->fusedBias();
+    const bool restAct = act != ActKind::Linear && !(act == ActKind::Relu && m->fusedRelu());
+    const Ten out = ten(in.out);
+    const Ten bias = restBias ? ten(in.in[2]) : Ten{};
+    const float alpha = in.alpha;
+    const int64_t M = s.M, N = s.N;
+    cudaStream_t st = ctx_.stream;
+    const cuda::StepValues* sv = stepDev_;
+    steps_.push_back({what, [=]() -> Status {
+                          TD_RETURN_IF_ERROR(m->run(st));
+                          if (restBias || restAct) {
+                              const cudaError_t e = cuda::biasAct(st, out, bias, out, M, N, act,
+                                                                  alpha, cuda::DropMask{}, sv);
+                              if (e != cudaSuccess) return err("bias/activation: " + cudaText(e));
+                          }
+                          return Status::success();
+                      }});
+    return Status::success();
+}
+
+// The kernel launch of one instruction, wrapped so its error names the kernel.
+#define TD_KERNEL(expr)                                                                   \
+    [=]() -> Status {                                                                     \
+        const cudaError_t e_ = (expr);                                                    \
+        if (e_ != cudaSuccess) return err(std::string("kernel launch: ") + cudaText(e_)); \
+        return Status::success();                                                         \
+    }
+
+Status CudaProgram::addInstr(const Instr& in, size_t index, const LoweredProgram& lp) {
+    const std::string what = "instruction " + std::to_string(index) + " (" + instrOpName(in.op) +
+                             (in.node >= 0 ? " %" + std::to_string(in.node) : std::string()) + ")";
+    cudaStream_t st = ctx_.stream;
+    const cuda::StepValues* sv = stepDev_;
+    // rows x cols of the first operand, as the CPU backend reads it.
+    int64_t rows = 1, cols = 1;
+    if (!in.in.empty()) {
+        const Shape& s = in.in[0].shape;
+        if (s.size() == 1) {
+            cols = s[0];
+        } else if (s.size() >= 2) {
+            rows = s[0];
+            cols = numElements(s) / std::max<int64_t>(1, s[0]);
+        }
+    }
+    const bool perChannel =
+        in.op == InstrOp::BiasAdd || in.op == InstrOp::BiasGrad ||
+        ((in.op == InstrOp::Act || in.op == InstrOp::ActGrad) && in.act == ActKind::Softmax);
+    if (perChannel && in.in[0].shape.size() > 2) {
+        cols = in.in[0].shape.back();
+        rows = in.in[0].elements() / cols;
+    }
+    Ten a = in.in.size() >= 1 ? ten(in.in[0]) : Ten{};
+    Ten b = in.in.size() >= 2 ? ten(in.in[1]) : Ten{};
+    Ten out = ten(in.out);
+    float* outF = static_cast<float*>(out.p);
+    const float* af = static_cast<const float*>(a.p);
+    const float* bf = static_cast<const float*>(b.p);
+    float* scratchF = static_cast<float*>(scratch_);
+    double* scratchD = static_cast<double*>(scratch_);
+    auto at = [&](size_t i) {
+        return i < in.in.size() ? static_cast<const float*>(resolve(in.in[i])) : nullptr;
+    };
+    auto push = [&](std::function<Status()> fn) { steps_.push_back({what, std::move(fn)}); };
+    auto requireF32 = [&]() -> Status {
+        for (const Operand& o : in.in)
+            if (o.dtype != DType::F32)
+                return err(what + ": runs in f32, got a " + dtypeName(o.dtype) + " operand");
+        if (in.out.dtype != DType::F32) return err(what + ": writes f32 only");
+        return Status::success();
+    };
+    const ActKind act = in.act;
+    const float alpha = in.alpha;
+    const cuda::DropMask drop{in.rate, in.seed};
+
+    switch (in.op) {
+        case InstrOp::MatMul:
+        case InstrOp::Dense:
+            return addMatmul(in, what);
+        case InstrOp::BiasAdd:
+            push(TD_KERNEL(cuda::biasAct(st, a, b, out, rows, cols, ActKind::Linear, 0.f,
+                                         cuda::DropMask{}, sv)));
+            break;
+        case InstrOp::Act:
+            if (act == ActKind::Softmax) {
+                push(TD_KERNEL(cuda::softmax(st, a, out, rows, cols)));
+                if (drop.rate > 0)
+                    push(TD_KERNEL(cuda::dropout(st, out, out, rows, cols, drop, sv)));
+            } else {
+                push(TD_KERNEL(cuda::biasAct(st, a, Ten{}, out, rows, cols, act, alpha, drop, sv)));
+            }
+            break;
+        case InstrOp::ActGrad: {
+            const bool usesOutput = in.usesOutput;
+            push(TD_KERNEL(
+                cuda::actGrad(st, a, b, out, rows, cols, act, alpha, usesOutput, drop, sv)));
+            if (in.out2.space != Space::None) {
+                const Ten sums = ten(in.out2);
+                push(TD_KERNEL(cuda::colSums(st, out, sums, rows, cols, scratchF)));
+            }
+            break;
+        }
+        case InstrOp::Dropout:
+        case InstrOp::DropoutGrad:
+            push(TD_KERNEL(cuda::dropout(st, a, out, rows, cols, drop, sv)));
+            break;
+        case InstrOp::Loss: {
+            const LossKind k = in.loss;
+            const float scale = in.scale;
+            if (in.out.dtype != DType::F32) return err(what + ": writes f32 only");
+            push(TD_KERNEL(cuda::loss(st, k, a, b, outF, rows, cols, scale, scratchD)));
+            break;
+        }
+        case InstrOp::LossGrad: {
+            const LossKind k = in.loss;
+            const float scale = in.scale;
+            const LossScaleState* dyn = nullptr;
+            if (in.dynamicScale) {
+                if (!bind_->lossScale.ptr) return err(what + ": dynamic scale without lossScale");
+                dyn = static_cast<const LossScaleState*>(bind_->lossScale.ptr);
+            }
+            push(TD_KERNEL(cuda::lossGrad(st, k, a, b, out, rows, cols, scale, dyn)));
+            break;
+        }
+        case InstrOp::Metric: {
+            const MetricKind k = in.metric;
+            const int64_t topK = in.k;
+            const bool onLogits = in.onLogits;
+            if (in.out.dtype != DType::F32) return err(what + ": writes f32 only");
+            push(TD_KERNEL(cuda::metric(st, k, topK, onLogits, a, b, outF, rows, cols, scratchD)));
+            break;
+        }
+        case InstrOp::RegLoss: {
+            const float l1 = in.l1, l2 = in.l2;
+            if (in.out.dtype != DType::F32) return err(what + ": writes f32 only");
+            push(TD_KERNEL(cuda::regLoss(st, a, rows * cols, l1, l2, outF, scratchD)));
+            break;
+        }
+        case InstrOp::RegGrad: {
+            const float l1 = in.l1, l2 = in.l2;
+            push(TD_KERNEL(cuda::regGrad(st, a, b, out, rows * cols, l1, l2)));
+            break;
+        }
+        case InstrOp::BiasGrad:
+            push(TD_KERNEL(cuda::colSums(st, a, out, rows, cols, scratchF)));
+            break;
+        case InstrOp::Add:
+            push(TD_KERNEL(cuda::add(st, a, b, out, rows * cols)));
+            break;
+        case InstrOp::Cast: {
+            const int64_t n = in.out.elements();
+            const bool refreshOnly = in.refreshOnly;
+            push(TD_KERNEL(cuda::cast(st, a, out, n, refreshOnly, sv)));
+            break;
+        }
+        case InstrOp::Conv2D:
+        case InstrOp::Conv2DGradInput:
+        case InstrOp::Conv2DGradFilter: {
+            TD_RETURN_IF_ERROR(requireF32());
+            const WindowParams& w = in.window;
+            const bool gradInput = in.op == InstrOp::Conv2DGradInput;
+            const bool gradFilter = in.op == InstrOp::Conv2DGradFilter;
+            const Shape x = gradInput ? in.out.shape : in.in[0].shape;
+            const Shape k = gradFilter ? in.out.shape : in.in[1].shape;
+            const Shape y = gradInput ? in.in[0].shape : gradFilter ? in.in[1].shape : in.out.shape;
+            if (x.size() != 4 || k.size() != 4 || y.size() != 4)
+                return err(what + ": images [B,H,W,C] and kernels [KH,KW,C/groups,F] expected");
+            cuda::ConvGeom g;
+            g.B = x[0];
+            g.H = x[1];
+            g.W = x[2];
+            g.C = x[3];
+            g.OH = y[1];
+            g.OW = y[2];
+            g.F = y[3];
+            g.kh = k[0];
+            g.kw = k[1];
+            g.sh = w.sh;
+            g.sw = w.sw;
+            g.dh = w.dh;
+            g.dw = w.dw;
+            g.padTop = w.padTop;
+            g.padLeft = w.padLeft;
+            g.groups = std::max<int64_t>(1, w.groups);
+            if (g.C % g.groups != 0 || g.F % g.groups != 0 || k[2] * g.groups != g.C || k[3] != g.F)
+                return err(what + ": kernel " + shapeToString(k) + " does not fit image " +
+                           shapeToString(x) + " with " + std::to_string(g.groups) + " groups");
+            if (in.op == InstrOp::Conv2D && act == ActKind::Softmax)
+                return err(what + ": activation softmax is not a post-op");
+            // cuDNN where it can run this convolution, else the direct kernels.
+            const char* useDnn = std::getenv("TRAINDECK_CUDA_CUDNN");
+            if (ctx_.dnn && !(useDnn && std::string(useDnn) == "0")) {
+                const cuda::ConvPass pass = gradInput    ? cuda::ConvPass::GradInput
+                                            : gradFilter ? cuda::ConvPass::GradFilter
+                                                         : cuda::ConvPass::Forward;
+                std::string whyNot;
+                auto planned = cuda::DnnConv::plan(*ctx_.dnn, pass, g, w.padBottom, w.padRight,
+                                                   ctx_.ltWorkspaceBytes, &whyNot);
+                if (!planned.ok()) return err(what + ": " + planned.error());
+                if (*planned) {
+                    const cuda::DnnConv* dc = planned->get();
+                    TD_ASSIGN_OR_RETURN(void* filter,
+                                        deviceAlloc(static_cast<size_t>(dc->filterFloats()) * 4));
+                    convs_.push_back(std::move(planned).value());
+                    float* fs = static_cast<float*>(filter);
+                    void* ws = ctx_.ltWorkspace;
+                    push([=]() -> Status { return dc->run(st, af, bf, outF, fs, ws); });
+                    if (in.op == InstrOp::Conv2D) {
+                        const Ten bias = in.hasBias && in.in.size() == 3 ? ten(in.in[2]) : Ten{};
+                        if (bias.p || act != ActKind::Linear) {
+                            const int64_t rowsOut = g.B * g.OH * g.OW, F = g.F;
+                            push(TD_KERNEL(cuda::biasAct(st, out, bias, out, rowsOut, F, act, alpha,
+                                                         cuda::DropMask{}, sv)));
+                        }
+                    }
+                    break;
+                }
+            }
+            if (in.op == InstrOp::Conv2D) {
+                const float* bias = in.hasBias && in.in.size() == 3 ? at(2) : nullptr;
+                const float* wk = at(1);
+                push(TD_KERNEL(cuda::conv2d(st, g, af, wk, bias, outF, act, alpha)));
+            } else if (gradInput) {
+                push(TD_KERNEL(cuda::conv2dGradInput(st, g, af, bf, outF)));
+            } else {
+                push(TD_KERNEL(cuda::conv2dGradFilter(st, g, af, bf, outF)));
+            }
+            break;
+        }
+        case InstrOp::MaxPool:
+        case InstrOp::MaxPoolGrad:
+        case InstrOp::AvgPool:
+        case InstrOp::AvgPoolGrad:
+        case InstrOp::Pad2D:
+        case InstrOp::Pad2DGrad: {
+            TD_RETURN_IF_ERROR(requireF32());
+            const bool fwd =
+                in.op == InstrOp::MaxPool || in.op == InstrOp::AvgPool || in.op == InstrOp::Pad2D;
+            const Shape& x = fwd ? in.in[0].shape : in.out.shape;
+            const Shape& y = fwd ? in.out.shape : in.in[0].shape;
+            if (x.size() != 4 || y.size() != 4) return err(what + ": images [B,H,W,C] expected");
+            const WindowParams& w = in.window;
+            cuda::PoolGeom p{x[0], x[1], x[2], x[3], y[1],     y[2],
+                             w.kh, w.kw, w.sh, w.sw, w.padTop, w.padLeft};
+            const int64_t t = w.padTop, bo = w.padBottom, l = w.padLeft, r = w.padRight;
+            switch (in.op) {
+                case InstrOp::MaxPool:
+                    push(TD_KERNEL(cuda::maxPool(st, p, af, outF)));
+                    break;
+                case InstrOp::MaxPoolGrad:
+                    push(TD_KERNEL(cuda::maxPoolGrad(st, p, af, bf, outF)));
+                    break;
+                case InstrOp::AvgPool:
+                    push(TD_KERNEL(cuda::avgPool(st, p, af, outF)));
+                    break;
+                case InstrOp::AvgPoolGrad:
+                    push(TD_KERNEL(cuda::avgPoolGrad(st, p, af, outF)));
+                    break;
+                case InstrOp::Pad2D:
+                    push(TD_KERNEL(cuda::pad2d(st, af, outF, p.B, p.H, p.W, p.C, t, bo, l, r)));
+                    break;
+                default:
+                    push(TD_KERNEL(cuda::pad2dGrad(st, af, outF, p.B, p.H, p.W, p.C, t, bo, l, r)));
+                    break;
+            }
+            break;
+        }
+        case InstrOp::Scale: {
+            TD_RETURN_IF_ERROR(requireF32());
+            const int64_t n = in.out.elements();
+            const float sc = in.scale, off = in.offset;
+            push(TD_KERNEL(cuda::scale(st, af, outF, n, sc, off)));
+            break;
+        }
+        case InstrOp::ChannelMean:
+        case InstrOp::ChannelVar:
+        case InstrOp::BatchNorm:
+        case InstrOp::LayerNorm:
+        case InstrOp::BatchNormGrad:
+        case InstrOp::NormGammaGrad:
+        case InstrOp::LayerNormGrad:
+        case InstrOp::LayerNormGammaGrad: {
+            TD_RETURN_IF_ERROR(requireF32());
+            const bool grad = in.op == InstrOp::BatchNormGrad || in.op == InstrOp::NormGammaGrad ||
+                              in.op == InstrOp::LayerNormGrad ||
+                              in.op == InstrOp::LayerNormGammaGrad;
+            const Shape& x = in.in.at(grad ? 1 : 0).shape;
+            const int64_t C = x.empty() ? 1 : x.back();
+            const int64_t R = numElements(x) / std::max<int64_t>(1, C);
+            const float eps = in.epsilon;
+            switch (in.op) {
+                case InstrOp::ChannelMean:
+                    push(TD_KERNEL(cuda::channelMean(st, af, outF, R, C, scratchF)));
+                    break;
+                case InstrOp::ChannelVar:
+                    push(TD_KERNEL(cuda::channelVar(st, af, bf, outF, R, C, scratchF)));
+                    break;
+                case InstrOp::BatchNorm: {  // x, mean, var[, gamma][, beta]
+                    const float* var = at(2);
+                    const float* gamma = in.hasGamma ? at(3) : nullptr;
+                    const float* beta = in.hasBeta ? at(3 + (in.hasGamma ? 1 : 0)) : nullptr;
+                    push(TD_KERNEL(cuda::batchNorm(st, af, bf, var, gamma, beta, outF, R, C, eps)));
+                    break;
+                }
+                case InstrOp::BatchNormGrad: {  // dy, x, mean, var[, gamma]
+                    const float* mean = at(2);
+                    const float* var = at(3);
+                    const float* gamma = in.hasGamma ? at(4) : nullptr;
+                    const bool batchStats = in.batchStats;
+                    push(TD_KERNEL(cuda::batchNormGrad(st, af, bf, mean, var, gamma, outF, R, C,
+                                                       eps, batchStats, scratchF)));
+                    break;
+                }
+                case InstrOp::NormGammaGrad: {  // dy, x, mean, var
+                    const float* mean = at(2);
+                    const float* var = at(3);
+                    push(TD_KERNEL(
+                        cuda::normGammaGrad(st, af, bf, mean, var, outF, R, C, eps, scratchF)));
+                    break;
+                }
+                case InstrOp::LayerNorm: {  // x[, gamma][, beta]
+                    const float* gamma = in.hasGamma ? at(1) : nullptr;
+                    const float* beta = in.hasBeta ? at(1 + (in.hasGamma ? 1 : 0)) : nullptr;
+                    push(TD_KERNEL(cuda::layerNorm(st, af, gamma, beta, outF, R, C, eps)));
+                    break;
+                }
+                case InstrOp::LayerNormGrad: {  // dy, x[, gamma]
+                    const float* gamma = in.hasGamma ? at(2) : nullptr;
+                    push(TD_KERNEL(cuda::layerNormGrad(st, af, bf, gamma, outF, R, C, eps)));
+                    break;
+                }
+                default:  // LayerNormGammaGrad: dy, x
+                    push(
+                        TD_KERNEL(cuda::layerNormGammaGrad(st, af, bf, outF, R, C, eps, scratchF)));
+                    break;
+            }
+            break;
+        }
+        case InstrOp::MovingAvg: {
+            TD_RETURN_IF_ERROR(requireF32());
+            if (resolve(in.out) != resolve(in.in[0]))
+                return err(what + ": must write the parameter it reads");
+            const int64_t n = in.out.elements();
+            const float momentum = in.momentum;
+            push(TD_KERNEL(cuda::movingAvg(st, outF, bf, n, momentum)));
+            break;
+        }
+        case InstrOp::Accumulate: {
+            if (in.in.at(0).dtype != DType::F32) return err(what + ": accumulates f32 only");
+            double* acc = static_cast<double*>(resolve(in.out));
+            const double factor = in.factor;
+            push(TD_KERNEL(cuda::accumulate(st, af, acc, factor)));
+            break;
+        }
+        case InstrOp::AllReduceStart: {
+            if (!collectives_) return err(what + ": gradient buckets without collectives");
+            const int bucket = in.bucket;
+            float* data = static_cast<float*>(resolve(in.out));
+            const int64_t count = in.out.elements();
+            Collectives* coll = collectives_;
+            if (coll->reducesDeviceMemory()) {
+                // NCCL: the sum is enqueued on this stream (and captured with the step).
+                push([=]() -> Status { return coll->allReduceStart(bucket, data, count); });
+                break;
+            }
+            hostWork_ = true;
+            float* host = hostGrads_ + in.out.offset / static_cast<int64_t>(sizeof(float));
+            push([=]() -> Status {
+                // The bucket to pinned host memory, summed there by the collectives.
+                TD_CUDA_TRY(cudaMemcpyAsync(host, data, static_cast<size_t>(count) * sizeof(float),
+                                            cudaMemcpyDeviceToHost, st),
+                            "all-reduce staging");
+                TD_CUDA_TRY(cudaStreamSynchronize(st), "all-reduce staging");
+                return coll->allReduceStart(bucket, host, count);
+            });
+            break;
+        }
+        case InstrOp::AllReduceWait: {
+            if (!collectives_) return err(what + ": gradient buckets without collectives");
+            const int bucket = in.bucket;
+            Collectives* coll = collectives_;
+            if (coll->reducesDeviceMemory()) {
+                push([=]() -> Status { return coll->allReduceWait(bucket); });
+                break;
+            }
+            hostWork_ = true;
+            if (bucket < 0 || static_cast<size_t>(bucket) >= lp.buckets.size())
+                return err(what + ": no bucket " + std::to_string(bucket));
+            const GradBucket gb = lp.buckets[static_cast<size_t>(bucket)];
+            float* data = static_cast<float*>(bind_->flatGrads.ptr) + gb.offset;
+            float* host = hostGrads_ + gb.offset;
+            push([=]() -> Status {
+                // The sum back to the device, before what reads it on the stream.
+                TD_RETURN_IF_ERROR(coll->allReduceWait(bucket));
+                TD_CUDA_TRY(
+                    cudaMemcpyAsync(data, host, static_cast<size_t>(gb.count) * sizeof(float),
+                                    cudaMemcpyHostToDevice, st),
+                    "all-reduce result");
+                return Status::success();
+            });
+            break;
+        }
+        case InstrOp::Update: {
+            if (!lp.update) return err(what + ": no update spec");
+            update_ = *lp.update;
+            const int per = update_.slotsPerParam();
+            if (updateHost_.empty() && !lp.updateTensors.empty()) {
+                int64_t start = 0;
+                for (const UpdateOperands& u : lp.updateTensors) {
+                    cuda::UpdateTensorDev t;
+                    t.value = static_cast<float*>(resolve(u.value));
+                    t.grad = static_cast<const float*>(resolve(u.grad));
+                    t.size = u.value.elements();
+                    if (u.value.dtype != DType::F32 || u.grad.dtype != DType::F32)
+                        return err(what + ": parameters and gradients must be f32");
+                    if (static_cast<int>(u.slot.size()) < per)
+                        return err(what + ": " + std::to_string(u.slot.size()) + " slots, " +
+                                   std::to_string(per) + " needed");
+                    for (int s = 0; s < per && s < 3; ++s)
+                        t.slot[s] = static_cast<float*>(resolve(u.slot[static_cast<size_t>(s)]));
+                    if (u.shadow.space == Space::Shadow) {
+                        t.shadow = static_cast<uint16_t*>(resolve(u.shadow));
+                        t.shadowF16 = u.shadow.dtype == DType::F16 ? 1 : 0;
+                    }
+                    t.start = start;
+                    start += t.size;
+                    updateHost_.push_back(t);
+                }
+                const size_t n = updateHost_.size();
+                if (n > 65535) return err(what + ": more than 65535 parameters");
+                TD_ASSIGN_OR_RETURN(void* tab, deviceAlloc(n * sizeof(cuda::UpdateTensorDev)));
+                updateTensors_ = static_cast<cuda::UpdateTensorDev*>(tab);
+                TD_CUDA_TRY(
+                    cudaMemcpyAsync(updateTensors_, updateHost_.data(),
+                                    n * sizeof(cuda::UpdateTensorDev), cudaMemcpyHostToDevice, st),
+                    what);
+                TD_ASSIGN_OR_RETURN(void* work,
+                                    deviceAlloc(n * (sizeof(double) + sizeof(float)) + 64));
+                updateWork_.norms = static_cast<double*>(work);
+                updateWork_.scales = reinterpret_cast<float*>(updateWork_.norms + n);
+                updateWork_.skip = reinterpret_cast<int32_t*>(
+                    reinterpret_cast<char*>(work) +
+                    (n * (sizeof(double) + sizeof(float)) + 15) / 16 * 16);
+            }
+            if (updateHost_.empty()) break;
+            int first = 0, count = static_cast<int>(updateHost_.size());
+            if (in.tensor >= 0) {
+                if (in.tensor >= count)
+                    return err(what + ": no tensor " + std::to_string(in.tensor));
+                first = in.tensor;
+                count = 1;
+            }
+            int64_t elements = 0;
+            for (int t = first; t < first + count; ++t)
+                elements += updateHost_[static_cast<size_t>(t)].size;
+            LossScaleState* ls = nullptr;
+            if (lp.lossScaled && in.tensor < 0) {
+                if (!bind_->lossScale.ptr) return err(what + ": loss scaling without lossScale");
+                ls = static_cast<LossScaleState*>(bind_->lossScale.ptr);
+            }
+            const UpdateSpec spec = update_;
+            const cuda::UpdateTensorDev* tensors = updateTensors_;
+            const cuda::UpdateWork work = updateWork_;
+            push(TD_KERNEL(cuda::update(st, spec, tensors, first, count, elements, work, ls, sv)));
+            break;
+        }
+    }
+    return Status::success();
+}
+
+#undef TD_KERNEL
+
+// Scratch bytes one instruction's reductions need.
+size_t scratchNeed(const Instr& in) {
+    auto firstShape = [&](size_t i) -> const Shape& { return in.in.at(i).shape; };
+    int64_t rows = 1, cols = 1;
+    if (!in.in.empty()) {
+        const Shape& s = firstShape(0);
+        if (s.size() == 1) {
+            cols = s[0];
+        } else if (s.size() >= 2) {
+            rows = s[0];
+            cols = numElements(s) / std::max<int64_t>(1, s[0]);
+        }
+        if ((in.op == InstrOp::BiasGrad || in.op == InstrOp::ActGrad) && s.size() > 2 &&
+            (in.op == InstrOp::BiasGrad || in.act == ActKind::Softmax)) {
+            cols = s.back();
+            rows = numElements(s) / cols;
+        }
+    }
+    switch (in.op) {
+        case InstrOp::BiasGrad:
+        case InstrOp::ActGrad:
+            return static_cast<size_t>(cuda::colSumsScratchFloats(cols)) * sizeof(float);
+        case InstrOp::Loss:
+        case InstrOp::Metric:
+        case InstrOp::RegLoss:
+            return static_cast<size_t>(cuda::lossScratchDoubles(rows)) * sizeof(double);
+        case InstrOp::ChannelMean:
+        case InstrOp::ChannelVar:
+        case InstrOp::BatchNormGrad:
+        case InstrOp::NormGammaGrad:
+        case InstrOp::LayerNormGammaGrad: {
+            const bool grad = in.op != InstrOp::ChannelMean && in.op != InstrOp::ChannelVar;
+            const Shape& x = firstShape(grad ? 1 : 0);
+            const int64_t C = x.empty() ? 1 : x.back();
+            const int64_t R = numElements(x) / std::max<int64_t>(1, C);
+            return static_cast<size_t>(cuda::normScratchFloats(R, C)) * sizeof(float);
+        }
+        default:
+            return 0;
+    }
+}
+
+Status CudaProgram::build(const LoweredProgram& lp, const ProgramBindings& bind) {
+    bind_ = &bind;
+    TD_CUDA_TRY(cudaSetDevice(ctx_.index), "cuda:" + std::to_string(ctx_.index));
+    arenaBytes_ = lp.arenaBytes;
+    TD_ASSIGN_OR_RETURN(arena_, deviceAlloc(arenaBytes_));
+    TD_CUDA_TRY(cudaMemsetAsync(arena_, 0, std::max<size_t>(arenaBytes_, 1), ctx_.stream),
+                "program arena");
+    ptrs_.assign(lp.values.size(), nullptr);
+    for (size_t i = 0; i < lp.values.size(); ++i) ptrs_[i] = resolve(lp.values[i]);
+    collectives_ = bind.collectives;
+    if (!lp.buckets.empty() && collectives_ && !collectives_->reducesDeviceMemory()) {
+        TD_CUDA_TRY(cudaHostAlloc(reinterpret_cast<void**>(&hostGrads_),
+                                  std::max<size_t>(bind.flatGrads.bytes, 64), cudaHostAllocDefault),
+                    "all-reduce staging buffer");
+    }
+    // Per-step values.
+    TD_ASSIGN_OR_RETURN(void* sv, deviceAlloc(sizeof(cuda::StepValues)));
+    stepDev_ = static_cast<cuda::StepValues*>(sv);
+    TD_CUDA_TRY(cudaHostAlloc(reinterpret_cast<void**>(&hostSteps_),
+                              kStepSlots * sizeof(cuda::StepValues), cudaHostAllocDefault),
+                "step values");
+    for (cudaEvent_t& e : slotEvents_)
+        TD_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "step values");
+    for (const Instr& in : lp.code) scratchBytes_ = std::max(scratchBytes_, scratchNeed(in));
+    if (scratchBytes_ > 0) {
+        TD_ASSIGN_OR_RETURN(scratch_, deviceAlloc(scratchBytes_));
+    }
+    for (size_t i = 0; i < lp.code.size(); ++i) TD_RETURN_IF_ERROR(addInstr(lp.code[i], i, lp));
+    const char* env = std::getenv("TRAINDECK_CUDA_GRAPHS");
+    useGraph_ = !hostWork_ && !(env && std::string(env) == "0");
+    TD_CUDA_TRY(cudaStreamSynchronize(ctx_.stream), "compile " + lp.name);
+    bind_ = nullptr;
+    return Status::success();
+}
+
+Status CudaProgram::enqueueAll() {
+    for (const Step& s : steps_) {
+        Status st = s.enqueue();
+        if (!st.ok())
+            return err("cuda:" + std::to_string(ctx_.index) + ": " + s.what + ": " + st.error());
+    }
+    return Status::success();
+}
+
+Status CudaProgram::run(const StepArgs& args) {
+    const std::string dev = "cuda:" + std::to_string(ctx_.index);
+    TD_CUDA_TRY(cudaSetDevice(ctx_.index), dev);
+    // This step's values into a free pinned slot, then to the device on the stream.
+    const int slot = nextSlot_;
+    nextSlot_ = (nextSlot_ + 1) % kStepSlots;
+    TD_CUDA_TRY(cudaEventSynchronize(slotEvents_[slot]), dev + ": step values");
+    cuda::StepValues& hv = hostSteps_[slot];
+    hv.step = args.step;
+    hv.sampleBase = args.sampleBase;
+    hv.lr = args.update.lr;
+    hv.alpha = args.update.alpha;
+    hv.wdLr = args.update.wdLr;
+    hv.refreshShadows = args.refreshShadows ? 1 : 0;
+    TD_CUDA_TRY(cudaMemcpyAsync(stepDev_, &hv, sizeof hv, cudaMemcpyHostToDevice, ctx_.stream),
+                dev + ": step values");
+    TD_CUDA_TRY(cudaEventRecord(slotEvents_[slot], ctx_.stream), dev + ": step values");
+
+    // The first run goes instruction by instruction: it loads every kernel's module and lets
+    // cuBLASLt initialise outside a capture. The second is captured (and then launched): the
+    // step's kernels, products and the update as one graph, replayed from then on.
+    if (!useGraph_ || ++runs_ == 1) return enqueueAll();
+    if (!graphExec_) {
+        TD_CUDA_TRY(cudaStreamBeginCapture(ctx_.stream, cudaStreamCaptureModeThreadLocal),
+                    dev + ": graph capture");
+        const Status s = enqueueAll();
+        cudaGraph_t g = nullptr;
+        const cudaError_t endErr = cudaStreamEndCapture(ctx_.stream, &g);
+        if (!s.ok()) {
+            if (g) cudaGraphDestroy(g);
+            return s;
+        }
+        if (endErr != cudaSuccess || !g) {
+            // Something in the step cannot be captured: run it instruction by instruction.
+            (void)cudaGetLastError();
+            if (g) cudaGraphDestroy(g);
+            useGraph_ = false;
+            return enqueueAll();
+        }
+        graph_ = g;
+        TD_CUDA_TRY(cudaGraphInstantiate(&graphExec_, graph_, 0), dev + ": graph instantiate");
+    }
+    TD_CUDA_TRY(cudaGraphLaunch(graphExec_, ctx_.stream), dev + ": graph launch");
+    return Status::success();
+}
+
+// ---- device ------------------------------------------------------------------------------------
+
+class CudaDevice final : public Device {
+  public:
+    CudaDevice(DeviceDesc desc, std::unique_ptr<cuda::LtContext> lt)
+        : desc_(std::move(desc)), lt_(std::move(lt)) {}
+    ~CudaDevice() override {
+        cudaSetDevice(desc_.index);
+        if (ctx_.stream) cudaStreamSynchronize(ctx_.stream);
+        for (auto& [n, e] : events_) cudaEventDestroy(e);
+        for (cudaEvent_t e : freeEvents_) cudaEventDestroy(e);
+        if (ctx_.ltWorkspace) ctx_.alloc->release(ctx_.ltWorkspace);
+        dnn_.reset();
+        lt_.reset();
+        ctx_.alloc.reset();
+        if (ctx_.stream) cudaStreamDestroy(ctx_.stream);
+    }
+
+    Status init() {
+        const std::string dev = desc_.id;
+        TD_CUDA_TRY(cudaSetDevice(desc_.index), dev);
+        TD_CUDA_TRY(cudaStreamCreateWithFlags(&ctx_.stream, cudaStreamNonBlocking), dev);
+        ctx_.index = desc_.index;
+        ctx_.lt = lt_.get();
+        ctx_.alloc = std::make_shared<CachingAllocator>(desc_.index);
+        ctx_.ltWorkspaceBytes = size_t{32} << 20;
+        TD_ASSIGN_OR_RETURN(ctx_.ltWorkspace, ctx_.alloc->allocate(ctx_.ltWorkspaceBytes));
+        auto dnn = cuda::DnnContext::create(ctx_.stream);
+        if (dnn.ok()) {
+            dnn_ = std::move(dnn).value();
+            ctx_.dnn = dnn_.get();
+        } else {
+            // Not fatal: the direct kernels run every convolution (dnnError_ says why).
+            dnnError_ = dnn.error();
+        }
+        return Status::success();
+    }
+
+    const DeviceDesc& desc() const override { return desc_; }
+
+    Result<Buffer> allocate(size_t bytes) override {
+        TD_CUDA_TRY(cudaSetDevice(desc_.index), desc_.id);
+        TD_ASSIGN_OR_RETURN(void* p, ctx_.alloc->allocate(std::max<size_t>(bytes, 1)));
+        // Zeroed, as the CPU device's (optimizer slots, accumulators start from zero).
+        TD_CUDA_TRY(cudaMemsetAsync(p, 0, std::max<size_t>(bytes, 1), ctx_.stream),
+                    desc_.id + ": allocate");
+        TD_CUDA_TRY(cudaStreamSynchronize(ctx_.stream), desc_.id + ": allocate");
+        return Buffer{p, bytes};
+    }
+    void release(Buffer& b) override {
+        if (b.ptr) {
+            cudaSetDevice(desc_.index);
+            // Work still queued may use it: the next owner's work is queued after it on the same
+            // stream, so the block can be handed out again at once.
+            ctx_.alloc->release(b.ptr);
+        }
+        b = {};
+    }
+    Result<Buffer> allocateHost(size_t bytes) override {
+        TD_CUDA_TRY(cudaSetDevice(desc_.index), desc_.id);
+        void* p = nullptr;
+        TD_CUDA_TRY(cudaHostAlloc(&p, std::max<size_t>(bytes, 64), cudaHostAllocPortable),
+                    desc_.id + ": pinned host memory of " + std::to_string(bytes) + " bytes");
+        return Buffer{p, bytes};
+    }
+    void releaseHost(Buffer& b) override {
+        if (b.ptr) cudaFreeHost(b.ptr);
+        b = {};
+    }
+    Status copyToDevice(const Buffer& dst, size_t off, const void* src, size_t bytes) override {
+        TD_RETURN_IF_ERROR(copyToDeviceAsync(dst, off, src, bytes));
+        return synchronize();
+    }
+    Status copyToHost(void* dst, const Buffer& src, size_t off, size_t bytes) override {
+        TD_RETURN_IF_ERROR(copyToHostAsync(dst, src, off, bytes));
+        return synchronize();
+    }
+    Status copyToDeviceAsync(const Buffer& dst, size_t off, const void* src,
+                             size_t bytes) override {
+        TD_ASSERT(off + bytes <= dst.bytes);
+        if (bytes == 0) return Status::success();
+        TD_CUDA_TRY(cudaSetDevice(desc_.index), desc_.id);
+        TD_CUDA_TRY(cudaMemcpyAsync(static_cast<char*>(dst.ptr) + off, src, bytes,
+                                    cudaMemcpyHostToDevice, ctx_.stream),
+                    desc_.id + ": copy to device");
+        return Status::success();
+    }
+    Status copyToHostAsync(void* dst, const Buffer& src, size_t off, size_t bytes) override {
+        TD_ASSERT(off + bytes <= src.bytes);
+        if (bytes == 0) return Status::success();
+        TD_CUDA_TRY(cudaSetDevice(desc_.index), desc_.id);
+        TD_CUDA_TRY(cudaMemcpyAsync(dst, static_cast<const char*>(src.ptr) + off, bytes,
+                                    cudaMemcpyDeviceToHost, ctx_.stream),
+                    desc_.id + ": copy to host");
+        return Status::success();
+    }
+    Status fillZero(const Buffer& dst, size_t off, size_t bytes) override {
+        TD_ASSERT(off + bytes <= dst.bytes);
+        if (bytes == 0) return Status::success();
+        TD_CUDA_TRY(cudaSetDevice(desc_.index), desc_.id);
+        TD_CUDA_TRY(cudaMemsetAsync(static_cast<char*>(dst.ptr) + off, 0, bytes, ctx_.stream),
+                    desc_.id + ": fill zero");
+        return Status::success();
+    }
+    Support supportsOp(const Graph& g, const Node& n) const override {
+        if (n.op == Op::Label) return {};
+        if (n.dtype != DType::F32 && n.dtype != DType::BF16 && n.dtype != DType::F16)
+            return {false, desc_.id + " runs " + opName(n.op) + " in f32, bf16 or f16, not " +
+                               dtypeName(n.dtype)};
+        switch (n.op) {
+            case Op::Conv2D:
+            case Op::Conv2DGradInput:
+            case Op::Conv2DGradFilter:
+            case Op::MaxPool:
+            case Op::MaxPoolGrad:
+            case Op::AvgPool:
+            case Op::AvgPoolGrad:
+            case Op::Pad2D:
+            case Op::Pad2DGrad:
+            case Op::Scale:
+            case Op::ChannelMean:
+            case Op::ChannelVar:
+            case Op::BatchNorm:
+            case Op::BatchNormGrad:
+            case Op::NormGammaGrad:
+            case Op::MovingAvg:
+            case Op::LayerNorm:
+            case Op::LayerNormGrad:
+            case Op::LayerNormGammaGrad:
+                if (n.dtype != DType::F32)
+                    return {false, desc_.id + " runs " + opName(n.op) + " in f32 only, not " +
+                                       dtypeName(n.dtype)};
+                for (int i : n.inputs)
+                    if (g.node(i).dtype != DType::F32)
+                        return {false, desc_.id + " runs " + opName(n.op) +
+                                           " on f32 operands only, not " +
+                                           dtypeName(g.node(i).dtype)};
+                break;
+            default:
+                break;
+        }
+        if ((n.op == Op::Dense || n.op == Op::Conv2D) && n.attrs.actOr() == ActKind::Softmax)
+            return {false, desc_.id + " fuses no softmax into " + opName(n.op)};
+        return {};
+    }
+    Result<std::unique_ptr<Executable>> compile(const LoweredProgram& lp,
+                                                const ProgramBindings& bind) override {
+        TD_RETURN_IF_ERROR(checkBindings(lp, bind));
+        auto prog = std::make_unique<CudaProgram>(ctx_);
+        Status s = prog->build(lp, bind);
+        if (!s.ok()) return err(desc_.id + ": program " + lp.name + ": " + s.error());
+        return std::unique_ptr<Executable>(std::move(prog));
+    }
+    Status synchronize() override {
+        TD_CUDA_TRY(cudaSetDevice(desc_.index), desc_.id);
+        TD_CUDA_TRY(cudaStreamSynchronize(ctx_.stream), desc_.id + ": synchronize");
+        return Status::success();
+    }
+    Result<int64_t> recordEvent() override {
+        TD_CUDA_TRY(cudaSetDevice(desc_.index), desc_.id);
+        cudaEvent_t e = nullptr;
+        if (!freeEvents_.empty()) {
+            e = freeEvents_.back();
+            freeEvents_.pop_back();
+        } else {
+            TD_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), desc_.id + ": event");
+        }
+        TD_CUDA_TRY(cudaEventRecord(e, ctx_.stream), desc_.id + ": event");
+        events_[++eventCount_] = e;
+        return eventCount_;
+    }
+    Status waitEvent(int64_t event) override {
+        TD_ASSERT(event <= eventCount_);
+        // Markers up to `event` have passed once it has; earlier ones are done too.
+        auto it = events_.find(event);
+        if (it == events_.end()) return Status::success();  // waited for before
+        TD_CUDA_TRY(cudaSetDevice(desc_.index), desc_.id);
+        TD_CUDA_TRY(cudaEventSynchronize(it->second), desc_.id + ": wait event");
+        for (auto e = events_.begin(); e != events_.end() && e->first <= event;) {
+            freeEvents_.push_back(e->second);
+            e = events_.erase(e);
+        }
+        return Status::success();
+    }
+    void prepareThread(int workerThreads) override {
+        (void)workerThreads;
+        cudaSetDevice(desc_.index);
+    }
+    bool hostAddressable() const override { return false; }
+    cudaStream_t stream() const { return ctx_.stream; }
+
+  private:
+    DeviceDesc desc_;
+    std::unique_ptr<cuda::LtContext> lt_;
+    std::unique_ptr<cuda::DnnContext> dnn_;
+    std::string dnnError_;  // why cuDNN is not used (empty: it is)
+    DeviceContext ctx_;
+    std::map<int64_t, cudaEvent_t> events_;  // recorded, not yet waited for
+    std::vector<cudaEvent_t> freeEvents_;
+    int64_t eventCount_ = 0;
+};
+
+}  // namespace
+
+cudaStream_t cuda::streamOf(Device& device) {
+    auto* d = dynamic_cast<CudaDevice*>(&device);
+    return d ? d->stream() : nullptr;
+}
+
+Result<std::unique_ptr<Device>> makeCudaDevice(int index) {
+    const auto devs = cudaDevices();
+    if (index < 0 || index >= static_cast<int>(devs.size()))
+        return err("cuda:" + std::to_string(index) + ": no such GPU (" +
+                   std::to_string(devs.size()) + " detected)");
+    const DeviceDesc& d = devs[static_cast<size_t>(index)];
+    if (cudaSetDevice(index) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return err(d.id + " (" + d.name + "): cannot select the device");
+    }
+    auto lt = cuda::LtContext::create();
+    if (!lt.ok()) return err(d.id + " (" + d.name + "): " + lt.error());
+    auto dev = std::make_unique<CudaDevice>(d, std::move(lt).value());
+    Status s = dev->init();
+    if (!s.ok()) return err(d.id + " (" + d.name + "): " + s.error());
+    return std::unique_ptr<Device>(std::move(dev));
+}
+
+}  // namespace td
