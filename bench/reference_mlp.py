@@ -16,7 +16,11 @@ Same as TrainDeck's benchmark project:
   timing     wall time of each epoch's training loop (shuffle and every step, no evaluation);
              samples/s = samples in epochs 2..N / their time (the first epoch warms up: graph
              tracing, torch.compile, allocator growth), test accuracy on the 10,000 test images
-             after the last epoch, peak RSS of this process.
+             after the last epoch, peak RSS of this process;
+  denormals  flushed to zero, as TrainDeck and TensorFlow do (torch.set_flush_denormal; without
+             it, PyTorch's CPU kernels slow down by several times once values underflow, e.g.
+             Adam's moments of always-zero gradients); --keep-denormals measures PyTorch's
+             default.
 
 Prints one JSON line on stdout. Exit status 2 with a message on stderr when an option, the data
 or the framework is missing.
@@ -89,6 +93,7 @@ def train_torch(opts, hidden, train, test):
     if opts.compile and (major < 2 or not hasattr(torch, "compile")):
         raise Refused(f"--compile: torch.compile needs PyTorch 2 or later, this is {torch.__version__}")
     torch.set_num_threads(opts.threads)
+    torch.set_flush_denormal(not opts.keep_denormals)
     torch.manual_seed(opts.seed)
 
     layers = []
@@ -214,6 +219,8 @@ def parse_args(argv):
                    help="bf16: torch.autocast on the CPU, or the Keras policy mixed_bfloat16")
     p.add_argument("--hidden", default="128", help="comma-separated hidden widths (default 128)")
     p.add_argument("--dropout", type=float, default=0.2, help="after every hidden layer")
+    p.add_argument("--keep-denormals", action="store_true",
+                   help="PyTorch: leave denormal numbers on (its default; slow on this CPU path)")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--epochs", type=int, default=3, help="at least 2: the first is warm-up")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
@@ -263,6 +270,7 @@ def main(argv):
         "epochs": opts.epochs,
         "threads": opts.threads,
         "seed": opts.seed,
+        "flush_denormal": opts.framework == "keras" or not opts.keep_denormals,
         "samples_per_s": round(steady_rate(train[0].shape[0], epoch_seconds), 1),
         "epoch_seconds": [round(t, 3) for t in epoch_seconds],
         "test_accuracy": round(float(accuracy), 4),
