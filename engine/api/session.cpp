@@ -190,8 +190,7 @@ Result<std::unique_ptr<Session>> Session::create(const Project& projectIn,
     if (p.precision != PrecisionPolicy::Float32) {
         Capability cap = precisionCapability(p.precision);
         if (!cap.available)
-            return err(std::string("precision: ") + precisionName(p.precision) + ": " +
-                       cap.reason);
+            return err(std::string("precision: ") + precisionName(p.precision) + ": " + cap.reason);
     }
     if (Status st = checkPassNames(p.disabledPasses); !st.ok()) {
         size_t i = 0;
@@ -555,7 +554,8 @@ Status Session::fit() {
                     note.rfind("refused", 0) == 0 ? LogLine::Level::Warning : LogLine::Level::Info,
                     note);
         }
-        if (!im.staleCheckpointNote.empty()) im.log(LogLine::Level::Warning, im.staleCheckpointNote);
+        if (!im.staleCheckpointNote.empty())
+            im.log(LogLine::Level::Warning, im.staleCheckpointNote);
         im.staleCheckpointNote.clear();
         im.trainer->setCheckpointing(im.checkpointPlan(recorder != nullptr));
         Result<RunFinished> r = guarded("internal error", [&] { return im.trainer->fit(); });
@@ -699,8 +699,8 @@ Result<std::string> Session::dumpIr(const std::string& afterPass) {
         auto* fp = dynamic_cast<FusingPass*>(pm.find(name));
         if (!fp || pm.isDisabled(name)) continue;
         for (const auto& d : fp->decisions())
-            notes += "# " + name + ": " + (d.fused ? "fused " + d.what : "kept apart: " + d.reason) +
-                     "\n";
+            notes += "# " + name + ": " +
+                     (d.fused ? "fused " + d.what : "kept apart: " + d.reason) + "\n";
     }
     if (auto* mp = static_cast<MemoryPlanPass*>(pm.find("memory")); mp && !pm.isDisabled("memory"))
         notes += "# memory: arena " + std::to_string(mp->arenaBytes()) + " bytes (" +
@@ -723,8 +723,9 @@ Capability multiWorkerCapability() {
 std::vector<DeviceInfo> listDevices() {
     std::vector<DeviceInfo> out;
     for (const DeviceDesc& d : enumerateDevices())
-        out.push_back(
-            DeviceInfo{d.id, d.kind == DeviceKind::Cpu ? "cpu" : "cuda", d.name, d.memoryBytes});
+        out.push_back(DeviceInfo{d.id, d.kind == DeviceKind::Cpu ? "cpu" : "cuda", d.name,
+                                 d.memoryBytes, d.computeCapability, d.memoryFreeBytes,
+                                 d.driverVersion, d.runtimeVersion});
     return out;
 }
 

@@ -29,6 +29,11 @@ struct DeviceDesc {
     std::string name;         // human-readable model name
     int64_t memoryBytes = 0;  // total device memory (host RAM for the CPU)
     int threads = 1;          // CPU: worker threads used by kernels
+    // GPUs only (empty / -1 where not known or not applicable):
+    std::string computeCapability;  // "9.0" (major.minor)
+    int64_t memoryFreeBytes = -1;   // free device memory when enumerated
+    std::string driverVersion;      // CUDA version the driver supports, "13.0"
+    std::string runtimeVersion;     // CUDA runtime the engine was built with, "13.0"
 };
 
 // A device allocation. Owned by the device that made it; release with Device::release.
