@@ -7,7 +7,7 @@
 // and TrainDeck's ratios to each reference.
 //
 //   traindeck_bench [--epochs 3] [--threads 2] [--models seed-32,seed-256,wide-256,cnn-64]
-//                   [--frameworks torch,torch-compile,torch-debian,keras|none]
+//                   [--frameworks torch,torch-compile,torch-debian,keras,torch-cuda|none]
 //                   [--python VENV/bin/python] [--python-debian /usr/bin/python3]
 //                   [--strategies one,mirrored-2,mpi-2] [--variants f32,unfused,bf16,f16]
 //
@@ -173,6 +173,7 @@ struct Reference {
     std::string framework;
     bool compile;
     bool bf16 = false;  // --precision bf16: torch autocast, Keras mixed_bfloat16
+    bool cuda = false;  // --device cuda: PyTorch on the first GPU
 };
 
 const std::vector<Reference>& knownReferences() {
@@ -183,6 +184,7 @@ const std::vector<Reference>& knownReferences() {
         {"keras", "Keras", false, "keras", false},
         {"torch-bf16", "PyTorch bf16", false, "torch", false, true},
         {"keras-bf16", "Keras bf16", false, "keras", false, true},
+        {"torch-cuda", "PyTorch GPU", false, "torch", false, false, true},
     };
     return refs;
 }
@@ -209,6 +211,10 @@ Outcome runReference(const std::string& python, const std::string& script, const
     if (ref.bf16) {
         argv.push_back("--precision");
         argv.push_back("bf16");
+    }
+    if (ref.cuda) {
+        argv.push_back("--device");
+        argv.push_back("cuda");
     }
     int rc = runChild(argv, env, &out, &o.peakRssMiB);
     if (rc != 0) {
@@ -287,7 +293,8 @@ int main(int argc, char** argv) {
         ->check(CLI::Range(2, 100));
     app.add_option("--threads", threads, "Threads for every trainer")->check(CLI::PositiveNumber);
     app.add_option("--frameworks", frameworks,
-                   "References: torch, torch-compile, torch-debian, keras, or none");
+                   "References: torch, torch-compile, torch-debian, keras, torch-bf16, "
+                   "keras-bf16, torch-cuda (PyTorch on the first GPU), or none");
     app.add_option("--models", models, "Configurations: seed-32, seed-256, wide-256, cnn-64");
     app.add_option("--reference", reference, "Path of reference_mlp.py");
     app.add_option("--traindeck", binary, "traindeck binary (default: next to this program)");
@@ -324,7 +331,8 @@ int main(int argc, char** argv) {
         if (it == knownReferences().end()) {
             std::fprintf(stderr,
                          "bench: --frameworks: unknown reference '%s' (expected torch, "
-                         "torch-compile, torch-debian, keras, torch-bf16, keras-bf16 or none)\n",
+                         "torch-compile, torch-debian, keras, torch-bf16, keras-bf16, "
+                         "torch-cuda or none)\n",
                          key.c_str());
             return 2;
         }
