@@ -8,8 +8,10 @@
 #                                  and the GUI off into build-gpu/, and packs them with every
 #                                  shared library they need that is not glibc or CUDA, plus
 #                                  Fashion-MNIST, into build-gpu-bundle/traindeck-gpu-bundle.tar.xz
-#   tests/gpu/check.sh [--run]     there, from the root of a copy of the working tree with
-#                                  build-gpu-bundle/ carried along: unpacks the bundle, points the
+#   tests/gpu/check.sh [--run]     there, from the root of a copy of the working tree with the
+#                                  archive carried along (the device tool's carry:
+#                                  build-gpu-bundle/traindeck-gpu-bundle.tar.xz, about 55 MiB, with
+#                                  the tree's 4 MiB under its 64 MiB): unpacks the bundle, points the
 #                                  loader at it and at the machine's CUDA libraries (the toolkit's
 #                                  and those in PyTorch's environment), and runs, in under 8
 #                                  minutes: `traindeck devices` against nvidia-smi, every non-GUI
@@ -87,12 +89,15 @@ bundle() {
     { tail -n 40 "$bundle_dir/build.log" >&2; die "the build failed (build-gpu-bundle/build.log)"; }
   local built=$SECONDS
 
+  # Only the archive (and these logs) stays in the folder that travels: no unpacked runtime or
+  # outputs of an earlier --run.
   local stage="$bundle_dir/stage"
-  rm -rf "$stage"
+  rm -rf "$stage" "$bundle_dir/runtime" "$bundle_dir/out" "$bundle_dir/python-clean"
   mkdir -p "$stage/build-gpu" "$stage/build-gpu-bundle/runtime/lib" \
     "$stage/build-gpu-bundle/runtime/compat" "$stage/build-gpu-bundle/runtime/fashion-mnist"
   local rt="$stage/build-gpu-bundle/runtime"
-  # The build tree's executables (stripped) and CTest files, at the same places.
+  # The build tree's executables and CTest files, at the same places. The executables are
+  # stripped, except traindeck: CTest portable_binary attributes its AVX code by function name.
   local elves=()
   while IFS= read -r -d '' f; do
     local rel="${f#"$build"/}"
@@ -102,7 +107,8 @@ bundle() {
       cp -p "$f" "$stage/build-gpu/$rel"
     elif [ -x "$f" ] && is_elf "$f"; then
       mkdir -p "$stage/build-gpu/$(dirname "$rel")"
-      strip --strip-unneeded -o "$stage/build-gpu/$rel" "$f"
+      if [ "$rel" = traindeck ]; then cp -p "$f" "$stage/build-gpu/$rel"
+      else strip --strip-unneeded -o "$stage/build-gpu/$rel" "$f"; fi
       elves+=("$stage/build-gpu/$rel")
     fi
   done < <(find "$build" -type f \( -name CTestTestfile.cmake -o -perm -u+x \) -print0)
@@ -177,7 +183,8 @@ PY
 # (site-packages/nvidia/*/lib, torch/lib).
 cuda_lib_dirs() {
   local d sub py
-  for d in "${CUDA_HOME:-}" "${CUDA_PATH:-}" /usr/local/cuda /usr/local/cuda-*; do
+  # /usr/local/nvidia: where container images mount the driver (libcuda.so.1).
+  for d in "${CUDA_HOME:-}" "${CUDA_PATH:-}" /usr/local/cuda /usr/local/cuda-* /usr/local/nvidia; do
     [ -n "$d" ] || continue
     for sub in lib64 lib targets/x86_64-linux/lib; do
       if [ -d "$d/$sub" ]; then echo "$d/$sub"; fi
@@ -386,11 +393,12 @@ run() {
     status=1; summary+=("FAIL ctest (all non-GUI tests): stopped after ${cap} s (${line:-no summary})")
   else
     status=1
-    summary+=("FAIL ctest (all non-GUI tests): $line: $(grep -E '^\s+[0-9]+ - ' "$out/ctest.txt" | tr -s ' ' | tr '\n' ';')")
+    summary+=("FAIL ctest (all non-GUI tests): $line:$(sed -n '/tests FAILED:/,$p' "$out/ctest.txt" |
+      grep -E '^\s+[0-9]+ - ' | tr -s ' \t' ' ' | tr '\n' ';')")
   fi
   local skipped
-  skipped=$(grep -c 'Not Run\|Skipped' "$out/ctest.txt" || true)
-  summary+=("     skipped: $skipped test(s) (see ctest.txt)")
+  skipped=$(grep -E '^ *[0-9]+/[0-9]+ Test +#' "$out/ctest.txt" | grep -c 'Skipped\|Not Run' || true)
+  summary+=("     skipped: $skipped test(s), each with its reason in ctest.txt")
 
   # 3. The benchmark beside PyTorch, with whatever is there, within a time cap. PyTorch runs with
   # the loader as it was before (its own libraries), not with the bundle's.
