@@ -34,9 +34,9 @@
 # long as both builds see the same one).
 #
 # Environment: TRAINDECK_JOBS (build jobs, default nproc), TRAINDECK_GPU_BUNDLE (the archive),
-# TRAINDECK_GPU_CTEST_SECONDS (cap for the test suite, default 330), TRAINDECK_GPU_CTEST_ARGS
+# TRAINDECK_GPU_CTEST_SECONDS (cap for the test suite, default 300), TRAINDECK_GPU_CTEST_ARGS
 # (more ctest options, e.g. "-R test_ops"), TRAINDECK_GPU_BENCH_SECONDS
-# (cap for the benchmark, default 120), CUDA_HOME / CUDA_PATH (the toolkit on the GPU machine).
+# (cap for the benchmark, default 100), CUDA_HOME / CUDA_PATH (the toolkit on the GPU machine).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 build="$root/build-gpu"
@@ -372,7 +372,7 @@ run() {
 
   # 2. The whole non-GUI suite (test_cli compares the engine's GPUs with the driver's count too).
   [ "$want" -gt 0 ] && export TRAINDECK_EXPECT_GPUS="$want"
-  local cap="${TRAINDECK_GPU_CTEST_SECONDS:-330}"
+  local cap="${TRAINDECK_GPU_CTEST_SECONDS:-300}"
   local jobs
   jobs=$(( $(nproc) / 2 )); [ "$jobs" -ge 1 ] || jobs=1
   local rc=0
@@ -402,7 +402,7 @@ run() {
 
   # 3. The benchmark beside PyTorch, with whatever is there, within a time cap. PyTorch runs with
   # the loader as it was before (its own libraries), not with the bundle's.
-  local bcap="${TRAINDECK_GPU_BENCH_SECONDS:-120}" py="" frameworks=none
+  local bcap="${TRAINDECK_GPU_BENCH_SECONDS:-100}" py="" frameworks=none
   for p in python3 python; do
     if command -v "$p" >/dev/null && "$p" -c 'import torch, numpy' 2>/dev/null; then py=$(command -v "$p"); break; fi
   done
