@@ -10,6 +10,7 @@
 //                   [--frameworks torch,torch-compile,torch-debian,keras,torch-cuda|none]
 //                   [--python VENV/bin/python] [--python-debian /usr/bin/python3]
 //                   [--strategies one,mirrored-2,mpi-2] [--variants f32,unfused,bf16,f16]
+//                   [--device cuda:0]
 //
 // --variants adds TrainDeck rows for the same model: unfused (every fusing pass off), bf16
 // (mixed_bfloat16; emulated by oneDNN on a CPU without AMX-BF16 or AVX512-BF16, and labelled so)
@@ -303,6 +304,10 @@ int main(int argc, char** argv) {
     app.add_option("--strategies", strategies,
                    "TrainDeck strategies: one, mirrored-N (N CPU replicas), mpi-N (N processes "
                    "under mpirun); rows after the first print their scaling against it");
+    std::string device;
+    app.add_option("--device", device,
+                   "TrainDeck's device for its one-device rows, e.g. cuda:0 (default: the "
+                   "project's, the CPU)");
     std::string variants = "f32";
     app.add_option("--variants", variants,
                    "TrainDeck variants on one device: f32, unfused (fusion off), bf16 "
@@ -413,8 +418,11 @@ int main(int argc, char** argv) {
         epochs, epochs, threads);
     std::printf("%-20s %5s  %-34s %10s %8s %9s %8s %7s\n", "model", "batch", "trainer", "samples/s",
                 "test acc", "peak MiB", "speed x", "mem x");
-    const std::string ourName = std::string("TrainDeck ") + TRAINDECK_VERSION + " (" +
-                                td::cpuIsaName(td::activeCpuIsa().isa) + ")";
+    const std::string ourName =
+        std::string("TrainDeck ") + TRAINDECK_VERSION + " (" +
+        (device.empty() || device.rfind("cpu", 0) == 0 ? td::cpuIsaName(td::activeCpuIsa().isa)
+                                                       : device) +
+        ")";
     nlohmann::json results = nlohmann::json::array();
     int idx = 0;
     for (const Config& c : configs) {
@@ -458,6 +466,7 @@ int main(int argc, char** argv) {
             td::Project ps = p;
             ps.strategy.type = st.type;
             ps.strategy.replicas = st.mpi ? 1 : (st.type == "mirrored" ? st.replicas : 0);
+            if (st.type == "one_device" && !device.empty()) ps.strategy.devices = {device};
             const std::string pp = (tmp / ("bench" + std::to_string(idx++) + ".json")).string();
             if (auto s = td::saveProject(ps, pp); !s.ok()) {
                 std::fprintf(stderr, "bench: %s\n", s.error().c_str());
@@ -486,6 +495,7 @@ int main(int argc, char** argv) {
         Outcome firstVariant;
         for (const std::string& v : splitList(variants)) {
             td::Project pv = p;
+            if (!device.empty()) pv.strategy.devices = {device};
             StrategyRun st{"one"};
             std::string label = "TrainDeck " + v;
             if (v == "unfused") pv.fusion = false;

@@ -417,17 +417,21 @@ run() {
       frameworks=torch,torch-cuda
     fi
   fi
+  # TrainDeck on the first GPU when the engine lists one (a row that says why when its CUDA
+  # device cannot train yet), else on the CPU; TRAINDECK_GPU_BENCH_DEVICE chooses.
+  local bdev="${TRAINDECK_GPU_BENCH_DEVICE:-}"
+  if [ -z "$bdev" ]; then bdev=cpu:0; [ "$have" -gt 0 ] && bdev=cuda:0; fi
   rc=0
   timeout "$bcap" "$build/traindeck_bench" --frameworks "$frameworks" --models seed-256 --epochs 2 \
-    --threads "$(( $(nproc) < 8 ? $(nproc) : 8 ))" ${py:+--python "$wrapper"} \
+    --threads "$(( $(nproc) < 8 ? $(nproc) : 8 ))" --device "$bdev" ${py:+--python "$wrapper"} \
     --json "$out/bench.json" >"$out/bench.txt" 2>&1 || rc=$?
   cat "$out/bench.txt"
   if [ "$rc" = 0 ]; then
-    summary+=("ok   benchmark (references: $frameworks; TrainDeck on its default device):")
-    while IFS= read -r line; do summary+=("     $line"); done < <(grep -A50 '^model ' "$out/bench.txt")
+    summary+=("ok   benchmark (TrainDeck on $bdev; references: $frameworks):")
   else
-    summary+=("warn benchmark (frameworks: $frameworks) exited $rc$([ "$rc" = 124 ] && echo " (time cap ${bcap} s)")")
+    summary+=("warn benchmark (TrainDeck on $bdev; references: $frameworks) exited $rc$([ "$rc" = 124 ] && echo " (time cap ${bcap} s)"):")
   fi
+  while IFS= read -r line; do summary+=("     $line"); done < <(grep -A50 '^model ' "$out/bench.txt")
 
   {
     echo "== TrainDeck GPU check: $(date -u +%Y-%m-%dT%H:%M:%SZ), $((SECONDS - t0)) s =="
