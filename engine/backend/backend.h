@@ -173,7 +173,9 @@ Result<std::unique_ptr<Executable>> compileProgram(Device& device, const Graph& 
 Status checkBindings(const LoweredProgram& program, const ProgramBindings& bindings);
 
 // Devices on this machine: the CPU, then CUDA devices when the CUDA backend is built and a
-// driver reports GPUs (errors from the driver mean zero GPUs).
+// driver reports GPUs (errors from the driver mean zero GPUs). For listings (CLI, GUI): reading a
+// GPU's free memory makes its primary CUDA context, so this is not for hot paths or processes
+// that must leave other GPUs untouched.
 std::vector<DeviceDesc> enumerateDevices();
 // Creates a device by id ("cpu:0", "cuda:1"). Errors name the id and what exists.
 Result<std::unique_ptr<Device>> openDevice(const std::string& id);

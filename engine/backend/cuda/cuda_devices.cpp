@@ -46,8 +46,9 @@ std::vector<DeviceDesc> cudaDevices() {
         d.computeCapability = std::to_string(prop.major) + "." + std::to_string(prop.minor);
         d.driverVersion = cudaVersionString(driver);
         d.runtimeVersion = cudaVersionString(runtime);
-        // Free memory needs a context on the device: made here (the primary context, which the
-        // device would use anyway); a device that refuses one still gets listed.
+        // Free memory needs a context on the device: its primary context is made here (the one a
+        // cuda:N device uses, and which stays for the process's life); a device that refuses one
+        // is still listed, without free memory.
         size_t freeBytes = 0;
         size_t totalBytes = 0;
         if (cudaSetDevice(i) == cudaSuccess &&
@@ -63,11 +64,19 @@ std::vector<DeviceDesc> cudaDevices() {
 }
 
 Result<std::unique_ptr<Device>> makeCudaDevice(int index) {
-    const auto devs = cudaDevices();
-    if (index < 0 || index >= static_cast<int>(devs.size()))
-        return err("cuda:" + std::to_string(index) + ": no such GPU (" +
-                   std::to_string(devs.size()) + " detected)");
-    return err("cuda:" + std::to_string(index) + " (" + devs[static_cast<size_t>(index)].name +
+    // Properties only: cudaDevices() would make a context on every GPU to read its free memory.
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+        (void)cudaGetLastError();
+        count = 0;
+    }
+    cudaDeviceProp prop{};
+    if (index < 0 || index >= count || cudaGetDeviceProperties(&prop, index) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return err("cuda:" + std::to_string(index) + ": no such GPU (" + std::to_string(count) +
+                   " detected)");
+    }
+    return err("cuda:" + std::to_string(index) + " (" + prop.name +
                "): the CUDA backend detects GPUs but does not run training programs yet; use "
                "cpu:0");
 }
