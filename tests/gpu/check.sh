@@ -255,10 +255,11 @@ verify() {
     echo "FAIL: traindeck devices from the bundle: $out"; fail=1
   fi
   # 3. An engine test executable and the NVRTC test from the bundle.
-  local t
+  local t cuda_dirs=()
+  mapfile -t cuda_dirs < <(cuda_lib_dirs | awk '!seen[$0]++')
   for t in test_model test_nvrtc; do
     if out=$(cd "$tmp" && env -i PATH=/usr/bin:/bin HOME="$tmp" QT_QPA_PLATFORM=offscreen \
-        LD_LIBRARY_PATH="$rt/lib:$rt/compat:$(join_path $(cuda_lib_dirs))" \
+        LD_LIBRARY_PATH="$rt/lib:$rt/compat:$(join_path "${cuda_dirs[@]}")" \
         "$tmp/build-gpu/tests/$t" 2>&1); then
       echo "ok: $t from the bundle passes ($(tail -n 1 <<<"$out"))"
     else
@@ -305,8 +306,9 @@ run() {
 
   # The loader: the bundle, then the machine's CUDA libraries; libstdc++ from the bundle only
   # when the machine's is older than the binaries need.
-  local cuda_dirs
-  cuda_dirs=$(join_path $(cuda_lib_dirs | awk '!seen[$0]++'))
+  local cuda_list=() cuda_dirs
+  mapfile -t cuda_list < <(cuda_lib_dirs | awk '!seen[$0]++')
+  cuda_dirs=$(join_path "${cuda_list[@]}")
   local need_cxx
   need_cxx=$(sed -n 's/^glibcxx=//p' "$rt/manifest")
   local ldp="$rt/lib"
