@@ -15,9 +15,11 @@
 #                                  loader at it and at the machine's CUDA libraries (the toolkit's
 #                                  and those in PyTorch's environment), and runs, in under 8
 #                                  minutes: `traindeck devices` against nvidia-smi, every non-GUI
-#                                  test (CTest -LE gui), the benchmark beside PyTorch when it is
-#                                  importable, then prints one summary. Outputs go to $OUT when
-#                                  set, else build-gpu-bundle/out/ (at most 8 files).
+#                                  test (CTest -LE 'gui|bundle'), the benchmark (TrainDeck on
+#                                  cuda:0 when the engine lists a GPU) beside PyTorch, on the CPU
+#                                  and the GPU, when it is importable, then prints one summary.
+#                                  Outputs go to $OUT when set, else build-gpu-bundle/out/ (at most
+#                                  8 files).
 #   tests/gpu/check.sh --verify    here: unpacks the bundle into a temporary folder and proves
 #                                  what can be proven without a GPU: every dependency of every
 #                                  executable resolves inside the bundle (or is glibc or a CUDA
@@ -36,7 +38,8 @@
 # Environment: TRAINDECK_JOBS (build jobs, default nproc), TRAINDECK_GPU_BUNDLE (the archive),
 # TRAINDECK_GPU_CTEST_SECONDS (cap for the test suite, default 300), TRAINDECK_GPU_CTEST_ARGS
 # (more ctest options, e.g. "-R test_ops"), TRAINDECK_GPU_BENCH_SECONDS
-# (cap for the benchmark, default 100), CUDA_HOME / CUDA_PATH (the toolkit on the GPU machine).
+# (cap for the benchmark, default 100), TRAINDECK_GPU_BENCH_DEVICE (TrainDeck's device in the
+# benchmark), CUDA_HOME / CUDA_PATH (the toolkit on the GPU machine).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 build="$root/build-gpu"
