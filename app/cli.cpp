@@ -453,18 +453,33 @@ int devices(bool json) {
     auto devs = listDevices();
     if (json) {
         nlohmann::json arr = nlohmann::json::array();
-        for (const auto& d : devs)
-            arr.push_back({{"id", d.id},
-                           {"kind", d.kind},
-                           {"name", d.name},
-                           {"memory_bytes", d.memoryBytes}});
+        for (const auto& d : devs) {
+            nlohmann::json j = {
+                {"id", d.id}, {"kind", d.kind}, {"name", d.name}, {"memory_bytes", d.memoryBytes}};
+            // GPU fields only where the device has them (the CPU has none).
+            if (!d.computeCapability.empty()) j["compute_capability"] = d.computeCapability;
+            if (d.memoryFreeBytes >= 0) j["memory_free_bytes"] = d.memoryFreeBytes;
+            if (!d.driverVersion.empty()) j["driver_version"] = d.driverVersion;
+            if (!d.runtimeVersion.empty()) j["runtime_version"] = d.runtimeVersion;
+            arr.push_back(j);
+        }
         std::printf("%s\n", arr.dump(2).c_str());
         return 0;
     }
-    for (const auto& d : devs)
-        std::printf("%-8s %-6s %8.1f GiB  %s\n", d.id.c_str(), d.kind.c_str(),
-                    static_cast<double>(d.memoryBytes) / (1024.0 * 1024.0 * 1024.0),
+    const auto gib = [](int64_t bytes) {
+        return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0);
+    };
+    // One line per device: id, kind, memory, name; GPUs add compute capability, free memory and
+    // the CUDA versions of driver and runtime.
+    for (const auto& d : devs) {
+        std::printf("%-8s %-6s %8.1f GiB  %s", d.id.c_str(), d.kind.c_str(), gib(d.memoryBytes),
                     d.name.c_str());
+        if (!d.computeCapability.empty()) std::printf(", compute %s", d.computeCapability.c_str());
+        if (d.memoryFreeBytes >= 0) std::printf(", %.1f GiB free", gib(d.memoryFreeBytes));
+        if (!d.driverVersion.empty()) std::printf(", driver CUDA %s", d.driverVersion.c_str());
+        if (!d.runtimeVersion.empty()) std::printf(", runtime CUDA %s", d.runtimeVersion.c_str());
+        std::printf("\n");
+    }
     // The strategies this build and machine can run, and why not where they cannot.
     for (const char* type : {"one_device", "mirrored", "multi_worker_mirrored"}) {
         const Capability c = strategyCapability(type);

@@ -7,9 +7,10 @@
 // and TrainDeck's ratios to each reference.
 //
 //   traindeck_bench [--epochs 3] [--threads 2] [--models seed-32,seed-256,wide-256,cnn-64]
-//                   [--frameworks torch,torch-compile,torch-debian,keras|none]
+//                   [--frameworks torch,torch-compile,torch-debian,keras,torch-cuda|none]
 //                   [--python VENV/bin/python] [--python-debian /usr/bin/python3]
 //                   [--strategies one,mirrored-2,mpi-2] [--variants f32,unfused,bf16,f16]
+//                   [--device cuda:0]
 //
 // --variants adds TrainDeck rows for the same model: unfused (every fusing pass off), bf16
 // (mixed_bfloat16; emulated by oneDNN on a CPU without AMX-BF16 or AVX512-BF16, and labelled so)
@@ -173,6 +174,7 @@ struct Reference {
     std::string framework;
     bool compile;
     bool bf16 = false;  // --precision bf16: torch autocast, Keras mixed_bfloat16
+    bool cuda = false;  // --device cuda: PyTorch on the first GPU
 };
 
 const std::vector<Reference>& knownReferences() {
@@ -183,6 +185,7 @@ const std::vector<Reference>& knownReferences() {
         {"keras", "Keras", false, "keras", false},
         {"torch-bf16", "PyTorch bf16", false, "torch", false, true},
         {"keras-bf16", "Keras bf16", false, "keras", false, true},
+        {"torch-cuda", "PyTorch GPU", false, "torch", false, false, true},
     };
     return refs;
 }
@@ -209,6 +212,10 @@ Outcome runReference(const std::string& python, const std::string& script, const
     if (ref.bf16) {
         argv.push_back("--precision");
         argv.push_back("bf16");
+    }
+    if (ref.cuda) {
+        argv.push_back("--device");
+        argv.push_back("cuda");
     }
     int rc = runChild(argv, env, &out, &o.peakRssMiB);
     if (rc != 0) {
@@ -287,7 +294,8 @@ int main(int argc, char** argv) {
         ->check(CLI::Range(2, 100));
     app.add_option("--threads", threads, "Threads for every trainer")->check(CLI::PositiveNumber);
     app.add_option("--frameworks", frameworks,
-                   "References: torch, torch-compile, torch-debian, keras, or none");
+                   "References: torch, torch-compile, torch-debian, keras, torch-bf16, "
+                   "keras-bf16, torch-cuda (PyTorch on the first GPU), or none");
     app.add_option("--models", models, "Configurations: seed-32, seed-256, wide-256, cnn-64");
     app.add_option("--reference", reference, "Path of reference_mlp.py");
     app.add_option("--traindeck", binary, "traindeck binary (default: next to this program)");
@@ -296,6 +304,10 @@ int main(int argc, char** argv) {
     app.add_option("--strategies", strategies,
                    "TrainDeck strategies: one, mirrored-N (N CPU replicas), mpi-N (N processes "
                    "under mpirun); rows after the first print their scaling against it");
+    std::string device;
+    app.add_option("--device", device,
+                   "TrainDeck's device for its one-device rows, e.g. cuda:0 (default: the "
+                   "project's, the CPU)");
     std::string variants = "f32";
     app.add_option("--variants", variants,
                    "TrainDeck variants on one device: f32, unfused (fusion off), bf16 "
@@ -324,7 +336,8 @@ int main(int argc, char** argv) {
         if (it == knownReferences().end()) {
             std::fprintf(stderr,
                          "bench: --frameworks: unknown reference '%s' (expected torch, "
-                         "torch-compile, torch-debian, keras, torch-bf16, keras-bf16 or none)\n",
+                         "torch-compile, torch-debian, keras, torch-bf16, keras-bf16, "
+                         "torch-cuda or none)\n",
                          key.c_str());
             return 2;
         }
@@ -405,8 +418,11 @@ int main(int argc, char** argv) {
         epochs, epochs, threads);
     std::printf("%-20s %5s  %-34s %10s %8s %9s %8s %7s\n", "model", "batch", "trainer", "samples/s",
                 "test acc", "peak MiB", "speed x", "mem x");
-    const std::string ourName = std::string("TrainDeck ") + TRAINDECK_VERSION + " (" +
-                                td::cpuIsaName(td::activeCpuIsa().isa) + ")";
+    const std::string ourName =
+        std::string("TrainDeck ") + TRAINDECK_VERSION + " (" +
+        (device.empty() || device.rfind("cpu", 0) == 0 ? td::cpuIsaName(td::activeCpuIsa().isa)
+                                                       : device) +
+        ")";
     nlohmann::json results = nlohmann::json::array();
     int idx = 0;
     for (const Config& c : configs) {
@@ -450,6 +466,7 @@ int main(int argc, char** argv) {
             td::Project ps = p;
             ps.strategy.type = st.type;
             ps.strategy.replicas = st.mpi ? 1 : (st.type == "mirrored" ? st.replicas : 0);
+            if (st.type == "one_device" && !device.empty()) ps.strategy.devices = {device};
             const std::string pp = (tmp / ("bench" + std::to_string(idx++) + ".json")).string();
             if (auto s = td::saveProject(ps, pp); !s.ok()) {
                 std::fprintf(stderr, "bench: %s\n", s.error().c_str());
@@ -478,6 +495,7 @@ int main(int argc, char** argv) {
         Outcome firstVariant;
         for (const std::string& v : splitList(variants)) {
             td::Project pv = p;
+            if (!device.empty()) pv.strategy.devices = {device};
             StrategyRun st{"one"};
             std::string label = "TrainDeck " + v;
             if (v == "unfused") pv.fusion = false;

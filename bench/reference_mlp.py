@@ -39,7 +39,8 @@ import struct
 import sys
 import time
 
-DATA_DIR = "/usr/share/datasets/fashion-mnist"
+# Where TrainDeck's built-in source reads it too: $TRAINDECK_FASHION_MNIST_DIR, else Debian's folder.
+DATA_DIR = os.environ.get("TRAINDECK_FASHION_MNIST_DIR") or "/usr/share/datasets/fashion-mnist"
 TRAIN_FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz")
 TEST_FILES = ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
 ADAM = {"lr": 1e-3, "beta_1": 0.9, "beta_2": 0.999, "epsilon": 1e-7}
@@ -95,6 +96,10 @@ def train_torch(opts, hidden, train, test):
     torch.set_num_threads(opts.threads)
     torch.set_flush_denormal(not opts.keep_denormals)
     torch.manual_seed(opts.seed)
+    if opts.device == "cuda" and not torch.cuda.is_available():
+        raise Refused(f"--device cuda: PyTorch {torch.__version__} sees no GPU "
+                      f"(built for CUDA {torch.version.cuda})")
+    device = torch.device(opts.device)
 
     layers = []
     width = train[0].shape[1]
@@ -120,22 +125,24 @@ def train_torch(opts, hidden, train, test):
         if isinstance(m, (torch.nn.Linear, torch.nn.Conv2d)):
             torch.nn.init.xavier_uniform_(m.weight)
             torch.nn.init.zeros_(m.bias)
+    model.to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=ADAM["lr"],
                                  betas=(ADAM["beta_1"], ADAM["beta_2"]), eps=ADAM["epsilon"])
     forward = torch.compile(model) if opts.compile else model
 
     def autocast():
         if opts.precision == "bf16":
-            return torch.autocast("cpu", dtype=torch.bfloat16)
-        return torch.autocast("cpu", enabled=False)
+            return torch.autocast(opts.device, dtype=torch.bfloat16)
+        return torch.autocast(opts.device, enabled=False)
 
-    x, y = (torch.from_numpy(a) for a in train)
+    # --device cuda: the whole training set lives on the GPU, as TrainDeck's batches would.
+    x, y = (torch.from_numpy(a).to(device) for a in train)
     n = x.shape[0]
     epoch_seconds = []
     for _ in range(opts.epochs):
         model.train()
         start = time.perf_counter()
-        order = torch.randperm(n)
+        order = torch.randperm(n, device=device)
         for first in range(0, n, opts.batch):
             idx = order[first:first + opts.batch]
             optimizer.zero_grad(set_to_none=True)
@@ -145,10 +152,12 @@ def train_torch(opts, hidden, train, test):
             loss = torch.nn.functional.cross_entropy(logits.float(), y[idx])
             loss.backward()
             optimizer.step()
+        if opts.device == "cuda":
+            torch.cuda.synchronize()  # the epoch ends when the GPU has finished it
         epoch_seconds.append(time.perf_counter() - start)
 
     model.eval()
-    tx, ty = (torch.from_numpy(a) for a in test)
+    tx, ty = (torch.from_numpy(a).to(device) for a in test)
     with torch.no_grad(), autocast():
         accuracy = (model(tx).argmax(dim=1) == ty).float().mean().item()
     return "torch", torch.__version__, epoch_seconds, accuracy
@@ -217,6 +226,8 @@ def parse_args(argv):
                    help="torch.compile (PyTorch 2+), or Keras jit_compile=True (XLA)")
     p.add_argument("--precision", choices=["f32", "bf16"], default="f32",
                    help="bf16: torch.autocast on the CPU, or the Keras policy mixed_bfloat16")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="torch: train on the CPU or the first GPU (cuda)")
     p.add_argument("--hidden", default="128", help="comma-separated hidden widths (default 128)")
     p.add_argument("--dropout", type=float, default=0.2, help="after every hidden layer")
     p.add_argument("--keep-denormals", action="store_true",

@@ -30,7 +30,9 @@ if [ "$want_test" = 1 ]; then
   # qemu-user: the portable_binary test runs the binary on an emulated CPU without AVX.
   # clang + libclang-rt: the libFuzzer build (tests/fuzz/run.sh).
   # python3-venv: installer/pyenv.sh's environment for the export interop tests.
-  pkgs+=(xvfb xauth xfonts-base python3 python3-numpy python3-venv qemu-user clang libclang-rt-14-dev)
+  # ccache: the GPU bundle's build (CTest gpu_bundle) reuses the main build's objects.
+  pkgs+=(xvfb xauth xfonts-base python3 python3-numpy python3-venv qemu-user clang libclang-rt-14-dev
+         ccache)
 fi
 if [ "$want_bench" = 1 ]; then
   pkgs+=(python3-torch libopenblas0-pthread python3-venv python3-dev)

@@ -310,10 +310,20 @@ QWidget* TrainingPanel::buildRuntime() {
     deviceList_->setObjectName("deviceList");
     deviceList_->setMaximumHeight(100);
     for (const td::DeviceInfo& d : devices_) {
-        auto* item =
-            new QListWidgetItem(QString("%1 — %2 — %3")
-                                    .arg(QString::fromStdString(d.id),
-                                         QString::fromStdString(d.name), gib(d.memoryBytes)));
+        QString text = QString("%1 — %2 — %3")
+                           .arg(QString::fromStdString(d.id), QString::fromStdString(d.name),
+                                gib(d.memoryBytes));
+        // GPUs: compute capability, free memory, and the CUDA versions of driver and runtime.
+        QStringList gpu;
+        if (!d.computeCapability.empty())
+            gpu << tr("compute %1").arg(QString::fromStdString(d.computeCapability));
+        if (d.memoryFreeBytes >= 0) gpu << tr("%1 free").arg(gib(d.memoryFreeBytes));
+        if (!d.driverVersion.empty())
+            gpu << tr("driver CUDA %1").arg(QString::fromStdString(d.driverVersion));
+        if (!d.runtimeVersion.empty())
+            gpu << tr("runtime CUDA %1").arg(QString::fromStdString(d.runtimeVersion));
+        if (!gpu.isEmpty()) text += " (" + gpu.join(", ") + ")";
+        auto* item = new QListWidgetItem(text);
         item->setData(Qt::UserRole, QString::fromStdString(d.id));
         item->setFlags(Qt::ItemIsEnabled | Qt::ItemIsUserCheckable);
         item->setCheckState(Qt::Checked);

@@ -725,8 +725,9 @@ Capability multiWorkerCapability() {
 std::vector<DeviceInfo> listDevices() {
     std::vector<DeviceInfo> out;
     for (const DeviceDesc& d : enumerateDevices())
-        out.push_back(
-            DeviceInfo{d.id, d.kind == DeviceKind::Cpu ? "cpu" : "cuda", d.name, d.memoryBytes});
+        out.push_back(DeviceInfo{d.id, d.kind == DeviceKind::Cpu ? "cpu" : "cuda", d.name,
+                                 d.memoryBytes, d.computeCapability, d.memoryFreeBytes,
+                                 d.driverVersion, d.runtimeVersion});
     return out;
 }
 

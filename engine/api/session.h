@@ -23,6 +23,11 @@ struct DeviceInfo {
     std::string kind;  // "cpu", "cuda"
     std::string name;  // "Intel(R) Xeon(R) ... (2 threads)", "NVIDIA H200"
     int64_t memoryBytes = 0;
+    // GPUs only (empty / -1 for the CPU):
+    std::string computeCapability;  // "9.0"
+    int64_t memoryFreeBytes = -1;   // free device memory when listed
+    std::string driverVersion;      // CUDA version the driver supports, "13.0"
+    std::string runtimeVersion;     // CUDA runtime of this build, "13.0"
 };
 
 // Every device the engine can use on this machine (CPU always; CUDA devices when the CUDA backend

@@ -29,6 +29,11 @@ struct DeviceDesc {
     std::string name;         // human-readable model name
     int64_t memoryBytes = 0;  // total device memory (host RAM for the CPU)
     int threads = 1;          // CPU: worker threads used by kernels
+    // GPUs only (empty / -1 where not known or not applicable):
+    std::string computeCapability;  // "9.0" (major.minor)
+    int64_t memoryFreeBytes = -1;   // free device memory when enumerated
+    std::string driverVersion;      // CUDA version the driver supports, "13.0"
+    std::string runtimeVersion;     // CUDA runtime the engine was built with, "13.0"
 };
 
 // A device allocation. Owned by the device that made it; release with Device::release.
@@ -168,7 +173,9 @@ Result<std::unique_ptr<Executable>> compileProgram(Device& device, const Graph& 
 Status checkBindings(const LoweredProgram& program, const ProgramBindings& bindings);
 
 // Devices on this machine: the CPU, then CUDA devices when the CUDA backend is built and a
-// driver reports GPUs (errors from the driver mean zero GPUs).
+// driver reports GPUs (errors from the driver mean zero GPUs). For listings (CLI, GUI): reading a
+// GPU's free memory makes its primary CUDA context, so this is not for hot paths or processes
+// that must leave other GPUs untouched.
 std::vector<DeviceDesc> enumerateDevices();
 // Creates a device by id ("cpu:0", "cuda:1"). Errors name the id and what exists.
 Result<std::unique_ptr<Device>> openDevice(const std::string& id);

@@ -7,6 +7,7 @@ target_link_libraries(test_mpi_collectives PRIVATE traindeck_distribute)
 if(TRAINDECK_HAVE_MPI)
   # The benchmark compares with MPI_Allreduce.
   target_link_libraries(test_mpi_collectives PRIVATE MPI::MPI_C)
+  target_compile_definitions(test_mpi_collectives PRIVATE TRAINDECK_HAVE_MPI=1)
 endif()
 foreach(case reduce host hang abort kill)
   add_test(NAME mpi_collectives_${case}

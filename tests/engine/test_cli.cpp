@@ -51,14 +51,14 @@ class TestCli : public QObject {
   private slots:
     void cleanupTestCase() {
         for (const char* suffix : {"", "-wal", "-shm"})
-            QFile::remove(QDir::temp().filePath(
-                QString("traindeck-cli-test-%1.db%2")
-                    .arg(QCoreApplication::applicationPid())
-                    .arg(suffix)));
+            QFile::remove(QDir::temp().filePath(QString("traindeck-cli-test-%1.db%2")
+                                                    .arg(QCoreApplication::applicationPid())
+                                                    .arg(suffix)));
     }
     void summaryPrintsKerasTable();
     void kerasWarningsOnStderr();
     void devicesListsCpu();
+    void devicesPlainFormat();
     void compileDumpsAfterPass();
     void trainStoresRunAndListsIt();
     void badInput_data();
@@ -112,6 +112,43 @@ void TestCli::devicesListsCpu() {
     auto doc = QJsonDocument::fromJson(r.out.toUtf8());
     QVERIFY(doc.isArray());
     QCOMPARE(doc.array().at(0).toObject().value("id").toString(), QString("cpu:0"));
+}
+
+// `traindeck devices`: one line per device (id, kind, memory, name; GPUs add compute capability,
+// free memory, driver and runtime versions), then the strategies; exit 0 on every machine. A
+// machine without an NVIDIA driver lists no cuda: device, without an error; with one, as many as
+// nvidia-smi when TRAINDECK_EXPECT_GPUS says how many (tests/gpu/check.sh compares the two).
+void TestCli::devicesPlainFormat() {
+    Run r = traindeck({"devices"});
+    QCOMPARE(r.code, 0);
+    QVERIFY2(r.err.isEmpty(), qPrintable(r.err));
+    const QStringList lines = r.out.split('\n', Qt::SkipEmptyParts);
+    QVERIFY(!lines.isEmpty());
+    static const QRegularExpression cpu(R"(^cpu:0\s+cpu\s+[0-9]+\.[0-9] GiB  \S.*$)");
+    QVERIFY2(cpu.match(lines.first()).hasMatch(), qPrintable(lines.first()));
+    static const QRegularExpression gpu(
+        R"(^cuda:[0-9]+\s+cuda\s+[0-9]+\.[0-9] GiB  .+, compute [0-9]+\.[0-9]+, [0-9]+\.[0-9] GiB )"
+        R"(free, driver CUDA [0-9]+\.[0-9]+, runtime CUDA [0-9]+\.[0-9]+$)");
+    int gpus = 0;
+    for (const QString& line : lines) {
+        if (!line.startsWith("cuda:")) continue;
+        ++gpus;
+        QVERIFY2(gpu.match(line).hasMatch(), qPrintable(line));
+    }
+    if (!std::filesystem::exists("/dev/nvidiactl")) QCOMPARE(gpus, 0);
+    if (qEnvironmentVariableIsSet("TRAINDECK_EXPECT_GPUS"))
+        QCOMPARE(gpus, qEnvironmentVariableIntValue("TRAINDECK_EXPECT_GPUS"));
+    QVERIFY2(lines.last().startsWith("strategy "), qPrintable(lines.last()));
+    // JSON: the GPU fields only on GPUs.
+    Run j = traindeck({"devices", "--json"});
+    QCOMPARE(j.code, 0);
+    const QJsonArray arr = QJsonDocument::fromJson(j.out.toUtf8()).array();
+    QCOMPARE(arr.size(), 1 + gpus);
+    QVERIFY(!arr.at(0).toObject().contains("compute_capability"));
+    for (int i = 1; i < arr.size(); ++i)
+        for (const char* key :
+             {"compute_capability", "memory_free_bytes", "driver_version", "runtime_version"})
+            QVERIFY2(arr.at(i).toObject().contains(key), key);
 }
 
 void TestCli::compileDumpsAfterPass() {
@@ -203,8 +240,7 @@ void TestCli::badInput_data() {
     // A store of this process's own: builds that run their suites at once must not share one.
     const QString db = QDir::temp().filePath(
         QString("traindeck-cli-test-%1.db").arg(QCoreApplication::applicationPid()));
-    QTest::newRow("unknown run") << QStringList{"show", "no-such-run", "--db", db}
-                                 << "no-such-run";
+    QTest::newRow("unknown run") << QStringList{"show", "no-such-run", "--db", db} << "no-such-run";
     QTest::newRow("bad flag") << QStringList{"train", project("synthetic_blobs.json"), "--epochs",
                                              "-3"}
                               << "epochs";
@@ -330,9 +366,9 @@ void TestCli::killedRunResumes() {
     QJsonObject training = p["training"].toObject();
     training["epochs"] = 60;
     training["evaluate_test"] = false;
-    training["callbacks"] = QJsonArray{QJsonObject{
-        {"class_name", "ModelCheckpoint"},
-        {"config", QJsonObject{{"save_freq", 16}, {"keep_last", 2}}}}};
+    training["callbacks"] =
+        QJsonArray{QJsonObject{{"class_name", "ModelCheckpoint"},
+                               {"config", QJsonObject{{"save_freq", 16}, {"keep_last", 2}}}}};
     p["training"] = training;
     const QString path = dir.filePath("long.json");
     QFile out(path);
@@ -427,8 +463,8 @@ void TestCli::resumeAndDeleteErrors() {
     QVERIFY2(kept.out.contains("checkpoint files stay"), qPrintable(kept.out));
     QVERIFY(QDir(ckdir).exists());
     // The next run gets id 1 again (SQLite reuses the highest id): the kept folder moves aside.
-    Run second = traindeck({"train", project("synthetic_blobs.json"), "--epochs", "1", "--db", db,
-                            "--plain"});
+    Run second = traindeck(
+        {"train", project("synthetic_blobs.json"), "--epochs", "1", "--db", db, "--plain"});
     QCOMPARE(second.code, 0);
     QVERIFY2(second.out.contains("held the checkpoints of an earlier, deleted run 1"),
              qPrintable(second.out));

@@ -13,6 +13,7 @@
 #include <regex>
 #include <stdexcept>
 
+#include "engine/api/data_preview.h"
 #include "engine/api/session.h"
 #include "engine/store/run_store.h"
 #include "engine/train/callbacks.h"
@@ -409,7 +410,7 @@ void TestTraining::csvProjectTrains() {
 }
 
 void TestTraining::fashionMnistShortRun() {
-    if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"))
+    if (!std::filesystem::exists(api::fashionMnistDirectory() + "/train-images-idx3-ubyte.gz"))
         QSKIP("dataset-fashion-mnist is not installed");
     Project p = loadExample("fashion_mnist_mlp.json");
     p.training.epochs = 1;

@@ -1102,11 +1102,12 @@ cudaStream_t cuda::streamOf(Device& device) {
 }
 
 Result<std::unique_ptr<Device>> makeCudaDevice(int index) {
-    const auto devs = cudaDevices();
-    if (index < 0 || index >= static_cast<int>(devs.size()))
+    // Properties only: cudaDevices() would make a context on every GPU to read its free memory.
+    const std::optional<DeviceDesc> desc = cudaDeviceProperties(index);
+    if (!desc)
         return err("cuda:" + std::to_string(index) + ": no such GPU (" +
-                   std::to_string(devs.size()) + " detected)");
-    const DeviceDesc& d = devs[static_cast<size_t>(index)];
+                   std::to_string(cudaDeviceCount()) + " detected)");
+    const DeviceDesc& d = *desc;
     if (cudaSetDevice(index) != cudaSuccess) {
         (void)cudaGetLastError();
         return err(d.id + " (" + d.name + "): cannot select the device");
