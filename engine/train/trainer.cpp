@@ -1504,10 +1504,22 @@ Result<RunFinished> Trainer::Impl::fit() {
                 sm.replicas = std::move(per);
                 lastLogged = sm.metrics;
                 bus->publish(sm);
-                for (auto& rp : replicas)
-                    bus->publish(DeviceStats{
-                        rp->label, wall > 0 ? std::min(1.0, logCompute / wall) : 0, memory,
-                        wall > 0 ? static_cast<double>(seenSinceLog) / totalReplicas / wall : 0});
+                for (auto& rp : replicas) {
+                    DeviceStats ds;
+                    ds.device = rp->label;
+                    ds.utilization = wall > 0 ? std::min(1.0, logCompute / wall) : 0;
+                    ds.memoryBytes = memory;
+                    ds.samplesPerSecond =
+                        wall > 0 ? static_cast<double>(seenSinceLog) / totalReplicas / wall : 0;
+                    // GPUs: what the GPU reports of itself (NVML), where the driver has it.
+                    if (rp->device->desc().kind == DeviceKind::Cuda)
+                        if (auto t = deviceTelemetry(rp->device->desc().id)) {
+                            ds.memoryUsedBytes = t->memoryUsedBytes;
+                            ds.memoryTotalBytes = t->memoryTotalBytes;
+                            ds.gpuUtilization = t->gpuUtilization;
+                        }
+                    bus->publish(std::move(ds));
+                }
                 logT0 = Clock::now();
                 logWait = logCompute = 0;
                 seenSinceLog = 0;
