@@ -2,7 +2,7 @@
 // CPUs, unknown devices and machines without NVML, without an error or a crash; the PCI bus id
 // matching CUDA devices to NVML's; and the agreement between workers that decides whether their
 // gradient buckets are summed with NCCL (workerDeviceCollectives), here between CPU "workers" of
-// an in-process replica group, which must all keep their host collectives.
+// an in-process replica group, which must all keep their host collectives; worker 0's NCCL id.
 #include <QTest>
 #include <thread>
 #include <vector>
@@ -64,6 +64,18 @@ class TestDeviceTelemetry : public QObject {
 #else
         QSKIP("no CUDA backend in this build");
 #endif
+    }
+
+    // Worker 0's side of the NCCL bootstrap, where NCCL loads (it needs no GPU): a 128-byte id,
+    // or an error that says why, never a crash.
+    void ncclIdWhereNcclLoads() {
+        auto id = ncclUniqueIdBytes();
+        if (id.ok()) {
+            QCOMPARE(id->size(), size_t(128));
+        } else {
+            QVERIFY(!id.error().empty());
+            qInfo("no NCCL id here: %s", id.error().c_str());
+        }
     }
 
     // Three workers with CPU replicas agree (through their process-level group) to keep their
