@@ -206,16 +206,6 @@ Result<WorkerDeviceCollectives> workerDeviceCollectives(const std::vector<Device
                                                         const std::vector<Collectives*>& host,
                                                         Collectives& workers,
                                                         double timeoutSeconds);
-// Backend-specific halves of workerDeviceCollectives: why these devices cannot join a NCCL group
-// across processes (empty: they can; `cpu` set when the reason is CPU replicas), and the set-up
-// once every worker agreed (`id` is worker 0's NCCL id, which worker 0 creates with ncclUniqueId
-// when `id` is empty).
-std::string ncclAcrossWorkersUnavailable(const std::vector<Device*>& devices, bool& cpu);
-Result<std::vector<uint8_t>> ncclUniqueIdBytes();
-Result<std::vector<std::unique_ptr<Collectives>>> ncclAcrossWorkers(
-    const std::vector<Device*>& devices, const std::vector<Collectives*>& host,
-    const std::vector<uint8_t>& id, Collectives& workers, double timeoutSeconds);
-
 // Live figures of a device, where the system can tell (NVML for CUDA devices).
 struct DeviceTelemetry {
     int64_t memoryUsedBytes = -1;   // -1: unknown

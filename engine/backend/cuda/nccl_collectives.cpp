@@ -7,7 +7,7 @@
 // Between the GPUs of one process (deviceCollectives in backend.h): one communicator per device
 // from ncclCommInitAll.
 //
-// Between the processes of a multi-worker job (ncclAcrossWorkers, reached through
+// Between the processes of a multi-worker job (ncclAcrossWorkers in nccl_workers.h, reached through
 // workerDeviceCollectives in devices.cpp, which agrees with every worker and brings worker 0's id
 // over MPI): ncclCommInitRankConfig per local GPU, in one NCCL group, global NCCL rank = worker
 // rank x local GPUs + local index. These communicators are non-blocking (config.blocking = 0), so
@@ -36,6 +36,7 @@
 
 #include "engine/backend/backend.h"
 #include "engine/backend/cuda/cuda_device.h"
+#include "engine/backend/nccl_workers.h"
 #include "engine/distribute/collectives.h"
 
 namespace td {
@@ -47,11 +48,11 @@ class NcclLibrary {
 #define TD_NCCL_FNS(X) \
     X(ncclGetErrorString) X(ncclCommInitAll) X(ncclCommDestroy) X(ncclCommAbort) X(ncclAllReduce)
 // Between processes (NCCL 2.14 and later); missing ones only make `workerError` say so.
-#define TD_NCCL_WORKER_FNS(X)                                                      \
-    X(ncclGetUniqueId)                                                             \
-    X(ncclCommInitRankConfig)                                                      \
-    X(ncclCommGetAsyncError) X(ncclCommFinalize) X(ncclGroupStart) X(ncclGroupEnd) \
-        X(ncclGetLastError)
+#define TD_NCCL_WORKER_FNS(X) \
+    X(ncclGetUniqueId)        \
+    X(ncclCommInitRankConfig) \
+    X(ncclCommGetAsyncError)  \
+    X(ncclCommFinalize) X(ncclGroupStart) X(ncclGroupEnd) X(ncclGetLastError)
 #define TD_NCCL_FN(name) decltype(&::name) name = nullptr;
     TD_NCCL_FNS(TD_NCCL_FN)
     TD_NCCL_WORKER_FNS(TD_NCCL_FN)
