@@ -90,6 +90,19 @@ MonitorPanel::MonitorPanel(RunController* runs, QWidget* parent) : QWidget(paren
     learningRate_ = new ChartWidget(tr("Learning rate"), tr("epoch"), tr("learning rate"));
     lossScale_ = new ChartWidget(tr("Loss scale"), tr("epoch"), tr("loss scale"));
     lossScale_->setLogY(true);
+    gpuMemory_ = new ChartWidget(tr("GPU memory"), tr("epoch"), tr("GiB used"));
+    gpuMemory_->setObjectName("gpuMemoryChart");
+    gpuMemory_->setToolTip(
+        tr("Device memory in use on each GPU, as its driver reports it (NVML): "
+           "every process on the GPU, the caching allocator's reserve "
+           "included."));
+    gpuUtilization_ = new ChartWidget(tr("GPU utilisation"), tr("epoch"), tr("%"));
+    gpuUtilization_->setObjectName("gpuUtilizationChart");
+    gpuUtilization_->setToolTip(
+        tr("Share of the driver's last sample period in which a kernel "
+           "ran on each GPU (NVML)."));
+    gpuMemory_->setVisible(false);
+    gpuUtilization_->setVisible(false);
     accuracy_->setLegendCorner(Qt::AlignBottom | Qt::AlignRight);
     auto* grid = new QGridLayout;
     grid->addWidget(loss_, 0, 0);
@@ -98,6 +111,8 @@ MonitorPanel::MonitorPanel(RunController* runs, QWidget* parent) : QWidget(paren
     grid->addWidget(stepTime_, 1, 0);
     grid->addWidget(learningRate_, 1, 1);
     grid->addWidget(lossScale_, 1, 2);
+    grid->addWidget(gpuMemory_, 2, 0);
+    grid->addWidget(gpuUtilization_, 2, 1);
     auto* chartsHost = new QWidget;
     chartsHost->setLayout(grid);
 
@@ -172,7 +187,31 @@ void MonitorPanel::showStepTimeOf(int selectorIndex) {
 }
 
 QList<ChartWidget*> MonitorPanel::charts() const {
-    return {loss_, accuracy_, throughput_, stepTime_, learningRate_, lossScale_};
+    return {loss_,         accuracy_,  throughput_, stepTime_,
+            learningRate_, lossScale_, gpuMemory_,  gpuUtilization_};
+}
+
+// One series per device in each GPU chart, made when its first figure arrives.
+void MonitorPanel::appendDeviceStats(const td::DeviceStats& d, double x) {
+    const QString device = QString::fromStdString(d.device);
+    auto seriesOf = [&](ChartWidget* chart, const QString& prefix) {
+        const QString key = prefix + device;
+        auto it = series_.find(key);
+        if (it != series_.end()) return it->second;
+        auto color = gpuColors_.try_emplace(device, static_cast<int>(gpuColors_.size()) + 2);
+        const int index = chart->addSeries(device, seriesColor(color.first->second));
+        series_[key] = index;
+        return index;
+    };
+    if (d.memoryUsedBytes >= 0) {
+        gpuMemory_->append(seriesOf(gpuMemory_, "mem/"), x,
+                           static_cast<double>(d.memoryUsedBytes) / (1024.0 * 1024.0 * 1024.0));
+        if (gpuMemory_->isHidden()) gpuMemory_->show();
+    }
+    if (d.gpuUtilization >= 0) {
+        gpuUtilization_->append(seriesOf(gpuUtilization_, "util/"), x, 100.0 * d.gpuUtilization);
+        if (gpuUtilization_->isHidden()) gpuUtilization_->show();
+    }
 }
 
 void MonitorPanel::setLossScaleVisible(bool on) {
@@ -200,6 +239,10 @@ void MonitorPanel::onRunStarted(const td::RunStarted& info) {
     lastEpoch_ = info.initialEpoch;
     lastStep_ = 0;
     lastSamplesPerSecond_ = 0;
+    lastX_ = info.initialEpoch;
+    gpuColors_.clear();
+    gpuMemory_->setVisible(false);
+    gpuUtilization_->setVisible(false);
     accuracyKey_.clear();
     series_.clear();
     for (ChartWidget* c : charts()) c->clearSeries();
@@ -304,7 +347,9 @@ void MonitorPanel::onEvents(const EventBatch& batch) {
         }
         lastGlobalStep_ = s.globalStep;
         lastSamplesPerSecond_ = s.samplesPerSecond;
+        lastX_ = x;
     }
+    for (const td::DeviceStats& d : batch.devices) appendDeviceStats(d, lastX_);
     for (const td::EpochMetrics& e : batch.epochs) {
         const double x = e.epoch + 1.0;
         auto get = [&](const std::string& k) -> std::optional<double> {

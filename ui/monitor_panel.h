@@ -31,11 +31,17 @@ class MonitorPanel : public QWidget {
     ChartWidget* throughputChart() const { return throughput_; }
     ChartWidget* stepTimeChart() const { return stepTime_; }
     ChartWidget* lossScaleChart() const { return lossScale_; }
+    // What the GPUs report of themselves (DeviceStats' NVML figures): one series per device,
+    // "mem/<device>" (GiB used) and "util/<device>" (percent); each chart shows once a figure
+    // arrives, so CPU runs and machines without NVML never see them.
+    ChartWidget* gpuMemoryChart() const { return gpuMemory_; }
+    ChartWidget* gpuUtilizationChart() const { return gpuUtilization_; }
     // Which replica the step-time chart shows: item 0 is the mean over all replicas, item i + 1
     // replica i (hidden with one replica).
     QComboBox* replicaSelector() const { return replicaSelector_; }
     // Series index in its chart, -1 when absent: "tp/total", "tp/<replica>" (throughput);
-    // "st/all/<part>", "st/<replica>/<part>" with part compute, allreduce or wait (step time).
+    // "st/all/<part>", "st/<replica>/<part>" with part compute, allreduce or wait (step time);
+    // "mem/<device>", "util/<device>" (GPU memory and utilisation, by DeviceStats::device).
     int seriesIndex(const QString& key) const;
     QList<ChartWidget*> charts() const;
     QPlainTextEdit* logView() const { return log_; }
@@ -56,6 +62,7 @@ class MonitorPanel : public QWidget {
     void replotAll();
     void showStepTimeOf(int selectorIndex);
     void appendStepTimes(const td::StepMetrics& s, double x);
+    void appendDeviceStats(const td::DeviceStats& d, double x);
 
     RunController* runs_;
     QLabel* blocker_;
@@ -68,6 +75,8 @@ class MonitorPanel : public QWidget {
     ChartWidget* stepTime_;
     ChartWidget* learningRate_;
     ChartWidget* lossScale_;
+    ChartWidget* gpuMemory_;
+    ChartWidget* gpuUtilization_;
     QComboBox* replicaSelector_;
 
     td::RunStarted info_;
@@ -76,6 +85,8 @@ class MonitorPanel : public QWidget {
     int lastEpoch_ = 0;
     int64_t lastStep_ = 0;
     double lastSamplesPerSecond_ = 0;
+    double lastX_ = 0;  // x of the last step shown: device figures come at log points, after it
+    std::map<QString, int> gpuColors_;  // device -> colour of its GPU series, in arrival order
     QString accuracyKey_;
     std::map<QString, int> series_;  // "<chart>/<name>" -> series index
 };

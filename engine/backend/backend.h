@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -191,5 +192,36 @@ Result<std::unique_ptr<Device>> makeCudaDevice(int index);
 // devices, no NCCL): the caller keeps `host`.
 Result<std::vector<std::unique_ptr<Collectives>>> deviceCollectives(
     const std::vector<Device*>& devices, const std::vector<Collectives*>& host);
+
+// The same between the processes of a multi-worker job (MultiWorkerMirrored on GPUs): one NCCL
+// communicator over every GPU of every worker, global NCCL rank = worker rank x local GPUs + local
+// index. `workers` is the process-level group (MPI, one member per process): worker 0's NCCL id
+// travels through it, and the workers agree through it first whether every one of them can (all
+// its replicas CUDA devices, NCCL loads). Collective: every worker calls it at the same point.
+// `collectives` stays empty when some worker cannot (`whyNot` then says which and why, empty when
+// no worker has GPUs): every worker keeps its host collectives. Errors end the run: workers with
+// different GPU counts, a worker that did not arrive, NCCL set-up failing or not completing within
+// `timeoutSeconds`. The communicators are non-blocking and watched: a peer's NCCL error, or a sum
+// that does not complete within `timeoutSeconds`, aborts them and breaks the host group with a
+// reason naming the worker that did not answer where the host group can tell (see
+// nccl_collectives.cpp).
+struct WorkerDeviceCollectives {
+    std::vector<std::unique_ptr<Collectives>> collectives;
+    std::string whyNot;
+};
+Result<WorkerDeviceCollectives> workerDeviceCollectives(const std::vector<Device*>& devices,
+                                                        const std::vector<Collectives*>& host,
+                                                        Collectives& workers,
+                                                        double timeoutSeconds);
+// Live figures of a device, where the system can tell (NVML for CUDA devices).
+struct DeviceTelemetry {
+    int64_t memoryUsedBytes = -1;   // -1: unknown
+    int64_t memoryTotalBytes = -1;  // -1: unknown
+    double gpuUtilization = -1;     // 0..1 over NVML's last sample period; -1: unknown
+};
+// Reads them for a device id ("cuda:0"). nullopt for CPUs, without the CUDA backend, and where
+// NVML (libnvidia-ml.so.1, opened with dlopen at first use) is absent or does not know the GPU.
+// Never fails loudly: the figures are optional.
+std::optional<DeviceTelemetry> deviceTelemetry(const std::string& deviceId);
 
 }  // namespace td

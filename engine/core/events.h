@@ -83,6 +83,11 @@ struct DeviceStats {
     double utilization = 0;  // 0..1, compute time / wall time since last sample
     int64_t memoryBytes = 0;
     double samplesPerSecond = 0;
+    // What the GPU itself reports (NVML, deviceTelemetry in engine/backend/backend.h) for CUDA
+    // replicas where the driver's NVML is present; -1: unknown (CPUs, no NVML).
+    int64_t memoryUsedBytes = -1;   // device memory in use (every process on the GPU)
+    int64_t memoryTotalBytes = -1;  // the GPU's memory
+    double gpuUtilization = -1;     // 0..1: time a kernel ran over NVML's last sample period
 };
 
 struct LogLine {

@@ -53,6 +53,10 @@ struct DeviceRow {
     double utilization = 0;
     int64_t memoryBytes = 0;
     double samplesPerSecond = 0;
+    // DeviceStats' NVML figures; -1: unknown (stored as NULL; runs before schema 5 have none).
+    int64_t memoryUsedBytes = -1;
+    int64_t memoryTotalBytes = -1;
+    double gpuUtilization = -1;
 };
 
 struct LogRow {

@@ -1,7 +1,8 @@
 // Collectives: how the replicas of a strategy sum their gradients (and, at log points, their
 // metric sums). One Collectives object per replica; every replica of the group calls the same
 // operations in the same order. Implementations: an in-process group for CPU replicas on threads
-// (replica_group.h), MPI between processes (mpi_collectives.h), NCCL between GPUs (CUDA backend).
+// (replica_group.h), MPI between processes (mpi_collectives.h), NCCL between GPUs (CUDA backend:
+// the GPUs of one process, or of every process of a multi-worker job).
 //
 // Failure: a peer that dies or stops answering makes every wait fail within the group's timeout
 // with an error naming the rank (or replica) that did not arrive, e.g. "all-reduce: worker rank 1
@@ -36,6 +37,11 @@ class Collectives {
     // sum enqueued on that device's stream (NCCL: allReduceStart returns once enqueued, and
     // allReduceWait has nothing to wait for, the stream orders what reads the sum).
     virtual bool reducesDeviceMemory() const { return false; }
+    // (optional) Collectives that sum device memory: whether sums may still be enqueued. A
+    // program whose captured step holds the sums asks before every run, so a group broken from
+    // another thread (NCCL's watchdog saw a peer fail or hang, and aborted the communicators)
+    // fails the step with the reason instead of replaying sums on a broken communicator.
+    virtual Status deviceSumsUsable() { return Status::success(); }
 
     // Blocking sum of host values across the group (metric sums at log points, per-replica
     // figures). Same order guarantee.

@@ -151,8 +151,9 @@ struct RunRecorder::Impl {
                     if (e.samplesPerSecond > 0) r.metrics["samples_per_s"] = e.samplesPerSecond;
                     epochs.push_back(std::move(r));
                 } else if constexpr (std::is_same_v<T, DeviceStats>) {
-                    devices.push_back(
-                        DeviceRow{t, e.device, e.utilization, e.memoryBytes, e.samplesPerSecond});
+                    devices.push_back(DeviceRow{t, e.device, e.utilization, e.memoryBytes,
+                                                e.samplesPerSecond, e.memoryUsedBytes,
+                                                e.memoryTotalBytes, e.gpuUtilization});
                 } else if constexpr (std::is_same_v<T, LogLine>) {
                     logs.push_back(LogRow{t, levelName(e.level), std::move(e.text)});
                 } else if constexpr (std::is_same_v<T, CheckpointSaved>) {

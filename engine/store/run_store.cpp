@@ -143,6 +143,13 @@ CREATE TABLE checkpoints (
     PRIMARY KEY (run_id, path)
 ) WITHOUT ROWID;
 )sql",
+    // 4 -> 5: what the GPU reports of itself (NVML) with each device row: memory used and total,
+    // utilisation 0..1. NULL where unknown (CPUs, no NVML, and every row of older runs).
+    R"sql(
+ALTER TABLE device_stats ADD COLUMN gpu_memory_used_bytes INTEGER;
+ALTER TABLE device_stats ADD COLUMN gpu_memory_total_bytes INTEGER;
+ALTER TABLE device_stats ADD COLUMN gpu_utilization REAL;
+)sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
@@ -263,6 +270,11 @@ class Stmt {
         if (std::isnan(v)) return TD_SQLITE(db_, path_, sql_, sqlite3_bind_null, s_, i);
         return TD_SQLITE(db_, path_, sql_, sqlite3_bind_double, s_, i, v);
     }
+    // A negative value (unknown) is stored as NULL.
+    Status bindOptInt(int i, int64_t v) {
+        if (v < 0) return TD_SQLITE(db_, path_, sql_, sqlite3_bind_null, s_, i);
+        return bindInt(i, v);
+    }
     Status bindText(int i, std::string_view v) {
         return TD_SQLITE(db_, path_, sql_, sqlite3_bind_text, s_, i, v.data(),
                          static_cast<int>(v.size()), SQLITE_TRANSIENT);
@@ -291,6 +303,10 @@ class Stmt {
         if (sqlite3_column_type(s_, c) == SQLITE_NULL)
             return std::numeric_limits<double>::quiet_NaN();
         return sqlite3_column_double(s_, c);
+    }
+    std::optional<int64_t> colOptInt(int c) const {
+        if (sqlite3_column_type(s_, c) == SQLITE_NULL) return std::nullopt;
+        return sqlite3_column_int64(s_, c);
     }
     std::optional<double> colOptDouble(int c) const {
         if (sqlite3_column_type(s_, c) == SQLITE_NULL) return std::nullopt;
@@ -838,13 +854,19 @@ Status RunStore::appendDeviceStats(int64_t runId, const std::vector<DeviceRow>& 
     std::lock_guard<std::mutex> lock(mu_);
     static constexpr const char* kSql =
         "INSERT INTO device_stats (run_id, time_ms, device, utilization, memory_bytes, "
-        "samples_per_s) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+        "samples_per_s, gpu_memory_used_bytes, gpu_memory_total_bytes, gpu_utilization) "
+        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
     return appendRunRows(db_, path_, runId, rows, kSql, [](Stmt& s, const DeviceRow& r) -> Status {
         TD_RETURN_IF_ERROR(s.bindInt(2, r.timeMs));
         TD_RETURN_IF_ERROR(s.bindText(3, r.device));
         TD_RETURN_IF_ERROR(s.bindDouble(4, r.utilization));
         TD_RETURN_IF_ERROR(s.bindInt(5, r.memoryBytes));
-        return s.bindDouble(6, r.samplesPerSecond);
+        TD_RETURN_IF_ERROR(s.bindDouble(6, r.samplesPerSecond));
+        // Unknown (-1) is NULL.
+        TD_RETURN_IF_ERROR(s.bindOptInt(7, r.memoryUsedBytes));
+        TD_RETURN_IF_ERROR(s.bindOptInt(8, r.memoryTotalBytes));
+        return s.bindDouble(
+            9, r.gpuUtilization < 0 ? std::numeric_limits<double>::quiet_NaN() : r.gpuUtilization);
     });
 }
 
@@ -1000,7 +1022,8 @@ Result<std::vector<EpochRow>> RunStore::epochs(int64_t runId) {
 Result<std::vector<DeviceRow>> RunStore::deviceStats(int64_t runId) {
     std::lock_guard<std::mutex> lock(mu_);
     static constexpr const char* kSql =
-        "SELECT time_ms, device, utilization, memory_bytes, samples_per_s FROM device_stats "
+        "SELECT time_ms, device, utilization, memory_bytes, samples_per_s, "
+        "gpu_memory_used_bytes, gpu_memory_total_bytes, gpu_utilization FROM device_stats "
         "WHERE run_id = ?1 ORDER BY id";
     TD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db_, path_, kSql));
     TD_RETURN_IF_ERROR(s.bindInt(1, runId));
@@ -1014,6 +1037,9 @@ Result<std::vector<DeviceRow>> RunStore::deviceStats(int64_t runId) {
         r.utilization = s.colDouble(2);
         r.memoryBytes = s.colInt(3);
         r.samplesPerSecond = s.colDouble(4);
+        r.memoryUsedBytes = s.colOptInt(5).value_or(-1);
+        r.memoryTotalBytes = s.colOptInt(6).value_or(-1);
+        r.gpuUtilization = s.colOptDouble(7).value_or(-1);
         out.push_back(std::move(r));
     }
     return out;

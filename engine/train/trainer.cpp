@@ -97,6 +97,7 @@ class TimedCollectives final : public Collectives {
         return s;
     }
     bool reducesDeviceMemory() const override { return inner_.reducesDeviceMemory(); }
+    Status deviceSumsUsable() override { return inner_.deviceSumsUsable(); }
     Status allReduceHost(double* v, int64_t n) override { return inner_.allReduceHost(v, n); }
     Status allGatherHost(const double* v, int64_t n, double* out) override {
         return inner_.allGatherHost(v, n, out);
@@ -224,6 +225,7 @@ struct Trainer::Impl {
     std::vector<std::unique_ptr<Replica>> replicas;  // local replicas
     std::unique_ptr<ReplicaGroup> group;             // null with one replica in all
     int workerRank = 0, workerCount = 1;
+    std::string deviceSumNote;  // why GPU replicas of several workers do not sum with NCCL
     int totalReplicas = 1;
     std::unique_ptr<Optimizer> optimizer;
     UpdateSpec updateSpec;
@@ -443,6 +445,30 @@ struct Trainer::Impl {
                     r.deviceCollectives = std::move((*dc)[static_cast<size_t>(i)]);
                     r.timed = std::make_unique<TimedCollectives>(*r.deviceCollectives);
                 }
+        }
+        if (group && workerCount > 1) {
+            // MultiWorkerMirrored with GPUs in every worker: NCCL over all of them, bootstrapped
+            // through the workers' MPI group; metric sums, barriers and aborts stay on the host
+            // path. Every worker takes part in the agreement, whatever its devices.
+            std::vector<Device*> devices;
+            std::vector<Collectives*> host;
+            for (int i = 0; i < local; ++i) {
+                devices.push_back(replicas[static_cast<size_t>(i)]->device.get());
+                host.push_back(&group->replica(i));
+            }
+            TD_ASSIGN_OR_RETURN(WorkerDeviceCollectives wdc,
+                                workerDeviceCollectives(devices, host, *s.workers,
+                                                        s.project.strategy.timeoutSeconds));
+            if (!wdc.whyNot.empty())
+                deviceSumNote =
+                    "gradient sums between workers go through MPI (host memory), not "
+                    "NCCL: " +
+                    wdc.whyNot;
+            for (size_t i = 0; i < wdc.collectives.size(); ++i) {
+                Replica& r = *replicas[i];
+                r.deviceCollectives = std::move(wdc.collectives[i]);
+                r.timed = std::make_unique<TimedCollectives>(*r.deviceCollectives);
+            }
         }
         for (size_t i = 1; i < replicas.size(); ++i)
             replicas[i]->thread = std::thread([this, r = replicas[i].get()] { replicaLoop(r); });
@@ -1286,6 +1312,7 @@ Result<RunFinished> Trainer::Impl::fit() {
     ctl.getWeights = [&] { return weights(); };
     ctl.setWeights = [&](const std::vector<Tensor>& w) { setWeights(w); };
     ctl.log = [&](const std::string& text) { log(LogLine::Level::Info, text); };
+    if (!deviceSumNote.empty()) log(LogLine::Level::Info, deviceSumNote);
     TD_RETURN_IF_ERROR(runCallbacks("on_train_begin", [&](Callback& cb) { cb.onTrainBegin(ctl); }));
     writerRuntime.assign(ckpt.writers.size(), WriterRuntime{});
     if (resume) {
@@ -1477,10 +1504,22 @@ Result<RunFinished> Trainer::Impl::fit() {
                 sm.replicas = std::move(per);
                 lastLogged = sm.metrics;
                 bus->publish(sm);
-                for (auto& rp : replicas)
-                    bus->publish(DeviceStats{
-                        rp->label, wall > 0 ? std::min(1.0, logCompute / wall) : 0, memory,
-                        wall > 0 ? static_cast<double>(seenSinceLog) / totalReplicas / wall : 0});
+                for (auto& rp : replicas) {
+                    DeviceStats ds;
+                    ds.device = rp->label;
+                    ds.utilization = wall > 0 ? std::min(1.0, logCompute / wall) : 0;
+                    ds.memoryBytes = memory;
+                    ds.samplesPerSecond =
+                        wall > 0 ? static_cast<double>(seenSinceLog) / totalReplicas / wall : 0;
+                    // GPUs: what the GPU reports of itself (NVML), where the driver has it.
+                    if (rp->device->desc().kind == DeviceKind::Cuda)
+                        if (auto t = deviceTelemetry(rp->device->desc().id)) {
+                            ds.memoryUsedBytes = t->memoryUsedBytes;
+                            ds.memoryTotalBytes = t->memoryTotalBytes;
+                            ds.gpuUtilization = t->gpuUtilization;
+                        }
+                    bus->publish(std::move(ds));
+                }
                 logT0 = Clock::now();
                 logWait = logCompute = 0;
                 seenSinceLog = 0;

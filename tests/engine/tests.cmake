@@ -7,3 +7,6 @@ add_dependencies(test_cli traindeck)
 td_add_test(test_cuda_device SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cuda_device.cpp
             LABELS integration gpu)
 set_tests_properties(test_cuda_device PROPERTIES SKIP_RETURN_CODE 77)
+# NVML figures, PCI bus ids and the NCCL-between-workers agreement: what runs without a GPU.
+td_add_test(test_device_telemetry SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_device_telemetry.cpp
+            LABELS unit engine)

@@ -155,6 +155,23 @@ ALTER TABLE runs DROP COLUMN config_json;
 PRAGMA user_version = 3;
 )sql";
 
+// What migration 3 -> 4 did, frozen here: with the deltas before it, a real v4 file.
+const char* kSchemaV4Delta = R"sql(
+CREATE TABLE checkpoints (
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    path TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    global_step INTEGER NOT NULL,
+    epoch INTEGER NOT NULL,
+    step INTEGER NOT NULL,
+    monitor_value REAL,
+    bytes INTEGER NOT NULL,
+    created_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (run_id, path)
+) WITHOUT ROWID;
+PRAGMA user_version = 4;
+)sql";
+
 ReplicaRow replicaRow(int64_t globalStep, int replica, double samplesPerSecond) {
     ReplicaRow r;
     r.globalStep = globalStep;
@@ -338,8 +355,11 @@ class TestStore : public QObject {
             {0, 1700000001000, 12.25, {{"loss", 0.7}, {"val_loss", 0.8}, {"val_accuracy", 0.61}}},
             {1, 1700000002000, 11.5, {{"loss", 0.5}, {"val_loss", 0.6}, {"val_accuracy", 0.7}}},
         };
-        std::vector<DeviceRow> devs = {{1700000001500, "cpu:0", 0.875, int64_t(3) << 33, 1500.5},
-                                       {1700000001500, "cpu:1", 0.5, 1024, 700.25}};
+        // The second row has the GPU's own figures (NVML), the first none (stored as NULL).
+        std::vector<DeviceRow> devs = {
+            {1700000001500, "cpu:0", 0.875, int64_t(3) << 33, 1500.5, -1, -1, -1},
+            {1700000001500, "cuda:1", 0.5, 1024, 700.25, int64_t(5) << 30, int64_t(141) << 30,
+             0.625}};
         std::vector<LogRow> logs = {{1700000000100, "info", "epoch 1/2"},
                                     {1700000000200, "warning", "lr, \"quoted\"\nmultiline ✓"}};
         QVERIFY(store->appendEpochs(*id, epochs).ok());
@@ -364,6 +384,9 @@ class TestStore : public QObject {
             QCOMPARE((*d)[i].utilization, devs[i].utilization);
             QCOMPARE((*d)[i].memoryBytes, devs[i].memoryBytes);
             QCOMPARE((*d)[i].samplesPerSecond, devs[i].samplesPerSecond);
+            QCOMPARE((*d)[i].memoryUsedBytes, devs[i].memoryUsedBytes);
+            QCOMPARE((*d)[i].memoryTotalBytes, devs[i].memoryTotalBytes);
+            QCOMPARE((*d)[i].gpuUtilization, devs[i].gpuUtilization);
         }
         auto l = store->logs(*id);
         QVERIFY(l.ok());
@@ -598,7 +621,7 @@ class TestStore : public QObject {
     }
 
     void migratesVersion1() {
-        QCOMPARE(RunStore::schemaVersion(), 4);  // update this test when adding a migration
+        QCOMPARE(RunStore::schemaVersion(), 5);  // update this test when adding a migration
         const std::string path = dir_.filePath("v1.db").toStdString();
         {
             RawDb raw(path);
@@ -693,6 +716,11 @@ class TestStore : public QObject {
             QCOMPARE(store->steps(i)->front().metrics.at("loss"), 0.1 * i);
             QCOMPARE(store->epochs(i)->size(), size_t(1));
             QCOMPARE(store->deviceStats(i)->size(), size_t(1));
+            // Rows from before the GPU columns (schema 5) read back with the figures unknown.
+            QCOMPARE(store->deviceStats(i)->front().memoryBytes, int64_t(7));
+            QCOMPARE(store->deviceStats(i)->front().memoryUsedBytes, int64_t(-1));
+            QCOMPARE(store->deviceStats(i)->front().memoryTotalBytes, int64_t(-1));
+            QCOMPARE(store->deviceStats(i)->front().gpuUtilization, -1.0);
             QCOMPARE(store->logs(i)->size(), size_t(1));
             QVERIFY(store->replicaStats(i)->empty());
         }
@@ -729,12 +757,11 @@ class TestStore : public QObject {
                          id + "400, 'info', 'hello')");
             }
         }
-        QCOMPARE(RunStore::schemaVersion(), 4);
         auto store = openOk(path);
         QVERIFY(store);
         {
             RawDb raw(path);
-            QCOMPARE(raw.queryInt("PRAGMA user_version"), int64_t(4));
+            QCOMPARE(raw.queryInt("PRAGMA user_version"), int64_t(RunStore::schemaVersion()));
             QCOMPARE(raw.queryInt("SELECT count(*) FROM checkpoints"), int64_t(0));
         }
         QCOMPARE(store->listRuns()->size(), size_t(kRuns));
@@ -779,6 +806,51 @@ class TestStore : public QObject {
         RawDb raw(path);
         QCOMPARE(raw.queryInt("SELECT count(*) FROM checkpoints"), int64_t(0));
         QCOMPARE(store->listRuns()->size(), size_t(kRuns - 1));
+    }
+
+    // A store of the previous version (4) keeps its device rows (the GPU figures unknown) and
+    // takes rows with them.
+    void migratesVersion4() {
+        const std::string path = dir_.filePath("v4.db").toStdString();
+        {
+            RawDb raw(path);
+            raw.exec(kSchemaV1);
+            raw.exec(kSchemaV2Delta);
+            raw.exec(kSchemaV3Delta);
+            raw.exec(kSchemaV4Delta);
+            raw.exec(
+                "INSERT INTO runs (id, name, status, started_at_ms, ended_at_ms, host, pid, "
+                "devices, params, notes, updated_at_ms) VALUES (1, 'run', 'completed', 1000, "
+                "1900, 'h', 1, 'cuda:0', 42, '', 1900)");
+            raw.exec("INSERT INTO run_documents VALUES (1, '{}', '{}')");
+            raw.exec(
+                "INSERT INTO device_stats (run_id, time_ms, device, utilization, memory_bytes, "
+                "samples_per_s) VALUES (1, 1300, 'cuda:0', 0.5, 7, 99)");
+        }
+        auto store = openOk(path);
+        QVERIFY(store);
+        {
+            RawDb raw(path);
+            QCOMPARE(raw.queryInt("PRAGMA user_version"), int64_t(5));
+            QCOMPARE(raw.queryInt("SELECT count(*) FROM pragma_table_info('device_stats') WHERE "
+                                  "name IN ('gpu_memory_used_bytes', 'gpu_memory_total_bytes', "
+                                  "'gpu_utilization')"),
+                     int64_t(3));
+        }
+        auto rows = store->deviceStats(1);
+        QVERIFY(rows.ok());
+        QCOMPARE(rows->size(), size_t(1));
+        QCOMPARE(rows->front().memoryBytes, int64_t(7));
+        QCOMPARE(rows->front().samplesPerSecond, 99.0);
+        QCOMPARE(rows->front().memoryUsedBytes, int64_t(-1));
+        QCOMPARE(rows->front().memoryTotalBytes, int64_t(-1));
+        QCOMPARE(rows->front().gpuUtilization, -1.0);
+        QVERIFY(store->appendDeviceStats(1, {{2000, "cuda:0", 0.5, 7, 99, 1 << 30, 4LL << 30, 0.5}})
+                    .ok());
+        rows = store->deviceStats(1);
+        QCOMPARE(rows->size(), size_t(2));
+        QCOMPARE(rows->back().memoryUsedBytes, int64_t(1) << 30);
+        QCOMPARE(rows->back().gpuUtilization, 0.5);
     }
 
     void replicaStatsRoundTrip() {
@@ -952,6 +1024,12 @@ class TestStore : public QObject {
         e.seconds = 3.5;
         bus.publish(e);
         bus.publish(DeviceStats{"cpu:0", 0.75, 1 << 20, 3200.25});
+        DeviceStats gpu;  // with what NVML reports
+        gpu.device = "cuda:0/replica 1";
+        gpu.memoryUsedBytes = int64_t(3) << 30;
+        gpu.memoryTotalBytes = int64_t(80) << 30;
+        gpu.gpuUtilization = 0.875;
+        bus.publish(gpu);
         bus.publish(LogLine{LogLine::Level::Warning, "slow input pipeline"});
         bus.publish(
             RunFinished{RunStatus::Completed, "", {{"loss", 0.3}, {"test_accuracy", 0.86}}, 7.0});
@@ -989,10 +1067,16 @@ class TestStore : public QObject {
         QCOMPARE(epochs->front().seconds, 3.5);
         QCOMPARE(epochs->front().metrics.at("val_accuracy"), 0.875);
         auto devs = store->deviceStats(*id);
-        QCOMPARE(devs->size(), size_t(1));
+        QCOMPARE(devs->size(), size_t(2));
         QCOMPARE(devs->front().device, std::string("cpu:0"));
         QCOMPARE(devs->front().memoryBytes, int64_t(1 << 20));
         QCOMPARE(devs->front().samplesPerSecond, 3200.25);
+        QCOMPARE(devs->front().memoryUsedBytes, int64_t(-1));  // unknown stays unknown
+        QCOMPARE(devs->front().gpuUtilization, -1.0);
+        QCOMPARE(devs->back().device, std::string("cuda:0/replica 1"));
+        QCOMPARE(devs->back().memoryUsedBytes, int64_t(3) << 30);
+        QCOMPARE(devs->back().memoryTotalBytes, int64_t(80) << 30);
+        QCOMPARE(devs->back().gpuUtilization, 0.875);
         auto logs = store->logs(*id);
         QCOMPARE(logs->size(), size_t(1));
         QCOMPARE(logs->front().level, std::string("warning"));

@@ -220,6 +220,7 @@ class TestUi : public QObject {
     void designerReordersDuplicatesDeletes();
     void propertyEditorValidatesFields();
     void trainingFillsChartsAndStore();
+    void monitorShowsGpuFigures();
     void monitorCoalescesReplots();
     void monitorChartsEveryReplica();
     void strategyControlsFollowCapability();
@@ -516,6 +517,66 @@ void TestUi::propertyEditorValidatesFields() {
     QVERIFY(!LayerPropertyEditor::parseShape("-1, -1", true, &s, &error));
     QVERIFY(error.contains("only one"));
     QVERIFY(!LayerPropertyEditor::parseShape("a, 2", true, &s, &error));
+}
+
+// DeviceStats with NVML figures (synthetic: this machine may have no GPU) add one memory and one
+// utilisation series per device; devices without figures (CPUs) add none, and a run without any
+// keeps the GPU charts hidden.
+void TestUi::monitorShowsGpuFigures() {
+    auto w = makeWindow("gpu.db");
+    RunController* rc = w->runController();
+    MonitorPanel* mon = w->monitorPanel();
+    w->tabs()->setCurrentIndex(MainWindow::MonitorTab);
+    td::RunStarted info;
+    info.runId = 1;
+    info.epochs = 1;
+    info.stepsPerEpoch = 10;
+    info.devices = {"cuda:0", "cuda:1"};
+    emit rc->runStarted(info);
+    QVERIFY(mon->gpuMemoryChart()->isHidden());
+    QVERIFY(mon->gpuUtilizationChart()->isHidden());
+    for (int step = 1; step <= 3; ++step) {
+        EventBatch batch;
+        td::StepMetrics s;
+        s.epoch = 0;
+        s.step = step;
+        s.globalStep = step;
+        s.metrics = {{"loss", 1.0 / step}};
+        batch.steps.push_back(s);
+        for (int d = 0; d < 2; ++d) {
+            td::DeviceStats ds;
+            ds.device = "cuda:" + std::to_string(d) + "/replica " + std::to_string(d);
+            ds.memoryUsedBytes = (int64_t(step) + d) << 30;  // GiB
+            ds.memoryTotalBytes = int64_t(80) << 30;
+            ds.gpuUtilization = d == 0 ? 0.25 * step : -1;  // cuda:1: utilisation unknown
+            batch.devices.push_back(ds);
+        }
+        td::DeviceStats cpu;  // no NVML figures
+        cpu.device = "cpu:0";
+        batch.devices.push_back(cpu);
+        emit rc->eventsArrived(batch);
+    }
+    QVERIFY(!mon->gpuMemoryChart()->isHidden());
+    QVERIFY(!mon->gpuUtilizationChart()->isHidden());
+    const int mem0 = mon->seriesIndex("mem/cuda:0/replica 0");
+    const int mem1 = mon->seriesIndex("mem/cuda:1/replica 1");
+    QVERIFY(mem0 >= 0 && mem1 >= 0);
+    QCOMPARE(mon->gpuMemoryChart()->seriesCount(), 2);
+    QCOMPARE(mon->gpuMemoryChart()->pointCount(mem0), 3);
+    QCOMPARE(mon->gpuMemoryChart()->point(mem1, 2).y(), 4.0);  // step 3 + 1 GiB
+    QCOMPARE(mon->gpuMemoryChart()->point(mem1, 2).x(), 0.3);  // at its log point's step
+    const int util0 = mon->seriesIndex("util/cuda:0/replica 0");
+    QVERIFY(util0 >= 0);
+    QCOMPARE(mon->seriesIndex("util/cuda:1/replica 1"), -1);
+    QCOMPARE(mon->gpuUtilizationChart()->point(util0, 1).y(), 50.0);  // percent
+    QCOMPARE(mon->seriesIndex("mem/cpu:0"), -1);
+
+    // The next run starts without GPU figures: the charts are emptied and hidden again.
+    info.devices = {"cpu:0"};
+    emit rc->runStarted(info);
+    QVERIFY(mon->gpuMemoryChart()->isHidden());
+    QCOMPARE(mon->gpuMemoryChart()->seriesCount(), 0);
+    QCOMPARE(mon->seriesIndex("mem/cuda:0/replica 0"), -1);
 }
 
 void TestUi::trainingFillsChartsAndStore() {

@@ -208,6 +208,7 @@ class CudaProgram final : public Executable {
     cuda::UpdateWork updateWork_;
     // Gradient all-reduce through host memory.
     Collectives* collectives_ = nullptr;
+    bool deviceSums_ = false;  // the step enqueues NCCL sums: checked usable before every run
     float* hostGrads_ = nullptr;
     bool hostWork_ = false;  // an instruction calls the host: no graph capture
     // CUDA Graph of the whole step.
@@ -812,6 +813,7 @@ Status CudaProgram::build(const LoweredProgram& lp, const ProgramBindings& bind)
     ptrs_.assign(lp.values.size(), nullptr);
     for (size_t i = 0; i < lp.values.size(); ++i) ptrs_[i] = resolve(lp.values[i]);
     collectives_ = bind.collectives;
+    deviceSums_ = !lp.buckets.empty() && collectives_ && collectives_->reducesDeviceMemory();
     if (!lp.buckets.empty() && collectives_ && !collectives_->reducesDeviceMemory()) {
         TD_CUDA_TRY(cudaHostAlloc(reinterpret_cast<void**>(&hostGrads_),
                                   std::max<size_t>(bind.flatGrads.bytes, 64), cudaHostAllocDefault),
@@ -849,6 +851,7 @@ Status CudaProgram::enqueueAll() {
 Status CudaProgram::run(const StepArgs& args) {
     const std::string dev = "cuda:" + std::to_string(ctx_.index);
     TD_CUDA_TRY(cudaSetDevice(ctx_.index), dev);
+    if (deviceSums_) TD_RETURN_IF_ERROR(collectives_->deviceSumsUsable());
     // This step's values into a free pinned slot, then to the device on the stream.
     const int slot = nextSlot_;
     nextSlot_ = (nextSlot_ + 1) % kStepSlots;
