@@ -173,6 +173,11 @@ Result<std::unique_ptr<Executable>> compileProgram(Device& device, const Graph& 
 // reads or writes. Errors name the binding ("params[2]: 64 bytes bound, 128 needed").
 Status checkBindings(const LoweredProgram& program, const ProgramBindings& bindings);
 
+// Where an operand of a compiled program lives: its binding's (or the program's arena's) address
+// plus the operand's offset; null for Space::None or an empty binding. Every device resolves its
+// operands through this one mapping of the Space enum (graph/lower.h).
+void* operandAddress(const ProgramBindings& bindings, void* arena, const Operand& o);
+
 // Devices on this machine: the CPU, then CUDA devices when the CUDA backend is built and a
 // driver reports GPUs (errors from the driver mean zero GPUs). For listings (CLI, GUI): reading a
 // GPU's free memory makes its primary CUDA context, so this is not for hot paths or processes

@@ -63,6 +63,45 @@ const Buffer* boundBuffer(const ProgramBindings& b, Space s, int index) {
 
 }  // namespace
 
+void* operandAddress(const ProgramBindings& b, void* arena, const Operand& o) {
+    void* base = nullptr;
+    switch (o.space) {
+        case Space::None:
+            return nullptr;
+        case Space::Input:
+            base = b.input.ptr;
+            break;
+        case Space::Label:
+            base = b.label.ptr;
+            break;
+        case Space::Param:
+            base = b.params.at(static_cast<size_t>(o.index)).ptr;
+            break;
+        case Space::Grad:
+            base = b.grads.at(static_cast<size_t>(o.index)).ptr;
+            break;
+        case Space::Arena:
+            base = arena;
+            break;
+        case Space::Accumulator:
+            base = b.accumulators.ptr;
+            break;
+        case Space::FlatGrad:
+            base = b.flatGrads.ptr;
+            break;
+        case Space::Slot:
+            base = b.optimizerSlots.at(static_cast<size_t>(o.index)).ptr;
+            break;
+        case Space::Shadow:
+            base = b.shadows.at(static_cast<size_t>(o.index)).ptr;
+            break;
+        case Space::LossScale:
+            base = b.lossScale.ptr;
+            break;
+    }
+    return base ? static_cast<char*>(base) + o.offset : nullptr;
+}
+
 Status checkBindings(const LoweredProgram& p, const ProgramBindings& b) {
     // The bytes each bound buffer must hold: the end of the furthest operand in it.
     std::map<std::pair<Space, int>, size_t> need;

@@ -45,7 +45,7 @@ struct CpuInstr {
     int bucket = -1;  // AllReduceStart / AllReduceWait
     float* data = nullptr;
     int64_t count = 0;
-    int update = -1;  // Update: the tensor (-1: all)
+    int update = -1;                      // Update: the tensor (-1: all)
     LossScaleState* lossScale = nullptr;  // LossGrad (dynamic scale)
     bool refreshOnly = false;             // Cast into a shadow
     // Block mode (any 16-bit operand, a fused dropout mask or a fused bias gradient): the rows go
@@ -245,8 +245,7 @@ dnnl::memory::data_type dnnlType(DType d) {
     }
 }
 
-dnnl::memory::desc matDesc(int64_t rows, int64_t cols, bool transposed,
-                           DType dtype = DType::F32) {
+dnnl::memory::desc matDesc(int64_t rows, int64_t cols, bool transposed, DType dtype = DType::F32) {
     using dnnl::memory;
     // Logical [rows, cols]; a transposed operand is stored as [cols, rows] row-major.
     memory::dims strides = transposed ? memory::dims{1, rows} : memory::dims{cols, 1};
@@ -300,43 +299,7 @@ dnnl::memory::desc kernelDesc(const Shape& w, int64_t groups) {
 }
 
 void* CpuProgram::resolve(const Operand& o) const {
-    const ProgramBindings& b = *bind_;
-    void* base = nullptr;
-    switch (o.space) {
-        case Space::None:
-            return nullptr;
-        case Space::Input:
-            base = b.input.ptr;
-            break;
-        case Space::Label:
-            base = b.label.ptr;
-            break;
-        case Space::Param:
-            base = b.params.at(static_cast<size_t>(o.index)).ptr;
-            break;
-        case Space::Grad:
-            base = b.grads.at(static_cast<size_t>(o.index)).ptr;
-            break;
-        case Space::Arena:
-            base = arena_;
-            break;
-        case Space::Accumulator:
-            base = b.accumulators.ptr;
-            break;
-        case Space::FlatGrad:
-            base = b.flatGrads.ptr;
-            break;
-        case Space::Slot:
-            base = b.optimizerSlots.at(static_cast<size_t>(o.index)).ptr;
-            break;
-        case Space::Shadow:
-            base = b.shadows.at(static_cast<size_t>(o.index)).ptr;
-            break;
-        case Space::LossScale:
-            base = b.lossScale.ptr;
-            break;
-    }
-    return base ? static_cast<char*>(base) + o.offset : nullptr;
+    return operandAddress(*bind_, arena_, o);
 }
 
 Status CpuProgram::addMatmul(const Instr& in, CpuInstr& ins) {
@@ -726,7 +689,8 @@ Status CpuProgram::build(const LoweredProgram& lp, const ProgramBindings& bind) 
             }
             case InstrOp::LossGrad:
                 if (in.dynamicScale) {
-                    if (!bind.lossScale.ptr) return err("loss_grad: dynamic scale without lossScale");
+                    if (!bind.lossScale.ptr)
+                        return err("loss_grad: dynamic scale without lossScale");
                     ins.lossScale = static_cast<LossScaleState*>(bind.lossScale.ptr);
                 }
                 break;
@@ -747,19 +711,19 @@ Status CpuProgram::build(const LoweredProgram& lp, const ProgramBindings& bind) 
                 TD_ASSERT(lp.update);
                 update_ = *lp.update;
                 if (updateTensors_.empty())
-                for (const UpdateOperands& u : lp.updateTensors) {
-                    UpdateTensor t;
-                    t.value = static_cast<float*>(resolve(u.value));
-                    t.grad = static_cast<const float*>(resolve(u.grad));
-                    t.size = u.value.elements();
-                    for (size_t s = 0; s < u.slot.size() && s < 3; ++s)
-                        t.slot[s] = static_cast<float*>(resolve(u.slot[s]));
-                    if (u.shadow.space == Space::Shadow) {
-                        t.shadow = static_cast<uint16_t*>(resolve(u.shadow));
-                        t.shadowF16 = u.shadow.dtype == DType::F16;
+                    for (const UpdateOperands& u : lp.updateTensors) {
+                        UpdateTensor t;
+                        t.value = static_cast<float*>(resolve(u.value));
+                        t.grad = static_cast<const float*>(resolve(u.grad));
+                        t.size = u.value.elements();
+                        for (size_t s = 0; s < u.slot.size() && s < 3; ++s)
+                            t.slot[s] = static_cast<float*>(resolve(u.slot[s]));
+                        if (u.shadow.space == Space::Shadow) {
+                            t.shadow = static_cast<uint16_t*>(resolve(u.shadow));
+                            t.shadowF16 = u.shadow.dtype == DType::F16;
+                        }
+                        updateTensors_.push_back(t);
                     }
-                    updateTensors_.push_back(t);
-                }
                 ins.update = in.tensor;
                 if (lp.lossScaled) lossScale_ = static_cast<LossScaleState*>(bind.lossScale.ptr);
                 break;
@@ -922,7 +886,8 @@ void CpuProgram::runBlock(const CpuInstr& i, const StepArgs& args) {
             case InstrOp::Act:
                 cpu::activation(i.act, i.alpha, a, out, n, cols);
                 if (i.rate > 0)
-                    cpu::dropout(out, out, n, cols, i.rate, i.seed, args.step, args.sampleBase + r0);
+                    cpu::dropout(out, out, n, cols, i.rate, i.seed, args.step,
+                                 args.sampleBase + r0);
                 break;
             case InstrOp::ActGrad: {
                 const float* dy = a;

@@ -219,43 +219,7 @@ class CudaProgram final : public Executable {
 };
 
 void* CudaProgram::resolve(const Operand& o) const {
-    const ProgramBindings& b = *bind_;
-    void* base = nullptr;
-    switch (o.space) {
-        case Space::None:
-            return nullptr;
-        case Space::Input:
-            base = b.input.ptr;
-            break;
-        case Space::Label:
-            base = b.label.ptr;
-            break;
-        case Space::Param:
-            base = b.params.at(static_cast<size_t>(o.index)).ptr;
-            break;
-        case Space::Grad:
-            base = b.grads.at(static_cast<size_t>(o.index)).ptr;
-            break;
-        case Space::Arena:
-            base = arena_;
-            break;
-        case Space::Accumulator:
-            base = b.accumulators.ptr;
-            break;
-        case Space::FlatGrad:
-            base = b.flatGrads.ptr;
-            break;
-        case Space::Slot:
-            base = b.optimizerSlots.at(static_cast<size_t>(o.index)).ptr;
-            break;
-        case Space::Shadow:
-            base = b.shadows.at(static_cast<size_t>(o.index)).ptr;
-            break;
-        case Space::LossScale:
-            base = b.lossScale.ptr;
-            break;
-    }
-    return base ? static_cast<char*>(base) + o.offset : nullptr;
+    return operandAddress(*bind_, arena_, o);
 }
 
 Status CudaProgram::addMatmul(const Instr& in, const std::string& what) {
