@@ -24,7 +24,7 @@ if command -v ccache > /dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=c
 # The threaded suites; tsan builds and runs only these. test_ui is left out: its panels hand work
 # to threads through Qt's event queue, whose locking (inside QtCore, ignored through
 # tests/sanitizers/tsan.supp) TSan cannot see, so every queued closure reads as a race.
-tsan_tests=(test_data test_store test_training test_run_controller test_replica_group test_strategies)
+tsan_tests=(test_data test_store test_training test_run_controller test_replica_group test_strategies test_work_share)
 
 configure() {  # configure <dir> <sanitizers>
   mkdir -p "$1"

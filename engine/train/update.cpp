@@ -23,13 +23,17 @@
 
 #include "engine/core/half.h"
 #include "engine/core/result.h"
+#include "engine/core/work_share.h"
 #include "engine/train/optim_kernels.h"
 
 namespace td {
 namespace {
 
 constexpr int64_t kParallelMinElements = int64_t{1} << 15;
-constexpr int64_t kChunkAlign = 16;  // 64 bytes of floats: threads never share a cache line
+constexpr int64_t kChunkAlign = 16;
+// A WorkShare piece of the update: 16k elements (192 KiB of Adam's value, gradient and slots).
+constexpr int64_t kSharePiece = int64_t{1}
+                                << 14;  // 64 bytes of floats: threads never share a cache line
 
 double sumSquares(const float* g, int64_t n) {
     auto partial = [g](int64_t begin, int64_t end) {
@@ -76,7 +80,7 @@ float normClipScale(const UpdateSpec& spec, const UpdateTensor& t, float unscale
 
 // Elements [begin, end) of one tensor.
 void updateRangeOnce(const UpdateSpec& spec, const UpdateScalars& s, const optim_kernels::Table& k,
-                 const UpdateTensor& t, float gradScale, int64_t begin, int64_t end) {
+                     const UpdateTensor& t, float gradScale, int64_t begin, int64_t end) {
     optim_kernels::Operands p;
     p.w = t.value;
     p.grad = t.grad;
@@ -164,7 +168,8 @@ bool allFinite(std::span<const UpdateTensor> tensors) {
 }  // namespace
 
 bool applyUpdate(const UpdateSpec& spec, const UpdateScalars& scalars,
-                 std::span<const UpdateTensor> tensors, int threads, LossScaleState* lossScale) {
+                 std::span<const UpdateTensor> tensors, int threads, LossScaleState* lossScale,
+                 WorkShare* share) {
     const optim_kernels::Table& k = optim_kernels::activeKernels();
     // Loss scaling: unscale by a power of two (exact), or skip a step with non-finite gradients.
     float unscale = 1.0f;
@@ -201,6 +206,31 @@ bool applyUpdate(const UpdateSpec& spec, const UpdateScalars& scalars,
     if (unscale != 1.0f)
         for (float& sc : scales) sc *= unscale;
 
+    const float* scale = scales.data();
+    // Elements [lo, hi) of the one range all tensors form.
+    auto updateSpan = [&](int64_t lo, int64_t hi) {
+        int64_t base = 0;
+        for (size_t i = 0; i < tensors.size() && base < hi; ++i) {
+            const int64_t size = tensors[i].size;
+            const int64_t b = std::max<int64_t>(lo - base, 0),
+                          e = std::min<int64_t>(hi - base, size);
+            if (b < e) updateRange(spec, scalars, k, tensors[i], scale[i], b, e);
+            base += size;
+        }
+    };
+    const int64_t pieces = total / kSharePiece;
+    if (share && share->width() > 1 && pieces >= 2 && !omp_in_parallel()) {
+        // Pieces of about kSharePiece elements on cache-line boundaries, claimed in turn.
+        share->run(pieces, [&](int64_t p, int) {
+            auto edge = [&](int64_t j) {
+                return j >= pieces ? total
+                                   : std::min(total, (total * j / pieces + kChunkAlign - 1) /
+                                                         kChunkAlign * kChunkAlign);
+            };
+            updateSpan(edge(p), edge(p + 1));
+        });
+        return true;
+    }
     const int team = threads > 0 ? threads : omp_get_max_threads();
     if (total < kParallelMinElements || team <= 1 || omp_in_parallel()) {
         for (size_t i = 0; i < tensors.size(); ++i)
@@ -211,7 +241,6 @@ bool applyUpdate(const UpdateSpec& spec, const UpdateScalars& scalars,
     // One pass over all parameters as one range, split evenly across the team on cache-line
     // boundaries: a thread's share may span several tensors (one fork and join per step). The
     // scales are the calling thread's (thread_local): the team reads them through a pointer.
-    const float* scale = scales.data();
 #pragma omp parallel num_threads(team)
     {
         const int64_t n = omp_get_num_threads();
@@ -221,15 +250,7 @@ bool applyUpdate(const UpdateSpec& spec, const UpdateScalars& scalars,
                           : std::min(total,
                                      (total * j / n + kChunkAlign - 1) / kChunkAlign * kChunkAlign);
         };
-        const int64_t lo = edge(me), hi = edge(me + 1);
-        int64_t base = 0;
-        for (size_t i = 0; i < tensors.size() && base < hi; ++i) {
-            const int64_t size = tensors[i].size;
-            const int64_t b = std::max<int64_t>(lo - base, 0),
-                          e = std::min<int64_t>(hi - base, size);
-            if (b < e) updateRange(spec, scalars, k, tensors[i], scale[i], b, e);
-            base += size;
-        }
+        updateSpan(edge(me), edge(me + 1));
     }
     return true;
 }

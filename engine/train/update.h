@@ -10,6 +10,8 @@
 
 namespace td {
 
+class WorkShare;
+
 enum class UpdateKind : uint8_t { Sgd, Adam, RmsProp };
 enum class ClipKind : uint8_t { None, Value, Norm, GlobalNorm };
 
@@ -88,8 +90,10 @@ struct UpdateTensor {
 // With `lossScale`: the gradients are divided by its scale first (clipping sees the unscaled
 // values); a step with a non-finite gradient changes nothing but the loss-scale state. Returns
 // whether the step was applied.
+// With `share` (a device whose step runs on fewer threads than it has): the range is split
+// into pieces claimed by the caller and the share's helpers instead of an OpenMP team.
 bool applyUpdate(const UpdateSpec& spec, const UpdateScalars& scalars,
                  std::span<const UpdateTensor> tensors, int threads = 0,
-                 LossScaleState* lossScale = nullptr);
+                 LossScaleState* lossScale = nullptr, WorkShare* share = nullptr);
 
 }  // namespace td

@@ -10,3 +10,6 @@ set_tests_properties(test_cuda_device PROPERTIES SKIP_RETURN_CODE 77)
 # NVML figures, PCI bus ids and the NCCL-between-workers agreement: what runs without a GPU.
 td_add_test(test_device_telemetry SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_device_telemetry.cpp
             LABELS unit engine)
+# The CPU device's WorkShare: pieces of products and of the update on the other cores.
+td_add_test(test_work_share SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_work_share.cpp
+            LABELS unit engine)

@@ -25,6 +25,10 @@ struct HarnessOptions {
     const td::CompileOptions* passes = nullptr;
     bool lossScale = false;  // bind a LossScaleState (mixed_float16)
     bool fuseUpdate = true;
+    // The thread count the calling thread compiles and runs the program with (prepareThread);
+    // fewer than the device has splits the large products and the update across its WorkShare.
+    // 0: the thread's current OpenMP team size, unchanged.
+    int programThreads = 0;
 };
 
 struct Harness {
@@ -75,6 +79,7 @@ struct Harness {
             return false;
         }
         dev = td::makeCpuDevice(0);
+        if (opt.programThreads > 0) dev->prepareThread(opt.programThreads);
         td::ProgramBindings bind;
         const std::vector<int> pids = g.params();
         if (opt.flatGrads) {

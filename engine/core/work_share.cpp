@@ -1,0 +1,129 @@
+#include "engine/core/work_share.h"
+
+#include <chrono>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define TD_CPU_RELAX() _mm_pause()
+#else
+#define TD_CPU_RELAX() std::this_thread::yield()
+#endif
+
+namespace td {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// How long an idle helper watches for the next job before it sleeps. The pieces of one step
+// (forward product, gradient products, update) follow each other within tens of microseconds;
+// longer than that, the core is better left to the input pipeline.
+constexpr auto kHelperSpin = std::chrono::microseconds(40);
+// How long the caller spins on a piece a helper holds before it yields its core (the helper may
+// be waiting for that core).
+constexpr auto kCallerSpin = std::chrono::microseconds(20);
+
+constexpr uint64_t pack(uint32_t gen, uint32_t piece) {
+    return (static_cast<uint64_t>(gen) << 32) | piece;
+}
+
+}  // namespace
+
+WorkShare::WorkShare(int helpers, std::function<void()> threadInit)
+    : slots_(static_cast<size_t>(std::max(helpers, 0)) + 1) {
+    threads_.reserve(static_cast<size_t>(std::max(helpers, 0)));
+    for (int w = 1; w <= helpers; ++w)
+        threads_.emplace_back([this, w, threadInit] { helperLoop(w, threadInit); });
+}
+
+WorkShare::~WorkShare() {
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        stop_.store(true);
+    }
+    cv_.notify_all();
+    for (std::thread& t : threads_) t.join();
+}
+
+int64_t WorkShare::claim(uint32_t gen, int owner) {
+    std::atomic<uint64_t>& next = slots_[static_cast<size_t>(owner)].next;
+    const int64_t pieces = pieces_.load(std::memory_order_relaxed);
+    const int64_t first = firstOwned(pieces, owner), end = firstOwned(pieces, owner + 1);
+    uint64_t cur = next.load(std::memory_order_acquire);
+    for (;;) {
+        if (static_cast<uint32_t>(cur >> 32) != gen) return -1;
+        const int64_t piece = first + static_cast<uint32_t>(cur);
+        if (piece >= end) return -1;
+        if (next.compare_exchange_weak(cur, cur + 1, std::memory_order_acq_rel,
+                                       std::memory_order_acquire))
+            return piece;
+    }
+}
+
+void WorkShare::work(uint32_t gen, int worker) {
+    const int n = width();
+    for (int k = 0; k < n; ++k) {
+        const int owner = (worker + k) % n;
+        for (int64_t piece; (piece = claim(gen, owner)) >= 0;) {
+            call_.load(std::memory_order_relaxed)(ctx_.load(std::memory_order_relaxed), piece,
+                                                  worker);
+            done_.fetch_add(1, std::memory_order_acq_rel);
+        }
+    }
+}
+
+void WorkShare::runImpl(int64_t pieces, Call call, void* ctx) {
+    if (pieces <= 0) return;
+    if (threads_.empty() || pieces == 1) {
+        for (int64_t p = 0; p < pieces; ++p) call(ctx, p, 0);
+        return;
+    }
+    // The previous job is finished (done_ reached its count), so no helper touches these until
+    // the store of next_ below publishes them.
+    pieces_.store(pieces, std::memory_order_relaxed);
+    call_.store(call, std::memory_order_relaxed);
+    ctx_.store(ctx, std::memory_order_relaxed);
+    done_.store(0, std::memory_order_relaxed);
+    if (++gen_ == 0) ++gen_;  // 0 is the helpers' "none seen yet"
+    const uint32_t gen = gen_;
+    for (Slot& slot : slots_) slot.next.store(pack(gen, 0), std::memory_order_relaxed);
+    job_.store(gen, std::memory_order_seq_cst);
+    if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+        { std::lock_guard<std::mutex> lk(mu_); }
+        cv_.notify_all();
+    }
+    work(gen, 0);
+    // Pieces still held by helpers: spin a little, then give the core away between checks.
+    const auto t0 = Clock::now();
+    int spins = 0;
+    while (done_.load(std::memory_order_acquire) < pieces) {
+        if ((++spins & 63) == 0 && Clock::now() - t0 > kCallerSpin)
+            std::this_thread::yield();
+        else
+            TD_CPU_RELAX();
+    }
+}
+
+void WorkShare::helperLoop(int worker, const std::function<void()>& init) {
+    if (init) init();
+    uint32_t seen = 0;
+    auto fresh = [&] { return job_.load(std::memory_order_seq_cst); };
+    for (;;) {
+        const auto t0 = Clock::now();
+        int spins = 0;
+        while (fresh() == seen && !stop_.load(std::memory_order_relaxed)) {
+            if ((++spins & 63) == 0 && Clock::now() - t0 > kHelperSpin) {
+                std::unique_lock<std::mutex> lk(mu_);
+                sleepers_.fetch_add(1, std::memory_order_seq_cst);
+                cv_.wait(lk, [&] { return fresh() != seen || stop_.load(); });
+                sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+                break;
+            }
+            TD_CPU_RELAX();
+        }
+        if (stop_.load()) return;
+        seen = fresh();
+        work(seen, worker);
+    }
+}
+
+}  // namespace td

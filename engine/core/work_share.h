@@ -1,0 +1,89 @@
+// A small team of helper threads that share the pieces of one operation with the calling thread,
+// for a device whose step runs on one thread but whose large products and optimizer update are
+// worth splitting across the other cores.
+//
+// Why not an OpenMP team: on a machine with as many cores as the device has threads, the input
+// pipeline's threads share those cores with the step. An OpenMP region splits its work evenly up
+// front and waits at a barrier for every member, so a member the scheduler has parked behind a
+// pipeline thread stalls the whole step for a time slice. Here the pieces are claimed one at a
+// time: the caller takes whatever a helper has not claimed yet, so a late helper costs at most
+// the piece it holds. Idle helpers spin briefly, then sleep on a condition variable, so they
+// leave their core to the pipeline between operations.
+//
+// Each thread owns a fixed, contiguous run of the pieces (piece p belongs to thread
+// p * width / pieces) and runs its own first; only then does it take pieces another thread has
+// not started. Operations split alike (a weight gradient by rows, the update by the same
+// parameters) so keep the same data on the same core from one step to the next, in its cache.
+//
+// The split is decided by the caller and fixed at compile time, never by which thread runs a
+// piece, so results do not depend on timing.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+namespace td {
+
+class WorkShare {
+  public:
+    // `helpers` threads besides the caller; each runs `threadInit` once when it starts (the
+    // device's per-thread setup: floating-point modes, its OpenMP team size).
+    explicit WorkShare(int helpers, std::function<void()> threadInit = {});
+    ~WorkShare();
+    WorkShare(const WorkShare&) = delete;
+    WorkShare& operator=(const WorkShare&) = delete;
+
+    // The caller and its helpers.
+    int width() const { return static_cast<int>(threads_.size()) + 1; }
+
+    // Runs fn(piece, worker) for every piece in [0, pieces), each exactly once, on the calling
+    // thread (worker 0) and the helpers (workers 1..width()-1); returns when all have finished.
+    // Pieces may run in any order and at the same time. One caller at a time.
+    // The first piece worker w owns.
+    int64_t firstOwned(int64_t pieces, int w) const { return pieces * w / width(); }
+    template <class F>
+    void run(int64_t pieces, F&& fn) {
+        runImpl(
+            pieces,
+            [](void* ctx, int64_t piece, int worker) {
+                (*static_cast<std::remove_reference_t<F>*>(ctx))(piece, worker);
+            },
+            &fn);
+    }
+
+  private:
+    using Call = void (*)(void*, int64_t, int);
+    void runImpl(int64_t pieces, Call call, void* ctx);
+    // Claims and runs pieces of job `gen`, its own first, until none is left or another job has
+    // begun.
+    void work(uint32_t gen, int worker);
+    // The next unclaimed piece of those worker `owner` owns, claimed; -1: none (or a new job).
+    int64_t claim(uint32_t gen, int owner);
+    void helperLoop(int worker, const std::function<void()>& init);
+
+    // Per worker: the job's generation in the high 32 bits, the next unclaimed piece of those it
+    // owns (counted from its first) below.
+    struct alignas(64) Slot {
+        std::atomic<uint64_t> next{0};
+    };
+    std::vector<Slot> slots_;
+    alignas(64) std::atomic<uint32_t> job_{0};  // the current job's generation
+    alignas(64) std::atomic<int64_t> done_{0};
+    std::atomic<int64_t> pieces_{0};
+    std::atomic<Call> call_{nullptr};
+    std::atomic<void*> ctx_{nullptr};
+    uint32_t gen_ = 0;  // the caller's
+    std::atomic<int> sleepers_{0};
+    std::atomic<bool> stop_{false};
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::vector<std::thread> threads_;
+};
+
+}  // namespace td

@@ -1,0 +1,238 @@
+// WorkShare (engine/core/work_share.h) and what the CPU device splits across it: every piece runs
+// exactly once whatever the timing, a helper that is late leaves its pieces to the caller, and a
+// product or an optimizer update split into pieces equals the whole one.
+#include <omp.h>
+
+#include <QtTest/QtTest>
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <future>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "engine/core/work_share.h"
+#include "engine/train/update.h"
+#include "tests/graph/harness.h"
+
+using td::WorkShare;
+
+class TestWorkShare : public QObject {
+    Q_OBJECT
+
+  private slots:
+    void ownership() {
+        WorkShare share(1);
+        QCOMPARE(share.width(), 2);
+        QCOMPARE(share.firstOwned(8, 0), int64_t{0});
+        QCOMPARE(share.firstOwned(8, 1), int64_t{4});
+        QCOMPARE(share.firstOwned(8, 2), int64_t{8});
+        QCOMPARE(share.firstOwned(3, 1), int64_t{1});
+        WorkShare none(0);
+        QCOMPARE(none.width(), 1);
+    }
+
+    // Thousands of jobs of every size, back to back, so helpers arrive early, late or asleep:
+    // each piece runs once, on a worker of the share.
+    void everyPieceOnce_data() {
+        QTest::addColumn<int>("helpers");
+        QTest::newRow("1 helper") << 1;
+        QTest::newRow("3 helpers") << 3;
+    }
+    void everyPieceOnce() {
+        QFETCH(int, helpers);
+        WorkShare share(helpers);
+        std::vector<std::atomic<int>> runs(64);
+        std::atomic<int> badWorker{0};
+        for (int job = 0; job < 3000; ++job) {
+            const int64_t pieces = job % 41;
+            for (auto& r : runs) r.store(0);
+            share.run(pieces, [&](int64_t p, int worker) {
+                if (worker < 0 || worker >= share.width()) badWorker.fetch_add(1);
+                runs[static_cast<size_t>(p)].fetch_add(1);
+                if (job % 97 == 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
+            });
+            for (int64_t p = 0; p < 64; ++p)
+                QVERIFY2(runs[static_cast<size_t>(p)].load() == (p < pieces ? 1 : 0),
+                         qPrintable(QString("job %1, piece %2 ran %3 times")
+                                        .arg(job)
+                                        .arg(p)
+                                        .arg(runs[static_cast<size_t>(p)].load())));
+        }
+        QCOMPARE(badWorker.load(), 0);
+    }
+
+    // A helper that has not started (its core taken by another thread) holds nothing: the caller
+    // runs every piece itself, and the share goes on working once the helper is back.
+    void callerTakesWhatAHelperLeaves() {
+        std::promise<void> release;
+        std::shared_future<void> gate = release.get_future().share();
+        WorkShare share(1, [gate] { gate.wait(); });
+        std::vector<int> by(8, -1);
+        share.run(8, [&](int64_t p, int worker) { by[static_cast<size_t>(p)] = worker; });
+        for (int w : by) QCOMPARE(w, 0);
+        release.set_value();
+        std::atomic<int> total{0};
+        for (int job = 0; job < 200; ++job) share.run(6, [&](int64_t, int) { total.fetch_add(1); });
+        QCOMPARE(total.load(), 1200);
+    }
+
+    // Each worker first runs the pieces it owns: with the helper parked in its first piece, the
+    // caller finishes its own run before it takes the helper's others.
+    void ownPiecesFirst() {
+        WorkShare share(1);
+        for (int attempt = 0; attempt < 20; ++attempt) {
+            std::atomic<bool> helperIn{false};
+            std::vector<int> order;  // pieces the caller ran, in order
+            share.run(8, [&](int64_t p, int worker) {
+                if (worker == 1 && !helperIn.exchange(true))
+                    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+                if (worker == 0) {
+                    order.push_back(static_cast<int>(p));
+                    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                }
+            });
+            if (!helperIn.load()) continue;  // the helper was asleep throughout: try again
+            QVERIFY(order.size() >= 4);
+            for (size_t k = 0; k < 4; ++k) QCOMPARE(order[k], static_cast<int>(k));
+            // The piece the helper held is not run again by the caller.
+            QCOMPARE(static_cast<int>(std::count(order.begin(), order.end(), 4)), 0);
+            return;
+        }
+        QSKIP("the helper never woke in time on this machine");
+    }
+
+    // The optimizer update split into pieces across the share gives the same bits as on one
+    // thread (each element's math does not depend on the split).
+    void splitUpdateEqualsWhole() {
+        const std::vector<int64_t> sizes{100352, 128, 1280, 10, 40000};
+        std::mt19937 rng(5);
+        std::uniform_real_distribution<float> uni(-1.f, 1.f);
+        struct State {
+            std::vector<std::vector<float>> w, g, m, v;
+        } a, b;
+        for (int64_t n : sizes) {
+            std::vector<float> w(static_cast<size_t>(n)), g(static_cast<size_t>(n));
+            for (auto& x : w) x = uni(rng);
+            for (auto& x : g) x = uni(rng);
+            for (State* s : {&a, &b}) {
+                s->w.push_back(w);
+                s->g.push_back(g);
+                s->m.emplace_back(static_cast<size_t>(n), 0.f);
+                s->v.emplace_back(static_cast<size_t>(n), 0.f);
+            }
+        }
+        auto tensors = [&](State& s) {
+            std::vector<td::UpdateTensor> t(sizes.size());
+            for (size_t i = 0; i < sizes.size(); ++i) {
+                t[i].value = s.w[i].data();
+                t[i].grad = s.g[i].data();
+                t[i].size = sizes[i];
+                t[i].slot[0] = s.m[i].data();
+                t[i].slot[1] = s.v[i].data();
+            }
+            return t;
+        };
+        td::UpdateSpec spec;
+        spec.kind = td::UpdateKind::Adam;
+        td::UpdateScalars sc;
+        sc.lr = 1e-3f;
+        sc.alpha = 1e-3f;
+        WorkShare share(1);
+        const auto ta = tensors(a), tb = tensors(b);
+        for (int step = 0; step < 5; ++step) {
+            QVERIFY(td::applyUpdate(spec, sc, ta, 1));
+            QVERIFY(td::applyUpdate(spec, sc, tb, 1, nullptr, &share));
+        }
+        for (size_t i = 0; i < sizes.size(); ++i) {
+            QVERIFY(std::memcmp(a.w[i].data(), b.w[i].data(), a.w[i].size() * 4) == 0);
+            QVERIFY(std::memcmp(a.m[i].data(), b.m[i].data(), a.m[i].size() * 4) == 0);
+            QVERIFY(std::memcmp(a.v[i].data(), b.v[i].data(), a.v[i].size() * 4) == 0);
+        }
+    }
+
+    // A dense layer's forward product (split by rows), its weight gradient (the batch read
+    // transposed, split by rows) and its input gradient, compiled on one of two threads so the
+    // device splits them, against the same program on two OpenMP threads (whole products). The
+    // batch is then moved with rebindBatch: the pieces read their slices of the new batch.
+    void splitProductsEqualWhole() {
+        if (omp_get_max_threads() < 2 || td::makeCpuDevice(0)->desc().threads < 2)
+            QSKIP("needs a CPU device with two threads (OMP_NUM_THREADS=2)");
+        const int threadsBefore = omp_get_max_threads();
+        const std::string ir =
+            "graph t {\n"
+            " %0 = input() : f32[256,784]\n"
+            " %1 = param() {name=w} : f32[784,128]\n"
+            " %2 = param() {name=b} : f32[128]\n"
+            " %3 = matmul(%0, %1) {trans_a=0, trans_b=0} : f32[256,128]\n"
+            " %4 = bias_add(%3, %2) : f32[256,128]\n"
+            " %5 = act(%4) {act=relu} : f32[256,128]\n"
+            " %6 = param() {name=w2} : f32[128,64]\n"
+            " %7 = matmul(%5, %6) {trans_a=0, trans_b=0} : f32[256,64]\n"
+            " %8 = label() : f32[256,64]\n"
+            " %9 = loss(%7, %8) {loss=mse, scale=0.00390625} : f32[1]\n"
+            " output loss = %9\n"
+            "}\n";
+        auto build = [&](int threads, tdtest::Harness& h) {
+            td::Graph g = tdtest::parseOrDie(ir);
+            QVERIFY(td::autodiff(g).ok());
+            td::CompileOptions co;
+            tdtest::HarnessOptions opt;
+            opt.passes = &co;
+            opt.programThreads = threads;
+            std::string error;
+            QVERIFY2(h.compile(std::move(g), {}, &error, opt), error.c_str());
+        };
+        std::mt19937 rng(11);
+        std::uniform_real_distribution<float> uni(-1.f, 1.f);
+        std::vector<float> x(256 * 784), x2(256 * 784), y(256 * 64), p0(784 * 128), p1(128),
+            p2(128 * 64);
+        for (auto* v : {&x, &x2, &y, &p0, &p1, &p2})
+            for (float& e : *v) e = uni(rng);
+        // Results of a step: loss, then each gradient.
+        auto step = [&](tdtest::Harness& h, const std::vector<float>& batch, bool rebind,
+                        std::vector<float>* out) {
+            std::memcpy(h.param(0), p0.data(), p0.size() * 4);
+            std::memcpy(h.param(1), p1.data(), p1.size() * 4);
+            std::memcpy(h.param(2), p2.data(), p2.size() * 4);
+            std::memcpy(h.lab(), y.data(), y.size() * 4);
+            if (rebind)
+                QVERIFY(h.exe->rebindBatch(batch.data(), h.lab()));
+            else
+                std::memcpy(h.in(), batch.data(), batch.size() * 4);
+            h.run();
+            out->assign(1, h.output("loss")[0]);
+            for (size_t i = 0; i < 3; ++i)
+                out->insert(out->end(), h.grad(i), h.grad(i) + h.params[i].bytes / 4);
+        };
+        auto close = [](const std::vector<float>& u, const std::vector<float>& v) {
+            if (u.size() != v.size()) return false;
+            for (size_t i = 0; i < u.size(); ++i)
+                if (std::fabs(u[i] - v[i]) > 1e-5f * (1.f + std::fabs(v[i]))) return false;
+            return true;
+        };
+        std::vector<float> whole, whole2, split, split2;
+        {
+            tdtest::Harness h;
+            build(2, h);
+            step(h, x, false, &whole);
+            step(h, x2, true, &whole2);
+        }
+        {
+            tdtest::Harness h;
+            build(1, h);
+            step(h, x, false, &split);
+            step(h, x2, true, &split2);
+        }
+        omp_set_num_threads(threadsBefore);
+        QVERIFY(close(split, whole));
+        QVERIFY(close(split2, whole2));
+        QVERIFY(!close(whole, whole2));  // the second batch is a different step
+    }
+};
+
+QTEST_GUILESS_MAIN(TestWorkShare)
+#include "test_work_share.moc"
