@@ -316,18 +316,20 @@ dnnl::memory::desc kernelDesc(const Shape& w, int64_t groups) {
 }
 
 // How a product [M,K]x[K,N] splits into pieces for a WorkShare of `width` threads: along the
-// output's rows when M >= N (each piece re-reads all of B), else along its columns (each re-reads
-// all of A), at whole 16-float vectors, kPiecesPerWorker pieces per thread so that a late thread
-// leaves little behind. A small product stays whole: waking a helper costs more than it saves.
-// Measured on a 2-core AVX-512 machine (seed MLP): a weight gradient [784,32]x[32,128] (6.4
-// MFLOP) split by rows runs in 26 us instead of 43, and [784,256]x[256,128] in about 260 instead
-// of 355; a forward [32,784]x[784,128] split by columns ran slower (49 us against 43), since each
-// piece re-reads the batch and a slice of weights the other core last updated. No split: edges is
-// empty.
+// output's rows when every thread gets at least kMinRows of them (each piece re-reads all of B),
+// else along its columns (each re-reads all of A), at whole 16-float vectors, up to
+// kPiecesPerWorker pieces per thread so that a late thread leaves little behind. A small product
+// stays whole: waking a helper costs more than it saves. Measured on a 2-core AVX-512 machine
+// (seed MLP, Adam, batch 32), with the step's own timer around each instruction: the forward
+// [32,784]x[784,128] (6.4 MFLOP) takes 37 us in two row pieces against 43 whole, and 49 in four
+// column pieces; the weight gradient [784,32]x[32,128] takes 26-32 us in four row pieces against
+// 43. Splitting the forward along K instead (each core reading only the weights it updates, then
+// adding the partial sums) measured 54-70 us. No split: edges is empty.
 constexpr double kSplitMinFlops = 4e6;
 constexpr double kSplitMinFlopsColumns = 32e6;
 constexpr int64_t kPiecesPerWorker = 2;
-constexpr int64_t kMinPiece = 32;  // rows or columns
+constexpr int64_t kMinRows = 16;
+constexpr int64_t kMinCols = 32;
 struct ProductSplit {
     bool alongRows = true;
     std::vector<int64_t> edges;  // pieces + 1 boundaries along the split dimension
@@ -335,12 +337,13 @@ struct ProductSplit {
 
 ProductSplit splitProduct(int64_t M, int64_t N, int64_t K, int width) {
     ProductSplit s;
-    s.alongRows = M >= N;
+    s.alongRows = M >= width * kMinRows;
     const double flops =
         2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
     if (width < 2 || flops < (s.alongRows ? kSplitMinFlops : kSplitMinFlopsColumns)) return s;
     const int64_t dim = s.alongRows ? M : N;
-    const int64_t pieces = std::min<int64_t>(width * kPiecesPerWorker, dim / kMinPiece);
+    const int64_t pieces =
+        std::min<int64_t>(width * kPiecesPerWorker, dim / (s.alongRows ? kMinRows : kMinCols));
     if (pieces < 2) return s;
     for (int64_t j = 0; j <= pieces; ++j)
         s.edges.push_back(j == pieces ? dim : (dim * j / pieces + 15) / 16 * 16);
