@@ -4,9 +4,13 @@
 // cnn-64 is projects/fashion_mnist_cnn.json's model (two Conv2D, BatchNormalization, pooling).
 // Every trainer runs as its own child process, so peak memory (ru_maxrss of the child) is measured
 // the same way for all. Prints steady samples/s (epochs after the first), test accuracy, peak RSS
-// and TrainDeck's ratios to each reference.
+// and TrainDeck's ratios to each reference. With --rounds R, TrainDeck and each reference run R
+// times in turn, and the median of the R ratios is printed too: on a machine whose speed drifts
+// (a shared virtual machine), a pair of runs back to back compares better than two runs minutes
+// apart.
 //
-//   traindeck_bench [--epochs 3] [--threads 2] [--models seed-32,seed-256,wide-256,cnn-64]
+//   traindeck_bench [--epochs 3] [--threads 2] [--rounds 1]
+//                   [--models seed-32,seed-256,wide-256,cnn-64]
 //                   [--frameworks torch,torch-compile,torch-debian,keras,torch-cuda|none]
 //                   [--python VENV/bin/python] [--python-debian /usr/bin/python3]
 //                   [--strategies one,mirrored-2,mpi-2] [--variants f32,unfused,bf16,f16]
@@ -278,7 +282,7 @@ void printRow(const std::string& model, int batch, const std::string& trainer, c
 
 int main(int argc, char** argv) {
     CLI::App app{"TrainDeck MLP benchmark against PyTorch / Keras, side by side"};
-    int epochs = 3, threads = 2;
+    int epochs = 3, threads = 2, rounds = 1;
     std::string frameworks = "torch,torch-compile,torch-debian,keras";
     std::string models = "seed-32,seed-256,wide-256";
     std::string root = TRAINDECK_SOURCE_DIR;
@@ -293,6 +297,10 @@ int main(int argc, char** argv) {
     app.add_option("--epochs", epochs, "Epochs per run (the first is warm-up)")
         ->check(CLI::Range(2, 100));
     app.add_option("--threads", threads, "Threads for every trainer")->check(CLI::PositiveNumber);
+    app.add_option("--rounds", rounds,
+                   "Runs of TrainDeck and of each reference, alternating; prints the median "
+                   "ratio of each round's pair (for a machine whose speed drifts)")
+        ->check(CLI::Range(1, 20));
     app.add_option("--frameworks", frameworks,
                    "References: torch, torch-compile, torch-debian, keras, torch-bf16, "
                    "keras-bf16, torch-cuda (PyTorch on the first GPU), or none");
@@ -461,6 +469,7 @@ int main(int argc, char** argv) {
             p.training.epochs = base->training.epochs;
         }
         Outcome ours;
+        std::string oursPath;  // the one-device project, for further rounds
         std::vector<std::pair<StrategyRun, Outcome>> scaled;
         for (const StrategyRun& st : strategyRuns) {
             td::Project ps = p;
@@ -476,6 +485,7 @@ int main(int argc, char** argv) {
                 runTrainDeck(binary, pp, epochs, c.batch, threads, (tmp / "bench.db").string(), st);
             if (scaled.empty()) {
                 ours = o;
+                oursPath = pp;
                 printRow(c.name, c.batch, ourName + (st.key == "one" ? "" : " " + st.key), o,
                          nullptr);
             } else {
@@ -555,6 +565,33 @@ int main(int argc, char** argv) {
                 runReference(r.debianPython ? pythonDebian : python, reference, r, c.hidden,
                              c.cnn ? cnnDropout : 0.2, epochs, c.batch, threads, c.cnn);
             printRow(c.name, c.batch, r.label + " " + ref.version, ref, &ours);
+            // Further rounds: TrainDeck then the reference again, each pair back to back.
+            std::vector<double> ratios;
+            if (ours.ok && ref.ok && ref.samplesPerSecond > 0)
+                ratios.push_back(ours.samplesPerSecond / ref.samplesPerSecond);
+            for (int round = 1;
+                 round < rounds && !ratios.empty() && strategyRuns.front().key == "one"; ++round) {
+                const Outcome a = runTrainDeck(binary, oursPath, epochs, c.batch, threads,
+                                               (tmp / "bench.db").string(), strategyRuns.front());
+                const Outcome b =
+                    runReference(r.debianPython ? pythonDebian : python, reference, r, c.hidden,
+                                 c.cnn ? cnnDropout : 0.2, epochs, c.batch, threads, c.cnn);
+                if (a.ok && b.ok && b.samplesPerSecond > 0) {
+                    ratios.push_back(a.samplesPerSecond / b.samplesPerSecond);
+                    std::printf("  round %d: TrainDeck %.0f, %s %.0f samples/s: %.2fx\n", round + 1,
+                                a.samplesPerSecond, r.label.c_str(), b.samplesPerSecond,
+                                ratios.back());
+                }
+            }
+            double medianRatio = ratios.empty() ? 0.0 : ratios.front();
+            if (ratios.size() > 1) {
+                std::vector<double> sorted = ratios;
+                std::sort(sorted.begin(), sorted.end());
+                const size_t n = sorted.size();
+                medianRatio = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+                std::printf("  %s over %zu rounds: median %.2fx (%.2fx to %.2fx)\n",
+                            r.label.c_str(), n, medianRatio, sorted.front(), sorted.back());
+            }
             const bool both = ours.ok && ref.ok && ref.samplesPerSecond > 0 && ref.peakRssMiB > 0;
             row["references"].push_back(
                 {{"reference", r.key},
@@ -565,6 +602,8 @@ int main(int argc, char** argv) {
                  {"test_accuracy", ref.testAccuracy},
                  {"peak_rss_mib", ref.peakRssMiB},
                  {"speed_ratio", both ? ours.samplesPerSecond / ref.samplesPerSecond : 0.0},
+                 {"speed_ratios_by_round", ratios},
+                 {"median_speed_ratio", medianRatio},
                  {"memory_ratio", both ? ours.peakRssMiB / ref.peakRssMiB : 0.0}});
         }
         results.push_back(row);
