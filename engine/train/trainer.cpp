@@ -70,11 +70,17 @@ double secondsSince(Clock::time_point t0) {
 // whenever another process holds a core. Measured on a 2-core AVX-512 machine, the seed MLP
 // trains faster on one thread at batch 32 (20 MFLOP per step) and batch 256 (156 MFLOP), breaks
 // even at batch 1024 (625 MFLOP), and the 784-1024-1024-10 MLP at batch 256 (2.9 GFLOP) gains 1.5x
-// from two threads. So steps under 512 MFLOP run on one thread.
+// from two threads. So steps under 512 MFLOP run on one thread. A step's multiply-adds: each
+// weight of a layer once per output position in the forward pass (one position for Dense on a
+// vector, H x W for Conv2D), and twice that backward.
 int chooseWorkerThreads(const ModelInfo& info, int64_t batch, int deviceThreads) {
     double flops = 0;
-    for (const LayerInfo& l : info.layers)
-        flops += 6.0 * static_cast<double>(batch) * static_cast<double>(l.params);
+    for (const LayerInfo& l : info.layers) {
+        double positions = 1;
+        for (size_t d = 0; d + 1 < l.outputShape.size(); ++d)
+            positions *= static_cast<double>(l.outputShape[d]);
+        flops += 6.0 * static_cast<double>(batch) * static_cast<double>(l.params) * positions;
+    }
     return flops < 512e6 ? 1 : deviceThreads;
 }
 
