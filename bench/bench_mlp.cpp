@@ -581,6 +581,10 @@ int main(int argc, char** argv) {
                     std::printf("  round %d: TrainDeck %.0f, %s %.0f samples/s: %.2fx\n", round + 1,
                                 a.samplesPerSecond, r.label.c_str(), b.samplesPerSecond,
                                 ratios.back());
+                } else {
+                    std::printf("  round %d: no ratio: %s\n", round + 1,
+                                !a.ok ? ("TrainDeck: " + a.error).c_str()
+                                      : (r.label + ": " + b.error).c_str());
                 }
             }
             double medianRatio = ratios.empty() ? 0.0 : ratios.front();

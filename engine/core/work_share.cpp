@@ -1,5 +1,7 @@
 #include "engine/core/work_share.h"
 
+#include "engine/core/result.h"
+
 #include <chrono>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -26,8 +28,10 @@ constexpr auto kHelperWatch = std::chrono::milliseconds(2);
 // be waiting for that core).
 constexpr auto kCallerSpin = std::chrono::microseconds(20);
 
-constexpr uint64_t pack(uint32_t gen, uint32_t piece) {
-    return (static_cast<uint64_t>(gen) << 32) | piece;
+// A slot: the job's generation, the next unclaimed piece and the end of the owner's run, all in
+// one word, so a claim never reads anything a later job may have rewritten.
+constexpr uint64_t pack(uint32_t gen, uint64_t next, uint64_t end) {
+    return (static_cast<uint64_t>(gen) << 32) | (next << 16) | end;
 }
 
 }  // namespace
@@ -50,14 +54,12 @@ WorkShare::~WorkShare() {
 
 int64_t WorkShare::claim(uint32_t gen, int owner) {
     std::atomic<uint64_t>& next = slots_[static_cast<size_t>(owner)].next;
-    const int64_t pieces = pieces_.load(std::memory_order_relaxed);
-    const int64_t first = firstOwned(pieces, owner), end = firstOwned(pieces, owner + 1);
     uint64_t cur = next.load(std::memory_order_acquire);
     for (;;) {
         if (static_cast<uint32_t>(cur >> 32) != gen) return -1;
-        const int64_t piece = first + static_cast<uint32_t>(cur);
-        if (piece >= end) return -1;
-        if (next.compare_exchange_weak(cur, cur + 1, std::memory_order_acq_rel,
+        const auto piece = static_cast<int64_t>((cur >> 16) & 0xffff);
+        if (piece >= static_cast<int64_t>(cur & 0xffff)) return -1;
+        if (next.compare_exchange_weak(cur, cur + (uint64_t{1} << 16), std::memory_order_acq_rel,
                                        std::memory_order_acquire))
             return piece;
     }
@@ -83,13 +85,17 @@ void WorkShare::runImpl(int64_t pieces, Call call, void* ctx) {
     }
     // The previous job is finished (done_ reached its count), so no helper touches these until
     // the store of next_ below publishes them.
-    pieces_.store(pieces, std::memory_order_relaxed);
+    TD_ASSERT_MSG(pieces < kMaxPieces, "WorkShare: too many pieces for one job");
     call_.store(call, std::memory_order_relaxed);
     ctx_.store(ctx, std::memory_order_relaxed);
     done_.store(0, std::memory_order_relaxed);
     if (++gen_ == 0) ++gen_;  // 0 is the helpers' "none seen yet"
     const uint32_t gen = gen_;
-    for (Slot& slot : slots_) slot.next.store(pack(gen, 0), std::memory_order_relaxed);
+    for (int w = 0; w < width(); ++w)
+        slots_[static_cast<size_t>(w)].next.store(
+            pack(gen, static_cast<uint64_t>(firstOwned(pieces, w)),
+                 static_cast<uint64_t>(firstOwned(pieces, w + 1))),
+            std::memory_order_release);
     job_.store(gen, std::memory_order_seq_cst);
     if (sleepers_.load(std::memory_order_seq_cst) > 0) {
         { std::lock_guard<std::mutex> lk(mu_); }

@@ -33,6 +33,7 @@ namespace td {
 
 class WorkShare {
   public:
+    static constexpr int64_t kMaxPieces = 1 << 16;
     // `helpers` threads besides the caller; each runs `threadInit` once when it starts (the
     // device's per-thread setup: floating-point modes, its OpenMP team size).
     explicit WorkShare(int helpers, std::function<void()> threadInit = {});
@@ -45,7 +46,8 @@ class WorkShare {
 
     // Runs fn(piece, worker) for every piece in [0, pieces), each exactly once, on the calling
     // thread (worker 0) and the helpers (workers 1..width()-1); returns when all have finished.
-    // Pieces may run in any order and at the same time. One caller at a time.
+    // Pieces may run in any order and at the same time. One caller at a time; under kMaxPieces
+    // pieces.
     // The first piece worker w owns.
     int64_t firstOwned(int64_t pieces, int w) const { return pieces * w / width(); }
     template <class F>
@@ -68,15 +70,16 @@ class WorkShare {
     int64_t claim(uint32_t gen, int owner);
     void helperLoop(int worker, const std::function<void()>& init);
 
-    // Per worker: the job's generation in the high 32 bits, the next unclaimed piece of those it
-    // owns (counted from its first) below.
+    // Per worker: the job's generation in the high 32 bits, then the next unclaimed piece of
+    // those it owns and the end of its run, 16 bits each. A claim reads nothing else, so one
+    // that is late (its job finished, the next one begun) fails on the generation instead of
+    // taking a piece of the next job.
     struct alignas(64) Slot {
         std::atomic<uint64_t> next{0};
     };
     std::vector<Slot> slots_;
     alignas(64) std::atomic<uint32_t> job_{0};  // the current job's generation
     alignas(64) std::atomic<int64_t> done_{0};
-    std::atomic<int64_t> pieces_{0};
     std::atomic<Call> call_{nullptr};
     std::atomic<void*> ctx_{nullptr};
     uint32_t gen_ = 0;  // the caller's

@@ -218,7 +218,7 @@ bool applyUpdate(const UpdateSpec& spec, const UpdateScalars& scalars,
             base += size;
         }
     };
-    const int64_t pieces = total / kSharePiece;
+    const int64_t pieces = std::min<int64_t>(total / kSharePiece, 4096);
     if (share && share->width() > 1 && pieces >= 2 && !omp_in_parallel()) {
         // Pieces of about kSharePiece elements on cache-line boundaries, claimed in turn.
         share->run(pieces, [&](int64_t p, int) {
@@ -253,6 +253,14 @@ bool applyUpdate(const UpdateSpec& spec, const UpdateScalars& scalars,
         updateSpan(edge(me), edge(me + 1));
     }
     return true;
+}
+
+void applyUpdateSlice(const UpdateSpec& spec, const UpdateScalars& scalars,
+                      const UpdateTensor& tensor, int64_t begin, int64_t end) {
+    TD_ASSERT(spec.clip == ClipKind::None || spec.clip == ClipKind::Value);
+    TD_ASSERT(begin >= 0 && begin <= end && end <= tensor.size);
+    if (begin < end)
+        updateRange(spec, scalars, optim_kernels::activeKernels(), tensor, 1.0f, begin, end);
 }
 
 }  // namespace td

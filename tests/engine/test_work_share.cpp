@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "engine/core/work_share.h"
+#include "engine/train/optimizer.h"
 #include "engine/train/update.h"
 #include "tests/graph/harness.h"
 
@@ -47,13 +48,16 @@ class TestWorkShare : public QObject {
         WorkShare share(helpers);
         std::vector<std::atomic<int>> runs(64);
         std::atomic<int> badWorker{0};
-        for (int job = 0; job < 3000; ++job) {
-            const int64_t pieces = job % 41;
+        // Sizes that grow and shrink from one job to the next: a claim left over from a job must
+        // never take a piece of the next one (whose runs start elsewhere).
+        const int64_t sizes[] = {4, 6, 2, 9, 3, 40, 1, 0, 7, 5};
+        for (int job = 0; job < 20000; ++job) {
+            const int64_t pieces = job < 3000 ? job % 41 : sizes[job % 10];
             for (auto& r : runs) r.store(0);
             share.run(pieces, [&](int64_t p, int worker) {
                 if (worker < 0 || worker >= share.width()) badWorker.fetch_add(1);
                 runs[static_cast<size_t>(p)].fetch_add(1);
-                if (job % 97 == 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
+                if (job % 997 == 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
             });
             for (int64_t p = 0; p < 64; ++p)
                 QVERIFY2(runs[static_cast<size_t>(p)].load() == (p < pieces ? 1 : 0),
@@ -231,6 +235,106 @@ class TestWorkShare : public QObject {
         QVERIFY(close(split, whole));
         QVERIFY(close(split2, whole2));
         QVERIFY(!close(whole, whole2));  // the second batch is a different step
+    }
+
+    // The optimizer update fused into the pieces of a weight gradient split by rows (the CPU
+    // device does it where nothing in between touches the tensor) leaves the same bits as the
+    // gradients applied by Optimizer::apply on the host: a two-layer step whose first kernel's
+    // gradient is split (and its update fused), whose second's is split too but read again by
+    // the input gradient after it (so not fused), for Adam, AMSGrad, SGD with momentum and
+    // clipvalue, and Adam with a global norm clip (nothing fused).
+    void fusedUpdateEqualsApply_data() {
+        QTest::addColumn<QString>("name");
+        QTest::addColumn<double>("clipValue");
+        QTest::addColumn<double>("globalClipNorm");
+        QTest::addColumn<bool>("amsgrad");
+        QTest::addColumn<double>("momentum");
+        QTest::newRow("adam") << QString("adam") << 0.0 << 0.0 << false << 0.0;
+        QTest::newRow("amsgrad") << QString("adam") << 0.0 << 0.0 << true << 0.0;
+        QTest::newRow("sgd momentum clipvalue") << QString("sgd") << 0.01 << 0.0 << false << 0.9;
+        QTest::newRow("adam global clip") << QString("adam") << 0.0 << 1.0 << false << 0.0;
+    }
+    void fusedUpdateEqualsApply() {
+        QFETCH(QString, name);
+        QFETCH(double, clipValue);
+        QFETCH(double, globalClipNorm);
+        QFETCH(bool, amsgrad);
+        QFETCH(double, momentum);
+        if (omp_get_max_threads() < 2 || td::makeCpuDevice(0)->desc().threads < 2)
+            QSKIP("needs a CPU device with two threads (OMP_NUM_THREADS=2)");
+        const int threadsBefore = omp_get_max_threads();
+        td::OptimizerConfig cfg;
+        cfg.name = name.toStdString();
+        cfg.learningRate = name == "sgd" ? 0.05 : 1e-3;
+        cfg.amsgrad = amsgrad;
+        cfg.momentum = momentum;
+        if (clipValue > 0) cfg.clipvalue = clipValue;
+        if (globalClipNorm > 0) cfg.globalClipnorm = globalClipNorm;
+        auto device = td::Optimizer::create(cfg);
+        auto host = td::Optimizer::create(cfg);
+        QVERIFY2(device.ok(), device.ok() ? "" : device.error().c_str());
+        QVERIFY(host.ok());
+        const td::UpdateSpec spec = (*device)->spec();
+        const std::string ir =
+            "graph t {\n"
+            " %0 = input() : f32[64,784]\n"
+            " %1 = param() {name=w} : f32[784,128]\n"
+            " %2 = param() {name=b} : f32[128]\n"
+            " %3 = matmul(%0, %1) {trans_a=0, trans_b=0} : f32[64,128]\n"
+            " %4 = bias_add(%3, %2) : f32[64,128]\n"
+            " %5 = act(%4) {act=relu} : f32[64,128]\n"
+            " %6 = param() {name=w2} : f32[128,512]\n"
+            " %7 = matmul(%5, %6) {trans_a=0, trans_b=0} : f32[64,512]\n"
+            " %8 = label() : f32[64,512]\n"
+            " %9 = loss(%7, %8) {loss=mse, scale=0.015625} : f32[1]\n"
+            " output loss = %9\n"
+            "}\n";
+        auto build = [&](tdtest::Harness& h, bool withUpdate) {
+            td::Graph g = tdtest::parseOrDie(ir);
+            QVERIFY(td::autodiff(g).ok());
+            td::CompileOptions co;
+            co.paramShadows = false;
+            tdtest::HarnessOptions opt;
+            opt.passes = &co;
+            opt.programThreads = 1;  // the step on one thread, its large work on the share
+            if (withUpdate) opt.update = &spec;
+            std::string error;
+            QVERIFY2(h.compile(std::move(g), {}, &error, opt), error.c_str());
+        };
+        tdtest::Harness prog, grads;
+        build(prog, true);
+        build(grads, false);
+        std::mt19937 rng(21);
+        std::uniform_real_distribution<float> uni(-1.f, 1.f);
+        std::vector<std::vector<float>> w, gr;
+        for (size_t i = 0; i < prog.params.size(); ++i) {
+            const size_t n = prog.params[i].bytes / 4;
+            for (size_t k = 0; k < n; ++k) prog.param(i)[k] = 0.1f * uni(rng);
+            w.emplace_back(prog.param(i), prog.param(i) + n);
+            gr.emplace_back(n);
+        }
+        std::vector<int64_t> sizes;
+        for (const auto& x : w) sizes.push_back(static_cast<int64_t>(x.size()));
+        (*host)->build(sizes);
+        for (int step = 1; step <= 3; ++step) {
+            for (int k = 0; k < 64 * 784; ++k) prog.in()[k] = grads.in()[k] = uni(rng);
+            for (int k = 0; k < 64 * 512; ++k)
+                static_cast<float*>(prog.lab())[k] = static_cast<float*>(grads.lab())[k] = uni(rng);
+            for (size_t i = 0; i < w.size(); ++i)
+                std::copy(w[i].begin(), w[i].end(), grads.param(i));
+            grads.run(step);
+            std::vector<td::ParamRef> refs;
+            for (size_t i = 0; i < w.size(); ++i) {
+                std::copy_n(grads.grad(i), gr[i].size(), gr[i].data());
+                refs.push_back({w[i].data(), gr[i].data(), static_cast<int64_t>(w[i].size())});
+            }
+            (*host)->apply(refs);
+            prog.run(step, 0, (*device)->nextStep());
+            for (size_t i = 0; i < w.size(); ++i)
+                QVERIFY2(std::memcmp(prog.param(i), w[i].data(), w[i].size() * 4) == 0,
+                         qPrintable(QString("step %1, parameter %2").arg(step).arg(i)));
+        }
+        omp_set_num_threads(threadsBefore);
     }
 };
 

@@ -72,6 +72,12 @@ struct CpuInstr {
     // A product split into `pieces` primitives (prims_[prim], prims_[prim + 1], ...), each a
     // slice of the output's rows or columns, run on the device's WorkShare (1: one primitive).
     int pieces = 1;
+    // A weight gradient split by rows whose tensor's optimizer update runs in the same pieces:
+    // index into CpuProgram::updateTensors_ (-1: none). Its columns (elements per row) and the
+    // pieces' first rows (pieces + 1 edges) say which elements a piece updates.
+    int fusedUpdate = -1;
+    int64_t pieceCols = 0;
+    std::vector<int64_t> pieceRows;
 };
 
 // An operand as block mode reads or writes it.
@@ -246,6 +252,11 @@ class CpuProgram final : public Executable {
     std::vector<std::unique_ptr<float[]>> convScratch_;  // a matmul's f32 copies of f16 operands
 
     Status planBlock(const Instr& in, CpuInstr& ins);
+    void fuseUpdates(const LoweredProgram& lp);
+    // The tensors the Update instruction applies when some are updated by their gradient's
+    // pieces instead (see fuseUpdates).
+    std::vector<UpdateTensor> restTensors_;
+    bool updatesFused_ = false;
     void runBlock(const CpuInstr& i, const StepArgs& args);
 };
 
@@ -422,6 +433,10 @@ Status CpuProgram::addMatmul(const Instr& in, CpuInstr& ins) {
         void* biasPtr = hasBias ? resolve(in.in[2]) : nullptr;
         ins.prim = static_cast<int>(prims_.size());
         ins.pieces = std::max(pieces, 1);
+        if (pieces > 1 && split.alongRows) {
+            ins.pieceRows = split.edges;
+            ins.pieceCols = N;
+        }
         for (int piece = 0; piece < ins.pieces; ++piece) {
             memory::desc aP = aMd, wP = wMd, cP = cMd, bP = biasMd;
             int64_t aOff = 0, wOff = 0, cOff = 0, bOff = 0;  // elements
@@ -824,8 +839,86 @@ Status CpuProgram::build(const LoweredProgram& lp, const ProgramBindings& bind) 
     }
     if (!blocks_.empty())
         blockScratch_.assign(static_cast<size_t>(5 * kBlockElems + wholeElems_), 0.f);
+    fuseUpdates(lp);
     bind_ = nullptr;
     return Status::success();
+}
+
+// The optimizer update of a tensor whose gradient is written by one product split by rows (on the
+// WorkShare) runs in that product's pieces, on the rows each piece has just written: the
+// gradient is still in that core's cache, and the same core owns those parameters' values and
+// slots from one step to the next. Each element's update is the same arithmetic as in the Update
+// instruction, so the results are the same bits. Only where nothing needs all gradients first
+// (no norm clipping, no loss scaling, no all-reduce, one Update for every tensor), and only when
+// no instruction between the product and the Update reads or writes the gradient, the value,
+// its slots or its shadow (a later product reading the weights, a regularizer adding to the
+// gradient).
+void CpuProgram::fuseUpdates(const LoweredProgram& lp) {
+    if (!share_ || updateTensors_.empty() || lossScale_ || collectives_) return;
+    if (update_.clip != ClipKind::None && update_.clip != ClipKind::Value) return;
+    int updateAt = -1;
+    for (size_t j = 0; j < lp.code.size(); ++j) {
+        const InstrOp op = lp.code[j].op;
+        if (op == InstrOp::AllReduceStart || op == InstrOp::AllReduceWait) return;
+        if (op == InstrOp::Update) {
+            if (updateAt >= 0 || code_[j].update >= 0) return;
+            updateAt = static_cast<int>(j);
+        }
+    }
+    if (updateAt < 0) return;
+    struct Range {
+        const char* lo;
+        const char* hi;
+    };
+    auto rangeOf = [&](const Operand& o) {
+        const auto* p = static_cast<const char*>(resolve(o));
+        return Range{p, p + static_cast<size_t>(o.elements()) * dtypeSize(o.dtype)};
+    };
+    auto overlaps = [](Range a, Range b) { return a.lo < b.hi && b.lo < a.hi; };
+    std::vector<bool> fused(updateTensors_.size(), false);
+    for (size_t j = 0; j < static_cast<size_t>(updateAt); ++j) {
+        CpuInstr& ins = code_[j];
+        if (lp.code[j].op != InstrOp::MatMul || ins.pieceRows.empty() || ins.conv >= 0) continue;
+        const Range out = rangeOf(lp.code[j].out);
+        for (size_t t = 0; t < updateTensors_.size(); ++t) {
+            const UpdateTensor& u = updateTensors_[t];
+            const auto* grad = reinterpret_cast<const char*>(u.grad);
+            if (fused[t] || grad != out.lo ||
+                out.hi != grad + static_cast<size_t>(u.size) * sizeof(float))
+                continue;
+            // What the update of t touches, and must not be touched between here and the Update.
+            std::vector<Range> guarded{out};
+            auto floats = [&](const void* p) {
+                const auto* c = static_cast<const char*>(p);
+                return Range{c, c + static_cast<size_t>(u.size) * sizeof(float)};
+            };
+            guarded.push_back(floats(u.value));
+            for (const float* slot : u.slot)
+                if (slot) guarded.push_back(floats(slot));
+            if (u.shadow) {
+                const auto* c = reinterpret_cast<const char*>(u.shadow);
+                guarded.push_back({c, c + static_cast<size_t>(u.size) * 2});
+            }
+            bool clear = true;
+            for (const Operand& o : lp.code[j].in)
+                for (const Range& g : guarded)
+                    if (overlaps(rangeOf(o), g)) clear = false;
+            for (size_t k = j + 1; k < static_cast<size_t>(updateAt) && clear; ++k) {
+                std::vector<Range> touched{rangeOf(lp.code[k].out)};
+                for (const Operand& o : lp.code[k].in) touched.push_back(rangeOf(o));
+                for (const Range& a : touched)
+                    for (const Range& g : guarded)
+                        if (overlaps(a, g)) clear = false;
+            }
+            if (!clear) continue;
+            ins.fusedUpdate = static_cast<int>(t);
+            fused[t] = true;
+            updatesFused_ = true;
+            break;
+        }
+    }
+    for (size_t t = 0; t < updateTensors_.size(); ++t)
+        if (!fused[t]) restTensors_.push_back(updateTensors_[t]);
 }
 
 // Which instructions run in block mode, and how: one with a 16-bit operand, a fused dropout mask
@@ -1058,6 +1151,14 @@ Status CpuProgram::run(const StepArgs& args) {
                                              pp.args);
                             } catch (const dnnl::error& e) {
                                 if (!failed.exchange(true)) failure = e.what();
+                                return;
+                            }
+                            if (i.fusedUpdate >= 0) {
+                                const auto p = static_cast<size_t>(piece);
+                                applyUpdateSlice(update_, args.update,
+                                                 updateTensors_[static_cast<size_t>(i.fusedUpdate)],
+                                                 i.pieceRows[p] * i.pieceCols,
+                                                 i.pieceRows[p + 1] * i.pieceCols);
                             }
                         });
                         if (failed.load()) return err("oneDNN matmul: " + failure);
@@ -1208,8 +1309,8 @@ Status CpuProgram::run(const StepArgs& args) {
                                     &updateTensors_[static_cast<size_t>(i.update)], 1),
                                 updateThreads_, nullptr, share_);
                 else
-                    applyUpdate(update_, args.update, updateTensors_, updateThreads_, lossScale_,
-                                share_);
+                    applyUpdate(update_, args.update, updatesFused_ ? restTensors_ : updateTensors_,
+                                updateThreads_, lossScale_, share_);
                 break;
         }
     }
