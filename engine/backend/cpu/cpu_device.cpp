@@ -7,6 +7,8 @@
 #include <xmmintrin.h>
 
 #include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -161,7 +163,10 @@ class CpuProgram final : public Executable {
           updateThreads_(updateThreads),
           share_(share),
           helperStreams_(helperStreams) {}
-    ~CpuProgram() override { std::free(arena_); }
+    ~CpuProgram() override {
+        printProfile();
+        std::free(arena_);
+    }
 
     Status build(const LoweredProgram& lp, const ProgramBindings& bind);
     Status run(const StepArgs& args) override;
@@ -252,6 +257,14 @@ class CpuProgram final : public Executable {
     std::vector<std::unique_ptr<float[]>> convScratch_;  // a matmul's f32 copies of f16 operands
 
     Status planBlock(const Instr& in, CpuInstr& ins);
+    Status exec(const CpuInstr& i, const StepArgs& args);
+    // TRAINDECK_PROFILE=1: every instruction is timed, and the program prints the mean time of
+    // each when it is destroyed (to stderr; programs run fewer than 10 times print nothing).
+    void printProfile() const;
+    bool profile_ = false;
+    std::vector<double> profileSeconds_;
+    std::vector<std::string> profileNames_;
+    int64_t profileRuns_ = 0;
     void fuseUpdates(const LoweredProgram& lp);
     // The tensors the Update instruction applies when some are updated by their gradient's
     // pieces instead (see fuseUpdates).
@@ -840,8 +853,36 @@ Status CpuProgram::build(const LoweredProgram& lp, const ProgramBindings& bind) 
     if (!blocks_.empty())
         blockScratch_.assign(static_cast<size_t>(5 * kBlockElems + wholeElems_), 0.f);
     fuseUpdates(lp);
+    if (const char* p = std::getenv("TRAINDECK_PROFILE"); p && *p && std::strcmp(p, "0") != 0) {
+        profile_ = true;
+        profileSeconds_.assign(code_.size(), 0.0);
+        for (size_t k = 0; k < code_.size(); ++k) {
+            const CpuInstr& i = code_[k];
+            std::string name = std::string(instrOpName(i.op)) + " %" +
+                               std::to_string(lp.code[k].node) + " " +
+                               shapeToString(lp.code[k].out.shape);
+            if (i.pieces > 1) name += ", " + std::to_string(i.pieces) + " pieces";
+            if (i.fusedUpdate >= 0) name += " + update";
+            if (i.block >= 0) name += ", blocks";
+            profileNames_.push_back(std::move(name));
+        }
+    }
     bind_ = nullptr;
     return Status::success();
+}
+
+void CpuProgram::printProfile() const {
+    if (!profile_ || profileRuns_ < 10) return;
+    double total = 0;
+    for (double t : profileSeconds_) total += t;
+    std::fprintf(stderr, "profile: %zu instructions, %lld runs, %.1f us per run%s\n", code_.size(),
+                 static_cast<long long>(profileRuns_),
+                 total / static_cast<double>(profileRuns_) * 1e6,
+                 share_ ? " (products and update shared with the WorkShare)" : "");
+    for (size_t k = 0; k < code_.size(); ++k)
+        std::fprintf(stderr, "  %3zu  %-48s %9.1f us  %5.1f%%\n", k, profileNames_[k].c_str(),
+                     profileSeconds_[k] / static_cast<double>(profileRuns_) * 1e6,
+                     total > 0 ? 100.0 * profileSeconds_[k] / total : 0.0);
 }
 
 // The optimizer update of a tensor whose gradient is written by one product split by rows (on the
@@ -1124,195 +1165,206 @@ void CpuProgram::runBlock(const CpuInstr& i, const StepArgs& args) {
 }
 
 Status CpuProgram::run(const StepArgs& args) {
-    for (const CpuInstr& i : code_) {
-        if (i.block >= 0) {
-            runBlock(i, args);
-            continue;
-        }
-        switch (i.op) {
-            case InstrOp::MatMul:
-            case InstrOp::Dense: {
-                Prim& pr = prims_[static_cast<size_t>(i.prim)];
-                const ConvPlan* cp = i.conv >= 0 ? &convs_[static_cast<size_t>(i.conv)] : nullptr;
-                if (cp)
-                    for (const Conversion& c : cp->before) convert(c, nullptr, 0);
-                try {
-                    if (i.pieces == 1) {
-                        pr.p.execute(strm_, pr.args);
-                    } else {
-                        std::atomic<bool> failed{false};
-                        std::string failure;
-                        share_->run(i.pieces, [&](int64_t piece, int worker) {
-                            Prim& pp = prims_[static_cast<size_t>(i.prim + piece)];
-                            try {
-                                pp.p.execute(worker == 0
-                                                 ? strm_
-                                                 : helperStreams_[static_cast<size_t>(worker - 1)],
-                                             pp.args);
-                            } catch (const dnnl::error& e) {
-                                if (!failed.exchange(true)) failure = e.what();
-                                return;
-                            }
-                            if (i.fusedUpdate >= 0) {
-                                const auto p = static_cast<size_t>(piece);
-                                applyUpdateSlice(update_, args.update,
-                                                 updateTensors_[static_cast<size_t>(i.fusedUpdate)],
-                                                 i.pieceRows[p] * i.pieceCols,
-                                                 i.pieceRows[p + 1] * i.pieceCols);
-                            }
-                        });
-                        if (failed.load()) return err("oneDNN matmul: " + failure);
-                    }
-                } catch (const dnnl::error& e) {
-                    return err(std::string("oneDNN matmul: ") + e.what());
-                }
-                if (cp)
-                    for (const Conversion& c : cp->after) convert(c, nullptr, 0);
-                break;
-            }
-            case InstrOp::Conv2D:
-            case InstrOp::Conv2DGradInput:
-            case InstrOp::Conv2DGradFilter: {
-                try {
-                    if (i.reorderBefore >= 0) {
-                        Prim& ro = prims_[static_cast<size_t>(i.reorderBefore)];
-                        ro.p.execute(strm_, ro.args);
-                    }
-                    Prim& pr = prims_[static_cast<size_t>(i.prim)];
+    if (!profile_) {
+        for (const CpuInstr& i : code_) TD_RETURN_IF_ERROR(exec(i, args));
+        return Status::success();
+    }
+    using ProfileClock = std::chrono::steady_clock;
+    for (size_t k = 0; k < code_.size(); ++k) {
+        const auto t0 = ProfileClock::now();
+        TD_RETURN_IF_ERROR(exec(code_[k], args));
+        profileSeconds_[k] += std::chrono::duration<double>(ProfileClock::now() - t0).count();
+    }
+    ++profileRuns_;
+    return Status::success();
+}
+
+Status CpuProgram::exec(const CpuInstr& i, const StepArgs& args) {
+    if (i.block >= 0) {
+        runBlock(i, args);
+        return Status::success();
+    }
+    switch (i.op) {
+        case InstrOp::MatMul:
+        case InstrOp::Dense: {
+            Prim& pr = prims_[static_cast<size_t>(i.prim)];
+            const ConvPlan* cp = i.conv >= 0 ? &convs_[static_cast<size_t>(i.conv)] : nullptr;
+            if (cp)
+                for (const Conversion& c : cp->before) convert(c, nullptr, 0);
+            try {
+                if (i.pieces == 1) {
                     pr.p.execute(strm_, pr.args);
-                    if (i.reorderAfter >= 0) {
-                        Prim& ro = prims_[static_cast<size_t>(i.reorderAfter)];
-                        ro.p.execute(strm_, ro.args);
-                    }
-                } catch (const dnnl::error& e) {
-                    return err(std::string("oneDNN ") + instrOpName(i.op) + ": " + e.what());
+                } else {
+                    std::atomic<bool> failed{false};
+                    std::string failure;
+                    share_->run(i.pieces, [&](int64_t piece, int worker) {
+                        Prim& pp = prims_[static_cast<size_t>(i.prim + piece)];
+                        try {
+                            pp.p.execute(worker == 0
+                                             ? strm_
+                                             : helperStreams_[static_cast<size_t>(worker - 1)],
+                                         pp.args);
+                        } catch (const dnnl::error& e) {
+                            if (!failed.exchange(true)) failure = e.what();
+                            return;
+                        }
+                        if (i.fusedUpdate >= 0) {
+                            const auto p = static_cast<size_t>(piece);
+                            applyUpdateSlice(update_, args.update,
+                                             updateTensors_[static_cast<size_t>(i.fusedUpdate)],
+                                             i.pieceRows[p] * i.pieceCols,
+                                             i.pieceRows[p + 1] * i.pieceCols);
+                        }
+                    });
+                    if (failed.load()) return err("oneDNN matmul: " + failure);
                 }
-                break;
+            } catch (const dnnl::error& e) {
+                return err(std::string("oneDNN matmul: ") + e.what());
             }
-            case InstrOp::MaxPool:
-                cpu::maxPool(i.pool, i.a, i.out);
-                break;
-            case InstrOp::MaxPoolGrad:
-                cpu::maxPoolGrad(i.pool, i.a, static_cast<const float*>(i.b), i.out);
-                break;
-            case InstrOp::AvgPool:
-                cpu::avgPool(i.pool, i.a, i.out);
-                break;
-            case InstrOp::AvgPoolGrad:
-                cpu::avgPoolGrad(i.pool, i.a, i.out);
-                break;
-            case InstrOp::Pad2D:
-                cpu::pad2d(i.a, i.out, i.pool.B, i.pool.H, i.pool.W, i.pool.C, i.pads[0], i.pads[1],
-                           i.pads[2], i.pads[3]);
-                break;
-            case InstrOp::Pad2DGrad:
-                cpu::pad2dGrad(i.a, i.out, i.pool.B, i.pool.H, i.pool.W, i.pool.C, i.pads[0],
-                               i.pads[1], i.pads[2], i.pads[3]);
-                break;
-            case InstrOp::Scale:
-                cpu::scale(i.a, i.out, i.cols, i.scale, i.offset);
-                break;
-            case InstrOp::ChannelMean:
-                cpu::channelMean(i.a, i.out, i.rows, i.cols);
-                break;
-            case InstrOp::ChannelVar:
-                cpu::channelVar(i.a, static_cast<const float*>(i.b), i.out, i.rows, i.cols);
-                break;
-            case InstrOp::BatchNorm:
-                cpu::batchNorm(i.a, static_cast<const float*>(i.b), i.c, i.d, i.e, i.out, i.rows,
-                               i.cols, i.epsilon);
-                break;
-            case InstrOp::BatchNormGrad:
-                cpu::batchNormGrad(i.a, static_cast<const float*>(i.b), i.c, i.d, i.e, i.out,
-                                   i.rows, i.cols, i.epsilon, i.batchStats);
-                break;
-            case InstrOp::NormGammaGrad:
-                cpu::normGammaGrad(i.a, static_cast<const float*>(i.b), i.c, i.d, i.out, i.rows,
-                                   i.cols, i.epsilon);
-                break;
-            case InstrOp::MovingAvg:
-                cpu::movingAvg(i.out, static_cast<const float*>(i.b), i.cols, i.momentum);
-                break;
-            case InstrOp::LayerNorm:
-                cpu::layerNorm(i.a, i.c, i.d, i.out, i.rows, i.cols, i.epsilon);
-                break;
-            case InstrOp::LayerNormGrad:
-                cpu::layerNormGrad(i.a, static_cast<const float*>(i.b), i.c, i.out, i.rows, i.cols,
-                                   i.epsilon);
-                break;
-            case InstrOp::LayerNormGammaGrad:
-                cpu::layerNormGammaGrad(i.a, static_cast<const float*>(i.b), i.out, i.rows, i.cols,
-                                        i.epsilon);
-                break;
-            case InstrOp::Cast: {
-                if (i.refreshOnly && !args.refreshShadows) break;
-                float tmp[1024];
-                for (const Conversion& c : convs_[static_cast<size_t>(i.conv)].before)
-                    convert(c, tmp, 1024);
-                break;
-            }
-            case InstrOp::BiasAdd:
-                cpu::biasAdd(i.a, static_cast<const float*>(i.b), i.out, i.rows, i.cols);
-                break;
-            case InstrOp::Act:
-                cpu::activation(i.act, i.alpha, i.a, i.out, i.rows, i.cols);
-                break;
-            case InstrOp::ActGrad:
-                cpu::activationGrad(i.act, i.alpha, i.usesOutput, i.a,
-                                    static_cast<const float*>(i.b), i.out, i.rows, i.cols);
-                break;
-            case InstrOp::Dropout:
-            case InstrOp::DropoutGrad:
-                cpu::dropout(i.a, i.out, i.rows, i.cols, i.alpha, i.seed, args.step,
-                             args.sampleBase);
-                break;
-            case InstrOp::Loss:
-                cpu::loss(i.loss, i.a, i.b, i.out, i.rows, i.cols, i.scale);
-                break;
-            case InstrOp::LossGrad:
-                cpu::lossGrad(i.loss, i.a, i.b, i.out, i.rows, i.cols,
-                              i.lossScale ? i.scale * i.lossScale->scale : i.scale);
-                break;
-            case InstrOp::Metric:
-                cpu::metric(i.metric, i.k, i.onLogits, i.a, i.b, i.out, i.rows, i.cols);
-                break;
-            case InstrOp::RegLoss:
-                cpu::regLoss(i.a, i.rows * i.cols, i.l1, i.l2, i.out);
-                break;
-            case InstrOp::RegGrad:
-                cpu::regGrad(i.a, static_cast<const float*>(i.b), i.out, i.rows * i.cols, i.l1,
-                             i.l2);
-                break;
-            case InstrOp::BiasGrad:
-                cpu::biasGrad(i.a, i.out, i.rows, i.cols);
-                break;
-            case InstrOp::Add:
-                cpu::add(i.a, static_cast<const float*>(i.b), i.out, i.rows * i.cols);
-                break;
-            case InstrOp::Accumulate:
-                *i.acc += static_cast<double>(i.a[0]) * i.factor;
-                break;
-            case InstrOp::AllReduceStart: {
-                Status s = collectives_->allReduceStart(i.bucket, i.data, i.count);
-                if (!s.ok()) return err(s.error());
-                break;
-            }
-            case InstrOp::AllReduceWait: {
-                Status s = collectives_->allReduceWait(i.bucket);
-                if (!s.ok()) return err(s.error());
-                break;
-            }
-            case InstrOp::Update:
-                if (i.update >= 0)
-                    applyUpdate(update_, args.update,
-                                std::span<const UpdateTensor>(
-                                    &updateTensors_[static_cast<size_t>(i.update)], 1),
-                                updateThreads_, nullptr, share_);
-                else
-                    applyUpdate(update_, args.update, updatesFused_ ? restTensors_ : updateTensors_,
-                                updateThreads_, lossScale_, share_);
-                break;
+            if (cp)
+                for (const Conversion& c : cp->after) convert(c, nullptr, 0);
+            break;
         }
+        case InstrOp::Conv2D:
+        case InstrOp::Conv2DGradInput:
+        case InstrOp::Conv2DGradFilter: {
+            try {
+                if (i.reorderBefore >= 0) {
+                    Prim& ro = prims_[static_cast<size_t>(i.reorderBefore)];
+                    ro.p.execute(strm_, ro.args);
+                }
+                Prim& pr = prims_[static_cast<size_t>(i.prim)];
+                pr.p.execute(strm_, pr.args);
+                if (i.reorderAfter >= 0) {
+                    Prim& ro = prims_[static_cast<size_t>(i.reorderAfter)];
+                    ro.p.execute(strm_, ro.args);
+                }
+            } catch (const dnnl::error& e) {
+                return err(std::string("oneDNN ") + instrOpName(i.op) + ": " + e.what());
+            }
+            break;
+        }
+        case InstrOp::MaxPool:
+            cpu::maxPool(i.pool, i.a, i.out);
+            break;
+        case InstrOp::MaxPoolGrad:
+            cpu::maxPoolGrad(i.pool, i.a, static_cast<const float*>(i.b), i.out);
+            break;
+        case InstrOp::AvgPool:
+            cpu::avgPool(i.pool, i.a, i.out);
+            break;
+        case InstrOp::AvgPoolGrad:
+            cpu::avgPoolGrad(i.pool, i.a, i.out);
+            break;
+        case InstrOp::Pad2D:
+            cpu::pad2d(i.a, i.out, i.pool.B, i.pool.H, i.pool.W, i.pool.C, i.pads[0], i.pads[1],
+                       i.pads[2], i.pads[3]);
+            break;
+        case InstrOp::Pad2DGrad:
+            cpu::pad2dGrad(i.a, i.out, i.pool.B, i.pool.H, i.pool.W, i.pool.C, i.pads[0], i.pads[1],
+                           i.pads[2], i.pads[3]);
+            break;
+        case InstrOp::Scale:
+            cpu::scale(i.a, i.out, i.cols, i.scale, i.offset);
+            break;
+        case InstrOp::ChannelMean:
+            cpu::channelMean(i.a, i.out, i.rows, i.cols);
+            break;
+        case InstrOp::ChannelVar:
+            cpu::channelVar(i.a, static_cast<const float*>(i.b), i.out, i.rows, i.cols);
+            break;
+        case InstrOp::BatchNorm:
+            cpu::batchNorm(i.a, static_cast<const float*>(i.b), i.c, i.d, i.e, i.out, i.rows,
+                           i.cols, i.epsilon);
+            break;
+        case InstrOp::BatchNormGrad:
+            cpu::batchNormGrad(i.a, static_cast<const float*>(i.b), i.c, i.d, i.e, i.out, i.rows,
+                               i.cols, i.epsilon, i.batchStats);
+            break;
+        case InstrOp::NormGammaGrad:
+            cpu::normGammaGrad(i.a, static_cast<const float*>(i.b), i.c, i.d, i.out, i.rows, i.cols,
+                               i.epsilon);
+            break;
+        case InstrOp::MovingAvg:
+            cpu::movingAvg(i.out, static_cast<const float*>(i.b), i.cols, i.momentum);
+            break;
+        case InstrOp::LayerNorm:
+            cpu::layerNorm(i.a, i.c, i.d, i.out, i.rows, i.cols, i.epsilon);
+            break;
+        case InstrOp::LayerNormGrad:
+            cpu::layerNormGrad(i.a, static_cast<const float*>(i.b), i.c, i.out, i.rows, i.cols,
+                               i.epsilon);
+            break;
+        case InstrOp::LayerNormGammaGrad:
+            cpu::layerNormGammaGrad(i.a, static_cast<const float*>(i.b), i.out, i.rows, i.cols,
+                                    i.epsilon);
+            break;
+        case InstrOp::Cast: {
+            if (i.refreshOnly && !args.refreshShadows) break;
+            float tmp[1024];
+            for (const Conversion& c : convs_[static_cast<size_t>(i.conv)].before)
+                convert(c, tmp, 1024);
+            break;
+        }
+        case InstrOp::BiasAdd:
+            cpu::biasAdd(i.a, static_cast<const float*>(i.b), i.out, i.rows, i.cols);
+            break;
+        case InstrOp::Act:
+            cpu::activation(i.act, i.alpha, i.a, i.out, i.rows, i.cols);
+            break;
+        case InstrOp::ActGrad:
+            cpu::activationGrad(i.act, i.alpha, i.usesOutput, i.a, static_cast<const float*>(i.b),
+                                i.out, i.rows, i.cols);
+            break;
+        case InstrOp::Dropout:
+        case InstrOp::DropoutGrad:
+            cpu::dropout(i.a, i.out, i.rows, i.cols, i.alpha, i.seed, args.step, args.sampleBase);
+            break;
+        case InstrOp::Loss:
+            cpu::loss(i.loss, i.a, i.b, i.out, i.rows, i.cols, i.scale);
+            break;
+        case InstrOp::LossGrad:
+            cpu::lossGrad(i.loss, i.a, i.b, i.out, i.rows, i.cols,
+                          i.lossScale ? i.scale * i.lossScale->scale : i.scale);
+            break;
+        case InstrOp::Metric:
+            cpu::metric(i.metric, i.k, i.onLogits, i.a, i.b, i.out, i.rows, i.cols);
+            break;
+        case InstrOp::RegLoss:
+            cpu::regLoss(i.a, i.rows * i.cols, i.l1, i.l2, i.out);
+            break;
+        case InstrOp::RegGrad:
+            cpu::regGrad(i.a, static_cast<const float*>(i.b), i.out, i.rows * i.cols, i.l1, i.l2);
+            break;
+        case InstrOp::BiasGrad:
+            cpu::biasGrad(i.a, i.out, i.rows, i.cols);
+            break;
+        case InstrOp::Add:
+            cpu::add(i.a, static_cast<const float*>(i.b), i.out, i.rows * i.cols);
+            break;
+        case InstrOp::Accumulate:
+            *i.acc += static_cast<double>(i.a[0]) * i.factor;
+            break;
+        case InstrOp::AllReduceStart: {
+            Status s = collectives_->allReduceStart(i.bucket, i.data, i.count);
+            if (!s.ok()) return err(s.error());
+            break;
+        }
+        case InstrOp::AllReduceWait: {
+            Status s = collectives_->allReduceWait(i.bucket);
+            if (!s.ok()) return err(s.error());
+            break;
+        }
+        case InstrOp::Update:
+            if (i.update >= 0)
+                applyUpdate(update_, args.update,
+                            std::span<const UpdateTensor>(
+                                &updateTensors_[static_cast<size_t>(i.update)], 1),
+                            updateThreads_, nullptr, share_);
+            else
+                applyUpdate(update_, args.update, updatesFused_ ? restTensors_ : updateTensors_,
+                            updateThreads_, lossScale_, share_);
+            break;
     }
     return Status::success();
 }
