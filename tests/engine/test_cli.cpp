@@ -4,6 +4,7 @@
 #include <QJsonObject>
 #include <QRegularExpression>
 #include <QtTest>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 
@@ -65,6 +66,7 @@ class TestCli : public QObject {
     void badInput();
     void trainWithBadStore_data();
     void trainWithBadStore();
+    void profileTimesEveryInstruction();
     void diskFillsDuringRun();
     void killedRunResumes();
     void resumeAndDeleteErrors();
@@ -276,6 +278,44 @@ void TestCli::trainWithBadStore_data() {
                                       << "cannot create directory";
     QTest::newRow("full") << "full"
                           << "database or disk is full";
+}
+
+// TRAINDECK_PROFILE=1: each program prints one line per instruction with its mean time, and
+// the instructions' shares add up to the whole; without it nothing is printed.
+void TestCli::profileTimesEveryInstruction() {
+    QTemporaryDir dir;
+    const QString db = dir.filePath("r.db");
+    const QStringList args{"train", project("synthetic_blobs.json"), "--db", db, "--plain"};
+    Run plain = traindeck(args, {}, {}, 120000);
+    QCOMPARE(plain.code, 0);
+    QVERIFY2(!plain.err.contains("profile:"), qPrintable(plain.err));
+    Run r = traindeck(args, {}, {"TRAINDECK_PROFILE=1"}, 120000);
+    QVERIFY2(r.code == 0, qPrintable(r.err));
+    // The first program ended: "profile: N instructions, R runs, T us per run", then N lines.
+    const QStringList lines = r.err.split('\n');
+    int header = -1;
+    for (int k = 0; k < lines.size() && header < 0; ++k)
+        if (lines[k].startsWith("profile: ")) header = k;
+    QVERIFY2(header >= 0, qPrintable(r.err));
+    const QRegularExpression head(
+        R"(^profile: (\d+) instructions, (\d+) runs, ([0-9.]+) us per run)");
+    const auto hm = head.match(lines[header]);
+    QVERIFY2(hm.hasMatch(), qPrintable(lines[header]));
+    const int n = hm.captured(1).toInt();
+    QVERIFY(n >= 5);
+    QVERIFY(hm.captured(2).toInt() >= 10);
+    const QRegularExpression row(R"(^\s+(\d+)\s+(\S+) .*\s([0-9.]+) us\s+([0-9.]+)%$)");
+    double share = 0;
+    bool sawProduct = false;
+    for (int k = 0; k < n; ++k) {
+        const auto m = row.match(lines[header + 1 + k]);
+        QVERIFY2(m.hasMatch(), qPrintable(lines[header + 1 + k]));
+        QCOMPARE(m.captured(1).toInt(), k);
+        share += m.captured(4).toDouble();
+        if (m.captured(2) == "dense" || m.captured(2) == "matmul") sawProduct = true;
+    }
+    QVERIFY(sawProduct);
+    QVERIFY2(std::abs(share - 100.0) < 1.0, qPrintable(QString::number(share)));
 }
 
 void TestCli::trainWithBadStore() {
