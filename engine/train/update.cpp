@@ -30,10 +30,16 @@ namespace td {
 namespace {
 
 constexpr int64_t kParallelMinElements = int64_t{1} << 15;
-constexpr int64_t kChunkAlign = 16;
-// A WorkShare piece of the update: 16k elements (192 KiB of Adam's value, gradient and slots).
-constexpr int64_t kSharePiece = int64_t{1}
-                                << 14;  // 64 bytes of floats: threads never share a cache line
+constexpr int64_t kChunkAlign = 16;  // 64 bytes of floats: threads never share a cache line
+// A WorkShare piece of the update: 16k elements (256 KiB of Adam's value, gradient and slots).
+constexpr int64_t kSharePiece = int64_t{1} << 14;
+
+// The first element of part j of `parts` over [0, total), on a kChunkAlign boundary.
+int64_t partEdge(int64_t total, int64_t parts, int64_t j) {
+    return j >= parts
+               ? total
+               : std::min(total, (total * j / parts + kChunkAlign - 1) / kChunkAlign * kChunkAlign);
+}
 
 double sumSquares(const float* g, int64_t n) {
     auto partial = [g](int64_t begin, int64_t end) {
@@ -222,12 +228,7 @@ bool applyUpdate(const UpdateSpec& spec, const UpdateScalars& scalars,
     if (share && share->width() > 1 && pieces >= 2 && !omp_in_parallel()) {
         // Pieces of about kSharePiece elements on cache-line boundaries, claimed in turn.
         share->run(pieces, [&](int64_t p, int) {
-            auto edge = [&](int64_t j) {
-                return j >= pieces ? total
-                                   : std::min(total, (total * j / pieces + kChunkAlign - 1) /
-                                                         kChunkAlign * kChunkAlign);
-            };
-            updateSpan(edge(p), edge(p + 1));
+            updateSpan(partEdge(total, pieces, p), partEdge(total, pieces, p + 1));
         });
         return true;
     }
@@ -245,12 +246,7 @@ bool applyUpdate(const UpdateSpec& spec, const UpdateScalars& scalars,
     {
         const int64_t n = omp_get_num_threads();
         const int64_t me = omp_get_thread_num();
-        auto edge = [&](int64_t j) {
-            return j >= n ? total
-                          : std::min(total,
-                                     (total * j / n + kChunkAlign - 1) / kChunkAlign * kChunkAlign);
-        };
-        updateSpan(edge(me), edge(me + 1));
+        updateSpan(partEdge(total, n, me), partEdge(total, n, me + 1));
     }
     return true;
 }
