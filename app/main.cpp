@@ -7,7 +7,7 @@
 #include "engine/api/session.h"
 #include "engine/core/cpu_isa.h"
 #ifdef TRAINDECK_HAVE_GUI
-#include "ui/gui_main.h"
+#include "app/gui_loader.h"
 #endif
 
 int main(int argc, char** argv) {
@@ -143,7 +143,7 @@ int main(int argc, char** argv) {
     if (*predictCmd) return td::cli::predict(predModel, predInput, predOut, predLabel);
 
 #ifdef TRAINDECK_HAVE_GUI
-    return td::ui::runGui(argc, argv, db, project, start, quitWhenDone);
+    return td::app::launchGui(argc, argv, db, project, start, quitWhenDone);
 #else
     if (!project.empty()) {
         // Headless build: the app's default action trains the project.

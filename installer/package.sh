@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds a Debian package (binary, desktop entry, icon, example projects) with CPack.
+# Builds a Debian package (binary, desktop-app module, desktop entry, icon, example projects) with CPack.
 #   installer/package.sh [BUILD_DIR]      -> BUILD_DIR/traindeck_<version>_<arch>.deb
 # The package is built for any x86-64 CPU (TRAINDECK_NATIVE off, even in a build directory that
 # was configured with it on) and checked: AVX code only in the kernels chosen at run time, and,
@@ -23,5 +23,9 @@ fi
 (cd "$build" && cpack -G DEB -D CPACK_PACKAGING_INSTALL_PREFIX=/usr)
 deb="$(ls -t "$build"/traindeck_*.deb | head -n1)"
 echo "$deb"
-dpkg-deb --contents "$deb" | grep -E 'bin/traindeck|applications/traindeck.desktop|icons/.*/traindeck.svg|projects/' || {
-  echo "package.sh: the package lacks an expected file" >&2; exit 1; }
+contents="$(dpkg-deb --contents "$deb")"
+for want in 'bin/traindeck$' 'lib/.*/traindeck/libtraindeck_gui\.so$' 'applications/traindeck\.desktop$' \
+            'icons/.*/traindeck\.svg$' 'projects/fashion_mnist_mlp\.json$'; do
+  grep -qE "$want" <<<"$contents" || {
+    echo "package.sh: the package lacks $want" >&2; exit 1; }
+done

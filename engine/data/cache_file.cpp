@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -53,22 +54,61 @@ uint64_t rowsHash(const uint8_t* base, const CacheLayout& l) {
 
 }  // namespace
 
-uint64_t hashBytes(const void* data, size_t bytes, uint64_t seed) {
-    constexpr uint64_t kP1 = 0x9e3779b185ebca87ULL, kP2 = 0xc2b2ae3d27d4eb4fULL;
-    const auto* p = static_cast<const uint8_t*>(data);
-    // Four independent lanes keep the multiplier busy: hashing runs near memory bandwidth.
-    uint64_t lane[4] = {seed + kP1, seed ^ kP2, seed, seed - kP1};
-    size_t i = 0;
-    for (; i + 32 <= bytes; i += 32) {
+namespace {
+
+constexpr uint64_t kP1 = 0x9e3779b185ebca87ULL, kP2 = 0xc2b2ae3d27d4eb4fULL;
+
+// Four independent lanes keep the multiplier busy: hashing runs near memory bandwidth.
+inline void hashBlocks(uint64_t lane[4], const uint8_t* p, size_t blocks) {
+    for (size_t b = 0; b < blocks; ++b, p += 32) {
         for (int j = 0; j < 4; ++j) {
             uint64_t w;
-            std::memcpy(&w, p + i + 8 * j, 8);
+            std::memcpy(&w, p + 8 * j, 8);
             lane[j] = rotl(lane[j] + w * kP2, 31) * kP1;
         }
     }
+}
+
+inline uint64_t hashFinish(const uint64_t lane[4], const uint8_t* tail, size_t tailBytes,
+                           uint64_t total) {
     uint64_t h = rotl(lane[0], 1) + rotl(lane[1], 7) + rotl(lane[2], 12) + rotl(lane[3], 18);
-    for (; i < bytes; ++i) h = rotl(h ^ (p[i] * kP1), 23) * kP2;
-    return finalMix(h ^ bytes);
+    for (size_t i = 0; i < tailBytes; ++i) h = rotl(h ^ (tail[i] * kP1), 23) * kP2;
+    return finalMix(h ^ total);
+}
+
+}  // namespace
+
+uint64_t hashBytes(const void* data, size_t bytes, uint64_t seed) {
+    const auto* p = static_cast<const uint8_t*>(data);
+    uint64_t lane[4] = {seed + kP1, seed ^ kP2, seed, seed - kP1};
+    const size_t blocks = bytes / 32;
+    hashBlocks(lane, p, blocks);
+    return hashFinish(lane, p + blocks * 32, bytes - blocks * 32, bytes);
+}
+
+HashStream::HashStream(uint64_t seed) : lane_{seed + kP1, seed ^ kP2, seed, seed - kP1} {}
+
+void HashStream::update(const void* data, size_t bytes) {
+    const auto* p = static_cast<const uint8_t*>(data);
+    total_ += bytes;
+    if (pendingBytes_ > 0) {
+        const size_t take = std::min(bytes, sizeof(pending_) - pendingBytes_);
+        std::memcpy(pending_ + pendingBytes_, p, take);
+        pendingBytes_ += take;
+        p += take;
+        bytes -= take;
+        if (pendingBytes_ < sizeof(pending_)) return;
+        hashBlocks(lane_, pending_, 1);
+        pendingBytes_ = 0;
+    }
+    const size_t blocks = bytes / 32;
+    hashBlocks(lane_, p, blocks);
+    pendingBytes_ = bytes - blocks * 32;
+    std::memcpy(pending_, p + blocks * 32, pendingBytes_);
+}
+
+uint64_t HashStream::digest() const {
+    return hashFinish(lane_, pending_, pendingBytes_, total_);
 }
 
 uint64_t CacheLayout::yOffset() const {

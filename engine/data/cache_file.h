@@ -33,6 +33,22 @@ struct CacheLayout {
 // belongs to other data or was damaged from a good one).
 uint64_t hashBytes(const void* data, size_t bytes, uint64_t seed);
 
+// hashBytes of a byte range that arrives in parts: digest() after update(a), update(b) equals
+// hashBytes(a followed by b, seed), so a file can be hashed while it is written.
+class HashStream {
+  public:
+    explicit HashStream(uint64_t seed);
+    void update(const void* data, size_t bytes);
+    uint64_t digest() const;
+    uint64_t bytes() const { return total_; }
+
+  private:
+    uint64_t lane_[4];
+    unsigned char pending_[32];
+    size_t pendingBytes_ = 0;
+    uint64_t total_ = 0;
+};
+
 // Writes one cache file through a shared mapping of its temporary. Rows are written in place
 // (x(), y()) by any number of threads for disjoint rows; commit() and the destructor run from one
 // thread once the writers are done. The storage is reserved up front, so a full disk fails

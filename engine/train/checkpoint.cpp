@@ -4,11 +4,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <memory>
 #include <sstream>
 
 #include "engine/data/cache_file.h"
@@ -38,9 +40,22 @@ std::string hex(uint64_t v) {
 
 // ---- serialization ------------------------------------------------------------------------------
 
-class Writer {
+// Where an encoded payload goes: a string (tests, the fuzzer) or a file (writeCheckpoint).
+class Sink {
+  public:
+    virtual ~Sink() = default;
+    virtual void write(const void* p, size_t n) = 0;
+};
+
+class StringSink final : public Sink {
   public:
     std::string out;
+    void write(const void* p, size_t n) override { out.append(static_cast<const char*>(p), n); }
+};
+
+class Writer {
+  public:
+    explicit Writer(Sink& sink) : sink_(sink) {}
     void u8(uint8_t v) { raw(&v, 1); }
     void u32(uint32_t v) { raw(&v, 4); }
     void u64(uint64_t v) { raw(&v, 8); }
@@ -61,7 +76,10 @@ class Writer {
         u64(t.bytes());
         raw(t.raw(), t.bytes());
     }
-    void raw(const void* p, size_t n) { out.append(static_cast<const char*>(p), n); }
+    void raw(const void* p, size_t n) { sink_.write(p, n); }
+
+  private:
+    Sink& sink_;
 };
 
 // Reads the payload back; every read checks the bytes left, so a damaged length can never make
@@ -147,8 +165,8 @@ class Reader {
     size_t left_;
 };
 
-std::string encode(const CheckpointState& s) {
-    Writer w;
+void encode(const CheckpointState& s, Sink& sink) {
+    Writer w(sink);
     w.str(s.projectJson);
     w.i64(s.runId);
     w.str(s.kind);
@@ -200,7 +218,6 @@ std::string encode(const CheckpointState& s) {
         w.i64(s.lossScale->lastSkipped);
         w.i64(s.lossScaleSkipsReported);
     }
-    return std::move(w.out);
 }
 
 Status decode(Reader& r, CheckpointState& s, uint32_t version) {
@@ -323,22 +340,70 @@ Status writeAll(int fd, const char* p, size_t n, const std::string& tmp) {
     return Status::success();
 }
 
+// The payload straight into the file, hashed as it goes: small fields gather in a buffer, a
+// tensor's bytes go from the tensor to the file. So writing a checkpoint holds no copy of it.
+class FileSink final : public Sink {
+  public:
+    FileSink(int fd, std::string tmp) : fd_(fd), tmp_(std::move(tmp)), hash_(kPayloadSeed) {}
+    void write(const void* p, size_t n) override {
+        if (!status_.ok()) return;
+        hash_.update(p, n);
+        if (used_ + n <= sizeof(buffer_)) {
+            std::memcpy(buffer_ + used_, p, n);
+            used_ += n;
+            return;
+        }
+        flush();
+        if (n < sizeof(buffer_) / 2) {
+            std::memcpy(buffer_, p, n);
+            used_ = n;
+        } else if (status_.ok()) {
+            status_ = writeAll(fd_, static_cast<const char*>(p), n, tmp_);
+        }
+    }
+    void flush() {
+        if (status_.ok() && used_ > 0) status_ = writeAll(fd_, buffer_, used_, tmp_);
+        used_ = 0;
+    }
+    const Status& status() const { return status_; }
+    const HashStream& hash() const { return hash_; }
+
+  private:
+    int fd_;
+    std::string tmp_;
+    HashStream hash_;
+    Status status_ = Status::success();
+    size_t used_ = 0;
+    char buffer_[64 << 10];
+};
+
+// The header for a payload of `payloadBytes` bytes whose hash is `payloadHash`.
+std::array<unsigned char, kHeaderBytes> fileHeader(uint64_t payloadBytes, uint64_t payloadHash) {
+    std::array<unsigned char, kHeaderBytes> header{};
+    std::memcpy(header.data(), kMagic, 8);
+    const uint32_t version = kVersion;
+    std::memcpy(header.data() + 8, &version, 4);
+    std::memcpy(header.data() + 16, &payloadBytes, 8);
+    std::memcpy(header.data() + 24, &payloadHash, 8);
+    const uint64_t headerHash = hashBytes(header.data(), 32, kHeaderSeed);
+    std::memcpy(header.data() + 32, &headerHash, 8);
+    return header;
+}
+
 }  // namespace
 
 std::string checkpointFileBytes(std::string_view payload) {
-    unsigned char header[kHeaderBytes] = {};
-    std::memcpy(header, kMagic, 8);
-    const uint32_t version = kVersion;
-    std::memcpy(header + 8, &version, 4);
-    const uint64_t payloadBytes = payload.size();
-    const uint64_t payloadHash = hashBytes(payload.data(), payload.size(), kPayloadSeed);
-    std::memcpy(header + 16, &payloadBytes, 8);
-    std::memcpy(header + 24, &payloadHash, 8);
-    const uint64_t headerHash = hashBytes(header, 32, kHeaderSeed);
-    std::memcpy(header + 32, &headerHash, 8);
-    std::string out(reinterpret_cast<const char*>(header), kHeaderBytes);
+    const auto header =
+        fileHeader(payload.size(), hashBytes(payload.data(), payload.size(), kPayloadSeed));
+    std::string out(reinterpret_cast<const char*>(header.data()), header.size());
     out.append(payload.data(), payload.size());
     return out;
+}
+
+std::string encodeCheckpointPayload(const CheckpointState& state) {
+    StringSink sink;
+    encode(state, sink);
+    return std::move(sink.out);
 }
 
 Status writeCheckpoint(const std::string& path, const CheckpointState& state) {
@@ -346,7 +411,6 @@ Status writeCheckpoint(const std::string& path, const CheckpointState& state) {
     const std::string dir =
         target.has_parent_path() ? target.parent_path().string() : std::string(".");
     TD_RETURN_IF_ERROR(makeDirs(dir));
-    const std::string bytes = checkpointFileBytes(encode(state));
 
     // The temporary's name starts with '.', so no listing of checkpoints takes it for one.
     const std::string tmp = (std::filesystem::path(dir) / ("." + target.filename().string() +
@@ -354,7 +418,24 @@ Status writeCheckpoint(const std::string& path, const CheckpointState& state) {
                                 .string();
     const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return err(tmp + ": cannot create the checkpoint's temporary file: " + errnoText());
-    Status st = writeAll(fd, bytes.data(), bytes.size(), tmp);
+    // The payload first, after room for the header; then the header, whose size and hash are
+    // known once the payload is written. The file gets its final name only when all of it is there.
+    Status st = Status::success();
+    if (::lseek(fd, static_cast<off_t>(kHeaderBytes), SEEK_SET) < 0)
+        st = err(tmp + ": seek: " + errnoText());
+    if (st.ok()) {
+        auto sink = std::make_unique<FileSink>(fd, tmp);
+        encode(state, *sink);
+        sink->flush();
+        st = sink->status();
+        if (st.ok()) {
+            const auto header = fileHeader(sink->hash().bytes(), sink->hash().digest());
+            const ssize_t k = ::pwrite(fd, header.data(), header.size(), 0);
+            if (k != static_cast<ssize_t>(header.size()))
+                st = err(tmp + ": write of the header: " +
+                         (k < 0 ? errnoText() : std::string("short write")));
+        }
+    }
     if (st.ok() && ::fsync(fd) != 0) st = err(tmp + ": fsync: " + errnoText());
     if (::close(fd) != 0 && st.ok()) st = err(tmp + ": close: " + errnoText());
     if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0)

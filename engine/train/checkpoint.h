@@ -123,6 +123,9 @@ Result<Project> checkpointProject(const std::string& path, const CheckpointState
 // fuzzer reaches the payload decoder past the checksums.
 std::string checkpointFileBytes(std::string_view payload);
 
+// Tests: the payload writeCheckpoint streams into a file for `state`, as one string.
+std::string encodeCheckpointPayload(const CheckpointState& state);
+
 // The folder of a run's own checkpoints: <folder of the store>/checkpoints/run-<id>.
 std::string runCheckpointDir(const std::string& storePath, int64_t runId);
 

@@ -70,6 +70,10 @@ class TestCli : public QObject {
     void diskFillsDuringRun();
     void killedRunResumes();
     void resumeAndDeleteErrors();
+    void headlessLoadsNoGuiLibrary();
+    void kerasFilesNeedTheH5Module();
+    void desktopAppLoadsAsModule();
+    void desktopAppModuleErrors();
 };
 
 void TestCli::summaryPrintsKerasTable() {
@@ -536,6 +540,119 @@ void TestCli::resumeAndDeleteErrors() {
     Run held = traindeck({"runs", "delete", QString::number(live), "--db", db});
     QCOMPARE(held.code, 2);
     QVERIFY2(held.err.contains("is running"), qPrintable(held.err));
+}
+
+// The headless commands run on a server without Qt's GUI libraries: nothing the executable loads
+// (its whole dependency closure, as the dynamic loader resolves it) is a GUI or display library,
+// nor HDF5 with the network and crypto libraries it brings (those load with the Keras module).
+void TestCli::headlessLoadsNoGuiLibrary() {
+    QProcess ldd;
+    ldd.start("ldd", {TRAINDECK_BINARY});
+    if (!ldd.waitForStarted()) QSKIP("ldd is not installed");
+    QVERIFY(ldd.waitForFinished());
+    const QString libs = QString::fromUtf8(ldd.readAllStandardOutput());
+    QVERIFY2(libs.contains("libc.so"), qPrintable(libs));
+    for (const char* gui : {"libQt6Gui", "libQt6Widgets", "libQCustomPlot", "libGL", "libX11",
+                            "libxcb", "libfontconfig", "libhdf5", "libcurl", "libcrypto"})
+        QVERIFY2(!libs.contains(gui), qPrintable(QString("%1 in\n%2").arg(gui, libs)));
+    // ... and a headless command still works with the module out of reach.
+    Run r = traindeck({"devices"}, QString(), {"TRAINDECK_GUI_MODULE=/nonexistent/gui.so"});
+    QCOMPARE(r.code, 0);
+    QVERIFY(r.out.contains("cpu"));
+}
+
+// .keras files go through libtraindeck_h5.so, loaded on first use: with it out of reach, saving
+// the trained model fails with a message that names the module and where it was looked for, and
+// the run itself stays stored as completed.
+void TestCli::kerasFilesNeedTheH5Module() {
+    QTemporaryDir dir;
+    const QString db = dir.filePath("runs.db");
+    const QString out = dir.filePath("m.keras");
+    Run r =
+        traindeck({"train", project("synthetic_blobs.json"), "--epochs", "1", "--db", db, "--plain",
+                   "--save-model", out},
+                  dir.path(), {"TRAINDECK_H5_MODULE=" + dir.filePath("none/libtraindeck_h5.so")});
+    QVERIFY2(r.code != 0, qPrintable(r.out));
+    QVERIFY2(r.err.contains("model.weights.h5") && r.err.contains("libtraindeck_h5.so") &&
+                 r.err.contains(dir.filePath("none/libtraindeck_h5.so") + ": no such file"),
+             qPrintable(r.err));
+    QVERIFY(!QFile::exists(out));
+    Run list = traindeck({"runs", "--db", db, "--json"});
+    const auto arr = QJsonDocument::fromJson(list.out.toUtf8()).array();
+    QCOMPARE(arr.size(), 1);
+    QCOMPARE(arr.at(0).toObject().value("status").toString(), QString("completed"));
+    // Found next to the executable, the same command writes the file, and the model reads back.
+    r = traindeck({"train", project("synthetic_blobs.json"), "--epochs", "1", "--db", db, "--plain",
+                   "--save-model", out},
+                  dir.path());
+    QVERIFY2(r.code == 0, qPrintable(r.err));
+    QVERIFY(QFile::exists(out));
+    Run imported = traindeck({"import", out, "-o", dir.filePath("imported.json")});
+    QVERIFY2(imported.code == 0, qPrintable(imported.err));
+    Run summary = traindeck({"summary", dir.filePath("imported.json")});
+    QVERIFY2(summary.code == 0 && summary.out.contains("Dense"),
+             qPrintable(summary.out + summary.err));
+}
+
+// `traindeck PROJECT --start --quit-when-done` opens the desktop app from its module, trains the
+// project there and stores the run (offscreen: QT_QPA_PLATFORM is set by the test's environment).
+void TestCli::desktopAppLoadsAsModule() {
+#ifndef TRAINDECK_HAVE_GUI
+    QSKIP("built without the desktop app (TRAINDECK_BUILD_GUI=OFF or no Qt Widgets)");
+#else
+    QTemporaryDir dir;
+    const QString db = dir.filePath("gui.db");
+    Run r = traindeck({"--db", db, project("synthetic_blobs.json"), "--start", "--quit-when-done"},
+                      dir.path(), {"QT_QPA_PLATFORM=offscreen"});
+    QVERIFY2(r.code == 0, qPrintable(r.out + r.err));
+    QVERIFY2(r.out.contains("run completed"), qPrintable(r.out + r.err));
+    Run list = traindeck({"runs", "--db", db, "--json"});
+    QCOMPARE(list.code, 0);
+    const auto arr = QJsonDocument::fromJson(list.out.toUtf8()).array();
+    QCOMPARE(arr.size(), 1);
+    QCOMPARE(arr.at(0).toObject().value("status").toString(), QString("completed"));
+#endif
+}
+
+// A module that is missing or is not TrainDeck's: exit code 1 and a message that names it, says
+// why, and points at the headless commands; never a crash.
+void TestCli::desktopAppModuleErrors() {
+#ifndef TRAINDECK_HAVE_GUI
+    QSKIP("built without the desktop app (TRAINDECK_BUILD_GUI=OFF or no Qt Widgets)");
+#else
+    QTemporaryDir dir;
+    const QString missing = dir.filePath("missing/libtraindeck_gui.so");
+    Run r = traindeck({"--db", dir.filePath("a.db")}, dir.path(),
+                      {"TRAINDECK_GUI_MODULE=" + missing, "QT_QPA_PLATFORM=offscreen"});
+    QCOMPARE(r.code, 1);
+    QVERIFY2(r.err.contains(missing + ": no such file"), qPrintable(r.err));
+    QVERIFY2(r.err.contains("traindeck train PROJECT"), qPrintable(r.err));
+
+    const QString notElf = dir.filePath("libtraindeck_gui.so");
+    QFile f(notElf);
+    QVERIFY(f.open(QIODevice::WriteOnly));
+    f.write("not a shared object\n");
+    f.close();
+    r = traindeck({"--db", dir.filePath("a.db")}, dir.path(),
+                  {"TRAINDECK_GUI_MODULE=" + notElf, "QT_QPA_PLATFORM=offscreen"});
+    QCOMPARE(r.code, 1);
+    QVERIFY2(r.err.contains(notElf + ": "), qPrintable(r.err));
+    QVERIFY2(!r.err.contains("no such file"), qPrintable(r.err));
+    QVERIFY(!QFile::exists(dir.filePath("a.db")));  // nothing was started
+
+    // A shared object that is not the GUI module (the C library): named as such.
+    QProcess ldd;
+    ldd.start("ldd", {TRAINDECK_BINARY});
+    if (!ldd.waitForStarted() || !ldd.waitForFinished()) QSKIP("ldd is not installed");
+    const auto m = QRegularExpression(R"(libc\.so\.6 => (\S+))")
+                       .match(QString::fromUtf8(ldd.readAllStandardOutput()));
+    QVERIFY(m.hasMatch());
+    r = traindeck({"--db", dir.filePath("a.db")}, dir.path(),
+                  {"TRAINDECK_GUI_MODULE=" + m.captured(1), "QT_QPA_PLATFORM=offscreen"});
+    QCOMPARE(r.code, 1);
+    QVERIFY2(r.err.contains(m.captured(1) + ": not the TrainDeck module (no traindeck_gui_main)"),
+             qPrintable(r.err));
+#endif
 }
 
 #include "test_cli.moc"

@@ -3,6 +3,9 @@ td_add_test(test_training SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_training.cpp
 td_add_test(test_cli SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cli.cpp LABELS integration cli)
 target_compile_definitions(test_cli PRIVATE TRAINDECK_BINARY="$<TARGET_FILE:traindeck>")
 add_dependencies(test_cli traindeck)
+if(TRAINDECK_HAVE_GUI)
+  target_compile_definitions(test_cli PRIVATE TRAINDECK_HAVE_GUI=1)
+endif()
 # The CUDA device against the CPU reference; exits 77 (skipped) where no GPU answers.
 td_add_test(test_cuda_device SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cuda_device.cpp
             LABELS integration gpu)

@@ -12,6 +12,7 @@
 
 #include "engine/api/runs.h"
 #include "engine/api/session.h"
+#include "engine/data/cache_file.h"
 #include "engine/store/run_store.h"
 #include "engine/train/callbacks.h"
 #include "engine/train/checkpoint.h"
@@ -181,6 +182,8 @@ class TestCheckpoint : public QObject {
     Q_OBJECT
   private slots:
     void roundTrip();
+    void hashStreamEqualsHashBytes();
+    void streamedFileEqualsEncodedBytes();
     void damagedFilesRefused_data();
     void damagedFilesRefused();
     void atomicWriteNeverLeavesHalfFile();
@@ -244,6 +247,72 @@ void TestCheckpoint::roundTrip() {
         QCOMPARE(e.path().filename().string(), std::string("c.tdckpt"));
     }
     QCOMPARE(files, 1);
+}
+
+// The hash of a file written in parts equals the hash of its bytes at once, whatever the parts.
+void TestCheckpoint::hashStreamEqualsHashBytes() {
+    std::vector<unsigned char> bytes(5000);
+    uint64_t x = 0x9e3779b97f4a7c15ULL;
+    for (auto& b : bytes) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        b = static_cast<unsigned char>(x >> 56);
+    }
+    for (size_t total : {size_t(0), size_t(1), size_t(31), size_t(32), size_t(33), size_t(4999)}) {
+        for (size_t part :
+             {size_t(1), size_t(3), size_t(31), size_t(32), size_t(45), size_t(4096)}) {
+            HashStream h(0x1234);
+            for (size_t at = 0; at < total; at += part)
+                h.update(bytes.data() + at, std::min(part, total - at));
+            QCOMPARE(h.bytes(), uint64_t(total));
+            QCOMPARE(h.digest(), hashBytes(bytes.data(), total, 0x1234));
+        }
+        // Irregular parts, with empty ones.
+        HashStream h(7);
+        size_t at = 0, step = 0;
+        while (at < total) {
+            const size_t n = std::min(total - at, (step++ * 7) % 53);
+            h.update(bytes.data() + at, n);
+            at += n;
+        }
+        QCOMPARE(h.digest(), hashBytes(bytes.data(), total, 7));
+    }
+    // It tells different bytes apart, as hashBytes does.
+    HashStream a(0), b(0);
+    a.update(bytes.data(), 100);
+    bytes[50] ^= 1;
+    b.update(bytes.data(), 100);
+    QVERIFY(a.digest() != b.digest());
+}
+
+// writeCheckpoint streams the payload into the file (tensors straight from their memory, small
+// fields through a buffer): the file is byte for byte the header and payload built in memory, for
+// fields that straddle the buffer's edge and tensors larger than it.
+void TestCheckpoint::streamedFileEqualsEncodedBytes() {
+    QTemporaryDir dir;
+    const std::string path = dir.filePath("c.tdckpt").toStdString();
+    CheckpointState s = sampleState();
+    auto fill = [](Tensor& t, float seed) {
+        for (int64_t i = 0; i < t.size(); ++i)
+            t.data<float>()[i] = seed + 0.001f * static_cast<float>(i % 977);
+    };
+    Tensor big(DType::F32, {300, 301});  // 361,200 bytes: written from the tensor itself
+    Tensor mid(DType::F32, {5001});      // 20,004 bytes: through the buffer, across its edge
+    Tensor odd(DType::F32, {3});
+    fill(big, 1.0f);
+    fill(mid, -2.0f);
+    fill(odd, 3.0f);
+    s.params = {{"a/kernel", big}, {"a/bias", mid},   {"b/kernel", odd},
+                {"c/kernel", mid}, {"d/kernel", mid}, {"e/kernel", mid}};
+    s.optimizerSlots = {big, mid, odd, mid, mid, mid, big, odd};
+    QVERIFY(writeCheckpoint(path, s).ok());
+    const std::string expected = checkpointFileBytes(encodeCheckpointPayload(s));
+    const std::string file = readFile(path);
+    QCOMPARE(file.size(), expected.size());
+    QVERIFY(file == expected);
+    auto r = readCheckpoint(path);
+    QVERIFY2(r.ok(), r.ok() ? "" : r.error().c_str());
+    QVERIFY(sameBits(r->params[0].value, big));
+    QVERIFY(sameBits(r->optimizerSlots[6], big));
 }
 
 void TestCheckpoint::damagedFilesRefused_data() {
