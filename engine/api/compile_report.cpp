@@ -49,14 +49,7 @@ Result<Compiled> compileOnce(const Project& p, const ModelInfo& info, const Upda
                              bool fused) {
     CompileOptions co = compileOptions(p, true);
     if (!fused) co.disabled.insert(fusionPassNames().begin(), fusionPassNames().end());
-    BuildOptions bo;
-    bo.batch = p.training.batchSize;
-    bo.globalBatch = p.training.batchSize;
-    bo.mode = GraphMode::Train;
-    bo.loss = p.training.loss;
-    bo.metrics = p.training.metrics;
-    bo.seed = p.training.seed;
-    bo.compute = co.compute;
+    BuildOptions bo = buildOptions(p, GraphMode::Train);
     bo.fuseSoftmaxXent = co.enabled("fuse_softmax_xent");
     const bool f16 = p.precision == PrecisionPolicy::MixedFloat16;
     TD_ASSIGN_OR_RETURN(Graph g, buildGraph(p.model, info, bo));

@@ -660,14 +660,7 @@ Result<std::string> Session::dumpIr(const std::string& afterPass) {
     // (gradient all-reduce, optimizer update, the loss and metric sums) included.
     if (afterPass == "lowered") return im.trainer->loweredTrainProgram();
     const CompileOptions co = compileOptions(im.project, true);
-    BuildOptions bo;
-    bo.compute = co.compute;
-    bo.fuseSoftmaxXent = co.enabled("fuse_softmax_xent");
-    bo.batch = im.project.training.batchSize;
-    bo.mode = GraphMode::Train;
-    bo.loss = im.project.training.loss;
-    bo.metrics = im.project.training.metrics;
-    bo.seed = im.project.training.seed;
+    const BuildOptions bo = buildOptions(im.project, GraphMode::Train);
     TD_ASSIGN_OR_RETURN(Graph g, buildGraph(im.project.model, im.info, bo));
     if (afterPass == "forward") return printGraph(g);
     TD_RETURN_IF_ERROR(autodiff(g, im.project.precision == PrecisionPolicy::MixedFloat16));

@@ -317,7 +317,8 @@ Result<Graph> buildGraph(const ModelSpec& model, const ModelInfo& info, const Bu
         }
     }
     const int pred = x;
-    g.outputs.emplace_back("predictions", pred);
+    if (opt.mode == GraphMode::Predict || opt.predictions)
+        g.outputs.emplace_back("predictions", pred);
     if (opt.mode == GraphMode::Predict) return g;
 
     TD_ASSIGN_OR_RETURN(LabelSpec ls, labelSpecFor(opt.loss, info.outputShape));
@@ -505,8 +506,8 @@ Status autodiff(Graph& g, bool dynamicLossScale) {
         if (!needs[static_cast<size_t>(pred)]) continue;
         NodeAttrs la = nd.attrs;
         if (dynamicLossScale) la.dynamicScale = true;
-        int d = g.add(Op::LossGrad, {pred, nd.inputs[1]}, g.node(pred).dtype, g.node(pred).shape,
-                      la);
+        int d =
+            g.add(Op::LossGrad, {pred, nd.inputs[1]}, g.node(pred).dtype, g.node(pred).shape, la);
         contrib[static_cast<size_t>(pred)].push_back(d);
     }
 

@@ -33,6 +33,10 @@ struct BuildOptions {
     // softmax-cross-entropy from the logits (the fusion `fuse_softmax_xent`); off: the loss reads
     // the probabilities (clipped to [1e-7, 1 - 1e-7] as Keras does).
     bool fuseSoftmaxXent = true;
+    // Train/Eval: also output "predictions". The trainer's training and evaluation programs never
+    // read them, so they build without: the passes then drop what only the predictions needed (a
+    // trailing softmax whose loss reads the logits, the output's cast). Predict always has them.
+    bool predictions = true;
 };
 
 // How a metric name resolves for a loss (Keras' "accuracy" depends on the loss).
@@ -51,7 +55,8 @@ struct LabelSpec {
 };
 Result<LabelSpec> labelSpecFor(const LossConfig& loss, const Shape& modelOutput);
 
-// Forward graph. Outputs: "loss" and one per metric (Train/Eval), "predictions" (always).
+// Forward graph. Outputs: "loss" and one per metric (Train/Eval), "predictions" (Predict, and
+// Train/Eval with BuildOptions::predictions).
 // Parameter nodes are named "<layer>/kernel" and "<layer>/bias".
 Result<Graph> buildGraph(const ModelSpec& model, const ModelInfo& info, const BuildOptions& opt);
 

@@ -181,6 +181,21 @@ CompileOptions compileOptions(const Project& project, bool train) {
     return co;
 }
 
+BuildOptions buildOptions(const Project& project, GraphMode mode) {
+    const CompileOptions co = compileOptions(project, mode == GraphMode::Train);
+    BuildOptions bo;
+    bo.compute = co.compute;
+    bo.fuseSoftmaxXent = co.enabled("fuse_softmax_xent");
+    bo.batch = project.training.batchSize;
+    bo.globalBatch = project.training.batchSize;
+    bo.mode = mode;
+    bo.loss = project.training.loss;
+    bo.metrics = project.training.metrics;
+    bo.seed = project.training.seed;
+    bo.predictions = mode == GraphMode::Predict;
+    return bo;
+}
+
 struct Trainer::Impl {
     // One replica: a device, its copy of the parameters, gradients and optimizer slots, its
     // programs, and (except replica 0, which runs on the engine thread) a thread.
@@ -483,16 +498,10 @@ struct Trainer::Impl {
 
     Result<Graph> buildPlanned(GraphMode mode, int64_t batch, int64_t global) const {
         const CompileOptions co = compileOptions(s.project, mode == GraphMode::Train);
-        BuildOptions bo;
-        bo.compute = co.compute;
-        bo.fuseSoftmaxXent = co.enabled("fuse_softmax_xent");
+        BuildOptions bo = buildOptions(s.project, mode);
         bo.batch = batch;
         bo.globalBatch = global;
         bo.replicas = mode == GraphMode::Train ? totalReplicas : 1;
-        bo.mode = mode;
-        bo.loss = s.project.training.loss;
-        bo.metrics = s.project.training.metrics;
-        bo.seed = s.project.training.seed;
         TD_ASSIGN_OR_RETURN(Graph g, buildGraph(s.project.model, s.info, bo));
         if (mode == GraphMode::Train)
             TD_RETURN_IF_ERROR(autodiff(g, s.project.precision == PrecisionPolicy::MixedFloat16));
@@ -642,7 +651,7 @@ struct Trainer::Impl {
         }
         TD_ASSIGN_OR_RETURN(p->exe, compileProgram(d, g, bind));
         p->lossId = g.output("loss");
-        p->predId = g.output("predictions");
+        p->predId = g.output("predictions");  // Predict programs only (-1 otherwise)
         Program* raw = p.get();
         r.programs[key] = std::move(p);
         return raw;

@@ -63,6 +63,12 @@ struct CheckpointPlan {
 // parameter shadows for training programs.
 CompileOptions compileOptions(const Project& project, bool train);
 
+// The graph builder's options for a project's programs of one mode, as the trainer builds them:
+// the project's batch size (the trainer sets its per-replica batch), loss, metrics, seed, the
+// compute dtype and softmax-cross-entropy fusion of compileOptions, and predictions only for
+// Predict (training and evaluation programs never read them).
+BuildOptions buildOptions(const Project& project, GraphMode mode);
+
 // Stop, pause and abort requests from other threads (the GUI, the store recorder). The loop acts
 // on them between steps.
 struct RunControl {

@@ -329,6 +329,14 @@ void TestCli::profileTimesEveryInstruction() {
     }
     QVERIFY(sawProduct);
     QVERIFY2(std::abs(share - 100.0) < 1.0, qPrintable(QString::number(share)));
+    // The training program (softmax with sparse cross-entropy): the loss is computed in its
+    // gradient's pass, and no softmax of the predictions is left (nothing in training reads them).
+    QVERIFY2(r.err.contains(QRegularExpression(R"(\n\s+\d+\s+loss_grad %\d+ \S+ \+ loss\s)")),
+             qPrintable(r.err));
+    QVERIFY2(r.err.contains(
+                 QRegularExpression(R"(\n\s+\d+\s+loss %\d+ \S+ \(in its gradient's pass\))")),
+             qPrintable(r.err));
+    QVERIFY2(!r.err.contains(QRegularExpression(R"(\n\s+\d+\s+act %)")), qPrintable(r.err));
 }
 
 void TestCli::trainWithBadStore() {

@@ -80,6 +80,11 @@ struct CpuInstr {
     int fusedUpdate = -1;
     int64_t pieceCols = 0;
     std::vector<int64_t> pieceRows;
+    // Softmax cross-entropy (see fuseLosses): a Loss whose value its LossGrad computes (the Loss
+    // then does nothing), and on that LossGrad the loss's output and scale.
+    bool lossDeferred = false;
+    float* lossOut = nullptr;
+    float lossOutScale = 0;
 };
 
 // An operand as block mode reads or writes it.
@@ -266,6 +271,7 @@ class CpuProgram final : public Executable {
     std::vector<std::string> profileNames_;
     int64_t profileRuns_ = 0;
     void fuseUpdates(const LoweredProgram& lp);
+    void fuseLosses(const LoweredProgram& lp);
     // The tensors the Update instruction applies when some are updated by their gradient's
     // pieces instead (see fuseUpdates).
     std::vector<UpdateTensor> restTensors_;
@@ -853,6 +859,7 @@ Status CpuProgram::build(const LoweredProgram& lp, const ProgramBindings& bind) 
     if (!blocks_.empty())
         blockScratch_.assign(static_cast<size_t>(5 * kBlockElems + wholeElems_), 0.f);
     fuseUpdates(lp);
+    fuseLosses(lp);
     if (const char* p = std::getenv("TRAINDECK_PROFILE"); p && *p && std::strcmp(p, "0") != 0) {
         profile_ = true;
         profileSeconds_.assign(code_.size(), 0.0);
@@ -863,6 +870,8 @@ Status CpuProgram::build(const LoweredProgram& lp, const ProgramBindings& bind) 
                                shapeToString(lp.code[k].out.shape);
             if (i.pieces > 1) name += ", " + std::to_string(i.pieces) + " pieces";
             if (i.fusedUpdate >= 0) name += " + update";
+            if (i.lossOut) name += " + loss";
+            if (i.lossDeferred) name += " (in its gradient's pass)";
             if (i.block >= 0) name += ", blocks";
             profileNames_.push_back(std::move(name));
         }
@@ -960,6 +969,53 @@ void CpuProgram::fuseUpdates(const LoweredProgram& lp) {
     }
     for (size_t t = 0; t < updateTensors_.size(); ++t)
         if (!fused[t]) restTensors_.push_back(updateTensors_[t]);
+}
+
+// A softmax cross-entropy's loss and gradient read the same logits and labels and start from the
+// same exponentials: the gradient's instruction computes both in one pass (cpu::lossAndGrad, the
+// same bits as the two kernels), and the loss's own instruction does nothing. Only where both
+// run plain f32 (no blocks), the gradient's output overlaps neither input, and no instruction
+// between them writes the logits or the labels or reads or writes the loss's output.
+void CpuProgram::fuseLosses(const LoweredProgram& lp) {
+    struct Range {
+        const char* lo;
+        const char* hi;
+    };
+    auto rangeOf = [&](const Operand& o) {
+        const auto* p = static_cast<const char*>(resolve(o));
+        return Range{p, p + o.bytes()};
+    };
+    auto overlaps = [](Range a, Range b) { return a.lo < b.hi && b.lo < a.hi; };
+    for (size_t j = 0; j < code_.size(); ++j) {
+        CpuInstr& loss = code_[j];
+        if (loss.op != InstrOp::Loss || loss.block >= 0 || !cpu::lossAndGradFuses(loss.loss))
+            continue;
+        const Range logits = rangeOf(lp.code[j].in.at(0)), labels = rangeOf(lp.code[j].in.at(1)),
+                    value = rangeOf(lp.code[j].out);
+        for (size_t k = j + 1; k < code_.size(); ++k) {
+            CpuInstr& g = code_[k];
+            if (g.op == InstrOp::LossGrad && g.block < 0 && g.loss == loss.loss && g.a == loss.a &&
+                g.b == loss.b && g.rows == loss.rows && g.cols == loss.cols) {
+                const Range out = rangeOf(lp.code[k].out);
+                if (!overlaps(out, logits) && !overlaps(out, labels) && !overlaps(out, value)) {
+                    g.lossOut = loss.out;
+                    g.lossOutScale = loss.scale;
+                    loss.lossDeferred = true;
+                }
+                break;
+            }
+            const Range written = rangeOf(lp.code[k].out);
+            bool clear = !overlaps(written, logits) && !overlaps(written, labels) &&
+                         !overlaps(written, value);
+            if (lp.code[k].out2.space != Space::None) {
+                const Range w2 = rangeOf(lp.code[k].out2);
+                clear =
+                    clear && !overlaps(w2, logits) && !overlaps(w2, labels) && !overlaps(w2, value);
+            }
+            for (const Operand& o : lp.code[k].in) clear = clear && !overlaps(rangeOf(o), value);
+            if (!clear) break;
+        }
+    }
 }
 
 // Which instructions run in block mode, and how: one with a 16-bit operand, a fused dropout mask
@@ -1321,12 +1377,17 @@ Status CpuProgram::exec(const CpuInstr& i, const StepArgs& args) {
             cpu::dropout(i.a, i.out, i.rows, i.cols, i.alpha, i.seed, args.step, args.sampleBase);
             break;
         case InstrOp::Loss:
-            cpu::loss(i.loss, i.a, i.b, i.out, i.rows, i.cols, i.scale);
+            if (!i.lossDeferred) cpu::loss(i.loss, i.a, i.b, i.out, i.rows, i.cols, i.scale);
             break;
-        case InstrOp::LossGrad:
-            cpu::lossGrad(i.loss, i.a, i.b, i.out, i.rows, i.cols,
-                          i.lossScale ? i.scale * i.lossScale->scale : i.scale);
+        case InstrOp::LossGrad: {
+            const float scale = i.lossScale ? i.scale * i.lossScale->scale : i.scale;
+            if (i.lossOut)
+                cpu::lossAndGrad(i.loss, i.a, i.b, i.lossOut, i.lossOutScale, i.out, scale, i.rows,
+                                 i.cols);
+            else
+                cpu::lossGrad(i.loss, i.a, i.b, i.out, i.rows, i.cols, scale);
             break;
+        }
         case InstrOp::Metric:
             cpu::metric(i.metric, i.k, i.onLogits, i.a, i.b, i.out, i.rows, i.cols);
             break;

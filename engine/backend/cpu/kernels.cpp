@@ -177,14 +177,50 @@ void add(const float* a, const float* b, float* y, int64_t n) {
 }
 
 namespace {
-// log-sum-exp of a row and its max.
-inline float logSumExp(const float* x, int64_t n, float* maxOut) {
+// A row's max m and the sum of exp(x - m) in column order; with `e`, each exp stored there too.
+// Softmax cross-entropy's loss and gradient both start from these, the same operations in the
+// same order, so lossAndGrad (one pass) gives the bits of loss and lossGrad (two).
+inline float expSum(const float* x, int64_t n, float* e, float* maxOut) {
     float m = x[0];
     for (int64_t c = 1; c < n; ++c) m = std::max(m, x[c]);
     float s = 0.f;
-    for (int64_t c = 0; c < n; ++c) s += std::exp(x[c] - m);
+    if (e) {
+        for (int64_t c = 0; c < n; ++c) s += (e[c] = std::exp(x[c] - m));
+    } else {
+        for (int64_t c = 0; c < n; ++c) s += std::exp(x[c] - m);
+    }
     *maxOut = m;
+    return s;
+}
+
+// log-sum-exp of a row.
+inline float logSumExp(const float* x, int64_t n) {
+    float m;
+    const float s = expSum(x, n, nullptr, &m);
     return m + std::log(s);
+}
+
+// One row's softmax cross-entropy from its log-sum-exp: sparse (class id y) or one-hot (yRow).
+inline double softmaxXentRow(LossKind k, const float* p, int64_t cols, float lse, int32_t y,
+                             const float* yRow) {
+    if (k == LossKind::SparseSoftmaxXent) return lse - p[y];
+    double l = 0.0;
+    for (int64_t c = 0; c < cols; ++c) l += yRow[c] * (lse - p[c]);
+    return l;
+}
+
+// One row's softmax cross-entropy gradient, g holding exp(p - max) summing to s on entry.
+inline void softmaxXentGradRow(LossKind k, float* g, int64_t cols, float s, float scale, int32_t y,
+                               const float* yRow) {
+    const float inv = scale / s;
+    if (k == LossKind::SparseSoftmaxXent) {
+        for (int64_t c = 0; c < cols; ++c) g[c] *= inv;
+        g[y] -= scale;
+    } else {
+        float ysum = 0.f;
+        for (int64_t c = 0; c < cols; ++c) ysum += yRow[c];
+        for (int64_t c = 0; c < cols; ++c) g[c] = g[c] * inv * ysum - scale * yRow[c];
+    }
 }
 inline float clampP(float p) {
     return std::min(std::max(p, kEps), 1.f - kEps);
@@ -200,17 +236,12 @@ void loss(LossKind k, const float* pred, const void* labels, float* out, int64_t
         const float* p = pred + r * cols;
         double l = 0.0;
         switch (k) {
-            case LossKind::SparseSoftmaxXent: {
-                float m;
-                l = logSumExp(p, cols, &m) - p[yi[r]];
+            case LossKind::SparseSoftmaxXent:
+                l = softmaxXentRow(k, p, cols, logSumExp(p, cols), yi[r], nullptr);
                 break;
-            }
-            case LossKind::SoftmaxXent: {
-                float m;
-                const float lse = logSumExp(p, cols, &m);
-                for (int64_t c = 0; c < cols; ++c) l += yf[r * cols + c] * (lse - p[c]);
+            case LossKind::SoftmaxXent:
+                l = softmaxXentRow(k, p, cols, logSumExp(p, cols), 0, yf + r * cols);
                 break;
-            }
             case LossKind::SparseXent: {
                 float s = 0.f;
                 for (int64_t c = 0; c < cols; ++c) s += p[c];
@@ -262,20 +293,11 @@ void lossGrad(LossKind k, const float* pred, const void* labels, float* dp, int6
         switch (k) {
             case LossKind::SparseSoftmaxXent:
             case LossKind::SoftmaxXent: {
-                float m = p[0];
-                for (int64_t c = 1; c < cols; ++c) m = std::max(m, p[c]);
-                float s = 0.f;
-                for (int64_t c = 0; c < cols; ++c) s += (g[c] = std::exp(p[c] - m));
-                const float inv = scale / s;
-                if (k == LossKind::SparseSoftmaxXent) {
-                    for (int64_t c = 0; c < cols; ++c) g[c] *= inv;
-                    g[yi[r]] -= scale;
-                } else {
-                    float ysum = 0.f;
-                    for (int64_t c = 0; c < cols; ++c) ysum += yf[r * cols + c];
-                    for (int64_t c = 0; c < cols; ++c)
-                        g[c] = g[c] * inv * ysum - scale * yf[r * cols + c];
-                }
+                const bool sparse = k == LossKind::SparseSoftmaxXent;
+                float m;
+                const float s = expSum(p, cols, g, &m);
+                softmaxXentGradRow(k, g, cols, s, scale, sparse ? yi[r] : 0,
+                                   sparse ? nullptr : yf + r * cols);
                 break;
             }
             case LossKind::SparseXent:
@@ -313,6 +335,30 @@ void lossGrad(LossKind k, const float* pred, const void* labels, float* dp, int6
                 break;
         }
     }
+}
+
+bool lossAndGradFuses(LossKind k) {
+    return k == LossKind::SparseSoftmaxXent || k == LossKind::SoftmaxXent;
+}
+
+void lossAndGrad(LossKind k, const float* pred, const void* labels, float* out, float lossScale,
+                 float* dpred, float gradScale, int64_t rows, int64_t cols) {
+    TD_ASSERT(lossAndGradFuses(k));
+    const bool sparse = k == LossKind::SparseSoftmaxXent;
+    const int32_t* yi = static_cast<const int32_t*>(labels);
+    const float* yf = static_cast<const float*>(labels);
+    double total = 0.0;
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* p = pred + r * cols;
+        float* g = dpred + r * cols;
+        const int32_t y = sparse ? yi[r] : 0;
+        const float* yRow = sparse ? nullptr : yf + r * cols;
+        float m;
+        const float s = expSum(p, cols, g, &m);
+        total += softmaxXentRow(k, p, cols, m + std::log(s), y, yRow);
+        softmaxXentGradRow(k, g, cols, s, gradScale, y, yRow);
+    }
+    out[0] = static_cast<float>(total * lossScale);
 }
 
 void metric(MetricKind k, int64_t topK, bool onLogits, const float* pred, const void* labels,
