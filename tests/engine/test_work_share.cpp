@@ -158,26 +158,48 @@ class TestWorkShare : public QObject {
         }
     }
 
-    // A dense layer's forward product (split by rows), its weight gradient (the batch read
+    // A dense layer's forward product (split by rows; at batch 32 along K, each thread reading
+    // the weight rows whose gradient it computes), its weight gradient (the batch read
     // transposed, split by rows) and its input gradient, compiled on one of two threads so the
     // device splits them, against the same program on two OpenMP threads (whole products). The
     // batch is then moved with rebindBatch: the pieces read their slices of the new batch.
+    void splitProductsEqualWhole_data() {
+        QTest::addColumn<int>("rows");
+        QTest::newRow("batch 256, forward in row pieces") << 256;
+        QTest::newRow("batch 32, forward along K") << 32;
+    }
     void splitProductsEqualWhole() {
+        QFETCH(int, rows);
         if (omp_get_max_threads() < 2 || td::makeCpuDevice(0)->desc().threads < 2)
             QSKIP("needs a CPU device with two threads (OMP_NUM_THREADS=2)");
         const int threadsBefore = omp_get_max_threads();
+        const std::string b = std::to_string(rows);
         const std::string ir =
             "graph t {\n"
-            " %0 = input() : f32[256,784]\n"
+            " %0 = input() : f32[" +
+            b +
+            ",784]\n"
             " %1 = param() {name=w} : f32[784,128]\n"
             " %2 = param() {name=b} : f32[128]\n"
-            " %3 = matmul(%0, %1) {trans_a=0, trans_b=0} : f32[256,128]\n"
-            " %4 = bias_add(%3, %2) : f32[256,128]\n"
-            " %5 = act(%4) {act=relu} : f32[256,128]\n"
+            " %3 = matmul(%0, %1) {trans_a=0, trans_b=0} : f32[" +
+            b +
+            ",128]\n"
+            " %4 = bias_add(%3, %2) : f32[" +
+            b +
+            ",128]\n"
+            " %5 = act(%4) {act=relu} : f32[" +
+            b +
+            ",128]\n"
             " %6 = param() {name=w2} : f32[128,64]\n"
-            " %7 = matmul(%5, %6) {trans_a=0, trans_b=0} : f32[256,64]\n"
-            " %8 = label() : f32[256,64]\n"
-            " %9 = loss(%7, %8) {loss=mse, scale=0.00390625} : f32[1]\n"
+            " %7 = matmul(%5, %6) {trans_a=0, trans_b=0} : f32[" +
+            b +
+            ",64]\n"
+            " %8 = label() : f32[" +
+            b +
+            ",64]\n"
+            " %9 = loss(%7, %8) {loss=mse, scale=" +
+            std::to_string(1.0 / rows) + "}" +
+            " : f32[1]\n"
             " output loss = %9\n"
             "}\n";
         auto build = [&](int threads, tdtest::Harness& h) {
@@ -192,8 +214,8 @@ class TestWorkShare : public QObject {
         };
         std::mt19937 rng(11);
         std::uniform_real_distribution<float> uni(-1.f, 1.f);
-        std::vector<float> x(256 * 784), x2(256 * 784), y(256 * 64), p0(784 * 128), p1(128),
-            p2(128 * 64);
+        const size_t n = static_cast<size_t>(rows);
+        std::vector<float> x(n * 784), x2(n * 784), y(n * 64), p0(784 * 128), p1(128), p2(128 * 64);
         for (auto* v : {&x, &x2, &y, &p0, &p1, &p2})
             for (float& e : *v) e = uni(rng);
         // Results of a step: loss, then each gradient.
@@ -218,7 +240,7 @@ class TestWorkShare : public QObject {
                 if (std::fabs(u[i] - v[i]) > 1e-5f * (1.f + std::fabs(v[i]))) return false;
             return true;
         };
-        std::vector<float> whole, whole2, split, split2;
+        std::vector<float> whole, whole2, split, split2, rowSplit;
         {
             tdtest::Harness h;
             build(2, h);
@@ -231,10 +253,23 @@ class TestWorkShare : public QObject {
             step(h, x, false, &split);
             step(h, x2, true, &split2);
         }
+        {
+            // The forward product in row pieces, as TRAINDECK_NO_KSPLIT asks.
+            setenv("TRAINDECK_NO_KSPLIT", "1", 1);
+            tdtest::Harness h;
+            build(1, h);
+            unsetenv("TRAINDECK_NO_KSPLIT");
+            step(h, x, false, &rowSplit);
+        }
         omp_set_num_threads(threadsBefore);
         QVERIFY(close(split, whole));
         QVERIFY(close(split2, whole2));
         QVERIFY(!close(whole, whole2));  // the second batch is a different step
+        QVERIFY(close(rowSplit, whole));
+        // Along K the partial sums are added in another order: other bits (so the split ran);
+        // in row pieces each output is summed as in the whole product.
+        const bool sameBits = std::memcmp(split.data(), rowSplit.data(), split.size() * 4) == 0;
+        QCOMPARE(sameBits, rows == 256);
     }
 
     // The optimizer update fused into the pieces of a weight gradient split by rows (the CPU
