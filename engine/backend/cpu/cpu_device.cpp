@@ -480,9 +480,11 @@ Status CpuProgram::addMatmul(const Instr& in, CpuInstr& ins) {
         ProductSplit split =
             convertF16 || !share_ ? ProductSplit{} : splitProduct(M, N, K, share_->width());
         // A forward product reading a trainable weight matrix (f32, as stored): along K.
+        // Not with an all-reduce: the update then runs after it, not in the gradient's pieces.
         std::vector<int64_t> kEdges;
-        if (!convertF16 && share_ && !ta && !tb && in.in[1].space == Space::Param &&
-            primOp == DType::F32 && primOut == DType::F32 && in.act != ActKind::Softmax)
+        if (!convertF16 && share_ && !collectives_ && !ta && !tb &&
+            in.in[1].space == Space::Param && primOp == DType::F32 && primOut == DType::F32 &&
+            in.act != ActKind::Softmax)
             kEdges = kSplitEdges(M, N, K, share_->width());
         if (!kEdges.empty()) split = ProductSplit{true, kEdges};
         const bool alongK = !kEdges.empty();
