@@ -276,6 +276,12 @@ class CpuProgram final : public Executable {
     std::vector<double> profileSeconds_;
     std::vector<std::string> profileNames_;
     int64_t profileRuns_ = 0;
+    struct Range {
+        const char* lo;
+        const char* hi;
+    };
+    static bool overlaps(Range a, Range b) { return a.lo < b.hi && b.lo < a.hi; }
+    Range rangeOf(const Operand& o) const;
     void fuseUpdates(const LoweredProgram& lp);
     void fuseLosses(const LoweredProgram& lp);
     void addPartials(const CpuInstr& i) const;
@@ -985,6 +991,12 @@ void CpuProgram::printProfile() const {
                      total > 0 ? 100.0 * profileSeconds_[k] / total : 0.0);
 }
 
+// The bytes an operand occupies, for the fusions' checks that nothing in between touches them.
+CpuProgram::Range CpuProgram::rangeOf(const Operand& o) const {
+    const auto* p = static_cast<const char*>(resolve(o));
+    return Range{p, p + o.bytes()};
+}
+
 // The optimizer update of a tensor whose gradient is written by one product split by rows (on the
 // WorkShare) runs in that product's pieces, on the rows each piece has just written: the
 // gradient is still in that core's cache, and the same core owns those parameters' values and
@@ -1007,15 +1019,6 @@ void CpuProgram::fuseUpdates(const LoweredProgram& lp) {
         }
     }
     if (updateAt < 0) return;
-    struct Range {
-        const char* lo;
-        const char* hi;
-    };
-    auto rangeOf = [&](const Operand& o) {
-        const auto* p = static_cast<const char*>(resolve(o));
-        return Range{p, p + static_cast<size_t>(o.elements()) * dtypeSize(o.dtype)};
-    };
-    auto overlaps = [](Range a, Range b) { return a.lo < b.hi && b.lo < a.hi; };
     std::vector<bool> fused(updateTensors_.size(), false);
     for (size_t j = 0; j < static_cast<size_t>(updateAt); ++j) {
         CpuInstr& ins = code_[j];
@@ -1068,15 +1071,6 @@ void CpuProgram::fuseUpdates(const LoweredProgram& lp) {
 // run plain f32 (no blocks), the gradient's output overlaps neither input, and no instruction
 // between them writes the logits or the labels or reads or writes the loss's output.
 void CpuProgram::fuseLosses(const LoweredProgram& lp) {
-    struct Range {
-        const char* lo;
-        const char* hi;
-    };
-    auto rangeOf = [&](const Operand& o) {
-        const auto* p = static_cast<const char*>(resolve(o));
-        return Range{p, p + o.bytes()};
-    };
-    auto overlaps = [](Range a, Range b) { return a.lo < b.hi && b.lo < a.hi; };
     for (size_t j = 0; j < code_.size(); ++j) {
         CpuInstr& loss = code_[j];
         if (loss.op != InstrOp::Loss || loss.block >= 0 || !cpu::lossAndGradFuses(loss.loss))
