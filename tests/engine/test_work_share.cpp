@@ -3,6 +3,7 @@
 // product or an optimizer update split into pieces equals the whole one.
 #include <omp.h>
 
+#include <unistd.h>
 #include <QtTest/QtTest>
 #include <algorithm>
 #include <atomic>
@@ -20,6 +21,30 @@
 #include "tests/graph/harness.h"
 
 using td::WorkShare;
+
+namespace {
+
+// What fn writes to stderr (file descriptor 2).
+template <class F>
+std::string stderrOf(F&& fn) {
+    std::fflush(stderr);
+    FILE* tmp = std::tmpfile();
+    if (!tmp) return "(no temporary file)";
+    const int saved = dup(2);
+    dup2(fileno(tmp), 2);
+    fn();
+    std::fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    std::rewind(tmp);
+    std::string text;
+    char chunk[4096];
+    for (size_t n; (n = std::fread(chunk, 1, sizeof chunk, tmp)) > 0;) text.append(chunk, n);
+    std::fclose(tmp);
+    return text;
+}
+
+}  // namespace
 
 class TestWorkShare : public QObject {
     Q_OBJECT
@@ -275,10 +300,12 @@ class TestWorkShare : public QObject {
 
     // The optimizer update fused into the pieces of a weight gradient split by rows (the CPU
     // device does it where nothing in between touches the tensor) leaves the same bits as the
-    // gradients applied by Optimizer::apply on the host: a two-layer step whose first kernel's
-    // gradient is split (and its update fused), whose second's is split too but read again by
-    // the input gradient after it (so not fused), for Adam, AMSGrad, SGD with momentum and
-    // clipvalue, and Adam with a global norm clip (nothing fused).
+    // gradients applied by Optimizer::apply on the host: a two-layer step on one thread of two,
+    // its products in row pieces on the WorkShare, whose two kernels' gradients each carry
+    // their update (the second's input gradient reads the kernel before its weight gradient
+    // runs), for Adam, AMSGrad, SGD with momentum and clipvalue, and Adam with a global norm
+    // clip (nothing fused). The profile of the same program shows which products carry the
+    // update; the biases' updates stay in the Update instruction.
     void fusedUpdateEqualsApply_data() {
         QTest::addColumn<QString>("name");
         QTest::addColumn<double>("clipValue");
@@ -298,7 +325,11 @@ class TestWorkShare : public QObject {
         QFETCH(double, momentum);
         if (omp_get_max_threads() < 2 || td::makeCpuDevice(0)->desc().threads < 2)
             QSKIP("needs a CPU device with two threads (OMP_NUM_THREADS=2)");
-        const int threadsBefore = omp_get_max_threads();
+        // The harness sets the team size of this thread; the next test case needs it back.
+        struct RestoreThreads {
+            int n = omp_get_max_threads();
+            ~RestoreThreads() { omp_set_num_threads(n); }
+        } restore;
         td::OptimizerConfig cfg;
         cfg.name = name.toStdString();
         cfg.learningRate = name == "sgd" ? 0.05 : 1e-3;
@@ -370,7 +401,28 @@ class TestWorkShare : public QObject {
                 QVERIFY2(std::memcmp(prog.param(i), w[i].data(), w[i].size() * 4) == 0,
                          qPrintable(QString("step %1, parameter %2").arg(step).arg(i)));
         }
-        omp_set_num_threads(threadsBefore);
+        // Which products carry an update: the profile the program prints when it is destroyed
+        // after at least 10 runs: both kernels' gradients, none under a global norm.
+        const std::string profile = stderrOf([&] {
+            setenv("TRAINDECK_PROFILE", "1", 1);
+            tdtest::Harness h;
+            build(h, true);
+            unsetenv("TRAINDECK_PROFILE");
+            for (int step = 1; step <= 10; ++step) h.run(step, 0, (*device)->nextStep());
+        });
+        int fusedProducts = 0;
+        for (size_t at = profile.find("+ update"); at != std::string::npos;
+             at = profile.find("+ update", at + 1))
+            ++fusedProducts;
+        QVERIFY2(profile.find("matmul %") != std::string::npos, profile.c_str());
+        QVERIFY2(fusedProducts == (globalClipNorm > 0 ? 0 : 2), profile.c_str());
+        for (const char* kernel : {"[784,128]", "[128,512]"}) {
+            const size_t at = profile.find(kernel);
+            QVERIFY2(at != std::string::npos, profile.c_str());
+            const std::string line = profile.substr(at, profile.find('\n', at) - at);
+            QVERIFY2((line.find("+ update") != std::string::npos) == (globalClipNorm == 0),
+                     profile.c_str());
+        }
     }
 };
 
