@@ -2,6 +2,8 @@
 
 #include "engine/core/result.h"
 
+#include <pthread.h>
+
 #include <chrono>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -114,6 +116,8 @@ void WorkShare::runImpl(int64_t pieces, Call call, void* ctx) {
 }
 
 void WorkShare::helperLoop(int worker, const std::function<void()>& init) {
+    // Named for top, gdb and perf (at most 15 characters).
+    pthread_setname_np(pthread_self(), ("td-share-" + std::to_string(worker)).c_str());
     if (init) init();
     uint32_t seen = 0;
     auto fresh = [&] { return job_.load(std::memory_order_seq_cst); };

@@ -1,5 +1,6 @@
 // End-to-end training through the public Session API: thresholds, events, the store, stop and
 // pause, remainder batches, determinism, predict, and clear errors for bad projects.
+#include <pthread.h>
 #include <sys/resource.h>
 
 #include <QtTest>
@@ -12,8 +13,10 @@
 #include <random>
 #include <regex>
 #include <stdexcept>
+#include <thread>
 
 #include "engine/api/data_preview.h"
+#include "engine/backend/backend.h"
 #include "engine/api/session.h"
 #include "engine/store/run_store.h"
 #include "engine/train/callbacks.h"
@@ -140,6 +143,7 @@ class TestTraining : public QObject {
     void mixedPrecisionTrains();
     void validationSplitLeavesNoRows_data();
     void validationSplitLeavesNoRows();
+    void createLeavesNoOpenMPWorkers();
 };
 
 void TestTraining::syntheticReachesThreshold() {
@@ -738,4 +742,46 @@ void TestTraining::validationSplitLeavesNoRows() {
 }
 
 QTEST_GUILESS_MAIN(TestTraining)
+// Session::create compiles the training program, which opens an OpenMP team (the CPU device
+// sets each team member's floating-point modes). It must not leave that team's worker behind on
+// the calling thread, which lives on while another thread trains: libgomp, counting more of its
+// threads than cores, would stop spinning between parallel regions and every region of every
+// step would wait for a woken worker. A thread takes the name of the thread that creates it, so
+// the threads still named as the caller once Session::create has returned are the caller and
+// whatever it left behind (the device's own helpers name themselves td-share-N).
+void TestTraining::createLeavesNoOpenMPWorkers() {
+    const std::string name = "td-test-caller";
+    auto named = [&] {
+        int n = 0;
+        for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
+            std::ifstream comm(e.path() / "comm");
+            std::string line;
+            std::getline(comm, line);
+            n += line == name;
+        }
+        return n;
+    };
+    std::string error;
+    int during = 0, after = 0;
+    std::thread caller([&] {
+        pthread_setname_np(pthread_self(), name.c_str());
+        auto s = Session::create(synthetic(), {});
+        if (!s.ok()) {
+            error = s.error();
+            return;
+        }
+        // A thread that has ended takes a moment to leave /proc.
+        for (int i = 0; i < 200 && (after = named()) > 1; ++i)
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        // The check can fail: a team opened here, on the caller (as Session::create did before
+        // it compiled on a passing thread), stays with it.
+        td::makeCpuDevice(2)->prepareThread(2);
+        during = named();
+    });
+    caller.join();
+    QVERIFY2(error.empty(), error.c_str());
+    QCOMPARE(after, 1);
+    QCOMPARE(during, 2);
+}
+
 #include "test_training.moc"
