@@ -16,8 +16,8 @@
 #include <thread>
 
 #include "engine/api/data_preview.h"
-#include "engine/backend/backend.h"
 #include "engine/api/session.h"
+#include "engine/backend/backend.h"
 #include "engine/store/run_store.h"
 #include "engine/train/callbacks.h"
 
