@@ -298,6 +298,81 @@ class TestWorkShare : public QObject {
         QCOMPARE(sameBits, rows == 256);
     }
 
+    // A program on an OpenMP team runs a large block-mode instruction (here a ReLU gradient
+    // with its dropout mask and its bias's column sums) on the team, rows split, and the sums
+    // by columns in the serial order: every gradient has the bits of the same program whose
+    // blocks run on one thread (TRAINDECK_SERIAL_BLOCKS=1), and the profile says which ran how.
+    void teamBlocksEqualSerial() {
+        if (omp_get_max_threads() < 2 || td::makeCpuDevice(0)->desc().threads < 2)
+            QSKIP("needs a CPU device with two threads (OMP_NUM_THREADS=2)");
+        struct RestoreThreads {
+            int n = omp_get_max_threads();
+            ~RestoreThreads() { omp_set_num_threads(n); }
+        } restore;
+        const std::string ir =
+            "graph t {\n"
+            " %0 = input() : f32[256,64]\n"
+            " %1 = param() {name=w} : f32[64,512]\n"
+            " %2 = param() {name=b} : f32[512]\n"
+            " %3 = matmul(%0, %1) {trans_a=0, trans_b=0} : f32[256,512]\n"
+            " %4 = bias_add(%3, %2) : f32[256,512]\n"
+            " %5 = act(%4) {act=relu} : f32[256,512]\n"
+            " %6 = dropout(%5) {rate=0.25, seed=5} : f32[256,512]\n"
+            " %7 = param() {name=w2} : f32[512,16]\n"
+            " %8 = matmul(%6, %7) {trans_a=0, trans_b=0} : f32[256,16]\n"
+            " %9 = label() : f32[256,16]\n"
+            " %10 = loss(%8, %9) {loss=mse, scale=0.00390625} : f32[1]\n"
+            " output loss = %10\n"
+            "}\n";
+        std::mt19937 rng(3);
+        std::uniform_real_distribution<float> uni(-1.f, 1.f);
+        std::vector<float> x(256 * 64), y(256 * 16), p0(64 * 512), p1(512), p2(512 * 16);
+        for (auto* v : {&x, &y, &p0, &p1, &p2})
+            for (float& e : *v) e = uni(rng);
+        // The gradients of two steps, and the profile the program prints when destroyed.
+        auto run = [&](bool serial, std::vector<float>* grads) {
+            return stderrOf([&] {
+                setenv("TRAINDECK_PROFILE", "1", 1);
+                if (serial) setenv("TRAINDECK_SERIAL_BLOCKS", "1", 1);
+                tdtest::Harness h;
+                td::Graph g = tdtest::parseOrDie(ir);
+                QVERIFY(td::autodiff(g).ok());
+                td::CompileOptions co;
+                tdtest::HarnessOptions opt;
+                opt.passes = &co;
+                opt.programThreads = 2;
+                std::string error;
+                const bool compiled = h.compile(std::move(g), {}, &error, opt);
+                unsetenv("TRAINDECK_PROFILE");
+                unsetenv("TRAINDECK_SERIAL_BLOCKS");
+                QVERIFY2(compiled, error.c_str());
+                std::memcpy(h.param(0), p0.data(), p0.size() * 4);
+                std::memcpy(h.param(1), p1.data(), p1.size() * 4);
+                std::memcpy(h.param(2), p2.data(), p2.size() * 4);
+                std::memcpy(h.in(), x.data(), x.size() * 4);
+                std::memcpy(h.lab(), y.data(), y.size() * 4);
+                for (int step = 1; step <= 10; ++step) {
+                    h.run(step);
+                    if (step > 2) continue;
+                    for (size_t i = 0; i < 3; ++i)
+                        grads->insert(grads->end(), h.grad(i), h.grad(i) + h.params[i].bytes / 4);
+                }
+            });
+        };
+        std::vector<float> team, serial;
+        const std::string teamProfile = run(false, &team);
+        const std::string serialProfile = run(true, &serial);
+        QVERIFY2(teamProfile.find("act_grad") != std::string::npos, teamProfile.c_str());
+        QVERIFY2(teamProfile.find("blocks on the team") != std::string::npos, teamProfile.c_str());
+        QVERIFY2(serialProfile.find("blocks on the team") == std::string::npos,
+                 serialProfile.c_str());
+        QCOMPARE(team.size(), serial.size());
+        QVERIFY(std::memcmp(team.data(), serial.data(), team.size() * 4) == 0);
+        // The second step draws other dropout masks: its gradients differ from the first's.
+        const size_t half = team.size() / 2;
+        QVERIFY(std::memcmp(team.data(), team.data() + half, half * 4) != 0);
+    }
+
     // The optimizer update fused into the pieces of a weight gradient split by rows (the CPU
     // device does it where nothing in between touches the tensor) leaves the same bits as the
     // gradients applied by Optimizer::apply on the host: a two-layer step on one thread of two,
