@@ -44,6 +44,13 @@ std::string stderrOf(F&& fn) {
     return text;
 }
 
+// The calling thread's OpenMP team size, restored when it goes out of scope: the harness sets
+// it, and the next test case needs it back even when a check fails.
+struct RestoreThreads {
+    int n = omp_get_max_threads();
+    ~RestoreThreads() { omp_set_num_threads(n); }
+};
+
 }  // namespace
 
 class TestWorkShare : public QObject {
@@ -197,7 +204,7 @@ class TestWorkShare : public QObject {
         QFETCH(int, rows);
         if (omp_get_max_threads() < 2 || td::makeCpuDevice(0)->desc().threads < 2)
             QSKIP("needs a CPU device with two threads (OMP_NUM_THREADS=2)");
-        const int threadsBefore = omp_get_max_threads();
+        const RestoreThreads restore;
         const std::string b = std::to_string(rows);
         const std::string ir =
             "graph t {\n"
@@ -286,7 +293,6 @@ class TestWorkShare : public QObject {
             unsetenv("TRAINDECK_NO_KSPLIT");
             step(h, x, false, &rowSplit);
         }
-        omp_set_num_threads(threadsBefore);
         QVERIFY(close(split, whole));
         QVERIFY(close(split2, whole2));
         QVERIFY(!close(whole, whole2));  // the second batch is a different step
@@ -305,10 +311,7 @@ class TestWorkShare : public QObject {
     void teamBlocksEqualSerial() {
         if (omp_get_max_threads() < 2 || td::makeCpuDevice(0)->desc().threads < 2)
             QSKIP("needs a CPU device with two threads (OMP_NUM_THREADS=2)");
-        struct RestoreThreads {
-            int n = omp_get_max_threads();
-            ~RestoreThreads() { omp_set_num_threads(n); }
-        } restore;
+        const RestoreThreads restore;
         const std::string ir =
             "graph t {\n"
             " %0 = input() : f32[256,64]\n"
@@ -400,11 +403,7 @@ class TestWorkShare : public QObject {
         QFETCH(double, momentum);
         if (omp_get_max_threads() < 2 || td::makeCpuDevice(0)->desc().threads < 2)
             QSKIP("needs a CPU device with two threads (OMP_NUM_THREADS=2)");
-        // The harness sets the team size of this thread; the next test case needs it back.
-        struct RestoreThreads {
-            int n = omp_get_max_threads();
-            ~RestoreThreads() { omp_set_num_threads(n); }
-        } restore;
+        const RestoreThreads restore;
         td::OptimizerConfig cfg;
         cfg.name = name.toStdString();
         cfg.learningRate = name == "sgd" ? 0.05 : 1e-3;
