@@ -66,13 +66,6 @@ double secondsSince(Clock::time_point t0) {
     return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// Threads per step: forking a team costs a few microseconds per kernel and a barrier stalls
-// whenever another process holds a core. Measured on a 2-core AVX-512 machine, the seed MLP
-// trains faster on one thread at batch 32 (20 MFLOP per step) and batch 256 (156 MFLOP), breaks
-// even at batch 1024 (625 MFLOP), and the 784-1024-1024-10 MLP at batch 256 (2.9 GFLOP) gains 1.5x
-// from two threads. So steps under 512 MFLOP run on one thread. A step's multiply-adds: each
-// weight of a layer once per output position in the forward pass (one position for Dense on a
-// vector, H x W for Conv2D), and twice that backward.
 // Runs fn on a thread of its own and returns its status once that thread has ended. For work
 // that opens OpenMP teams on behalf of a thread that will not run the steps: libgomp keeps a
 // thread's team workers for as long as that thread lives, and once it counts more of its threads
@@ -95,6 +88,13 @@ Status compileOnPassingThread(Fn&& fn) {
     return result;
 }
 
+// Threads per step: forking a team costs a few microseconds per kernel and a barrier stalls
+// whenever another process holds a core. Measured on a 2-core AVX-512 machine, the seed MLP
+// trains faster on one thread at batch 32 (20 MFLOP per step) and batch 256 (156 MFLOP), breaks
+// even at batch 1024 (625 MFLOP), and the 784-1024-1024-10 MLP at batch 256 (2.9 GFLOP) gains 1.5x
+// from two threads. So steps under 512 MFLOP run on one thread. A step's multiply-adds: each
+// weight of a layer once per output position in the forward pass (one position for Dense on a
+// vector, H x W for Conv2D), and twice that backward.
 int chooseWorkerThreads(const ModelInfo& info, int64_t batch, int deviceThreads) {
     double flops = 0;
     for (const LayerInfo& l : info.layers) {
