@@ -34,6 +34,14 @@
 // wait for batch b finds b unclaimed only when the claimed window is empty, i.e. all of it is room,
 // so the call that took b - 1 woke a worker: nobody waits for a batch no one will form.
 //
+// Forming inline. Under AUTOTUNE for both prefetch and parallel_calls, a consumer whose step keeps
+// every schedulable core busy (PipelineOptions::consumerThreads) leaves a worker no core of its
+// own: it runs by preempting one of the step's threads, which then holds up the others, and every
+// burst costs wake-ups and switches. When the last epoch formed a batch in at most
+// kInlineMaxBatchSeconds, beginEpoch starts no workers and next() forms each batch itself, as with
+// prefetch 0. The first epoch always runs on workers (nothing is measured yet), and an epoch whose
+// batches got slower to form goes back to them. The batches are the same either way.
+//
 // AUTOTUNE. Every kTunePeriodBatches consumed batches, from what that period measured: the
 // parallelism becomes the number of workers whose combined rate (each forms a batch in P seconds)
 // meets the consumer's demand (one batch per C seconds of its own work, waits excluded), with
@@ -273,6 +281,8 @@ class PipelineImpl final : public Pipeline {
     std::unique_ptr<CacheFileWriter> cacheWriter_;    // a cache file being filled (or committed)
     std::unique_ptr<CacheFileMapping> cacheMapping_;  // a committed file of an earlier run
     bool async_ = false, autotunePrefetch_ = false, autotuneParallel_ = false;
+    bool inlineEligible_ = false;      // AUTOTUNE may form epochs inline (see the top)
+    std::atomic<bool> inline_{false};  // this epoch forms its batches in next()
     int64_t maxWorkers_ = 1, prefetchCap_ = 0;
     std::vector<std::string> messages_;
 
@@ -407,6 +417,8 @@ Result<std::unique_ptr<Pipeline>> PipelineImpl::make(const Dataset& data, const 
     }
     p->prefetchDepth_ =
         p->autotunePrefetch_ ? std::min(kAutotunePrefetchMin, p->prefetchCap_) : p->prefetchCap_;
+    p->inlineEligible_ = p->autotunePrefetch_ && p->autotuneParallel_ &&
+                         options.consumerThreads >= schedulableCores();
 
     const auto poolSize = static_cast<size_t>(p->prefetchCap_ + p->maxWorkers_ + 2);
     const bool twoStage = !p->plan_.pre.identity();
@@ -533,7 +545,9 @@ Status PipelineImpl::beginEpoch(int epoch) {
         for (int64_t i = 0; i < n_; ++i) order_[static_cast<size_t>(i)] = static_cast<int32_t>(i);
     }
 
-    if (async_) {
+    const double formSeconds = secondsPerBatch_.load(std::memory_order_relaxed);
+    inline_ = inlineEligible_ && formSeconds > 0 && formSeconds <= kInlineMaxBatchSeconds;
+    if (async_ && !inline_) {
         try {
             for (int64_t w = 0; w < maxWorkers_; ++w) {
                 threads_.emplace_back([this] { workerLoop(); });
@@ -776,7 +790,7 @@ void PipelineImpl::retune() {
 
 Result<const Batch*> PipelineImpl::next() {
     TD_ASSERT_MSG(epochBegun_, "Pipeline::next() before beginEpoch()");
-    if (!async_) {
+    if (!async_ || inline_) {
         if (error_) return *error_;
         if (nextToConsume_ >= numBatches_) {
             finishEpoch();
@@ -862,8 +876,10 @@ Result<const Batch*> PipelineImpl::next() {
 
 PipelineStats PipelineImpl::stats() const {
     PipelineStats s;
-    s.prefetchDepth = prefetchDepth_.load();
-    s.parallelCalls = async_ ? parallelism_.load() : 1;
+    const bool formingInline = inline_.load();
+    s.formingInline = formingInline;
+    s.prefetchDepth = formingInline ? 0 : prefetchDepth_.load();
+    s.parallelCalls = async_ && !formingInline ? parallelism_.load() : 1;
     s.maxParallelCalls = async_ ? maxWorkers_ : 1;
     s.producerSecondsPerBatch = secondsPerBatch_.load(std::memory_order_relaxed);
     s.consumerSecondsPerBatch = consumerSecondsPerBatch_.load(std::memory_order_relaxed);
@@ -879,12 +895,19 @@ PipelineStats PipelineImpl::stats() const {
 }  // namespace
 
 std::string describePipeline(const PipelineStats& s) {
-    std::string text = "input pipeline: " + std::to_string(s.parallelCalls) + " of " +
-                       std::to_string(s.maxParallelCalls) + " map workers, prefetch " +
-                       std::to_string(s.prefetchDepth) + ", waited for " +
-                       std::to_string(s.consumerWaits) + " batches; " +
-                       std::to_string(s.epochSourceElements) + " elements from the source, " +
-                       std::to_string(s.epochCacheElements) + " from the cache";
+    std::string text =
+        s.formingInline
+            ? "input pipeline: batches formed inline (AUTOTUNE: the step holds every core, a "
+              "batch forms in " +
+                  std::to_string(
+                      static_cast<int64_t>(std::lround(s.producerSecondsPerBatch * 1e6))) +
+                  " us); "
+            : "input pipeline: " + std::to_string(s.parallelCalls) + " of " +
+                  std::to_string(s.maxParallelCalls) + " map workers, prefetch " +
+                  std::to_string(s.prefetchDepth) + ", waited for " +
+                  std::to_string(s.consumerWaits) + " batches; ";
+    text += std::to_string(s.epochSourceElements) + " elements from the source, " +
+            std::to_string(s.epochCacheElements) + " from the cache";
     if (s.readingCacheFile) text += " file";
     return text;
 }

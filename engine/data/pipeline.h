@@ -74,6 +74,15 @@ struct Batch {
     int64_t firstIndex = 0;  // position in the epoch of the first row (for keyed randomness)
 };
 
+// AUTOTUNE forms an epoch's batches inline when a batch took at most this long to form and the
+// consumer's step holds every core (PipelineOptions::consumerThreads). Measured on a 2-core
+// machine (Fashion-MNIST MLP, Adam, batch 32, a batch formed in 7-10 us), alternating pairs of
+// epoch-2 steps: formed in next() 99-109 us against 103-140 with a worker (7 pairs, 6 faster);
+// this AUTOTUNE against one worker, 95-101 us against 97-111 (8 pairs: 2 were 10% faster, none
+// more than 1 us slower). At batch 256 (50-56 us a batch) the worker was faster (535 against 548
+// us a step, medians of 3), the CNN at batch 64 (21 us) even.
+constexpr double kInlineMaxBatchSeconds = 20e-6;
+
 struct PipelineStats {
     // Threads. AUTOTUNE sets parallelCalls so that the map keeps up with the consumer's rate,
     // within maxParallelCalls (the CPU budget), and prefetchDepth from how often the consumer
@@ -90,6 +99,9 @@ struct PipelineStats {
     int64_t epochCacheElements = 0;
     bool cacheComplete = false;     // a full pass filled the cache; epochs now read it
     bool readingCacheFile = false;  // cache "file:": epochs now read the completed file
+    // AUTOTUNE: this epoch forms its batches in next(), on the consumer's thread, because the
+    // consumer's step holds every core and a batch forms quickly (PipelineOptions).
+    bool formingInline = false;
 };
 
 // One line for logs: workers, prefetch and where the epoch's elements came from.
@@ -98,6 +110,12 @@ std::string describePipeline(const PipelineStats& s);
 // Knobs that are not part of a project.
 struct PipelineOptions {
     int64_t cpuBudget = 0;  // cores AUTOTUNE may use for map workers; 0: the schedulable cores
+    // Cores the consumer's own step keeps busy (a CPU device's compute threads); 0: not known.
+    // With AUTOTUNE for both prefetch and parallel_calls, when these are all the schedulable
+    // cores, an epoch whose batches formed in under kInlineMaxBatchSeconds each (as last
+    // measured) forms them inline in next() instead of on workers: a worker could then only run
+    // by taking a core from the step.
+    int64_t consumerThreads = 0;
     // Called once per element as a batch is formed, on the forming thread, with the element's
     // source index: lets tests make the map stage slow.
     std::function<void(int64_t)> elementHook;

@@ -1311,8 +1311,15 @@ Result<RunFinished> Trainer::Impl::fit() {
     const int64_t pipeBatch = this->pipeBatch();
     const uint64_t pipeSeed =
         shardOff() ? tc.seed + 1000003ull * static_cast<uint64_t>(workerRank) : tc.seed;
+    // The cores the replicas' steps keep busy: a CPU device's threads (its OpenMP team, or the
+    // step's thread and its WorkShare helpers), one host thread per GPU.
+    PipelineOptions pipeOptions;
+    for (const auto& r : replicas) {
+        const DeviceDesc& d = r->device->desc();
+        pipeOptions.consumerThreads += d.kind == DeviceKind::Cpu ? d.threads : 1;
+    }
     TD_ASSIGN_OR_RETURN(auto pipe, Pipeline::create(s.trainSet, s.project.data.pipeline, pipeBatch,
-                                                    true, pipeSeed));
+                                                    true, pipeSeed, pipeOptions));
     for (const std::string& m : pipe->messages()) log(LogLine::Level::Warning, m);
     const int64_t pipeSteps = pipe->batchesPerEpoch();
     if (pipeSteps == 0)

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstring>
 #include <ctime>
+#include <functional>
 #include <memory>
 #include <set>
 #include <thread>
@@ -1424,6 +1425,76 @@ class TestData : public QObject {
         auto p = makePipeline(indexedDataset(100), cfg, 10);
         QCOMPARE(p->stats().maxParallelCalls, std::min<int64_t>(CPU_COUNT(&set), 8));
         QVERIFY(p->stats().parallelCalls <= p->stats().maxParallelCalls);
+    }
+
+    // AUTOTUNE forms an epoch's batches inline (no workers) once the consumer's step holds every
+    // schedulable core and the last epoch formed a batch within kInlineMaxBatchSeconds; the
+    // batches are those of the workers and of prefetch 0. The first epoch runs on workers. A
+    // consumer that leaves a core free, a fixed prefetch or parallel_calls, or a map slower than
+    // the limit keep the workers.
+    void autotuneFormsInlineWhenTheStepHoldsEveryCore() {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        QCOMPARE(sched_getaffinity(0, sizeof set, &set), 0);
+        const int64_t cores = CPU_COUNT(&set);
+        const Dataset d = indexedDataset(403, 6);
+        PipelineConfig cfg = shuffled(100);
+        cfg.map = {MapStep{.op = "scale", .factor = 1.0 / 255}};
+        cfg.prefetch = 0;
+        cfg.parallelCalls = 1;
+        auto reference = makePipeline(d, cfg, 8);
+        auto make = [&](int64_t prefetch, int64_t parallel, int64_t consumerThreads,
+                        std::function<void(int64_t)> hook = {}) {
+            PipelineConfig c = cfg;
+            c.prefetch = prefetch;
+            c.parallelCalls = parallel;
+            PipelineOptions opt;
+            opt.consumerThreads = consumerThreads;
+            opt.elementHook = std::move(hook);
+            auto p = Pipeline::create(d, c, 8, true, 7, opt);
+            if (!p.ok()) qFatal("Pipeline::create: %s", p.error().c_str());
+            return std::move(p).value();
+        };
+        // Epochs 1..5: inline once a batch formed fast enough (a tiny map: microseconds, but a
+        // worker preempted at the end of an epoch may leave one epoch on workers). Returns the
+        // epochs formed inline; -1 when epoch 0 was, or an inline epoch's report was wrong, or
+        // (`compare`) a batch differed from prefetch 0's.
+        auto inlineEpochs = [&](Pipeline& p, bool compare) -> int {
+            int count = 0;
+            for (int epoch = 0; epoch < 6; ++epoch) {
+                const EpochOutput got = runEpoch(p, epoch);
+                const PipelineStats st = p.stats();
+                if (st.formingInline) {
+                    if (epoch == 0 || st.prefetchDepth != 0 ||
+                        describePipeline(st).find("batches formed inline") == std::string::npos)
+                        return -1;
+                    ++count;
+                }
+                if (compare) {
+                    const EpochOutput want = runEpoch(*reference, epoch);
+                    if (got.labels != want.labels || got.x != want.x ||
+                        got.firstIndices != want.firstIndices)
+                        return -1;
+                }
+            }
+            return count;
+        };
+        auto all = make(kAutotune, kAutotune, cores);
+        const int formed = inlineEpochs(*all, true);
+        QVERIFY2(formed >= 3, qPrintable(QString("%1 of 5 epochs inline").arg(formed)));
+        // More consumer threads than cores: the same.
+        QVERIFY(inlineEpochs(*make(kAutotune, kAutotune, cores + 3), false) >= 3);
+        // Not every core held, or not AUTOTUNE for both: workers throughout.
+        QCOMPARE(inlineEpochs(*make(kAutotune, kAutotune, cores - 1), true), 0);
+        QCOMPARE(inlineEpochs(*make(kAutotune, kAutotune, 0), false), 0);
+        QCOMPARE(inlineEpochs(*make(4, kAutotune, cores), false), 0);
+        QCOMPARE(inlineEpochs(*make(kAutotune, 2, cores), false), 0);
+        // A map slower than the limit (8 elements of at least 7 us each a batch): workers.
+        auto slow = make(kAutotune, kAutotune, cores, [](int64_t) {
+            std::this_thread::sleep_for(std::chrono::microseconds(7));
+        });
+        QCOMPARE(inlineEpochs(*slow, true), 0);
+        QVERIFY(slow->stats().producerSecondsPerBatch > kInlineMaxBatchSeconds);
     }
 
     // A slower consumer wakes the worker once per half window, not once per batch; the batches

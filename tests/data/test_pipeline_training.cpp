@@ -2,6 +2,8 @@
 // file cache, later epochs and later runs read it instead of the source, and a cache that no
 // longer matches the data is rebuilt with a warning. The pipeline reports, per epoch, where its
 // elements came from in the run's log.
+#include <sched.h>
+
 #include <QFile>
 #include <QTemporaryDir>
 #include <QtTest>
@@ -31,6 +33,7 @@ Project blobs(const std::string& cache, uint64_t dataSeed) {
 struct EpochSources {
     int64_t source = 0, cache = 0;
     bool file = false;
+    bool formedInline = false;  // "batches formed inline" (AUTOTUNE, the step holds every core)
 };
 
 struct Run {
@@ -54,7 +57,8 @@ Run train(const Project& project) {
             std::smatch m;
             if (std::regex_search(l->text, m, line)) {
                 run.epochs.push_back(
-                    EpochSources{std::stoll(m[1].str()), std::stoll(m[2].str()), m[3].matched});
+                    EpochSources{std::stoll(m[1].str()), std::stoll(m[2].str()), m[3].matched,
+                                 l->text.find("batches formed inline") != std::string::npos});
             }
             if (l->level == LogLine::Level::Warning) run.warnings.push_back(l->text);
         } else if (const auto* em = std::get_if<EpochMetrics>(&e)) {
@@ -74,6 +78,7 @@ class TestPipelineTraining : public QObject {
     void fileCacheReadAfterTheFirstEpochAndByTheNextRun();
     void memoryCacheReadAfterTheFirstEpoch();
     void cacheStepInTheProjectFile();
+    void inlineEpochsTrainAsWorkerEpochs();
 };
 
 void TestPipelineTraining::fileCacheReadAfterTheFirstEpochAndByTheNextRun() {
@@ -153,6 +158,43 @@ void TestPipelineTraining::cacheStepInTheProjectFile() {
     const Status st = (*s)->fit();
     QVERIFY(!st.ok());
     QVERIFY2(st.error().find("'cache' appears twice") != std::string::npos, st.error().c_str());
+}
+
+// The trainer tells the pipeline how many cores its step holds: a CPU device's threads. On one
+// schedulable core (this test narrows its affinity, so that any machine and any OMP_NUM_THREADS
+// qualify) AUTOTUNE then forms the later epochs' batches inline. Those epochs train on the same
+// batches as with a worker (parallel_calls 1 keeps one): the same losses.
+void TestPipelineTraining::inlineEpochsTrainAsWorkerEpochs() {
+    cpu_set_t saved;
+    CPU_ZERO(&saved);
+    QCOMPARE(sched_getaffinity(0, sizeof saved, &saved), 0);
+    int first = 0;
+    while (!CPU_ISSET(first, &saved)) ++first;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    QCOMPARE(sched_setaffinity(0, sizeof one, &one), 0);
+    struct Restore {
+        cpu_set_t set;
+        ~Restore() { sched_setaffinity(0, sizeof set, &set); }
+    } restore{saved};
+
+    Project project = blobs("memory", 1);
+    project.training.epochs = 4;
+    project.data.pipeline.prefetch = kAutotune;
+    project.data.pipeline.parallelCalls = kAutotune;
+    const Run tuned = train(project);
+    QCOMPARE(tuned.status, RunStatus::Completed);
+    QCOMPARE(tuned.epochs.size(), size_t{4});
+    QVERIFY(!tuned.epochs[0].formedInline);
+    int formed = 0;
+    for (size_t e = 1; e < 4; ++e) formed += tuned.epochs[e].formedInline ? 1 : 0;
+    QVERIFY2(formed >= 2, qPrintable(QString("%1 of epochs 2-4 formed inline").arg(formed)));
+
+    project.data.pipeline.parallelCalls = 1;
+    const Run worker = train(project);
+    for (const EpochSources& e : worker.epochs) QVERIFY(!e.formedInline);
+    QCOMPARE(tuned.losses, worker.losses);
 }
 
 QTEST_GUILESS_MAIN(TestPipelineTraining)
