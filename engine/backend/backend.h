@@ -162,6 +162,18 @@ class Device {
     virtual void prepareThread(int workerThreads) { (void)workerThreads; }
     // Host-addressable memory (CPU): buffers can be read and written directly.
     virtual bool hostAddressable() const = 0;
+    // (optional) Host work for the idle moments of the next run: a device whose runs share their
+    // work with helper threads of its own (the CPU device's WorkShare) hands `task` to the first
+    // helper that finishes its part of an operation of that run; finishAside() returns once the
+    // task ran (on the calling thread if no helper started it). False: no such helpers; the
+    // caller runs the task itself. One task at a time, posted and finished by the thread that
+    // runs the programs.
+    virtual bool startAside(void (*task)(void*), void* ctx) {
+        (void)task;
+        (void)ctx;
+        return false;
+    }
+    virtual void finishAside() {}
 };
 
 // Lowers a planned graph (MemoryPlanPass ran) with what the bindings ask for (accumulators,

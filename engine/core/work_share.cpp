@@ -115,6 +115,47 @@ void WorkShare::runImpl(int64_t pieces, Call call, void* ctx) {
     }
 }
 
+bool WorkShare::post(void (*task)(void*), void* ctx) {
+    if (threads_.empty()) return false;
+    TD_ASSERT_MSG(aside_.load(std::memory_order_relaxed) == kAsideNone,
+                  "WorkShare: a posted task was not finished");
+    asideTask_ = task;
+    asideCtx_ = ctx;
+    asideAfter_ = gen_;
+    aside_.store(kAsidePosted, std::memory_order_release);
+    return true;
+}
+
+// A helper that has just finished its share of job `gen`: the posted task, when it was posted
+// before that job began (a helper late from the job before the post leaves it alone).
+void WorkShare::runAside(uint32_t gen) {
+    int expected = kAsidePosted;
+    if (aside_.load(std::memory_order_acquire) != kAsidePosted || gen == asideAfter_ ||
+        !aside_.compare_exchange_strong(expected, kAsideRunning, std::memory_order_acq_rel))
+        return;
+    asideTask_(asideCtx_);
+    aside_.store(kAsideDone, std::memory_order_release);
+}
+
+void WorkShare::finishPosted() {
+    int expected = kAsidePosted;
+    if (aside_.compare_exchange_strong(expected, kAsideRunning, std::memory_order_acq_rel)) {
+        asideTask_(asideCtx_);  // no helper took it
+    } else if (expected == kAsideRunning) {
+        const auto t0 = Clock::now();
+        int spins = 0;
+        while (aside_.load(std::memory_order_acquire) != kAsideDone) {
+            if ((++spins & 63) == 0 && Clock::now() - t0 > kCallerSpin)
+                std::this_thread::yield();
+            else
+                TD_CPU_RELAX();
+        }
+    } else if (expected == kAsideNone) {
+        return;
+    }
+    aside_.store(kAsideNone, std::memory_order_release);
+}
+
 void WorkShare::helperLoop(int worker, const std::function<void()>& init) {
     // Named for top, gdb and perf (at most 15 characters).
     pthread_setname_np(pthread_self(), ("td-share-" + std::to_string(worker)).c_str());
@@ -146,6 +187,7 @@ void WorkShare::helperLoop(int worker, const std::function<void()>& init) {
         if (stop_.load()) return;
         seen = fresh();
         work(seen, worker);
+        runAside(seen);
     }
 }
 

@@ -60,6 +60,14 @@ class WorkShare {
             &fn);
     }
 
+    // Aside: one task for a helper's idle moments. post() hands `task` to the first helper that
+    // finishes its share of a job begun after the call (the rest of the caller's work then goes
+    // on without waiting for it); finishPosted() returns once it ran, running it on the caller
+    // when no helper has started it. One task at a time, from the thread that calls run().
+    // False from post(): no helpers (the caller runs the task itself).
+    bool post(void (*task)(void*), void* ctx);
+    void finishPosted();
+
   private:
     using Call = void (*)(void*, int64_t, int);
     void runImpl(int64_t pieces, Call call, void* ctx);
@@ -83,6 +91,14 @@ class WorkShare {
     std::atomic<Call> call_{nullptr};
     std::atomic<void*> ctx_{nullptr};
     uint32_t gen_ = 0;  // the caller's
+    // The aside task: kAsideNone, then kAsidePosted (after job asideAfter_), kAsideRunning,
+    // kAsideDone.
+    enum : int { kAsideNone, kAsidePosted, kAsideRunning, kAsideDone };
+    alignas(64) std::atomic<int> aside_{kAsideNone};
+    void (*asideTask_)(void*) = nullptr;
+    void* asideCtx_ = nullptr;
+    uint32_t asideAfter_ = 0;
+    void runAside(uint32_t gen);
     std::atomic<int> sleepers_{0};
     std::atomic<bool> stop_{false};
     std::mutex mu_;

@@ -179,7 +179,21 @@ void TestPipelineTraining::inlineEpochsTrainAsWorkerEpochs() {
         ~Restore() { sched_setaffinity(0, sizeof set, &set); }
     } restore{saved};
 
-    Project project = blobs("memory", 1);
+    // The seed MLP (784-128-10, batch 32) on synthetic images: its first layer's products are
+    // split across the CPU device's WorkShare, whose helper then forms the next batch during the
+    // step (Device::startAside).
+    auto loaded =
+        loadProject(std::string(TRAINDECK_SOURCE_DIR) + "/projects/fashion_mnist_mlp.json");
+    QVERIFY2(loaded.ok(), loaded.ok() ? "" : loaded.error().c_str());
+    Project project = std::move(loaded).value();
+    project.data.source = SourceConfig{};
+    project.data.source.type = "synthetic";
+    project.data.source.samples = 640;
+    project.data.source.testSamples = 64;
+    project.data.source.sampleShape = {28, 28};
+    project.data.source.classes = 10;
+    project.data.pipeline.shuffleBuffer = 640;
+    project.training.evaluateTest = false;
     project.training.epochs = 4;
     project.data.pipeline.prefetch = kAutotune;
     project.data.pipeline.parallelCalls = kAutotune;

@@ -141,6 +141,61 @@ class TestWorkShare : public QObject {
         QSKIP("the helper never woke in time on this machine");
     }
 
+    // A posted task runs exactly once: on a helper once it has finished its share of a job run
+    // after the post (while the caller goes on with its own), on the caller when no job runs
+    // before finishPosted. Never before that job; nothing to post without helpers.
+    void postedTaskRunsOnAnIdleHelper() {
+        WorkShare share(1);
+        const std::thread::id caller = std::this_thread::get_id();
+        struct Task {
+            std::atomic<int> runs{0};
+            std::atomic<bool> jobStarted{false}, beforeJob{false};
+            std::thread::id on;
+            static void run(void* self) {
+                auto* t = static_cast<Task*>(self);
+                if (!t->jobStarted.load()) t->beforeJob = true;
+                t->on = std::this_thread::get_id();
+                t->runs.fetch_add(1);
+            }
+        };
+        int onHelper = 0;
+        for (int attempt = 0; attempt < 50; ++attempt) {
+            Task t;
+            // A job before the post, so that a helper spinning right after it sees the task
+            // before any job of its own: it must wait for the next one.
+            share.run(2, [](int64_t, int) {});
+            QVERIFY(share.post(&Task::run, &t));
+            std::this_thread::sleep_for(std::chrono::microseconds(200));
+            t.jobStarted = true;
+            // Pieces long enough for the helper to take its own: it then runs the task while
+            // the caller still works on its pieces.
+            share.run(4, [](int64_t, int) {
+                std::this_thread::sleep_for(std::chrono::microseconds(300));
+            });
+            share.finishPosted();
+            QCOMPARE(t.runs.load(), 1);
+            QVERIFY(!t.beforeJob.load());
+            if (t.on != caller) ++onHelper;
+        }
+        qInfo("%d of 50 posted tasks ran on the helper", onHelper);
+        QVERIFY2(onHelper >= 10, qPrintable(QString("%1 of 50 on the helper").arg(onHelper)));
+
+        // No job between post and finish: the caller runs it.
+        Task alone;
+        QVERIFY(share.post(&Task::run, &alone));
+        share.finishPosted();
+        QCOMPARE(alone.runs.load(), 1);
+        QVERIFY(alone.on == caller);
+        share.finishPosted();  // nothing posted: returns
+        QCOMPARE(alone.runs.load(), 1);
+
+        WorkShare none(0);
+        Task unposted;
+        QVERIFY(!none.post(&Task::run, &unposted));
+        none.finishPosted();
+        QCOMPARE(unposted.runs.load(), 0);
+    }
+
     // The optimizer update split into pieces across the share gives the same bits as on one
     // thread (each element's math does not depend on the split).
     void splitUpdateEqualsWhole() {

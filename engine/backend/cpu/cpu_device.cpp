@@ -1680,6 +1680,12 @@ class CpuDevice final : public Device {
     bool hostAddressable() const override {
         return true;
     }
+    bool startAside(void (*task)(void*), void* ctx) override {
+        return share_ && share_->post(task, ctx);
+    }
+    void finishAside() override {
+        if (share_) share_->finishPosted();
+    }
 
   private:
     int64_t events_ = 0;
