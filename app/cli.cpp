@@ -287,11 +287,12 @@ int train(const TrainArgs& a) {
     auto queue = (*session)->events().subscribe();
     (*session)->start();
     // The session closes the queue after RunFinished on every path, the failed ones included.
+    // Ten times a second, or when the run starts or ends: the step figures wake no thread
+    // (EventQueue::waitBatch), so the progress costs the training cores nothing in between.
     while (true) {
-        if (auto e = queue->pop(std::chrono::milliseconds(200)))
-            progress.onEvent(*e);
-        else if (queue->closed())
-            break;
+        std::vector<Event> batch = queue->waitBatch(std::chrono::milliseconds(100));
+        for (const Event& e : batch) progress.onEvent(e);
+        if (batch.empty() && queue->closed()) break;
     }
     (*session)->join();
     const std::optional<RunFinished>& fin = progress.finished();

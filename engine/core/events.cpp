@@ -21,28 +21,46 @@ const char* runStatusName(RunStatus s) {
 }
 
 void EventQueue::push(Event e) {
+    bool wake;
     {
         std::lock_guard<std::mutex> lock(mu_);
         if (closed_) return;
+        const bool edge =
+            std::holds_alternative<RunStarted>(e) || std::holds_alternative<RunFinished>(e);
+        edge_ = edge_ || edge;
         q_.push_back(std::move(e));
+        wake = popWaiters_ > 0 || edge || q_.size() >= kBatchWake;
     }
-    cv_.notify_one();
+    if (wake) cv_.notify_all();
 }
 
 std::vector<Event> EventQueue::drain() {
     std::lock_guard<std::mutex> lock(mu_);
     std::vector<Event> out(std::make_move_iterator(q_.begin()), std::make_move_iterator(q_.end()));
     q_.clear();
+    edge_ = false;
     return out;
 }
 
 std::optional<Event> EventQueue::pop(std::chrono::milliseconds timeout) {
     std::unique_lock<std::mutex> lock(mu_);
+    ++popWaiters_;
     cv_.wait_for(lock, timeout, [&] { return !q_.empty() || closed_; });
+    --popWaiters_;
     if (q_.empty()) return std::nullopt;
     Event e = std::move(q_.front());
     q_.pop_front();
+    if (q_.empty()) edge_ = false;
     return e;
+}
+
+std::vector<Event> EventQueue::waitBatch(std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, timeout, [&] { return edge_ || closed_ || q_.size() >= kBatchWake; });
+    std::vector<Event> out(std::make_move_iterator(q_.begin()), std::make_move_iterator(q_.end()));
+    q_.clear();
+    edge_ = false;
+    return out;
 }
 
 void EventQueue::close() {

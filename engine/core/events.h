@@ -134,6 +134,15 @@ class EventQueue {
     std::vector<Event> drain();
     // Blocks until an event arrives, the queue is closed, or the timeout passes.
     std::optional<Event> pop(std::chrono::milliseconds timeout);
+    // For a consumer that takes events in batches on its own schedule (the CLI's progress, the
+    // run recorder): blocks until an event that starts or ends a run arrives, kBatchWake events
+    // are queued, the queue is closed, or the timeout passes; then returns everything queued, in
+    // order. The routine events (steps, epochs, devices, log lines, checkpoints) wake no one below
+    // kBatchWake, so a run publishing two events every log_every_steps does not put a woken
+    // thread on a core of the step's every few hundred microseconds; and a short fast run still
+    // wakes its recorder every kBatchWake events (a store that fails mid-run stops it early).
+    static constexpr size_t kBatchWake = 256;
+    std::vector<Event> waitBatch(std::chrono::milliseconds timeout);
     void close();
     bool closed() const;
 
@@ -142,6 +151,8 @@ class EventQueue {
     std::condition_variable cv_;
     std::deque<Event> q_;
     bool closed_ = false;
+    int popWaiters_ = 0;  // threads in pop(): woken by every event
+    bool edge_ = false;   // a RunStarted or RunFinished is queued (wakes waitBatch)
 };
 
 class EventBus {

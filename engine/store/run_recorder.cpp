@@ -184,11 +184,14 @@ struct RunRecorder::Impl {
     }
 
     void step() {
-        std::optional<Event> e = queue->pop(kPopTimeout);
-        if (e) {
-            handle(*e);
-            for (Event& more : queue->drain()) handle(more);
-        } else if (queue->closed()) {
+        // In batches: the step and device figures do not wake this thread (EventQueue::waitBatch).
+        // A transaction holds at most kFlushRows rows however many events the batch brings.
+        std::vector<Event> batch = queue->waitBatch(kPopTimeout);
+        for (Event& e : batch) {
+            handle(e);
+            if (!finished && pending() >= kFlushRows) flush();
+        }
+        if (batch.empty() && queue->closed()) {
             finish(RunStatus::Failed, {}, "run ended without a final status");
             return;
         }

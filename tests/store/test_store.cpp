@@ -8,6 +8,7 @@
 
 #include <QtTest/QtTest>
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cmath>
 #include <cstdlib>
@@ -17,6 +18,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <thread>
 
 #include "engine/store/run_store.h"
 
@@ -915,6 +917,59 @@ class TestStore : public QObject {
             "global_step,replica,worker,device,samples_per_s,compute_s,all_reduce_s,input_wait_s\n"
             "10,0,0,cpu:0,1,0.01,0.002,0.0005\n";
         QCOMPARE(*csv, expected);
+    }
+
+    // EventQueue::waitBatch, how the recorder and the CLI take events: routine events (a step's
+    // figures) wait for the timeout, a run's start or end and a close wake it at once; pop() is
+    // still woken by every event.
+    void waitBatchWakesOnlyForRunEdges() {
+        using namespace std::chrono;
+        EventBus bus;
+        auto q = bus.subscribe();
+        auto publishLater = [&](std::vector<Event> events) {
+            return std::thread([&bus, events = std::move(events)] {
+                std::this_thread::sleep_for(milliseconds(20));
+                for (const Event& e : events) bus.publish(e);
+            });
+        };
+        // Two step figures: not delivered before the timeout (the wait's predicate cannot hold).
+        std::thread t = publishLater({StepMetrics{.globalStep = 1}, StepMetrics{.globalStep = 2}});
+        auto t0 = steady_clock::now();
+        std::vector<Event> got = q->waitBatch(milliseconds(400));
+        const auto waited = steady_clock::now() - t0;
+        t.join();
+        QVERIFY2(waited >= milliseconds(395),
+                 std::to_string(duration_cast<milliseconds>(waited).count()).c_str());
+        for (Event& e : q->drain()) got.push_back(std::move(e));  // a producer late past 400 ms
+        QCOMPARE(got.size(), size_t(2));
+        QCOMPARE(std::get<StepMetrics>(got[1]).globalStep, int64_t(2));
+        // A step, then the run's end: both at once, in order, long before the timeout.
+        t = publishLater(
+            {StepMetrics{.globalStep = 3}, RunFinished{RunStatus::Completed, "", {}, 1.0}});
+        t0 = steady_clock::now();
+        got = q->waitBatch(seconds(20));
+        t.join();
+        QVERIFY(steady_clock::now() - t0 < seconds(10));
+        QCOMPARE(got.size(), size_t(2));
+        QCOMPARE(std::get<StepMetrics>(got[0]).globalStep, int64_t(3));
+        QVERIFY(std::holds_alternative<RunFinished>(got[1]));
+        // pop() is woken by a step's figures.
+        t = publishLater({StepMetrics{.globalStep = 4}});
+        t0 = steady_clock::now();
+        std::optional<Event> one = q->pop(seconds(20));
+        t.join();
+        QVERIFY(steady_clock::now() - t0 < seconds(10));
+        QVERIFY(one && std::get<StepMetrics>(*one).globalStep == 4);
+        // A close wakes a waiting batch.
+        std::thread closer([&bus] {
+            std::this_thread::sleep_for(milliseconds(20));
+            bus.closeAll();
+        });
+        t0 = steady_clock::now();
+        got = q->waitBatch(seconds(20));
+        closer.join();
+        QVERIFY(steady_clock::now() - t0 < seconds(10));
+        QVERIFY(got.empty() && q->closed());
     }
 
     void recorderWritesReplicas() {
