@@ -121,16 +121,19 @@ bool WorkShare::post(void (*task)(void*), void* ctx) {
                   "WorkShare: a posted task was not finished");
     asideTask_ = task;
     asideCtx_ = ctx;
-    asideAfter_ = gen_;
+    asideAfter_.store(gen_, std::memory_order_relaxed);
     aside_.store(kAsidePosted, std::memory_order_release);
     return true;
 }
 
 // A helper that has just finished its share of job `gen`: the posted task, when it was posted
-// before that job began (a helper late from the job before the post leaves it alone).
+// before that job began (a helper late from a job begun before the post leaves it alone; the
+// generations wrap, hence the signed difference). asideAfter_ is atomic because a helper late
+// enough may read it while the caller posts the next task.
 void WorkShare::runAside(uint32_t gen) {
     int expected = kAsidePosted;
-    if (aside_.load(std::memory_order_acquire) != kAsidePosted || gen == asideAfter_ ||
+    if (aside_.load(std::memory_order_acquire) != kAsidePosted ||
+        static_cast<int32_t>(gen - asideAfter_.load(std::memory_order_relaxed)) <= 0 ||
         !aside_.compare_exchange_strong(expected, kAsideRunning, std::memory_order_acq_rel))
         return;
     asideTask_(asideCtx_);

@@ -97,7 +97,7 @@ class WorkShare {
     alignas(64) std::atomic<int> aside_{kAsideNone};
     void (*asideTask_)(void*) = nullptr;
     void* asideCtx_ = nullptr;
-    uint32_t asideAfter_ = 0;
+    std::atomic<uint32_t> asideAfter_{0};
     void runAside(uint32_t gen);
     std::atomic<int> sleepers_{0};
     std::atomic<bool> stop_{false};
