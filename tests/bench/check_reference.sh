@@ -52,9 +52,13 @@ if r["hidden"] != [64] or r["batch"] != 128 or r["epochs"] != 2:
     problems.append(f"options not echoed: {r}")
 if len(r["epoch_seconds"]) != 2 or min(r["epoch_seconds"]) <= 0:
     problems.append(f"epoch_seconds: {r['epoch_seconds']}")
-want_rate = 6000 / r["epoch_seconds"][1]
-if abs(r["samples_per_s"] - want_rate) > 0.01 * want_rate + 1:
-    problems.append(f"samples_per_s {r['samples_per_s']} is not 6000 / epoch 2 = {want_rate:.1f}")
+# The steady rate is 6000 / epoch 2's time; epoch_seconds are printed to the millisecond, so the
+# rate must lie in what 6000 / (t -+ 0.5 ms) allows (a 31 ms epoch is 1.6% either way).
+t = r["epoch_seconds"][1]
+low, high = 6000 / (t + 0.0005), 6000 / max(t - 0.0005, 1e-9)
+if not low - 0.1 <= r["samples_per_s"] <= high + 0.1:
+    problems.append(f"samples_per_s {r['samples_per_s']} is not 6000 / epoch 2 ({t} s, to the"
+                    f" millisecond): {low:.1f} to {high:.1f}")
 # Two epochs on 6,000 images reach about 0.75; a model that did not learn stays near 0.1.
 if not 0.6 < r["test_accuracy"] <= 1:
     problems.append(f"test_accuracy {r['test_accuracy']}")
