@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/core/cpu_isa.h"
 #include "engine/core/work_share.h"
 #include "engine/train/optimizer.h"
 #include "engine/train/update.h"
@@ -357,6 +358,113 @@ class TestWorkShare : public QObject {
         // nothing and the two programs give the same bits.
         const bool sameBits = std::memcmp(split.data(), rowSplit.data(), split.size() * 4) == 0;
         QCOMPARE(sameBits, rows == 256);
+    }
+
+    // Products split on the WorkShare skip the zeros of their input where that leaves at most
+    // 75% of the work (engine/backend/cpu/sparse_kernels.h): an input shaped like
+    // images on a background (about 55% zeros, in runs) gives the gradients and the loss of the
+    // same program with every product dense (TRAINDECK_NO_SPARSE=1), to float rounding, at batch
+    // 32 (the forward product along K) and 256 (the products in row pieces), for ten steps of
+    // SGD. The profile says at least two products skipped zeros on every step (at 32 the
+    // forward product and the first weight gradient); with a dense input only the first run
+    // measures, then oneDNN runs (the next measurement comes after 64 runs).
+    void zeroSkippingEqualsDense_data() {
+        QTest::addColumn<int>("rows");
+        QTest::newRow("batch 32") << 32;
+        QTest::newRow("batch 256") << 256;
+    }
+    void zeroSkippingEqualsDense() {
+        QFETCH(int, rows);
+        if (omp_get_max_threads() < 2 || td::makeCpuDevice(0)->desc().threads < 2)
+            QSKIP("needs a CPU device with two threads (OMP_NUM_THREADS=2)");
+        if (td::activeCpuIsa().isa != td::CpuIsa::Avx512)
+            QSKIP("the zero-skipping products need AVX-512; this CPU keeps every product dense");
+        const RestoreThreads restore;
+        const std::string b = std::to_string(rows);
+        const std::string ir =
+            "graph t {\n %0 = input() : f32[" + b +
+            ",784]\n"
+            " %1 = param() {name=w} : f32[784,128]\n"
+            " %2 = param() {name=b} : f32[128]\n"
+            " %3 = matmul(%0, %1) {trans_a=0, trans_b=0} : f32[" +
+            b + ",128]\n %4 = bias_add(%3, %2) : f32[" + b +
+            ",128]\n %5 = act(%4) {act=relu} : f32[" + b +
+            ",128]\n %6 = param() {name=w2} : f32[128,64]\n"
+            " %7 = matmul(%5, %6) {trans_a=0, trans_b=0} : f32[" +
+            b + ",64]\n %8 = label() : f32[" + b +
+            ",64]\n %9 = loss(%7, %8) {loss=mse, scale=" + std::to_string(1.0 / rows) +
+            "} : f32[1]\n output loss = %9\n}\n";
+        std::mt19937 rng(29);
+        std::uniform_real_distribution<float> uni(-1.f, 1.f);
+        const size_t n = static_cast<size_t>(rows);
+        std::vector<float> images(n * 784), noise(n * 784), y(n * 64), p0(784 * 128), p1(128),
+            p2(128 * 64);
+        for (auto* v : {&noise, &y, &p0, &p1, &p2})
+            for (float& e : *v) e = uni(rng);
+        // Each image a bright blob on a dark background: rows 28 wide, zero outside a window
+        // that moves with the sample.
+        for (size_t i = 0; i < n; ++i)
+            for (size_t k = 0; k < 784; ++k) {
+                const size_t r = k / 28, c = k % 28, shift = i % 5;
+                const bool inside =
+                    r >= 3 + shift && r < 22 + shift / 2 && c >= 5 + shift && c < 22 + shift / 2;
+                images[i * 784 + k] = inside ? 0.5f + 0.5f * uni(rng) : 0.f;
+            }
+        // The loss of every step and the gradients of the last, and the profile.
+        auto run = [&](bool dense, const std::vector<float>& x, std::vector<float>* out) {
+            return stderrOf([&] {
+                setenv("TRAINDECK_PROFILE", "1", 1);
+                if (dense) setenv("TRAINDECK_NO_SPARSE", "1", 1);
+                tdtest::Harness h;
+                td::Graph g = tdtest::parseOrDie(ir);
+                QVERIFY(td::autodiff(g).ok());
+                td::CompileOptions co;
+                tdtest::HarnessOptions opt;
+                opt.passes = &co;
+                opt.programThreads = 1;
+                std::string error;
+                const bool compiled = h.compile(std::move(g), {}, &error, opt);
+                unsetenv("TRAINDECK_PROFILE");
+                unsetenv("TRAINDECK_NO_SPARSE");
+                QVERIFY2(compiled, error.c_str());
+                std::memcpy(h.param(0), p0.data(), p0.size() * 4);
+                std::memcpy(h.param(1), p1.data(), p1.size() * 4);
+                std::memcpy(h.param(2), p2.data(), p2.size() * 4);
+                std::memcpy(h.in(), x.data(), x.size() * 4);
+                std::memcpy(h.lab(), y.data(), y.size() * 4);
+                for (int step = 1; step <= 10; ++step) {
+                    h.run(step);
+                    out->push_back(h.output("loss")[0]);
+                    // SGD on the host, so each step's products see new weights.
+                    for (size_t t = 0; t < 3; ++t)
+                        for (size_t e = 0; e < h.params[t].bytes / 4; ++e)
+                            h.param(t)[e] -= 0.05f * h.grad(t)[e];
+                }
+                for (size_t t = 0; t < 3; ++t)
+                    out->insert(out->end(), h.grad(t), h.grad(t) + h.params[t].bytes / 4);
+            });
+        };
+        std::vector<float> skipping, dense, noisy;
+        const std::string profile = run(false, images, &skipping);
+        run(true, images, &dense);
+        const std::string noiseProfile = run(false, noise, &noisy);
+        QCOMPARE(skipping.size(), dense.size());
+        double worst = 0;
+        for (size_t i = 0; i < dense.size(); ++i)
+            worst = std::max(worst, std::fabs(double{skipping[i]} - dense[i]) /
+                                        (1e-3 + std::fabs(double{dense[i]})));
+        QVERIFY2(worst < 1e-4, qPrintable(QString("worst relative difference %1").arg(worst)));
+        // The forward product and the first kernel's gradient, on all ten steps.
+        size_t every = 0;
+        for (size_t at = 0;
+             (at = profile.find("skipped zeros in 10 of 10 runs", at)) != std::string::npos; ++at)
+            ++every;
+        QVERIFY2(every >= 2, profile.c_str());
+        // A dense input: only the first run lists its positions, then oneDNN runs.
+        QVERIFY2(noiseProfile.find("skipped zeros in 10 of") == std::string::npos,
+                 noiseProfile.c_str());
+        QVERIFY2(noiseProfile.find("skipped zeros in 1 of 10 runs") != std::string::npos,
+                 noiseProfile.c_str());
     }
 
     // A program on an OpenMP team runs a large block-mode instruction (here a ReLU gradient

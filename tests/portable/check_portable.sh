@@ -8,8 +8,8 @@
 # 2. In the disassembly, every function that touches a ymm, zmm or mask register belongs to the
 #    td::isa_avx2 / td::isa_avx512 (optimizer), td::cpu::isa_avx2 / td::cpu::isa_avx512 or
 #    td::data_kernels::isa_avx2 / td::data_kernels::isa_avx512 (batch forming) loops, or
-#    td::half::isa_f16c (the f16 conversions, chosen by CPUID). or
-#    td::half::isa_f16c (the f16 conversions, chosen by CPUID).
+#    td::half::isa_f16c (the f16 conversions, chosen by CPUID); the zero-skipping products
+#    (sparse_kernels_avx512.cpp) are in td::cpu::isa_avx512.
 # Exit 77 (skipped) only when neither qemu-x86_64 nor objdump is installed.
 set -uo pipefail
 bin="$1"
@@ -65,7 +65,8 @@ if command -v objdump >/dev/null 2>&1; then
   awk '
     /^[0-9a-f]+ <.*>:$/ { fn = $0; sub(/^[0-9a-f]+ </, "", fn); sub(/>:$/, "", fn); next }
     /%[yz]mm[0-9]|%k[0-7]([^0-9]|$)/ {
-      if (fn !~ /^td::(cpu::|data_kernels::)?isa_avx(2|512)::/ && fn !~ /^td::half::isa_f16c::/ && !(fn in seen)) {
+      # A function template instance is demangled with its return type first ("void td::...").
+      if (fn !~ /^([a-z_0-9:]+ )?td::(cpu::|data_kernels::)?isa_avx(2|512)::/ && fn !~ /^td::half::isa_f16c::/ && !(fn in seen)) {
         seen[fn] = 1; print fn
       }
     }' "$tmp/dis.txt" >"$tmp/wide.txt"

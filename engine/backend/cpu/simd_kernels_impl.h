@@ -25,16 +25,27 @@ inline uint32_t mix32(uint32_t h) {
 
 void dropoutRow(const float* x, float* y, int64_t cols, uint32_t rowBase, uint32_t threshold,
                 float keepScale) {
+    // Branch-free: the kept value ANDed with an all-ones or all-zero mask (+0 where dropped, as a
+    // select gives). Written as a select, GCC turned it into a branch for AVX2 and kept the loop
+    // scalar: 12 us for a [32,128] mask there, against 0.5 with AVX-512's masked moves. The hash
+    // has 24 bits, so a signed compare (AVX2 has no unsigned one) gives the same answer.
+    const auto limit = static_cast<int32_t>(threshold);
 #pragma omp simd
     for (int64_t c = 0; c < cols; ++c) {
-        const uint32_t h = mix32(rowBase ^ (static_cast<uint32_t>(c) * 0x9e3779b9u)) >> 8;
-        y[c] = h >= threshold ? x[c] * keepScale : 0.f;
+        const auto h =
+            static_cast<int32_t>(mix32(rowBase ^ (static_cast<uint32_t>(c) * 0x9e3779b9u)) >> 8);
+        const uint32_t keep = 0u - static_cast<uint32_t>(h >= limit);
+        y[c] = __builtin_bit_cast(float, __builtin_bit_cast(uint32_t, x[c] * keepScale) & keep);
     }
 }
 
+// Branch-free as dropoutRow, for the same reason.
 void reluGrad(const float* dy, const float* s, float* dx, int64_t n) {
 #pragma omp simd
-    for (int64_t i = 0; i < n; ++i) dx[i] = s[i] > 0.f ? dy[i] : 0.f;
+    for (int64_t i = 0; i < n; ++i) {
+        const uint32_t active = 0u - static_cast<uint32_t>(s[i] > 0.f);
+        dx[i] = __builtin_bit_cast(float, __builtin_bit_cast(uint32_t, dy[i]) & active);
+    }
 }
 
 void maxArgStep(const float* x, float* best, int32_t* at, int64_t channels, int32_t base) {

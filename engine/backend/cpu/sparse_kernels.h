@@ -1,0 +1,41 @@
+// Products that skip the zeros of one f32 operand: images with a background, one-hot features and
+// activations after ReLU hold many exact zeros, and a zero contributes nothing to a sum of
+// products. Each kernel takes the sparse operand's rows (or columns) two at a time and lists the
+// positions where either is nonzero, with both values (AVX-512 compresses, no branch per
+// element); then each listed row of the dense operand is loaded once for both, with the dense
+// operand's block in L1 while the lists run over it. The sums run in index order, so a result
+// differs from a dense product's only in the order of the additions (and a zero times an
+// infinite or NaN value, which a dense product turns into NaN, is skipped). The work is the
+// listed positions: both kernels return how many there were, for the caller to compare with the
+// dense product's (the pairs times the shared dimension). Private to engine/backend/cpu and its
+// tests.
+#pragma once
+
+#include <cstdint>
+
+namespace td::cpu::sparse {
+
+struct Kernels {
+    // y[M,N] (row stride ldy) = x[M,K] (row stride ldx) . w[K,N] (row stride ldw).
+    // Returns the positions listed (of ceil(M / rowsGroup) groups' K each).
+    int64_t (*rowsTimesDense)(const float* x, int64_t ldx, int64_t M, int64_t K, const float* w,
+                              int64_t ldw, int64_t N, float* y, int64_t ldy);
+    // dw[K,N] (row stride lddw) = x[B,K]^T (x's row stride ldx) . dy[B,N] (row stride ldy): the
+    // weight gradient of a product whose input x skips its zeros. Returns the positions listed (of
+    // ceil(K / colsGroup) groups' B each).
+    int64_t (*transposedTimesDense)(const float* x, int64_t ldx, int64_t B, int64_t K,
+                                    const float* dy, int64_t ldy, int64_t N, float* dw,
+                                    int64_t lddw);
+    // How many rows (columns) of x each list covers; the dense product's work in the kernels'
+    // count is ceil(M / rowsGroup) * K (ceil(K / colsGroup) * B).
+    int rowsGroup = 2;
+    int colsGroup = 2;
+};
+
+// The kernels for this CPU, or null where it has no AVX-512 (or TRAINDECK_NO_SPARSE is set and
+// not 0): the products then stay dense. Read when a program is built.
+const Kernels* active();
+// The AVX-512 kernels whatever the environment says (null without AVX-512), for the tests.
+const Kernels* avx512();
+
+}  // namespace td::cpu::sparse
