@@ -361,13 +361,13 @@ class TestWorkShare : public QObject {
     }
 
     // Products split on the WorkShare skip the zeros of their input where that leaves at most
-    // 75% of the work (engine/backend/cpu/sparse_kernels.h): an input shaped like
-    // images on a background (about 55% zeros, in runs) gives the gradients and the loss of the
-    // same program with every product dense (TRAINDECK_NO_SPARSE=1), to float rounding, at batch
-    // 32 (the forward product along K) and 256 (the products in row pieces), for ten steps of
-    // SGD. The profile says at least two products skipped zeros on every step (at 32 the
-    // forward product and the first weight gradient); with a dense input only the first run
-    // measures, then oneDNN runs (the next measurement comes after 64 runs).
+    // 75% of the work (engine/backend/cpu/sparse_kernels.h): an input shaped like images on a
+    // background (about 55% zeros, in runs) gives the gradients and the loss of the same program
+    // with every product dense (TRAINDECK_NO_SPARSE=1), to float rounding, at batch 32 (the
+    // forward product along K and the weight gradients) and 256 (the weight gradients in row
+    // pieces), for ten steps of SGD. The profile says at least two products skipped zeros on
+    // every step; with a dense input only the first run measures, then oneDNN runs (the next
+    // measurement comes after 64 runs).
     void zeroSkippingEqualsDense_data() {
         QTest::addColumn<int>("rows");
         QTest::newRow("batch 32") << 32;

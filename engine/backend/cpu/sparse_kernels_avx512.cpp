@@ -110,11 +110,21 @@ inline void storeRow(float* p, const __m512* acc, __mmask16 last) {
 // += its list over the block, from zero for the first block.
 template <int G, int NV>
 void groupTile(const GroupList<G>& list, const std::vector<int64_t>& seg, int64_t blocks,
-               int64_t rows, const float* base, int64_t stride, float* out, int64_t ldo,
-               __mmask16 last) {
+               int64_t blockRows, int64_t denseRows, int64_t rows, const float* base,
+               int64_t stride, float* out, int64_t ldo, __mmask16 last) {
     const int64_t groups = (rows + G - 1) / G;
+    // The lists reach the dense rows in no order a hardware prefetcher follows, and those rows
+    // may be in another core's cache (weights its update just wrote): each group fetches its
+    // share of the next block's rows while it works on this one.
+    const int64_t share = blockRows > 0 ? (blockRows + groups - 1) / groups : 0;
     for (int64_t b = 0; b < blocks; ++b) {
         for (int64_t p = 0; p < groups; ++p) {
+            const int64_t r0 = (b + 1) * blockRows + p * share;
+            const int64_t r1 = std::min({r0 + share, (b + 2) * blockRows, denseRows});
+            for (int64_t r = r0; r < r1; ++r)
+                for (int t = 0; t < NV; ++t)
+                    _mm_prefetch(reinterpret_cast<const char*>(base + r * stride + 16 * t),
+                                 _MM_HINT_T1);
             const int present = static_cast<int>(std::min<int64_t>(G, rows - G * p));
             // One flat array: GCC keeps it in registers (an array of arrays it kept on the stack,
             // stored on every step of the list).
@@ -138,16 +148,16 @@ void groupTile(const GroupList<G>& list, const std::vector<int64_t>& seg, int64_
 // tile of columns by tile.
 template <int G>
 void runGroups(const GroupList<G>& list, const std::vector<int64_t>& seg, int64_t blocks,
-               int64_t rows, const float* base, int64_t stride, int64_t N, float* out,
-               int64_t ldo) {
+               int64_t blockRows, int64_t denseRows, int64_t rows, const float* base,
+               int64_t stride, int64_t N, float* out, int64_t ldo) {
     constexpr int64_t tileCols = 16 * tileVectors(G);
     for (int64_t c0 = 0; c0 < N; c0 += tileCols) {
         const int64_t cols = std::min(tileCols, N - c0);
         const int nv = static_cast<int>((cols + 15) / 16);
         const __mmask16 last = tailMask(cols - 16 * (nv - 1));
         auto tile = [&](auto vectors) {
-            groupTile<G, decltype(vectors)::value>(list, seg, blocks, rows, base + c0, stride,
-                                                   out + c0, ldo, last);
+            groupTile<G, decltype(vectors)::value>(list, seg, blocks, blockRows, denseRows, rows,
+                                                   base + c0, stride, out + c0, ldo, last);
         };
         switch (nv) {
             case 1:
@@ -212,7 +222,9 @@ int64_t rowsTimesDense(const float* x, int64_t ldx, int64_t M, int64_t K, const 
         }
         seg[static_cast<size_t>(p * (blocks + 1) + blocks)] = count;
     }
-    runGroups<G>(list, seg, blocks, M, w, ldw, N, y, ldy);
+    // No prefetching (blockRows 0): the forward product runs along K, on the weight rows this
+    // core updated, already in its cache; prefetching them measured slower.
+    runGroups<G>(list, seg, blocks, 0, K, M, w, ldw, N, y, ldy);
     return count;
 }
 
@@ -291,7 +303,7 @@ int64_t transposedTimesDense(const float* x, int64_t ldx, int64_t B, int64_t K, 
             entries += count[q] - (firstGroup + q) * room;
         }
     }
-    runGroups<G>(list, seg, blocks, K, dy, ldy, N, dw, lddw);
+    runGroups<G>(list, seg, blocks, kGradRows, B, K, dy, ldy, N, dw, lddw);
     return entries;
 }
 
