@@ -274,8 +274,8 @@ class CpuProgram final : public Executable {
     std::vector<std::unique_ptr<float[]>> convScratch_;  // a matmul's f32 copies of f16 operands
 
     // A product split into pieces on the WorkShare that can skip the zeros of its input x: the
-    // forward product's pieces (y = x . w, along K or by rows of x) or a weight gradient's (dw =
-    // x^T . dy, by rows of dw). Each piece reads its operands' current addresses from its oneDNN
+    // forward product's pieces along K (y = x . w) or a weight gradient's (dw = x^T . dy, by
+    // rows of dw). Each piece reads its operands' current addresses from its oneDNN
     // arguments (the batch is rebound there). The zero-skipping kernel runs while the work it
     // lists (positions where either of a pair of x's rows or columns is nonzero) stays at or
     // below kSparseMaxWork of the dense product's; above, oneDNN runs, and every kSparseProbe-th
@@ -620,11 +620,9 @@ Status CpuProgram::addMatmul(const Instr& in, CpuInstr& ins) {
         // thread reads every weight row, half from the other core, and skipping zeros there was
         // slower in the step (seed MLP, batch 256, TRAINDECK_PROFILE=1, three alternating
         // pairs: 230-236 us against 169-228 for the forward product, even with prefetching).
-        const bool plainProduct = in.op == InstrOp::MatMul || alongK;
-        const bool forward = alongK;
-        const bool grad = ta && !tb && split.alongRows && !alongK;
+        const bool grad = in.op == InstrOp::MatMul && ta && !tb && split.alongRows && !alongK;
         const cpu::sparse::Kernels* sparseKernels = cpu::sparse::active();
-        if (sparseKernels && !convertF16 && pieces > 1 && plainProduct && (forward || grad) &&
+        if (sparseKernels && !convertF16 && pieces > 1 && (alongK || grad) &&
             in.in[0].dtype == DType::F32 && in.in[1].dtype == DType::F32 && outType == DType::F32) {
             SparseProduct sp;
             sp.kernels = sparseKernels;
