@@ -7,8 +7,8 @@
 // differs from a dense product's only in the order of the additions (and a zero times an
 // infinite or NaN value, which a dense product turns into NaN, is skipped). The work is the
 // listed positions: both kernels return how many there were, for the caller to compare with the
-// dense product's (the pairs times the shared dimension). Private to engine/backend/cpu and its
-// tests.
+// dense product's (the pairs times the shared dimension). Private to engine/backend/cpu, its
+// tests and bench/bench_sparse.cpp.
 #pragma once
 
 #include <cstdint>
