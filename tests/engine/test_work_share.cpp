@@ -465,6 +465,34 @@ class TestWorkShare : public QObject {
                  noiseProfile.c_str());
         QVERIFY2(noiseProfile.find("skipped zeros in 1 of 10 runs") != std::string::npos,
                  noiseProfile.c_str());
+        if (rows != 32) return;
+        // Along K the pieces start split where the weight gradient's pieces are (row 400 of
+        // 784) and the edge follows the listed work: with every nonzero in the image's lower
+        // part (pixels 500 on), the upper piece lists nothing and the edge moves down towards
+        // the bound (576, three quarters of K in steps of 16; half the way each step), the
+        // results still those of the dense products; the symmetric images keep it near the
+        // middle.
+        std::vector<float> lower(n * 784, 0.f);
+        for (size_t i = 0; i < n; ++i)
+            for (size_t k = 500; k < 784; ++k) lower[i * 784 + k] = images[i * 784 + (k + i) % 784];
+        std::vector<float> lowerSkipping, lowerDense;
+        const std::string lowerProfile = run(false, lower, &lowerSkipping);
+        run(true, lower, &lowerDense);
+        auto edgeIn = [](const std::string& text) {
+            const size_t at = text.find("pieces along K split at ");
+            return at == std::string::npos ? -1 : std::atoi(text.c_str() + at + 24);
+        };
+        const int lowerEdge = edgeIn(lowerProfile);
+        QVERIFY2(lowerEdge >= 512 && lowerEdge <= 576, lowerProfile.c_str());
+        for (size_t i = 0; i < lowerDense.size(); ++i)
+            QVERIFY2(std::fabs(double{lowerSkipping[i]} - lowerDense[i]) <=
+                         1e-4 * (1e-3 + std::fabs(double{lowerDense[i]})),
+                     qPrintable(QString("value %1: %2 against %3")
+                                    .arg(i)
+                                    .arg(lowerSkipping[i])
+                                    .arg(lowerDense[i])));
+        const int edge = edgeIn(profile);
+        QVERIFY2(edge >= 352 && edge <= 448, profile.c_str());
     }
 
     // A program on an OpenMP team runs a large block-mode instruction (here a ReLU gradient
