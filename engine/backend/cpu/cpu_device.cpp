@@ -1109,7 +1109,7 @@ void CpuProgram::balanceAlongK(SparseProduct& sp) {
     SparseProduct::Piece& a = sp.pieces[0];
     SparseProduct::Piece& b = sp.pieces[1];
     const int64_t K = a.inner + b.inner;
-    if (a.inner <= 0 || b.inner <= 0) return;
+    if (K < 64) return;  // the bounds below would leave a piece without rows
     const double da = static_cast<double>(a.listed) / static_cast<double>(a.inner);
     const double db = static_cast<double>(b.listed) / static_cast<double>(b.inner);
     if (da + db <= 0) return;
