@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <future>
+#include <initializer_list>
 #include <random>
 #include <thread>
 #include <vector>
@@ -51,6 +52,33 @@ struct RestoreThreads {
     int n = omp_get_max_threads();
     ~RestoreThreads() { omp_set_num_threads(n); }
 };
+
+// Compiles `ir` with its gradients into h for `threads` threads, profiled (TRAINDECK_PROFILE=1)
+// and with the switch `env` set to 1 when given; both are unset again before it returns. Then
+// copies in the parameters (in order), the input and the labels. Callers check
+// QTest::currentTestFailed() after it.
+void compileProfiled(tdtest::Harness& h, const std::string& ir, int threads, const char* env,
+                     std::initializer_list<const std::vector<float>*> params,
+                     const std::vector<float>& x, const std::vector<float>& y) {
+    setenv("TRAINDECK_PROFILE", "1", 1);
+    if (env) setenv(env, "1", 1);
+    td::Graph g = tdtest::parseOrDie(ir);
+    const bool differentiated = td::autodiff(g).ok();
+    td::CompileOptions co;
+    tdtest::HarnessOptions opt;
+    opt.passes = &co;
+    opt.programThreads = threads;
+    std::string error;
+    const bool compiled = differentiated && h.compile(std::move(g), {}, &error, opt);
+    unsetenv("TRAINDECK_PROFILE");
+    if (env) unsetenv(env);
+    QVERIFY(differentiated);
+    QVERIFY2(compiled, error.c_str());
+    size_t t = 0;
+    for (const std::vector<float>* p : params) std::memcpy(h.param(t++), p->data(), p->size() * 4);
+    std::memcpy(h.in(), x.data(), x.size() * 4);
+    std::memcpy(h.lab(), y.data(), y.size() * 4);
+}
 
 }  // namespace
 
@@ -413,25 +441,10 @@ class TestWorkShare : public QObject {
         // The loss of every step and the gradients of the last, and the profile.
         auto run = [&](bool dense, const std::vector<float>& x, std::vector<float>* out) {
             return stderrOf([&] {
-                setenv("TRAINDECK_PROFILE", "1", 1);
-                if (dense) setenv("TRAINDECK_NO_SPARSE", "1", 1);
                 tdtest::Harness h;
-                td::Graph g = tdtest::parseOrDie(ir);
-                QVERIFY(td::autodiff(g).ok());
-                td::CompileOptions co;
-                tdtest::HarnessOptions opt;
-                opt.passes = &co;
-                opt.programThreads = 1;
-                std::string error;
-                const bool compiled = h.compile(std::move(g), {}, &error, opt);
-                unsetenv("TRAINDECK_PROFILE");
-                unsetenv("TRAINDECK_NO_SPARSE");
-                QVERIFY2(compiled, error.c_str());
-                std::memcpy(h.param(0), p0.data(), p0.size() * 4);
-                std::memcpy(h.param(1), p1.data(), p1.size() * 4);
-                std::memcpy(h.param(2), p2.data(), p2.size() * 4);
-                std::memcpy(h.in(), x.data(), x.size() * 4);
-                std::memcpy(h.lab(), y.data(), y.size() * 4);
+                compileProfiled(h, ir, 1, dense ? "TRAINDECK_NO_SPARSE" : nullptr, {&p0, &p1, &p2},
+                                x, y);
+                if (QTest::currentTestFailed()) return;
                 for (int step = 1; step <= 10; ++step) {
                     h.run(step);
                     out->push_back(h.output("loss")[0]);
@@ -526,25 +539,10 @@ class TestWorkShare : public QObject {
         // The gradients of two steps, and the profile the program prints when destroyed.
         auto run = [&](bool serial, std::vector<float>* grads) {
             return stderrOf([&] {
-                setenv("TRAINDECK_PROFILE", "1", 1);
-                if (serial) setenv("TRAINDECK_SERIAL_BLOCKS", "1", 1);
                 tdtest::Harness h;
-                td::Graph g = tdtest::parseOrDie(ir);
-                QVERIFY(td::autodiff(g).ok());
-                td::CompileOptions co;
-                tdtest::HarnessOptions opt;
-                opt.passes = &co;
-                opt.programThreads = 2;
-                std::string error;
-                const bool compiled = h.compile(std::move(g), {}, &error, opt);
-                unsetenv("TRAINDECK_PROFILE");
-                unsetenv("TRAINDECK_SERIAL_BLOCKS");
-                QVERIFY2(compiled, error.c_str());
-                std::memcpy(h.param(0), p0.data(), p0.size() * 4);
-                std::memcpy(h.param(1), p1.data(), p1.size() * 4);
-                std::memcpy(h.param(2), p2.data(), p2.size() * 4);
-                std::memcpy(h.in(), x.data(), x.size() * 4);
-                std::memcpy(h.lab(), y.data(), y.size() * 4);
+                compileProfiled(h, ir, 2, serial ? "TRAINDECK_SERIAL_BLOCKS" : nullptr,
+                                {&p0, &p1, &p2}, x, y);
+                if (QTest::currentTestFailed()) return;
                 for (int step = 1; step <= 10; ++step) {
                     h.run(step);
                     if (step > 2) continue;
