@@ -63,9 +63,16 @@ int main(int argc, char** argv) {
         ->check(CLI::Range(0.0, 1.0));
     CLI11_PARSE(app, argc, argv);
 
-    const td::cpu::sparse::Kernels* kernels = td::cpu::sparse::avx512();
+    // The level TRAINDECK_ISA chose (the CPU's best by default), as the engine picks it.
+    const td::CpuIsaChoice& isa = td::activeCpuIsa();
+    if (!isa.error.empty()) {
+        std::fprintf(stderr, "%s\n", isa.error.c_str());
+        return 2;
+    }
+    const td::cpu::sparse::Kernels* kernels = td::cpu::sparse::forIsa(isa.isa);
     if (!kernels) {
-        std::fprintf(stderr, "this CPU has no AVX-512: the products stay dense (oneDNN)\n");
+        std::fprintf(stderr, "no zero-skipping kernels at the %s level: the products stay dense\n",
+                     td::cpuIsaName(isa.isa));
         return 1;
     }
     // The batches: `rounds` of them, each [batch, K] row-major.
@@ -114,10 +121,11 @@ int main(int argc, char** argv) {
     for (const auto& b : batches)
         nonzero += std::count_if(b.data<float>(), b.data<float>() + b.size(),
                                  [](float v) { return v != 0.f; });
-    std::printf("%s (%.1f%% nonzero), batch %lld, %lld units, one thread\n", what.c_str(),
-                100.0 * static_cast<double>(nonzero) /
-                    static_cast<double>(static_cast<int64_t>(batches.size()) * batch * K),
-                static_cast<long long>(batch), static_cast<long long>(units));
+    std::printf(
+        "%s (%.1f%% nonzero), batch %lld, %lld units, one thread, %s kernels\n", what.c_str(),
+        100.0 * static_cast<double>(nonzero) /
+            static_cast<double>(static_cast<int64_t>(batches.size()) * batch * K),
+        static_cast<long long>(batch), static_cast<long long>(units), td::cpuIsaName(isa.isa));
 
     std::uniform_real_distribution<float> uni(-0.1f, 0.1f);
     td::Tensor wt = floats(K * units), dyt = floats(batch * units), yt = floats(batch * units),

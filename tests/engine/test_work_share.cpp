@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/core/cpu_isa.h"
+#include "engine/backend/cpu/sparse_kernels.h"
 #include "engine/core/work_share.h"
 #include "engine/train/optimizer.h"
 #include "engine/train/update.h"
@@ -405,8 +405,10 @@ class TestWorkShare : public QObject {
         QFETCH(int, rows);
         if (omp_get_max_threads() < 2 || td::makeCpuDevice(0)->desc().threads < 2)
             QSKIP("needs a CPU device with two threads (OMP_NUM_THREADS=2)");
-        if (td::activeCpuIsa().isa != td::CpuIsa::Avx512)
-            QSKIP("the zero-skipping products need AVX-512; this CPU keeps every product dense");
+        if (!td::cpu::sparse::active())
+            QSKIP(
+                "the zero-skipping products need AVX2 with FMA or AVX-512 (and no "
+                "TRAINDECK_NO_SPARSE); this CPU keeps every product dense");
         const RestoreThreads restore;
         const std::string b = std::to_string(rows);
         const std::string ir =

@@ -157,6 +157,107 @@ void requireSameState(const State& got, const State& want) {
 
 }  // namespace
 
+// One level's zero-skipping kernels against the reference (sparseProductsMatchReference).
+void checkSparseKernels(const cpu::sparse::Kernels& kernels, const char* level) {
+    const cpu::sparse::Kernels* k = &kernels;
+    std::mt19937 rng(17);
+    std::uniform_real_distribution<float> uni(-1.f, 1.f), unit(0.f, 1.f);
+    int checked = 0;
+    for (int64_t M : {1, 2, 3, 17, 32, 70})
+        for (int64_t K : {1, 15, 16, 17, 100, 392})
+            for (int64_t N : {1, 10, 16, 130, 300})
+                for (double density : {0.0, 0.3, 1.0}) {
+                    if ((M * K * N) % 7 != 0 && !(M == 32 && K == 392 && N == 130))
+                        continue;  // a spread of the combinations keeps this fast
+                    const int64_t ldx = K + 5, ldw = N + 3, ldy = N + 2;
+                    std::vector<float> x(static_cast<size_t>(M * ldx));
+                    for (float& v : x) v = unit(rng) < density ? uni(rng) : 0.f;
+                    std::vector<float> w(static_cast<size_t>(K * ldw));
+                    for (float& v : w) v = uni(rng);
+                    // y = x . w, and dw = x^T . dy with x read as [M rows, K columns].
+                    std::vector<float> y(static_cast<size_t>(M * ldy), 7.f);
+                    const int64_t listed =
+                        k->rowsTimesDense(x.data(), ldx, M, K, w.data(), ldw, N, y.data(), ldy);
+                    std::vector<float> dy(static_cast<size_t>(M * ldy));
+                    for (float& v : dy) v = uni(rng);
+                    std::vector<float> dw(static_cast<size_t>(K * ldw), 7.f);
+                    const int64_t listedT = k->transposedTimesDense(x.data(), ldx, M, K, dy.data(),
+                                                                    ldy, N, dw.data(), ldw);
+                    auto near = [](double got, double want, double scale) {
+                        return std::fabs(got - want) <= 1e-5 * (1.0 + scale);
+                    };
+                    for (int64_t i = 0; i < M; ++i)
+                        for (int64_t c = 0; c < N; ++c) {
+                            double want = 0, scale = 0;
+                            for (int64_t j = 0; j < K; ++j) {
+                                want += double{x[i * ldx + j]} * w[j * ldw + c];
+                                scale += std::fabs(double{x[i * ldx + j]} * w[j * ldw + c]);
+                            }
+                            // The message is built only on a failure (the check runs
+                            // for every element, also under the sanitizers).
+                            if (!near(y[i * ldy + c], want, scale))
+                                QFAIL(qPrintable(QString("%8: y[%1,%2] of %3x%4x%5: %6 vs %7")
+                                                     .arg(i)
+                                                     .arg(c)
+                                                     .arg(M)
+                                                     .arg(K)
+                                                     .arg(N)
+                                                     .arg(y[i * ldy + c])
+                                                     .arg(want)
+                                                     .arg(level)));
+                        }
+                    for (int64_t j = 0; j < K; ++j)
+                        for (int64_t c = 0; c < N; ++c) {
+                            double want = 0, scale = 0;
+                            for (int64_t i = 0; i < M; ++i) {
+                                want += double{x[i * ldx + j]} * dy[i * ldy + c];
+                                scale += std::fabs(double{x[i * ldx + j]} * dy[i * ldy + c]);
+                            }
+                            if (!near(dw[j * ldw + c], want, scale))
+                                QFAIL(qPrintable(QString("%8: dw[%1,%2] of %3x%4x%5: %6 vs %7")
+                                                     .arg(j)
+                                                     .arg(c)
+                                                     .arg(M)
+                                                     .arg(K)
+                                                     .arg(N)
+                                                     .arg(dw[j * ldw + c])
+                                                     .arg(want)
+                                                     .arg(level)));
+                        }
+                    // Past each row's N columns nothing is written.
+                    bool untouched = true;
+                    for (int64_t i = 0; i < M; ++i)
+                        for (int64_t c = N; c < ldy; ++c)
+                            untouched = untouched && y[i * ldy + c] == 7.f;
+                    for (int64_t j = 0; j < K; ++j)
+                        for (int64_t c = N; c < ldw; ++c)
+                            untouched = untouched && dw[j * ldw + c] == 7.f;
+                    QVERIFY(untouched);
+                    // The positions listed: where any row (column) of a group is nonzero.
+                    int64_t rowPairs = 0, colPairs = 0;
+                    const int64_t gr = k->rowsGroup, gc = k->colsGroup;
+                    for (int64_t i = 0; i < M; i += gr)
+                        for (int64_t j = 0; j < K; ++j) {
+                            bool any = false;
+                            for (int64_t e = i; e < std::min(M, i + gr); ++e)
+                                any = any || x[e * ldx + j] != 0.f;
+                            rowPairs += any;
+                        }
+                    for (int64_t j = 0; j < K; j += gc)
+                        for (int64_t i = 0; i < M; ++i) {
+                            bool any = false;
+                            for (int64_t e = j; e < std::min(K, j + gc); ++e)
+                                any = any || x[i * ldx + e] != 0.f;
+                            colPairs += any;
+                        }
+                    QCOMPARE(listed, rowPairs);
+                    QCOMPARE(listedT, colPairs);
+                    if (density == 0.0) QCOMPARE(listed, int64_t{0});
+                    ++checked;
+                }
+    QVERIFY2(checked > 40, qPrintable(QString::number(checked)));
+}
+
 class TestIsa : public QObject {
     Q_OBJECT
 
@@ -329,108 +430,22 @@ class TestIsa : public QObject {
         QVERIFY2(std::abs(zeroed - 0.3) < 0.02, qPrintable(QString::number(zeroed)));
     }
 
-    // The zero-skipping products (AVX-512 only) against a product in double precision, over
+    // The zero-skipping products (AVX2 and AVX-512) against a product in double precision, over
     // shapes with every tail: rows and columns not multiples of 16 or of the pairs, odd row
     // counts, outputs narrower than a vector and wider than a tile, inputs with a row stride
     // longer than their width, at densities 0 (the output is zero), 0.3 and 1; what they count
     // is the positions where any row (column) of a group is nonzero.
+    // Every level this CPU has is checked.
     void sparseProductsMatchReference() {
-        const cpu::sparse::Kernels* k = cpu::sparse::avx512();
-        if (!k) QSKIP("this CPU has no AVX-512: the products stay dense (oneDNN)");
-        std::mt19937 rng(17);
-        std::uniform_real_distribution<float> uni(-1.f, 1.f), unit(0.f, 1.f);
-        int checked = 0;
-        for (int64_t M : {1, 2, 3, 17, 32, 70})
-            for (int64_t K : {1, 15, 16, 17, 100, 392})
-                for (int64_t N : {1, 10, 16, 130, 300})
-                    for (double density : {0.0, 0.3, 1.0}) {
-                        if ((M * K * N) % 7 != 0 && !(M == 32 && K == 392 && N == 130))
-                            continue;  // a spread of the combinations keeps this fast
-                        const int64_t ldx = K + 5, ldw = N + 3, ldy = N + 2;
-                        std::vector<float> x(static_cast<size_t>(M * ldx));
-                        for (float& v : x) v = unit(rng) < density ? uni(rng) : 0.f;
-                        std::vector<float> w(static_cast<size_t>(K * ldw));
-                        for (float& v : w) v = uni(rng);
-                        // y = x . w, and dw = x^T . dy with x read as [M rows, K columns].
-                        std::vector<float> y(static_cast<size_t>(M * ldy), 7.f);
-                        const int64_t listed =
-                            k->rowsTimesDense(x.data(), ldx, M, K, w.data(), ldw, N, y.data(), ldy);
-                        std::vector<float> dy(static_cast<size_t>(M * ldy));
-                        for (float& v : dy) v = uni(rng);
-                        std::vector<float> dw(static_cast<size_t>(K * ldw), 7.f);
-                        const int64_t listedT = k->transposedTimesDense(
-                            x.data(), ldx, M, K, dy.data(), ldy, N, dw.data(), ldw);
-                        auto near = [](double got, double want, double scale) {
-                            return std::fabs(got - want) <= 1e-5 * (1.0 + scale);
-                        };
-                        for (int64_t i = 0; i < M; ++i)
-                            for (int64_t c = 0; c < N; ++c) {
-                                double want = 0, scale = 0;
-                                for (int64_t j = 0; j < K; ++j) {
-                                    want += double{x[i * ldx + j]} * w[j * ldw + c];
-                                    scale += std::fabs(double{x[i * ldx + j]} * w[j * ldw + c]);
-                                }
-                                // The message is built only on a failure (the check runs
-                                // for every element, also under the sanitizers).
-                                if (!near(y[i * ldy + c], want, scale))
-                                    QFAIL(qPrintable(QString("y[%1,%2] of %3x%4x%5: %6 vs %7")
-                                                         .arg(i)
-                                                         .arg(c)
-                                                         .arg(M)
-                                                         .arg(K)
-                                                         .arg(N)
-                                                         .arg(y[i * ldy + c])
-                                                         .arg(want)));
-                            }
-                        for (int64_t j = 0; j < K; ++j)
-                            for (int64_t c = 0; c < N; ++c) {
-                                double want = 0, scale = 0;
-                                for (int64_t i = 0; i < M; ++i) {
-                                    want += double{x[i * ldx + j]} * dy[i * ldy + c];
-                                    scale += std::fabs(double{x[i * ldx + j]} * dy[i * ldy + c]);
-                                }
-                                if (!near(dw[j * ldw + c], want, scale))
-                                    QFAIL(qPrintable(QString("dw[%1,%2] of %3x%4x%5: %6 vs %7")
-                                                         .arg(j)
-                                                         .arg(c)
-                                                         .arg(M)
-                                                         .arg(K)
-                                                         .arg(N)
-                                                         .arg(dw[j * ldw + c])
-                                                         .arg(want)));
-                            }
-                        // Past each row's N columns nothing is written.
-                        bool untouched = true;
-                        for (int64_t i = 0; i < M; ++i)
-                            for (int64_t c = N; c < ldy; ++c)
-                                untouched = untouched && y[i * ldy + c] == 7.f;
-                        for (int64_t j = 0; j < K; ++j)
-                            for (int64_t c = N; c < ldw; ++c)
-                                untouched = untouched && dw[j * ldw + c] == 7.f;
-                        QVERIFY(untouched);
-                        // The positions listed: where any row (column) of a group is nonzero.
-                        int64_t rowPairs = 0, colPairs = 0;
-                        const int64_t gr = k->rowsGroup, gc = k->colsGroup;
-                        for (int64_t i = 0; i < M; i += gr)
-                            for (int64_t j = 0; j < K; ++j) {
-                                bool any = false;
-                                for (int64_t e = i; e < std::min(M, i + gr); ++e)
-                                    any = any || x[e * ldx + j] != 0.f;
-                                rowPairs += any;
-                            }
-                        for (int64_t j = 0; j < K; j += gc)
-                            for (int64_t i = 0; i < M; ++i) {
-                                bool any = false;
-                                for (int64_t e = j; e < std::min(K, j + gc); ++e)
-                                    any = any || x[i * ldx + e] != 0.f;
-                                colPairs += any;
-                            }
-                        QCOMPARE(listed, rowPairs);
-                        QCOMPARE(listedT, colPairs);
-                        if (density == 0.0) QCOMPARE(listed, int64_t{0});
-                        ++checked;
-                    }
-        QVERIFY2(checked > 40, qPrintable(QString::number(checked)));
+        int levels = 0;
+        for (CpuIsa isa : {CpuIsa::Avx2, CpuIsa::Avx512}) {
+            const cpu::sparse::Kernels* k = cpu::sparse::forIsa(isa);
+            if (!k) continue;
+            ++levels;
+            checkSparseKernels(*k, cpuIsaName(isa));
+            if (QTest::currentTestFailed()) return;
+        }
+        if (levels == 0) QSKIP("this CPU has neither AVX2 nor AVX-512: the products stay dense");
     }
 
     // The comparison above is only worth something if the kernels move the state.

@@ -9,7 +9,8 @@
 #    td::isa_avx2 / td::isa_avx512 (optimizer), td::cpu::isa_avx2 / td::cpu::isa_avx512 or
 #    td::data_kernels::isa_avx2 / td::data_kernels::isa_avx512 (batch forming) loops, or
 #    td::half::isa_f16c (the f16 conversions, chosen by CPUID); the zero-skipping products
-#    (sparse_kernels_avx512.cpp) are in td::cpu::isa_avx512.
+#    (sparse_kernels_avx2.cpp, sparse_kernels_avx512.cpp) are in td::cpu::isa_avx2 and
+#    td::cpu::isa_avx512.
 # Exit 77 (skipped) only when neither qemu-x86_64 nor objdump is installed.
 set -uo pipefail
 bin="$1"

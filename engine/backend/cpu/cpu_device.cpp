@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <span>
 #include <thread>
 #include <unordered_map>
@@ -625,8 +626,10 @@ Status CpuProgram::addMatmul(const Instr& in, CpuInstr& ins) {
         // pairs: 230-236 us against 169-228 for the forward product, even with prefetching).
         const bool grad = in.op == InstrOp::MatMul && ta && !tb && split.alongRows && !alongK;
         const cpu::sparse::Kernels* sparseKernels = cpu::sparse::active();
+        // The kernels list the dense operand's rows as 32-bit element offsets (below K * N).
         if (sparseKernels && !convertF16 && pieces > 1 && (alongK || grad) &&
-            in.in[0].dtype == DType::F32 && in.in[1].dtype == DType::F32 && outType == DType::F32) {
+            K * N <= std::numeric_limits<int32_t>::max() && in.in[0].dtype == DType::F32 &&
+            in.in[1].dtype == DType::F32 && outType == DType::F32) {
             SparseProduct sp;
             sp.kernels = sparseKernels;
             sp.grad = grad;

@@ -1,20 +1,24 @@
 // Products that skip the zeros of one f32 operand: images with a background, one-hot features and
 // activations after ReLU hold many exact zeros, and a zero contributes nothing to a sum of
 // products. Each kernel takes the sparse operand's rows (or columns) two at a time and lists the
-// positions where either is nonzero, with both values (AVX-512 compresses, no branch per
-// element); then each listed row of the dense operand is loaded once for both, with the dense
-// operand's block in L1 while the lists run over it. The sums run in index order, so a result
-// differs from a dense product's only in the order of the additions (and a zero times an
-// infinite or NaN value, which a dense product turns into NaN, is skipped). The work is the
-// listed positions: both kernels return how many there were, for the caller to compare with the
-// dense product's (the pairs times the shared dimension). Private to engine/backend/cpu, its
-// tests and bench/bench_sparse.cpp.
+// positions where either is nonzero, with both values (AVX-512 compresses, AVX2 packs with one
+// permutation from a table; no branch per element); then each listed row of the dense operand is
+// loaded once for both, with the dense operand's block in L1 while the lists run over it. The sums
+// run in index order, so a result differs from a dense product's only in the order of the additions
+// (and a zero times an infinite or NaN value, which a dense product turns into NaN, is skipped).
+// The work is the listed positions: both kernels return how many there were, for the caller to
+// compare with the dense product's (the pairs times the shared dimension). Private to
+// engine/backend/cpu, its tests and bench/bench_sparse.cpp.
 #pragma once
 
 #include <cstdint>
 
+#include "engine/core/cpu_isa.h"
+
 namespace td::cpu::sparse {
 
+// The lists hold the dense operand's rows as 32-bit element offsets: the dense operand's rows
+// times its row stride (K * ldw, B * ldy) must stay below 2^31.
 struct Kernels {
     // y[M,N] (row stride ldy) = x[M,K] (row stride ldx) . w[K,N] (row stride ldw).
     // Returns the positions listed (of ceil(M / rowsGroup) groups' K each).
@@ -32,10 +36,12 @@ struct Kernels {
     int colsGroup = 2;
 };
 
-// The kernels for this CPU, or null where it has no AVX-512 (or TRAINDECK_NO_SPARSE is set and
-// not 0): the products then stay dense. Read when a program is built.
+// The kernels for the level activeCpuIsa() chose, or null at the generic level (or where
+// TRAINDECK_NO_SPARSE is set and not 0): the products then stay dense. Read when a program is
+// built.
 const Kernels* active();
-// The AVX-512 kernels whatever the environment says (null without AVX-512), for the tests.
-const Kernels* avx512();
+// The kernels of `isa` whatever the environment says: null for the generic level and for a level
+// this CPU lacks (AVX2 also needs FMA). For the tests and the benchmark.
+const Kernels* forIsa(CpuIsa isa);
 
 }  // namespace td::cpu::sparse
