@@ -731,10 +731,14 @@ Capability precisionCapability(PrecisionPolicy p) {
     if (h.amxBf16 || h.avx512Bf16) return {};
     const char* allow = std::getenv("TRAINDECK_BF16_EMULATION");
     if (allow && std::string(allow) == "1") return {};
-    return {false,
-            "this CPU has neither AMX-BF16 nor AVX512-BF16, so oneDNN would emulate bf16 "
-            "matrix products more slowly than float32 runs them (set "
-            "TRAINDECK_BF16_EMULATION=1 to run it anyway)"};
+    return {false, detectedCpuIsa() == CpuIsa::Avx512
+                       ? "this CPU has neither AMX-BF16 nor AVX512-BF16, so oneDNN would emulate "
+                         "bf16 matrix products more slowly than float32 runs them (set "
+                         "TRAINDECK_BF16_EMULATION=1 to run it anyway)"
+                       : "this CPU has neither AMX-BF16 nor AVX512-BF16 (nor AVX-512, where "
+                         "oneDNN has no bf16 matrix product), so bf16 matrix products would run "
+                         "converted to float32, more slowly than float32 runs them (set "
+                         "TRAINDECK_BF16_EMULATION=1 to run it anyway)"};
 }
 
 std::vector<std::string> precisionNotes(PrecisionPolicy p) {
@@ -742,8 +746,13 @@ std::vector<std::string> precisionNotes(PrecisionPolicy p) {
     const CpuHalfSupport h = cpuHalfSupport();
     if (p == PrecisionPolicy::MixedBfloat16 && !h.amxBf16 && !h.avx512Bf16)
         notes.push_back(
-            "mixed_bfloat16: this CPU has neither AMX-BF16 nor AVX512-BF16; oneDNN emulates "
-            "the bf16 matrix products (TRAINDECK_BF16_EMULATION=1), slower than float32");
+            detectedCpuIsa() == CpuIsa::Avx512
+                ? "mixed_bfloat16: this CPU has neither AMX-BF16 nor AVX512-BF16; oneDNN "
+                  "emulates the bf16 matrix products (TRAINDECK_BF16_EMULATION=1), slower than "
+                  "float32"
+                : "mixed_bfloat16: this CPU has no AVX-512, where oneDNN has no bf16 matrix "
+                  "product; bf16 values are stored in 16 bits and converted to float32 for each "
+                  "matrix product (TRAINDECK_BF16_EMULATION=1; expect it slower than float32)");
     if (p == PrecisionPolicy::MixedFloat16)
         notes.push_back(std::string("mixed_float16: ") +
                         (h.avx512Fp16 ? "this CPU has AVX512-FP16, but this build of oneDNN "

@@ -476,24 +476,6 @@ Status CpuProgram::addMatmul(const Instr& in, CpuInstr& ins) {
     const bool ta = in.transA, tb = in.transB;
     const int64_t M = in.out.shape[0], N = in.out.shape[1];
     const int64_t K = ta ? A[0] : A[1];
-    // oneDNN runs bf16 products (AMX, AVX512-BF16, or emulated); f16 where this build of oneDNN
-    // has a kernel for the CPU, else the operands are converted to f32 around an f32 product.
-    DType opType = in.in[0].dtype, outType = in.out.dtype;
-    bool convertF16 = false;
-    if (opType == DType::F16) {
-        try {
-            matmul::primitive_desc probe(
-                matmul::desc(matDesc(M, K, ta, opType), matDesc(K, N, tb, opType),
-                             matDesc(M, N, false, outType)),
-                eng_);
-        } catch (const dnnl::error&) {
-            convertF16 = true;
-        }
-    }
-    const DType primOp = convertF16 ? DType::F32 : opType;
-    const DType primOut = convertF16 ? DType::F32 : outType;
-    memory::desc aMd = matDesc(M, K, ta, primOp), wMd = matDesc(K, N, tb, primOp),
-                 cMd = matDesc(M, N, false, primOut);
     primitive_attr attr;
     attr.set_scratchpad_mode(scratchpad_mode::user);
     memory::desc biasMd;
@@ -505,6 +487,25 @@ Status CpuProgram::addMatmul(const Instr& in, CpuInstr& ins) {
             return err(what + ": activation softmax is not a post-op");
         attr.set_post_ops(po);
     }
+    // 16-bit products run where this build of oneDNN has a kernel for the CPU (bf16: AMX,
+    // AVX512-BF16 or AVX-512 emulation; f16 on fewer), else the operands are converted to f32
+    // around an f32 product (oneDNN 2.6 has no bf16 matmul below AVX-512, for one).
+    DType opType = in.in[0].dtype, outType = in.out.dtype;
+    bool convertF16 = false;  // any 16-bit operand converted, f16 or bf16
+    if (opType == DType::F16 || opType == DType::BF16) {
+        try {
+            const memory::desc a = matDesc(M, K, ta, opType), w = matDesc(K, N, tb, opType),
+                               c = matDesc(M, N, false, outType);
+            matmul::primitive_desc probe(
+                hasBias ? matmul::desc(a, w, biasMd, c) : matmul::desc(a, w, c), attr, eng_);
+        } catch (const dnnl::error&) {
+            convertF16 = true;
+        }
+    }
+    const DType primOp = convertF16 ? DType::F32 : opType;
+    const DType primOut = convertF16 ? DType::F32 : outType;
+    memory::desc aMd = matDesc(M, K, ta, primOp), wMd = matDesc(K, N, tb, primOp),
+                 cMd = matDesc(M, N, false, primOut);
     try {
         void* aPtr = resolve(in.in[0]);
         void* wPtr = resolve(in.in[1]);
