@@ -63,6 +63,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <mutex>
@@ -283,6 +284,7 @@ class PipelineImpl final : public Pipeline {
     bool async_ = false, autotunePrefetch_ = false, autotuneParallel_ = false;
     bool inlineEligible_ = false;      // AUTOTUNE may form epochs inline (see the top)
     std::atomic<bool> inline_{false};  // this epoch forms its batches in next()
+    double inlineMaxBatchSeconds_ = kInlineMaxBatchSeconds;  // TRAINDECK_INLINE_MAX_US
     int64_t maxWorkers_ = 1, prefetchCap_ = 0;
     std::vector<std::string> messages_;
 
@@ -419,6 +421,17 @@ Result<std::unique_ptr<Pipeline>> PipelineImpl::make(const Dataset& data, const 
         p->autotunePrefetch_ ? std::min(kAutotunePrefetchMin, p->prefetchCap_) : p->prefetchCap_;
     p->inlineEligible_ = p->autotunePrefetch_ && p->autotuneParallel_ &&
                          options.consumerThreads >= schedulableCores();
+    // TRAINDECK_INLINE_MAX_US replaces kInlineMaxBatchSeconds (to measure either way on another
+    // machine, and for the tests, which must not depend on how fast this one forms a batch).
+    if (const char* v = std::getenv("TRAINDECK_INLINE_MAX_US"); v && *v) {
+        char* end = nullptr;
+        const double us = std::strtod(v, &end);
+        if (end == v || *end != '\0' || !(us >= 0) || !std::isfinite(us))
+            return err(std::string("TRAINDECK_INLINE_MAX_US: expected a number of microseconds "
+                                   "(0 or more), got '") +
+                       v + "'");
+        p->inlineMaxBatchSeconds_ = us * 1e-6;
+    }
 
     const auto poolSize = static_cast<size_t>(p->prefetchCap_ + p->maxWorkers_ + 2);
     const bool twoStage = !p->plan_.pre.identity();
@@ -546,7 +559,7 @@ Status PipelineImpl::beginEpoch(int epoch) {
     }
 
     const double formSeconds = secondsPerBatch_.load(std::memory_order_relaxed);
-    inline_ = inlineEligible_ && formSeconds > 0 && formSeconds <= kInlineMaxBatchSeconds;
+    inline_ = inlineEligible_ && formSeconds > 0 && formSeconds <= inlineMaxBatchSeconds_;
     if (async_ && !inline_) {
         try {
             for (int64_t w = 0; w < maxWorkers_; ++w) {
@@ -903,8 +916,10 @@ std::string describePipeline(const PipelineStats& s) {
                       static_cast<int64_t>(std::lround(s.producerSecondsPerBatch * 1e6))) +
                   " us); "
             : "input pipeline: " + std::to_string(s.parallelCalls) + " of " +
-                  std::to_string(s.maxParallelCalls) + " map workers, prefetch " +
-                  std::to_string(s.prefetchDepth) + ", waited for " +
+                  std::to_string(s.maxParallelCalls) + " map workers (a batch forms in " +
+                  std::to_string(
+                      static_cast<int64_t>(std::lround(s.producerSecondsPerBatch * 1e6))) +
+                  " us), prefetch " + std::to_string(s.prefetchDepth) + ", waited for " +
                   std::to_string(s.consumerWaits) + " batches; ";
     text += std::to_string(s.epochSourceElements) + " elements from the source, " +
             std::to_string(s.epochCacheElements) + " from the cache";

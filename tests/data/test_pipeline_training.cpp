@@ -7,7 +7,10 @@
 #include <QFile>
 #include <QTemporaryDir>
 #include <QtTest>
+#include <cstdlib>
 #include <regex>
+#include <string>
+#include <utility>
 
 #include "engine/api/session.h"
 
@@ -34,6 +37,7 @@ struct EpochSources {
     int64_t source = 0, cache = 0;
     bool file = false;
     bool formedInline = false;  // "batches formed inline" (AUTOTUNE, the step holds every core)
+    std::string line;           // the whole log line
 };
 
 struct Run {
@@ -41,6 +45,29 @@ struct Run {
     std::vector<std::string> warnings;
     std::vector<double> losses;
     RunStatus status = RunStatus::Running;
+};
+
+// Sets an environment variable for a scope, then puts back what was there.
+class ScopedEnv {
+  public:
+    ScopedEnv(const char* name, const char* value) : name_(name) {
+        if (const char* old = std::getenv(name)) old_ = old;
+        had_ = std::getenv(name) != nullptr;
+        ::setenv(name, value, 1);
+    }
+    ~ScopedEnv() {
+        if (had_)
+            ::setenv(name_, old_.c_str(), 1);
+        else
+            ::unsetenv(name_);
+    }
+    ScopedEnv(const ScopedEnv&) = delete;
+    ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+  private:
+    const char* name_;
+    std::string old_;
+    bool had_ = false;
 };
 
 Run train(const Project& project) {
@@ -56,9 +83,9 @@ Run train(const Project& project) {
         if (const auto* l = std::get_if<LogLine>(&e)) {
             std::smatch m;
             if (std::regex_search(l->text, m, line)) {
-                run.epochs.push_back(
-                    EpochSources{std::stoll(m[1].str()), std::stoll(m[2].str()), m[3].matched,
-                                 l->text.find("batches formed inline") != std::string::npos});
+                run.epochs.push_back(EpochSources{
+                    std::stoll(m[1].str()), std::stoll(m[2].str()), m[3].matched,
+                    l->text.find("batches formed inline") != std::string::npos, l->text});
             }
             if (l->level == LogLine::Level::Warning) run.warnings.push_back(l->text);
         } else if (const auto* em = std::get_if<EpochMetrics>(&e)) {
@@ -162,8 +189,12 @@ void TestPipelineTraining::cacheStepInTheProjectFile() {
 
 // The trainer tells the pipeline how many cores its step holds: a CPU device's threads. On one
 // schedulable core (this test narrows its affinity, so that any machine and any OMP_NUM_THREADS
-// qualify) AUTOTUNE then forms the later epochs' batches inline. Those epochs train on the same
-// batches as with a worker (parallel_calls 1 keeps one): the same losses.
+// qualify) AUTOTUNE then forms the later epochs' batches inline when the last epoch formed a
+// batch within the limit. How long a batch takes depends on the machine (17-51 us on a 2-core
+// Zen 3 against the default limit of 20), so the test sets the limit (TRAINDECK_INLINE_MAX_US):
+// far above any machine's time, every epoch after the first forms inline; at 0, none does. The
+// inline epochs train on the same batches as with a worker (parallel_calls 1 keeps one): the
+// same losses.
 void TestPipelineTraining::inlineEpochsTrainAsWorkerEpochs() {
     cpu_set_t saved;
     CPU_ZERO(&saved);
@@ -197,18 +228,47 @@ void TestPipelineTraining::inlineEpochsTrainAsWorkerEpochs() {
     project.training.epochs = 4;
     project.data.pipeline.prefetch = kAutotune;
     project.data.pipeline.parallelCalls = kAutotune;
+    auto inlineEpochs = [](const Run& r) {
+        int formed = 0;
+        QString lines;
+        for (size_t e = 0; e < r.epochs.size(); ++e) {
+            if (e > 0) formed += r.epochs[e].formedInline ? 1 : 0;
+            lines += "\n" + QString::fromStdString(r.epochs[e].line);
+        }
+        return std::make_pair(formed, lines);
+    };
+    const ScopedEnv never("TRAINDECK_INLINE_MAX_US", "0");
+    const Run limitZero = train(project);
+    QCOMPARE(limitZero.epochs.size(), size_t{4});
+    const auto [none, noneLines] = inlineEpochs(limitZero);
+    QVERIFY2(none == 0, qPrintable(QString("%1 of epochs 2-4 formed inline with the limit at 0:%2")
+                                       .arg(none)
+                                       .arg(noneLines)));
+
+    const ScopedEnv always("TRAINDECK_INLINE_MAX_US", "1000000");
     const Run tuned = train(project);
     QCOMPARE(tuned.status, RunStatus::Completed);
     QCOMPARE(tuned.epochs.size(), size_t{4});
-    QVERIFY(!tuned.epochs[0].formedInline);
-    int formed = 0;
-    for (size_t e = 1; e < 4; ++e) formed += tuned.epochs[e].formedInline ? 1 : 0;
-    QVERIFY2(formed >= 2, qPrintable(QString("%1 of epochs 2-4 formed inline").arg(formed)));
+    QVERIFY(!tuned.epochs[0].formedInline);  // nothing measured yet: workers
+    const auto [formed, lines] = inlineEpochs(tuned);
+    QVERIFY2(formed == 3,
+             qPrintable(QString("%1 of epochs 2-4 formed inline:%2").arg(formed).arg(lines)));
+    QCOMPARE(tuned.losses, limitZero.losses);
 
     project.data.pipeline.parallelCalls = 1;
     const Run worker = train(project);
     for (const EpochSources& e : worker.epochs) QVERIFY(!e.formedInline);
     QCOMPARE(tuned.losses, worker.losses);
+
+    // A limit that is not a number of microseconds stops the run with the variable's name.
+    const ScopedEnv bad("TRAINDECK_INLINE_MAX_US", "fast");
+    auto s = Session::create(project, {});
+    QVERIFY2(s.ok(), s.ok() ? "" : s.error().c_str());
+    const Status st = (*s)->fit();
+    QVERIFY(!st.ok());
+    QVERIFY2(st.error().find("TRAINDECK_INLINE_MAX_US") != std::string::npos &&
+                 st.error().find("'fast'") != std::string::npos,
+             st.error().c_str());
 }
 
 QTEST_GUILESS_MAIN(TestPipelineTraining)
