@@ -26,6 +26,7 @@
 #include "engine/data/convert_kernels.h"
 #include "engine/data/decode_cache.h"
 #include "engine/data/pipeline.h"
+#include "tests/scoped_env.h"
 
 using namespace td;
 
@@ -197,33 +198,7 @@ bool isPermutation(std::vector<int32_t> v, int64_t n) {
 
 const char* kFashionDir = "/usr/share/datasets/fashion-mnist";
 
-// Sets (or, with nullptr, clears) an environment variable for one scope.
-class ScopedEnv {
-  public:
-    ScopedEnv(const char* name, const char* value) : name_(name) {
-        if (const char* old = std::getenv(name)) {
-            old_ = old;
-            hadOld_ = true;
-        }
-        if (value)
-            ::setenv(name, value, 1);
-        else
-            ::unsetenv(name);
-    }
-    ~ScopedEnv() {
-        if (hadOld_)
-            ::setenv(name_, old_.c_str(), 1);
-        else
-            ::unsetenv(name_);
-    }
-    ScopedEnv(const ScopedEnv&) = delete;
-    ScopedEnv& operator=(const ScopedEnv&) = delete;
-
-  private:
-    const char* name_;
-    std::string old_;
-    bool hadOld_ = false;
-};
+using td::test::ScopedEnv;
 
 bool sameTensor(const Tensor& a, const Tensor& b) {
     return a.dtype() == b.dtype() && a.shape() == b.shape() &&

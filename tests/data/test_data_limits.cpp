@@ -16,6 +16,7 @@
 #include "engine/data/pipeline.h"
 #include "engine/data/resource_plan.h"
 #include "engine/data/sources.h"
+#include "tests/scoped_env.h"
 
 using namespace td;
 
@@ -63,28 +64,7 @@ std::string rawBytes(const std::vector<T>& v) {
     return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
 }
 
-// Sets (or, with an empty value, clears) an environment variable for one test's scope.
-class ScopedEnv {
-  public:
-    ScopedEnv(const char* name, const char* value) : name_(name) {
-        if (const char* old = std::getenv(name)) old_ = old, hadOld_ = true;
-        if (value)
-            ::setenv(name, value, 1);
-        else
-            ::unsetenv(name);
-    }
-    ~ScopedEnv() {
-        if (hadOld_)
-            ::setenv(name_, old_.c_str(), 1);
-        else
-            ::unsetenv(name_);
-    }
-
-  private:
-    const char* name_;
-    std::string old_;
-    bool hadOld_ = false;
-};
+using td::test::ScopedEnv;
 
 QString q(const std::string& s) {
     return QString::fromStdString(s);

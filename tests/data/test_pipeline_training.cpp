@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "engine/api/session.h"
+#include "tests/scoped_env.h"
 
 using namespace td;
 
@@ -47,28 +48,7 @@ struct Run {
     RunStatus status = RunStatus::Running;
 };
 
-// Sets an environment variable for a scope, then puts back what was there.
-class ScopedEnv {
-  public:
-    ScopedEnv(const char* name, const char* value) : name_(name) {
-        if (const char* old = std::getenv(name)) old_ = old;
-        had_ = std::getenv(name) != nullptr;
-        ::setenv(name, value, 1);
-    }
-    ~ScopedEnv() {
-        if (had_)
-            ::setenv(name_, old_.c_str(), 1);
-        else
-            ::unsetenv(name_);
-    }
-    ScopedEnv(const ScopedEnv&) = delete;
-    ScopedEnv& operator=(const ScopedEnv&) = delete;
-
-  private:
-    const char* name_;
-    std::string old_;
-    bool had_ = false;
-};
+using td::test::ScopedEnv;
 
 Run train(const Project& project) {
     auto s = Session::create(project, {});

@@ -20,6 +20,7 @@
 #include "engine/backend/backend.h"
 #include "engine/store/run_store.h"
 #include "engine/train/callbacks.h"
+#include "tests/scoped_env.h"
 
 using namespace td;
 
@@ -87,19 +88,7 @@ Watched watchToEnd(Session& s, std::chrono::seconds limit = std::chrono::seconds
     return w;
 }
 
-// Sets an environment variable for one scope (the store's fault-injection hook).
-class ScopedEnv {
-  public:
-    ScopedEnv(const char* name, const std::string& value) : name_(name) {
-        ::setenv(name, value.c_str(), 1);
-    }
-    ~ScopedEnv() { ::unsetenv(name_); }
-    ScopedEnv(const ScopedEnv&) = delete;
-    ScopedEnv& operator=(const ScopedEnv&) = delete;
-
-  private:
-    const char* name_;
-};
+using td::test::ScopedEnv;
 
 // A callback that fails (throws) at one global step, as a user's Keras callback may raise.
 class ThrowingCallback : public Callback {
