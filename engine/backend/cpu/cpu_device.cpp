@@ -491,7 +491,7 @@ Status CpuProgram::addMatmul(const Instr& in, CpuInstr& ins) {
     // AVX512-BF16 or AVX-512 emulation; f16 on fewer), else the operands are converted to f32
     // around an f32 product (oneDNN 2.6 has no bf16 matmul below AVX-512, for one).
     DType opType = in.in[0].dtype, outType = in.out.dtype;
-    bool convertF16 = false;  // any 16-bit operand converted, f16 or bf16
+    bool convertHalf = false;  // the 16-bit operands (f16 or bf16) converted to f32
     if (opType == DType::F16 || opType == DType::BF16) {
         try {
             const memory::desc a = matDesc(M, K, ta, opType), w = matDesc(K, N, tb, opType),
@@ -499,18 +499,18 @@ Status CpuProgram::addMatmul(const Instr& in, CpuInstr& ins) {
             matmul::primitive_desc probe(
                 hasBias ? matmul::desc(a, w, biasMd, c) : matmul::desc(a, w, c), attr, eng_);
         } catch (const dnnl::error&) {
-            convertF16 = true;
+            convertHalf = true;
         }
     }
-    const DType primOp = convertF16 ? DType::F32 : opType;
-    const DType primOut = convertF16 ? DType::F32 : outType;
+    const DType primOp = convertHalf ? DType::F32 : opType;
+    const DType primOut = convertHalf ? DType::F32 : outType;
     memory::desc aMd = matDesc(M, K, ta, primOp), wMd = matDesc(K, N, tb, primOp),
                  cMd = matDesc(M, N, false, primOut);
     try {
         void* aPtr = resolve(in.in[0]);
         void* wPtr = resolve(in.in[1]);
         void* cPtr = resolve(in.out);
-        if (convertF16) {
+        if (convertHalf) {
             // f32 copies of the f16 operands (and the result), converted on every run.
             ConvPlan cp;
             auto f32Copy = [&](void* src, DType from, int64_t n, bool before) {
@@ -531,11 +531,11 @@ Status CpuProgram::addMatmul(const Instr& in, CpuInstr& ins) {
         // One primitive per piece; a piece reads a slice of A's rows or B's columns and writes
         // the same slice of C (and reads that slice of the bias).
         ProductSplit split =
-            convertF16 || !share_ ? ProductSplit{} : splitProduct(M, N, K, share_->width());
+            convertHalf || !share_ ? ProductSplit{} : splitProduct(M, N, K, share_->width());
         // A forward product reading a trainable weight matrix (f32, as stored): along K.
         // Not with an all-reduce: the update then runs after it, not in the gradient's pieces.
         std::vector<int64_t> kEdges;
-        if (!convertF16 && share_ && !collectives_ && !ta && !tb &&
+        if (!convertHalf && share_ && !collectives_ && !ta && !tb &&
             in.in[1].space == Space::Param && primOp == DType::F32 && primOut == DType::F32 &&
             in.act != ActKind::Softmax)
             kEdges = kSplitEdges(M, N, K, share_->width());
@@ -605,7 +605,7 @@ Status CpuProgram::addMatmul(const Instr& in, CpuInstr& ins) {
             pr.args[DNNL_ARG_SRC] = memory(aP, eng_, static_cast<char*>(aPtr) + aOff * aSize);
             pr.args[DNNL_ARG_WEIGHTS] = memory(wP, eng_, static_cast<char*>(wPtr) + wOff * aSize);
             const int index = static_cast<int>(prims_.size());
-            if (!convertF16) {
+            if (!convertHalf) {
                 noteBatchSite(in.in[0], BatchSite::Kind::PrimArg, index, DNNL_ARG_SRC,
                               aOff * aSize);
                 noteBatchSite(in.in[1], BatchSite::Kind::PrimArg, index, DNNL_ARG_WEIGHTS,
@@ -628,7 +628,7 @@ Status CpuProgram::addMatmul(const Instr& in, CpuInstr& ins) {
         const bool grad = in.op == InstrOp::MatMul && ta && !tb && split.alongRows && !alongK;
         const cpu::sparse::Kernels* sparseKernels = cpu::sparse::active();
         // The kernels list the dense operand's rows as 32-bit element offsets (below K * N).
-        if (sparseKernels && !convertF16 && pieces > 1 && (alongK || grad) &&
+        if (sparseKernels && !convertHalf && pieces > 1 && (alongK || grad) &&
             K * N <= std::numeric_limits<int32_t>::max() && in.in[0].dtype == DType::F32 &&
             in.in[1].dtype == DType::F32 && outType == DType::F32) {
             SparseProduct sp;
