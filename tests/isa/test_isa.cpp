@@ -186,44 +186,41 @@ void checkSparseKernels(const cpu::sparse::Kernels& kernels, const char* level) 
                     auto near = [](double got, double want, double scale) {
                         return std::fabs(got - want) <= 1e-5 * (1.0 + scale);
                     };
-                    for (int64_t i = 0; i < M; ++i)
-                        for (int64_t c = 0; c < N; ++c) {
-                            double want = 0, scale = 0;
-                            for (int64_t j = 0; j < K; ++j) {
-                                want += double{x[i * ldx + j]} * w[j * ldw + c];
-                                scale += std::fabs(double{x[i * ldx + j]} * w[j * ldw + c]);
+                    // got(r, c) against the sum over k of a(r, k) * b(k, c) in double precision,
+                    // for r < rows, c < N. The message is built only on a failure (the check
+                    // runs for every element, also under the sanitizers).
+                    auto check = [&](const char* what, int64_t rows, int64_t inner, auto a, auto b,
+                                     auto got) {
+                        for (int64_t r = 0; r < rows; ++r)
+                            for (int64_t c = 0; c < N; ++c) {
+                                double want = 0, scale = 0;
+                                for (int64_t e = 0; e < inner; ++e) {
+                                    want += double{a(r, e)} * b(e, c);
+                                    scale += std::fabs(double{a(r, e)} * b(e, c));
+                                }
+                                if (!near(got(r, c), want, scale))
+                                    QFAIL(qPrintable(QString("%8: %9[%1,%2] of %3x%4x%5: %6 vs %7")
+                                                         .arg(r)
+                                                         .arg(c)
+                                                         .arg(M)
+                                                         .arg(K)
+                                                         .arg(N)
+                                                         .arg(got(r, c))
+                                                         .arg(want)
+                                                         .arg(level)
+                                                         .arg(what)));
                             }
-                            // The message is built only on a failure (the check runs
-                            // for every element, also under the sanitizers).
-                            if (!near(y[i * ldy + c], want, scale))
-                                QFAIL(qPrintable(QString("%8: y[%1,%2] of %3x%4x%5: %6 vs %7")
-                                                     .arg(i)
-                                                     .arg(c)
-                                                     .arg(M)
-                                                     .arg(K)
-                                                     .arg(N)
-                                                     .arg(y[i * ldy + c])
-                                                     .arg(want)
-                                                     .arg(level)));
-                        }
-                    for (int64_t j = 0; j < K; ++j)
-                        for (int64_t c = 0; c < N; ++c) {
-                            double want = 0, scale = 0;
-                            for (int64_t i = 0; i < M; ++i) {
-                                want += double{x[i * ldx + j]} * dy[i * ldy + c];
-                                scale += std::fabs(double{x[i * ldx + j]} * dy[i * ldy + c]);
-                            }
-                            if (!near(dw[j * ldw + c], want, scale))
-                                QFAIL(qPrintable(QString("%8: dw[%1,%2] of %3x%4x%5: %6 vs %7")
-                                                     .arg(j)
-                                                     .arg(c)
-                                                     .arg(M)
-                                                     .arg(K)
-                                                     .arg(N)
-                                                     .arg(dw[j * ldw + c])
-                                                     .arg(want)
-                                                     .arg(level)));
-                        }
+                    };
+                    check(
+                        "y", M, K, [&](int64_t i, int64_t j) { return x[i * ldx + j]; },
+                        [&](int64_t j, int64_t c) { return w[j * ldw + c]; },
+                        [&](int64_t i, int64_t c) { return y[i * ldy + c]; });
+                    if (QTest::currentTestFailed()) return;
+                    check(
+                        "dw", K, M, [&](int64_t j, int64_t i) { return x[i * ldx + j]; },
+                        [&](int64_t i, int64_t c) { return dy[i * ldy + c]; },
+                        [&](int64_t j, int64_t c) { return dw[j * ldw + c]; });
+                    if (QTest::currentTestFailed()) return;
                     // Past each row's N columns nothing is written.
                     bool untouched = true;
                     for (int64_t i = 0; i < M; ++i)
