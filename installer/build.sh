@@ -5,9 +5,9 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 jobs="${TRAINDECK_JOBS:-$(nproc)}"
-# ccache when installed: rebuilds, and the GPU bundle's build (tests/gpu/check.sh --bundle, CTest
-# gpu_bundle), reuse these objects.
+# ccache when installed: rebuilds, the GPU bundle's build (tests/gpu/check.sh --bundle, CTest
+# gpu_bundle) and other clones of the same commit reuse these objects (installer/ccache_env.sh).
 launcher=()
-if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
+source "$root/installer/ccache_env.sh"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" "$@"
 cmake --build build -j "$jobs"

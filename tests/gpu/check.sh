@@ -80,9 +80,8 @@ bundle() {
     die "--bundle needs the CUDA toolkit (nvcc not found)"
   local jobs="${TRAINDECK_JOBS:-$(nproc)}"
   local launcher=()
-  if command -v ccache >/dev/null; then
-    launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
-  fi
+  source "$root/installer/ccache_env.sh"
+  if [ ${#launcher[@]} -gt 0 ]; then launcher+=(-DCMAKE_CUDA_COMPILER_LAUNCHER=ccache); fi
   local start=$SECONDS
   mkdir -p "$bundle_dir"
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRAINDECK_CUDA=ON \
