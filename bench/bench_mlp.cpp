@@ -39,6 +39,7 @@
 
 #include "engine/core/cpu_isa.h"
 #include "engine/io/project.h"
+#include "tests/source_dir.h"
 
 namespace {
 
@@ -285,7 +286,7 @@ int main(int argc, char** argv) {
     int epochs = 3, threads = 2, rounds = 1;
     std::string frameworks = "torch,torch-compile,torch-debian,keras";
     std::string models = "seed-32,seed-256,wide-256";
-    std::string root = TRAINDECK_SOURCE_DIR;
+    std::string root = td::dev::kSourceDir;
     std::string reference = root + "/bench/reference_mlp.py";
     std::string binary;
     std::string jsonOut;

@@ -18,6 +18,7 @@
 
 #include "engine/data/pipeline.h"
 #include "engine/io/project.h"
+#include "tests/source_dir.h"
 
 namespace {
 
@@ -59,8 +60,7 @@ td::Result<double> timeEpochs(const td::Dataset& data, td::PipelineConfig cfg, i
 
 int main(int argc, char** argv) {
     CLI::App app{"TrainDeck input-side benchmark: source loading and batch forming"};
-    std::string projectPath =
-        std::string(TRAINDECK_SOURCE_DIR) + "/projects/fashion_mnist_mlp.json";
+    std::string projectPath = std::string(td::dev::kSourceDir) + "/projects/fashion_mnist_mlp.json";
     int loads = 3, epochs = 3, repeat = 3;
     app.add_option("--project", projectPath, "Project whose data section is measured");
     app.add_option("--loads", loads, "Source loads to time")->check(CLI::PositiveNumber);

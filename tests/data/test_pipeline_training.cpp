@@ -14,13 +14,14 @@
 
 #include "engine/api/session.h"
 #include "tests/scoped_env.h"
+#include "tests/source_dir.h"
 
 using namespace td;
 
 namespace {
 
 Project blobs(const std::string& cache, uint64_t dataSeed) {
-    auto p = loadProject(std::string(TRAINDECK_SOURCE_DIR) + "/projects/synthetic_blobs.json");
+    auto p = loadProject(std::string(td::dev::kSourceDir) + "/projects/synthetic_blobs.json");
     if (!p.ok()) qFatal("%s", p.error().c_str());
     Project project = std::move(p).value();
     project.data.source.samples = 640;
@@ -194,7 +195,7 @@ void TestPipelineTraining::inlineEpochsTrainAsWorkerEpochs() {
     // split across the CPU device's WorkShare, whose helper then forms the next batch during the
     // step (Device::startAside).
     auto loaded =
-        loadProject(std::string(TRAINDECK_SOURCE_DIR) + "/projects/fashion_mnist_mlp.json");
+        loadProject(std::string(td::dev::kSourceDir) + "/projects/fashion_mnist_mlp.json");
     QVERIFY2(loaded.ok(), loaded.ok() ? "" : loaded.error().c_str());
     Project project = std::move(loaded).value();
     project.data.source = SourceConfig{};

@@ -11,6 +11,7 @@
 #include "engine/api/runs.h"
 #include "engine/store/run_store.h"
 #include "engine/train/checkpoint.h"
+#include "tests/source_dir.h"
 
 namespace {
 
@@ -51,7 +52,7 @@ QStringList storedStatuses(const QString& db) {
 }
 
 QString project(const char* name) {
-    return QString(TRAINDECK_SOURCE_DIR) + "/projects/" + name;
+    return QString(td::dev::kSourceDir) + "/projects/" + name;
 }
 
 }  // namespace
@@ -97,7 +98,7 @@ void TestCli::kerasWarningsOnStderr() {
     QFile base(project("synthetic_blobs.json"));
     QVERIFY(base.open(QIODevice::ReadOnly));
     QJsonObject p = QJsonDocument::fromJson(base.readAll()).object();
-    QFile fixtures(QString(TRAINDECK_SOURCE_DIR) + "/tests/fixtures/keras/models_keras3.json");
+    QFile fixtures(QString(td::dev::kSourceDir) + "/tests/fixtures/keras/models_keras3.json");
     QVERIFY(fixtures.open(QIODevice::ReadOnly));
     for (const QJsonValue m : QJsonDocument::fromJson(fixtures.readAll())["models"].toArray())
         if (m["name"] == "mixed_precision_layer") p["model"] = m["json"];
@@ -249,8 +250,7 @@ void TestCli::badInput_data() {
     QTest::addColumn<QString>("expected");
     QTest::newRow("missing project")
         << QStringList{"train", "/nonexistent/p.json"} << "/nonexistent/p.json";
-    QTest::newRow("not json") << QStringList{"summary",
-                                             QString(TRAINDECK_SOURCE_DIR) + "/README.md"}
+    QTest::newRow("not json") << QStringList{"summary", QString(td::dev::kSourceDir) + "/README.md"}
                               << "README.md";
     // A store of this process's own: builds that run their suites at once must not share one.
     const QString db = QDir::temp().filePath(

@@ -27,6 +27,7 @@
 #include "engine/graph/passes.h"
 #include "engine/io/project.h"
 #include "engine/model/layers.h"
+#include "tests/source_dir.h"
 
 using namespace td;
 
@@ -452,7 +453,7 @@ UpdateSpec rmsprop() {
 // metrics.
 Result<MetricMap> trainSynthetic(const std::string& type, const std::vector<std::string>& devices,
                                  int replicas) {
-    TD_ASSIGN_OR_RETURN(Project p, loadProject(std::string(TRAINDECK_SOURCE_DIR) +
+    TD_ASSIGN_OR_RETURN(Project p, loadProject(std::string(td::dev::kSourceDir) +
                                                "/projects/synthetic_blobs.json"));
     p.data.source.samples = 1024;
     p.training.epochs = 2;
@@ -666,7 +667,7 @@ int main() {
     }
     for (const char* file : {"fashion_mnist_cnn.json", "fashion_mnist_mlp.json",
                              "csv_iris_like.json", "synthetic_blobs.json"}) {
-        auto project = loadProject(std::string(TRAINDECK_SOURCE_DIR) + "/projects/" + file);
+        auto project = loadProject(std::string(td::dev::kSourceDir) + "/projects/" + file);
         if (!project.ok()) {
             buildErrors.push_back(std::string(file) + ": " + project.error());
             continue;

@@ -21,13 +21,14 @@
 #include "engine/store/run_store.h"
 #include "engine/train/callbacks.h"
 #include "tests/scoped_env.h"
+#include "tests/source_dir.h"
 
 using namespace td;
 
 namespace {
 
 Project loadExample(const char* name) {
-    auto p = loadProject(std::string(TRAINDECK_SOURCE_DIR) + "/projects/" + name);
+    auto p = loadProject(std::string(td::dev::kSourceDir) + "/projects/" + name);
     if (!p.ok()) qFatal("%s", p.error().c_str());
     return std::move(p).value();
 }

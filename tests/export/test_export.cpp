@@ -21,6 +21,7 @@
 #include "engine/io/onnx_export.h"
 #include "engine/io/zip_archive.h"
 #include "engine/train/checkpoint.h"
+#include "tests/source_dir.h"
 
 using namespace td;
 namespace fs = std::filesystem;
@@ -432,7 +433,7 @@ double maxAbsDiff(const Tensor& a, const Tensor& b) {
 // projects/csv_iris_like.json for a short run in a test: its data paths absolute, `epochs`
 // epochs, no callbacks (the trained weights are the last epoch's), run checkpoints on or off.
 std::string irisProjectJson(int epochs, bool runCheckpoints) {
-    const std::string src = std::string(TRAINDECK_SOURCE_DIR) + "/projects/";
+    const std::string src = std::string(td::dev::kSourceDir) + "/projects/";
     std::ifstream in(src + "csv_iris_like.json");
     nlohmann::json j = nlohmann::json::parse(in);
     j["data"]["source"]["train"] = src + "data/iris_like_train.csv";
@@ -1101,7 +1102,7 @@ class TestExport : public QObject {
         auto project = loadProject(dir_ + "/iris.json");
         TD_VERIFY_OK(project);
         const std::string testCsv =
-            std::string(TRAINDECK_SOURCE_DIR) + "/projects/data/iris_like_test.csv";
+            std::string(td::dev::kSourceDir) + "/projects/data/iris_like_test.csv";
         auto csv = readCsv(testCsv, "label");
         TD_VERIFY_OK(csv);
         const Tensor& x = csv->x;  // raw features, [60, 4]

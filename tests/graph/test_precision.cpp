@@ -16,6 +16,7 @@
 #include "engine/io/project.h"
 #include "engine/train/update.h"
 #include "harness.h"
+#include "tests/source_dir.h"
 
 using namespace td;
 using tdtest::Harness;
@@ -413,7 +414,7 @@ void TestPrecision::wholeProjectsPassesOff() {
     QFETCH(int, dtype);
     const DType dt = static_cast<DType>(dtype);
     auto project = loadProject(
-        std::string(TRAINDECK_SOURCE_DIR) + "/projects/" +
+        std::string(td::dev::kSourceDir) + "/projects/" +
         (name.startsWith("bench") ? std::string("fashion_mnist_mlp.json") : name.toStdString()));
     QVERIFY2(project.ok(), project.ok() ? "" : project.error().c_str());
     ModelSpec m = project->model;

@@ -8,13 +8,14 @@
 #include <sstream>
 
 #include "engine/io/project.h"
+#include "tests/source_dir.h"
 
 using namespace td;
 using Json = nlohmann::ordered_json;
 
 namespace {
 
-const std::string kSourceDir = TRAINDECK_SOURCE_DIR;
+const std::string kSourceDir = td::dev::kSourceDir;
 
 std::string readText(const std::string& path) {
     std::ifstream in(path, std::ios::binary);

@@ -15,6 +15,7 @@
 #include "engine/io/project.h"
 #include "tests/fixtures/keras/keras_fixtures.h"
 #include "tests/graph/harness.h"
+#include "tests/source_dir.h"
 
 using namespace td;
 using keras_fixtures::Json;
@@ -282,7 +283,7 @@ class TestKerasFixtures : public QObject {
     // The issue's reproduction, inside a project: accepted, no warning, Keras' 105 parameters.
     void kerasModelInProject() {
         Json project = Json::parse(
-            readText(std::string(TRAINDECK_SOURCE_DIR) + "/projects/synthetic_blobs.json"));
+            readText(std::string(td::dev::kSourceDir) + "/projects/synthetic_blobs.json"));
         const Json fixture = keras_fixtures::load("models_keras3.json");
         for (const Json& m : fixture.at("models"))
             if (m.at("name") == "keras_issue_example") project["model"] = m.at("json");
@@ -423,7 +424,7 @@ class TestKerasFixtures : public QObject {
         const Json fixture = keras_fixtures::load("optimizers_keras3.json");
         const Json& serialized = fixture.at("cases").at(size_t(index)).at("optimizer");
         Json project = Json::parse(
-            readText(std::string(TRAINDECK_SOURCE_DIR) + "/projects/synthetic_blobs.json"));
+            readText(std::string(td::dev::kSourceDir) + "/projects/synthetic_blobs.json"));
         project["training"]["optimizer"] = serialized;
         auto p = parseProject(project.dump(), "p.json");
         QVERIFY2(p.ok(), p.ok() ? "" : p.error().c_str());

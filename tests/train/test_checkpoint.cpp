@@ -16,6 +16,7 @@
 #include "engine/store/run_store.h"
 #include "engine/train/callbacks.h"
 #include "engine/train/checkpoint.h"
+#include "tests/source_dir.h"
 
 using namespace td;
 namespace fs = std::filesystem;
@@ -23,7 +24,7 @@ namespace fs = std::filesystem;
 namespace {
 
 Project blobs(int64_t samples, int epochs) {
-    auto loaded = loadProject(std::string(TRAINDECK_SOURCE_DIR) + "/projects/synthetic_blobs.json");
+    auto loaded = loadProject(std::string(td::dev::kSourceDir) + "/projects/synthetic_blobs.json");
     if (!loaded.ok()) qFatal("%s", loaded.error().c_str());
     Project p = std::move(loaded).value();
     p.data.source.samples = samples;
@@ -771,7 +772,7 @@ void TestCheckpoint::projectFieldErrors() {
     QFETCH(QString, callback);
     QFETCH(QString, expected);
     std::string text =
-        readFile(std::string(TRAINDECK_SOURCE_DIR) + "/projects/synthetic_blobs.json");
+        readFile(std::string(td::dev::kSourceDir) + "/projects/synthetic_blobs.json");
     const std::string from = R"("callbacks": [{"class_name": "TerminateOnNaN"}],)";
     const size_t at = text.find(from);
     QVERIFY(at != std::string::npos);

@@ -6,11 +6,12 @@
 #include <string>
 
 #include "engine/io/project.h"
+#include "tests/source_dir.h"
 
 namespace tdtest {
 
 inline td::Project blobs(int epochs) {
-    auto p = td::loadProject(std::string(TRAINDECK_SOURCE_DIR) + "/projects/synthetic_blobs.json");
+    auto p = td::loadProject(std::string(td::dev::kSourceDir) + "/projects/synthetic_blobs.json");
     if (!p.ok()) qFatal("%s", p.error().c_str());
     p->training.epochs = epochs;
     p->training.batchSize = 16;

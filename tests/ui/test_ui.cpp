@@ -37,6 +37,7 @@
 
 #include "engine/io/project.h"
 #include "engine/store/run_store.h"
+#include "tests/source_dir.h"
 #include "ui/chart_widget.h"
 #include "ui/config_diff.h"
 #include "ui/data_panel.h"
@@ -958,7 +959,7 @@ void TestUi::closingMidRunMarksStopped() {
 }
 
 void TestUi::projectRoundTripsUnchanged() {
-    const QString source = QString(TRAINDECK_SOURCE_DIR) + "/projects/fashion_mnist_mlp.json";
+    const QString source = QString(td::dev::kSourceDir) + "/projects/fashion_mnist_mlp.json";
     auto w = makeWindow("project.db");
     ProjectController* pc = w->projectController();
     QString error;
@@ -1099,7 +1100,7 @@ void TestUi::latencyDuringFashionMnistTraining() {
     auto w = makeWindow("fashion.db");
     QString error;
     QVERIFY2(
-        w->openProject(QString(TRAINDECK_SOURCE_DIR) + "/projects/fashion_mnist_mlp.json", &error),
+        w->openProject(QString(td::dev::kSourceDir) + "/projects/fashion_mnist_mlp.json", &error),
         qPrintable(error));
     w->trainingPanel()->findChild<QSpinBox*>("epochs")->setValue(2);
     RunController* rc = w->runController();

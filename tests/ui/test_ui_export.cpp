@@ -11,6 +11,7 @@
 #include "engine/io/keras_archive.h"
 #include "engine/io/onnx_export.h"
 #include "engine/io/zip_archive.h"
+#include "tests/source_dir.h"
 #include "ui/main_window.h"
 #include "ui/project_controller.h"
 #include "ui/runs_panel.h"
@@ -37,7 +38,7 @@ ModelWeights weightsFor(const ModelSpec& model, float value) {
 // trained weights) after fit.
 std::unique_ptr<Session> trainBlobs(const std::string& db, const std::string& name,
                                     bool runCheckpoints) {
-    auto p = loadProject(std::string(TRAINDECK_SOURCE_DIR) + "/projects/synthetic_blobs.json");
+    auto p = loadProject(std::string(td::dev::kSourceDir) + "/projects/synthetic_blobs.json");
     TD_ASSERT(p.ok());
     p->training.epochs = 2;
     p->training.evaluateTest = false;
