@@ -30,7 +30,7 @@ Run traindeck(const QStringList& args, const QString& home = QString(),
     env.insert("OMP_NUM_THREADS", "1");
     for (const QString& kv : extraEnv) env.insert(kv.section('=', 0, 0), kv.section('=', 1));
     p.setProcessEnvironment(env);
-    p.start(TRAINDECK_BINARY, args);
+    p.start(td::dev::kBinary, args);
     if (!p.waitForFinished(timeoutMs)) {
         p.kill();
         p.waitForFinished();
@@ -444,7 +444,7 @@ void TestCli::killedRunResumes() {
     QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
     env.insert("OMP_NUM_THREADS", "1");
     victim.setProcessEnvironment(env);
-    victim.start(TRAINDECK_BINARY, {"train", path, "--db", killedDb, "--plain"});
+    victim.start(td::dev::kBinary, {"train", path, "--db", killedDb, "--plain"});
     QVERIFY(victim.waitForStarted());
     // Wait until the store has registered a checkpoint well into the run, then kill -9.
     int64_t registered = 0;
@@ -564,7 +564,7 @@ void TestCli::resumeAndDeleteErrors() {
 // nor HDF5 with the network and crypto libraries it brings (those load with the Keras module).
 void TestCli::headlessLoadsNoGuiLibrary() {
     QProcess ldd;
-    ldd.start("ldd", {TRAINDECK_BINARY});
+    ldd.start("ldd", {td::dev::kBinary});
     if (!ldd.waitForStarted()) QSKIP("ldd is not installed");
     QVERIFY(ldd.waitForFinished());
     const QString libs = QString::fromUtf8(ldd.readAllStandardOutput());
@@ -652,7 +652,7 @@ void TestCli::desktopAppModuleErrors() {
 
     // A shared object that is not the GUI module (the C library): named as such.
     QProcess ldd;
-    ldd.start("ldd", {TRAINDECK_BINARY});
+    ldd.start("ldd", {td::dev::kBinary});
     if (!ldd.waitForStarted() || !ldd.waitForFinished()) QSKIP("ldd is not installed");
     const auto m = QRegularExpression(R"(libc\.so\.6 => (\S+))")
                        .match(QString::fromUtf8(ldd.readAllStandardOutput()));

@@ -412,7 +412,7 @@ struct Run {
 };
 Run traindeck(const QStringList& args) {
     QProcess p;
-    p.start(TRAINDECK_BINARY, args);
+    p.start(td::dev::kBinary, args);
     Run r;
     if (!p.waitForFinished(120000)) return r;
     r.code = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;

@@ -1,7 +1,6 @@
 # Export and import: zip, HDF5, .keras and ONNX files (engine/io) and the facade engine/api/export.h.
 td_add_test(test_export SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_export.cpp LABELS integration export)
 target_link_libraries(test_export PRIVATE ZLIB::ZLIB)
-target_compile_definitions(test_export PRIVATE TRAINDECK_BINARY="$<TARGET_FILE:traindeck>")
 add_dependencies(test_export traindeck)
 # Against ONNX's checker, ONNX Runtime and Keras 3 (installer/pyenv.sh's environment); SKIP (77)
 # when those packages are not installed.

@@ -16,6 +16,7 @@
 
 #include "engine/core/text_limits.h"
 #include "engine/store/run_store.h"
+#include "tests/source_dir.h"
 
 using Json = nlohmann::ordered_json;
 
@@ -36,7 +37,7 @@ Run traindeck(const QStringList& args, const QString& budget) {
     else
         env.insert("TRAINDECK_MEMORY_BUDGET", budget);
     p.setProcessEnvironment(env);
-    p.start(TRAINDECK_BINARY, args);
+    p.start(td::dev::kBinary, args);
     if (!p.waitForFinished(120000)) {
         p.kill();
         p.waitForFinished();

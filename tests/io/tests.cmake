@@ -1,7 +1,6 @@
 td_add_test(test_io SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_io.cpp LABELS unit io LIBS traindeck_io)
 # The binary as a user runs it, with every size and text field pushed to an absurd value.
 td_add_test(test_limits SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_limits.cpp LABELS integration io)
-target_compile_definitions(test_limits PRIVATE TRAINDECK_BINARY="$<TARGET_FILE:traindeck>")
 add_dependencies(test_limits traindeck)
 td_add_test(test_keras_fixtures SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_keras_fixtures.cpp
             LABELS unit io LIBS traindeck_io traindeck_compiler)
