@@ -9,5 +9,9 @@ jobs="${TRAINDECK_JOBS:-$(nproc)}"
 # gpu_bundle) and other clones of the same commit reuse these objects (installer/ccache_env.sh).
 launcher=()
 source "$root/installer/ccache_env.sh"
+# The CUDA sources too (CMake uses this only where it finds the toolkit).
+if [ ${#launcher[@]} -gt 0 ] && { [ -x /usr/local/cuda/bin/nvcc ] || command -v nvcc >/dev/null; }; then
+  launcher+=(-DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+fi
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" "$@"
 cmake --build build -j "$jobs"
