@@ -255,6 +255,79 @@ void checkSparseKernels(const cpu::sparse::Kernels& kernels, const char* level) 
     QVERIFY2(checked > 40, qPrintable(QString::number(checked)));
 }
 
+// One level's transposedTimesDenseAdam against transposedTimesDense followed by the optimizer
+// kernels' adam of the same level over the whole parameter (sparseAdamEqualsSeparate): the same
+// bits for the parameter and both slots.
+void checkSparseAdam(const cpu::sparse::Kernels& k, CpuIsa isa) {
+    std::mt19937 rng(23);
+    std::uniform_real_distribution<float> uni(-1.f, 1.f), unit(0.f, 1.f);
+    int checked = 0;
+    for (int64_t B : {3, 32, 70, 130})  // 70 and 130: several blocks of rows, partial sums in dw
+        for (int64_t K : {1, 17, 100})
+            for (int64_t N : {5, 48, 130})
+                for (int variant = 0; variant < 4; ++variant) {
+                    // 0: plain Adam; 1: clipvalue; 2: decoupled decay; 3: the gradient kept in dw
+                    const int64_t ldx = K + 3, ldy = N + 1, ld = N + 2;
+                    std::vector<float> x(static_cast<size_t>(B * ldx));
+                    for (float& v : x) v = unit(rng) < 0.4 ? uni(rng) : 0.f;
+                    std::vector<float> dy(static_cast<size_t>(B * ldy));
+                    for (float& v : dy) v = uni(rng);
+                    std::vector<float> w(static_cast<size_t>(K * ld)), m(w.size()), v(w.size());
+                    for (float& e : w) e = uni(rng);
+                    for (float& e : m) e = 0.1f * uni(rng);
+                    for (float& e : v) e = 0.01f * unit(rng);
+                    // Elements past N in each row stand for another tensor: never touched.
+                    std::vector<float> w2 = w, m2 = m, v2 = v;
+                    std::vector<float> grad(w.size(), 0.f), fusedGrad(w.size(), 5.f);
+                    cpu::sparse::AdamEpilogue e;
+                    e.w = w2.data();
+                    e.m = m2.data();
+                    e.v = v2.data();
+                    e.ld = ld;
+                    e.clip = variant == 1 ? 0.05f : std::numeric_limits<float>::infinity();
+                    e.decay = variant == 2;
+                    e.wdLr = 0.004f;
+                    e.alpha = 0.01f;
+                    e.oneMinusB1 = 0.1f;
+                    e.oneMinusB2 = 0.001f;
+                    e.eps = 1e-7f;
+                    e.keepGrad = variant == 3;
+                    k.transposedTimesDenseAdam(x.data(), ldx, B, K, dy.data(), ldy, N,
+                                               fusedGrad.data(), ld, e);
+                    k.transposedTimesDense(x.data(), ldx, B, K, dy.data(), ldy, N, grad.data(), ld);
+                    const optim_kernels::Table& t = kernelsFor(isa);
+                    for (int64_t r = 0; r < K; ++r) {
+                        AdamArgs a;
+                        a.p.w = w.data() + r * ld;
+                        a.p.grad = grad.data() + r * ld;
+                        a.p.clip = e.clip;
+                        a.p.decay = e.decay;
+                        a.p.wdLr = e.wdLr;
+                        a.m = m.data() + r * ld;
+                        a.v = v.data() + r * ld;
+                        a.alpha = e.alpha;
+                        a.oneMinusB1 = e.oneMinusB1;
+                        a.oneMinusB2 = e.oneMinusB2;
+                        a.eps = e.eps;
+                        t.adam(a, 0, N);
+                    }
+                    requireSame(w2, w, "w");
+                    requireSame(m2, m, "m");
+                    requireSame(v2, v, "v");
+                    if (QTest::currentTestFailed()) return;
+                    if (variant == 3) {
+                        for (int64_t r = 0; r < K; ++r)
+                            for (int64_t c = 0; c < N; ++c)
+                                QCOMPARE(fusedGrad[r * ld + c], grad[r * ld + c]);
+                    } else if (B <= 64) {  // one block: the gradient itself is never stored
+                        QVERIFY(std::all_of(fusedGrad.begin(), fusedGrad.end(),
+                                            [](float g) { return g == 5.f; }));
+                    }
+                    ++checked;
+                }
+    QCOMPARE(checked, 4 * 3 * 3 * 4);
+}
+
 class TestIsa : public QObject {
     Q_OBJECT
 
@@ -443,6 +516,93 @@ class TestIsa : public QObject {
             if (QTest::currentTestFailed()) return;
         }
         if (levels == 0) QSKIP("this CPU has neither AVX2 nor AVX-512: the products stay dense");
+    }
+
+    // The weight gradient with its Adam update inside the zero-skipping kernel (the CPU device's
+    // fused update on sparse inputs) leaves the parameter and the slots with the same bits as the
+    // gradient product followed by the optimizer kernels' adam: plain, with clipvalue, with
+    // decoupled decay, with the gradient also kept; one block of rows and several.
+    void sparseAdamEqualsSeparate() {
+        int levels = 0;
+        for (CpuIsa isa : {CpuIsa::Avx2, CpuIsa::Avx512}) {
+            const cpu::sparse::Kernels* k = cpu::sparse::forIsa(isa);
+            if (!k) continue;
+            ++levels;
+            checkSparseAdam(*k, isa);
+            if (QTest::currentTestFailed()) return;
+        }
+        if (levels == 0) QSKIP("this CPU has neither AVX2 nor AVX-512: the products stay dense");
+    }
+
+    // The small products (cpu::simd::SmallProduct) of every level give the generic level's
+    // bits, and the generic level's sums match a product in double precision, with and without
+    // bias and ReLU, a transposed left operand, rows and columns past whole registers.
+    void smallProductMatchesGeneric_data() { levelsMatchGeneric_data(); }
+    void smallProductMatchesGeneric() {
+        QFETCH(CpuIsa, isa);
+        const cpu::simd::Table& k = cpu::simd::kernelsFor(isa);
+        const cpu::simd::Table& g = cpu::simd::kernelsFor(CpuIsa::Generic);
+        QCOMPARE(k.isa, isa);
+        std::mt19937 rng(31);
+        std::uniform_real_distribution<float> uni(-1.f, 1.f);
+        for (int64_t M : {1, 5, 32})
+            for (int64_t N : {1, 10, 33, 128})
+                for (int64_t K : {1, 7, 128})
+                    for (int variant = 0; variant < 4; ++variant) {
+                        const bool transposed = variant & 1, withBias = variant & 2;
+                        std::vector<float> a(static_cast<size_t>(M * K));
+                        for (float& e : a) e = uni(rng);
+                        const int64_t ldb = (N + cpu::simd::kSmallProductPad - 1) /
+                                            cpu::simd::kSmallProductPad *
+                                            cpu::simd::kSmallProductPad;
+                        std::vector<float> b(static_cast<size_t>(K * ldb), 0.f),
+                            bias(static_cast<size_t>(ldb), 0.f);
+                        for (int64_t kk = 0; kk < K; ++kk)
+                            for (int64_t n = 0; n < N; ++n) b[kk * ldb + n] = uni(rng);
+                        for (int64_t n = 0; n < N; ++n) bias[n] = uni(rng);
+                        cpu::simd::SmallProduct p;
+                        p.a = a.data();
+                        p.aRow = transposed ? 1 : K;  // transposed: a stored [K, M]
+                        p.aCol = transposed ? M : 1;
+                        p.b = b.data();
+                        p.ldb = ldb;
+                        p.bias = withBias ? bias.data() : nullptr;
+                        p.ldc = N + 1;
+                        p.M = M;
+                        p.N = N;
+                        p.K = K;
+                        p.relu = withBias;
+                        std::vector<float> got(static_cast<size_t>(M * p.ldc), 9.f), want = got;
+                        p.c = got.data();
+                        k.smallProduct(p);
+                        p.c = want.data();
+                        g.smallProduct(p);
+                        requireSame(got, want, "c");
+                        if (QTest::currentTestFailed()) return;
+                        for (int64_t m = 0; m < M; ++m) {
+                            QCOMPARE(want[m * p.ldc + N], 9.f);  // past N: untouched
+                            for (int64_t n = 0; n < N; ++n) {
+                                double sum = 0, scale = 0;
+                                for (int64_t kk = 0; kk < K; ++kk) {
+                                    const double t =
+                                        double{a[m * p.aRow + kk * p.aCol]} * b[kk * ldb + n];
+                                    sum += t;
+                                    scale += std::fabs(t);
+                                }
+                                if (withBias) sum = std::max(0.0, sum + bias[n]);
+                                const double e = want[m * p.ldc + n];
+                                if (std::fabs(e - sum) > 1e-5 * (1 + scale))
+                                    QFAIL(qPrintable(QString("c[%1,%2] of %3x%4x%5: %6 vs %7")
+                                                         .arg(m)
+                                                         .arg(n)
+                                                         .arg(M)
+                                                         .arg(N)
+                                                         .arg(K)
+                                                         .arg(e)
+                                                         .arg(sum)));
+                            }
+                        }
+                    }
     }
 
     // The comparison above is only worth something if the kernels move the state.

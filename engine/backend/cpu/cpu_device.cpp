@@ -15,6 +15,7 @@
 #include <fstream>
 #include <limits>
 #include <span>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 
@@ -22,6 +23,7 @@
 #include "engine/backend/backend.h"
 #include "engine/backend/cpu/image_kernels.h"
 #include "engine/backend/cpu/kernels.h"
+#include "engine/backend/cpu/simd_kernels.h"
 #include "engine/backend/cpu/sparse_kernels.h"
 #include "engine/core/cpu_isa.h"
 #include "engine/core/half.h"
@@ -97,6 +99,9 @@ struct CpuInstr {
     // A product whose pieces may skip the zeros of their input (sparse_kernels.h): index into
     // CpuProgram::sparse_ (-1: always dense).
     int sparse = -1;
+    // A product small enough for simd::smallProduct (see kSmallProductMacs): index into
+    // CpuProgram::smalls_ (-1: oneDNN).
+    int small = -1;
 };
 
 // An operand as block mode reads or writes it.
@@ -294,11 +299,26 @@ class CpuProgram final : public Executable {
         std::vector<Piece> pieces;
         bool on = true;
         int64_t runs = 0, sparseRuns = 0;
+        int64_t adamRuns = 0;  // runs whose update ran inside the kernel (pieceAdam)
+        std::vector<cpu::sparse::AdamEpilogue> adam;  // per piece, set before each run
+        std::vector<char> adamInside;
         double work = 1;  // listed / dense, the last run that measured it
     };
     std::vector<SparseProduct> sparse_;
+    // A small product's shape and its right operand packed as simd::SmallProduct reads it.
+    struct SmallPlan {
+        int64_t M = 0, N = 0, K = 0, ldb = 0;
+        bool ta = false, tb = false, relu = false;
+        std::vector<float> packed;
+        std::vector<float> bias;  // ldb floats, zeros past N
+    };
+    std::vector<SmallPlan> smalls_;
+    void runSmall(const CpuInstr& i);
     bool sparseRun(const CpuInstr& i);
-    void runSparsePiece(const CpuInstr& i, int64_t piece);
+    void runSparsePiece(const CpuInstr& i, int64_t piece,
+                        const cpu::sparse::AdamEpilogue* adam = nullptr);
+    bool pieceAdam(const CpuInstr& i, int64_t piece, const UpdateScalars& s,
+                   cpu::sparse::AdamEpilogue& a) const;
     void noteSparseRun(const CpuInstr& i);
     void balanceAlongK(SparseProduct& sp);
 
@@ -402,6 +422,20 @@ dnnl::memory::desc kernelDesc(const Shape& w, int64_t groups) {
                                   dnnl::memory::dims{1, F, KW * Cg * F, Cg * F});
     return dnnl::memory::desc({groups, F / groups, Cg, KH, KW}, dnnl::memory::data_type::f32,
                               dnnl::memory::dims{F / groups, 1, F, KW * Cg * F, Cg * F});
+}
+
+// Products of at most this many multiply-adds run through simd::smallProduct instead of oneDNN,
+// whose call costs more than such a product: measured on one core of a 2-core AMD Zen 3 (AVX2),
+// Fashion-MNIST's MLP at batch 32: the output layer [32,128] x [128,10] 7.0 us through oneDNN,
+// and its two gradient products 2.5 and 2.9 us. TRAINDECK_SMALL_PRODUCTS=0: always oneDNN.
+constexpr int64_t kSmallProductMacs = 65536;
+
+bool smallProducts() {
+    static const bool on = [] {
+        const char* v = std::getenv("TRAINDECK_SMALL_PRODUCTS");
+        return !(v && std::string_view(v) == "0");
+    }();
+    return on;
 }
 
 // How a product [M,K]x[K,N] splits into pieces for a WorkShare of `width` threads: along the
@@ -646,6 +680,27 @@ Status CpuProgram::addMatmul(const Instr& in, CpuInstr& ins) {
             }
             ins.sparse = static_cast<int>(sparse_.size());
             sparse_.push_back(std::move(sp));
+        }
+        // A small f32 product runs through simd::smallProduct (the primitive stays for its
+        // arguments, which the batch rebinds, and for TRAINDECK_SMALL_PRODUCTS=0).
+        const bool actOk =
+            in.op == InstrOp::MatMul || in.act == ActKind::Linear || in.act == ActKind::Relu;
+        if (smallProducts() && !convertHalf && ins.pieces == 1 && !ta && !tb &&
+            primOp == DType::F32 && primOut == DType::F32 && in.in[1].dtype == DType::F32 &&
+            actOk && M > 0 && N > 0 && K > 0 && M * N * K <= kSmallProductMacs) {
+            SmallPlan sp;
+            sp.M = M;
+            sp.N = N;
+            sp.K = K;
+            sp.ldb = (N + cpu::simd::kSmallProductPad - 1) / cpu::simd::kSmallProductPad *
+                     cpu::simd::kSmallProductPad;
+            sp.ta = ta;
+            sp.tb = tb;
+            sp.relu = in.op == InstrOp::Dense && in.act == ActKind::Relu;
+            sp.packed.assign(static_cast<size_t>(K * sp.ldb), 0.0f);
+            if (hasBias) sp.bias.assign(static_cast<size_t>(sp.ldb), 0.0f);
+            ins.small = static_cast<int>(smalls_.size());
+            smalls_.push_back(std::move(sp));
         }
     } catch (const dnnl::error& e) {
         return err("oneDNN " + what + " (" + dtypeName(opType) + " -> " + dtypeName(outType) +
@@ -1060,6 +1115,7 @@ void CpuProgram::addPartials(const CpuInstr& i) const {
 // 0.95x and 0.98x; at batch 256: 70% 1.11x and 1.08x, 75% 1.03x and 1.01x, 80% 0.95x and 1.02x.
 // Fashion-MNIST batches (46% nonzero pixels) list 59-61% and 51%: 1.20-1.23x and 1.40-1.49x.
 constexpr double kSparseMaxWork = 0.75;
+
 constexpr int64_t kSparseProbe = 64;
 
 bool CpuProgram::sparseRun(const CpuInstr& i) {
@@ -1068,7 +1124,45 @@ bool CpuProgram::sparseRun(const CpuInstr& i) {
     return sp.on || ++sp.runs % kSparseProbe == 0;
 }
 
-void CpuProgram::runSparsePiece(const CpuInstr& i, int64_t piece) {
+void CpuProgram::runSmall(const CpuInstr& i) {
+    SmallPlan& sp = smalls_[static_cast<size_t>(i.small)];
+    const Prim& pr = prims_[static_cast<size_t>(i.prim)];
+    const auto* a = static_cast<const float*>(pr.args.at(DNNL_ARG_SRC).get_data_handle());
+    const auto* w = static_cast<const float*>(pr.args.at(DNNL_ARG_WEIGHTS).get_data_handle());
+    auto* c = static_cast<float*>(pr.args.at(DNNL_ARG_DST).get_data_handle());
+    const auto bias = pr.args.find(DNNL_ARG_BIAS);
+    // b(k, n) into rows of ldb (the zeros past N were written when the plan was made).
+    float* packed = sp.packed.data();
+    for (int64_t k = 0; k < sp.K; ++k) {
+        float* row = packed + k * sp.ldb;
+        if (sp.tb) {
+            for (int64_t n = 0; n < sp.N; ++n) row[n] = w[n * sp.K + k];
+        } else {
+            std::memcpy(row, w + k * sp.N, static_cast<size_t>(sp.N) * sizeof(float));
+        }
+    }
+    cpu::simd::SmallProduct p;
+    p.a = a;
+    p.aRow = sp.ta ? 1 : sp.K;
+    p.aCol = sp.ta ? sp.M : 1;
+    p.b = packed;
+    p.ldb = sp.ldb;
+    if (bias != pr.args.end() && !sp.bias.empty()) {
+        std::memcpy(sp.bias.data(), bias->second.get_data_handle(),
+                    static_cast<size_t>(sp.N) * sizeof(float));
+        p.bias = sp.bias.data();
+    }
+    p.c = c;
+    p.ldc = sp.N;
+    p.M = sp.M;
+    p.N = sp.N;
+    p.K = sp.K;
+    p.relu = sp.relu;
+    cpu::simd::activeKernels().smallProduct(p);
+}
+
+void CpuProgram::runSparsePiece(const CpuInstr& i, int64_t piece,
+                                const cpu::sparse::AdamEpilogue* adam) {
     SparseProduct& sp = sparse_[static_cast<size_t>(i.sparse)];
     SparseProduct::Piece& pc = sp.pieces[static_cast<size_t>(piece)];
     Prim& pp = prims_[static_cast<size_t>(i.prim + piece)];
@@ -1082,10 +1176,56 @@ void CpuProgram::runSparsePiece(const CpuInstr& i, int64_t piece) {
             pc.first * pc.cols;
     }
     const cpu::sparse::Kernels& k = *sp.kernels;
+    if (adam) {
+        pc.listed = k.transposedTimesDenseAdam(x, pc.ldx, pc.rows, pc.inner, w, pc.ldw, pc.cols, y,
+                                               pc.ldy, *adam);
+        return;
+    }
     pc.listed =
         sp.grad
             ? k.transposedTimesDense(x, pc.ldx, pc.rows, pc.inner, w, pc.ldw, pc.cols, y, pc.ldy)
             : k.rowsTimesDense(x, pc.ldx, pc.rows, pc.inner, w, pc.ldw, pc.cols, y, pc.ldy);
+}
+
+// The Adam update of the rows a weight gradient's piece writes, for the zero-skipping kernel to
+// apply as it finishes them (false: the update runs after the piece, as applyUpdateSlice). Only
+// Adam (not AMSGrad) on f32 values without a 16-bit shadow, on a gradient the piece writes whole;
+// TRAINDECK_UPDATE_APART=1 keeps it after the piece, for measurements.
+bool CpuProgram::pieceAdam(const CpuInstr& i, int64_t piece, const UpdateScalars& s,
+                           cpu::sparse::AdamEpilogue& a) const {
+    static const bool apart = [] {
+        const char* v = std::getenv("TRAINDECK_UPDATE_APART");
+        return v && *v && std::string_view(v) != "0";
+    }();
+    if (apart || i.fusedUpdate < 0 || i.sparse < 0 || update_.kind != UpdateKind::Adam ||
+        update_.amsgrad)
+        return false;
+    const SparseProduct& sp = sparse_[static_cast<size_t>(i.sparse)];
+    const UpdateTensor& t = updateTensors_[static_cast<size_t>(i.fusedUpdate)];
+    if (!sp.grad || t.shadow) return false;
+    const SparseProduct::Piece& pc = sp.pieces[static_cast<size_t>(piece)];
+    const auto p = static_cast<size_t>(piece);
+    const int64_t off = i.pieceRows[p] * i.pieceCols;
+    const Prim& pp = prims_[static_cast<size_t>(i.prim + piece)];
+    if (pp.args.at(DNNL_ARG_DST).get_data_handle() != t.grad + off || pc.ldy != i.pieceCols ||
+        pc.cols != i.pieceCols || (i.pieceRows[p + 1] - i.pieceRows[p]) != pc.inner)
+        return false;
+    a.w = t.value + off;
+    a.m = t.slot[0] + off;
+    a.v = t.slot[1] + off;
+    a.ld = i.pieceCols;
+    a.gradScale = 1.0f;
+    a.clip = update_.clip == ClipKind::Value ? static_cast<float>(update_.clipValue)
+                                             : std::numeric_limits<float>::infinity();
+    a.decay = update_.decay;
+    a.wdLr = s.wdLr;
+    a.alpha = s.alpha;
+    a.oneMinusB1 = update_.oneMinusBeta1;
+    a.oneMinusB2 = update_.oneMinusBeta2;
+    a.eps = update_.epsilon;
+    // Nothing reads the gradient but the update (fuseUpdates checked), so it is not stored.
+    a.keepGrad = false;
+    return true;
 }
 
 // After the pieces (the WorkShare's run has joined them): whether the next run skips zeros.
@@ -1148,6 +1288,10 @@ void CpuProgram::printProfile() const {
                 std::fprintf(stderr, ", pieces along K split at %lld of %lld",
                              static_cast<long long>(sp.pieces[1].first),
                              static_cast<long long>(sp.pieces[0].inner + sp.pieces[1].inner));
+            if (sp.adamRuns > 0)
+                std::fprintf(
+                    stderr, ", update inside the zero-skipping product in %lld of %lld runs",
+                    static_cast<long long>(sp.adamRuns), static_cast<long long>(profileRuns_));
             std::fprintf(stderr, "\n");
         }
     }
@@ -1534,17 +1678,34 @@ Status CpuProgram::exec(const CpuInstr& i, const StepArgs& args) {
             if (cp)
                 for (const Conversion& c : cp->before) convert(c, nullptr, 0);
             try {
-                if (i.pieces == 1) {
+                if (i.small >= 0) {
+                    runSmall(i);
+                } else if (i.pieces == 1) {
                     pr.p.execute(strm_, pr.args);
                 } else {
                     std::atomic<bool> failed{false};
                     std::string failure;
                     const bool sparse = sparseRun(i);
+                    // The pieces whose update runs inside the zero-skipping kernel.
+                    SparseProduct* sp = sparse ? &sparse_[static_cast<size_t>(i.sparse)] : nullptr;
+                    if (sp) {
+                        sp->adam.resize(static_cast<size_t>(i.pieces));
+                        sp->adamInside.assign(static_cast<size_t>(i.pieces), 0);
+                        bool all = true;
+                        for (int p = 0; p < i.pieces; ++p) {
+                            const auto q = static_cast<size_t>(p);
+                            sp->adamInside[q] = pieceAdam(i, p, args.update, sp->adam[q]);
+                            all = all && sp->adamInside[q];
+                        }
+                        sp->adamRuns += all;
+                    }
                     share_->run(i.pieces, [&](int64_t piece, int worker) {
                         Prim& pp = prims_[static_cast<size_t>(i.prim + piece)];
+                        const auto q = static_cast<size_t>(piece);
+                        const bool adamInside = sp && sp->adamInside[q];
                         try {
                             if (sparse)
-                                runSparsePiece(i, piece);
+                                runSparsePiece(i, piece, adamInside ? &sp->adam[q] : nullptr);
                             else
                                 pp.p.execute(worker == 0
                                                  ? strm_
@@ -1554,7 +1715,7 @@ Status CpuProgram::exec(const CpuInstr& i, const StepArgs& args) {
                             if (!failed.exchange(true)) failure = e.what();
                             return;
                         }
-                        if (i.fusedUpdate >= 0) {
+                        if (i.fusedUpdate >= 0 && !adamInside) {
                             const auto p = static_cast<size_t>(piece);
                             applyUpdateSlice(update_, args.update,
                                              updateTensors_[static_cast<size_t>(i.fusedUpdate)],

@@ -17,6 +17,26 @@
 
 namespace td::cpu::sparse {
 
+// The Adam update of the parameter whose gradient transposedTimesDenseAdam computes, applied to
+// each part of the gradient as its sums finish, while they are in registers: the same operations
+// in the same order as engine/train/optim_kernels.h's adam (without amsgrad), so the same bits.
+// w, m and v are laid out as dw ([K,N] at row stride ld).
+struct AdamEpilogue {
+    float* w = nullptr;
+    float* m = nullptr;
+    float* v = nullptr;
+    int64_t ld = 0;
+    float gradScale = 1;
+    float clip = 0;  // +inf: off
+    bool decay = false;
+    float wdLr = 0;
+    float alpha = 0;
+    float oneMinusB1 = 0;
+    float oneMinusB2 = 0;
+    float eps = 0;
+    bool keepGrad = true;  // dw receives the gradient as well (else only the update reads it)
+};
+
 // The lists hold the dense operand's rows as 32-bit element offsets: the dense operand's rows
 // times its row stride (K * ldw, B * ldy) must stay below 2^31.
 struct Kernels {
@@ -30,6 +50,13 @@ struct Kernels {
     int64_t (*transposedTimesDense)(const float* x, int64_t ldx, int64_t B, int64_t K,
                                     const float* dy, int64_t ldy, int64_t N, float* dw,
                                     int64_t lddw);
+    // transposedTimesDense whose sums go through `adam` (the update of the parameter dw is the
+    // gradient of) as each part of dw is finished, instead of waiting for the whole product: the
+    // update's memory traffic and divisions then overlap the products' multiply-adds. dw holds
+    // the partial sums when B spans several row blocks, and the gradient where adam.keepGrad.
+    int64_t (*transposedTimesDenseAdam)(const float* x, int64_t ldx, int64_t B, int64_t K,
+                                        const float* dy, int64_t ldy, int64_t N, float* dw,
+                                        int64_t lddw, const AdamEpilogue& adam);
     // How many rows (columns) of x each list covers; the dense product's work in the kernels'
     // count is ceil(M / rowsGroup) * K (ceil(K / colsGroup) * B).
     int rowsGroup = 2;

@@ -58,6 +58,7 @@ struct Isa {
     static void storeMasked(float* p, Mask m, Vec v) { _mm256_maskstore_ps(p, m, v); }
     static Vec broadcast(float s) { return _mm256_set1_ps(s); }
     static Vec fmadd(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
+    static Vec sqrt(Vec a) { return _mm256_sqrt_ps(a); }
     static void keep(Vec& v) { asm("" : "+x"(v)); }
 
     // The lanes where any is nonzero packed to the front by one permutation from kPack, then

@@ -39,6 +39,9 @@ struct Isa {
     static void storeMasked(float* p, Mask m, Vec v) { _mm512_mask_storeu_ps(p, m, v); }
     static Vec broadcast(float s) { return _mm512_set1_ps(s); }
     static Vec fmadd(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
+    // The masked form with every lane set (GCC 12 warns that _mm512_sqrt_ps reads an
+    // uninitialised source).
+    static Vec sqrt(Vec a) { return _mm512_mask_sqrt_ps(a, static_cast<__mmask16>(0xFFFF), a); }
     static void keep(Vec& v) { asm("" : "+v"(v)); }
 
     // Compressed in registers, then stored whole: a compress straight to memory is slow on some

@@ -9,7 +9,7 @@
 //                                  fill the register file)
 //   kBlockBytes                    bytes of the dense operand a block keeps in L1
 //   tail(n)                        lanes [0, n)
-//   zero, load, loadMasked, store, storeMasked, broadcast, fmadd
+//   zero, load, loadMasked, store, storeMasked, broadcast, fmadd, sqrt
 //   keep(v)                        an empty asm that makes v a register
 //   append<G>(v, lanes, first, at, values)
 //                                  stores the positions first + lane of the lanes among `lanes`
@@ -116,19 +116,71 @@ inline void storeRow(float* p, const Vec* acc, Mask last) {
     }
 }
 
+// What groupTile does with a tile row's finished sums: StoreRows stores them to the output;
+// AdamRows (transposedTimesDenseAdam) runs the optimizer update on them, still in registers.
+struct StoreRows {
+    StoreRows at(int64_t) const { return *this; }
+};
+
+struct AdamRows {
+    const sparse::AdamEpilogue* a = nullptr;
+    int64_t c0 = 0;         // the tile's first column
+    bool keepGrad = false;  // the output (the gradient) receives the sums as well
+    AdamRows at(int64_t col) const { return AdamRows{a, col, keepGrad}; }
+
+    // Optimizer kernels' adam (optim_kernels_impl.h), vector by vector: the same operations in
+    // the same order; max and min as written there (a NaN gradient passes through).
+    template <int NV, bool Masked>
+    void apply(const Vec* acc, int64_t row, Mask last) const {
+        const int64_t off = row * a->ld + c0;
+        const Vec scale = Isa::broadcast(a->gradScale), hi = Isa::broadcast(a->clip),
+                  lo = Isa::broadcast(-a->clip), b1 = Isa::broadcast(a->oneMinusB1),
+                  b2 = Isa::broadcast(a->oneMinusB2), alpha = Isa::broadcast(a->alpha),
+                  eps = Isa::broadcast(a->eps), wdLr = Isa::broadcast(a->wdLr);
+        for (int t = 0; t < NV; ++t) {
+            const bool masked = Masked && t == NV - 1;
+            float* w = a->w + off + kLanes * t;
+            float* m = a->m + off + kLanes * t;
+            float* v = a->v + off + kLanes * t;
+            Vec g = acc[t] * scale;
+            g = g < lo ? lo : g;
+            g = hi < g ? hi : g;
+            Vec wi = masked ? Isa::loadMasked(w, last) : Isa::load(w);
+            if (a->decay) wi = wi - wi * wdLr;
+            const Vec m0 = masked ? Isa::loadMasked(m, last) : Isa::load(m);
+            const Vec v0 = masked ? Isa::loadMasked(v, last) : Isa::load(v);
+            const Vec mi = m0 + (g - m0) * b1;
+            const Vec vi = v0 + (g * g - v0) * b2;
+            const Vec wo = wi - (mi * alpha) / (Isa::sqrt(vi) + eps);
+            if (masked) {
+                Isa::storeMasked(m, last, mi);
+                Isa::storeMasked(v, last, vi);
+                Isa::storeMasked(w, last, wo);
+            } else {
+                Isa::store(m, mi);
+                Isa::store(v, vi);
+                Isa::store(w, wo);
+            }
+        }
+    }
+};
+
 // Group p's list over block b runs from seg[p * (blocks + 1) + b] to the next entry. For every
 // block, every group: its output rows out(G p + g) (row stride ldo; those past `rows` absent)
-// += its list over the block, from zero for the first block.
-template <int G, int NV, bool Masked>
+// += its list over the block, from zero for the first block; after the last block `epi` takes
+// the sums (StoreRows: stored as for the other blocks).
+template <int G, int NV, bool Masked, class Epi>
 void groupTile(const GroupList<G>& list, const std::vector<int64_t>& seg, int64_t blocks,
                int64_t blockRows, int64_t denseRows, int64_t rows, const float* base,
-               int64_t stride, float* out, int64_t ldo, Mask last) {
+               int64_t stride, float* out, int64_t ldo, Mask last, const Epi& epi) {
+    constexpr bool kAdam = std::is_same_v<Epi, AdamRows>;
     const int64_t groups = (rows + G - 1) / G;
     // The lists reach the dense rows in no order a hardware prefetcher follows, and those rows
     // may be in another core's cache (weights its update just wrote): each group fetches its
     // share of the next block's rows while it works on this one.
     const int64_t share = blockRows > 0 ? (blockRows + groups - 1) / groups : 0;
     for (int64_t b = 0; b < blocks; ++b) {
+        const bool final = b == blocks - 1;
         for (int64_t p = 0; p < groups; ++p) {
             const int64_t r0 = (b + 1) * blockRows + p * share;
             const int64_t r1 = std::min({r0 + share, (b + 2) * blockRows, denseRows});
@@ -148,8 +200,18 @@ void groupTile(const GroupList<G>& list, const std::vector<int64_t>& seg, int64_
             }
             const size_t at = static_cast<size_t>(p * (blocks + 1) + b);
             accumulate<G, NV, Masked>(acc, list, seg[at], seg[at + 1], base, last);
-            for (int g = 0; g < G; ++g)  // a fixed count, unrolled: acc stays in registers
-                if (g < present) storeRow<NV, Masked>(out + (G * p + g) * ldo, acc + g * NV, last);
+            for (int g = 0; g < G; ++g) {  // a fixed count, unrolled: acc stays in registers
+                if (g >= present) continue;
+                if constexpr (kAdam) {
+                    if (final) {
+                        if (epi.keepGrad)
+                            storeRow<NV, Masked>(out + (G * p + g) * ldo, acc + g * NV, last);
+                        epi.template apply<NV, Masked>(acc + g * NV, G * p + g, last);
+                        continue;
+                    }
+                }
+                storeRow<NV, Masked>(out + (G * p + g) * ldo, acc + g * NV, last);
+            }
         }
     }
 }
@@ -164,24 +226,25 @@ inline void withVectors(int nv, F&& f) {
 }
 
 // out[rows, N] (row stride ldo) from the groups' lists over base[*, N] (row stride `stride`),
-// tile of columns by tile.
-template <int G>
+// tile of columns by tile, each tile's finished rows through `epi`.
+template <int G, class Epi = StoreRows>
 void runGroups(const GroupList<G>& list, const std::vector<int64_t>& seg, int64_t blocks,
                int64_t blockRows, int64_t denseRows, int64_t rows, const float* base,
-               int64_t stride, int64_t N, float* out, int64_t ldo) {
+               int64_t stride, int64_t N, float* out, int64_t ldo, const Epi& epi = {}) {
     for (int64_t c0 = 0; c0 < N; c0 += kTileCols<G>) {
         const int64_t cols = std::min(kTileCols<G>, N - c0);
         const int nv = static_cast<int>((cols + kLanes - 1) / kLanes);
         const int64_t lastLanes = cols - kLanes * (nv - 1);
         const Mask last = Isa::tail(lastLanes);
+        const Epi tileEpi = epi.at(c0);
         withVectors<Isa::tileVectors(G)>(nv, [&](auto vectors) {
             constexpr int NV = decltype(vectors)::value;
             if (lastLanes == kLanes)
                 groupTile<G, NV, false>(list, seg, blocks, blockRows, denseRows, rows, base + c0,
-                                        stride, out + c0, ldo, last);
+                                        stride, out + c0, ldo, last, tileEpi);
             else
                 groupTile<G, NV, true>(list, seg, blocks, blockRows, denseRows, rows, base + c0,
-                                       stride, out + c0, ldo, last);
+                                       stride, out + c0, ldo, last, tileEpi);
         });
     }
 }
@@ -226,23 +289,22 @@ int64_t rowsTimesDense(const float* x, int64_t ldx, int64_t M, int64_t K, const 
     return count;
 }
 
-// dw = x^T . dy: the lists run over groups of x's neighbouring columns (neighbouring inputs,
-// such as pixels, are often zero together), by blocks of dy's rows; kLanes x kLanes tiles of x
-// are transposed in registers to read its columns.
-int64_t transposedTimesDense(const float* x, int64_t ldx, int64_t B, int64_t K, const float* dy,
-                             int64_t ldy, int64_t N, float* dw, int64_t lddw) {
+// The lists of x's column groups (kGradGroup neighbouring columns each: neighbouring inputs,
+// such as pixels, are often zero together) over its B rows, by blocks of kGradRows rows; a
+// position is stored as its row times `ld` (the row stride of the operand the lists index).
+// kLanes x kLanes tiles of x are transposed in registers to read its columns. Group p's list
+// starts at p * room, seg[p * (blocks + 1) + b] where row block b starts in it, then its end.
+// Returns the positions listed.
+int64_t columnLists(const float* x, int64_t ldx, int64_t B, int64_t K, int64_t ld,
+                    GroupList<kGradGroup>& list, std::vector<int64_t>& seg, int64_t& blocks) {
     constexpr int G = kGradGroup;
-    thread_local GroupList<G> list;
-    thread_local std::vector<int64_t> seg;
-    const int64_t blocks = std::max<int64_t>(1, (B + kGradRows - 1) / kGradRows);
+    blocks = std::max<int64_t>(1, (B + kGradRows - 1) / kGradRows);
     const int64_t groups = (K + G - 1) / G;
-    // Group p's list starts at p * room (its entries in row order, so row blocks follow each
-    // other); seg[p * (blocks + 1) + b] where row block b starts in it, then its end.
     const int64_t room = (B + kLanes - 1) / kLanes * kLanes + kLanes;
     list.reserve(groups * room);
     seg.resize(static_cast<size_t>(groups * (blocks + 1)));
     int64_t entries = 0;
-    const Ints steps = Isa::lanesTimes(static_cast<int32_t>(ldy));
+    const Ints steps = Isa::lanesTimes(static_cast<int32_t>(ld));
     for (int64_t k0 = 0; k0 < K; k0 += kLanes) {
         const Mask cols = Isa::tail(K - k0);
         const int64_t width = std::min<int64_t>(kLanes, K - k0);
@@ -265,7 +327,7 @@ int64_t transposedTimesDense(const float* x, int64_t ldx, int64_t B, int64_t K, 
                 if (r0 % kGradRows == 0)
                     seg[static_cast<size_t>(p * (blocks + 1) + r0 / kGradRows)] = count[q];
                 count[q] = appendGroup<G>(list, count[q], r + G * q, rows,
-                                          static_cast<int32_t>(r0 * ldy), steps);
+                                          static_cast<int32_t>(r0 * ld), steps);
             }
         }
         for (int64_t q = 0; q < groupsHere; ++q) {
@@ -273,14 +335,38 @@ int64_t transposedTimesDense(const float* x, int64_t ldx, int64_t B, int64_t K, 
             entries += count[q] - (firstGroup + q) * room;
         }
     }
-    runGroups<G>(list, seg, blocks, kGradRows, B, K, dy, ldy, N, dw, lddw);
     return entries;
+}
+
+// dw = x^T . dy: the lists run over groups of x's neighbouring columns, by blocks of dy's rows.
+template <class Epi>
+int64_t gradProduct(const float* x, int64_t ldx, int64_t B, int64_t K, const float* dy, int64_t ldy,
+                    int64_t N, float* dw, int64_t lddw, const Epi& epi) {
+    constexpr int G = kGradGroup;
+    thread_local GroupList<G> list;
+    thread_local std::vector<int64_t> seg;
+    int64_t blocks = 1;
+    const int64_t entries = columnLists(x, ldx, B, K, ldy, list, seg, blocks);
+    runGroups<G>(list, seg, blocks, kGradRows, B, K, dy, ldy, N, dw, lddw, epi);
+    return entries;
+}
+
+int64_t transposedTimesDense(const float* x, int64_t ldx, int64_t B, int64_t K, const float* dy,
+                             int64_t ldy, int64_t N, float* dw, int64_t lddw) {
+    return gradProduct(x, ldx, B, K, dy, ldy, N, dw, lddw, StoreRows{});
+}
+
+int64_t transposedTimesDenseAdam(const float* x, int64_t ldx, int64_t B, int64_t K, const float* dy,
+                                 int64_t ldy, int64_t N, float* dw, int64_t lddw,
+                                 const sparse::AdamEpilogue& adam) {
+    return gradProduct(x, ldx, B, K, dy, ldy, N, dw, lddw, AdamRows{&adam, 0, adam.keepGrad});
 }
 
 }  // namespace
 
 const Kernels& sparseTable() {
-    static constexpr Kernels k{&rowsTimesDense, &transposedTimesDense, kForwardGroup, kGradGroup};
+    static constexpr Kernels k{&rowsTimesDense, &transposedTimesDense, &transposedTimesDenseAdam,
+                               kForwardGroup, kGradGroup};
     return k;
 }
 
