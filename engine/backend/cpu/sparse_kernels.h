@@ -41,7 +41,8 @@ struct AdamEpilogue {
 // times its row stride (K * ldw, B * ldy) must stay below 2^31.
 struct Kernels {
     // y[M,N] (row stride ldy) = x[M,K] (row stride ldx) . w[K,N] (row stride ldw).
-    // Returns the positions listed (of ceil(M / rowsGroup) groups' K each).
+    // x's rows are grouped in pairRows' order. Returns the positions listed (of
+    // ceil(M / rowsGroup) groups' K each).
     int64_t (*rowsTimesDense)(const float* x, int64_t ldx, int64_t M, int64_t K, const float* w,
                               int64_t ldw, int64_t N, float* y, int64_t ldy);
     // dw[K,N] (row stride lddw) = x[B,K]^T (x's row stride ldx) . dy[B,N] (row stride ldy): the
@@ -57,6 +58,10 @@ struct Kernels {
     int64_t (*transposedTimesDenseAdam)(const float* x, int64_t ldx, int64_t B, int64_t K,
                                         const float* dy, int64_t ldy, int64_t N, float* dw,
                                         int64_t lddw, const AdamEpilogue& adam);
+    // The order in which rowsTimesDense groups x's rows (order[rowsGroup * p + g], M entries, a
+    // permutation of [0, M)): rows with zeros in the same places together. For the tests and
+    // the benchmark; the kernel computes it itself.
+    void (*pairRows)(const float* x, int64_t ldx, int64_t M, int64_t K, int32_t* order);
     // How many rows (columns) of x each list covers; the dense product's work in the kernels'
     // count is ceil(M / rowsGroup) * K (ceil(K / colsGroup) * B).
     int rowsGroup = 2;

@@ -59,6 +59,10 @@ struct Isa {
     static Vec broadcast(float s) { return _mm256_set1_ps(s); }
     static Vec fmadd(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
     static Vec sqrt(Vec a) { return _mm256_sqrt_ps(a); }
+    static unsigned nonzeroLanes(Vec v) {
+        return static_cast<unsigned>(
+            _mm256_movemask_ps(_mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_NEQ_UQ)));
+    }
     static void keep(Vec& v) { asm("" : "+x"(v)); }
 
     // The lanes where any is nonzero packed to the front by one permutation from kPack, then

@@ -42,6 +42,9 @@ struct Isa {
     // The masked form with every lane set (GCC 12 warns that _mm512_sqrt_ps reads an
     // uninitialised source).
     static Vec sqrt(Vec a) { return _mm512_mask_sqrt_ps(a, static_cast<__mmask16>(0xFFFF), a); }
+    static unsigned nonzeroLanes(Vec v) {
+        return _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_NEQ_UQ);
+    }
     static void keep(Vec& v) { asm("" : "+v"(v)); }
 
     // Compressed in registers, then stored whole: a compress straight to memory is slow on some
