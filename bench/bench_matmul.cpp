@@ -8,7 +8,11 @@
 //
 // Per layer with input width K, output width N and batch M: forward [M,K]x[K,N]; the weight
 // gradient [K,M]x[M,N] (the input transposed); the input gradient [M,N]x[N,K] (the weights
-// transposed) for every layer but the first, as a trainer computes them.
+// transposed) for every layer but the first, as a trainer computes them. Every operand starts on
+// a cache line, but the right operands of the forward and input-gradient products (the weights)
+// start 16 bytes past one, where oneDNN's AVX2 gemm is fastest for rows a multiple of 1 KiB
+// long (see offsetWeights in engine/backend/cpu/cpu_device.cpp); --weights-aligned puts them on
+// the line too, to see the difference.
 #include <omp.h>
 
 #include <CLI/CLI.hpp>
@@ -16,6 +20,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <unordered_map>
@@ -47,6 +52,7 @@ int main(int argc, char** argv) {
     int64_t batch = 256;
     int threads = 2, repeat = 50;
     double trainerRate = 0;
+    bool weightsAligned = false;
     app.add_option("--layers", layersText, "Widths from the input to the output");
     app.add_option("--batch", batch, "Batch size")->check(CLI::PositiveNumber);
     app.add_option("--threads", threads, "OpenMP threads")->check(CLI::PositiveNumber);
@@ -54,6 +60,8 @@ int main(int argc, char** argv) {
         ->check(CLI::PositiveNumber);
     app.add_option("--trainer-samples-per-s", trainerRate,
                    "A trainer's measured samples/s on this model and batch, to compare with");
+    app.add_flag("--weights-aligned", weightsAligned,
+                 "Weights on a cache line instead of 16 bytes past one");
     CLI11_PARSE(app, argc, argv);
 
     std::vector<int64_t> widths;
@@ -80,9 +88,20 @@ int main(int argc, char** argv) {
 
     dnnl::engine eng(dnnl::engine::kind::cpu, 0);
     dnnl::stream strm(eng);
+    // Floats starting `offset` bytes past a cache line.
+    struct Floats {
+        std::unique_ptr<char, decltype(&std::free)> raw{nullptr, &std::free};
+        float* p = nullptr;
+        void assign(size_t n, float v, size_t offset) {
+            raw.reset(static_cast<char*>(std::aligned_alloc(64, (n * 4 + offset + 63) / 64 * 64)));
+            p = reinterpret_cast<float*>(raw.get() + offset);
+            std::fill(p, p + n, v);
+        }
+        float* data() { return p; }
+    };
     struct Prepared {
         dnnl::matmul prim;
-        std::vector<float> a, b, c;
+        Floats a, b, c;
         std::unordered_map<int, dnnl::memory> args;
         double flops = 0;
     };
@@ -90,9 +109,10 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < products.size(); ++i) {
         const Product& p = products[i];
         Prepared& q = prepared[i];
-        q.a.assign(static_cast<size_t>(p.m * p.k), 0.01f);
-        q.b.assign(static_cast<size_t>(p.k * p.n), 0.02f);
-        q.c.assign(static_cast<size_t>(p.m * p.n), 0.0f);
+        const bool weights = !p.transA;  // forward and input gradient: b is a weight matrix
+        q.a.assign(static_cast<size_t>(p.m * p.k), 0.01f, 0);
+        q.b.assign(static_cast<size_t>(p.k * p.n), 0.02f, weights && !weightsAligned ? 16 : 0);
+        q.c.assign(static_cast<size_t>(p.m * p.n), 0.0f, 0);
         auto aMd = matDesc(p.m, p.k, p.transA), bMd = matDesc(p.k, p.n, p.transB),
              cMd = matDesc(p.m, p.n, false);
         dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(aMd, bMd, cMd), eng);
@@ -120,9 +140,12 @@ int main(int argc, char** argv) {
     double flops = 0;
     for (const Prepared& q : prepared) flops += q.flops;
 
-    std::printf("oneDNN %d.%d f32 matmuls of one training step: MLP %s, batch %lld, %d threads\n",
-                dnnl_version()->major, dnnl_version()->minor, layersText.c_str(),
-                static_cast<long long>(batch), threads);
+    std::printf(
+        "oneDNN %d.%d f32 matmuls of one training step: MLP %s, batch %lld, %d threads, weights "
+        "%s\n",
+        dnnl_version()->major, dnnl_version()->minor, layersText.c_str(),
+        static_cast<long long>(batch), threads,
+        weightsAligned ? "on a cache line" : "16 bytes past a cache line");
     for (size_t i = 0; i < products.size(); ++i) {
         std::vector<double> t;
         for (int r = 0; r < std::max(5, repeat / 5); ++r) {

@@ -126,6 +126,13 @@ class Device {
     virtual ~Device() = default;
     virtual const DeviceDesc& desc() const = 0;
     virtual Result<Buffer> allocate(size_t bytes) = 0;
+    // A parameter whose products read it as a matrix with rows of `rowBytes` (its last
+    // dimension's bytes; 0 for a vector): the device may place it where those reads run fastest
+    // (the CPU device offsets some from alignment, see cpu_device.cpp). Released by release().
+    virtual Result<Buffer> allocateWeights(size_t bytes, size_t rowBytes) {
+        (void)rowBytes;
+        return allocate(bytes);
+    }
     virtual void release(Buffer& b) = 0;
     // Host memory the device copies from fastest (page-locked on CUDA; aligned memory on the
     // CPU). Batches are staged here, double-buffered, so the next upload overlaps this step.

@@ -574,7 +574,10 @@ struct Trainer::Impl {
             Device& d = *r.device;
             for (size_t i = 0; i < pids.size(); ++i) {
                 const size_t bytes = host[i].size() * sizeof(float);
-                TD_ASSIGN_OR_RETURN(Buffer b, d.allocate(bytes));
+                const Shape& shape = paramShapes[i];
+                const size_t rowBytes =
+                    shape.size() >= 2 ? static_cast<size_t>(shape.back()) * sizeof(float) : 0;
+                TD_ASSIGN_OR_RETURN(Buffer b, d.allocateWeights(bytes, rowBytes));
                 r.params.push_back(b);
                 TD_RETURN_IF_ERROR(d.copyToDevice(b, 0, host[i].data(), bytes));
             }

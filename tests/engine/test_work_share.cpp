@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "engine/backend/cpu/sparse_kernels.h"
+#include "engine/core/cpu_isa.h"
 #include "engine/core/work_share.h"
 #include "engine/train/optimizer.h"
 #include "engine/train/update.h"
@@ -567,6 +568,46 @@ class TestWorkShare : public QObject {
         // The second step draws other dropout masks: its gradients differ from the first's.
         const size_t half = team.size() / 2;
         QVERIFY(std::memcmp(team.data(), team.data() + half, half * 4) != 0);
+    }
+
+    // The CPU device places weight matrices whose rows are a multiple of 1 KiB (at least 2 KiB)
+    // 16 bytes past a cache line where oneDNN runs AVX2 kernels (on an AVX-512 CPU it may keep
+    // them aligned): oneDNN's f32 matmul then packs them instead of reading them in place across
+    // colliding cache sets (cpu_device.cpp, offsetWeights). Other buffers stay 64-byte aligned;
+    // every buffer starts zeroed and is released whole.
+    void weightsPlacedOffAlignment() {
+        auto device = td::makeCpuDevice(0);
+        const size_t bytes = 1024 * 1024 * 4;
+        auto placed = [&](size_t rowBytes) {
+            auto b = device->allocateWeights(bytes, rowBytes);
+            if (!b.ok()) {
+                QTest::qFail(b.error().c_str(), __FILE__, __LINE__);
+                return size_t{99};
+            }
+            const auto* p = static_cast<const unsigned char*>(b->ptr);
+            bool zero = true;
+            for (size_t i = 0; i < bytes; i += 4093) zero = zero && p[i] == 0;
+            if (!zero) QTest::qFail("allocateWeights: not zeroed", __FILE__, __LINE__);
+            std::memset(b->ptr, 1, bytes);  // the whole size is usable
+            const size_t offset = reinterpret_cast<uintptr_t>(b->ptr) % 64;
+            td::Buffer buf = *b;
+            device->release(buf);
+            return offset;
+        };
+        QCOMPARE(placed(0), size_t{0});
+        QCOMPARE(placed(128 * 4), size_t{0});
+        QCOMPARE(placed(1000 * 4), size_t{0});
+        const size_t wide = placed(1024 * 4);
+        QCOMPARE(placed(2048 * 4), wide);
+        QVERIFY(wide == 0 || wide == 16);
+        if (td::detectedCpuIsa() == td::CpuIsa::Avx2 && !std::getenv("ONEDNN_MAX_CPU_ISA") &&
+            !std::getenv("TRAINDECK_ALIGNED_WEIGHTS"))
+            QCOMPARE(wide, size_t{16});
+        auto plain = device->allocate(bytes);
+        QVERIFY(plain.ok());
+        QCOMPARE(reinterpret_cast<uintptr_t>(plain->ptr) % 64, uintptr_t{0});
+        td::Buffer buf = *plain;
+        device->release(buf);
     }
 
     // The optimizer update fused into the pieces of a weight gradient split by rows (the CPU
