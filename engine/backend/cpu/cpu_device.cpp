@@ -25,7 +25,6 @@
 #include "engine/backend/backend.h"
 #include "engine/backend/cpu/image_kernels.h"
 #include "engine/backend/cpu/kernels.h"
-#include "engine/backend/cpu/simd_kernels.h"
 #include "engine/backend/cpu/sparse_kernels.h"
 #include "engine/core/cpu_isa.h"
 #include "engine/core/half.h"
@@ -101,9 +100,6 @@ struct CpuInstr {
     // A product whose pieces may skip the zeros of their input (sparse_kernels.h): index into
     // CpuProgram::sparse_ (-1: always dense).
     int sparse = -1;
-    // A product small enough for simd::smallProduct (see kSmallProductMacs): index into
-    // CpuProgram::smalls_ (-1: oneDNN).
-    int small = -1;
 };
 
 // An operand as block mode reads or writes it.
@@ -311,15 +307,6 @@ class CpuProgram final : public Executable {
         double work = 1;  // listed / dense, the last run that measured it
     };
     std::vector<SparseProduct> sparse_;
-    // A small product's shape and its right operand packed as simd::SmallProduct reads it.
-    struct SmallPlan {
-        int64_t M = 0, N = 0, K = 0, ldb = 0;
-        bool ta = false, tb = false, relu = false;
-        std::vector<float> packed;
-        std::vector<float> bias;  // ldb floats, zeros past N
-    };
-    std::vector<SmallPlan> smalls_;
-    void runSmall(const CpuInstr& i);
     bool sparseRun(const CpuInstr& i);
     void runSparsePiece(const CpuInstr& i, int64_t piece,
                         const cpu::sparse::AdamEpilogue* adam = nullptr);
@@ -330,8 +317,9 @@ class CpuProgram final : public Executable {
 
     Status planBlock(const Instr& in, CpuInstr& ins);
     Status exec(const CpuInstr& i, const StepArgs& args);
-    // TRAINDECK_PROFILE=1: every instruction is timed, and the program prints the mean time of
-    // each when it is destroyed (to stderr; programs run fewer than 10 times print nothing).
+    // TRAINDECK_PROFILE=1: every instruction is timed (from the second run on), and the program
+    // prints the mean time of each when it is destroyed (to stderr; programs run fewer than 10
+    // times print nothing).
     void printProfile() const;
     bool profile_ = false;
     std::vector<double> profileSeconds_;
@@ -428,20 +416,6 @@ dnnl::memory::desc kernelDesc(const Shape& w, int64_t groups) {
                                   dnnl::memory::dims{1, F, KW * Cg * F, Cg * F});
     return dnnl::memory::desc({groups, F / groups, Cg, KH, KW}, dnnl::memory::data_type::f32,
                               dnnl::memory::dims{F / groups, 1, F, KW * Cg * F, Cg * F});
-}
-
-// Products of at most this many multiply-adds run through simd::smallProduct instead of oneDNN,
-// whose call costs more than such a product: measured on one core of a 2-core AMD Zen 3 (AVX2),
-// Fashion-MNIST's MLP at batch 32: the output layer [32,128] x [128,10] 7.0 us through oneDNN,
-// and its two gradient products 2.5 and 2.9 us. TRAINDECK_SMALL_PRODUCTS=0: always oneDNN.
-constexpr int64_t kSmallProductMacs = 65536;
-
-bool smallProducts() {
-    static const bool on = [] {
-        const char* v = std::getenv("TRAINDECK_SMALL_PRODUCTS");
-        return !(v && std::string_view(v) == "0");
-    }();
-    return on;
 }
 
 // How a product [M,K]x[K,N] splits into pieces for a WorkShare of `width` threads: along the
@@ -694,27 +668,6 @@ Status CpuProgram::addMatmul(const Instr& in, CpuInstr& ins) {
             }
             ins.sparse = static_cast<int>(sparse_.size());
             sparse_.push_back(std::move(sp));
-        }
-        // A small f32 product runs through simd::smallProduct (the primitive stays for its
-        // arguments, which the batch rebinds, and for TRAINDECK_SMALL_PRODUCTS=0).
-        const bool actOk =
-            in.op == InstrOp::MatMul || in.act == ActKind::Linear || in.act == ActKind::Relu;
-        if (smallProducts() && !convertHalf && ins.pieces == 1 && !ta && !tb &&
-            primOp == DType::F32 && primOut == DType::F32 && in.in[1].dtype == DType::F32 &&
-            actOk && M > 0 && N > 0 && K > 0 && M * N * K <= kSmallProductMacs) {
-            SmallPlan sp;
-            sp.M = M;
-            sp.N = N;
-            sp.K = K;
-            sp.ldb = (N + cpu::simd::kSmallProductPad - 1) / cpu::simd::kSmallProductPad *
-                     cpu::simd::kSmallProductPad;
-            sp.ta = ta;
-            sp.tb = tb;
-            sp.relu = in.op == InstrOp::Dense && in.act == ActKind::Relu;
-            sp.packed.assign(static_cast<size_t>(K * sp.ldb), 0.0f);
-            if (hasBias) sp.bias.assign(static_cast<size_t>(sp.ldb), 0.0f);
-            ins.small = static_cast<int>(smalls_.size());
-            smalls_.push_back(std::move(sp));
         }
     } catch (const dnnl::error& e) {
         return err("oneDNN " + what + " (" + dtypeName(opType) + " -> " + dtypeName(outType) +
@@ -1138,43 +1091,6 @@ bool CpuProgram::sparseRun(const CpuInstr& i) {
     return sp.on || ++sp.runs % kSparseProbe == 0;
 }
 
-void CpuProgram::runSmall(const CpuInstr& i) {
-    SmallPlan& sp = smalls_[static_cast<size_t>(i.small)];
-    const Prim& pr = prims_[static_cast<size_t>(i.prim)];
-    const auto* a = static_cast<const float*>(pr.args.at(DNNL_ARG_SRC).get_data_handle());
-    const auto* w = static_cast<const float*>(pr.args.at(DNNL_ARG_WEIGHTS).get_data_handle());
-    auto* c = static_cast<float*>(pr.args.at(DNNL_ARG_DST).get_data_handle());
-    const auto bias = pr.args.find(DNNL_ARG_BIAS);
-    // b(k, n) into rows of ldb (the zeros past N were written when the plan was made).
-    float* packed = sp.packed.data();
-    for (int64_t k = 0; k < sp.K; ++k) {
-        float* row = packed + k * sp.ldb;
-        if (sp.tb) {
-            for (int64_t n = 0; n < sp.N; ++n) row[n] = w[n * sp.K + k];
-        } else {
-            std::memcpy(row, w + k * sp.N, static_cast<size_t>(sp.N) * sizeof(float));
-        }
-    }
-    cpu::simd::SmallProduct p;
-    p.a = a;
-    p.aRow = sp.ta ? 1 : sp.K;
-    p.aCol = sp.ta ? sp.M : 1;
-    p.b = packed;
-    p.ldb = sp.ldb;
-    if (bias != pr.args.end() && !sp.bias.empty()) {
-        std::memcpy(sp.bias.data(), bias->second.get_data_handle(),
-                    static_cast<size_t>(sp.N) * sizeof(float));
-        p.bias = sp.bias.data();
-    }
-    p.c = c;
-    p.ldc = sp.N;
-    p.M = sp.M;
-    p.N = sp.N;
-    p.K = sp.K;
-    p.relu = sp.relu;
-    cpu::simd::activeKernels().smallProduct(p);
-}
-
 void CpuProgram::runSparsePiece(const CpuInstr& i, int64_t piece,
                                 const cpu::sparse::AdamEpilogue* adam) {
     SparseProduct& sp = sparse_[static_cast<size_t>(i.sparse)];
@@ -1303,13 +1219,14 @@ void CpuProgram::printProfile() const {
     if (!profile_ || profileRuns_ < 10) return;
     double total = 0;
     for (double t : profileSeconds_) total += t;
-    std::fprintf(stderr, "profile: %zu instructions, %lld runs, %.1f us per run%s\n", code_.size(),
-                 static_cast<long long>(profileRuns_),
-                 total / static_cast<double>(profileRuns_) * 1e6,
+    const auto timedRuns = static_cast<double>(profileRuns_ - 1);  // the first is not timed
+    std::fprintf(stderr,
+                 "profile: %zu instructions, %lld runs, %.1f us per run (the first untimed)%s\n",
+                 code_.size(), static_cast<long long>(profileRuns_), total / timedRuns * 1e6,
                  share_ ? " (products and update shared with the WorkShare)" : "");
     for (size_t k = 0; k < code_.size(); ++k) {
         std::fprintf(stderr, "  %3zu  %-48s %9.1f us  %5.1f%%\n", k, profileNames_[k].c_str(),
-                     profileSeconds_[k] / static_cast<double>(profileRuns_) * 1e6,
+                     profileSeconds_[k] / timedRuns * 1e6,
                      total > 0 ? 100.0 * profileSeconds_[k] / total : 0.0);
         if (code_[k].sparse >= 0) {
             const SparseProduct& sp = sparse_[static_cast<size_t>(code_[k].sparse)];
@@ -1690,10 +1607,15 @@ Status CpuProgram::run(const StepArgs& args) {
         return Status::success();
     }
     using ProfileClock = std::chrono::steady_clock;
+    // The first run is not timed: oneDNN generates its kernels when a primitive first runs (the
+    // first f32 product of a process took about 15 ms here), which would land on whichever
+    // instruction runs one first.
+    const bool timed = profileRuns_ > 0;
     for (size_t k = 0; k < code_.size(); ++k) {
         const auto t0 = ProfileClock::now();
         TD_RETURN_IF_ERROR(exec(code_[k], args));
-        profileSeconds_[k] += std::chrono::duration<double>(ProfileClock::now() - t0).count();
+        if (timed)
+            profileSeconds_[k] += std::chrono::duration<double>(ProfileClock::now() - t0).count();
     }
     ++profileRuns_;
     return Status::success();
@@ -1712,9 +1634,7 @@ Status CpuProgram::exec(const CpuInstr& i, const StepArgs& args) {
             if (cp)
                 for (const Conversion& c : cp->before) convert(c, nullptr, 0);
             try {
-                if (i.small >= 0) {
-                    runSmall(i);
-                } else if (i.pieces == 1) {
+                if (i.pieces == 1) {
                     pr.p.execute(strm_, pr.args);
                 } else {
                     std::atomic<bool> failed{false};

@@ -10,25 +10,6 @@
 
 namespace td::cpu::simd {
 
-// A product too small for oneDNN's call to pay off (the narrow layers of an MLP: [32,128] x
-// [128,10] takes 4-5 us through oneDNN, about 1 us here): c[m, n] (row stride ldc) =
-// sum over k of a(m, k) * b(k, n), in k order, each product rounded, then + bias[n] (null: none),
-// then max(0, .) where relu. a(m, k) = a[m * aRow + k * aCol]; b is packed: b(k, n) =
-// b[k * ldb + n], ldb a multiple of kSmallProductPad with zeros in [N, ldb); the bias is padded
-// to ldb as well.
-struct SmallProduct {
-    const float* a = nullptr;
-    int64_t aRow = 0, aCol = 0;
-    const float* b = nullptr;
-    int64_t ldb = 0;
-    const float* bias = nullptr;
-    float* c = nullptr;
-    int64_t ldc = 0;
-    int64_t M = 0, N = 0, K = 0;
-    bool relu = false;
-};
-constexpr int64_t kSmallProductPad = 32;
-
 struct Table {
     CpuIsa isa;
     // One row of inverted dropout: y[c] = x[c] * keepScale when
@@ -40,7 +21,6 @@ struct Table {
     // One position of a max-pooling window, every channel at once: where x[c] > best[c] (a later
     // position wins only when strictly greater), best[c] = x[c] and at[c] = base + c.
     void (*maxArgStep)(const float* x, float* best, int32_t* at, int64_t channels, int32_t base);
-    void (*smallProduct)(const SmallProduct& p);
 };
 
 // The loops of one level (the generic ones for a level this build has none for).
