@@ -472,20 +472,12 @@ class TestWorkShare : public QObject {
             worst = std::max(worst, std::fabs(double{skipping[i]} - dense[i]) /
                                         (1e-3 + std::fabs(double{dense[i]})));
         QVERIFY2(worst < 1e-4, qPrintable(QString("worst relative difference %1").arg(worst)));
-        // The forward product (along K at batch 32, in row pieces at 256) and the first
-        // kernel's gradient, on all ten steps.
+        // The forward product and the first kernel's gradient, on all ten steps.
         size_t every = 0;
         for (size_t at = 0;
              (at = profile.find("skipped zeros in 10 of 10 runs", at)) != std::string::npos; ++at)
             ++every;
         QVERIFY2(every >= 2, profile.c_str());
-        const size_t forward = profile.find("[" + b + ",128]");
-        QVERIFY2(forward != std::string::npos, profile.c_str());
-        const size_t forwardDetail = profile.find('\n', forward) + 1;
-        const std::string detail =
-            profile.substr(forwardDetail, profile.find('\n', forwardDetail) - forwardDetail);
-        QVERIFY2(detail.find("skipped zeros in 10 of 10 runs") != std::string::npos,
-                 profile.c_str());
         // A dense input: only the first run lists its positions, then oneDNN runs.
         QVERIFY2(noiseProfile.find("skipped zeros in 10 of") == std::string::npos,
                  noiseProfile.c_str());

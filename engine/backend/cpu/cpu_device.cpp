@@ -288,10 +288,6 @@ class CpuProgram final : public Executable {
     struct SparseProduct {
         const cpu::sparse::Kernels* kernels = nullptr;
         bool grad = false;
-        // A forward product in row pieces (not along K): each piece adds the bias and applies
-        // the activation (Linear or Relu) to its rows itself.
-        bool rows = false;
-        ActKind act = ActKind::Linear;
         struct Piece {
             int64_t rows = 0, inner = 0, cols = 0;  // x's rows and columns in the piece; N
             int64_t ldx = 0, ldw = 0, ldy = 0;
@@ -634,34 +630,28 @@ Status CpuProgram::addMatmul(const Instr& in, CpuInstr& ins) {
             prims_.push_back(std::move(pr));
         }
         // Pieces that may skip the zeros of x: f32 throughout, on the WorkShare, nothing fused
-        // (along K the bias and activation are added after the sums; in row pieces each piece
-        // adds them to its rows). A forward product along K, where each thread reads the weight
-        // rows it updated, or in row pieces (batch 256 of the seed MLP), where every thread
-        // reads every weight row: there it was slower on the AVX-512 machine with neighbouring
-        // rows paired (seed MLP, batch 256, TRAINDECK_PROFILE=1, three alternating pairs:
-        // 230-236 us against 169-228), and with rows paired by their zeros (pairRows) it is
-        // faster on the AVX2 machine: 293-314 us against 319-338, six alternating pairs.
+        // (along K the bias and activation are added after the sums). A forward product only
+        // along K, where each thread reads the weight rows it updated: in row pieces every
+        // thread reads every weight row, half from the other core, and skipping zeros there was
+        // slower in the step (seed MLP, batch 256, TRAINDECK_PROFILE=1, three alternating
+        // pairs: 230-236 us against 169-228 for the forward product, even with prefetching).
+        // On the AVX2 machine, with rows paired by their zeros (pairRows) and bias and ReLU added
+        // per piece, it was even: 293-308 us against 302-308, six alternating pairs.
         const bool grad = in.op == InstrOp::MatMul && ta && !tb && split.alongRows && !alongK;
         const cpu::sparse::Kernels* sparseKernels = cpu::sparse::active();
         // The kernels list the dense operand's rows as 32-bit element offsets (below K * N).
-        const bool rowFwd = !ta && !tb && split.alongRows && !alongK &&
-                            (in.act == ActKind::Linear || in.act == ActKind::Relu);
-        if (sparseKernels && !convertHalf && pieces > 1 && (alongK || grad || rowFwd) &&
+        if (sparseKernels && !convertHalf && pieces > 1 && (alongK || grad) &&
             K * N <= std::numeric_limits<int32_t>::max() && in.in[0].dtype == DType::F32 &&
             in.in[1].dtype == DType::F32 && outType == DType::F32) {
             SparseProduct sp;
             sp.kernels = sparseKernels;
             sp.grad = grad;
-            sp.rows = rowFwd;
-            sp.act = in.act;
             for (int piece = 0; piece < pieces; ++piece) {
                 const int64_t n = split.edges[static_cast<size_t>(piece) + 1] -
                                   split.edges[static_cast<size_t>(piece)];
                 SparseProduct::Piece pc;
                 if (grad)  // dw rows [lo, lo + n) = x[K, M] columns [lo, lo + n), transposed
                     pc = {K, n, N, M, N, N, 0};
-                else if (rowFwd)  // y rows [lo, lo + n) = x rows [lo, lo + n) . w
-                    pc = {n, K, N, K, N, N, 0};
                 else  // y (or a partial) = x[:, lo, lo + n) . w[lo, lo + n)
                     pc = {M, n, N, K, N, N, 0, split.edges[static_cast<size_t>(piece)]};
                 sp.pieces.push_back(pc);
@@ -1099,26 +1089,6 @@ void CpuProgram::runSparsePiece(const CpuInstr& i, int64_t piece,
     const auto* x = static_cast<const float*>(pp.args.at(DNNL_ARG_SRC).get_data_handle());
     const auto* w = static_cast<const float*>(pp.args.at(DNNL_ARG_WEIGHTS).get_data_handle());
     auto* y = static_cast<float*>(pp.args.at(DNNL_ARG_DST).get_data_handle());
-    if (sp.rows) {  // a slice of x's rows and of y's, the same w
-        pc.listed =
-            sp.kernels->rowsTimesDense(x, pc.ldx, pc.rows, pc.inner, w, pc.ldw, pc.cols, y, pc.ldy);
-        const auto bias = pp.args.find(DNNL_ARG_BIAS);
-        const float* b = bias == pp.args.end()
-                             ? nullptr
-                             : static_cast<const float*>(bias->second.get_data_handle());
-        for (int64_t r = 0; r < pc.rows; ++r) {
-            float* o = y + r * pc.ldy;
-            if (b) {
-#pragma omp simd
-                for (int64_t c = 0; c < pc.cols; ++c) o[c] += b[c];
-            }
-            if (sp.act == ActKind::Relu) {
-#pragma omp simd
-                for (int64_t c = 0; c < pc.cols; ++c) o[c] = o[c] > 0.f ? o[c] : 0.f;
-            }
-        }
-        return;
-    }
     if (!sp.grad) {  // along K the pieces' edges move (noteSparseRun): from piece 0's operands
         Prim& p0 = prims_[static_cast<size_t>(i.prim)];
         x = static_cast<const float*>(p0.args.at(DNNL_ARG_SRC).get_data_handle()) + pc.first;
@@ -1190,7 +1160,7 @@ void CpuProgram::noteSparseRun(const CpuInstr& i) {
     sp.work = dense > 0 ? static_cast<double>(listed) / static_cast<double>(dense) : 1.0;
     sp.on = sp.work <= kSparseMaxWork;
     ++sp.sparseRuns;
-    if (!sp.grad && !sp.rows && sp.pieces.size() == 2) balanceAlongK(sp);
+    if (!sp.grad && sp.pieces.size() == 2) balanceAlongK(sp);
 }
 
 // Along K the two threads' pieces end where the weight gradient's pieces do (kSplitEdges), but
@@ -1235,7 +1205,7 @@ void CpuProgram::printProfile() const {
                          "dense work)",
                          static_cast<long long>(sp.sparseRuns),
                          static_cast<long long>(profileRuns_), 100.0 * sp.work);
-            if (!sp.grad && !sp.rows && sp.pieces.size() == 2)
+            if (!sp.grad && sp.pieces.size() == 2)
                 std::fprintf(stderr, ", pieces along K split at %lld of %lld",
                              static_cast<long long>(sp.pieces[1].first),
                              static_cast<long long>(sp.pieces[0].inner + sp.pieces[1].inner));
