@@ -1124,6 +1124,7 @@ bool CpuProgram::pieceAdam(const CpuInstr& i, int64_t piece, const UpdateScalars
     const UpdateTensor& t = updateTensors_[static_cast<size_t>(i.fusedUpdate)];
     if (!sp.grad || t.shadow) return false;
     const SparseProduct::Piece& pc = sp.pieces[static_cast<size_t>(piece)];
+    if (pc.rows > sp.kernels->adamMaxRows) return false;
     const auto p = static_cast<size_t>(piece);
     const int64_t off = i.pieceRows[p] * i.pieceCols;
     const Prim& pp = prims_[static_cast<size_t>(i.prim + piece)];

@@ -66,6 +66,11 @@ struct Kernels {
     // count is ceil(M / rowsGroup) * K (ceil(K / colsGroup) * B).
     int rowsGroup = 2;
     int colsGroup = 2;
+    // transposedTimesDenseAdam pays off up to this many rows of x (B): the sums of one block of
+    // dy's rows go straight to the update. With more, the partial sums go through dw between
+    // blocks and the update, done tile by tile, measured slower than after the product (seed MLP,
+    // batch 256, AVX2: 320-334 us against 299-325), so the device keeps it after the product.
+    int64_t adamMaxRows = 0;
 };
 
 // The kernels for the level activeCpuIsa() chose, or null at the generic level (or where

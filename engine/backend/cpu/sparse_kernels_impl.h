@@ -424,7 +424,8 @@ int64_t transposedTimesDenseAdam(const float* x, int64_t ldx, int64_t B, int64_t
 
 const Kernels& sparseTable() {
     static constexpr Kernels k{&rowsTimesDense, &transposedTimesDense, &transposedTimesDenseAdam,
-                               &pairRows,       kForwardGroup,         kGradGroup};
+                               &pairRows,       kForwardGroup,         kGradGroup,
+                               kGradRows};
     return k;
 }
 
