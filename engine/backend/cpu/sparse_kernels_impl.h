@@ -254,7 +254,6 @@ void runGroups(const GroupList<G>& list, const std::vector<int64_t>& seg, int64_
     }
 }
 
-// y = x . w: the lists run over groups of x's rows, by blocks of K (w's block stays in L1).
 // The order of x's rows that rowsTimesDense groups (rows order[G p .. G p + G) together):
 // rows whose zeros sit in the same places, so a group's list (the positions where any of them is
 // nonzero) is short. Each row's signature has one bit per run of 8 columns (modulo 64) that holds
@@ -303,6 +302,7 @@ void pairRows(const float* x, int64_t ldx, int64_t M, int64_t K, int32_t* order)
     }
 }
 
+// y = x . w: the lists run over groups of x's rows, by blocks of K (w's block stays in L1).
 int64_t rowsTimesDense(const float* x, int64_t ldx, int64_t M, int64_t K, const float* w,
                        int64_t ldw, int64_t N, float* y, int64_t ldy) {
     constexpr int G = kForwardGroup;
@@ -329,10 +329,12 @@ int64_t rowsTimesDense(const float* x, int64_t ldx, int64_t M, int64_t K, const 
                 Vec v[G];
                 const bool whole = k1 - k >= kLanes;
                 for (int g = 0; g < G; ++g) {
+                    if (g >= present) {  // past the last row: no row to read (nor an order entry)
+                        v[g] = Isa::zero();
+                        continue;
+                    }
                     const float* src = x + order[static_cast<size_t>(G * p + g)] * ldx + k;
-                    v[g] = g >= present ? Isa::zero()
-                           : whole      ? Isa::load(src)
-                                        : Isa::loadMasked(src, lanes);
+                    v[g] = whole ? Isa::load(src) : Isa::loadMasked(src, lanes);
                 }
                 count = appendGroup<G>(list, count, v, lanes, static_cast<int32_t>(k * ldw), steps);
             }
