@@ -1072,7 +1072,6 @@ void CpuProgram::addPartials(const CpuInstr& i) const {
 // 0.95x and 0.98x; at batch 256: 70% 1.11x and 1.08x, 75% 1.03x and 1.01x, 80% 0.95x and 1.02x.
 // Fashion-MNIST batches (46% nonzero pixels) list 59-61% and 51%: 1.20-1.23x and 1.40-1.49x.
 constexpr double kSparseMaxWork = 0.75;
-
 constexpr int64_t kSparseProbe = 64;
 
 bool CpuProgram::sparseRun(const CpuInstr& i) {

@@ -52,9 +52,9 @@ struct Kernels {
                                     const float* dy, int64_t ldy, int64_t N, float* dw,
                                     int64_t lddw);
     // transposedTimesDense whose sums go through `adam` (the update of the parameter dw is the
-    // gradient of) as each part of dw is finished, instead of waiting for the whole product: the
-    // update's memory traffic and divisions then overlap the products' multiply-adds. dw holds
-    // the partial sums when B spans several row blocks, and the gradient where adam.keepGrad.
+    // gradient of) as each tile of dw is finished, from registers, instead of the whole gradient
+    // being stored and read back by a separate update. dw holds the partial sums when B spans
+    // several row blocks, and the gradient where adam.keepGrad.
     int64_t (*transposedTimesDenseAdam)(const float* x, int64_t ldx, int64_t B, int64_t K,
                                         const float* dy, int64_t ldy, int64_t N, float* dw,
                                         int64_t lddw, const AdamEpilogue& adam);
