@@ -334,6 +334,21 @@ void checkSparseAdam(const cpu::sparse::Kernels& k, CpuIsa isa) {
     QCOMPARE(checked, 4 * 3 * 3 * 4);
 }
 
+// Runs check(kernels, isa) for each level of zero-skipping kernels this CPU has (AVX2 with FMA,
+// AVX-512), stopping at a failure; false when it has none.
+template <class F>
+bool forEachSparseLevel(F&& check) {
+    int levels = 0;
+    for (CpuIsa isa : {CpuIsa::Avx2, CpuIsa::Avx512}) {
+        const cpu::sparse::Kernels* k = cpu::sparse::forIsa(isa);
+        if (!k) continue;
+        ++levels;
+        check(*k, isa);
+        if (QTest::currentTestFailed()) break;
+    }
+    return levels > 0;
+}
+
 class TestIsa : public QObject {
     Q_OBJECT
 
@@ -513,15 +528,10 @@ class TestIsa : public QObject {
     // is the positions where any row (column) of a group is nonzero.
     // Every level this CPU has is checked.
     void sparseProductsMatchReference() {
-        int levels = 0;
-        for (CpuIsa isa : {CpuIsa::Avx2, CpuIsa::Avx512}) {
-            const cpu::sparse::Kernels* k = cpu::sparse::forIsa(isa);
-            if (!k) continue;
-            ++levels;
-            checkSparseKernels(*k, cpuIsaName(isa));
-            if (QTest::currentTestFailed()) return;
-        }
-        if (levels == 0) QSKIP("this CPU has neither AVX2 nor AVX-512: the products stay dense");
+        if (!forEachSparseLevel([](const cpu::sparse::Kernels& k, CpuIsa isa) {
+                checkSparseKernels(k, cpuIsaName(isa));
+            }))
+            QSKIP("this CPU has neither AVX2 nor AVX-512: the products stay dense");
     }
 
     // The forward kernel pairs rows whose zeros sit in the same places (pairRows): on images
@@ -529,31 +539,27 @@ class TestIsa : public QObject {
     // pairing rows with the same background lists less than pairing neighbouring rows, which here
     // never share one. The product stays the reference's (checked above for random zeros).
     void pairedRowsListLess() {
-        int levels = 0;
-        for (CpuIsa isa : {CpuIsa::Avx2, CpuIsa::Avx512}) {
-            const cpu::sparse::Kernels* k = cpu::sparse::forIsa(isa);
-            if (!k) continue;
-            ++levels;
-            const int64_t M = 32, K = 392, N = 64;
-            std::mt19937 rng(5);
-            std::uniform_real_distribution<float> uni(0.1f, 1.f);
-            std::vector<float> x(static_cast<size_t>(M * K), 0.f), w(K * N, 0.5f), y(M * N);
-            for (int64_t i = 0; i < M; ++i) {
-                const int64_t place = (i * 3) % 4;  // neighbours at different places
-                for (int64_t j = place * 98; j < place * 98 + 98; ++j) x[i * K + j] = uni(rng);
-            }
-            const int64_t listed =
-                k->rowsTimesDense(x.data(), K, M, K, w.data(), N, N, y.data(), N);
-            // Pairs of rows with the same place list 98 positions each; neighbours 196.
-            QCOMPARE(listed, int64_t{16 * 98});
-            for (int64_t i = 0; i < M; ++i)
-                for (int64_t n = 0; n < N; ++n) {
-                    double want = 0;
-                    for (int64_t j = 0; j < K; ++j) want += double{x[i * K + j]} * 0.5;
-                    QVERIFY(std::fabs(y[i * N + n] - want) < 1e-4 * (1 + want));
+        if (!forEachSparseLevel([](const cpu::sparse::Kernels& k, CpuIsa) {
+                const int64_t M = 32, K = 392, N = 64;
+                std::mt19937 rng(5);
+                std::uniform_real_distribution<float> uni(0.1f, 1.f);
+                std::vector<float> x(static_cast<size_t>(M * K), 0.f), w(K * N, 0.5f), y(M * N);
+                for (int64_t i = 0; i < M; ++i) {
+                    const int64_t place = (i * 3) % 4;  // neighbours at different places
+                    for (int64_t j = place * 98; j < place * 98 + 98; ++j) x[i * K + j] = uni(rng);
                 }
-        }
-        if (levels == 0) QSKIP("this CPU has neither AVX2 nor AVX-512: the products stay dense");
+                const int64_t listed =
+                    k.rowsTimesDense(x.data(), K, M, K, w.data(), N, N, y.data(), N);
+                // Pairs of rows with the same place list 98 positions each; neighbours 196.
+                QCOMPARE(listed, int64_t{16 * 98});
+                for (int64_t i = 0; i < M; ++i)
+                    for (int64_t n = 0; n < N; ++n) {
+                        double want = 0;
+                        for (int64_t j = 0; j < K; ++j) want += double{x[i * K + j]} * 0.5;
+                        QVERIFY(std::fabs(y[i * N + n] - want) < 1e-4 * (1 + want));
+                    }
+            }))
+            QSKIP("this CPU has neither AVX2 nor AVX-512: the products stay dense");
     }
 
     // The weight gradient with its Adam update inside the zero-skipping kernel (the CPU device's
@@ -561,15 +567,8 @@ class TestIsa : public QObject {
     // gradient product followed by the optimizer kernels' adam: plain, with clipvalue, with
     // decoupled decay, with the gradient also kept; one block of rows and several.
     void sparseAdamEqualsSeparate() {
-        int levels = 0;
-        for (CpuIsa isa : {CpuIsa::Avx2, CpuIsa::Avx512}) {
-            const cpu::sparse::Kernels* k = cpu::sparse::forIsa(isa);
-            if (!k) continue;
-            ++levels;
-            checkSparseAdam(*k, isa);
-            if (QTest::currentTestFailed()) return;
-        }
-        if (levels == 0) QSKIP("this CPU has neither AVX2 nor AVX-512: the products stay dense");
+        if (!forEachSparseLevel(checkSparseAdam))
+            QSKIP("this CPU has neither AVX2 nor AVX-512: the products stay dense");
     }
 
     // The comparison above is only worth something if the kernels move the state.
