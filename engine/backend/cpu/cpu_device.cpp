@@ -297,17 +297,17 @@ class CpuProgram final : public Executable {
         std::vector<Piece> pieces;
         bool on = true;
         int64_t runs = 0, sparseRuns = 0;
-        int64_t adamRuns = 0;  // runs whose update ran inside the kernel (pieceAdam)
-        std::vector<cpu::sparse::AdamEpilogue> adam;  // per piece, set before each run
-        std::vector<char> adamInside;
+        // Per piece, the update the kernel applies (planPieceAdam; empty: none), and the runs
+        // it ran in.
+        std::vector<cpu::sparse::AdamEpilogue> adam;
+        int64_t adamRuns = 0;
         double work = 1;  // listed / dense, the last run that measured it
     };
     std::vector<SparseProduct> sparse_;
     bool sparseRun(const CpuInstr& i);
     void runSparsePiece(const CpuInstr& i, int64_t piece,
                         const cpu::sparse::AdamEpilogue* adam = nullptr);
-    bool pieceAdam(const CpuInstr& i, int64_t piece, const UpdateScalars& s,
-                   cpu::sparse::AdamEpilogue& a) const;
+    void planPieceAdam(const CpuInstr& i);
     void noteSparseRun(const CpuInstr& i);
     void balanceAlongK(SparseProduct& sp);
 
@@ -1017,6 +1017,7 @@ Status CpuProgram::build(const LoweredProgram& lp, const ProgramBindings& bind) 
     if (!blocks_.empty())
         blockScratch_.assign(static_cast<size_t>(5 * kBlockElems + wholeElems_), 0.f);
     fuseUpdates(lp);
+    for (const CpuInstr& i : code_) planPieceAdam(i);
     fuseLosses(lp);
     if (const char* p = std::getenv("TRAINDECK_PROFILE"); p && *p && std::strcmp(p, "0") != 0) {
         profile_ = true;
@@ -1106,46 +1107,48 @@ void CpuProgram::runSparsePiece(const CpuInstr& i, int64_t piece,
             : k.rowsTimesDense(x, pc.ldx, pc.rows, pc.inner, w, pc.ldw, pc.cols, y, pc.ldy);
 }
 
-// The Adam update of the rows a weight gradient's piece writes, for the zero-skipping kernel to
-// apply as it finishes them (false: the update runs after the piece, as applyUpdateSlice). Only
-// Adam (not AMSGrad) on f32 values without a 16-bit shadow, on a gradient the piece writes whole;
-// TRAINDECK_UPDATE_APART=1 keeps it after the piece, for measurements.
-bool CpuProgram::pieceAdam(const CpuInstr& i, int64_t piece, const UpdateScalars& s,
-                           cpu::sparse::AdamEpilogue& a) const {
+// The Adam update of the rows each piece of a weight gradient writes, for the zero-skipping
+// kernel to apply as it finishes them (SparseProduct::adam; empty: the update runs after each
+// piece, as applyUpdateSlice). Only Adam (not AMSGrad) on f32 values without a 16-bit shadow, on a
+// gradient the pieces write whole, and a batch within the kernel's adamMaxRows;
+// TRAINDECK_UPDATE_APART=1 keeps it after the pieces, for measurements. Planned once, after
+// fuseUpdates: a run sets only the step's scalars (alpha, wdLr).
+void CpuProgram::planPieceAdam(const CpuInstr& i) {
     static const bool apart = [] {
         const char* v = std::getenv("TRAINDECK_UPDATE_APART");
         return v && *v && std::string_view(v) != "0";
     }();
     if (apart || i.fusedUpdate < 0 || i.sparse < 0 || update_.kind != UpdateKind::Adam ||
         update_.amsgrad)
-        return false;
-    const SparseProduct& sp = sparse_[static_cast<size_t>(i.sparse)];
+        return;
+    SparseProduct& sp = sparse_[static_cast<size_t>(i.sparse)];
     const UpdateTensor& t = updateTensors_[static_cast<size_t>(i.fusedUpdate)];
-    if (!sp.grad || t.shadow) return false;
-    const SparseProduct::Piece& pc = sp.pieces[static_cast<size_t>(piece)];
-    if (pc.rows > sp.kernels->adamMaxRows) return false;
-    const auto p = static_cast<size_t>(piece);
-    const int64_t off = i.pieceRows[p] * i.pieceCols;
-    const Prim& pp = prims_[static_cast<size_t>(i.prim + piece)];
-    if (pp.args.at(DNNL_ARG_DST).get_data_handle() != t.grad + off || pc.ldy != i.pieceCols ||
-        pc.cols != i.pieceCols || (i.pieceRows[p + 1] - i.pieceRows[p]) != pc.inner)
-        return false;
-    a.w = t.value + off;
-    a.m = t.slot[0] + off;
-    a.v = t.slot[1] + off;
-    a.ld = i.pieceCols;
-    a.gradScale = 1.0f;
-    a.clip = update_.clip == ClipKind::Value ? static_cast<float>(update_.clipValue)
-                                             : std::numeric_limits<float>::infinity();
-    a.decay = update_.decay;
-    a.wdLr = s.wdLr;
-    a.alpha = s.alpha;
-    a.oneMinusB1 = update_.oneMinusBeta1;
-    a.oneMinusB2 = update_.oneMinusBeta2;
-    a.eps = update_.epsilon;
-    // Nothing reads the gradient but the update (fuseUpdates checked), so it is not stored.
-    a.keepGrad = false;
-    return true;
+    if (!sp.grad || t.shadow) return;
+    std::vector<cpu::sparse::AdamEpilogue> adam(sp.pieces.size());
+    for (size_t p = 0; p < sp.pieces.size(); ++p) {
+        const SparseProduct::Piece& pc = sp.pieces[p];
+        const int64_t off = i.pieceRows[p] * i.pieceCols;
+        const Prim& pp = prims_[static_cast<size_t>(i.prim) + p];
+        if (pc.rows > sp.kernels->adamMaxRows ||
+            pp.args.at(DNNL_ARG_DST).get_data_handle() != t.grad + off || pc.ldy != i.pieceCols ||
+            pc.cols != i.pieceCols || (i.pieceRows[p + 1] - i.pieceRows[p]) != pc.inner)
+            return;
+        cpu::sparse::AdamEpilogue& a = adam[p];
+        a.w = t.value + off;
+        a.m = t.slot[0] + off;
+        a.v = t.slot[1] + off;
+        a.ld = i.pieceCols;
+        a.gradScale = 1.0f;
+        a.clip = update_.clip == ClipKind::Value ? static_cast<float>(update_.clipValue)
+                                                 : std::numeric_limits<float>::infinity();
+        a.decay = update_.decay;
+        a.oneMinusB1 = update_.oneMinusBeta1;
+        a.oneMinusB2 = update_.oneMinusBeta2;
+        a.eps = update_.epsilon;
+        // Nothing reads the gradient but the update (fuseUpdates checked), so it is not stored.
+        a.keepGrad = false;
+    }
+    sp.adam = std::move(adam);
 }
 
 // After the pieces (the WorkShare's run has joined them): whether the next run skips zeros.
@@ -1610,26 +1613,23 @@ Status CpuProgram::exec(const CpuInstr& i, const StepArgs& args) {
                     std::atomic<bool> failed{false};
                     std::string failure;
                     const bool sparse = sparseRun(i);
-                    // The pieces whose update runs inside the zero-skipping kernel.
+                    // The update inside the zero-skipping kernel, with this step's scalars.
                     SparseProduct* sp = sparse ? &sparse_[static_cast<size_t>(i.sparse)] : nullptr;
-                    if (sp) {
-                        sp->adam.resize(static_cast<size_t>(i.pieces));
-                        sp->adamInside.assign(static_cast<size_t>(i.pieces), 0);
-                        bool all = true;
-                        for (int p = 0; p < i.pieces; ++p) {
-                            const auto q = static_cast<size_t>(p);
-                            sp->adamInside[q] = pieceAdam(i, p, args.update, sp->adam[q]);
-                            all = all && sp->adamInside[q];
+                    const bool adamInside = sp && !sp->adam.empty();
+                    if (adamInside) {
+                        for (cpu::sparse::AdamEpilogue& a : sp->adam) {
+                            a.alpha = args.update.alpha;
+                            a.wdLr = args.update.wdLr;
                         }
-                        sp->adamRuns += all;
+                        ++sp->adamRuns;
                     }
                     share_->run(i.pieces, [&](int64_t piece, int worker) {
                         Prim& pp = prims_[static_cast<size_t>(i.prim + piece)];
-                        const auto q = static_cast<size_t>(piece);
-                        const bool adamInside = sp && sp->adamInside[q];
                         try {
                             if (sparse)
-                                runSparsePiece(i, piece, adamInside ? &sp->adam[q] : nullptr);
+                                runSparsePiece(
+                                    i, piece,
+                                    adamInside ? &sp->adam[static_cast<size_t>(piece)] : nullptr);
                             else
                                 pp.p.execute(worker == 0
                                                  ? strm_

@@ -125,9 +125,8 @@ struct StoreRows {
 
 struct AdamRows {
     const sparse::AdamEpilogue* a = nullptr;
-    int64_t c0 = 0;         // the tile's first column
-    bool keepGrad = false;  // the output (the gradient) receives the sums as well
-    AdamRows at(int64_t col) const { return AdamRows{a, col, keepGrad}; }
+    int64_t c0 = 0;  // the tile's first column
+    AdamRows at(int64_t col) const { return AdamRows{a, col}; }
 
     // Optimizer kernels' adam (optim_kernels_impl.h), vector by vector: the same operations in
     // the same order; max and min as written there (a NaN gradient passes through).
@@ -208,8 +207,8 @@ void groupTile(const GroupList<G>& list, const std::vector<int64_t>& seg, int64_
                 if (g >= present) continue;
                 if constexpr (kAdam) {
                     if (final) {
-                        if (epi.keepGrad)
-                            storeRow<NV, Masked>(out + (G * p + g) * ldo, acc + g * NV, last);
+                        if (epi.a->keepGrad)
+                            storeRow<NV, Masked>(out + outRow(G * p + g) * ldo, acc + g * NV, last);
                         epi.template apply<NV, Masked>(acc + g * NV, G * p + g, last);
                         continue;
                     }
@@ -349,22 +348,24 @@ int64_t rowsTimesDense(const float* x, int64_t ldx, int64_t M, int64_t K, const 
     return count;
 }
 
-// The lists of x's column groups (kGradGroup neighbouring columns each: neighbouring inputs,
-// such as pixels, are often zero together) over its B rows, by blocks of kGradRows rows; a
-// position is stored as its row times `ld` (the row stride of the operand the lists index).
-// kLanes x kLanes tiles of x are transposed in registers to read its columns. Group p's list
-// starts at p * room, seg[p * (blocks + 1) + b] where row block b starts in it, then its end.
-// Returns the positions listed.
-int64_t columnLists(const float* x, int64_t ldx, int64_t B, int64_t K, int64_t ld,
-                    GroupList<kGradGroup>& list, std::vector<int64_t>& seg, int64_t& blocks) {
+// dw = x^T . dy: the lists run over groups of x's neighbouring columns (neighbouring inputs,
+// such as pixels, are often zero together), by blocks of dy's rows; kLanes x kLanes tiles of x
+// are transposed in registers to read its columns. Each tile's finished rows go through `epi`.
+template <class Epi>
+int64_t gradProduct(const float* x, int64_t ldx, int64_t B, int64_t K, const float* dy, int64_t ldy,
+                    int64_t N, float* dw, int64_t lddw, const Epi& epi) {
     constexpr int G = kGradGroup;
-    blocks = std::max<int64_t>(1, (B + kGradRows - 1) / kGradRows);
+    thread_local GroupList<G> list;
+    thread_local std::vector<int64_t> seg;
+    const int64_t blocks = std::max<int64_t>(1, (B + kGradRows - 1) / kGradRows);
     const int64_t groups = (K + G - 1) / G;
+    // Group p's list starts at p * room (its entries in row order, so row blocks follow each
+    // other); seg[p * (blocks + 1) + b] where row block b starts in it, then its end.
     const int64_t room = (B + kLanes - 1) / kLanes * kLanes + kLanes;
     list.reserve(groups * room);
     seg.resize(static_cast<size_t>(groups * (blocks + 1)));
     int64_t entries = 0;
-    const Ints steps = Isa::lanesTimes(static_cast<int32_t>(ld));
+    const Ints steps = Isa::lanesTimes(static_cast<int32_t>(ldy));
     for (int64_t k0 = 0; k0 < K; k0 += kLanes) {
         const Mask cols = Isa::tail(K - k0);
         const int64_t width = std::min<int64_t>(kLanes, K - k0);
@@ -387,7 +388,7 @@ int64_t columnLists(const float* x, int64_t ldx, int64_t B, int64_t K, int64_t l
                 if (r0 % kGradRows == 0)
                     seg[static_cast<size_t>(p * (blocks + 1) + r0 / kGradRows)] = count[q];
                 count[q] = appendGroup<G>(list, count[q], r + G * q, rows,
-                                          static_cast<int32_t>(r0 * ld), steps);
+                                          static_cast<int32_t>(r0 * ldy), steps);
             }
         }
         for (int64_t q = 0; q < groupsHere; ++q) {
@@ -395,18 +396,6 @@ int64_t columnLists(const float* x, int64_t ldx, int64_t B, int64_t K, int64_t l
             entries += count[q] - (firstGroup + q) * room;
         }
     }
-    return entries;
-}
-
-// dw = x^T . dy: the lists run over groups of x's neighbouring columns, by blocks of dy's rows.
-template <class Epi>
-int64_t gradProduct(const float* x, int64_t ldx, int64_t B, int64_t K, const float* dy, int64_t ldy,
-                    int64_t N, float* dw, int64_t lddw, const Epi& epi) {
-    constexpr int G = kGradGroup;
-    thread_local GroupList<G> list;
-    thread_local std::vector<int64_t> seg;
-    int64_t blocks = 1;
-    const int64_t entries = columnLists(x, ldx, B, K, ldy, list, seg, blocks);
     runGroups<G>(list, seg, blocks, kGradRows, B, K, dy, ldy, N, dw, lddw, epi);
     return entries;
 }
@@ -419,7 +408,7 @@ int64_t transposedTimesDense(const float* x, int64_t ldx, int64_t B, int64_t K, 
 int64_t transposedTimesDenseAdam(const float* x, int64_t ldx, int64_t B, int64_t K, const float* dy,
                                  int64_t ldy, int64_t N, float* dw, int64_t lddw,
                                  const sparse::AdamEpilogue& adam) {
-    return gradProduct(x, ldx, B, K, dy, ldy, N, dw, lddw, AdamRows{&adam, 0, adam.keepGrad});
+    return gradProduct(x, ldx, B, K, dy, ldy, N, dw, lddw, AdamRows{&adam, 0});
 }
 
 }  // namespace
