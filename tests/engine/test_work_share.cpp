@@ -570,6 +570,59 @@ class TestWorkShare : public QObject {
         QVERIFY(std::memcmp(team.data(), team.data() + half, half * 4) != 0);
     }
 
+    // Task parallelism inside a step (cpu_device.cpp, planAlongside): the second layer's weight
+    // gradient and its input gradient read the same output gradient and nothing the other
+    // writes, so one runs on the WorkShare's helper while the caller runs the other and the
+    // instructions around it. The losses of ten steps and the last step's gradients are the
+    // same bits as with every instruction in order (TRAINDECK_IN_ORDER=1), and the profile names
+    // the product that ran alongside; in order it names none.
+    void alongsideEqualsInOrder() {
+        if (omp_get_max_threads() < 2 || td::makeCpuDevice(0)->desc().threads < 2)
+            QSKIP("needs a CPU device with two threads (OMP_NUM_THREADS=2)");
+        const RestoreThreads restore;
+        const std::string ir =
+            "graph t {\n %0 = input() : f32[64,96]\n"
+            " %1 = param() {name=w} : f32[96,128]\n"
+            " %2 = param() {name=b} : f32[128]\n"
+            " %3 = matmul(%0, %1) {trans_a=0, trans_b=0} : f32[64,128]\n"
+            " %4 = bias_add(%3, %2) : f32[64,128]\n"
+            " %5 = act(%4) {act=tanh} : f32[64,128]\n"
+            " %6 = param() {name=w2} : f32[128,64]\n"
+            " %7 = matmul(%5, %6) {trans_a=0, trans_b=0} : f32[64,64]\n"
+            " %8 = label() : f32[64,64]\n"
+            " %9 = loss(%7, %8) {loss=mse, scale=0.015625} : f32[1]\n"
+            " output loss = %9\n}\n";
+        std::mt19937 rng(31);
+        std::uniform_real_distribution<float> uni(-1.f, 1.f);
+        std::vector<float> x(64 * 96), y(64 * 64), p0(96 * 128), p1(128), p2(128 * 64);
+        for (auto* v : {&x, &y, &p0, &p1, &p2})
+            for (float& e : *v) e = uni(rng);
+        auto run = [&](bool inOrder, std::vector<float>* out) {
+            return stderrOf([&] {
+                tdtest::Harness h;
+                compileProfiled(h, ir, 1, inOrder ? "TRAINDECK_IN_ORDER" : nullptr, {&p0, &p1, &p2},
+                                x, y);
+                if (QTest::currentTestFailed()) return;
+                for (int step = 1; step <= 10; ++step) {
+                    h.run(step);
+                    out->push_back(h.output("loss")[0]);
+                    for (size_t t = 0; t < 3; ++t)
+                        for (size_t e = 0; e < h.params[t].bytes / 4; ++e)
+                            h.param(t)[e] -= 0.05f * h.grad(t)[e];
+                }
+                for (size_t t = 0; t < 3; ++t)
+                    out->insert(out->end(), h.grad(t), h.grad(t) + h.params[t].bytes / 4);
+            });
+        };
+        std::vector<float> alongside, inOrder;
+        const std::string profile = run(false, &alongside);
+        const std::string orderProfile = run(true, &inOrder);
+        QCOMPARE(alongside.size(), size_t{10 + 96 * 128 + 128 + 128 * 64});
+        QVERIFY(alongside == inOrder);
+        QVERIFY2(profile.find(", alongside ") != std::string::npos, profile.c_str());
+        QVERIFY2(orderProfile.find(", alongside ") == std::string::npos, orderProfile.c_str());
+    }
+
     // The CPU device places weight matrices whose rows are a multiple of 1 KiB (at least 2 KiB)
     // 16 bytes past a cache line where oneDNN runs AVX2 kernels (on an AVX-512 CPU it may keep
     // them aligned): oneDNN's f32 matmul then packs them instead of reading them in place across

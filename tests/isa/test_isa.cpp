@@ -476,6 +476,53 @@ class TestIsa : public QObject {
         }
     }
 
+    // Softmax's exponentials: the same bits on every level, within 2 units in the last place of
+    // std::exp over softmax's range (shifted values at or below 0, down to where std::exp goes
+    // subnormal), 0 below it, NaN for NaN. A level's vector loop and tail both checked.
+    void expShiftedMatchesGeneric_data() { levelsMatchGeneric_data(); }
+    void expShiftedMatchesGeneric() {
+        QFETCH(td::CpuIsa, isa);
+        const auto& k = cpu::simd::kernelsFor(isa);
+        const auto& g = cpu::simd::kernelsFor(CpuIsa::Generic);
+        std::vector<float> x;
+        for (float t = -90.0f; t <= 0.0f; t += 0.0137f) x.push_back(t);
+        for (float t : {0.0f, -0.0f, -1e-30f, -87.33f, -87.34f, -88.0f, -1e30f, 5.0f, 88.0f})
+            x.push_back(t);
+        x.push_back(-std::numeric_limits<float>::infinity());
+        x.push_back(std::numeric_limits<float>::quiet_NaN());
+        const int64_t n = static_cast<int64_t>(x.size());
+        for (float shift : {0.0f, 3.5f, -2.25f}) {
+            std::vector<float> xs(x);
+            for (float& v : xs) v += shift;  // so that v - shift is (close to) the value above
+            std::vector<float> got(n, -1.0f), want(n, -2.0f);
+            k.expShifted(xs.data(), shift, got.data(), n);
+            g.expShifted(xs.data(), shift, want.data(), n);
+            requireSame(got, want, "exp");
+            for (int64_t len : {int64_t{1}, int64_t{7}, int64_t{17}}) {  // short rows: tails only
+                std::vector<float> part(len, -3.0f);
+                k.expShifted(xs.data() + 5, shift, part.data(), len);
+                for (int64_t i = 0; i < len; ++i) QCOMPARE(part[i], got[5 + i]);
+            }
+            for (int64_t i = 0; i < n; ++i) {
+                const float t = xs[i] - shift;
+                const float ref = std::exp(t);
+                if (std::isnan(t)) {
+                    QVERIFY(std::isnan(got[i]));
+                } else if (t < -87.3365479f) {
+                    QCOMPARE(got[i], 0.0f);
+                } else {
+                    const float ulp =
+                        std::nextafter(ref, std::numeric_limits<float>::infinity()) - ref;
+                    if (std::fabs(got[i] - ref) > 2 * ulp)
+                        QFAIL(qPrintable(QStringLiteral("exp(%1): %2, std::exp %3")
+                                             .arg(double(t), 0, 'g', 9)
+                                             .arg(double(got[i]), 0, 'g', 9)
+                                             .arg(double(ref), 0, 'g', 9)));
+                }
+            }
+        }
+    }
+
     // Max pooling's argmax step: the same positions on every level, ties (the first wins) and
     // negative zero included.
     void maxArgStepMatchesGeneric_data() { levelsMatchGeneric_data(); }

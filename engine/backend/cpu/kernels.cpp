@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "engine/backend/cpu/simd_kernels.h"
 #include "engine/backend/kernel_math.h"
@@ -197,27 +198,42 @@ void add(const float* a, const float* b, float* y, int64_t n) {
 }
 
 namespace {
-// A row's max m and the sum of exp(x - m) in column order; with `e`, each exp stored there too.
-// Softmax cross-entropy's loss and gradient both start from these, the same operations in the
-// same order, so lossAndGrad (one pass) gives the bits of loss and lossGrad (two).
-inline float expSum(const float* x, int64_t n, float* e, float* maxOut) {
-    float m = x[0];
-    for (int64_t c = 1; c < n; ++c) m = std::max(m, x[c]);
-    float s = 0.f;
-    if (e) {
-        for (int64_t c = 0; c < n; ++c) s += (e[c] = std::exp(x[c] - m));
-    } else {
-        for (int64_t c = 0; c < n; ++c) s += std::exp(x[c] - m);
+// Softmax's exponentials for every row at once: each row's max m (maxes[r]), exp(x - m) into e
+// (rows * cols, apart from x) and their sum in column order (sums[r]). Softmax cross-entropy's loss
+// and gradient both start from these, the same operations in the same order, so lossAndGrad (one
+// pass) gives the bits of loss and lossGrad (two). The shifted values are written first and
+// exponentiated in one call over all rows (simd::expShifted, vectorised): rows of a few classes
+// are too short for a vector loop each.
+void rowExps(const float* x, int64_t rows, int64_t cols, float* e, float* maxes, float* sums) {
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* p = x + r * cols;
+        float m = p[0];
+        for (int64_t c = 1; c < cols; ++c) m = std::max(m, p[c]);
+        maxes[r] = m;
+        float* q = e + r * cols;
+        for (int64_t c = 0; c < cols; ++c) q[c] = p[c] - m;
     }
-    *maxOut = m;
-    return s;
+    simd::activeKernels().expShifted(e, 0.f, e, rows * cols);
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* q = e + r * cols;
+        float s = 0.f;
+        for (int64_t c = 0; c < cols; ++c) s += q[c];
+        sums[r] = s;
+    }
 }
 
-// log-sum-exp of a row.
-inline float logSumExp(const float* x, int64_t n) {
-    float m;
-    const float s = expSum(x, n, nullptr, &m);
-    return m + std::log(s);
+// Per-thread room for rowExps' results where the caller has none.
+struct RowExpScratch {
+    std::vector<float> e, maxes, sums;
+    void size(int64_t rows, int64_t cols, bool withE) {
+        if (withE) e.resize(static_cast<size_t>(rows * cols));
+        maxes.resize(static_cast<size_t>(rows));
+        sums.resize(static_cast<size_t>(rows));
+    }
+};
+RowExpScratch& rowExpScratch() {
+    thread_local RowExpScratch s;
+    return s;
 }
 
 // One row's softmax cross-entropy from its log-sum-exp: sparse (class id y) or one-hot (yRow).
@@ -251,16 +267,25 @@ void loss(LossKind k, const float* pred, const void* labels, float* out, int64_t
           float scale) {
     const int32_t* yi = static_cast<const int32_t*>(labels);
     const float* yf = static_cast<const float*>(labels);
+    RowExpScratch& ex = rowExpScratch();
+    if (k == LossKind::SparseSoftmaxXent || k == LossKind::SoftmaxXent) {
+        ex.size(rows, cols, true);
+        rowExps(pred, rows, cols, ex.e.data(), ex.maxes.data(), ex.sums.data());
+    }
+    // log-sum-exp of row r.
+    const auto lse = [&ex](int64_t r) {
+        return ex.maxes[static_cast<size_t>(r)] + std::log(ex.sums[static_cast<size_t>(r)]);
+    };
     double total = 0.0;
     for (int64_t r = 0; r < rows; ++r) {
         const float* p = pred + r * cols;
         double l = 0.0;
         switch (k) {
             case LossKind::SparseSoftmaxXent:
-                l = softmaxXentRow(k, p, cols, logSumExp(p, cols), yi[r], nullptr);
+                l = softmaxXentRow(k, p, cols, lse(r), yi[r], nullptr);
                 break;
             case LossKind::SoftmaxXent:
-                l = softmaxXentRow(k, p, cols, logSumExp(p, cols), 0, yf + r * cols);
+                l = softmaxXentRow(k, p, cols, lse(r), 0, yf + r * cols);
                 break;
             case LossKind::SparseXent: {
                 float s = 0.f;
@@ -307,6 +332,11 @@ void lossGrad(LossKind k, const float* pred, const void* labels, float* dp, int6
     const int32_t* yi = static_cast<const int32_t*>(labels);
     const float* yf = static_cast<const float*>(labels);
     const float invCols = 1.0f / static_cast<float>(cols);
+    RowExpScratch& ex = rowExpScratch();
+    if (k == LossKind::SparseSoftmaxXent || k == LossKind::SoftmaxXent) {
+        ex.size(rows, cols, false);
+        rowExps(pred, rows, cols, dp, ex.maxes.data(), ex.sums.data());
+    }
     for (int64_t r = 0; r < rows; ++r) {
         const float* p = pred + r * cols;
         float* g = dp + r * cols;
@@ -314,8 +344,7 @@ void lossGrad(LossKind k, const float* pred, const void* labels, float* dp, int6
             case LossKind::SparseSoftmaxXent:
             case LossKind::SoftmaxXent: {
                 const bool sparse = k == LossKind::SparseSoftmaxXent;
-                float m;
-                const float s = expSum(p, cols, g, &m);
+                const float s = ex.sums[static_cast<size_t>(r)];
                 softmaxXentGradRow(k, g, cols, s, scale, sparse ? yi[r] : 0,
                                    sparse ? nullptr : yf + r * cols);
                 break;
@@ -367,14 +396,16 @@ void lossAndGrad(LossKind k, const float* pred, const void* labels, float* out, 
     const bool sparse = k == LossKind::SparseSoftmaxXent;
     const int32_t* yi = static_cast<const int32_t*>(labels);
     const float* yf = static_cast<const float*>(labels);
+    RowExpScratch& ex = rowExpScratch();
+    ex.size(rows, cols, false);
+    rowExps(pred, rows, cols, dpred, ex.maxes.data(), ex.sums.data());
     double total = 0.0;
     for (int64_t r = 0; r < rows; ++r) {
         const float* p = pred + r * cols;
         float* g = dpred + r * cols;
         const int32_t y = sparse ? yi[r] : 0;
         const float* yRow = sparse ? nullptr : yf + r * cols;
-        float m;
-        const float s = expSum(p, cols, g, &m);
+        const float m = ex.maxes[static_cast<size_t>(r)], s = ex.sums[static_cast<size_t>(r)];
         total += softmaxXentRow(k, p, cols, m + std::log(s), y, yRow);
         softmaxXentGradRow(k, g, cols, s, gradScale, y, yRow);
     }

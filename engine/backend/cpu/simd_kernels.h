@@ -21,6 +21,12 @@ struct Table {
     // One position of a max-pooling window, every channel at once: where x[c] > best[c] (a later
     // position wins only when strictly greater), best[c] = x[c] and at[c] = base + c.
     void (*maxArgStep)(const float* x, float* best, int32_t* at, int64_t channels, int32_t base);
+    // y[i] = exp(x[i] - shift) for x[i] - shift <= 88 (softmax's rows, shifted by their max, stay
+    // at or below 0). Cody-Waite reduction to
+    // r in [-ln2/2, ln2/2] and a degree-7 Taylor polynomial (truncation below 2^-27): within
+    // about one unit in the last place of std::exp; values below -87.3365 (where std::exp goes
+    // subnormal) give 0, NaN gives NaN.
+    void (*expShifted)(const float* x, float shift, float* y, int64_t n);
 };
 
 // The loops of one level (the generic ones for a level this build has none for).

@@ -57,10 +57,45 @@ void maxArgStep(const float* x, float* best, int32_t* at, int64_t channels, int3
     }
 }
 
+void expShifted(const float* x, float shift, float* y, int64_t n) {
+    // Round to nearest by the 1.5 * 2^23 trick (no rounding call, so the loop vectorises); ln2 in
+    // two parts, the first with trailing zero bits so that k * ln2Hi is exact for |k| <= 2^11.
+    constexpr float kLog2e = 1.44269504088896341f, kRound = 12582912.0f;
+    constexpr float kLn2Hi = 0.693145751953125f, kLn2Lo = 1.42860682030941723e-6f;
+    constexpr float kLow = -87.3365479f, kHigh = 88.0f;
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) {
+        // Selects by masks, as in dropoutRow (GCC keeps a float select a branch); NaN passes both
+        // clamps.
+        float t = x[i] - shift;
+        const uint32_t under = 0u - static_cast<uint32_t>(t < kLow);
+        const uint32_t over = 0u - static_cast<uint32_t>(t > kHigh);
+        t = __builtin_bit_cast(float, (__builtin_bit_cast(uint32_t, t) & ~(under | over)) |
+                                          (__builtin_bit_cast(uint32_t, kLow) & under) |
+                                          (__builtin_bit_cast(uint32_t, kHigh) & over));
+        const float k = (t * kLog2e + kRound) - kRound;
+        const float r = (t - k * kLn2Hi) - k * kLn2Lo;
+        float p = 1.0f / 5040.0f;
+        p = p * r + 1.0f / 720.0f;
+        p = p * r + 1.0f / 120.0f;
+        p = p * r + 1.0f / 24.0f;
+        p = p * r + 1.0f / 6.0f;
+        p = p * r + 0.5f;
+        p = p * r + 1.0f;
+        p = p * r + 1.0f;
+        // 2^k from its exponent bits (k in [-126, 127] after the clamps; a NaN's k is whatever
+        // the conversion gives, and p is NaN).
+        const auto bits = static_cast<uint32_t>(static_cast<int32_t>(k) + 127) << 23;
+        const float e = p * __builtin_bit_cast(float, bits);
+        y[i] = __builtin_bit_cast(float, __builtin_bit_cast(uint32_t, e) & ~under);
+    }
+}
+
 }  // namespace
 
 const simd::Table& table() {
-    static constexpr simd::Table t{TD_SIMD_ISA_LEVEL, &dropoutRow, &reluGrad, &maxArgStep};
+    static constexpr simd::Table t{TD_SIMD_ISA_LEVEL, &dropoutRow, &reluGrad, &maxArgStep,
+                                   &expShifted};
     return t;
 }
 
