@@ -623,6 +623,68 @@ class TestWorkShare : public QObject {
         QVERIFY2(orderProfile.find(", alongside ") == std::string::npos, orderProfile.c_str());
     }
 
+    // Products with a narrow output (at most two vectors wide: a Dense of 16 units with ReLU,
+    // a classifier's 10, their weight gradients read transposed) run on the narrow kernel
+    // (sparse_kernels.h) instead of oneDNN's: the losses of ten steps and the last gradients
+    // agree with oneDNN's (TRAINDECK_NO_NARROW=1) to float rounding (here bit for bit: at these
+    // shapes oneDNN's AVX2 kernels also add the products in order with multiply-adds), and the
+    // profile names the products that ran on it.
+    void narrowProductsEqualOneDnn() {
+        if (!td::cpu::sparse::active())
+            QSKIP("the narrow kernel needs AVX2 with FMA or AVX-512 (and no TRAINDECK_NO_SPARSE)");
+        const RestoreThreads restore;
+        const std::string ir =
+            "graph t {\n %0 = input() : f32[64,96]\n"
+            " %1 = param() {name=w} : f32[96,16]\n"
+            " %2 = param() {name=b} : f32[16]\n"
+            " %3 = matmul(%0, %1) {trans_a=0, trans_b=0} : f32[64,16]\n"
+            " %4 = bias_add(%3, %2) : f32[64,16]\n"
+            " %5 = act(%4) {act=relu} : f32[64,16]\n"
+            " %6 = param() {name=w2} : f32[16,10]\n"
+            " %7 = matmul(%5, %6) {trans_a=0, trans_b=0} : f32[64,10]\n"
+            " %8 = label() : f32[64,10]\n"
+            " %9 = loss(%7, %8) {loss=mse, scale=0.015625} : f32[1]\n"
+            " output loss = %9\n}\n";
+        std::mt19937 rng(37);
+        std::uniform_real_distribution<float> uni(-1.f, 1.f);
+        std::vector<float> x(64 * 96), y(64 * 10), p0(96 * 16), p1(16), p2(16 * 10);
+        for (auto* v : {&x, &y, &p0, &p1, &p2})
+            for (float& e : *v) e = uni(rng);
+        auto run = [&](bool oneDnn, std::vector<float>* out) {
+            return stderrOf([&] {
+                tdtest::Harness h;
+                compileProfiled(h, ir, 1, oneDnn ? "TRAINDECK_NO_NARROW" : nullptr, {&p0, &p1, &p2},
+                                x, y);
+                if (QTest::currentTestFailed()) return;
+                for (int step = 1; step <= 10; ++step) {
+                    h.run(step);
+                    out->push_back(h.output("loss")[0]);
+                    for (size_t t = 0; t < 3; ++t)
+                        for (size_t e = 0; e < h.params[t].bytes / 4; ++e)
+                            h.param(t)[e] -= 0.05f * h.grad(t)[e];
+                }
+                for (size_t t = 0; t < 3; ++t)
+                    out->insert(out->end(), h.grad(t), h.grad(t) + h.params[t].bytes / 4);
+            });
+        };
+        std::vector<float> narrow, oneDnn;
+        const std::string profile = run(false, &narrow);
+        const std::string oneDnnProfile = run(true, &oneDnn);
+        QCOMPARE(narrow.size(), size_t{10 + 96 * 16 + 16 + 16 * 10});
+        QCOMPARE(oneDnn.size(), narrow.size());
+        double worst = 0;
+        for (size_t i = 0; i < narrow.size(); ++i)
+            worst = std::max(worst, std::fabs(double{narrow[i]} - oneDnn[i]) /
+                                        (1e-3 + std::fabs(double{oneDnn[i]})));
+        QVERIFY2(worst < 1e-4, qPrintable(QString("worst relative difference %1").arg(worst)));
+        // The two forward products and the two weight gradients.
+        size_t count = 0;
+        for (size_t at = 0; (at = profile.find(", narrow kernel", at)) != std::string::npos; ++at)
+            ++count;
+        QVERIFY2(count >= 4, profile.c_str());
+        QVERIFY2(oneDnnProfile.find(", narrow kernel") == std::string::npos, oneDnnProfile.c_str());
+    }
+
     // The CPU device places weight matrices whose rows are a multiple of 1 KiB (at least 2 KiB)
     // 16 bytes past a cache line where oneDNN runs AVX2 kernels (on an AVX-512 CPU it may keep
     // them aligned): oneDNN's f32 matmul then packs them instead of reading them in place across

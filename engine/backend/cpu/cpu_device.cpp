@@ -100,6 +100,11 @@ struct CpuInstr {
     // A product whose pieces may skip the zeros of their input (sparse_kernels.h): index into
     // CpuProgram::sparse_ (-1: always dense).
     int sparse = -1;
+    // A whole f32 product with a narrow output run by the narrow kernel (sparse_kernels.h)
+    // instead of its primitive, whose arguments still say where the operands are: A's element
+    // (r, k) at r * narrowSr + k * narrowSk, M x K times K x N.
+    const cpu::sparse::Kernels* narrow = nullptr;
+    int64_t narrowSr = 0, narrowSk = 0, narrowM = 0, narrowK = 0, narrowN = 0;
 };
 
 // An operand as block mode reads or writes it.
@@ -347,6 +352,7 @@ class CpuProgram final : public Executable {
     void planAlongside(const LoweredProgram& lp);
     Status runAlongside(const Alongside& g, const StepArgs& args);
     Status execTimed(size_t k, const StepArgs& args);
+    void runProduct(const CpuInstr& i, dnnl::stream& s);
 };
 
 constexpr int64_t kBlockElems = 8192;  // 32 KiB of f32 per block operand: in L1/L2
@@ -670,6 +676,23 @@ Status CpuProgram::addMatmul(const Instr& in, CpuInstr& ins) {
             }
             ins.sparse = static_cast<int>(sparse_.size());
             sparse_.push_back(std::move(sp));
+        }
+        // A narrow product on a thread of its own (a program on one thread, or with a
+        // WorkShare, whose callers run one thread each): the narrow kernel, for a Dense without
+        // an activation or with ReLU (run after it, as the post-op would).
+        // TRAINDECK_NO_NARROW=1 keeps oneDNN's, for measurements.
+        const char* narrowOff = std::getenv("TRAINDECK_NO_NARROW");
+        const bool noNarrow = narrowOff && *narrowOff && std::strcmp(narrowOff, "0") != 0;
+        if (sparseKernels && !noNarrow && !convertHalf && ins.pieces == 1 && !alongK && !tb &&
+            N <= sparseKernels->narrowMaxCols && (share_ || updateThreads_ <= 1) &&
+            primOp == DType::F32 && primOut == DType::F32 &&
+            (in.op == InstrOp::MatMul || in.act == ActKind::Linear || in.act == ActKind::Relu)) {
+            ins.narrow = sparseKernels;
+            ins.narrowSr = ta ? 1 : K;
+            ins.narrowSk = ta ? M : 1;
+            ins.narrowM = M;
+            ins.narrowK = K;
+            ins.narrowN = N;
         }
     } catch (const dnnl::error& e) {
         return err("oneDNN " + what + " (" + dtypeName(opType) + " -> " + dtypeName(outType) +
@@ -1041,6 +1064,7 @@ Status CpuProgram::build(const LoweredProgram& lp, const ProgramBindings& bind) 
                                std::to_string(lp.code[k].node) + " " +
                                shapeToString(lp.code[k].out.shape);
             if (i.pieces > 1) name += ", " + std::to_string(i.pieces) + " pieces";
+            if (i.narrow) name += ", narrow kernel";
             if (!i.kPartials.empty()) name += " along K";
             if (i.fusedUpdate >= 0) name += " + update";
             if (i.lossOut) name += " + loss";
@@ -1729,6 +1753,26 @@ Status CpuProgram::run(const StepArgs& args) {
     return Status::success();
 }
 
+// A whole product: its primitive, or the narrow kernel on the operands the primitive's arguments
+// hold (rebindBatch moves those with the batch), then a Dense's ReLU as its post-op would.
+void CpuProgram::runProduct(const CpuInstr& i, dnnl::stream& s) {
+    Prim& pr = prims_[static_cast<size_t>(i.prim)];
+    if (!i.narrow) {
+        pr.p.execute(s, pr.args);
+        return;
+    }
+    auto at = [&pr](int arg) { return static_cast<float*>(pr.args.at(arg).get_data_handle()); };
+    const auto bias = pr.args.find(DNNL_ARG_BIAS);
+    float* c = at(DNNL_ARG_DST);
+    i.narrow->narrowProduct(
+        at(DNNL_ARG_SRC), i.narrowSr, i.narrowSk, i.narrowM, i.narrowK, at(DNNL_ARG_WEIGHTS),
+        i.narrowN, i.narrowN,
+        bias == pr.args.end() ? nullptr : static_cast<const float*>(bias->second.get_data_handle()),
+        c, i.narrowN);
+    if (i.op == InstrOp::Dense && i.act == ActKind::Relu)
+        cpu::activation(ActKind::Relu, 0, c, c, i.narrowM, i.narrowN);
+}
+
 // Instruction k, timed under TRAINDECK_PROFILE. The first run is not timed: oneDNN generates its
 // kernels when a primitive first runs (the first f32 product of a process took about 15 ms
 // here), which would land on whichever instruction runs one first.
@@ -1757,10 +1801,8 @@ Status CpuProgram::runAlongside(const Alongside& g, const StepArgs& args) {
         using ProfileClock = std::chrono::steady_clock;
         const auto t0 = ProfileClock::now();
         const CpuInstr& i = code_[static_cast<size_t>(g.helper)];
-        Prim& pr = prims_[static_cast<size_t>(i.prim)];
         try {
-            pr.p.execute(worker == 0 ? strm_ : helperStreams_[static_cast<size_t>(worker - 1)],
-                         pr.args);
+            runProduct(i, worker == 0 ? strm_ : helperStreams_[static_cast<size_t>(worker - 1)]);
         } catch (const dnnl::error& e) {
             status[1] = err(std::string("oneDNN matmul: ") + e.what());
         }
@@ -1780,13 +1822,12 @@ Status CpuProgram::exec(const CpuInstr& i, const StepArgs& args) {
     switch (i.op) {
         case InstrOp::MatMul:
         case InstrOp::Dense: {
-            Prim& pr = prims_[static_cast<size_t>(i.prim)];
             const ConvPlan* cp = i.conv >= 0 ? &convs_[static_cast<size_t>(i.conv)] : nullptr;
             if (cp)
                 for (const Conversion& c : cp->before) convert(c, nullptr, 0);
             try {
                 if (i.pieces == 1) {
-                    pr.p.execute(strm_, pr.args);
+                    runProduct(i, strm_);
                 } else {
                     std::atomic<bool> failed{false};
                     std::string failure;

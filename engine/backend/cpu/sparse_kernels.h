@@ -7,8 +7,11 @@
 // run in index order, so a result differs from a dense product's only in the order of the additions
 // (and a zero times an infinite or NaN value, which a dense product turns into NaN, is skipped).
 // The work is the listed positions: both kernels return how many there were, for the caller to
-// compare with the dense product's (the pairs times the shared dimension). Private to
-// engine/backend/cpu, its tests and bench/bench_sparse.cpp.
+// compare with the dense product's (the pairs times the shared dimension).
+//
+// With them, one dense product oneDNN handles poorly: a narrow one (an output of at most two
+// vectors' width, such as a classifier's ten classes), which oneDNN's AVX2 kernels pad to their
+// own tile. Private to engine/backend/cpu, its tests and bench/bench_sparse.cpp.
 #pragma once
 
 #include <cstdint>
@@ -62,6 +65,14 @@ struct Kernels {
     // permutation of [0, M)): rows with zeros in the same places together. For the tests and
     // the benchmark; the kernel computes it itself.
     void (*pairRows)(const float* x, int64_t ldx, int64_t M, int64_t K, int32_t* order);
+    // c[M,N] (row stride ldc) = a . b[K,N] (row stride ldb) + bias (null: none) for N up to
+    // narrowMaxCols, where a's element (r, k) is a[r * sr + k * sk] (a row-major [M,K] or a
+    // transposed [K,M]): several rows at a time, the sums over k in order with explicit
+    // multiply-adds, the bias added after the last.
+    void (*narrowProduct)(const float* a, int64_t sr, int64_t sk, int64_t M, int64_t K,
+                          const float* b, int64_t ldb, int64_t N, const float* bias, float* c,
+                          int64_t ldc);
+    int64_t narrowMaxCols = 0;
     // How many rows (columns) of x each list covers; the dense product's work in the kernels'
     // count is ceil(M / rowsGroup) * K (ceil(K / colsGroup) * B).
     int rowsGroup = 2;
