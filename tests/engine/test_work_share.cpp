@@ -685,6 +685,60 @@ class TestWorkShare : public QObject {
         QVERIFY2(oneDnnProfile.find(", narrow kernel") == std::string::npos, oneDnnProfile.c_str());
     }
 
+    // A ReLU's gradient with its dropout's gradient fused in reads the mask from the forward
+    // dropout's output (nonzero exactly where the unit was kept and live) instead of hashing
+    // every element's key again (cpu_device.cpp, planDropoutMasks): ten steps' losses and the
+    // last gradients are the bits of the mask drawn again (TRAINDECK_REDRAW_MASKS=1), here where
+    // the gradient is written in place of the dropout's output (the arena reuses it), and the
+    // profile names the instruction that read it.
+    void dropoutMaskFromOutput() {
+        const RestoreThreads restore;
+        const std::string ir =
+            "graph t {\n %0 = input() : f32[48,40]\n"
+            " %1 = param() {name=w} : f32[40,64]\n"
+            " %2 = param() {name=b} : f32[64]\n"
+            " %3 = matmul(%0, %1) {trans_a=0, trans_b=0} : f32[48,64]\n"
+            " %4 = bias_add(%3, %2) : f32[48,64]\n"
+            " %5 = act(%4) {act=relu} : f32[48,64]\n"
+            " %6 = dropout(%5) {rate=0.3, seed=77} : f32[48,64]\n"
+            " %7 = param() {name=w2} : f32[64,24]\n"
+            " %8 = matmul(%6, %7) {trans_a=0, trans_b=0} : f32[48,24]\n"
+            " %9 = label() : f32[48,24]\n"
+            " %10 = loss(%8, %9) {loss=mse, scale=0.0208333} : f32[1]\n"
+            " output loss = %10\n}\n";
+        std::mt19937 rng(41);
+        std::uniform_real_distribution<float> uni(-1.f, 1.f);
+        std::vector<float> x(48 * 40), y(48 * 24), p0(40 * 64), p1(64), p2(64 * 24);
+        for (auto* v : {&x, &y, &p0, &p1, &p2})
+            for (float& e : *v) e = uni(rng);
+        auto run = [&](bool redraw, std::vector<float>* out) {
+            return stderrOf([&] {
+                tdtest::Harness h;
+                compileProfiled(h, ir, 1, redraw ? "TRAINDECK_REDRAW_MASKS" : nullptr,
+                                {&p0, &p1, &p2}, x, y);
+                if (QTest::currentTestFailed()) return;
+                for (int step = 1; step <= 10; ++step) {
+                    h.run(step);
+                    out->push_back(h.output("loss")[0]);
+                    for (size_t t = 0; t < 3; ++t)
+                        for (size_t e = 0; e < h.params[t].bytes / 4; ++e)
+                            h.param(t)[e] -= 0.05f * h.grad(t)[e];
+                }
+                for (size_t t = 0; t < 3; ++t)
+                    out->insert(out->end(), h.grad(t), h.grad(t) + h.params[t].bytes / 4);
+            });
+        };
+        std::vector<float> fromOutput, redrawn;
+        const std::string profile = run(false, &fromOutput);
+        const std::string redrawProfile = run(true, &redrawn);
+        QCOMPARE(fromOutput.size(), size_t{10 + 40 * 64 + 64 + 64 * 24});
+        QVERIFY(fromOutput == redrawn);
+        QVERIFY2(profile.find("mask from the dropout's output") != std::string::npos,
+                 profile.c_str());
+        QVERIFY2(redrawProfile.find("mask from the dropout's output") == std::string::npos,
+                 redrawProfile.c_str());
+    }
+
     // The CPU device places weight matrices whose rows are a multiple of 1 KiB (at least 2 KiB)
     // 16 bytes past a cache line where oneDNN runs AVX2 kernels (on an AVX-512 CPU it may keep
     // them aligned): oneDNN's f32 matmul then packs them instead of reading them in place across

@@ -523,6 +523,33 @@ class TestIsa : public QObject {
         }
     }
 
+    // ReLU's gradient through its dropout, the mask read from the dropout's output: the same
+    // bits on every level, and those of the dropout applied to dy followed by reluGrad wherever
+    // the output says what the mask said (nonzero exactly where kept and live).
+    void droppedReluGradMatchesGeneric_data() { levelsMatchGeneric_data(); }
+    void droppedReluGradMatchesGeneric() {
+        QFETCH(td::CpuIsa, isa);
+        const auto& k = cpu::simd::kernelsFor(isa);
+        const auto& g = cpu::simd::kernelsFor(CpuIsa::Generic);
+        const std::vector<float> dy = gradients(3), x = gradients(5);
+        const float rate = 0.3f, keepScale = 1.0f / (1.0f - rate);
+        const auto threshold = static_cast<uint32_t>(rate * 16777216.0);
+        for (int64_t n : {int64_t{1}, int64_t{15}, int64_t{17}, kElements}) {
+            // s: ReLU's output (zeros where x <= 0, a NaN); d: the dropout of s.
+            std::vector<float> s(n), d(n);
+            for (int64_t i = 0; i < n; ++i) s[i] = x[i] > 0.f ? x[i] : 0.f;
+            if (n > 2) s[2] = std::numeric_limits<float>::quiet_NaN();
+            g.dropoutRow(s.data(), d.data(), n, 0x9e3779b9u, threshold, keepScale);
+            std::vector<float> got(n, -1.0f), want(n, -2.0f), masked(n), redrawn(n, -3.0f);
+            k.droppedReluGrad(dy.data(), d.data(), s.data(), got.data(), n, keepScale);
+            g.droppedReluGrad(dy.data(), d.data(), s.data(), want.data(), n, keepScale);
+            requireSame(got, want, "relu gradient through dropout");
+            g.dropoutRow(dy.data(), masked.data(), n, 0x9e3779b9u, threshold, keepScale);
+            g.reluGrad(masked.data(), s.data(), redrawn.data(), n);
+            requireSame(want, redrawn, "relu gradient through dropout, the mask drawn again");
+        }
+    }
+
     // Max pooling's argmax step: the same positions on every level, ties (the first wins) and
     // negative zero included.
     void maxArgStepMatchesGeneric_data() { levelsMatchGeneric_data(); }

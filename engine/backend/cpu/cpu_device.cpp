@@ -25,6 +25,7 @@
 #include "engine/backend/backend.h"
 #include "engine/backend/cpu/image_kernels.h"
 #include "engine/backend/cpu/kernels.h"
+#include "engine/backend/cpu/simd_kernels.h"
 #include "engine/backend/cpu/sparse_kernels.h"
 #include "engine/core/cpu_isa.h"
 #include "engine/core/half.h"
@@ -64,6 +65,9 @@ struct CpuInstr {
     // and out. Index into CpuProgram::blocks_, -1: the plain f32 kernel on whole arrays.
     int block = -1;
     float rate = 0;  // Act / ActGrad: the fused dropout's rate (0: none)
+    // ActGrad of a ReLU with its dropout's gradient fused: that dropout's output, which says
+    // where the mask kept a live unit (planDropoutMasks; null: the mask is drawn again).
+    const float* dropOut = nullptr;
     // Cast, and a matmul's conversions when oneDNN has no kernel for its dtype.
     int conv = -1;  // index into CpuProgram::convs_
     // Images and normalization: further operands (gamma, beta, mean, var), the geometry.
@@ -350,6 +354,9 @@ class CpuProgram final : public Executable {
     std::vector<Alongside> alongside_;
     std::vector<int> alongsideAt_;  // per instruction: the group that starts there, or -1
     void planAlongside(const LoweredProgram& lp);
+    void planDropoutMasks(const LoweredProgram& lp);
+    // What instruction k writes: its output, its column sums, a loss it computes for another.
+    std::vector<Range> writtenBy(const LoweredProgram& lp, size_t k) const;
     Status runAlongside(const Alongside& g, const StepArgs& args);
     Status execTimed(size_t k, const StepArgs& args);
     void runProduct(const CpuInstr& i, dnnl::stream& s);
@@ -1054,6 +1061,7 @@ Status CpuProgram::build(const LoweredProgram& lp, const ProgramBindings& bind) 
     fuseUpdates(lp);
     for (const CpuInstr& i : code_) planPieceAdam(i);
     fuseLosses(lp);
+    planDropoutMasks(lp);
     planAlongside(lp);
     if (const char* p = std::getenv("TRAINDECK_PROFILE"); p && *p && std::strcmp(p, "0") != 0) {
         profile_ = true;
@@ -1065,6 +1073,7 @@ Status CpuProgram::build(const LoweredProgram& lp, const ProgramBindings& bind) 
                                shapeToString(lp.code[k].out.shape);
             if (i.pieces > 1) name += ", " + std::to_string(i.pieces) + " pieces";
             if (i.narrow) name += ", narrow kernel";
+            if (i.dropOut) name += ", mask from the dropout's output";
             if (!i.kPartials.empty()) name += " along K";
             if (i.fusedUpdate >= 0) name += " + update";
             if (i.lossOut) name += " + loss";
@@ -1335,6 +1344,58 @@ void CpuProgram::fuseUpdates(const LoweredProgram& lp) {
         if (!fused[t]) restTensors_.push_back(updateTensors_[t]);
 }
 
+std::vector<CpuProgram::Range> CpuProgram::writtenBy(const LoweredProgram& lp, size_t k) const {
+    const Instr& in = lp.code[k];
+    std::vector<Range> w{rangeOf(in.out)};
+    if (in.out2.space != Space::None) w.push_back(rangeOf(in.out2));
+    if (const float* l = code_[k].lossOut) {
+        const auto* c = reinterpret_cast<const char*>(l);
+        w.push_back({c, c + sizeof(float)});
+    }
+    return w;
+}
+
+// A ReLU's gradient with its dropout's gradient fused in (act_grad with rate) draws the mask
+// again, hashing every element's key. Where the forward Dropout of that ReLU's output is in the
+// same program, f32, and nothing between the two overwrites the dropout's output, the gradient
+// reads the mask from that output instead: it is nonzero exactly where the unit was kept and
+// ReLU let it through (a kept value y / (1 - rate) with y > 0 is > 0; y = 0 or dropped gives +0),
+// and where ReLU did not, the gradient is 0 either way, so the bits are those of the mask drawn
+// again (simd::droppedReluGrad: one pass, no hash). Seed MLP on the AVX2 machine: see the README;
+// TRAINDECK_REDRAW_MASKS=1 turns it off.
+void CpuProgram::planDropoutMasks(const LoweredProgram& lp) {
+    if (const char* e = std::getenv("TRAINDECK_REDRAW_MASKS"); e && *e && std::strcmp(e, "0") != 0)
+        return;
+    auto same = [](Range a, Range b) { return a.lo == b.lo && a.hi == b.hi; };
+    for (size_t j = 0; j < code_.size(); ++j) {
+        CpuInstr& g = code_[j];
+        if (g.op != InstrOp::ActGrad || g.rate <= 0 || g.block < 0 || g.act != ActKind::Relu)
+            continue;
+        const BlockPlan& bp = blocks_[static_cast<size_t>(g.block)];
+        if (bp.teamRows || bp.whole || bp.inputs < 2 || bp.in[0].dtype != DType::F32 ||
+            bp.in[1].dtype != DType::F32 || bp.out.dtype != DType::F32 || !bp.out.ptr)
+            continue;
+        const Range saved = rangeOf(lp.code[j].in.at(1));
+        for (size_t k = 0; k < j; ++k) {
+            const Instr& d = lp.code[k];
+            if (d.op != InstrOp::Dropout || code_[k].block >= 0 || d.seed != g.seed ||
+                d.rate != g.rate || d.out.dtype != DType::F32 || d.in.empty() ||
+                !same(rangeOf(d.in[0]), saved) || d.out.elements() != g.rows * g.cols)
+                continue;
+            // The gradient itself may write where the dropout's output was (the arena reuses it
+            // once the last reader before it is done): element by element, each read before its
+            // write, so only exactly in place.
+            const Range drop = rangeOf(d.out);
+            bool kept = true;
+            for (size_t m = k + 1; m <= j && kept; ++m)
+                for (const Range& w : writtenBy(lp, m))
+                    kept = kept && (!overlaps(w, drop) || (m == j && same(w, drop)));
+            if (kept) g.dropOut = reinterpret_cast<const float*>(drop.lo);
+            break;
+        }
+    }
+}
+
 // Task parallelism between neighbouring instructions: a product that reads nothing its
 // neighbours write, and writes nothing they read or write, runs on a WorkShare helper while the
 // calling thread runs them (runAlongside). The backward pass of a layer has two such products
@@ -1389,16 +1450,7 @@ void CpuProgram::planAlongside(const LoweredProgram& lp) {
         for (const Operand& o : lp.code[static_cast<size_t>(k)].in) r.push_back(rangeOf(o));
         return r;
     };
-    auto writes = [&](int k) {
-        const Instr& in = lp.code[static_cast<size_t>(k)];
-        std::vector<Range> w{rangeOf(in.out)};
-        if (in.out2.space != Space::None) w.push_back(rangeOf(in.out2));
-        if (const float* l = code_[static_cast<size_t>(k)].lossOut) {
-            const auto* c = reinterpret_cast<const char*>(l);
-            w.push_back({c, c + sizeof(float)});
-        }
-        return w;
-    };
+    auto writes = [&](int k) { return writtenBy(lp, static_cast<size_t>(k)); };
     auto any = [](const std::vector<Range>& a, const std::vector<Range>& b) {
         for (const Range& x : a)
             for (const Range& y : b)
@@ -1654,7 +1706,11 @@ void CpuProgram::runBlock(const CpuInstr& i, const StepArgs& args) {
                 break;
             case InstrOp::ActGrad: {
                 const float* dy = a;
-                if (i.rate > 0) {
+                if (i.dropOut) {
+                    cpu::simd::activeKernels().droppedReluGrad(a, i.dropOut + r0 * cols, fb, out,
+                                                               n * cols, 1.0f / (1.0f - i.rate));
+                    break;
+                } else if (i.rate > 0) {
                     cpu::dropout(a, buf[3], n, cols, i.rate, i.seed, args.step,
                                  args.sampleBase + r0);
                     dy = buf[3];

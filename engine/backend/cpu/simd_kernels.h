@@ -16,6 +16,12 @@ struct Table {
     // mix32(rowBase ^ (c * 0x9e3779b9)) >> 8 >= threshold, else 0, for c in [0, cols).
     void (*dropoutRow)(const float* x, float* y, int64_t cols, uint32_t rowBase, uint32_t threshold,
                        float keepScale);
+    // ReLU's gradient through the dropout after it, the mask read from the dropout's output d
+    // (nonzero exactly where the dropout kept a unit ReLU let through, s > 0):
+    // dx[i] = d[i] != 0 && s[i] > 0 ? dy[i] * keepScale : 0, the bits of dropoutRow on dy
+    // followed by reluGrad.
+    void (*droppedReluGrad)(const float* dy, const float* d, const float* s, float* dx, int64_t n,
+                            float keepScale);
     // ReLU's gradient: dx[i] = s[i] > 0 ? dy[i] : 0 (s: the input or the output), branch-free.
     void (*reluGrad)(const float* dy, const float* s, float* dx, int64_t n);
     // One position of a max-pooling window, every channel at once: where x[c] > best[c] (a later

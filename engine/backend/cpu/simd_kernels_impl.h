@@ -39,6 +39,16 @@ void dropoutRow(const float* x, float* y, int64_t cols, uint32_t rowBase, uint32
     }
 }
 
+void droppedReluGrad(const float* dy, const float* d, const float* s, float* dx, int64_t n,
+                     float keepScale) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) {
+        const uint32_t live =
+            (0u - static_cast<uint32_t>(d[i] != 0.f)) & (0u - static_cast<uint32_t>(s[i] > 0.f));
+        dx[i] = __builtin_bit_cast(float, __builtin_bit_cast(uint32_t, dy[i] * keepScale) & live);
+    }
+}
+
 // Branch-free as dropoutRow, for the same reason.
 void reluGrad(const float* dy, const float* s, float* dx, int64_t n) {
 #pragma omp simd
@@ -94,8 +104,8 @@ void expShifted(const float* x, float shift, float* y, int64_t n) {
 }  // namespace
 
 const simd::Table& table() {
-    static constexpr simd::Table t{TD_SIMD_ISA_LEVEL, &dropoutRow, &reluGrad, &maxArgStep,
-                                   &expShifted};
+    static constexpr simd::Table t{TD_SIMD_ISA_LEVEL, &dropoutRow, &droppedReluGrad,
+                                   &reluGrad,         &maxArgStep, &expShifted};
     return t;
 }
 
