@@ -81,6 +81,30 @@ void compileProfiled(tdtest::Harness& h, const std::string& ir, int threads, con
     std::memcpy(h.lab(), y.data(), y.size() * 4);
 }
 
+// Ten steps of the program compiled by compileProfiled (the switch `env` set when given), SGD
+// applied on the host after each so that every step's products see new weights: out receives each
+// step's loss, then the last step's gradients. Returns the profile (stderr).
+std::string sgdSteps(const std::string& ir, const char* env,
+                     std::initializer_list<const std::vector<float>*> params,
+                     const std::vector<float>& x, const std::vector<float>& y,
+                     std::vector<float>* out) {
+    return stderrOf([&] {
+        tdtest::Harness h;
+        compileProfiled(h, ir, 1, env, params, x, y);
+        if (QTest::currentTestFailed()) return;
+        const size_t tensors = params.size();
+        for (int step = 1; step <= 10; ++step) {
+            h.run(step);
+            out->push_back(h.output("loss")[0]);
+            for (size_t t = 0; t < tensors; ++t)
+                for (size_t e = 0; e < h.params[t].bytes / 4; ++e)
+                    h.param(t)[e] -= 0.05f * h.grad(t)[e];
+        }
+        for (size_t t = 0; t < tensors; ++t)
+            out->insert(out->end(), h.grad(t), h.grad(t) + h.params[t].bytes / 4);
+    });
+}
+
 }  // namespace
 
 class TestWorkShare : public QObject {
@@ -445,22 +469,8 @@ class TestWorkShare : public QObject {
             }
         // The loss of every step and the gradients of the last, and the profile.
         auto run = [&](bool dense, const std::vector<float>& x, std::vector<float>* out) {
-            return stderrOf([&] {
-                tdtest::Harness h;
-                compileProfiled(h, ir, 1, dense ? "TRAINDECK_NO_SPARSE" : nullptr, {&p0, &p1, &p2},
-                                x, y);
-                if (QTest::currentTestFailed()) return;
-                for (int step = 1; step <= 10; ++step) {
-                    h.run(step);
-                    out->push_back(h.output("loss")[0]);
-                    // SGD on the host, so each step's products see new weights.
-                    for (size_t t = 0; t < 3; ++t)
-                        for (size_t e = 0; e < h.params[t].bytes / 4; ++e)
-                            h.param(t)[e] -= 0.05f * h.grad(t)[e];
-                }
-                for (size_t t = 0; t < 3; ++t)
-                    out->insert(out->end(), h.grad(t), h.grad(t) + h.params[t].bytes / 4);
-            });
+            return sgdSteps(ir, dense ? "TRAINDECK_NO_SPARSE" : nullptr, {&p0, &p1, &p2}, x, y,
+                            out);
         };
         std::vector<float> skipping, dense, noisy;
         const std::string profile = run(false, images, &skipping);
@@ -598,21 +608,8 @@ class TestWorkShare : public QObject {
         for (auto* v : {&x, &y, &p0, &p1, &p2})
             for (float& e : *v) e = uni(rng);
         auto run = [&](bool inOrder, std::vector<float>* out) {
-            return stderrOf([&] {
-                tdtest::Harness h;
-                compileProfiled(h, ir, 1, inOrder ? "TRAINDECK_IN_ORDER" : nullptr, {&p0, &p1, &p2},
-                                x, y);
-                if (QTest::currentTestFailed()) return;
-                for (int step = 1; step <= 10; ++step) {
-                    h.run(step);
-                    out->push_back(h.output("loss")[0]);
-                    for (size_t t = 0; t < 3; ++t)
-                        for (size_t e = 0; e < h.params[t].bytes / 4; ++e)
-                            h.param(t)[e] -= 0.05f * h.grad(t)[e];
-                }
-                for (size_t t = 0; t < 3; ++t)
-                    out->insert(out->end(), h.grad(t), h.grad(t) + h.params[t].bytes / 4);
-            });
+            return sgdSteps(ir, inOrder ? "TRAINDECK_IN_ORDER" : nullptr, {&p0, &p1, &p2}, x, y,
+                            out);
         };
         std::vector<float> alongside, inOrder;
         const std::string profile = run(false, &alongside);
@@ -651,21 +648,8 @@ class TestWorkShare : public QObject {
         for (auto* v : {&x, &y, &p0, &p1, &p2})
             for (float& e : *v) e = uni(rng);
         auto run = [&](bool oneDnn, std::vector<float>* out) {
-            return stderrOf([&] {
-                tdtest::Harness h;
-                compileProfiled(h, ir, 1, oneDnn ? "TRAINDECK_NO_NARROW" : nullptr, {&p0, &p1, &p2},
-                                x, y);
-                if (QTest::currentTestFailed()) return;
-                for (int step = 1; step <= 10; ++step) {
-                    h.run(step);
-                    out->push_back(h.output("loss")[0]);
-                    for (size_t t = 0; t < 3; ++t)
-                        for (size_t e = 0; e < h.params[t].bytes / 4; ++e)
-                            h.param(t)[e] -= 0.05f * h.grad(t)[e];
-                }
-                for (size_t t = 0; t < 3; ++t)
-                    out->insert(out->end(), h.grad(t), h.grad(t) + h.params[t].bytes / 4);
-            });
+            return sgdSteps(ir, oneDnn ? "TRAINDECK_NO_NARROW" : nullptr, {&p0, &p1, &p2}, x, y,
+                            out);
         };
         std::vector<float> narrow, oneDnn;
         const std::string profile = run(false, &narrow);
@@ -712,21 +696,8 @@ class TestWorkShare : public QObject {
         for (auto* v : {&x, &y, &p0, &p1, &p2})
             for (float& e : *v) e = uni(rng);
         auto run = [&](bool redraw, std::vector<float>* out) {
-            return stderrOf([&] {
-                tdtest::Harness h;
-                compileProfiled(h, ir, 1, redraw ? "TRAINDECK_REDRAW_MASKS" : nullptr,
-                                {&p0, &p1, &p2}, x, y);
-                if (QTest::currentTestFailed()) return;
-                for (int step = 1; step <= 10; ++step) {
-                    h.run(step);
-                    out->push_back(h.output("loss")[0]);
-                    for (size_t t = 0; t < 3; ++t)
-                        for (size_t e = 0; e < h.params[t].bytes / 4; ++e)
-                            h.param(t)[e] -= 0.05f * h.grad(t)[e];
-                }
-                for (size_t t = 0; t < 3; ++t)
-                    out->insert(out->end(), h.grad(t), h.grad(t) + h.params[t].bytes / 4);
-            });
+            return sgdSteps(ir, redraw ? "TRAINDECK_REDRAW_MASKS" : nullptr, {&p0, &p1, &p2}, x, y,
+                            out);
         };
         std::vector<float> fromOutput, redrawn;
         const std::string profile = run(false, &fromOutput);

@@ -111,6 +111,28 @@ struct CpuInstr {
     int64_t narrowSr = 0, narrowSk = 0, narrowM = 0, narrowK = 0, narrowN = 0;
 };
 
+// The row-wise, loss, metric and regularization instructions: those with a block form (runBlock),
+// each a plain loop on the calling thread otherwise.
+bool hasBlockForm(InstrOp op) {
+    switch (op) {
+        case InstrOp::BiasAdd:
+        case InstrOp::Act:
+        case InstrOp::ActGrad:
+        case InstrOp::Dropout:
+        case InstrOp::DropoutGrad:
+        case InstrOp::Add:
+        case InstrOp::BiasGrad:
+        case InstrOp::LossGrad:
+        case InstrOp::Loss:
+        case InstrOp::Metric:
+        case InstrOp::RegLoss:
+        case InstrOp::RegGrad:
+            return true;
+        default:
+            return false;
+    }
+}
+
 // An operand as block mode reads or writes it.
 struct BlockOperand {
     const void* ptr = nullptr;
@@ -1423,27 +1445,13 @@ void CpuProgram::planAlongside(const LoweredProgram& lp) {
                i.pieces == 1 && i.conv < 0 && i.sparse < 0 && i.fusedUpdate < 0 &&
                i.kPartials.empty() && i.block < 0;
     };
-    // What may run on the caller beside it: products as above, and the row-wise and loss
-    // instructions (single-threaded while the program has a WorkShare).
+    // What may run on the caller beside it: products as above, and the row-wise, loss and
+    // regularization instructions (single-threaded while the program has a WorkShare).
     auto sideOk = [&](int k) {
         const CpuInstr& i = code_[static_cast<size_t>(k)];
         if (product(k)) return true;
         if (i.block >= 0) return !blocks_[static_cast<size_t>(i.block)].teamRows;
-        switch (i.op) {
-            case InstrOp::BiasAdd:
-            case InstrOp::Act:
-            case InstrOp::ActGrad:
-            case InstrOp::Dropout:
-            case InstrOp::DropoutGrad:
-            case InstrOp::Add:
-            case InstrOp::BiasGrad:
-            case InstrOp::Loss:
-            case InstrOp::LossGrad:
-            case InstrOp::Metric:
-                return true;
-            default:
-                return false;
-        }
+        return hasBlockForm(i.op);
     };
     auto reads = [&](int k) {
         std::vector<Range> r;
@@ -1552,23 +1560,7 @@ void CpuProgram::fuseLosses(const LoweredProgram& lp) {
 // or a fused bias gradient. Losses, metrics and regularization read their operands whole (they
 // reduce over everything), so their block is every row.
 Status CpuProgram::planBlock(const Instr& in, CpuInstr& ins) {
-    switch (in.op) {
-        case InstrOp::BiasAdd:
-        case InstrOp::Act:
-        case InstrOp::ActGrad:
-        case InstrOp::Dropout:
-        case InstrOp::DropoutGrad:
-        case InstrOp::Add:
-        case InstrOp::BiasGrad:
-        case InstrOp::LossGrad:
-        case InstrOp::Loss:
-        case InstrOp::Metric:
-        case InstrOp::RegLoss:
-        case InstrOp::RegGrad:
-            break;
-        default:
-            return Status::success();
-    }
+    if (!hasBlockForm(in.op)) return Status::success();
     bool any16 = is16(in.out.dtype) || (in.out2.space != Space::None && is16(in.out2.dtype));
     for (const Operand& o : in.in) any16 = any16 || is16(o.dtype);
     const bool fusedMask = (in.op == InstrOp::Act || in.op == InstrOp::ActGrad) && in.rate > 0;
