@@ -181,6 +181,9 @@ class Device {
         return false;
     }
     virtual void finishAside() {}
+    // Whether startAside can hand a task to such a helper: the programs compiled so far share
+    // their work with helper threads (the CPU device's, for a step on fewer threads than it has).
+    virtual bool runsAside() const { return false; }
 };
 
 // Lowers a planned graph (MemoryPlanPass ran) with what the bindings ask for (accumulators,

@@ -82,6 +82,14 @@ struct Batch {
 // more than 1 us slower). At batch 256 (50-56 us a batch) the worker was faster (535 against 548
 // us a step, medians of 3), the CNN at batch 64 (21 us) even.
 constexpr double kInlineMaxBatchSeconds = 20e-6;
+// With PipelineOptions::formsAside, AUTOTUNE also forms inline an epoch whose batches took at most
+// this share of the consumer's own time per batch. Measured on the 2-core AVX2 machine, epochs
+// 2-3 of `traindeck train` (seed MLP, the helper forming the next batch during the step) with a
+// worker against inline, alternating: batch 128 (a batch in ~25 us) 371-379 against 360-364 us
+// a step, batch 256 (~41 us) 668-685 against 644-677, batch 512 1403-1460 against 1336-1369, the
+// 784-1024-1024-10 MLP at batch 256 (~90 us) 16.4 against 16.0 ms; the CNN at batch 64 (~30 us,
+// 11 ms a step) even.
+constexpr double kInlineAsideShare = 0.25;
 
 struct PipelineStats {
     // Threads. AUTOTUNE sets parallelCalls so that the map keeps up with the consumer's rate,
@@ -116,6 +124,11 @@ struct PipelineOptions {
     // measured) forms them inline in next() instead of on workers: a worker could then only run
     // by taking a core from the step.
     int64_t consumerThreads = 0;
+    // The consumer forms an inline epoch's batches on a thread of its step that would otherwise
+    // wait (the trainer, through Device::startAside), not on its step's critical path: the limit
+    // on a batch's forming time is then also kInlineAsideShare of the consumer's own time per
+    // batch.
+    bool formsAside = false;
     // Called once per element as a batch is formed, on the forming thread, with the element's
     // source index: lets tests make the map stage slow.
     std::function<void(int64_t)> elementHook;

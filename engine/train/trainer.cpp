@@ -1322,6 +1322,10 @@ Result<RunFinished> Trainer::Impl::fit() {
         const DeviceDesc& d = r->device->desc();
         pipeOptions.consumerThreads += d.kind == DeviceKind::Cpu ? d.threads : 1;
     }
+    // One replica whose device has helpers: an inline epoch's batches form during the step on
+    // a helper's idle moments (see formAside below).
+    pipeOptions.formsAside = replicas.size() == 1 && replicas[0]->device->runsAside() &&
+                             !std::getenv("TRAINDECK_NO_ASIDE");
     TD_ASSIGN_OR_RETURN(auto pipe, Pipeline::create(s.trainSet, s.project.data.pipeline, pipeBatch,
                                                     true, pipeSeed, pipeOptions));
     for (const std::string& m : pipe->messages()) log(LogLine::Level::Warning, m);

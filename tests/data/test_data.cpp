@@ -1472,6 +1472,53 @@ class TestData : public QObject {
         QVERIFY(slow->stats().producerSecondsPerBatch > kInlineMaxBatchSeconds);
     }
 
+    // A consumer that forms inline batches on an otherwise idle thread of its step
+    // (PipelineOptions::formsAside): the limit is then also kInlineAsideShare of its own time per
+    // batch. A map of 8 elements of at least 7 us a batch (over kInlineMaxBatchSeconds) forms
+    // inline under a consumer that works 10 ms a batch, on workers under one that does not work;
+    // TRAINDECK_INLINE_MAX_US, when set, is the only limit. The batches are prefetch 0's.
+    void autotuneFormsInlineWithinAShareOfAStepThatFormsAside() {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        QCOMPARE(sched_getaffinity(0, sizeof set, &set), 0);
+        const Dataset d = indexedDataset(96, 6);
+        PipelineConfig cfg = shuffled(96);
+        cfg.prefetch = 0;
+        cfg.parallelCalls = 1;
+        auto reference = makePipeline(d, cfg, 8);
+        cfg.prefetch = kAutotune;
+        cfg.parallelCalls = kAutotune;
+        // Epochs 0-2: how many formed inline (-1: epoch 0 did, or the labels differed).
+        auto inlineEpochs = [&](std::chrono::microseconds work, bool aside) {
+            PipelineOptions opt;
+            opt.consumerThreads = CPU_COUNT(&set);
+            opt.formsAside = aside;
+            opt.elementHook = [](int64_t) {
+                std::this_thread::sleep_for(std::chrono::microseconds(7));
+            };
+            auto made = Pipeline::create(d, cfg, 8, true, 7, opt);
+            if (!made.ok()) qFatal("Pipeline::create: %s", made.error().c_str());
+            Pipeline& p = **made;
+            int count = 0;
+            for (int epoch = 0; epoch < 3; ++epoch) {
+                const Consumed got = consume(p, epoch, work);
+                if (got.labels != consume(*reference, epoch, std::chrono::microseconds(0)).labels)
+                    return -1;
+                if (p.stats().formingInline) {
+                    if (epoch == 0) return -1;
+                    ++count;
+                }
+            }
+            return count;
+        };
+        const auto busy = std::chrono::microseconds(10000), idle = std::chrono::microseconds(0);
+        QCOMPARE(inlineEpochs(busy, true), 2);
+        QCOMPARE(inlineEpochs(idle, true), 0);
+        QCOMPARE(inlineEpochs(busy, false), 0);
+        const ScopedEnv limit("TRAINDECK_INLINE_MAX_US", "0");
+        QCOMPARE(inlineEpochs(busy, true), 0);
+    }
+
     // A slower consumer wakes the worker once per half window, not once per batch; the batches
     // are the same.
     void consumerWakesWorkersInBursts() {

@@ -384,15 +384,20 @@ class TestWorkShare : public QObject {
             return true;
         };
         std::vector<float> whole, whole2, split, split2, rowSplit;
+        // A program on every thread of the device has no helpers to form the next batch beside
+        // it (Device::runsAside, which the trainer asks before it sets up the input pipeline); a
+        // program on one of two threads has one.
         {
             tdtest::Harness h;
             build(2, h);
+            QVERIFY(!h.dev->runsAside());
             step(h, x, false, &whole);
             step(h, x2, true, &whole2);
         }
         {
             tdtest::Harness h;
             build(1, h);
+            QVERIFY(h.dev->runsAside());
             step(h, x, false, &split);
             step(h, x2, true, &split2);
         }

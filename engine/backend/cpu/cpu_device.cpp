@@ -2219,6 +2219,9 @@ class CpuDevice final : public Device {
     void finishAside() override {
         if (share_) share_->finishPosted();
     }
+    bool runsAside() const override {
+        return share_ && share_->width() > 1;
+    }
 
   private:
     // `offset` bytes past a 64-byte boundary (released with the offset taken back off).
