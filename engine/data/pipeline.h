@@ -152,8 +152,8 @@ class Pipeline {
     // The next batch of the epoch, or nullptr at its end. The call that hands out an epoch's last
     // batch completes a cache being filled (the consumer need not ask for the end). Errors (e.g. a
     // cache file that cannot be renamed) are returned, never thrown. When batches are formed in
-    // next() (prefetch 0, or stats().formingInline), the slots rotate through the pool (at least
-    // 3): a batch then stays valid until the second call after it, so a consumer may form the
+    // next() (prefetch 0, or stats().formingInline), they rotate through three slots of the
+    // pool: a batch then stays valid until the second call after it, so a consumer may form the
     // next batch, on another thread, while it still reads this one (calls never overlap).
     virtual Result<const Batch*> next() = 0;
     virtual int64_t batchesPerEpoch() const = 0;

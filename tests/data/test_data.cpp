@@ -1519,6 +1519,33 @@ class TestData : public QObject {
         QCOMPARE(inlineEpochs(busy, true), 0);
     }
 
+    // Batches formed in next() (prefetch 0) rotate through a few slots of the pool: each stays
+    // valid, unchanged, until the second call after it, so a consumer may form the next batch
+    // while it still reads this one (the trainer's helper does).
+    void inlineBatchStaysValidUntilTheSecondCallAfterIt() {
+        const Dataset d = indexedDataset(200, 6);
+        PipelineConfig cfg = shuffled(200);
+        cfg.prefetch = 0;
+        cfg.map = {MapStep{.op = "scale", .factor = 1.0 / 255}};
+        auto p = makePipeline(d, cfg, 8);
+        QVERIFY(p->beginEpoch(0).ok());
+        const Batch* held = nullptr;
+        std::vector<float> heldX;
+        std::vector<int32_t> heldY;
+        for (int64_t i = 0; i < p->batchesPerEpoch(); ++i) {
+            Result<const Batch*> b = p->next();
+            QVERIFY(b.ok() && *b);
+            if (held) {
+                QVERIFY(*b != held);
+                QVERIFY(std::equal(heldX.begin(), heldX.end(), held->x.data<float>()));
+                QVERIFY(std::equal(heldY.begin(), heldY.end(), held->y.data<int32_t>()));
+            }
+            held = *b;
+            heldX.assign(held->x.data<float>(), held->x.data<float>() + held->x.size());
+            heldY.assign(held->y.data<int32_t>(), held->y.data<int32_t>() + held->size);
+        }
+    }
+
     // A slower consumer wakes the worker once per half window, not once per batch; the batches
     // are the same.
     void consumerWakesWorkersInBursts() {
