@@ -71,7 +71,9 @@ void WorkShare::work(uint32_t gen, int worker) {
     const int n = width();
     for (int k = 0; k < n; ++k) {
         const int owner = (worker + k) % n;
-        for (int64_t piece; (piece = claim(gen, owner)) >= 0;) {
+        for (int64_t c; (c = claim(gen, owner)) >= 0;) {
+            // Read after a claim of this job's generation, so this job's (see runImpl).
+            const int64_t piece = interleaved_.load(std::memory_order_relaxed) ? c * n + owner : c;
             call_.load(std::memory_order_relaxed)(ctx_.load(std::memory_order_relaxed), piece,
                                                   worker);
             done_.fetch_add(1, std::memory_order_acq_rel);
@@ -79,7 +81,7 @@ void WorkShare::work(uint32_t gen, int worker) {
     }
 }
 
-void WorkShare::runImpl(int64_t pieces, Call call, void* ctx) {
+void WorkShare::runImpl(int64_t pieces, Call call, void* ctx, bool interleaved) {
     if (pieces <= 0) return;
     if (threads_.empty() || pieces == 1) {
         for (int64_t p = 0; p < pieces; ++p) call(ctx, p, 0);
@@ -90,14 +92,19 @@ void WorkShare::runImpl(int64_t pieces, Call call, void* ctx) {
     TD_ASSERT_MSG(pieces < kMaxPieces, "WorkShare: too many pieces for one job");
     call_.store(call, std::memory_order_relaxed);
     ctx_.store(ctx, std::memory_order_relaxed);
+    interleaved_.store(interleaved, std::memory_order_relaxed);
     done_.store(0, std::memory_order_relaxed);
     if (++gen_ == 0) ++gen_;  // 0 is the helpers' "none seen yet"
     const uint32_t gen = gen_;
-    for (int w = 0; w < width(); ++w)
+    const int n = width();
+    for (int w = 0; w < n; ++w) {
+        // Interleaved: the owner's count of pieces (those p < pieces with p % n == w).
+        const int64_t first = interleaved ? 0 : firstOwned(pieces, w);
+        const int64_t end = interleaved ? (pieces - w + n - 1) / n : firstOwned(pieces, w + 1);
         slots_[static_cast<size_t>(w)].next.store(
-            pack(gen, static_cast<uint64_t>(firstOwned(pieces, w)),
-                 static_cast<uint64_t>(firstOwned(pieces, w + 1))),
+            pack(gen, static_cast<uint64_t>(first), static_cast<uint64_t>(end)),
             std::memory_order_release);
+    }
     job_.store(gen, std::memory_order_seq_cst);
     if (sleepers_.load(std::memory_order_seq_cst) > 0) {
         { std::lock_guard<std::mutex> lk(mu_); }

@@ -15,6 +15,9 @@
 // p * width / pieces) and runs its own first; only then does it take pieces another thread has
 // not started. Operations split alike (a weight gradient by rows, the update by the same
 // parameters) so keep the same data on the same core from one step to the next, in its cache.
+// A job may ask for interleaved ownership instead (piece p belongs to thread p % width): pieces
+// whose work grows along the split (an image's middle rows of pixels hold more nonzeros than its
+// first and last) then spread evenly over the threads.
 //
 // The split is decided by the caller and fixed at compile time, never by which thread runs a
 // piece, so results do not depend on timing.
@@ -48,16 +51,18 @@ class WorkShare {
     // thread (worker 0) and the helpers (workers 1..width()-1); returns when all have finished.
     // Pieces may run in any order and at the same time. One caller at a time; under kMaxPieces
     // pieces.
-    // The first piece worker w owns.
+    // Which pieces a worker owns (runs first): a contiguous run each, or every width()-th piece.
+    enum class Ownership { Runs, Interleaved };
+    // The first piece worker w owns under Ownership::Runs.
     int64_t firstOwned(int64_t pieces, int w) const { return pieces * w / width(); }
     template <class F>
-    void run(int64_t pieces, F&& fn) {
+    void run(int64_t pieces, F&& fn, Ownership ownership = Ownership::Runs) {
         runImpl(
             pieces,
             [](void* ctx, int64_t piece, int worker) {
                 (*static_cast<std::remove_reference_t<F>*>(ctx))(piece, worker);
             },
-            &fn);
+            &fn, ownership == Ownership::Interleaved);
     }
 
     // Aside: one task for a helper's idle moments. post() hands `task` to the first helper that
@@ -70,9 +75,10 @@ class WorkShare {
 
   private:
     using Call = void (*)(void*, int64_t, int);
-    void runImpl(int64_t pieces, Call call, void* ctx);
+    void runImpl(int64_t pieces, Call call, void* ctx, bool interleaved);
     // Claims and runs pieces of job `gen`, its own first, until none is left or another job has
-    // begun.
+    // begun. Under interleaved ownership a slot counts the owner's pieces (k-th: k * width +
+    // owner) instead of holding piece numbers.
     void work(uint32_t gen, int worker);
     // The next unclaimed piece of those worker `owner` owns, claimed; -1: none (or a new job).
     int64_t claim(uint32_t gen, int owner);
@@ -90,6 +96,7 @@ class WorkShare {
     alignas(64) std::atomic<int64_t> done_{0};
     std::atomic<Call> call_{nullptr};
     std::atomic<void*> ctx_{nullptr};
+    std::atomic<bool> interleaved_{false};
     uint32_t gen_ = 0;  // the caller's
     // The aside task: kAsideNone, then kAsidePosted (after job asideAfter_), kAsideRunning,
     // kAsideDone.

@@ -114,6 +114,19 @@ class TestWorkShare : public QObject {
     void ownership() {
         WorkShare share(1);
         QCOMPARE(share.width(), 2);
+        // Interleaved ownership: the caller owns the even pieces, the helper the odd; with the
+        // helper kept out, the caller runs its own first, in order, then the helper's.
+        {
+            std::promise<void> release;
+            std::shared_future<void> gate = release.get_future().share();
+            WorkShare parked(1, [gate] { gate.wait(); });
+            std::vector<int> order;
+            parked.run(
+                7, [&](int64_t p, int) { order.push_back(static_cast<int>(p)); },
+                WorkShare::Ownership::Interleaved);
+            QCOMPARE(order, (std::vector<int>{0, 2, 4, 6, 1, 3, 5}));
+            release.set_value();
+        }
         QCOMPARE(share.firstOwned(8, 0), int64_t{0});
         QCOMPARE(share.firstOwned(8, 1), int64_t{4});
         QCOMPARE(share.firstOwned(8, 2), int64_t{8});
@@ -126,11 +139,17 @@ class TestWorkShare : public QObject {
     // each piece runs once, on a worker of the share.
     void everyPieceOnce_data() {
         QTest::addColumn<int>("helpers");
-        QTest::newRow("1 helper") << 1;
-        QTest::newRow("3 helpers") << 3;
+        QTest::addColumn<bool>("interleaved");
+        QTest::newRow("1 helper") << 1 << false;
+        QTest::newRow("3 helpers") << 3 << false;
+        QTest::newRow("1 helper, interleaved") << 1 << true;
+        QTest::newRow("3 helpers, interleaved") << 3 << true;
     }
     void everyPieceOnce() {
         QFETCH(int, helpers);
+        QFETCH(bool, interleaved);
+        const auto ownership =
+            interleaved ? WorkShare::Ownership::Interleaved : WorkShare::Ownership::Runs;
         WorkShare share(helpers);
         std::vector<std::atomic<int>> runs(64);
         std::atomic<int> badWorker{0};
@@ -140,11 +159,14 @@ class TestWorkShare : public QObject {
         for (int job = 0; job < 20000; ++job) {
             const int64_t pieces = job < 3000 ? job % 41 : sizes[job % 10];
             for (auto& r : runs) r.store(0);
-            share.run(pieces, [&](int64_t p, int worker) {
-                if (worker < 0 || worker >= share.width()) badWorker.fetch_add(1);
-                runs[static_cast<size_t>(p)].fetch_add(1);
-                if (job % 997 == 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
-            });
+            share.run(
+                pieces,
+                [&](int64_t p, int worker) {
+                    if (worker < 0 || worker >= share.width()) badWorker.fetch_add(1);
+                    runs[static_cast<size_t>(p)].fetch_add(1);
+                    if (job % 997 == 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
+                },
+                ownership);
             // The message is built only on a failure: built for each of the 1.28 million checks,
             // it ran this test past QTest's 300 s limit under AddressSanitizer on a 2-core Zen 3.
             for (int64_t p = 0; p < 64; ++p)
@@ -498,7 +520,23 @@ class TestWorkShare : public QObject {
                  noiseProfile.c_str());
         QVERIFY2(noiseProfile.find("skipped zeros in 1 of 10 runs") != std::string::npos,
                  noiseProfile.c_str());
-        if (rows != 32) return;
+        if (rows != 32) {
+            // Without a forward product along K the weight gradient's pieces go to the threads
+            // in turn (planInterleave); which thread runs a piece changes nothing: the same bits
+            // as with the pieces in runs (TRAINDECK_NO_INTERLEAVE=1).
+            QVERIFY2(profile.find("pieces interleaved") != std::string::npos, profile.c_str());
+            std::vector<float> inRuns;
+            const std::string runsProfile =
+                sgdSteps(ir, "TRAINDECK_NO_INTERLEAVE", {&p0, &p1, &p2}, images, y, &inRuns);
+            QVERIFY2(runsProfile.find("pieces interleaved") == std::string::npos,
+                     runsProfile.c_str());
+            QCOMPARE(inRuns.size(), skipping.size());
+            QVERIFY(std::memcmp(inRuns.data(), skipping.data(), skipping.size() * 4) == 0);
+            return;
+        }
+        // Its forward product along K follows the weight gradient's runs of pieces: no
+        // interleaving.
+        QVERIFY2(profile.find("pieces interleaved") == std::string::npos, profile.c_str());
         // Along K the pieces start split where the weight gradient's pieces are (row 400 of
         // 784) and the edge follows the listed work: with every nonzero in the image's lower
         // part (pixels 500 on), the upper piece lists nothing and the edge moves down towards
