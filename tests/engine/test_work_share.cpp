@@ -124,8 +124,8 @@ class TestWorkShare : public QObject {
             parked.run(
                 7, [&](int64_t p, int) { order.push_back(static_cast<int>(p)); },
                 WorkShare::Ownership::Interleaved);
-            QCOMPARE(order, (std::vector<int>{0, 2, 4, 6, 1, 3, 5}));
             release.set_value();
+            QCOMPARE(order, (std::vector<int>{0, 2, 4, 6, 1, 3, 5}));
         }
         QCOMPARE(share.firstOwned(8, 0), int64_t{0});
         QCOMPARE(share.firstOwned(8, 1), int64_t{4});
