@@ -42,8 +42,8 @@
 // prefetch 0. A consumer that forms those batches on a thread of its step that would otherwise wait
 // (PipelineOptions::formsAside) pays for a batch only where that thread has no idle moment, so
 // the limit is then also a share of the consumer's own time per batch (kInlineAsideShare), as
-// last measured: a batch of 256 Fashion-MNIST images takes 40-50 us to form, over
-// kInlineMaxBatchSeconds but 6% of a step. The first epoch always runs on workers (nothing is
+// last measured: a batch of 256 Fashion-MNIST images takes 40-60 us to form, over
+// kInlineMaxBatchSeconds but 6-9% of a step. The first epoch always runs on workers (nothing is
 // measured yet), and an epoch whose batches got slower to form goes back to them. The batches
 // are the same either way.
 //

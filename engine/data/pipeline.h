@@ -85,10 +85,10 @@ constexpr double kInlineMaxBatchSeconds = 20e-6;
 // With PipelineOptions::formsAside, AUTOTUNE also forms inline an epoch whose batches took at most
 // this share of the consumer's own time per batch. Measured on the 2-core AVX2 machine, epochs
 // 2-3 of `traindeck train` (seed MLP, the helper forming the next batch during the step) with a
-// worker against inline, alternating: batch 128 (a batch in ~25 us) 371-379 against 360-364 us
-// a step, batch 256 (~41 us) 668-685 against 644-677, batch 512 1403-1460 against 1336-1369, the
-// 784-1024-1024-10 MLP at batch 256 (~90 us) 16.4 against 16.0 ms; the CNN at batch 64 (~30 us,
-// 11 ms a step) even.
+// worker against inline, alternating: batch 128 (a batch in 46-49 us inline) 371-379 against
+// 360-364 us a step, batch 256 (41-43 us on a worker) 668-685 against 644-677, batch 512
+// 1403-1460 against 1336-1369, the 784-1024-1024-10 MLP at batch 256 (87-108 us) 16.4 against
+// 16.0 ms; the CNN at batch 64 (26-45 us, 11 ms a step) even.
 constexpr double kInlineAsideShare = 0.25;
 
 struct PipelineStats {

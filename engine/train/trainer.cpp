@@ -1323,7 +1323,7 @@ Result<RunFinished> Trainer::Impl::fit() {
         pipeOptions.consumerThreads += d.kind == DeviceKind::Cpu ? d.threads : 1;
     }
     // One replica whose device has helpers: an inline epoch's batches form during the step on
-    // a helper's idle moments (see formAside below).
+    // a helper's idle moments (see AsideNext below; TRAINDECK_NO_ASIDE=1 forms them before it).
     pipeOptions.formsAside = replicas.size() == 1 && replicas[0]->device->runsAside() &&
                              !std::getenv("TRAINDECK_NO_ASIDE");
     TD_ASSIGN_OR_RETURN(auto pipe, Pipeline::create(s.trainSet, s.project.data.pipeline, pipeBatch,
@@ -1454,8 +1454,7 @@ Result<RunFinished> Trainer::Impl::fit() {
     for (int epoch = firstEpoch; epoch < tc.epochs && !stopNow; ++epoch) {
         TD_RETURN_IF_ERROR(pipe->beginEpoch(epoch));
         aside.got.reset();
-        const bool formAside = replicas.size() == 1 && pipe->stats().formingInline &&
-                               !std::getenv("TRAINDECK_NO_ASIDE");
+        const bool formAside = pipeOptions.formsAside && pipe->stats().formingInline;
         TD_RETURN_IF_ERROR(zeroAccumulators(true));
         auto epochT0 = Clock::now();
         auto logT0 = Clock::now();
