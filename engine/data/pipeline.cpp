@@ -665,6 +665,13 @@ Status PipelineImpl::produce(int64_t b, Slot& slot) {
             formRow(v.x + idx[r] * rowBytes, x + r * d);
             if (options_.elementHook) options_.elementHook(idx[r]);
         }
+        // And the rest of the next batch's rows: a shuffled epoch reads rows all over the
+        // source, from memory, and forming the next batch (a step later) then finds them in
+        // cache. Seed MLP, batch 32, a batch formed beside the step: 12.3-12.6 us against
+        // 14.5-15.6 (a busy host; three alternating pairs).
+        for (int64_t r = rows + kPrefetchRowsAhead; r < std::min(rows + batchSize_, prefetchable);
+             ++r)
+            prefetchRow(v.x + idx[r] * rowBytes, rowBytes);
     };
     // One loop per case: no per-element or per-row decision inside the gather.
     if (!readFromCache_ && !plan_.pre.identity()) {
