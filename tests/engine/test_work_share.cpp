@@ -802,7 +802,7 @@ class TestWorkShare : public QObject {
     // clip (nothing fused). With inputs shaped like images on a background the weight gradients
     // skip zeros, and Adam (plain, AdamW, with clipvalue) runs inside the zero-skipping kernel
     // on each part of the gradient as it is finished. The profile of the same program shows which
-    // products carry the update and where; the biases' updates stay in the Update instruction.
+    // products carry the update and where; the biases' updates run beside the last of them.
     void fusedUpdateEqualsApply_data() {
         QTest::addColumn<QString>("name");
         QTest::addColumn<double>("clipValue");
@@ -948,6 +948,14 @@ class TestWorkShare : public QObject {
             ++fusedProducts;
         QVERIFY2(profile.find("matmul %") != std::string::npos, profile.c_str());
         QVERIFY2(fusedProducts == (globalClipNorm > 0 ? 0 : 2), profile.c_str());
+        // The biases' update (the tensors no product updates) on the calling thread once it has
+        // run its own pieces of the last of those products, where there is one.
+        int restAfter = 0;
+        for (size_t at = profile.find("the other updates after its own pieces");
+             at != std::string::npos;
+             at = profile.find("the other updates after its own pieces", at + 1))
+            ++restAfter;
+        QVERIFY2(restAfter == (globalClipNorm > 0 ? 0 : 1), profile.c_str());
         for (const char* kernel : {"[784,128]", "[128,512]"}) {
             const size_t at = profile.find(kernel);
             QVERIFY2(at != std::string::npos, profile.c_str());
