@@ -665,7 +665,8 @@ class TestWorkShare : public QObject {
 
     // Products with a narrow output (at most two vectors wide: a Dense of 16 units with ReLU,
     // a classifier's 10, their weight gradients read transposed) run on the narrow kernel
-    // (sparse_kernels.h) instead of oneDNN's: the losses of ten steps and the last gradients
+    // (sparse_kernels.h) instead of oneDNN's, and the classifier's input gradient (ten terms in
+    // each sum) on the short kernel: the losses of ten steps and the last gradients
     // agree with oneDNN's (TRAINDECK_NO_NARROW=1) to float rounding (here bit for bit: at these
     // shapes oneDNN's AVX2 kernels also add the products in order with multiply-adds), and the
     // profile names the products that ran on it.
@@ -710,6 +711,9 @@ class TestWorkShare : public QObject {
             ++count;
         QVERIFY2(count >= 4, profile.c_str());
         QVERIFY2(oneDnnProfile.find(", narrow kernel") == std::string::npos, oneDnnProfile.c_str());
+        // The input gradient of the ten-output layer ([64,10] x [16,10]^T): the short kernel.
+        QVERIFY2(profile.find("[64,16], short kernel") != std::string::npos, profile.c_str());
+        QVERIFY2(oneDnnProfile.find(", short kernel") == std::string::npos, oneDnnProfile.c_str());
     }
 
     // A ReLU's gradient with its dropout's gradient fused in reads the mask from the forward

@@ -667,6 +667,52 @@ class TestIsa : public QObject {
             QSKIP("this CPU has neither AVX2 nor AVX-512: products stay with oneDNN");
     }
 
+    // The short kernel (a product with few terms in each sum, B transposed: a narrow layer's
+    // input gradient) against the sum in double precision: every inner size up to the kernel's
+    // limit, odd row counts, widths around the vector and tile sizes, row strides longer than
+    // the rows; nothing written past the output's columns.
+    void shortProductMatchesReference() {
+        if (!forEachSparseLevel([](const cpu::sparse::Kernels& k, CpuIsa isa) {
+                QVERIFY(k.shortMaxInner >= 10);
+                std::mt19937 rng(23);
+                std::uniform_real_distribution<float> uni(-1.f, 1.f);
+                int checked = 0;
+                for (int64_t M : {1, 2, 3, 32, 33})
+                    for (int64_t K = 1; K <= k.shortMaxInner; ++K)
+                        for (int64_t N : {1, 7, 8, 9, 48, 49, 128, 130}) {
+                            const int64_t lda = K + 3, ldb = K + 2, ldc = N + 5;
+                            std::vector<float> a(M * lda), b(N * ldb), c(M * ldc, 7.f);
+                            for (auto* v : {&a, &b})
+                                for (float& e : *v) e = uni(rng);
+                            k.shortProduct(a.data(), lda, M, K, b.data(), ldb, N, c.data(), ldc);
+                            for (int64_t r = 0; r < M; ++r) {
+                                for (int64_t j = 0; j < N; ++j) {
+                                    double want = 0;
+                                    for (int64_t q = 0; q < K; ++q)
+                                        want += double{a[r * lda + q]} * double{b[j * ldb + q]};
+                                    const double got = c[r * ldc + j];
+                                    if (std::fabs(got - want) > 1e-5 * (1 + std::fabs(want)))
+                                        QFAIL(qPrintable(
+                                            QStringLiteral("%1: M %2 K %3 N %4: [%5,%6] = %7, "
+                                                           "want %8")
+                                                .arg(cpuIsaName(isa))
+                                                .arg(M)
+                                                .arg(K)
+                                                .arg(N)
+                                                .arg(r)
+                                                .arg(j)
+                                                .arg(got)
+                                                .arg(want)));
+                                }
+                                for (int64_t j = N; j < ldc; ++j) QCOMPARE(c[r * ldc + j], 7.f);
+                            }
+                            ++checked;
+                        }
+                QCOMPARE(checked, 5 * static_cast<int>(k.shortMaxInner) * 8);
+            }))
+            QSKIP("this CPU has neither AVX2 nor AVX-512: products stay with oneDNN");
+    }
+
     // The forward kernel pairs rows whose zeros sit in the same places (pairRows): on images
     // whose background differs from one image to the next (the object at one of four places),
     // pairing rows with the same background lists less than pairing neighbouring rows, which here

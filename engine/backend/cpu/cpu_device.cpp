@@ -115,6 +115,9 @@ struct CpuInstr {
     // (r, k) at r * narrowSr + k * narrowSk, M x K times K x N.
     const cpu::sparse::Kernels* narrow = nullptr;
     int64_t narrowSr = 0, narrowSk = 0, narrowM = 0, narrowK = 0, narrowN = 0;
+    // Instead a product with a short inner dimension and B transposed (the input gradient of a
+    // narrow layer), by the same kernels' shortProduct: A [M,K], B [N,K], both row-major.
+    bool shortInner = false;
 };
 
 // The row-wise, loss, metric and regularization instructions: those with a block form (runBlock),
@@ -732,6 +735,18 @@ Status CpuProgram::addMatmul(const Instr& in, CpuInstr& ins) {
             ins.narrowK = K;
             ins.narrowN = N;
         }
+        // A product with few terms in each sum and B transposed, a narrow layer's input gradient
+        // ([M, classes] x [K, classes]^T): the short kernel, on a thread of its own as above.
+        // TRAINDECK_NO_NARROW=1 keeps oneDNN's too.
+        if (sparseKernels && !noNarrow && !convertHalf && ins.pieces == 1 && !alongK && tb && !ta &&
+            in.op == InstrOp::MatMul && K <= sparseKernels->shortMaxInner &&
+            (share_ || updateThreads_ <= 1) && primOp == DType::F32 && primOut == DType::F32) {
+            ins.narrow = sparseKernels;
+            ins.shortInner = true;
+            ins.narrowM = M;
+            ins.narrowK = K;
+            ins.narrowN = N;
+        }
     } catch (const dnnl::error& e) {
         return err("oneDNN " + what + " (" + dtypeName(opType) + " -> " + dtypeName(outType) +
                    "): " + e.what());
@@ -1104,7 +1119,7 @@ Status CpuProgram::build(const LoweredProgram& lp, const ProgramBindings& bind) 
                                std::to_string(lp.code[k].node) + " " +
                                shapeToString(lp.code[k].out.shape);
             if (i.pieces > 1) name += ", " + std::to_string(i.pieces) + " pieces";
-            if (i.narrow) name += ", narrow kernel";
+            if (i.narrow) name += i.shortInner ? ", short kernel" : ", narrow kernel";
             if (i.dropOut) name += ", mask from the dropout's output";
             if (!i.kPartials.empty()) name += " along K";
             if (i.fusedUpdate >= 0) name += " + update";
@@ -1885,8 +1900,13 @@ void CpuProgram::runProduct(const CpuInstr& i, dnnl::stream& s) {
         return;
     }
     auto at = [&pr](int arg) { return static_cast<float*>(pr.args.at(arg).get_data_handle()); };
-    const auto bias = pr.args.find(DNNL_ARG_BIAS);
     float* c = at(DNNL_ARG_DST);
+    if (i.shortInner) {
+        i.narrow->shortProduct(at(DNNL_ARG_SRC), i.narrowK, i.narrowM, i.narrowK,
+                               at(DNNL_ARG_WEIGHTS), i.narrowK, i.narrowN, c, i.narrowN);
+        return;
+    }
+    const auto bias = pr.args.find(DNNL_ARG_BIAS);
     i.narrow->narrowProduct(
         at(DNNL_ARG_SRC), i.narrowSr, i.narrowSk, i.narrowM, i.narrowK, at(DNNL_ARG_WEIGHTS),
         i.narrowN, i.narrowN,

@@ -82,6 +82,14 @@ struct Kernels {
     // blocks and the update, done tile by tile, measured slower than after the product (seed MLP,
     // batch 256, AVX2: 320-334 us against 299-325), so the device keeps it after the product.
     int64_t adamMaxRows = 0;
+    // c[M,N] (row stride ldc) = a[M,K] (row stride lda) . b^T, b a row-major [N,K] (row stride
+    // ldb), for K up to shortMaxInner: the input gradient of a layer with few outputs (a
+    // classifier's ten classes), which oneDNN's kernels run at a fraction of their rate. b is
+    // transposed into a [K,N] buffer of the calling thread's, then two rows of c at a time, the
+    // sums over k in order with explicit multiply-adds.
+    void (*shortProduct)(const float* a, int64_t lda, int64_t M, int64_t K, const float* b,
+                         int64_t ldb, int64_t N, float* c, int64_t ldc) = nullptr;
+    int64_t shortMaxInner = 0;
 };
 
 // The kernels for the level activeCpuIsa() chose, or null at the generic level (or where
