@@ -952,12 +952,11 @@ class TestWorkShare : public QObject {
             ++fusedProducts;
         QVERIFY2(profile.find("matmul %") != std::string::npos, profile.c_str());
         QVERIFY2(fusedProducts == (globalClipNorm > 0 ? 0 : 2), profile.c_str());
-        // The biases' update (the tensors no product updates) on the calling thread once it has
-        // run its own pieces of the last of those products, where there is one.
+        // The biases' update (the tensors no product updates) beside the last of those products
+        // (on the first thread done with its own pieces), where there is one.
         int restAfter = 0;
-        for (size_t at = profile.find("the other updates after its own pieces");
-             at != std::string::npos;
-             at = profile.find("the other updates after its own pieces", at + 1))
+        for (size_t at = profile.find("the other updates beside it"); at != std::string::npos;
+             at = profile.find("the other updates beside it", at + 1))
             ++restAfter;
         QVERIFY2(restAfter == (globalClipNorm > 0 ? 0 : 1), profile.c_str());
         for (const char* kernel : {"[784,128]", "[128,512]"}) {

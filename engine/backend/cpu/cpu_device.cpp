@@ -88,9 +88,9 @@ struct CpuInstr {
     // index into CpuProgram::updateTensors_ (-1: none). Its columns (elements per row) and the
     // pieces' first rows (pieces + 1 edges) say which elements a piece updates.
     int fusedUpdate = -1;
-    // The last such product: the calling thread also runs the update of the tensors no
-    // product's pieces update (restTensors_) once its own pieces are done, while the helpers
-    // finish theirs, instead of in the Update instruction after them (see planRestUpdate).
+    // The last such product: the first thread done with its own pieces also runs the update of
+    // the tensors no product's pieces update (restTensors_), while the others finish theirs,
+    // instead of the Update instruction after them (see planRestUpdate).
     bool restAfter = false;
     int64_t pieceCols = 0;
     std::vector<int64_t> pieceRows;
@@ -375,7 +375,10 @@ class CpuProgram final : public Executable {
     // pieces instead (see fuseUpdates).
     std::vector<UpdateTensor> restTensors_;
     bool updatesFused_ = false;
-    bool restDone_ = false;  // this step's restTensors_ update ran in a product's job (restAfter)
+    // This step's restTensors_ update: claimed by a thread of a product's job (restAfter), and
+    // done (read after the job).
+    std::atomic<bool> restClaimed_{false};
+    bool restDone_ = false;
     void runBlock(const CpuInstr& i, const StepArgs& args);
 
     // A product that nothing near it depends on runs on a WorkShare helper while the calling
@@ -1123,7 +1126,7 @@ Status CpuProgram::build(const LoweredProgram& lp, const ProgramBindings& bind) 
             if (i.dropOut) name += ", mask from the dropout's output";
             if (!i.kPartials.empty()) name += " along K";
             if (i.fusedUpdate >= 0) name += " + update";
-            if (i.restAfter) name += ", the other updates after its own pieces";
+            if (i.restAfter) name += ", the other updates beside it";
             if (i.interleave) name += ", pieces interleaved";
             if (i.lossOut) name += " + loss";
             if (i.lossDeferred) name += " (in its gradient's pass)";
@@ -1432,14 +1435,15 @@ void CpuProgram::fuseUpdates(const LoweredProgram& lp) {
     planRestUpdate(lp, updateAt);
 }
 
-// The update of the tensors left (restTensors_: biases, narrow layers' weights) on the calling
-// thread as soon as it has run its own pieces of the last product whose pieces update their
-// tensor: while a helper finishes its pieces, rather than after them. Only where every
+// The update of the tensors left (restTensors_: biases, narrow layers' weights) on the first
+// thread done with its own pieces of the last product whose pieces update their tensor: while
+// the others finish their pieces, rather than after them. Only where every
 // instruction from that product to the Update neither writes those tensors' gradients nor reads
 // or writes their values, slots or shadows; the same update of the same gradients, so the same
-// bits. Seed MLP, batch 32 (the biases and the output layer's weights, 1,418 values, 1.1 us; the
-// helper usually finishes its pieces last): from the end of the last piece to the end of the
-// step 0.51-0.57 us against 1.40-2.53 (three alternating pairs, timestamps in the step).
+// bits. Seed MLP, batch 32 (the biases and the output layer's weights, 1,418 values, 1.1 us):
+// from the end of the last piece to the end of the step 0.51-0.57 us against 1.40-2.53 on the
+// calling thread (three alternating pairs, timestamps in the step), 0.35-0.50 on the first
+// thread done.
 // TRAINDECK_REST_APART=1 keeps it in the Update instruction, for measurements.
 void CpuProgram::planRestUpdate(const LoweredProgram& lp, int updateAt) {
     if (!updatesFused_ || restTensors_.empty()) return;
@@ -2004,11 +2008,21 @@ Status CpuProgram::exec(const CpuInstr& i, const StepArgs& args) {
                     }
                     const auto ownership = i.interleave ? WorkShare::Ownership::Interleaved
                                                         : WorkShare::Ownership::Runs;
-                    // The calling thread's last own piece (restAfter).
-                    if (i.restAfter) restDone_ = false;
-                    const int64_t callerLast =
-                        i.interleave ? (i.pieces - 1) / share_->width() * share_->width()
-                                     : share_->firstOwned(i.pieces, 1) - 1;
+                    // restAfter: each thread's last own piece (-1: it owns none).
+                    if (i.restAfter) {
+                        restDone_ = false;
+                        restClaimed_.store(false, std::memory_order_relaxed);
+                    }
+                    const int width = share_->width();
+                    auto lastOwn = [&](int worker) -> int64_t {
+                        if (i.interleave)
+                            return worker < i.pieces
+                                       ? worker + (i.pieces - 1 - worker) / width * width
+                                       : -1;
+                        const int64_t first = share_->firstOwned(i.pieces, worker),
+                                      end = share_->firstOwned(i.pieces, worker + 1);
+                        return end > first ? end - 1 : -1;
+                    };
                     share_->run(
                         i.pieces,
                         [&](int64_t piece, int worker) {
@@ -2036,10 +2050,11 @@ Status CpuProgram::exec(const CpuInstr& i, const StepArgs& args) {
                                                  i.pieceRows[p] * i.pieceCols,
                                                  i.pieceRows[p + 1] * i.pieceCols);
                             }
-                            if (i.restAfter && worker == 0 && piece == callerLast) {
+                            if (i.restAfter && piece == lastOwn(worker) &&
+                                !restClaimed_.exchange(true, std::memory_order_relaxed)) {
                                 applyUpdate(update_, args.update, restTensors_, 1, nullptr,
                                             nullptr);
-                                restDone_ = true;
+                                restDone_ = true;  // the job's end publishes it
                             }
                         },
                         ownership);
