@@ -392,6 +392,7 @@ class CpuProgram final : public Executable {
     void planAlongside(const LoweredProgram& lp);
     void planDropoutMasks(const LoweredProgram& lp);
     void planRestUpdate(const LoweredProgram& lp, int updateAt);
+    static std::vector<Range> updateRanges(const UpdateTensor& u);
     // What instruction k writes: its output, its column sums, a loss it computes for another.
     std::vector<Range> writtenBy(const LoweredProgram& lp, size_t k) const;
     Status runAlongside(const Alongside& g, const StepArgs& args);
@@ -1399,19 +1400,9 @@ void CpuProgram::fuseUpdates(const LoweredProgram& lp) {
             if (fused[t] || grad != out.lo ||
                 out.hi != grad + static_cast<size_t>(u.size) * sizeof(float))
                 continue;
-            // What the update of t touches, and must not be touched between here and the Update.
-            std::vector<Range> guarded{out};
-            auto floats = [&](const void* p) {
-                const auto* c = static_cast<const char*>(p);
-                return Range{c, c + static_cast<size_t>(u.size) * sizeof(float)};
-            };
-            guarded.push_back(floats(u.value));
-            for (const float* slot : u.slot)
-                if (slot) guarded.push_back(floats(slot));
-            if (u.shadow) {
-                const auto* c = reinterpret_cast<const char*>(u.shadow);
-                guarded.push_back({c, c + static_cast<size_t>(u.size) * 2});
-            }
+            // What the update of t touches (its gradient is `out`), and must not be touched
+            // between here and the Update.
+            const std::vector<Range> guarded = updateRanges(u);
             bool clear = true;
             for (const Operand& o : lp.code[j].in)
                 for (const Range& g : guarded)
@@ -1456,16 +1447,9 @@ void CpuProgram::planRestUpdate(const LoweredProgram& lp, int updateAt) {
             last = j;
     if (last < 0) return;
     std::vector<Range> guarded;
-    auto span = [](const void* p, int64_t n, size_t size) {
-        const auto* c = static_cast<const char*>(p);
-        return Range{c, c + static_cast<size_t>(n) * size};
-    };
     for (const UpdateTensor& u : restTensors_) {
-        guarded.push_back(span(u.grad, u.size, sizeof(float)));
-        guarded.push_back(span(u.value, u.size, sizeof(float)));
-        for (const float* slot : u.slot)
-            if (slot) guarded.push_back(span(slot, u.size, sizeof(float)));
-        if (u.shadow) guarded.push_back(span(u.shadow, u.size, 2));
+        const std::vector<Range> r = updateRanges(u);
+        guarded.insert(guarded.end(), r.begin(), r.end());
     }
     for (int k = last; k < updateAt; ++k) {
         std::vector<Range> touched = writtenBy(lp, static_cast<size_t>(k));
@@ -1475,6 +1459,19 @@ void CpuProgram::planRestUpdate(const LoweredProgram& lp, int updateAt) {
                 if (overlaps(a, g)) return;
     }
     code_[static_cast<size_t>(last)].restAfter = true;
+}
+
+// What a tensor's optimizer update reads and writes: its gradient, value, slots and shadow.
+std::vector<CpuProgram::Range> CpuProgram::updateRanges(const UpdateTensor& u) {
+    auto floats = [&u](const void* p, size_t size) {
+        const auto* c = static_cast<const char*>(p);
+        return Range{c, c + static_cast<size_t>(u.size) * size};
+    };
+    std::vector<Range> r{floats(u.grad, sizeof(float)), floats(u.value, sizeof(float))};
+    for (const float* slot : u.slot)
+        if (slot) r.push_back(floats(slot, sizeof(float)));
+    if (u.shadow) r.push_back(floats(u.shadow, 2));
+    return r;
 }
 
 std::vector<CpuProgram::Range> CpuProgram::writtenBy(const LoweredProgram& lp, size_t k) const {
