@@ -1264,8 +1264,6 @@ void CpuProgram::planPieceAdam(const CpuInstr& i) {
         a.oneMinusB1 = update_.oneMinusBeta1;
         a.oneMinusB2 = update_.oneMinusBeta2;
         a.eps = update_.epsilon;
-        // Nothing reads the gradient but the update (fuseUpdates checked), so it is not stored.
-        a.keepGrad = false;
     }
     sp.adam = std::move(adam);
 }

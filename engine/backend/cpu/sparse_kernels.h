@@ -21,7 +21,7 @@
 namespace td::cpu::sparse {
 
 // The Adam update of the parameter whose gradient transposedTimesDenseAdam computes, applied to
-// each part of the gradient as its sums finish, while they are in registers: the same operations
+// each chunk of the gradient's rows as it finishes, while the chunk is in L1: the same operations
 // in the same order as engine/train/optim_kernels.h's adam (without amsgrad), so the same bits.
 // w, m and v are laid out as dw ([K,N] at row stride ld).
 struct AdamEpilogue {
@@ -37,7 +37,6 @@ struct AdamEpilogue {
     float oneMinusB1 = 0;
     float oneMinusB2 = 0;
     float eps = 0;
-    bool keepGrad = true;  // dw receives the gradient as well (else only the update reads it)
 };
 
 // The lists hold the dense operand's rows as 32-bit element offsets: the dense operand's rows
@@ -54,10 +53,9 @@ struct Kernels {
     int64_t (*transposedTimesDense)(const float* x, int64_t ldx, int64_t B, int64_t K,
                                     const float* dy, int64_t ldy, int64_t N, float* dw,
                                     int64_t lddw);
-    // transposedTimesDense whose sums go through `adam` (the update of the parameter dw is the
-    // gradient of) as each tile of dw is finished, from registers, instead of the whole gradient
-    // being stored and read back by a separate update. dw holds the partial sums when B spans
-    // several row blocks, and the gradient where adam.keepGrad.
+    // transposedTimesDense followed by `adam` (the update of the parameter dw is the gradient
+    // of), a chunk of dw's rows at a time as each is finished, instead of the whole gradient
+    // being stored and read back by a separate update. dw receives the gradient.
     int64_t (*transposedTimesDenseAdam)(const float* x, int64_t ldx, int64_t B, int64_t K,
                                         const float* dy, int64_t ldy, int64_t N, float* dw,
                                         int64_t lddw, const AdamEpilogue& adam);
@@ -77,10 +75,10 @@ struct Kernels {
     // count is ceil(M / rowsGroup) * K (ceil(K / colsGroup) * B).
     int rowsGroup = 2;
     int colsGroup = 2;
-    // transposedTimesDenseAdam pays off up to this many rows of x (B): the sums of one block of
-    // dy's rows go straight to the update. With more, the partial sums go through dw between
-    // blocks and the update, done tile by tile, measured slower than after the product (seed MLP,
-    // batch 256, AVX2: 320-334 us against 299-325), so the device keeps it after the product.
+    // transposedTimesDenseAdam pays off up to this many rows of x (B), one block of dy's rows.
+    // With more, the update beside the product measured no faster than after it (seed MLP, batch
+    // 256, AVX2: tile by tile 320-334 us against 299-325; by chunks of rows, on a busy host, the
+    // step's tenth percentile 641-700 us against 625-768), so the device keeps it after.
     int64_t adamMaxRows = 0;
     // c[M,N] (row stride ldc) = a[M,K] (row stride lda) . b^T, b a row-major [N,K] (row stride
     // ldb), for K up to shortMaxInner: the input gradient of a layer with few outputs (a

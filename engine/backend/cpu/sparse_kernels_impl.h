@@ -128,74 +128,73 @@ inline void storeRow(float* p, const Vec* acc, Mask last) {
     }
 }
 
-// What groupTile does with a tile row's finished sums: StoreRows stores them to the output;
-// AdamRows (transposedTimesDenseAdam) runs the optimizer update on them, still in registers.
-struct StoreRows {
-    StoreRows at(int64_t) const { return *this; }
+// The operands of transposedTimesDenseAdam's update, broadcast once per call.
+struct AdamConsts {
+    Vec scale, hi, lo, b1, b2, alpha, eps, wdLr;
+    bool decay;
+    explicit AdamConsts(const sparse::AdamEpilogue& a)
+        : scale(Isa::broadcast(a.gradScale)),
+          hi(Isa::broadcast(a.clip)),
+          lo(Isa::broadcast(-a.clip)),
+          b1(Isa::broadcast(a.oneMinusB1)),
+          b2(Isa::broadcast(a.oneMinusB2)),
+          alpha(Isa::broadcast(a.alpha)),
+          eps(Isa::broadcast(a.eps)),
+          wdLr(Isa::broadcast(a.wdLr)),
+          decay(a.decay) {}
 };
 
-struct AdamRows {
-    const sparse::AdamEpilogue* a = nullptr;
-    int64_t c0 = 0;  // the tile's first column
-    AdamRows at(int64_t col) const { return AdamRows{a, col}; }
-
-    // Optimizer kernels' adam (optim_kernels_impl.h), vector by vector: the same operations in
-    // the same order; max and min as written there (a NaN gradient passes through).
-    template <int NV, bool Masked>
-    void apply(const Vec* acc, int64_t row, Mask last) const {
-        const int64_t off = row * a->ld + c0;
-        const Vec scale = Isa::broadcast(a->gradScale), hi = Isa::broadcast(a->clip),
-                  lo = Isa::broadcast(-a->clip), b1 = Isa::broadcast(a->oneMinusB1),
-                  b2 = Isa::broadcast(a->oneMinusB2), alpha = Isa::broadcast(a->alpha),
-                  eps = Isa::broadcast(a->eps), wdLr = Isa::broadcast(a->wdLr);
-        for (int t = 0; t < NV; ++t) {
-            const bool masked = Masked && t == NV - 1;
-            float* w = a->w + off + kLanes * t;
-            float* m = a->m + off + kLanes * t;
-            float* v = a->v + off + kLanes * t;
-            Vec g = acc[t] * scale;
-            g = g < lo ? lo : g;
-            g = hi < g ? hi : g;
-            Vec wi = masked ? Isa::loadMasked(w, last) : Isa::load(w);
-            if (a->decay) wi = wi - wi * wdLr;
-            const Vec m0 = masked ? Isa::loadMasked(m, last) : Isa::load(m);
-            const Vec v0 = masked ? Isa::loadMasked(v, last) : Isa::load(v);
-            const Vec mi = m0 + (g - m0) * b1;
-            const Vec vi = v0 + (g * g - v0) * b2;
-            const Vec wo = wi - (mi * alpha) / (Isa::sqrt(vi) + eps);
-            if (masked) {
-                Isa::storeMasked(m, last, mi);
-                Isa::storeMasked(v, last, vi);
-                Isa::storeMasked(w, last, wo);
-            } else {
-                Isa::store(m, mi);
-                Isa::store(v, vi);
-                Isa::store(w, wo);
-            }
-        }
-    }
-};
+// The optimizer kernels' adam (optim_kernels_impl.h) over one row of n elements, its gradient at
+// grad: the same operations in the same order, so the same bits; max and min as written there (a
+// NaN gradient passes through). Whole vectors, then the row's tail masked.
+inline void adamRow(const AdamConsts& c, const float* grad, float* w, float* m, float* v,
+                    int64_t n) {
+    const auto one = [&c](const float* gp, float* wp, float* mp, float* vp, bool masked,
+                          Mask lanes) {
+        const auto load = [masked, lanes](const float* q) {
+            return masked ? Isa::loadMasked(q, lanes) : Isa::load(q);
+        };
+        const auto store = [masked, lanes](float* q, Vec x) {
+            if (masked)
+                Isa::storeMasked(q, lanes, x);
+            else
+                Isa::store(q, x);
+        };
+        Vec g = load(gp) * c.scale;
+        g = g < c.lo ? c.lo : g;
+        g = c.hi < g ? c.hi : g;
+        Vec wi = load(wp);
+        if (c.decay) wi = wi - wi * c.wdLr;
+        const Vec m0 = load(mp), v0 = load(vp);
+        const Vec mi = m0 + (g - m0) * c.b1;
+        const Vec vi = v0 + (g * g - v0) * c.b2;
+        store(mp, mi);
+        store(vp, vi);
+        store(wp, wi - (mi * c.alpha) / (Isa::sqrt(vi) + c.eps));
+    };
+    const Mask all = Isa::tail(kLanes);
+    int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) one(grad + i, w + i, m + i, v + i, false, all);
+    if (i < n) one(grad + i, w + i, m + i, v + i, true, Isa::tail(n - i));
+}
 
 // Group p's list over block b runs from seg[p * (blocks + 1) + b] to the next entry. For every
-// block, every group: its output rows out(G p + g) (row stride ldo; those past `rows` absent)
-// += its list over the block, from zero for the first block; after the last block `epi` takes
-// the sums (StoreRows: stored as for the other blocks).
-template <int G, int NV, bool Masked, class Epi>
+// block, every group p in [p0, p1): its output rows out(G p + g) (row stride ldo; those past
+// `rows` absent) += its list over the block, from zero for the first block.
+template <int G, int NV, bool Masked>
 void groupTile(const GroupList<G>& list, const std::vector<int64_t>& seg, int64_t blocks,
                int64_t blockRows, int64_t denseRows, int64_t rows, const float* base,
-               int64_t stride, float* out, int64_t ldo, Mask last, const Epi& epi,
-               const int32_t* outRows) {
+               int64_t stride, float* out, int64_t ldo, Mask last, const int32_t* outRows,
+               int64_t p0, int64_t p1) {
     // Group p's row g is output row outRows[G p + g] (null: G p + g).
     const auto outRow = [outRows](int64_t r) { return outRows ? int64_t{outRows[r]} : r; };
-    constexpr bool kAdam = std::is_same_v<Epi, AdamRows>;
     const int64_t groups = (rows + G - 1) / G;
     // The lists reach the dense rows in no order a hardware prefetcher follows, and those rows
     // may be in another core's cache (weights its update just wrote): each group fetches its
     // share of the next block's rows while it works on this one.
     const int64_t share = blockRows > 0 ? (blockRows + groups - 1) / groups : 0;
     for (int64_t b = 0; b < blocks; ++b) {
-        const bool final = b == blocks - 1;
-        for (int64_t p = 0; p < groups; ++p) {
+        for (int64_t p = p0; p < p1; ++p) {
             const int64_t r0 = (b + 1) * blockRows + p * share;
             const int64_t r1 = std::min({r0 + share, (b + 2) * blockRows, denseRows});
             for (int64_t r = r0; r < r1; ++r)
@@ -214,18 +213,9 @@ void groupTile(const GroupList<G>& list, const std::vector<int64_t>& seg, int64_
             }
             const size_t at = static_cast<size_t>(p * (blocks + 1) + b);
             accumulate<G, NV, Masked>(acc, list, seg[at], seg[at + 1], base, last);
-            for (int g = 0; g < G; ++g) {  // a fixed count, unrolled: acc stays in registers
-                if (g >= present) continue;
-                if constexpr (kAdam) {
-                    if (final) {
-                        if (epi.a->keepGrad)
-                            storeRow<NV, Masked>(out + outRow(G * p + g) * ldo, acc + g * NV, last);
-                        epi.template apply<NV, Masked>(acc + g * NV, G * p + g, last);
-                        continue;
-                    }
-                }
-                storeRow<NV, Masked>(out + outRow(G * p + g) * ldo, acc + g * NV, last);
-            }
+            for (int g = 0; g < G; ++g)  // a fixed count, unrolled: acc stays in registers
+                if (g < present)
+                    storeRow<NV, Masked>(out + outRow(G * p + g) * ldo, acc + g * NV, last);
         }
     }
 }
@@ -240,26 +230,25 @@ inline void withVectors(int nv, F&& f) {
 }
 
 // out[rows, N] (row stride ldo) from the groups' lists over base[*, N] (row stride `stride`),
-// tile of columns by tile, each tile's finished rows through `epi`.
-template <int G, class Epi = StoreRows>
+// tile of columns by tile; only groups [p0, p1) (their rows).
+template <int G>
 void runGroups(const GroupList<G>& list, const std::vector<int64_t>& seg, int64_t blocks,
                int64_t blockRows, int64_t denseRows, int64_t rows, const float* base,
-               int64_t stride, int64_t N, float* out, int64_t ldo, const Epi& epi = {},
-               const int32_t* outRows = nullptr) {
+               int64_t stride, int64_t N, float* out, int64_t ldo, const int32_t* outRows,
+               int64_t p0, int64_t p1) {
     for (int64_t c0 = 0; c0 < N; c0 += kTileCols<G>) {
         const int64_t cols = std::min(kTileCols<G>, N - c0);
         const int nv = static_cast<int>((cols + kLanes - 1) / kLanes);
         const int64_t lastLanes = cols - kLanes * (nv - 1);
         const Mask last = Isa::tail(lastLanes);
-        const Epi tileEpi = epi.at(c0);
         withVectors<Isa::tileVectors(G)>(nv, [&](auto vectors) {
             constexpr int NV = decltype(vectors)::value;
             if (lastLanes == kLanes)
                 groupTile<G, NV, false>(list, seg, blocks, blockRows, denseRows, rows, base + c0,
-                                        stride, out + c0, ldo, last, tileEpi, outRows);
+                                        stride, out + c0, ldo, last, outRows, p0, p1);
             else
                 groupTile<G, NV, true>(list, seg, blocks, blockRows, denseRows, rows, base + c0,
-                                       stride, out + c0, ldo, last, tileEpi, outRows);
+                                       stride, out + c0, ldo, last, outRows, p0, p1);
         });
     }
 }
@@ -368,7 +357,7 @@ int64_t rowsTimesDense(const float* x, int64_t ldx, int64_t M, int64_t K, const 
     // core updated, already in its cache; prefetching them measured slower (on the AVX2 machine
     // too, where those rows no longer fit its L2 with their slots: 37.8-38.9 us against
     // 39.4-41.6 with prefetching, six alternating pairs in the step).
-    runGroups<G>(list, seg, blocks, 0, K, M, w, ldw, N, y, ldy, StoreRows{}, order.data());
+    runGroups<G>(list, seg, blocks, 0, K, M, w, ldw, N, y, ldy, order.data(), 0, groups);
     return count;
 }
 
@@ -417,10 +406,11 @@ inline void listColumns(const float* x, int64_t ldx, int64_t B, int64_t k0, int6
 
 // dw = x^T . dy: the lists run over groups of x's neighbouring columns (neighbouring inputs,
 // such as pixels, are often zero together), by blocks of dy's rows; kLanes x kLanes tiles of x
-// are transposed in registers to read its columns. Each tile's finished rows go through `epi`.
-template <class Epi>
+// are transposed in registers to read its columns. Then dw's rows chunkRows (a multiple of the
+// group) at a time, each chunk's rows [r0, r1) handed to then(r0, r1) once finished.
+template <class Then>
 int64_t gradProduct(const float* x, int64_t ldx, int64_t B, int64_t K, const float* dy, int64_t ldy,
-                    int64_t N, float* dw, int64_t lddw, const Epi& epi) {
+                    int64_t N, float* dw, int64_t lddw, int64_t chunkRows, const Then& then) {
     constexpr int G = kGradGroup;
     thread_local GroupList<G> list;
     thread_local std::vector<int64_t> seg;
@@ -442,19 +432,43 @@ int64_t gradProduct(const float* x, int64_t ldx, int64_t B, int64_t K, const flo
             listColumns<G, false>(x, ldx, B, k0, K - k0, room, blocks, out, steps, ldy, seg.data(),
                                   entries);
     }
-    runGroups<G>(list, seg, blocks, kGradRows, B, K, dy, ldy, N, dw, lddw, epi);
+    for (int64_t r0 = 0; r0 < K; r0 += chunkRows) {
+        const int64_t r1 = std::min(K, r0 + chunkRows);
+        runGroups<G>(list, seg, blocks, kGradRows, B, K, dy, ldy, N, dw, lddw, nullptr, r0 / G,
+                     (r1 + G - 1) / G);
+        then(r0, r1);
+    }
     return entries;
 }
 
 int64_t transposedTimesDense(const float* x, int64_t ldx, int64_t B, int64_t K, const float* dy,
                              int64_t ldy, int64_t N, float* dw, int64_t lddw) {
-    return gradProduct(x, ldx, B, K, dy, ldy, N, dw, lddw, StoreRows{});
+    return gradProduct(x, ldx, B, K, dy, ldy, N, dw, lddw, std::max<int64_t>(K, 1),
+                       [](int64_t, int64_t) {});
 }
+
+// The gradient's rows about kAdamChunkBytes at a time, each chunk's update right after it: the
+// chunk's gradient is still in L1 when the update reads it back, and the update runs along whole
+// rows of w, m and v, in the order of memory. Applied to each tile of sums in registers as it
+// finished (a burst of square roots and divisions after every group's multiply-adds, on a few
+// lines of each row at a time), it measured slower: the weight gradient with its update, seed MLP
+// batch 32 on the AVX2 machine, 50.9-51.3 us against 53.8-54.6 (the step's median, alternating
+// runs); 8 and 64 KB measured slower than 16 and 24.
+constexpr int64_t kAdamChunkBytes = 16 * 1024;
 
 int64_t transposedTimesDenseAdam(const float* x, int64_t ldx, int64_t B, int64_t K, const float* dy,
                                  int64_t ldy, int64_t N, float* dw, int64_t lddw,
                                  const sparse::AdamEpilogue& adam) {
-    return gradProduct(x, ldx, B, K, dy, ldy, N, dw, lddw, AdamRows{&adam, 0});
+    constexpr int64_t G = kGradGroup;
+    const int64_t chunkRows = std::max<int64_t>(
+        G,
+        kAdamChunkBytes / (static_cast<int64_t>(sizeof(float)) * std::max<int64_t>(N, 1)) / G * G);
+    const AdamConsts c(adam);
+    return gradProduct(x, ldx, B, K, dy, ldy, N, dw, lddw, chunkRows, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r)
+            adamRow(c, dw + r * lddw, adam.w + r * adam.ld, adam.m + r * adam.ld,
+                    adam.v + r * adam.ld, N);
+    });
 }
 
 // Rows r0 .. r0 + R of the narrow product, NV vectors of columns (the last masked by `last`).
