@@ -757,6 +757,46 @@ class TestWorkShare : public QObject {
                  redrawProfile.c_str());
     }
 
+    // A dropout right after a forward product split along K draws its mask while the threads
+    // finish their pieces and is applied in the product's last pass (planDropoutInProduct): ten
+    // steps of SGD give the same losses and gradients, bit for bit, as with the dropout on its
+    // own (TRAINDECK_DROPOUT_APART=1), and the profile names the fusion only without the switch.
+    void dropoutInProductPass() {
+        if (omp_get_max_threads() < 2 || td::makeCpuDevice(0)->desc().threads < 2)
+            QSKIP("needs a CPU device with two threads (OMP_NUM_THREADS=2)");
+        const RestoreThreads restore;
+        const std::string ir =
+            "graph t {\n %0 = input() : f32[32,784]\n"
+            " %1 = param() {name=w} : f32[784,128]\n"
+            " %2 = param() {name=b} : f32[128]\n"
+            " %3 = matmul(%0, %1) {trans_a=0, trans_b=0} : f32[32,128]\n"
+            " %4 = bias_add(%3, %2) : f32[32,128]\n"
+            " %5 = act(%4) {act=relu} : f32[32,128]\n"
+            " %6 = dropout(%5) {rate=0.3, seed=91} : f32[32,128]\n"
+            " %7 = param() {name=w2} : f32[128,16]\n"
+            " %8 = matmul(%6, %7) {trans_a=0, trans_b=0} : f32[32,16]\n"
+            " %9 = label() : f32[32,16]\n"
+            " %10 = loss(%8, %9) {loss=mse, scale=0.03125} : f32[1]\n"
+            " output loss = %10\n}\n";
+        std::mt19937 rng(43);
+        std::uniform_real_distribution<float> uni(-1.f, 1.f);
+        std::vector<float> x(32 * 784), y(32 * 16), p0(784 * 128), p1(128), p2(128 * 16);
+        for (auto* v : {&x, &y, &p0, &p1, &p2})
+            for (float& e : *v) e = 0.1f * uni(rng);
+        for (float& e : x) e = e < 0.f ? 0.f : e;  // zeros, as an image's background
+        std::vector<float> inPass, apart;
+        const std::string profile = sgdSteps(ir, nullptr, {&p0, &p1, &p2}, x, y, &inPass);
+        const std::string apartProfile =
+            sgdSteps(ir, "TRAINDECK_DROPOUT_APART", {&p0, &p1, &p2}, x, y, &apart);
+        QCOMPARE(inPass.size(), size_t{10 + 784 * 128 + 128 + 128 * 16});
+        QVERIFY(inPass == apart);
+        for (const char* what :
+             {"along K, the dropout %4 in its pass", "(in its product's pass)"}) {
+            QVERIFY2(profile.find(what) != std::string::npos, profile.c_str());
+            QVERIFY2(apartProfile.find(what) == std::string::npos, apartProfile.c_str());
+        }
+    }
+
     // The CPU device places weight matrices whose rows are a multiple of 1 KiB (at least 2 KiB)
     // 16 bytes past a cache line where oneDNN runs AVX2 kernels (on an AVX-512 CPU it may keep
     // them aligned): oneDNN's f32 matmul then packs them instead of reading them in place across

@@ -4,6 +4,7 @@
 #include <QtTest/QtTest>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -429,7 +430,9 @@ class TestIsa : public QObject {
             }
     }
 
-    // Dropout masks must not depend on the CPU: a run resumed elsewhere draws the same masks.
+    // Dropout masks must not depend on the CPU: a run resumed elsewhere draws the same masks. The
+    // mask alone (dropoutKeep, for a product that applies it in its own pass) ANDed with the
+    // scaled input gives dropoutRow's bits.
     void dropoutMatchesGeneric_data() { levelsMatchGeneric_data(); }
     void dropoutMatchesGeneric() {
         QFETCH(td::CpuIsa, isa);
@@ -447,6 +450,17 @@ class TestIsa : public QObject {
                     k.dropoutRow(x.data(), got.data(), cols, base, threshold, keep);
                     g.dropoutRow(x.data(), want.data(), cols, base, threshold, keep);
                     requireSame(got, want, "dropout");
+                    std::vector<uint32_t> mask(cols, 7u), genericMask(cols, 9u);
+                    k.dropoutKeep(mask.data(), cols, base, threshold);
+                    g.dropoutKeep(genericMask.data(), cols, base, threshold);
+                    QVERIFY(mask == genericMask);
+                    std::vector<float> applied(cols);
+                    for (int64_t c = 0; c < cols; ++c) {
+                        QVERIFY(mask[c] == 0u || mask[c] == ~0u);
+                        applied[c] =
+                            std::bit_cast<float>(std::bit_cast<uint32_t>(x[c] * keep) & mask[c]);
+                    }
+                    requireSame(applied, got, "dropout from its mask");
                 }
             }
         }
@@ -470,6 +484,40 @@ class TestIsa : public QObject {
             g.reluGrad(dy.data(), s.data(), want.data(), n);
             requireSame(got, want, "relu gradient");
             for (int64_t i = 0; i < n; ++i) QCOMPARE(want[i], s[i] > 0.f ? dy[i] : 0.f);
+        }
+    }
+
+    // The last pass of a product split along K, every case (bias or not, ReLU or not, a dropout's
+    // mask or not): the bits of the scalar operations written out here, NaN and negative zero
+    // included (ReLU gives +0 for both), on every level, vector loop and tail.
+    void lastPartialRowMatchesScalar_data() { levelsMatchGeneric_data(); }
+    void lastPartialRowMatchesScalar() {
+        QFETCH(td::CpuIsa, isa);
+        const auto& k = cpu::simd::kernelsFor(isa);
+        const std::vector<float> o0 = gradients(11), p = gradients(13), bias = gradients(17);
+        const float keepScale = 1.0f / 0.7f;
+        for (int64_t cols : {int64_t{1}, int64_t{15}, int64_t{17}, kElements}) {
+            std::vector<uint32_t> keep(static_cast<size_t>(cols));
+            k.dropoutKeep(keep.data(), cols, 0x2545f491u, static_cast<uint32_t>(0.3 * 16777216.0));
+            for (int which = 0; which < 8; ++which) {
+                const bool withBias = which & 4, relu = which & 2, withKeep = which & 1;
+                std::vector<float> o(o0.begin(), o0.begin() + cols), y(cols, -3.0f);
+                std::vector<float> wantO(cols), wantY(cols, -3.0f);
+                for (int64_t c = 0; c < cols; ++c) {
+                    float v = o[c] + p[c];
+                    if (withBias) v = v + bias[c];
+                    if (relu) v = v > 0.f ? v : 0.f;
+                    wantO[c] = v;
+                    if (withKeep)
+                        wantY[c] =
+                            std::bit_cast<float>(std::bit_cast<uint32_t>(v * keepScale) & keep[c]);
+                }
+                k.lastPartialRow(o.data(), p.data(), withBias ? bias.data() : nullptr, relu,
+                                 withKeep ? keep.data() : nullptr, y.data(), cols, keepScale);
+                requireSame(o, wantO, "last partial row");
+                requireSame(y, wantY, "last partial row's dropout");
+                if (QTest::currentTestFailed()) return;
+            }
         }
     }
 

@@ -39,6 +39,56 @@ void dropoutRow(const float* x, float* y, int64_t cols, uint32_t rowBase, uint32
     }
 }
 
+void dropoutKeep(uint32_t* keep, int64_t cols, uint32_t rowBase, uint32_t threshold) {
+    const auto limit = static_cast<int32_t>(threshold);  // as in dropoutRow
+#pragma omp simd
+    for (int64_t c = 0; c < cols; ++c) {
+        const auto h =
+            static_cast<int32_t>(mix32(rowBase ^ (static_cast<uint32_t>(c) * 0x9e3779b9u)) >> 8);
+        keep[c] = 0u - static_cast<uint32_t>(h >= limit);
+    }
+}
+
+// One loop per case (no per-element decision); ReLU and the mask by ANDing bits, as dropoutRow.
+template <bool kBias, bool kRelu, bool kKeep>
+void lastPartialLoop(float* o, const float* p, const float* bias, const uint32_t* keep, float* y,
+                     int64_t cols, float keepScale) {
+#pragma omp simd
+    for (int64_t c = 0; c < cols; ++c) {
+        float v = o[c] + p[c];
+        if constexpr (kBias) v = v + bias[c];
+        if constexpr (kRelu)
+            v = __builtin_bit_cast(
+                float, __builtin_bit_cast(uint32_t, v) & (0u - static_cast<uint32_t>(v > 0.f)));
+        o[c] = v;
+        if constexpr (kKeep)
+            y[c] = __builtin_bit_cast(float, __builtin_bit_cast(uint32_t, v * keepScale) & keep[c]);
+    }
+}
+
+void lastPartialRow(float* o, const float* p, const float* bias, bool relu, const uint32_t* keep,
+                    float* y, int64_t cols, float keepScale) {
+    const int which = (bias ? 4 : 0) | (relu ? 2 : 0) | (keep ? 1 : 0);
+    switch (which) {
+        case 0:
+            return lastPartialLoop<false, false, false>(o, p, bias, keep, y, cols, keepScale);
+        case 1:
+            return lastPartialLoop<false, false, true>(o, p, bias, keep, y, cols, keepScale);
+        case 2:
+            return lastPartialLoop<false, true, false>(o, p, bias, keep, y, cols, keepScale);
+        case 3:
+            return lastPartialLoop<false, true, true>(o, p, bias, keep, y, cols, keepScale);
+        case 4:
+            return lastPartialLoop<true, false, false>(o, p, bias, keep, y, cols, keepScale);
+        case 5:
+            return lastPartialLoop<true, false, true>(o, p, bias, keep, y, cols, keepScale);
+        case 6:
+            return lastPartialLoop<true, true, false>(o, p, bias, keep, y, cols, keepScale);
+        default:
+            return lastPartialLoop<true, true, true>(o, p, bias, keep, y, cols, keepScale);
+    }
+}
+
 void droppedReluGrad(const float* dy, const float* d, const float* s, float* dx, int64_t n,
                      float keepScale) {
 #pragma omp simd
@@ -104,8 +154,8 @@ void expShifted(const float* x, float shift, float* y, int64_t n) {
 }  // namespace
 
 const simd::Table& table() {
-    static constexpr simd::Table t{TD_SIMD_ISA_LEVEL, &dropoutRow, &droppedReluGrad,
-                                   &reluGrad,         &maxArgStep, &expShifted};
+    static constexpr simd::Table t{TD_SIMD_ISA_LEVEL, &dropoutRow, &dropoutKeep, &droppedReluGrad,
+                                   &lastPartialRow,   &reluGrad,   &maxArgStep,  &expShifted};
     return t;
 }
 
