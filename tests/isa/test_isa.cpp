@@ -654,9 +654,10 @@ class TestIsa : public QObject {
     }
 
     // The narrow product (an output of at most two vectors' width) against a product in double
-    // precision: A row-major or read transposed, with row strides longer than the width, rows
-    // not a multiple of four, every width up to the kernel's limit, with a bias and without;
-    // nothing written past the output's columns.
+    // precision: A row-major or read transposed, output rows at a stride longer than the width
+    // and one after the other (where the kernel stores a row's last vector whole), rows not a
+    // multiple of four, every width up to the kernel's limit, with a bias and without; nothing
+    // written past the output's columns nor past its last row.
     void narrowProductMatchesReference() {
         if (!forEachSparseLevel([](const cpu::sparse::Kernels& k, CpuIsa isa) {
                 QVERIFY(k.narrowMaxCols >= 16);
@@ -667,47 +668,51 @@ class TestIsa : public QObject {
                     for (int64_t K : {1, 5, 128})
                         for (int64_t N = 1; N <= k.narrowMaxCols; ++N)
                             for (bool transposed : {false, true})
-                                for (bool withBias : {false, true}) {
-                                    // A: [M, K] at row stride K + 3, or [K, M] at stride M + 2.
-                                    const int64_t lda = transposed ? M + 2 : K + 3;
-                                    std::vector<float> a((transposed ? K : M) * lda), b(K * N),
-                                        bias(N), c(M * (N + 5), 7.f);
-                                    for (auto* v : {&a, &b, &bias})
-                                        for (float& e : *v) e = uni(rng);
-                                    const int64_t sr = transposed ? 1 : lda;
-                                    const int64_t sk = transposed ? lda : 1;
-                                    k.narrowProduct(a.data(), sr, sk, M, K, b.data(), N, N,
-                                                    withBias ? bias.data() : nullptr, c.data(),
-                                                    N + 5);
-                                    for (int64_t r = 0; r < M; ++r) {
-                                        for (int64_t j = 0; j < N; ++j) {
-                                            double want = withBias ? bias[j] : 0.0;
-                                            for (int64_t q = 0; q < K; ++q)
-                                                want += double{a[r * sr + q * sk]} *
-                                                        double{b[q * N + j]};
-                                            const double got = c[r * (N + 5) + j];
-                                            if (std::fabs(got - want) >
-                                                1e-5 * (1 + std::fabs(want)))
-                                                QFAIL(qPrintable(
-                                                    QStringLiteral("%1: M %2 K %3 N %4 (%5, %6): "
-                                                                   "[%7,%8] = %9, want %10")
-                                                        .arg(cpuIsaName(isa))
-                                                        .arg(M)
-                                                        .arg(K)
-                                                        .arg(N)
-                                                        .arg(transposed ? "transposed" : "rows")
-                                                        .arg(withBias ? "bias" : "no bias")
-                                                        .arg(r)
-                                                        .arg(j)
-                                                        .arg(got)
-                                                        .arg(want)));
+                                for (int64_t ldc : {N + 5, N})
+                                    for (bool withBias : {false, true}) {
+                                        // A: [M, K] at row stride K + 3, or [K, M] at stride M + 2.
+                                        const int64_t lda = transposed ? M + 2 : K + 3;
+                                        std::vector<float> a((transposed ? K : M) * lda), b(K * N),
+                                            bias(N), c(M * ldc + 16, 7.f);
+                                        for (auto* v : {&a, &b, &bias})
+                                            for (float& e : *v) e = uni(rng);
+                                        const int64_t sr = transposed ? 1 : lda;
+                                        const int64_t sk = transposed ? lda : 1;
+                                        k.narrowProduct(a.data(), sr, sk, M, K, b.data(), N, N,
+                                                        withBias ? bias.data() : nullptr, c.data(),
+                                                        ldc);
+                                        for (int64_t r = 0; r < M; ++r) {
+                                            for (int64_t j = 0; j < N; ++j) {
+                                                double want = withBias ? bias[j] : 0.0;
+                                                for (int64_t q = 0; q < K; ++q)
+                                                    want += double{a[r * sr + q * sk]} *
+                                                            double{b[q * N + j]};
+                                                const double got = c[r * ldc + j];
+                                                if (std::fabs(got - want) >
+                                                    1e-5 * (1 + std::fabs(want)))
+                                                    QFAIL(qPrintable(
+                                                        QStringLiteral(
+                                                            "%1: M %2 K %3 N %4 (%5, %6): "
+                                                            "[%7,%8] = %9, want %10")
+                                                            .arg(cpuIsaName(isa))
+                                                            .arg(M)
+                                                            .arg(K)
+                                                            .arg(N)
+                                                            .arg(transposed ? "transposed" : "rows")
+                                                            .arg(withBias ? "bias" : "no bias")
+                                                            .arg(r)
+                                                            .arg(j)
+                                                            .arg(got)
+                                                            .arg(want)));
+                                            }
+                                            for (int64_t j = N; j < ldc; ++j)
+                                                QCOMPARE(c[r * ldc + j], 7.f);
                                         }
-                                        for (int64_t j = N; j < N + 5; ++j)
-                                            QCOMPARE(c[r * (N + 5) + j], 7.f);
+                                        for (int64_t e = M * ldc; e < M * ldc + 16; ++e)
+                                            QCOMPARE(c[e], 7.f);
+                                        ++checked;
                                     }
-                                    ++checked;
-                                }
-                QCOMPARE(checked, 5 * 3 * static_cast<int>(k.narrowMaxCols) * 4);
+                QCOMPARE(checked, 5 * 3 * static_cast<int>(k.narrowMaxCols) * 8);
             }))
             QSKIP("this CPU has neither AVX2 nor AVX-512: products stay with oneDNN");
     }

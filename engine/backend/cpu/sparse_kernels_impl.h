@@ -471,10 +471,12 @@ int64_t transposedTimesDenseAdam(const float* x, int64_t ldx, int64_t B, int64_t
     });
 }
 
-// Rows r0 .. r0 + R of the narrow product, NV vectors of columns (the last masked by `last`).
+// Rows r0 .. r0 + R of the narrow product, NV vectors of columns (the last masked by `last`,
+// except in the first `wholeTails` rows: see narrowAll).
 template <int R, int NV>
 inline void narrowRows(const float* a, int64_t sr, int64_t sk, int64_t K, const float* b,
-                       int64_t ldb, const float* bias, float* c, int64_t ldc, Mask last) {
+                       int64_t ldb, const float* bias, float* c, int64_t ldc, Mask last,
+                       int wholeTails) {
     Vec acc[R * NV];
 #pragma GCC unroll 16
     for (int i = 0; i < R * NV; ++i) acc[i] = Isa::zero();
@@ -507,7 +509,7 @@ inline void narrowRows(const float* a, int64_t sr, int64_t sk, int64_t K, const 
 #pragma GCC unroll 2
         for (int t = 0; t < NV; ++t) {
             float* p = c + r * ldc + kLanes * t;
-            if (t == NV - 1)
+            if (t == NV - 1 && r >= wholeTails)
                 Isa::storeMasked(p, last, acc[r * NV + t]);
             else
                 Isa::store(p, acc[r * NV + t]);
@@ -515,16 +517,26 @@ inline void narrowRows(const float* a, int64_t sr, int64_t sk, int64_t K, const 
 }
 
 // Rows R at a time, R * NV accumulators (12 with two vectors, 8 with one: the broadcasts are
-// loads too), then the rest one by one.
+// loads too), then the rest one by one. Where c's rows follow each other (ldc == N), a row's last
+// vector is stored whole when it ends inside c: what it writes past the row belongs to the rows
+// after it, stored later (in row order); the last rows' are masked. AMD's masked stores are slow
+// (the seed MLP's weight gradient [128,32] x [32,10] has 128 of them: see narrowProduct).
 template <int NV>
 void narrowAll(const float* a, int64_t sr, int64_t sk, int64_t M, int64_t K, const float* b,
-               int64_t ldb, const float* bias, float* c, int64_t ldc, Mask last) {
+               int64_t ldb, int64_t N, const float* bias, float* c, int64_t ldc, Mask last) {
     constexpr int R = NV == 1 ? 8 : 4;
+    // The rows r + i (i < rows) whose whole last vector ends inside c: i <= lastWhole - r.
+    const int64_t lastWhole = (M * ldc - kLanes * NV) / std::max<int64_t>(ldc, 1);
+    const auto whole = [&](int64_t r, int64_t rows) {
+        return ldc != N || M * ldc < kLanes * NV
+                   ? 0
+                   : static_cast<int>(std::clamp<int64_t>(lastWhole - r + 1, 0, rows));
+    };
     int64_t r = 0;
     for (; r + R <= M; r += R)
-        narrowRows<R, NV>(a + r * sr, sr, sk, K, b, ldb, bias, c + r * ldc, ldc, last);
+        narrowRows<R, NV>(a + r * sr, sr, sk, K, b, ldb, bias, c + r * ldc, ldc, last, whole(r, R));
     for (; r < M; ++r)
-        narrowRows<1, NV>(a + r * sr, sr, sk, K, b, ldb, bias, c + r * ldc, ldc, last);
+        narrowRows<1, NV>(a + r * sr, sr, sk, K, b, ldb, bias, c + r * ldc, ldc, last, whole(r, 1));
 }
 
 // A narrow product (sparse_kernels.h). The seed MLP's output layer on the AVX2 machine (Zen 3),
@@ -533,15 +545,17 @@ void narrowAll(const float* a, int64_t sr, int64_t sk, int64_t M, int64_t K, con
 // against 3.0; at batch 256 12.4 against 15.6 and 12.6 against 14.4. Four rows at a time with
 // two vectors (five or six measured slower: 1.9 us), eight with one. The loops over the
 // accumulators are unrolled explicitly: left to GCC, it kept them in registers but also stored
-// every one to the stack on every step of k (3x slower).
+// every one to the stack on every step of k (3x slower). With the rows' last vectors stored whole
+// (narrowAll) the weight gradient took 1.8 us in the step (timestamps, a quiet run)
+// against 2.1-2.3.
 void narrowProduct(const float* a, int64_t sr, int64_t sk, int64_t M, int64_t K, const float* b,
                    int64_t ldb, int64_t N, const float* bias, float* c, int64_t ldc) {
     const int64_t lastLanes = N > kLanes ? N - kLanes : N;
     const Mask last = Isa::tail(lastLanes);
     if (N > kLanes)
-        narrowAll<2>(a, sr, sk, M, K, b, ldb, bias, c, ldc, last);
+        narrowAll<2>(a, sr, sk, M, K, b, ldb, N, bias, c, ldc, last);
     else
-        narrowAll<1>(a, sr, sk, M, K, b, ldb, bias, c, ldc, last);
+        narrowAll<1>(a, sr, sk, M, K, b, ldb, N, bias, c, ldc, last);
 }
 
 // Rows r0, r0 + 1 (R of them) of the short product, NV vectors of columns from bt (a [K,N]
