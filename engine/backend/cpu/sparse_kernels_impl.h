@@ -453,7 +453,7 @@ int64_t transposedTimesDense(const float* x, int64_t ldx, int64_t B, int64_t K, 
 // finished (a burst of square roots and divisions after every group's multiply-adds, on a few
 // lines of each row at a time), it measured slower: the weight gradient with its update, seed MLP
 // batch 32 on the AVX2 machine, 50.9-51.3 us against 53.8-54.6 (the step's median, alternating
-// runs); 8 and 64 KB measured slower than 16 and 24.
+// runs); 4, 8 and 32 KB measured slower than 16 and 24.
 constexpr int64_t kAdamChunkBytes = 16 * 1024;
 
 int64_t transposedTimesDenseAdam(const float* x, int64_t ldx, int64_t B, int64_t K, const float* dy,
