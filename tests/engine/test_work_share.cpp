@@ -54,6 +54,14 @@ struct RestoreThreads {
     ~RestoreThreads() { omp_set_num_threads(n); }
 };
 
+// Each vector in turn filled with values uniform in [-scale, scale) drawn from rng.
+void fillUniform(std::mt19937& rng, std::initializer_list<std::vector<float>*> vectors,
+                 float scale = 1.f) {
+    std::uniform_real_distribution<float> uni(-1.f, 1.f);
+    for (std::vector<float>* v : vectors)
+        for (float& e : *v) e = scale * uni(rng);
+}
+
 // Compiles `ir` with its gradients into h for `threads` threads, profiled (TRAINDECK_PROFILE=1)
 // and with the switch `env` set to 1 when given; both are unset again before it returns. Then
 // copies in the parameters (in order), the input and the labels. Callers check
@@ -378,11 +386,9 @@ class TestWorkShare : public QObject {
             QVERIFY2(h.compile(std::move(g), {}, &error, opt), error.c_str());
         };
         std::mt19937 rng(11);
-        std::uniform_real_distribution<float> uni(-1.f, 1.f);
         const size_t n = static_cast<size_t>(rows);
         std::vector<float> x(n * 784), x2(n * 784), y(n * 64), p0(784 * 128), p1(128), p2(128 * 64);
-        for (auto* v : {&x, &x2, &y, &p0, &p1, &p2})
-            for (float& e : *v) e = uni(rng);
+        fillUniform(rng, {&x, &x2, &y, &p0, &p1, &p2});
         // Results of a step: loss, then each gradient.
         auto step = [&](tdtest::Harness& h, const std::vector<float>& batch, bool rebind,
                         std::vector<float>* out) {
@@ -479,12 +485,11 @@ class TestWorkShare : public QObject {
             ",64]\n %9 = loss(%7, %8) {loss=mse, scale=" + std::to_string(1.0 / rows) +
             "} : f32[1]\n output loss = %9\n}\n";
         std::mt19937 rng(29);
-        std::uniform_real_distribution<float> uni(-1.f, 1.f);
         const size_t n = static_cast<size_t>(rows);
         std::vector<float> images(n * 784), noise(n * 784), y(n * 64), p0(784 * 128), p1(128),
             p2(128 * 64);
-        for (auto* v : {&noise, &y, &p0, &p1, &p2})
-            for (float& e : *v) e = uni(rng);
+        fillUniform(rng, {&noise, &y, &p0, &p1, &p2});
+        std::uniform_real_distribution<float> uni(-1.f, 1.f);
         // Each image a bright blob on a dark background: rows 28 wide, zero outside a window
         // that moves with the sample.
         for (size_t i = 0; i < n; ++i)
@@ -590,10 +595,8 @@ class TestWorkShare : public QObject {
             " output loss = %10\n"
             "}\n";
         std::mt19937 rng(3);
-        std::uniform_real_distribution<float> uni(-1.f, 1.f);
         std::vector<float> x(256 * 64), y(256 * 16), p0(64 * 512), p1(512), p2(512 * 16);
-        for (auto* v : {&x, &y, &p0, &p1, &p2})
-            for (float& e : *v) e = uni(rng);
+        fillUniform(rng, {&x, &y, &p0, &p1, &p2});
         // The gradients of two steps, and the profile the program prints when destroyed.
         auto run = [&](bool serial, std::vector<float>* grads) {
             return stderrOf([&] {
@@ -646,10 +649,8 @@ class TestWorkShare : public QObject {
             " %9 = loss(%7, %8) {loss=mse, scale=0.015625} : f32[1]\n"
             " output loss = %9\n}\n";
         std::mt19937 rng(31);
-        std::uniform_real_distribution<float> uni(-1.f, 1.f);
         std::vector<float> x(64 * 96), y(64 * 64), p0(96 * 128), p1(128), p2(128 * 64);
-        for (auto* v : {&x, &y, &p0, &p1, &p2})
-            for (float& e : *v) e = uni(rng);
+        fillUniform(rng, {&x, &y, &p0, &p1, &p2});
         auto run = [&](bool inOrder, std::vector<float>* out) {
             return sgdSteps(ir, inOrder ? "TRAINDECK_IN_ORDER" : nullptr, {&p0, &p1, &p2}, x, y,
                             out);
@@ -687,10 +688,8 @@ class TestWorkShare : public QObject {
             " %9 = loss(%7, %8) {loss=mse, scale=0.015625} : f32[1]\n"
             " output loss = %9\n}\n";
         std::mt19937 rng(37);
-        std::uniform_real_distribution<float> uni(-1.f, 1.f);
         std::vector<float> x(64 * 96), y(64 * 10), p0(96 * 16), p1(16), p2(16 * 10);
-        for (auto* v : {&x, &y, &p0, &p1, &p2})
-            for (float& e : *v) e = uni(rng);
+        fillUniform(rng, {&x, &y, &p0, &p1, &p2});
         auto run = [&](bool oneDnn, std::vector<float>* out) {
             return sgdSteps(ir, oneDnn ? "TRAINDECK_NO_NARROW" : nullptr, {&p0, &p1, &p2}, x, y,
                             out);
@@ -738,10 +737,8 @@ class TestWorkShare : public QObject {
             " %10 = loss(%8, %9) {loss=mse, scale=0.0208333} : f32[1]\n"
             " output loss = %10\n}\n";
         std::mt19937 rng(41);
-        std::uniform_real_distribution<float> uni(-1.f, 1.f);
         std::vector<float> x(48 * 40), y(48 * 24), p0(40 * 64), p1(64), p2(64 * 24);
-        for (auto* v : {&x, &y, &p0, &p1, &p2})
-            for (float& e : *v) e = uni(rng);
+        fillUniform(rng, {&x, &y, &p0, &p1, &p2});
         auto run = [&](bool redraw, std::vector<float>* out) {
             return sgdSteps(ir, redraw ? "TRAINDECK_REDRAW_MASKS" : nullptr, {&p0, &p1, &p2}, x, y,
                             out);
@@ -779,10 +776,8 @@ class TestWorkShare : public QObject {
             " %10 = loss(%8, %9) {loss=mse, scale=0.03125} : f32[1]\n"
             " output loss = %10\n}\n";
         std::mt19937 rng(43);
-        std::uniform_real_distribution<float> uni(-1.f, 1.f);
         std::vector<float> x(32 * 784), y(32 * 16), p0(784 * 128), p1(128), p2(128 * 16);
-        for (auto* v : {&x, &y, &p0, &p1, &p2})
-            for (float& e : *v) e = 0.1f * uni(rng);
+        fillUniform(rng, {&x, &y, &p0, &p1, &p2}, 0.1f);
         for (float& e : x) e = e < 0.f ? 0.f : e;  // zeros, as an image's background
         std::vector<float> inPass, apart;
         const std::string profile = sgdSteps(ir, nullptr, {&p0, &p1, &p2}, x, y, &inPass);
