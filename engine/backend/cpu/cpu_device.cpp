@@ -1210,9 +1210,10 @@ void CpuProgram::drawDropoutMask(const CpuInstr& d, const StepArgs& args) {
 // dropout's mask (a hash per unit) while the other finishes; addPartials applies it after the
 // activation, in place of the Dropout's own pass. Only an f32 Dropout outside block mode whose
 // input is the product's whole output and whose output lies apart from it, and neither
-// instruction in an alongside group. Seed MLP, batch 32, AVX2 machine, four alternating pairs
-// (timestamps in the step, medians of 1,500 steps): the dropout's output ready 36.4-37.8 us into
-// the step against 37.3-38.0 with the Dropout's own pass (1.5-1.8 us, its hashes included).
+// instruction in an alongside group. Seed MLP, batch 32, AVX2 machine, alternating pairs
+// (timestamps in the step, medians of 1,500 steps; three of four pairs undisturbed): the dropout's
+// output ready 36.3-37.7 us into the step against 37.4-38.0 with the Dropout's own pass (1.5-1.8
+// us, its hashes included).
 // TRAINDECK_DROPOUT_APART=1 keeps the Dropout on its own, for measurements (the same bits).
 void CpuProgram::planDropoutInProduct() {
     if (const char* e = std::getenv("TRAINDECK_DROPOUT_APART"); e && *e && std::strcmp(e, "0") != 0)

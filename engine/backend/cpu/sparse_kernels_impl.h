@@ -452,8 +452,8 @@ int64_t transposedTimesDense(const float* x, int64_t ldx, int64_t B, int64_t K, 
 // rows of w, m and v, in the order of memory. Applied to each tile of sums in registers as it
 // finished (a burst of square roots and divisions after every group's multiply-adds, on a few
 // lines of each row at a time), it measured slower: the weight gradient with its update, seed MLP
-// batch 32 on the AVX2 machine, 50.9-51.3 us against 53.8-54.6 (the step's median, alternating
-// runs); 4, 8 and 32 KB measured slower than 16 and 24.
+// batch 32 on the AVX2 machine, 51.1-51.7 us against 54.4 (medians of 1,500 steps, three runs and
+// the two quiet ones of three); 4, 8 and 32 KB measured slower than 16 and 24.
 constexpr int64_t kAdamChunkBytes = 16 * 1024;
 
 int64_t transposedTimesDenseAdam(const float* x, int64_t ldx, int64_t B, int64_t K, const float* dy,
@@ -547,7 +547,7 @@ void narrowAll(const float* a, int64_t sr, int64_t sk, int64_t M, int64_t K, con
 // accumulators are unrolled explicitly: left to GCC, it kept them in registers but also stored
 // every one to the stack on every step of k (3x slower). With the rows' last vectors stored whole
 // (narrowAll) the weight gradient took 1.8 us in the step (timestamps, a quiet run)
-// against 2.1-2.3.
+// against 2.3.
 void narrowProduct(const float* a, int64_t sr, int64_t sk, int64_t M, int64_t K, const float* b,
                    int64_t ldb, int64_t N, const float* bias, float* c, int64_t ldc) {
     const int64_t lastLanes = N > kLanes ? N - kLanes : N;
