@@ -520,6 +520,10 @@ class TestWorkShare : public QObject {
              (at = profile.find("skipped zeros in 10 of 10 runs", at)) != std::string::npos; ++at)
             ++every;
         QVERIFY2(every >= 2, profile.c_str());
+        // The first kernel's weight gradient: eight pieces a thread at batch 32 (a small batch's,
+        // kSmallGradPiecesPerWorker), two at 256.
+        const char* split = rows == 32 ? "[784,128], 16 pieces" : "[784,128], 4 pieces";
+        QVERIFY2(profile.find(split) != std::string::npos, profile.c_str());
         // A dense input: only the first run lists its positions, then oneDNN runs.
         QVERIFY2(noiseProfile.find("skipped zeros in 10 of") == std::string::npos,
                  noiseProfile.c_str());
