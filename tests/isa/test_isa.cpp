@@ -166,7 +166,7 @@ void checkSparseKernels(const cpu::sparse::Kernels& kernels, const char* level) 
     int checked = 0;
     for (int64_t M : {1, 2, 3, 17, 32, 70})
         for (int64_t K : {1, 15, 16, 17, 100, 392})
-            for (int64_t N : {1, 10, 16, 130, 300})
+            for (int64_t N : {1, 10, 16, 130, 300, 530})  // 530: rows 2 KB apart (packed)
                 for (double density : {0.0, 0.3, 1.0}) {
                     if ((M * K * N) % 7 != 0 && !(M == 32 && K == 392 && N == 130))
                         continue;  // a spread of the combinations keeps this fast

@@ -42,6 +42,9 @@ struct Isa {
     static constexpr int kGradGroup = 2;
     static constexpr int tileVectors(int G) { return G == 1 ? 12 : 6; }
     static constexpr int64_t kBlockBytes = 16 * 1024;
+    // Packed blocks of the forward product (rowsTimesDense), 96 rows of 48 columns.
+    static constexpr bool kPackBlocks = true;
+    static constexpr int64_t kPackedBlockBytes = 20 * 1024;
 
     static Mask tail(int64_t n) {
         const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);

@@ -23,6 +23,9 @@ struct Isa {
     static constexpr int kGradGroup = 2;
     static constexpr int tileVectors(int G) { return G == 1 ? 16 : 8; }
     static constexpr int64_t kBlockBytes = 32 * 1024;
+    // Blocks read in place (packing them was not measured on an AVX-512 machine).
+    static constexpr bool kPackBlocks = false;
+    static constexpr int64_t kPackedBlockBytes = 0;
 
     static Mask tail(int64_t n) {
         return n >= 16 ? static_cast<Mask>(0xffff) : static_cast<Mask>((1u << n) - 1u);
