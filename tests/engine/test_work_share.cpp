@@ -68,7 +68,8 @@ void fillUniform(std::mt19937& rng, std::initializer_list<std::vector<float>*> v
 // QTest::currentTestFailed() after it.
 void compileProfiled(tdtest::Harness& h, const std::string& ir, int threads, const char* env,
                      std::initializer_list<const std::vector<float>*> params,
-                     const std::vector<float>& x, const std::vector<float>& y) {
+                     const std::vector<float>& x, const std::vector<float>& y,
+                     int deviceThreads = 0) {
     setenv("TRAINDECK_PROFILE", "1", 1);
     if (env) setenv(env, "1", 1);
     td::Graph g = tdtest::parseOrDie(ir);
@@ -77,6 +78,7 @@ void compileProfiled(tdtest::Harness& h, const std::string& ir, int threads, con
     tdtest::HarnessOptions opt;
     opt.passes = &co;
     opt.programThreads = threads;
+    opt.deviceThreads = deviceThreads;
     std::string error;
     const bool compiled = differentiated && h.compile(std::move(g), {}, &error, opt);
     unsetenv("TRAINDECK_PROFILE");
@@ -95,10 +97,10 @@ void compileProfiled(tdtest::Harness& h, const std::string& ir, int threads, con
 std::string sgdSteps(const std::string& ir, const char* env,
                      std::initializer_list<const std::vector<float>*> params,
                      const std::vector<float>& x, const std::vector<float>& y,
-                     std::vector<float>* out) {
+                     std::vector<float>* out, int deviceThreads = 0) {
     return stderrOf([&] {
         tdtest::Harness h;
-        compileProfiled(h, ir, 1, env, params, x, y);
+        compileProfiled(h, ir, 1, env, params, x, y, deviceThreads);
         if (QTest::currentTestFailed()) return;
         const size_t tensors = params.size();
         for (int step = 1; step <= 10; ++step) {
@@ -590,6 +592,71 @@ class TestWorkShare : public QObject {
         QVERIFY2(edge >= 352 && edge <= 448, profile.c_str());
     }
 
+    // A device of one thread runs the products that may skip zeros in the pieces of two
+    // threads, one after the other (a share without helpers): its profile says so, the results
+    // are the bits of the same program on a two-thread device's share, and oneDNN's whole
+    // products (TRAINDECK_NO_SOLO_SHARE=1) give them to 1e-4.
+    void oneThreadRunsThePieces() {
+        if (!td::cpu::sparse::active())
+            QSKIP(
+                "a one-thread device splits only products that skip zeros, which need AVX2 with "
+                "FMA or AVX-512 (and no TRAINDECK_NO_SPARSE)");
+        const RestoreThreads restore;
+        const std::string ir =
+            "graph t {\n %0 = input() : f32[32,784]\n"
+            " %1 = param() {name=w} : f32[784,128]\n"
+            " %2 = param() {name=b} : f32[128]\n"
+            " %3 = matmul(%0, %1) {trans_a=0, trans_b=0} : f32[32,128]\n"
+            " %4 = bias_add(%3, %2) : f32[32,128]\n"
+            " %5 = act(%4) {act=relu} : f32[32,128]\n"
+            " %6 = param() {name=w2} : f32[128,64]\n"
+            " %7 = matmul(%5, %6) {trans_a=0, trans_b=0} : f32[32,64]\n"
+            " %8 = label() : f32[32,64]\n"
+            " %9 = loss(%7, %8) {loss=mse, scale=0.03125} : f32[1]\n"
+            " output loss = %9\n}\n";
+        std::mt19937 rng(31);
+        std::vector<float> images(32 * 784), y(32 * 64), p0(784 * 128), p1(128), p2(128 * 64);
+        fillUniform(rng, {&y, &p0, &p1, &p2});
+        std::uniform_real_distribution<float> uni(-1.f, 1.f);
+        for (size_t i = 0; i < 32; ++i)
+            for (size_t k = 0; k < 784; ++k) {
+                const size_t r = k / 28, c = k % 28, shift = i % 5;
+                const bool inside =
+                    r >= 3 + shift && r < 22 + shift / 2 && c >= 5 + shift && c < 22 + shift / 2;
+                images[i * 784 + k] = inside ? 0.5f + 0.5f * uni(rng) : 0.f;
+            }
+        std::vector<float> solo, whole;
+        const std::string profile =
+            sgdSteps(ir, nullptr, {&p0, &p1, &p2}, images, y, &solo, /*deviceThreads=*/1);
+        const std::string wholeProfile = sgdSteps(ir, "TRAINDECK_NO_SOLO_SHARE", {&p0, &p1, &p2},
+                                                  images, y, &whole, /*deviceThreads=*/1);
+        QVERIFY2(profile.find("(products and update in pieces on one thread)") != std::string::npos,
+                 profile.c_str());
+        QVERIFY2(profile.find("[32,128], 2 pieces along K") != std::string::npos, profile.c_str());
+        QVERIFY2(profile.find("[784,128], 16 pieces") != std::string::npos, profile.c_str());
+        size_t every = 0;
+        for (size_t at = 0;
+             (at = profile.find("skipped zeros in 10 of 10 runs", at)) != std::string::npos; ++at)
+            ++every;
+        QVERIFY2(every == 2, profile.c_str());
+        QVERIFY2(wholeProfile.find("pieces") == std::string::npos, wholeProfile.c_str());
+        QVERIFY2(wholeProfile.find("skipped zeros") == std::string::npos, wholeProfile.c_str());
+        QCOMPARE(solo.size(), whole.size());
+        for (size_t i = 0; i < whole.size(); ++i)
+            QVERIFY2(
+                std::fabs(double{solo[i]} - whole[i]) <=
+                    1e-4 * (1e-3 + std::fabs(double{whole[i]})),
+                qPrintable(QString("value %1: %2 against %3").arg(i).arg(solo[i]).arg(whole[i])));
+        if (td::makeCpuDevice(2)->desc().threads < 2) return;
+        std::vector<float> shared;
+        const std::string sharedProfile =
+            sgdSteps(ir, nullptr, {&p0, &p1, &p2}, images, y, &shared, /*deviceThreads=*/2);
+        QVERIFY2(sharedProfile.find("shared with the WorkShare") != std::string::npos,
+                 sharedProfile.c_str());
+        QCOMPARE(shared.size(), solo.size());
+        QVERIFY(std::memcmp(shared.data(), solo.data(), solo.size() * 4) == 0);
+    }
+
     // A program on an OpenMP team runs a large block-mode instruction (here a ReLU gradient
     // with its dropout mask and its bias's column sums) on the team, rows split, and the sums
     // by columns in the serial order: every gradient has the bits of the same program whose
@@ -869,18 +936,28 @@ class TestWorkShare : public QObject {
         QTest::addColumn<double>("momentum");
         QTest::addColumn<bool>("images");
         QTest::addColumn<double>("weightDecay");
-        QTest::newRow("adam") << QString("adam") << 0.0 << 0.0 << false << 0.0 << false << 0.0;
-        QTest::newRow("amsgrad") << QString("adam") << 0.0 << 0.0 << true << 0.0 << false << 0.0;
+        QTest::addColumn<int>("deviceThreads");  // 1: a device of one thread (no helpers)
+        QTest::newRow("adam") << QString("adam") << 0.0 << 0.0 << false << 0.0 << false << 0.0 << 2;
+        QTest::newRow("amsgrad") << QString("adam") << 0.0 << 0.0 << true << 0.0 << false << 0.0
+                                 << 2;
         QTest::newRow("sgd momentum clipvalue")
-            << QString("sgd") << 0.01 << 0.0 << false << 0.9 << false << 0.0;
+            << QString("sgd") << 0.01 << 0.0 << false << 0.9 << false << 0.0 << 2;
         QTest::newRow("adam global clip")
-            << QString("adam") << 0.0 << 1.0 << false << 0.0 << false << 0.0;
+            << QString("adam") << 0.0 << 1.0 << false << 0.0 << false << 0.0 << 2;
         QTest::newRow("adam, images")
-            << QString("adam") << 0.0 << 0.0 << false << 0.0 << true << 0.0;
+            << QString("adam") << 0.0 << 0.0 << false << 0.0 << true << 0.0 << 2;
         QTest::newRow("adamw clipvalue, images")
-            << QString("adamw") << 0.002 << 0.0 << false << 0.0 << true << 0.004;
+            << QString("adamw") << 0.002 << 0.0 << false << 0.0 << true << 0.004 << 2;
         QTest::newRow("amsgrad, images")
-            << QString("adam") << 0.0 << 0.0 << true << 0.0 << true << 0.0;
+            << QString("adam") << 0.0 << 0.0 << true << 0.0 << true << 0.0 << 2;
+        QTest::newRow("adam, one thread")
+            << QString("adam") << 0.0 << 0.0 << false << 0.0 << false << 0.0 << 1;
+        QTest::newRow("adam global clip, one thread")
+            << QString("adam") << 0.0 << 1.0 << false << 0.0 << false << 0.0 << 1;
+        QTest::newRow("adamw clipvalue, images, one thread")
+            << QString("adamw") << 0.002 << 0.0 << false << 0.0 << true << 0.004 << 1;
+        QTest::newRow("amsgrad, images, one thread")
+            << QString("adam") << 0.0 << 0.0 << true << 0.0 << true << 0.0 << 1;
     }
     void fusedUpdateEqualsApply() {
         QFETCH(QString, name);
@@ -890,7 +967,13 @@ class TestWorkShare : public QObject {
         QFETCH(double, momentum);
         QFETCH(bool, images);
         QFETCH(double, weightDecay);
-        if (omp_get_max_threads() < 2 || td::makeCpuDevice(0)->desc().threads < 2)
+        QFETCH(int, deviceThreads);
+        if (deviceThreads == 1 && !td::cpu::sparse::active())
+            QSKIP(
+                "a one-thread device splits only products that skip zeros, which need AVX2 with "
+                "FMA or AVX-512 (and no TRAINDECK_NO_SPARSE)");
+        if (deviceThreads == 2 &&
+            (omp_get_max_threads() < 2 || td::makeCpuDevice(0)->desc().threads < 2))
             QSKIP("needs a CPU device with two threads (OMP_NUM_THREADS=2)");
         if (images && !td::cpu::sparse::active())
             QSKIP(
@@ -932,6 +1015,7 @@ class TestWorkShare : public QObject {
             tdtest::HarnessOptions opt;
             opt.passes = &co;
             opt.programThreads = 1;  // the step on one thread, its large work on the share
+            opt.deviceThreads = deviceThreads == 1 ? 1 : 0;
             if (withUpdate) opt.update = &spec;
             std::string error;
             QVERIFY2(h.compile(std::move(g), {}, &error, opt), error.c_str());

@@ -29,6 +29,8 @@ struct HarnessOptions {
     // fewer than the device has splits the large products and the update across its WorkShare.
     // 0: the thread's current OpenMP team size, unchanged.
     int programThreads = 0;
+    // The CPU device's thread count (0: the machine's, as OMP_NUM_THREADS says).
+    int deviceThreads = 0;
 };
 
 struct Harness {
@@ -78,7 +80,7 @@ struct Harness {
             if (error) *error = s.error();
             return false;
         }
-        dev = td::makeCpuDevice(0);
+        dev = td::makeCpuDevice(opt.deviceThreads);
         if (opt.programThreads > 0) dev->prepareThread(opt.programThreads);
         td::ProgramBindings bind;
         const std::vector<int> pids = g.params();

@@ -635,20 +635,37 @@ Status CpuProgram::addMatmul(const Instr& in, CpuInstr& ins) {
         }
         // One primitive per piece; a piece reads a slice of A's rows or B's columns and writes
         // the same slice of C (and reads that slice of the bias).
+        // A program on one thread (a share without helpers, see solo_) splits as for two
+        // threads, but only the products whose pieces may skip zeros (below), and runs the pieces
+        // in turn: the same pieces, so the same bits, as on two threads.
+        const bool solo = share_ && share_->width() == 1;
+        const int width = solo ? 2 : share_ ? share_->width() : 1;
         ProductSplit split = convertHalf || !share_
                                  ? ProductSplit{}
-                                 : splitProduct(M, N, K, share_->width(),
+                                 : splitProduct(M, N, K, width,
                                                 in.op == InstrOp::MatMul && ta && !tb &&
-                                                    smallBatchGradient(K, share_->width()));
+                                                    smallBatchGradient(K, width));
         // A forward product reading a trainable weight matrix (f32, as stored): along K.
         // Not with an all-reduce: the update then runs after it, not in the gradient's pieces.
         std::vector<int64_t> kEdges;
         if (!convertHalf && share_ && !collectives_ && !ta && !tb &&
             in.in[1].space == Space::Param && primOp == DType::F32 && primOut == DType::F32 &&
             in.act != ActKind::Softmax)
-            kEdges = kSplitEdges(M, N, K, share_->width());
+            kEdges = kSplitEdges(M, N, K, width);
         if (!kEdges.empty()) split = ProductSplit{true, kEdges};
-        const bool alongK = !kEdges.empty();
+        bool alongK = !kEdges.empty();
+        const cpu::sparse::Kernels* sparseKernels = cpu::sparse::active();
+        // Whether the pieces may skip the zeros of x (see below). The kernels list the dense
+        // operand's rows as 32-bit element offsets (below K * N).
+        const bool grad = in.op == InstrOp::MatMul && ta && !tb && split.alongRows && !alongK;
+        const bool mayBeSparse = sparseKernels && !convertHalf && split.edges.size() > 2 &&
+                                 (alongK || grad) && K * N <= std::numeric_limits<int32_t>::max() &&
+                                 in.in[0].dtype == DType::F32 && in.in[1].dtype == DType::F32 &&
+                                 outType == DType::F32;
+        if (solo && !mayBeSparse) {
+            split = ProductSplit{};
+            alongK = false;
+        }
         const int pieces = static_cast<int>(split.edges.size()) - 1;
         const int64_t aSize = static_cast<int64_t>(dtypeSize(primOp));
         const int64_t cSize = static_cast<int64_t>(dtypeSize(primOut));
@@ -735,12 +752,7 @@ Status CpuProgram::addMatmul(const Instr& in, CpuInstr& ins) {
         // pairs: 230-236 us against 169-228 for the forward product, even with prefetching).
         // On the AVX2 machine, with rows paired by their zeros (pairRows) and bias and ReLU added
         // per piece, it was even: 293-308 us against 302-308, six alternating pairs.
-        const bool grad = in.op == InstrOp::MatMul && ta && !tb && split.alongRows && !alongK;
-        const cpu::sparse::Kernels* sparseKernels = cpu::sparse::active();
-        // The kernels list the dense operand's rows as 32-bit element offsets (below K * N).
-        if (sparseKernels && !convertHalf && pieces > 1 && (alongK || grad) &&
-            K * N <= std::numeric_limits<int32_t>::max() && in.in[0].dtype == DType::F32 &&
-            in.in[1].dtype == DType::F32 && outType == DType::F32) {
+        if (mayBeSparse) {
             SparseProduct sp;
             sp.kernels = sparseKernels;
             sp.grad = grad;
@@ -1409,7 +1421,9 @@ void CpuProgram::printProfile() const {
     std::fprintf(stderr,
                  "profile: %zu instructions, %lld runs, %.1f us per run (the first untimed)%s\n",
                  code_.size(), static_cast<long long>(profileRuns_), total / timedRuns * 1e6,
-                 share_ ? " (products and update shared with the WorkShare)" : "");
+                 !share_                ? ""
+                 : share_->width() == 1 ? " (products and update in pieces on one thread)"
+                                        : " (products and update shared with the WorkShare)");
     for (size_t k = 0; k < code_.size(); ++k) {
         std::fprintf(stderr, "  %3zu  %-48s %9.1f us  %5.1f%%\n", k, profileNames_[k].c_str(),
                      profileSeconds_[k] / timedRuns * 1e6,
@@ -2414,8 +2428,18 @@ class CpuDevice final : public Device {
             });
             for (int h = 1; h < desc_.threads; ++h) helperStreams_.emplace_back(eng_);
         }
-        auto prog = std::make_unique<CpuProgram>(
-            eng_, strm_, team, team < desc_.threads ? share_.get() : nullptr, helperStreams_);
+        // A device of one thread: a share without helpers, so that its products skip zeros and
+        // the update runs in the weight gradient's pieces as on more threads (the pieces in turn
+        // on the calling thread). Seed MLP at batch 32 on one thread: see the README.
+        // TRAINDECK_NO_SOLO_SHARE=1 keeps oneDNN's whole products there, for measurements.
+        WorkShare* share = team < desc_.threads ? share_.get() : nullptr;
+        const char* noSolo = std::getenv("TRAINDECK_NO_SOLO_SHARE");
+        if (!share && team == 1 && desc_.threads == 1 && cpu::sparse::active() &&
+            !(noSolo && *noSolo && std::strcmp(noSolo, "0") != 0)) {
+            if (!solo_) solo_ = std::make_unique<WorkShare>(0);
+            share = solo_.get();
+        }
+        auto prog = std::make_unique<CpuProgram>(eng_, strm_, team, share, helperStreams_);
         TD_RETURN_IF_ERROR(prog->build(lp, bind));
         return std::unique_ptr<Executable>(std::move(prog));
     }
@@ -2470,6 +2494,7 @@ class CpuDevice final : public Device {
     dnnl::stream strm_;
     std::vector<dnnl::stream> helperStreams_;  // before share_: its helpers use them
     std::unique_ptr<WorkShare> share_;
+    std::unique_ptr<WorkShare> solo_;  // no helpers: a device of one thread (compile)
 };
 
 }  // namespace
