@@ -1418,12 +1418,15 @@ void CpuProgram::printProfile() const {
     double total = 0;
     for (double t : profileSeconds_) total += t;
     const auto timedRuns = static_cast<double>(profileRuns_ - 1);  // the first is not timed
+    const bool split =
+        std::any_of(code_.begin(), code_.end(), [](const CpuInstr& i) { return i.pieces > 1; });
     std::fprintf(stderr,
                  "profile: %zu instructions, %lld runs, %.1f us per run (the first untimed)%s\n",
                  code_.size(), static_cast<long long>(profileRuns_), total / timedRuns * 1e6,
-                 !share_                ? ""
-                 : share_->width() == 1 ? " (products and update in pieces on one thread)"
-                                        : " (products and update shared with the WorkShare)");
+                 !share_               ? ""
+                 : share_->width() > 1 ? " (products and update shared with the WorkShare)"
+                 : split               ? " (products and update in pieces on one thread)"
+                                       : "");
     for (size_t k = 0; k < code_.size(); ++k) {
         std::fprintf(stderr, "  %3zu  %-48s %9.1f us  %5.1f%%\n", k, profileNames_[k].c_str(),
                      profileSeconds_[k] / timedRuns * 1e6,
