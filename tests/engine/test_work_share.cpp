@@ -115,6 +115,40 @@ std::string sgdSteps(const std::string& ir, const char* env,
     });
 }
 
+// Whether pixel k of sample i lies in the sample's bright window: images 28 pixels wide on a
+// dark background, the window moving with the sample (about 55% zeros, in runs along each row).
+bool insideWindow(size_t i, size_t k) {
+    const size_t r = k / 28, c = k % 28, shift = i % 5;
+    return r >= 3 + shift && r < 22 + shift / 2 && c >= 5 + shift && c < 22 + shift / 2;
+}
+
+// `rows` such images of 784 pixels, each pixel in its window drawn from rng in [0, 1), the rest 0.
+std::vector<float> windowImages(std::mt19937& rng, size_t rows) {
+    std::uniform_real_distribution<float> uni(-1.f, 1.f);
+    std::vector<float> images(rows * 784);
+    for (size_t i = 0; i < rows; ++i)
+        for (size_t k = 0; k < 784; ++k)
+            images[i * 784 + k] = insideWindow(i, k) ? 0.5f + 0.5f * uni(rng) : 0.f;
+    return images;
+}
+
+// Two dense layers on a batch of `rows` 784-pixel inputs (784-128 ReLU, 128-64) and an MSE loss.
+std::string twoLayerIr(int rows) {
+    const std::string b = std::to_string(rows);
+    return "graph t {\n %0 = input() : f32[" + b +
+           ",784]\n"
+           " %1 = param() {name=w} : f32[784,128]\n"
+           " %2 = param() {name=b} : f32[128]\n"
+           " %3 = matmul(%0, %1) {trans_a=0, trans_b=0} : f32[" +
+           b + ",128]\n %4 = bias_add(%3, %2) : f32[" + b +
+           ",128]\n %5 = act(%4) {act=relu} : f32[" + b +
+           ",128]\n %6 = param() {name=w2} : f32[128,64]\n"
+           " %7 = matmul(%5, %6) {trans_a=0, trans_b=0} : f32[" +
+           b + ",64]\n %8 = label() : f32[" + b +
+           ",64]\n %9 = loss(%7, %8) {loss=mse, scale=" + std::to_string(1.0 / rows) +
+           "} : f32[1]\n output loss = %9\n}\n";
+}
+
 }  // namespace
 
 class TestWorkShare : public QObject {
@@ -487,35 +521,12 @@ class TestWorkShare : public QObject {
                 "the zero-skipping products need AVX2 with FMA or AVX-512 (and no "
                 "TRAINDECK_NO_SPARSE); this CPU keeps every product dense");
         const RestoreThreads restore;
-        const std::string b = std::to_string(rows);
-        const std::string ir =
-            "graph t {\n %0 = input() : f32[" + b +
-            ",784]\n"
-            " %1 = param() {name=w} : f32[784,128]\n"
-            " %2 = param() {name=b} : f32[128]\n"
-            " %3 = matmul(%0, %1) {trans_a=0, trans_b=0} : f32[" +
-            b + ",128]\n %4 = bias_add(%3, %2) : f32[" + b +
-            ",128]\n %5 = act(%4) {act=relu} : f32[" + b +
-            ",128]\n %6 = param() {name=w2} : f32[128,64]\n"
-            " %7 = matmul(%5, %6) {trans_a=0, trans_b=0} : f32[" +
-            b + ",64]\n %8 = label() : f32[" + b +
-            ",64]\n %9 = loss(%7, %8) {loss=mse, scale=" + std::to_string(1.0 / rows) +
-            "} : f32[1]\n output loss = %9\n}\n";
+        const std::string ir = twoLayerIr(rows);
         std::mt19937 rng(29);
         const size_t n = static_cast<size_t>(rows);
-        std::vector<float> images(n * 784), noise(n * 784), y(n * 64), p0(784 * 128), p1(128),
-            p2(128 * 64);
+        std::vector<float> noise(n * 784), y(n * 64), p0(784 * 128), p1(128), p2(128 * 64);
         fillUniform(rng, {&noise, &y, &p0, &p1, &p2});
-        std::uniform_real_distribution<float> uni(-1.f, 1.f);
-        // Each image a bright blob on a dark background: rows 28 wide, zero outside a window
-        // that moves with the sample.
-        for (size_t i = 0; i < n; ++i)
-            for (size_t k = 0; k < 784; ++k) {
-                const size_t r = k / 28, c = k % 28, shift = i % 5;
-                const bool inside =
-                    r >= 3 + shift && r < 22 + shift / 2 && c >= 5 + shift && c < 22 + shift / 2;
-                images[i * 784 + k] = inside ? 0.5f + 0.5f * uni(rng) : 0.f;
-            }
+        const std::vector<float> images = windowImages(rng, n);
         // The loss of every step and the gradients of the last, and the profile.
         auto run = [&](bool dense, const std::vector<float>& x, std::vector<float>* out) {
             return sgdSteps(ir, dense ? "TRAINDECK_NO_SPARSE" : nullptr, {&p0, &p1, &p2}, x, y,
@@ -602,29 +613,11 @@ class TestWorkShare : public QObject {
                 "a one-thread device splits only products that skip zeros, which need AVX2 with "
                 "FMA or AVX-512 (and no TRAINDECK_NO_SPARSE)");
         const RestoreThreads restore;
-        const std::string ir =
-            "graph t {\n %0 = input() : f32[32,784]\n"
-            " %1 = param() {name=w} : f32[784,128]\n"
-            " %2 = param() {name=b} : f32[128]\n"
-            " %3 = matmul(%0, %1) {trans_a=0, trans_b=0} : f32[32,128]\n"
-            " %4 = bias_add(%3, %2) : f32[32,128]\n"
-            " %5 = act(%4) {act=relu} : f32[32,128]\n"
-            " %6 = param() {name=w2} : f32[128,64]\n"
-            " %7 = matmul(%5, %6) {trans_a=0, trans_b=0} : f32[32,64]\n"
-            " %8 = label() : f32[32,64]\n"
-            " %9 = loss(%7, %8) {loss=mse, scale=0.03125} : f32[1]\n"
-            " output loss = %9\n}\n";
+        const std::string ir = twoLayerIr(32);
         std::mt19937 rng(31);
-        std::vector<float> images(32 * 784), y(32 * 64), p0(784 * 128), p1(128), p2(128 * 64);
+        std::vector<float> y(32 * 64), p0(784 * 128), p1(128), p2(128 * 64);
         fillUniform(rng, {&y, &p0, &p1, &p2});
-        std::uniform_real_distribution<float> uni(-1.f, 1.f);
-        for (size_t i = 0; i < 32; ++i)
-            for (size_t k = 0; k < 784; ++k) {
-                const size_t r = k / 28, c = k % 28, shift = i % 5;
-                const bool inside =
-                    r >= 3 + shift && r < 22 + shift / 2 && c >= 5 + shift && c < 22 + shift / 2;
-                images[i * 784 + k] = inside ? 0.5f + 0.5f * uni(rng) : 0.f;
-            }
+        const std::vector<float> images = windowImages(rng, 32);
         std::vector<float> solo, whole;
         const std::string profile =
             sgdSteps(ir, nullptr, {&p0, &p1, &p2}, images, y, &solo, /*deviceThreads=*/1);
@@ -1039,10 +1032,9 @@ class TestWorkShare : public QObject {
         // zeros, in runs along each row); else every input nonzero (the products stay dense).
         auto input = [&](int k) {
             if (!images) return uni(rng);
-            const int i = k / 784, r = k % 784 / 28, c = k % 28, shift = i % 5;
-            const bool inside =
-                r >= 3 + shift && r < 22 + shift / 2 && c >= 5 + shift && c < 22 + shift / 2;
-            return inside ? 0.5f + 0.5f * uni(rng) : 0.f;
+            return insideWindow(static_cast<size_t>(k / 784), static_cast<size_t>(k % 784))
+                       ? 0.5f + 0.5f * uni(rng)
+                       : 0.f;
         };
         for (int step = 1; step <= 3; ++step) {
             for (int k = 0; k < 64 * 784; ++k) prog.in()[k] = grads.in()[k] = input(k);
