@@ -42,6 +42,9 @@ struct Isa {
     static constexpr int kGradGroup = 2;
     static constexpr int tileVectors(int G) { return G == 1 ? 12 : 6; }
     static constexpr int64_t kBlockBytes = 16 * 1024;
+    // L1's ways (Zen 3 and Intel's AVX2 cores before Ice Lake: 32 KB, 8 ways), which bound the
+    // rows of a block read in place (inPlaceBlockRows).
+    static constexpr int kL1Ways = 8;
     // Packed blocks of the forward product (rowsTimesDense), 96 rows of 48 columns.
     static constexpr bool kPackBlocks = true;
     static constexpr int64_t kPackedBlockBytes = 20 * 1024;

@@ -23,6 +23,9 @@ struct Isa {
     static constexpr int kGradGroup = 2;
     static constexpr int tileVectors(int G) { return G == 1 ? 16 : 8; }
     static constexpr int64_t kBlockBytes = 32 * 1024;
+    // No bound from L1's ways on a block's rows (inPlaceBlockRows; not measured on an AVX-512
+    // machine).
+    static constexpr int kL1Ways = 0;
     // Blocks read in place (packing them was not measured on an AVX-512 machine).
     static constexpr bool kPackBlocks = false;
     static constexpr int64_t kPackedBlockBytes = 0;

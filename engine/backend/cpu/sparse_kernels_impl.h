@@ -8,6 +8,8 @@
 //                                  accumulators, the dense row's vector and the two broadcasts
 //                                  fill the register file)
 //   kBlockBytes                    bytes of the dense operand a block keeps in L1
+//   kL1Ways                        L1's ways, which bound the rows of a block read in place
+//                                  (inPlaceBlockRows; 0: no bound)
 //   kPackBlocks                    whether rowsTimesDense copies each block of a tile of the
 //   kPackedBlockBytes              dense operand into a buffer before reading it (Packed) where
 //                                  its rows lie far apart, and the bytes of such a block
@@ -30,6 +32,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
+#include <numeric>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -348,6 +352,23 @@ void pairRows(const float* x, int64_t ldx, int64_t M, int64_t K, int32_t* order)
 // half of K, four runs, 42.4, 53.3, 60.4 and 67.2 us packed in blocks of 144 rows against 40.7,
 // 53.6, 55.7 and 67.5 in place.
 constexpr int64_t kPackMinStrideBytes = 2048;
+
+// The most rows of a block read in place whose tile stays in L1 (Isa::kL1Ways; 0: no bound but
+// the block's bytes). A line at address a sits in L1 set (a / 64) mod 64, so rows rowBytes apart
+// come back to the same sets every kL1WayBytes / gcd(rowBytes, kL1WayBytes) rows: past that many
+// times the ways, a block's rows evict each other. The seed MLP's rows (128 outputs, 512 bytes)
+// return every 8 rows, and the AVX2 machine's L1 (Zen 3, 8 ways) holds 64 of them: blocks of 80
+// rows (what the block's 16 KB held) kept 10 rows in 8 ways. One core, Fashion-MNIST batches of
+// 32, half of K, the variants alternating call by call (traindeck_bench_sparse, medians of five
+// runs): the first half 29.4-50.5 us in blocks of 64 against 30.3-53.2 in blocks of 80, the
+// second half 31.9-51.8 against 33.9-55.4 (the host's load moved both between runs); blocks of
+// 48 took as long as 64, 32 and fewer longer (each block's partial sums loaded and stored again).
+constexpr int64_t kL1WayBytes = 64 * 64;
+constexpr int64_t inPlaceBlockRows(int64_t rowBytes) {
+    if (Isa::kL1Ways == 0 || rowBytes <= 0) return std::numeric_limits<int64_t>::max();
+    return kL1WayBytes / std::gcd(rowBytes, kL1WayBytes) * Isa::kL1Ways;
+}
+
 int64_t rowsTimesDense(const float* x, int64_t ldx, int64_t M, int64_t K, const float* w,
                        int64_t ldw, int64_t N, float* y, int64_t ldy) {
     constexpr int G = kForwardGroup;
@@ -359,9 +380,11 @@ int64_t rowsTimesDense(const float* x, int64_t ldx, int64_t M, int64_t K, const 
     order.resize(static_cast<size_t>(M));
     pairRows(x, ldx, M, K, order.data());
     const bool packs = Isa::kPackBlocks && ldw * 4 >= kPackMinStrideBytes;
-    const int64_t kBlock =
-        std::max<int64_t>(16, (packs ? Isa::kPackedBlockBytes : Isa::kBlockBytes) /
-                                  (4 * std::min<int64_t>(N, kTileCols<G>)) / 16 * 16);
+    const int64_t tileBytes = 4 * std::min<int64_t>(N, kTileCols<G>);
+    const int64_t kBlock = std::max<int64_t>(
+        16, (packs ? Isa::kPackedBlockBytes / tileBytes
+                   : std::min(Isa::kBlockBytes / tileBytes, inPlaceBlockRows(ldw * 4))) /
+                16 * 16);
     const int64_t blocks = std::max<int64_t>(1, (K + kBlock - 1) / kBlock);
     const int64_t groups = (M + G - 1) / G;
     list.reserve(groups * K);
