@@ -7,6 +7,7 @@
 //   kTileVectors                   vectors per row of a tile when two rows share it (the
 //                                  accumulators, the dense row's vector and the two broadcasts
 //                                  fill the register file)
+//   kListUnroll                    listed positions per turn of the FMA loop (accumulate)
 //   kBlockBytes                    bytes of the dense operand a block keeps in L1
 //   kL1Ways                        L1's ways, which bound the rows of a block read in place
 //                                  (inPlaceBlockRows; 0: no bound)
@@ -101,11 +102,11 @@ inline int64_t appendGroup(const ListOut<G>& out, int64_t count, const Vec* v, M
 // row(p) is the NV vectors at base + p * stride (the last masked by `last` when Masked). Each
 // vector of the row is loaded into a register once for the G FMAs: folded into each FMA as a
 // memory operand (what GCC does otherwise) it is loaded G times, and the loads, not the FMAs,
-// set the pace.
+// set the pace. Isa::kListUnroll positions per turn of the loop (one where Masked).
 template <int G, int NV, bool Masked>
 inline void accumulate(Vec* acc, const GroupList<G>& list, int64_t s0, int64_t s1,
                        const float* base, Mask last) {
-    for (int64_t j = s0; j < s1; ++j) {
+    const auto entry = [&](int64_t j) __attribute__((always_inline)) {
         const float* row = base + list.at[static_cast<size_t>(j)];
         Vec s[G];
         for (int g = 0; g < G; ++g) s[g] = Isa::broadcast(list.value[g][static_cast<size_t>(j)]);
@@ -115,7 +116,15 @@ inline void accumulate(Vec* acc, const GroupList<G>& list, int64_t s0, int64_t s
             if constexpr (G > 1) Isa::keep(v);
             for (int g = 0; g < G; ++g) acc[g * NV + t] = Isa::fmadd(s[g], v, acc[g * NV + t]);
         }
-    }
+    };
+    // Masked, the mask takes a register, and two positions' operands no longer fit: GCC spilled
+    // accumulators to the stack.
+    constexpr int U = Masked ? 1 : Isa::kListUnroll;
+    int64_t j = s0;
+    for (; j + U <= s1; j += U)
+#pragma GCC unroll 4
+        for (int u = 0; u < U; ++u) entry(j + u);
+    for (; j < s1; ++j) entry(j);
 }
 
 template <int NV, bool Masked>
