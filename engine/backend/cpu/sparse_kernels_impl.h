@@ -374,7 +374,7 @@ constexpr int64_t kPackMinStrideBytes = 2048;
 // 48 took as long as 64, 32 and fewer longer (each block's partial sums loaded and stored again).
 constexpr int64_t kL1WayBytes = 64 * 64;
 constexpr int64_t inPlaceBlockRows(int64_t rowBytes) {
-    if (Isa::kL1Ways == 0 || rowBytes <= 0) return std::numeric_limits<int64_t>::max();
+    if (Isa::kL1Ways == 0) return std::numeric_limits<int64_t>::max();
     return kL1WayBytes / std::gcd(rowBytes, kL1WayBytes) * Isa::kL1Ways;
 }
 
