@@ -10,16 +10,20 @@
 // apart.
 //
 //   traindeck_bench [--epochs 3] [--threads 2] [--rounds 1]
-//                   [--models seed-32,seed-256,wide-256,cnn-64]
-//                   [--frameworks torch,torch-compile,torch-debian,keras,torch-cuda|none]
+//                   [--models seed-32,seed-256,wide-256,large-1024,cnn-64]
+//                   [--frameworks torch,torch-compile,torch-debian,keras,torch-cuda,
+//                                 torch-compile-cuda,torch-bf16-cuda,torch-compile-bf16-cuda|none]
 //                   [--python VENV/bin/python] [--python-debian /usr/bin/python3]
-//                   [--strategies one,mirrored-2,mpi-2] [--variants f32,unfused,bf16,f16]
+//                   [--strategies one,mirrored-2,mpi-2] [--variants f32,unfused,bf16,f16,nograph]
 //                   [--device cuda:0]
 //
 // --variants adds TrainDeck rows for the same model: unfused (every fusing pass off), bf16
 // (mixed_bfloat16; emulated by oneDNN on a CPU without AMX-BF16 or AVX512-BF16, and labelled so)
 // and f16 (mixed_float16), each with its ratio to the first row; torch-bf16 and keras-bf16 are the
-// references' bf16 runs (autocast, mixed_bfloat16).
+// references' bf16 runs (autocast, mixed_bfloat16). On a GPU (--device cuda:N), nograph runs the
+// step instruction by instruction instead of replaying its CUDA Graph (TRAINDECK_CUDA_GRAPHS=0),
+// and the *-cuda references are PyTorch on the first GPU, eager or torch.compile, f32 or bf16
+// autocast. large-1024 (784-4096-4096-10 at batch 1024) is the GPU-sized MLP.
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -191,6 +195,9 @@ const std::vector<Reference>& knownReferences() {
         {"torch-bf16", "PyTorch bf16", false, "torch", false, true},
         {"keras-bf16", "Keras bf16", false, "keras", false, true},
         {"torch-cuda", "PyTorch GPU", false, "torch", false, false, true},
+        {"torch-compile-cuda", "PyTorch GPU compile", false, "torch", true, false, true},
+        {"torch-bf16-cuda", "PyTorch GPU bf16", false, "torch", false, true, true},
+        {"torch-compile-bf16-cuda", "PyTorch GPU compile bf16", false, "torch", true, true, true},
     };
     return refs;
 }
@@ -304,8 +311,10 @@ int main(int argc, char** argv) {
         ->check(CLI::Range(1, 20));
     app.add_option("--frameworks", frameworks,
                    "References: torch, torch-compile, torch-debian, keras, torch-bf16, "
-                   "keras-bf16, torch-cuda (PyTorch on the first GPU), or none");
-    app.add_option("--models", models, "Configurations: seed-32, seed-256, wide-256, cnn-64");
+                   "keras-bf16, torch-cuda, torch-compile-cuda, torch-bf16-cuda, "
+                   "torch-compile-bf16-cuda (PyTorch on the first GPU), or none");
+    app.add_option("--models", models,
+                   "Configurations: seed-32, seed-256, wide-256, large-1024, cnn-64");
     app.add_option("--reference", reference, "Path of reference_mlp.py");
     app.add_option("--traindeck", binary, "traindeck binary (default: next to this program)");
     app.add_option("--json", jsonOut, "Also write the results as JSON to this file");
@@ -320,14 +329,14 @@ int main(int argc, char** argv) {
     std::string variants = "f32";
     app.add_option("--variants", variants,
                    "TrainDeck variants on one device: f32, unfused (fusion off), bf16 "
-                   "(mixed_bfloat16), f16 (mixed_float16); rows after the first print their "
-                   "ratio to it");
+                   "(mixed_bfloat16), f16 (mixed_float16), nograph (on a GPU: no CUDA Graph "
+                   "replay); rows after the first print their ratio to it");
     CLI11_PARSE(app, argc, argv);
     for (const std::string& v : splitList(variants))
-        if (v != "f32" && v != "unfused" && v != "bf16" && v != "f16") {
+        if (v != "f32" && v != "unfused" && v != "bf16" && v != "f16" && v != "nograph") {
             std::fprintf(stderr,
-                         "bench: --variants: unknown variant '%s' (expected f32, unfused, bf16 or "
-                         "f16)\n",
+                         "bench: --variants: unknown variant '%s' (expected f32, unfused, bf16, "
+                         "f16 or nograph)\n",
                          v.c_str());
             return 2;
         }
@@ -346,7 +355,8 @@ int main(int argc, char** argv) {
             std::fprintf(stderr,
                          "bench: --frameworks: unknown reference '%s' (expected torch, "
                          "torch-compile, torch-debian, keras, torch-bf16, keras-bf16, "
-                         "torch-cuda or none)\n",
+                         "torch-cuda, torch-compile-cuda, torch-bf16-cuda, "
+                         "torch-compile-bf16-cuda or none)\n",
                          key.c_str());
             return 2;
         }
@@ -366,6 +376,7 @@ int main(int argc, char** argv) {
     const std::vector<Config> allConfigs{{"seed-32", "784-128-10 (seed)", {128}, 32},
                                          {"seed-256", "784-128-10 (seed)", {128}, 256},
                                          {"wide-256", "784-1024-1024-10", {1024, 1024}, 256},
+                                         {"large-1024", "784-4096-4096-10", {4096, 4096}, 1024},
                                          {"cnn-64", "CNN 2xConv2D+BN", {128}, 64, true}};
     std::vector<Config> configs;
     for (const std::string& key : splitList(models)) {
@@ -374,7 +385,7 @@ int main(int argc, char** argv) {
         if (it == allConfigs.end()) {
             std::fprintf(stderr,
                          "bench: --models: unknown configuration '%s' (expected seed-32, "
-                         "seed-256, wide-256 or cnn-64)\n",
+                         "seed-256, wide-256, large-1024 or cnn-64)\n",
                          key.c_str());
             return 2;
         }
@@ -504,6 +515,7 @@ int main(int argc, char** argv) {
         // Variants: the same model on one device with another precision or without fusion.
         nlohmann::json variantRows = nlohmann::json::array();
         Outcome firstVariant;
+        const bool onCpu = device.empty() || device.rfind("cpu", 0) == 0;
         for (const std::string& v : splitList(variants)) {
             td::Project pv = p;
             if (!device.empty()) pv.strategy.devices = {device};
@@ -514,7 +526,11 @@ int main(int argc, char** argv) {
             if (v == "bf16") {
                 pv.precision = td::PrecisionPolicy::MixedBfloat16;
                 st.env.push_back("TRAINDECK_BF16_EMULATION=1");
-                if (!bf16Native) label += " (emulated)";
+                if (!bf16Native && onCpu) label += " (emulated)";
+            }
+            if (v == "nograph") {
+                st.env.push_back("TRAINDECK_CUDA_GRAPHS=0");
+                label = "TrainDeck without CUDA Graph";
             }
             Outcome o;
             if (v == "f32" && strategyRuns.front().key == "one") {
@@ -541,7 +557,7 @@ int main(int argc, char** argv) {
                                    {"error", o.error},
                                    {"samples_per_s", o.samplesPerSecond},
                                    {"test_accuracy", o.testAccuracy},
-                                   {"bf16_native", bf16Native}});
+                                   {"bf16_native", bf16Native || !onCpu}});
         }
         nlohmann::json row{{"model", c.name},
                            {"batch", c.batch},

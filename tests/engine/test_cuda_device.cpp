@@ -283,6 +283,13 @@ Outcome runOn(Device& dev, const Graph& planned, const HostData& data, const Set
     return out;
 }
 
+// The batch of a planned graph: the first dimension of its input.
+int64_t batchOf(const Graph& g) {
+    for (const Node& n : g.nodes)
+        if (n.op == Op::Input && !n.shape.empty()) return n.shape[0];
+    return 0;
+}
+
 // ||a - b|| / max(||a||, floor).
 double relDiff(const std::vector<double>& a, const std::vector<double>& b) {
     double d = 0, n = 0;
@@ -701,6 +708,8 @@ int main() {
         }
         double worst = 0;
         std::string worstKey;
+        const int64_t batch = batchOf(c.planned);
+        std::string flips;
         for (const auto& [key, want] : ref.values) {
             auto it = got.values.find(key);
             if (it == got.values.end() || it->second.size() != want.size()) {
@@ -708,7 +717,24 @@ int main() {
                 worstKey = key + " (missing)";
                 break;
             }
-            // The loss-scale state is exact; everything else within the case's tolerance.
+            // An accuracy is a count of argmax decisions: in 16-bit compute, a sample whose two
+            // best classes are closer than the dtype's rounding may go either way, so the count
+            // may differ by up to tolerance x batch samples (one sample of 32 is 3% relative,
+            // and of an untrained net's near-uniform outputs several are that close). In f32 it
+            // is compared as everything else. The loss-scale state is exact; everything else
+            // within the case's tolerance.
+            if (c.tol > 1e-3 && key.starts_with("output ") && key.find("accuracy") != key.npos &&
+                want.size() == 1 && batch > 0) {
+                const double samples = std::fabs(want[0] - it->second[0]) * double(batch);
+                const double allowed = std::ceil(c.tol * double(batch));
+                if (samples <= allowed + 1e-6) {
+                    if (samples > 0.5)
+                        flips += " (" + key + ": " + std::to_string(std::lround(samples)) + " of " +
+                                 std::to_string(batch) + " samples decided otherwise, " +
+                                 std::to_string(std::lround(allowed)) + " allowed)";
+                    continue;
+                }
+            }
             const double d = key == "loss scale" ? (want == it->second ? 0.0 : INFINITY)
                                                  : relDiff(want, it->second);
             if (!(d <= worst)) {
@@ -717,8 +743,9 @@ int main() {
             }
         }
         const bool ok = worst <= c.tol;
-        std::printf("%s %s: worst relative difference %.3g (%s), tolerance %.3g\n",
-                    ok ? "ok  " : "FAIL", c.name.c_str(), worst, worstKey.c_str(), c.tol);
+        std::printf("%s %s: worst relative difference %.3g (%s), tolerance %.3g%s\n",
+                    ok ? "ok  " : "FAIL", c.name.c_str(), worst, worstKey.c_str(), c.tol,
+                    flips.c_str());
         if (!ok) ++failed;
     }
     failed += trainerCases(gpus);

@@ -15,9 +15,15 @@
 #                                  loader at it and at the machine's CUDA libraries (the toolkit's
 #                                  and those in PyTorch's environment), and runs, in under 8
 #                                  minutes: `traindeck devices` against nvidia-smi, every non-GUI
-#                                  test (CTest -LE 'gui|bundle'), the benchmark (TrainDeck on
-#                                  cuda:0 when the engine lists a GPU) beside PyTorch, on the CPU
-#                                  and the GPU, when it is importable, then prints one summary.
+#                                  test (CTest -LE 'gui|bundle'), the benchmark beside PyTorch when
+#                                  it is importable, then prints one summary. With a GPU listed,
+#                                  the benchmark is the GPU figures: the seed MLP (batch 256) and
+#                                  784-4096-4096-10 (batch 1024) on cuda:0 in f32, mixed_bfloat16
+#                                  and f32 without CUDA Graph replay, beside PyTorch on the GPU
+#                                  (eager, torch.compile, each in f32 and bf16 autocast), then
+#                                  traindeck_bench_cuda_matmul: cuBLASLt's own rate at the large
+#                                  MLP's step products and the share of it the trainer reached,
+#                                  and test_cuda_device under compute-sanitizer's memcheck.
 #                                  Outputs go to $OUT when set, else build-gpu-bundle/out/ (at most
 #                                  8 files).
 #   tests/gpu/check.sh --verify    here: unpacks the bundle into a temporary folder and proves
@@ -37,9 +43,11 @@
 #
 # Environment: TRAINDECK_JOBS (build jobs, default nproc), TRAINDECK_GPU_BUNDLE (the archive),
 # TRAINDECK_GPU_CTEST_SECONDS (cap for the test suite, default 300), TRAINDECK_GPU_CTEST_ARGS
-# (more ctest options, e.g. "-R test_ops"), TRAINDECK_GPU_BENCH_SECONDS
-# (cap for the benchmark, default 100), TRAINDECK_GPU_BENCH_DEVICE (TrainDeck's device in the
-# benchmark), CUDA_HOME / CUDA_PATH (the toolkit on the GPU machine).
+# (more ctest options, e.g. "-R test_ops"), TRAINDECK_GPU_BENCH_SECONDS (cap for the benchmark,
+# default 300 on a GPU, 100 on the CPU), TRAINDECK_GPU_BENCH_DEVICE (TrainDeck's device in the
+# benchmark), TRAINDECK_GPU_BENCH_MODELS / TRAINDECK_GPU_BENCH_FRAMEWORKS (its --models and
+# --frameworks), TRAINDECK_GPU_SANITIZE=0 (no memcheck run), TRAINDECK_GPU_SANITIZE_SECONDS (its
+# cap, default 120), CUDA_HOME / CUDA_PATH (the toolkit on the GPU machine).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 build="$root/build-gpu"
@@ -357,12 +365,15 @@ run() {
   local want=0
   if command -v nvidia-smi >/dev/null; then
     nvidia-smi --query-gpu=name,compute_cap,memory.total,memory.free,driver_version --format=csv |
-      tee "$out/gpus.csv" || true
+      tee "$out/gpus.txt" || true
     want=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
   else
-    echo "nvidia-smi not found" | tee "$out/gpus.csv"
+    echo "nvidia-smi not found" | tee "$out/gpus.txt"
   fi
   "$build/traindeck" devices | tee "$out/devices.txt" || { status=1; summary+=("FAIL traindeck devices exited with an error"); }
+  # One file for both lists ($OUT brings back at most 8 files).
+  { echo "-- nvidia-smi:"; cat "$out/gpus.txt"; echo "-- traindeck devices:"; cat "$out/devices.txt"; } >"$out/devices.tmp"
+  mv "$out/devices.tmp" "$out/devices.txt"; rm -f "$out/gpus.txt"
   local have
   have=$(grep -c '^cuda:' "$out/devices.txt" || true)
   local driver_cuda
@@ -406,7 +417,7 @@ run() {
 
   # 3. The benchmark beside PyTorch, with whatever is there, within a time cap. PyTorch runs with
   # the loader as it was before (its own libraries), not with the bundle's.
-  local bcap="${TRAINDECK_GPU_BENCH_SECONDS:-100}" py="" frameworks=none
+  local bcap="${TRAINDECK_GPU_BENCH_SECONDS:-}" py="" frameworks=none torch_gpu=0
   for p in python3 python; do
     if command -v "$p" >/dev/null && "$p" -c 'import torch, numpy' 2>/dev/null; then py=$(command -v "$p"); break; fi
   done
@@ -416,17 +427,30 @@ run() {
     printf '#!/bin/sh\nLD_LIBRARY_PATH="%s" exec "%s" "$@"\n' "${ORIG_LD_LIBRARY_PATH:-}" "$py" >"$wrapper"
     chmod +x "$wrapper"
     "$wrapper" -c 'import torch; print("PyTorch", torch.__version__, "CUDA", torch.version.cuda, "GPUs", torch.cuda.device_count())' || true
-    # PyTorch on the GPU beside it when PyTorch sees one.
     if "$wrapper" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
-      frameworks=torch,torch-cuda
+      torch_gpu=1
     fi
   fi
-  # TrainDeck on the first GPU when the engine lists one (a row that says why when its CUDA
-  # device cannot train yet), else on the CPU; TRAINDECK_GPU_BENCH_DEVICE chooses.
+  # TrainDeck on the first GPU when the engine lists one, else on the CPU;
+  # TRAINDECK_GPU_BENCH_DEVICE chooses. On a GPU: the issue's figures, the seed MLP at batch 256
+  # and the 784-4096-4096-10 MLP at batch 1024, each in f32, mixed_bfloat16 and f32 without CUDA
+  # Graph replay, beside PyTorch on the same GPU (eager and torch.compile, f32 and bf16 autocast).
   local bdev="${TRAINDECK_GPU_BENCH_DEVICE:-}"
   if [ -z "$bdev" ]; then bdev=cpu:0; [ "$have" -gt 0 ] && bdev=cuda:0; fi
+  local models=seed-256 variants=f32 epochs=2
+  if [ "${bdev%%:*}" = cuda ]; then
+    models=seed-256,large-1024 variants=f32,bf16,nograph epochs=5
+    [ "$torch_gpu" = 1 ] && frameworks=torch-cuda,torch-compile-cuda,torch-bf16-cuda,torch-compile-bf16-cuda
+    bcap="${bcap:-300}"
+  else
+    [ "$torch_gpu" = 1 ] && frameworks=torch,torch-cuda
+    bcap="${bcap:-100}"
+  fi
+  models="${TRAINDECK_GPU_BENCH_MODELS:-$models}"
+  frameworks="${TRAINDECK_GPU_BENCH_FRAMEWORKS:-$frameworks}"
   rc=0
-  timeout "$bcap" "$build/traindeck_bench" --frameworks "$frameworks" --models seed-256 --epochs 2 \
+  timeout "$bcap" "$build/traindeck_bench" --frameworks "$frameworks" --models "$models" \
+    --epochs "$epochs" --variants "$variants" \
     --threads "$(( $(nproc) < 8 ? $(nproc) : 8 ))" --device "$bdev" ${py:+--python "$wrapper"} \
     --json "$out/bench.json" >"$out/bench.txt" 2>&1 || rc=$?
   cat "$out/bench.txt"
@@ -435,7 +459,53 @@ run() {
   else
     summary+=("warn benchmark (TrainDeck on $bdev; references: $frameworks) exited $rc$([ "$rc" = 124 ] && echo " (time cap ${bcap} s)"):")
   fi
-  while IFS= read -r line; do summary+=("     $line"); done < <(grep -A50 '^model ' "$out/bench.txt")
+  while IFS= read -r line; do summary+=("     $line"); done < <(grep -A80 '^model ' "$out/bench.txt")
+
+  # 4. On a GPU: cuBLASLt's own rate at the large MLP's step products, and the share of it the
+  # trainer reached (its f32 and bf16 rates from the benchmark's JSON).
+  if [ "${bdev%%:*}" = cuda ] && [ -x "$build/traindeck_bench_cuda_matmul" ]; then
+    local rates=""
+    if [ -n "$py" ] && [ -f "$out/bench.json" ]; then
+      rates=$("$wrapper" - "$out/bench.json" <<'PY' 2>/dev/null || true
+import json, sys
+rows = [r for r in json.load(open(sys.argv[1])) if r["model"].startswith("784-4096-4096-10")]
+v = {x["variant"]: x["samples_per_s"] for x in (rows[0]["variants"] if rows else []) if x["ok"]}
+print(",".join(str(round(v.get(k, 0))) for k in ("f32", "bf16")))
+PY
+)
+    fi
+    rc=0
+    timeout 60 "$build/traindeck_bench_cuda_matmul" --layers 784,4096,4096,10 --batch 1024 \
+      --dtypes f32,bf16 --device "${bdev#cuda:}" ${rates:+--trainer-samples-per-s "$rates"} \
+      >"$out/matmul.txt" 2>&1 || rc=$?
+    cat "$out/matmul.txt"
+    if [ "$rc" = 0 ]; then summary+=("ok   cuBLASLt at the large MLP's products:")
+    else summary+=("warn cuBLASLt matmul benchmark exited $rc:"); fi
+    while IFS= read -r line; do summary+=("     $line"); done < <(grep -E '^(f32|bf16):|step.s products|trainer at' "$out/matmul.txt")
+  fi
+
+  # 5. On a GPU, when the toolkit has compute-sanitizer: the CUDA device's tests under its memory
+  # checker (out-of-bounds and misaligned accesses, invalid frees), within a time cap; its verdict
+  # goes to the summary, its findings to run.log.
+  local sanitizer
+  sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -n1 || true)
+  if [ "$have" -gt 0 ] && [ -n "$sanitizer" ] && [ "${TRAINDECK_GPU_SANITIZE:-1}" = 1 ]; then
+    local scap="${TRAINDECK_GPU_SANITIZE_SECONDS:-120}" srep="$bundle_dir/sanitize.txt"
+    rc=0
+    (cd "$root" && timeout "$scap" "$sanitizer" --tool memcheck --error-exitcode 3 \
+       "$build/tests/test_cuda_device" >"$srep" 2>&1) || rc=$?
+    grep -E '^(FAIL|=========)' "$srep" | head -n 60 || true
+    tail -n 3 "$srep"
+    line=$(grep -o 'ERROR SUMMARY: [0-9]* error[s]*' "$srep" | tail -n1 || true)
+    if [ "$rc" = 0 ]; then
+      summary+=("ok   compute-sanitizer memcheck on test_cuda_device: ${line:-no summary}")
+    elif [ "$rc" = 124 ]; then
+      summary+=("warn compute-sanitizer memcheck on test_cuda_device: stopped after ${scap} s (${line:-no summary yet}; $(grep -c '^ok ' "$srep" || true) cases passed before)")
+    else
+      status=1
+      summary+=("FAIL compute-sanitizer memcheck on test_cuda_device exited $rc: ${line:-see run.log}")
+    fi
+  fi
 
   {
     echo "== TrainDeck GPU check: $(date -u +%Y-%m-%dT%H:%M:%SZ), $((SECONDS - t0)) s =="
