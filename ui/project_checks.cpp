@@ -54,7 +54,7 @@ QString dataProblem(const td::DataConfig& data) {
 }
 
 QString runtimeProblem(const td::Project& project) {
-    td::Capability p = td::precisionCapability(project.precision);
+    td::Capability p = td::precisionCapability(project.precision, project.strategy.devices);
     if (!p.available) {
         return QObject::tr("precision %1 is not available here: %2")
             .arg(td::precisionName(project.precision), QString::fromStdString(p.reason));

@@ -261,7 +261,15 @@ QWidget* TrainingPanel::buildRuntime() {
         auto* b = new QRadioButton(td::precisionName(p));
         b->setObjectName(QString("precision_") + td::precisionName(p));
         td::Capability cap = td::precisionCapability(p);
-        b->setEnabled(cap.available);
+        // Where only this CPU lacks bf16 products but a GPU has them, the choice stays open for
+        // runs on the GPUs (a run on the CPU is refused with the reason when it starts).
+        const bool onGpus =
+            !cap.available && p == td::PrecisionPolicy::MixedBfloat16 && td::bf16GpuPresent();
+        if (onGpus)
+            cap.reason = tr("on the GPUs only: the CPU's %1")
+                             .arg(QString::fromStdString(cap.reason))
+                             .toStdString();
+        b->setEnabled(cap.available || onGpus);
         pl->addWidget(b);
         if (!cap.available) {
             b->setToolTip(QString::fromStdString(cap.reason));

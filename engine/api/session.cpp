@@ -5,6 +5,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -188,7 +190,7 @@ Result<std::unique_ptr<Session>> Session::create(const Project& projectIn,
                    std::to_string(p.training.epochs) + ", initial_epoch " +
                    std::to_string(p.training.initialEpoch));
     if (p.precision != PrecisionPolicy::Float32) {
-        Capability cap = precisionCapability(p.precision);
+        Capability cap = precisionCapability(p.precision, p.strategy.devices);
         if (!cap.available)
             return err(std::string("precision: ") + precisionName(p.precision) + ": " + cap.reason);
     }
@@ -545,8 +547,15 @@ Status Session::fit() {
         im.bus.publish(im.runStarted());
         // What loading the data had to say (a decoded-source cache it could not write, ...).
         for (const std::string& note : im.splits.notes) im.log(LogLine::Level::Warning, note);
-        for (const std::string& note : precisionNotes(im.project.precision))
-            im.log(LogLine::Level::Warning, note);
+        // The precision notes are the CPU's (its bf16 and fp16 products): none on GPUs alone.
+        const std::vector<std::string>& devs = im.project.strategy.devices;
+        const bool gpusOnly =
+            !devs.empty() && std::all_of(devs.begin(), devs.end(), [](const std::string& d) {
+                return d.rfind("cuda:", 0) == 0;
+            });
+        if (!gpusOnly)
+            for (const std::string& note : precisionNotes(im.project.precision))
+                im.log(LogLine::Level::Warning, note);
         if (im.resume) {
             // Checkpoints refused on the way to the one this run continues from.
             for (const std::string& note : im.resume->notes)
@@ -739,6 +748,40 @@ Capability precisionCapability(PrecisionPolicy p) {
                          "oneDNN has no bf16 matrix product), so bf16 matrix products would run "
                          "converted to float32, more slowly than float32 runs them (set "
                          "TRAINDECK_BF16_EMULATION=1 to run it anyway)"};
+}
+
+namespace {
+
+// "9.0" -> 9; 0 when unreadable.
+int ccMajor(const std::string& cc) {
+    return cc.empty() || !std::isdigit(static_cast<unsigned char>(cc[0])) ? 0
+                                                                          : std::atoi(cc.c_str());
+}
+
+}  // namespace
+
+bool bf16GpuPresent() {
+    for (const DeviceDesc& d : enumerateDevices())
+        if (d.kind == DeviceKind::Cuda && ccMajor(d.computeCapability) >= 8) return true;
+    return false;
+}
+
+Capability precisionCapability(PrecisionPolicy p, const std::vector<std::string>& devices) {
+    const bool allGpus = !devices.empty() &&
+                         std::all_of(devices.begin(), devices.end(),
+                                     [](const std::string& d) { return d.rfind("cuda:", 0) == 0; });
+    if (!allGpus || p != PrecisionPolicy::MixedBfloat16) return precisionCapability(p);
+    const std::vector<DeviceDesc> all = enumerateDevices();
+    for (const std::string& id : devices) {
+        auto it =
+            std::find_if(all.begin(), all.end(), [&](const DeviceDesc& d) { return d.id == id; });
+        if (it == all.end()) continue;
+        if (ccMajor(it->computeCapability) < 8)
+            return {false, id + " (" + it->name + ", compute capability " + it->computeCapability +
+                               ") has no bf16 matrix products in cuBLASLt: mixed_bfloat16 needs "
+                               "compute capability 8.0 or later"};
+    }
+    return {};
 }
 
 std::vector<std::string> precisionNotes(PrecisionPolicy p) {

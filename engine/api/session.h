@@ -39,7 +39,15 @@ struct Capability {
     bool available = true;
     std::string reason;
 };
+// On this machine's CPU. mixed_bfloat16 needs AMX-BF16 or AVX512-BF16 there (else emulation).
 Capability precisionCapability(PrecisionPolicy p);
+// On the devices a strategy names ("cpu:0", "cuda:1", ...; empty: the CPU): when every one is a
+// GPU, mixed_bfloat16 needs compute capability 8.0 or later on each (cuBLASLt's bf16 products),
+// whatever the CPU has; otherwise as on the CPU. A GPU that is not there is left to the strategy's
+// own check, which names it.
+Capability precisionCapability(PrecisionPolicy p, const std::vector<std::string>& devices);
+// Whether a GPU of this machine runs mixed_bfloat16 (compute capability 8.0 or later).
+bool bf16GpuPresent();
 // What a precision policy does on this machine that a user should know (emulation, conversions);
 // a run logs them at its start.
 std::vector<std::string> precisionNotes(PrecisionPolicy p);

@@ -131,6 +131,7 @@ class TestTraining : public QObject {
     void dataFailsMidEpoch();
     void pausedTimeIsNotEpochTime();
     void mixedPrecisionTrains();
+    void bf16CapabilityFollowsTheDevices();
     void validationSplitLeavesNoRows_data();
     void validationSplitLeavesNoRows();
     void createLeavesNoOpenMPWorkers();
@@ -149,6 +150,35 @@ void TestTraining::syntheticReachesThreshold() {
     QVERIFY2(fin[0].finalMetrics.at("test_accuracy") > 0.9,
              qPrintable(QString::number(fin[0].finalMetrics.at("test_accuracy"))));
     QVERIFY(fin[0].finalMetrics.at("test_loss") < 0.4);
+}
+
+// mixed_bfloat16 is judged on the devices that run it: on GPUs alone the CPU's bf16 support does
+// not matter (a GPU that is not there is named by the strategy's check instead); on the CPU it
+// does, as before. With TRAINDECK_BF16_EMULATION unset, a CPU without bf16 products refuses.
+void TestTraining::bf16CapabilityFollowsTheDevices() {
+    qunsetenv("TRAINDECK_BF16_EMULATION");
+    const Capability cpu = precisionCapability(PrecisionPolicy::MixedBfloat16);
+    QCOMPARE(precisionCapability(PrecisionPolicy::MixedBfloat16, {}).available, cpu.available);
+    QCOMPARE(precisionCapability(PrecisionPolicy::MixedBfloat16, {"cpu:0"}).available,
+             cpu.available);
+    QCOMPARE(precisionCapability(PrecisionPolicy::MixedBfloat16, {"cpu:0", "cuda:0"}).available,
+             cpu.available);
+    QVERIFY(precisionCapability(PrecisionPolicy::Float32, {"cuda:0"}).available);
+    bool gpu = false;
+    for (const DeviceInfo& d : listDevices()) gpu = gpu || d.kind == "cuda";
+    if (gpu) {
+        QSKIP("a GPU is here: the no-GPU half of this check needs a machine without one");
+    }
+    // No GPU: cuda:7 is not there, so precision leaves it to the strategy check.
+    QVERIFY(precisionCapability(PrecisionPolicy::MixedBfloat16, {"cuda:7"}).available);
+    Project p = synthetic();
+    p.precision = PrecisionPolicy::MixedBfloat16;
+    p.strategy.devices = {"cuda:7"};
+    p.training.epochs = 1;
+    auto s = Session::create(p, SessionOptions{});
+    QVERIFY(!s.ok());
+    QVERIFY2(QString::fromStdString(s.error()).contains("cuda:7"), s.error().c_str());
+    QVERIFY2(!QString::fromStdString(s.error()).contains("AMX"), s.error().c_str());
 }
 
 // Mixed precision trains the synthetic project as float32 does (within a point of test accuracy);

@@ -14,6 +14,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -155,6 +156,9 @@ class CudaProgram final : public Executable {
         if (graph_) cudaGraphDestroy(graph_);
         for (cudaEvent_t e : slotEvents_)
             if (e) cudaEventDestroy(e);
+        printProfile();
+        for (cudaEvent_t e : profileEvents_)
+            if (e) cudaEventDestroy(e);
         if (hostSteps_) cudaFreeHost(hostSteps_);
         if (hostGrads_) cudaFreeHost(hostGrads_);
         for (void* p : owned_) ctx_.alloc->release(p);
@@ -172,6 +176,7 @@ class CudaProgram final : public Executable {
     struct Step {
         std::string what;  // "instruction 7 (dense %5)"
         std::function<Status()> enqueue;
+        std::string shape;  // the instruction's output shape, for the profile
     };
     Result<void*> deviceAlloc(size_t bytes) {
         TD_ASSIGN_OR_RETURN(void* p, ctx_.alloc->allocate(std::max<size_t>(bytes, 256)));
@@ -183,6 +188,8 @@ class CudaProgram final : public Executable {
     Status addInstr(const Instr& in, size_t index, const LoweredProgram& lp);
     Status addMatmul(const Instr& in, const std::string& what);
     Status enqueueAll();
+    Status enqueueProfiled();
+    void printProfile() const;
 
     DeviceContext ctx_;
     const ProgramBindings* bind_ = nullptr;  // during build() only
@@ -216,6 +223,13 @@ class CudaProgram final : public Executable {
     int64_t runs_ = 0;
     cudaGraph_t graph_ = nullptr;
     cudaGraphExec_t graphExec_ = nullptr;
+    // TRAINDECK_PROFILE=1: no graph; from the second run on, an event between every two
+    // instructions, the run waited for and each instruction's GPU time summed (the gaps in
+    // which the GPU waits for the host's next launch included), printed when the program goes.
+    bool profile_ = false;
+    int64_t profileRuns_ = 0;
+    std::vector<cudaEvent_t> profileEvents_;
+    std::vector<double> profileMs_;
 };
 
 void* CudaProgram::resolve(const Operand& o) const {
@@ -795,9 +809,21 @@ Status CudaProgram::build(const LoweredProgram& lp, const ProgramBindings& bind)
     if (scratchBytes_ > 0) {
         TD_ASSIGN_OR_RETURN(scratch_, deviceAlloc(scratchBytes_));
     }
-    for (size_t i = 0; i < lp.code.size(); ++i) TD_RETURN_IF_ERROR(addInstr(lp.code[i], i, lp));
+    for (size_t i = 0; i < lp.code.size(); ++i) {
+        const size_t first = steps_.size();
+        TD_RETURN_IF_ERROR(addInstr(lp.code[i], i, lp));
+        for (size_t k = first; k < steps_.size(); ++k)
+            steps_[k].shape = shapeToString(lp.code[i].out.shape);
+    }
     const char* env = std::getenv("TRAINDECK_CUDA_GRAPHS");
     useGraph_ = !hostWork_ && !(env && std::string(env) == "0");
+    if (const char* p = std::getenv("TRAINDECK_PROFILE"); p && *p && std::string(p) != "0") {
+        profile_ = true;
+        useGraph_ = false;
+        profileEvents_.assign(steps_.size() + 1, nullptr);
+        for (cudaEvent_t& e : profileEvents_) TD_CUDA_TRY(cudaEventCreate(&e), "profile events");
+        profileMs_.assign(steps_.size(), 0.0);
+    }
     TD_CUDA_TRY(cudaStreamSynchronize(ctx_.stream), "compile " + lp.name);
     bind_ = nullptr;
     return Status::success();
@@ -810,6 +836,49 @@ Status CudaProgram::enqueueAll() {
             return err("cuda:" + std::to_string(ctx_.index) + ": " + s.what + ": " + st.error());
     }
     return Status::success();
+}
+
+Status CudaProgram::enqueueProfiled() {
+    const std::string dev = "cuda:" + std::to_string(ctx_.index);
+    for (size_t k = 0; k < steps_.size(); ++k) {
+        TD_CUDA_TRY(cudaEventRecord(profileEvents_[k], ctx_.stream), dev + ": profile");
+        Status st = steps_[k].enqueue();
+        if (!st.ok()) return err(dev + ": " + steps_[k].what + ": " + st.error());
+    }
+    TD_CUDA_TRY(cudaEventRecord(profileEvents_.back(), ctx_.stream), dev + ": profile");
+    TD_CUDA_TRY(cudaEventSynchronize(profileEvents_.back()), dev + ": profile");
+    for (size_t k = 0; k < steps_.size(); ++k) {
+        float ms = 0;
+        TD_CUDA_TRY(cudaEventElapsedTime(&ms, profileEvents_[k], profileEvents_[k + 1]),
+                    dev + ": profile");
+        profileMs_[k] += ms;
+    }
+    ++profileRuns_;
+    return Status::success();
+}
+
+// The profile as the CPU device prints it: an instruction per line (its kernels together), its
+// mean GPU time per run and its share.
+void CudaProgram::printProfile() const {
+    if (!profile_ || profileRuns_ < 10) return;
+    double total = 0;
+    for (double t : profileMs_) total += t;
+    const double runs = static_cast<double>(profileRuns_);
+    std::fprintf(stderr,
+                 "profile: cuda:%d, %zu kernel launches or calls, %lld runs timed (the first "
+                 "untimed), %.1f us per run of GPU time, no CUDA Graph\n",
+                 ctx_.index, steps_.size(), static_cast<long long>(profileRuns_),
+                 total / runs * 1e3);
+    for (size_t k = 0; k < steps_.size();) {
+        size_t e = k;
+        double ms = 0;
+        while (e < steps_.size() && steps_[e].what == steps_[k].what) ms += profileMs_[e++];
+        std::fprintf(stderr, "  %-40s %-14s %2zu launch%s %9.1f us  %5.1f%%\n",
+                     steps_[k].what.c_str(), steps_[k].shape.c_str(), e - k,
+                     e - k > 1 ? "es" : "  ", ms / runs * 1e3,
+                     total > 0 ? 100.0 * ms / total : 0.0);
+        k = e;
+    }
 }
 
 Status CudaProgram::run(const StepArgs& args) {
@@ -834,6 +903,7 @@ Status CudaProgram::run(const StepArgs& args) {
     // The first run goes instruction by instruction: it loads every kernel's module and lets
     // cuBLASLt initialise outside a capture. The second is captured (and then launched): the
     // step's kernels, products and the update as one graph, replayed from then on.
+    if (profile_) return ++runs_ == 1 ? enqueueAll() : enqueueProfiled();
     if (!useGraph_ || ++runs_ == 1) return enqueueAll();
     if (!graphExec_) {
         TD_CUDA_TRY(cudaStreamBeginCapture(ctx_.stream, cudaStreamCaptureModeThreadLocal),
