@@ -67,6 +67,52 @@ __device__ inline float dropped(const DropMask& d, const StepValues* sv, int64_t
     return kmath::dropoutHash24(base, c) >= kmath::dropoutThreshold(d.rate) ? x * keepScale : 0.f;
 }
 
+// The dropout of one row, its hash key computed once: apply(c, x) is dropped(d, sv, r, c, x).
+struct RowDrop {
+    uint32_t base = 0, threshold = 0;
+    float keepScale = 1.f;
+    bool on = false;
+    __device__ float apply(int64_t c, float x) const {
+        if (!on) return x;
+        return kmath::dropoutHash24(base, c) >= threshold ? x * keepScale : 0.f;
+    }
+};
+__device__ inline RowDrop rowDrop(const DropMask& d, const StepValues* sv, int64_t r) {
+    RowDrop rd;
+    if (d.rate <= 0) return rd;
+    rd.on = true;
+    rd.base = kmath::dropoutRowBase(d.seed, sv->step, sv->sampleBase + r);
+    rd.threshold = kmath::dropoutThreshold(d.rate);
+    rd.keepScale = 1.0f / (1.0f - d.rate);
+    return rd;
+}
+
+// Element-wise work over a [rows, cols] matrix in chunks of kRowChunk neighbouring columns of one
+// row per thread: the row's values (its dropout key) once per chunk, and the chunk's row found
+// with a 32-bit division instead of a 64-bit one per element. rowChunkItems() is the number of
+// chunks; callers use it when it fits in 31 bits (rowChunkFits), else an element loop.
+constexpr int kRowChunk = 8;
+inline int64_t rowChunkItems(int64_t rows, int64_t cols) {
+    return rows * ((cols + kRowChunk - 1) / kRowChunk);
+}
+inline bool rowChunkFits(int64_t rows, int64_t cols) {
+    return cols > 0 && rowChunkItems(rows, cols) < (int64_t{1} << 31);
+}
+// Calls f(r, c0, c1) for each chunk [c0, c1) of row r.
+#define TD_FOR_ROW_CHUNKS(r, c0, c1, rows, cols, BODY)                                        \
+    do {                                                                                      \
+        const uint32_t chunks_ = static_cast<uint32_t>(((cols) + kRowChunk - 1) / kRowChunk); \
+        const uint32_t items_ = static_cast<uint32_t>((rows)*chunks_);                        \
+        for (uint32_t it_ = blockIdx.x * blockDim.x + threadIdx.x; it_ < items_;              \
+             it_ += gridDim.x * blockDim.x) {                                                 \
+            const uint32_t rq_ = it_ / chunks_;                                               \
+            const int64_t r = rq_;                                                            \
+            const int64_t c0 = static_cast<int64_t>(it_ - rq_ * chunks_) * kRowChunk;         \
+            const int64_t c1 = c0 + kRowChunk < (cols) ? c0 + kRowChunk : (cols);             \
+            BODY                                                                              \
+        }                                                                                     \
+    } while (0)
+
 __device__ inline float warpSum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;

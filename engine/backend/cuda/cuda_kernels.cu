@@ -22,30 +22,70 @@ namespace {
 
 // ---- elementwise ---------------------------------------------------------------------------
 
+// The three element-wise kernels of a dense layer's forward and backward passes come in two
+// loops: chunks of a row (TD_FOR_ROW_CHUNKS; when the chunk count fits in 31 bits, always in
+// practice) and, for larger matrices, elements with 64-bit indices. Same values either way.
+__device__ inline float biasActOne(const Ten& x, const Ten& bias, ActKind act, float alpha,
+                                   const RowDrop& rd, int64_t i, int64_t c) {
+    float v = ld(x, i);
+    if (bias.p) v += ld(bias, c);
+    return rd.apply(c, kmath::activate(act, alpha, v));
+}
+
 __global__ void biasActKernel(Ten x, Ten bias, Ten y, int64_t rows, int64_t cols, ActKind act,
-                              float alpha, DropMask drop, const StepValues* sv) {
+                              float alpha, DropMask drop, const StepValues* sv, bool chunked) {
+    if (chunked) {
+        TD_FOR_ROW_CHUNKS(r, c0, c1, rows, cols, {
+            const RowDrop rd = rowDrop(drop, sv, r);
+            for (int64_t c = c0; c < c1; ++c)
+                st(y, r * cols + c, biasActOne(x, bias, act, alpha, rd, r * cols + c, c));
+        });
+        return;
+    }
     TD_GRID_STRIDE(i, rows * cols) {
         const int64_t r = i / cols, c = i % cols;
-        float v = ld(x, i);
-        if (bias.p) v += ld(bias, c);
-        v = kmath::activate(act, alpha, v);
-        st(y, i, dropped(drop, sv, r, c, v));
+        st(y, i, biasActOne(x, bias, act, alpha, rowDrop(drop, sv, r), i, c));
     }
 }
 
 __global__ void dropoutKernel(Ten x, Ten y, int64_t rows, int64_t cols, DropMask drop,
-                              const StepValues* sv) {
+                              const StepValues* sv, bool chunked) {
+    if (chunked) {
+        TD_FOR_ROW_CHUNKS(r, c0, c1, rows, cols, {
+            const RowDrop rd = rowDrop(drop, sv, r);
+            for (int64_t c = c0; c < c1; ++c) st(y, r * cols + c, rd.apply(c, ld(x, r * cols + c)));
+        });
+        return;
+    }
     TD_GRID_STRIDE(i, rows * cols) {
         st(y, i, dropped(drop, sv, i / cols, i % cols, ld(x, i)));
     }
 }
 
 __global__ void actGradKernel(Ten dy, Ten saved, Ten dx, int64_t rows, int64_t cols, ActKind act,
-                              float alpha, bool usesOutput, DropMask drop, const StepValues* sv) {
+                              float alpha, bool usesOutput, DropMask drop, const StepValues* sv,
+                              bool chunked) {
+    if (chunked) {
+        TD_FOR_ROW_CHUNKS(r, c0, c1, rows, cols, {
+            const RowDrop rd = rowDrop(drop, sv, r);
+            for (int64_t c = c0; c < c1; ++c) {
+                const int64_t i = r * cols + c;
+                st(dx, i,
+                   kmath::activateGrad(act, alpha, usesOutput, rd.apply(c, ld(dy, i)),
+                                       ld(saved, i)));
+            }
+        });
+        return;
+    }
     TD_GRID_STRIDE(i, rows * cols) {
         const float g = dropped(drop, sv, i / cols, i % cols, ld(dy, i));
         st(dx, i, kmath::activateGrad(act, alpha, usesOutput, g, ld(saved, i)));
     }
+}
+
+// Blocks for a row-chunk launch, else for an element launch.
+int elementwiseBlocks(int64_t rows, int64_t cols) {
+    return rowChunkFits(rows, cols) ? blocksFor(rowChunkItems(rows, cols)) : blocksFor(rows * cols);
 }
 
 __global__ void addKernel(Ten a, Ten b, Ten y, int64_t n) {
@@ -373,8 +413,8 @@ __global__ void regFinalKernel(const double* part, float l1, float l2, float* ou
 
 cudaError_t biasAct(cudaStream_t s, Ten x, Ten bias, Ten y, int64_t rows, int64_t cols, ActKind act,
                     float alpha, DropMask drop, const StepValues* sv) {
-    biasActKernel<<<blocksFor(rows * cols), kThreads, 0, s>>>(x, bias, y, rows, cols, act, alpha,
-                                                              drop, sv);
+    biasActKernel<<<elementwiseBlocks(rows, cols), kThreads, 0, s>>>(
+        x, bias, y, rows, cols, act, alpha, drop, sv, rowChunkFits(rows, cols));
     return cudaGetLastError();
 }
 
@@ -389,8 +429,8 @@ cudaError_t actGrad(cudaStream_t s, Ten dy, Ten saved, Ten dx, int64_t rows, int
     if (act == ActKind::Softmax)
         softmaxGradKernel<<<rowBlocks(rows), kThreads, 0, s>>>(dy, saved, dx, rows, cols, drop, sv);
     else
-        actGradKernel<<<blocksFor(rows * cols), kThreads, 0, s>>>(dy, saved, dx, rows, cols, act,
-                                                                  alpha, usesOutput, drop, sv);
+        actGradKernel<<<elementwiseBlocks(rows, cols), kThreads, 0, s>>>(
+            dy, saved, dx, rows, cols, act, alpha, usesOutput, drop, sv, rowChunkFits(rows, cols));
     return cudaGetLastError();
 }
 
@@ -412,7 +452,8 @@ cudaError_t add(cudaStream_t s, Ten a, Ten b, Ten y, int64_t n) {
 
 cudaError_t dropout(cudaStream_t s, Ten x, Ten y, int64_t rows, int64_t cols, DropMask drop,
                     const StepValues* sv) {
-    dropoutKernel<<<blocksFor(rows * cols), kThreads, 0, s>>>(x, y, rows, cols, drop, sv);
+    dropoutKernel<<<elementwiseBlocks(rows, cols), kThreads, 0, s>>>(x, y, rows, cols, drop, sv,
+                                                                     rowChunkFits(rows, cols));
     return cudaGetLastError();
 }
 
