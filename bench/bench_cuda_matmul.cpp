@@ -18,7 +18,6 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -34,24 +33,6 @@ struct Product {
     bool biasRelu;  // a hidden layer's forward product: bias and ReLU epilogue
     double ms = 0;  // per run
 };
-
-std::vector<int64_t> parseList(const std::string& text) {
-    std::vector<int64_t> out;
-    std::stringstream ss(text);
-    std::string item;
-    while (std::getline(ss, item, ','))
-        if (!item.empty()) out.push_back(std::stoll(item));
-    return out;
-}
-
-std::vector<std::string> splitList(const std::string& text) {
-    std::vector<std::string> out;
-    std::stringstream ss(text);
-    std::string item;
-    while (std::getline(ss, item, ','))
-        if (!item.empty()) out.push_back(item);
-    return out;
-}
 
 bool cudaOk(cudaError_t e, const std::string& what) {
     if (e == cudaSuccess) return true;
@@ -72,42 +53,38 @@ struct DeviceBuffer {
 
 int main(int argc, char** argv) {
     CLI::App app{"cuBLASLt's own rate at an MLP's training-step products on one GPU"};
-    std::string layersText = "784,4096,4096,10", dtypesText = "f32,bf16", trainerText;
+    std::vector<int64_t> layers{784, 4096, 4096, 10};
+    std::vector<std::string> dtypeNames{"f32", "bf16"};
+    std::vector<double> trainer;
     int64_t batch = 1024;
     int repeat = 50, device = 0;
-    app.add_option("--layers", layersText, "Widths, input first");
+    app.add_option("--layers", layers, "Widths, input first (comma-separated)")
+        ->delimiter(',')
+        ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
     app.add_option("--batch", batch, "Batch (M)")->check(CLI::PositiveNumber);
-    app.add_option("--dtypes", dtypesText, "Operand dtypes: f32, bf16, f16");
+    app.add_option("--dtypes", dtypeNames, "Operand dtypes: f32, bf16, f16 (comma-separated)")
+        ->delimiter(',')
+        ->check(CLI::IsMember({"f32", "bf16", "f16"}));
     app.add_option("--repeat", repeat, "Timed steps")->check(CLI::Range(1, 100000));
     app.add_option("--device", device, "CUDA device index")->check(CLI::NonNegativeNumber);
-    app.add_option("--trainer-samples-per-s", trainerText,
+    app.add_option("--trainer-samples-per-s", trainer,
                    "Measured training rates, one per dtype in --dtypes order: prints the share of "
-                   "the step the products take");
+                   "the step the products take")
+        ->delimiter(',')
+        ->check(CLI::Range(0.0, 1e12));
     CLI11_PARSE(app, argc, argv);
 
-    const std::vector<int64_t> layers = parseList(layersText);
     if (layers.size() < 2) {
         std::fprintf(stderr, "bench_cuda_matmul: --layers needs at least two widths\n");
         return 2;
     }
-    std::vector<double> trainer;
-    for (const std::string& t : splitList(trainerText)) trainer.push_back(std::stod(t));
     std::vector<td::DType> dtypes;
-    for (const std::string& d : splitList(dtypesText)) {
-        if (d == "f32")
-            dtypes.push_back(td::DType::F32);
-        else if (d == "bf16")
-            dtypes.push_back(td::DType::BF16);
-        else if (d == "f16")
-            dtypes.push_back(td::DType::F16);
-        else {
-            std::fprintf(stderr,
-                         "bench_cuda_matmul: --dtypes: unknown dtype '%s' (expected f32, "
-                         "bf16 or f16)\n",
-                         d.c_str());
-            return 2;
-        }
-    }
+    for (const std::string& d : dtypeNames)
+        dtypes.push_back(d == "f32"    ? td::DType::F32
+                         : d == "bf16" ? td::DType::BF16
+                                       : td::DType::F16);
+    std::string layersText;
+    for (int64_t w : layers) layersText += (layersText.empty() ? "" : ",") + std::to_string(w);
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
         (void)cudaGetLastError();
