@@ -4,6 +4,14 @@ target_compile_options(test_nvrtc PRIVATE ${TRAINDECK_WARNINGS})
 target_link_libraries(test_nvrtc PRIVATE traindeck_compiler)
 add_test(NAME test_nvrtc COMMAND test_nvrtc)
 set_tests_properties(test_nvrtc PROPERTIES LABELS "unit;cuda" SKIP_RETURN_CODE 77)
+# The GPU matmul benchmark: bad options refused by name; on a GPU it measures, else SKIP (77).
+if(TARGET traindeck_bench_cuda_matmul)
+  add_test(NAME bench_cuda_matmul
+           COMMAND ${CMAKE_CURRENT_LIST_DIR}/bench_cuda_matmul_check.sh
+                   $<TARGET_FILE:traindeck_bench_cuda_matmul>)
+  set_tests_properties(bench_cuda_matmul PROPERTIES LABELS "integration;cuda;bench"
+                       SKIP_RETURN_CODE 77)
+endif()
 # The GPU machine's bundle (tests/gpu/check.sh --bundle), proven here without a GPU: it builds
 # with the CUDA backend forced on, and its executables start with the loader pointed at the bundle
 # alone and list no cuda: device (check.sh --verify). The bundle build shares ccache with this
