@@ -98,7 +98,7 @@ inline int64_t rowChunkItems(int64_t rows, int64_t cols) {
 inline bool rowChunkFits(int64_t rows, int64_t cols) {
     return cols > 0 && rowChunkItems(rows, cols) < (int64_t{1} << 31);
 }
-// Calls f(r, c0, c1) for each chunk [c0, c1) of row r.
+// Runs BODY for each chunk [c0, c1) of row r, with r, c0 and c1 declared for it.
 #define TD_FOR_ROW_CHUNKS(r, c0, c1, rows, cols, BODY)                                        \
     do {                                                                                      \
         const uint32_t chunks_ = static_cast<uint32_t>(((cols) + kRowChunk - 1) / kRowChunk); \
