@@ -38,6 +38,19 @@ namespace td {
 
 namespace {
 
+// Whether a strategy's devices are GPUs alone ("cuda:N"; none named is the CPU).
+bool gpusOnly(const std::vector<std::string>& devices) {
+    return !devices.empty() &&
+           std::all_of(devices.begin(), devices.end(),
+                       [](const std::string& d) { return d.rfind("cuda:", 0) == 0; });
+}
+
+// A compute capability's major version: "9.0" -> 9; 0 when unreadable.
+int ccMajor(const std::string& cc) {
+    return cc.empty() || !std::isdigit(static_cast<unsigned char>(cc[0])) ? 0
+                                                                          : std::atoi(cc.c_str());
+}
+
 using Clock = std::chrono::steady_clock;
 double secondsSince(Clock::time_point t0) {
     return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -548,12 +561,7 @@ Status Session::fit() {
         // What loading the data had to say (a decoded-source cache it could not write, ...).
         for (const std::string& note : im.splits.notes) im.log(LogLine::Level::Warning, note);
         // The precision notes are the CPU's (its bf16 and fp16 products): none on GPUs alone.
-        const std::vector<std::string>& devs = im.project.strategy.devices;
-        const bool gpusOnly =
-            !devs.empty() && std::all_of(devs.begin(), devs.end(), [](const std::string& d) {
-                return d.rfind("cuda:", 0) == 0;
-            });
-        if (!gpusOnly)
+        if (!gpusOnly(im.project.strategy.devices))
             for (const std::string& note : precisionNotes(im.project.precision))
                 im.log(LogLine::Level::Warning, note);
         if (im.resume) {
@@ -750,16 +758,6 @@ Capability precisionCapability(PrecisionPolicy p) {
                          "TRAINDECK_BF16_EMULATION=1 to run it anyway)"};
 }
 
-namespace {
-
-// "9.0" -> 9; 0 when unreadable.
-int ccMajor(const std::string& cc) {
-    return cc.empty() || !std::isdigit(static_cast<unsigned char>(cc[0])) ? 0
-                                                                          : std::atoi(cc.c_str());
-}
-
-}  // namespace
-
 bool bf16GpuPresent() {
     for (const DeviceDesc& d : enumerateDevices())
         if (d.kind == DeviceKind::Cuda && ccMajor(d.computeCapability) >= 8) return true;
@@ -767,10 +765,7 @@ bool bf16GpuPresent() {
 }
 
 Capability precisionCapability(PrecisionPolicy p, const std::vector<std::string>& devices) {
-    const bool allGpus = !devices.empty() &&
-                         std::all_of(devices.begin(), devices.end(),
-                                     [](const std::string& d) { return d.rfind("cuda:", 0) == 0; });
-    if (!allGpus || p != PrecisionPolicy::MixedBfloat16) return precisionCapability(p);
+    if (!gpusOnly(devices) || p != PrecisionPolicy::MixedBfloat16) return precisionCapability(p);
     const std::vector<DeviceDesc> all = enumerateDevices();
     for (const std::string& id : devices) {
         auto it =
