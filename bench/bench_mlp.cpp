@@ -342,6 +342,13 @@ int main(int argc, char** argv) {
         }
     const td::CpuHalfSupport half = td::cpuHalfSupport();
     const bool bf16Native = half.amxBf16 || half.avx512Bf16;
+    for (const std::string& v : splitList(variants))
+        if (v == "nograph" && device.rfind("cuda:", 0) != 0) {
+            std::fprintf(stderr,
+                         "bench: --variants nograph compares CUDA Graph replay with launches one "
+                         "by one: it needs --device cuda:N\n");
+            return 2;
+        }
     if (binary.empty())
         binary =
             (std::filesystem::canonical("/proc/self/exe").parent_path() / "traindeck").string();
