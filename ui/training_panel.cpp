@@ -266,9 +266,8 @@ QWidget* TrainingPanel::buildRuntime() {
         const bool onGpus =
             !cap.available && p == td::PrecisionPolicy::MixedBfloat16 && td::bf16GpuPresent();
         if (onGpus)
-            cap.reason = tr("on the GPUs only: the CPU's %1")
-                             .arg(QString::fromStdString(cap.reason))
-                             .toStdString();
+            cap.reason =
+                tr("on GPUs only here: %1").arg(QString::fromStdString(cap.reason)).toStdString();
         b->setEnabled(cap.available || onGpus);
         pl->addWidget(b);
         if (!cap.available) {
