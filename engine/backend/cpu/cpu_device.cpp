@@ -656,10 +656,10 @@ Status CpuProgram::addMatmul(const Instr& in, CpuInstr& ins) {
         bool alongK = !kEdges.empty();
         const cpu::sparse::Kernels* sparseKernels = cpu::sparse::active();
         // Whether the pieces may skip the zeros of x (see below). The kernels list the dense
-        // operand's rows as 32-bit element offsets (below K * N).
+        // operand's rows as 32-bit indices (below K).
         const bool grad = in.op == InstrOp::MatMul && ta && !tb && split.alongRows && !alongK;
         const bool mayBeSparse = sparseKernels && !convertHalf && split.edges.size() > 2 &&
-                                 (alongK || grad) && K * N <= std::numeric_limits<int32_t>::max() &&
+                                 (alongK || grad) && K <= std::numeric_limits<int32_t>::max() &&
                                  in.in[0].dtype == DType::F32 && in.in[1].dtype == DType::F32 &&
                                  outType == DType::F32;
         if (solo && !mayBeSparse) {

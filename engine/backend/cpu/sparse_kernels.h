@@ -1,9 +1,10 @@
 // Products that skip the zeros of one f32 operand: images with a background, one-hot features and
 // activations after ReLU hold many exact zeros, and a zero contributes nothing to a sum of
 // products. Each kernel takes the sparse operand's rows (or columns) two at a time and lists the
-// positions where either is nonzero, with both values (AVX-512 compresses, AVX2 packs with one
-// permutation from a table; no branch per element); then each listed row of the dense operand is
-// loaded once for both, with the dense operand's block in L1 while the lists run over it. The sums
+// positions where either is nonzero (AVX-512 compresses, AVX2 packs with one permutation from a
+// table; no branch per element); then each listed row of the dense operand is loaded once for
+// both, with the dense operand's block in L1 while the lists run over it, and the two values are
+// read from the sparse operand itself at that position. The sums
 // run in index order, so a result differs from a dense product's only in the order of the additions
 // (and a zero times an infinite or NaN value, which a dense product turns into NaN, is skipped).
 // The work is the listed positions: both kernels return how many there were, for the caller to
@@ -39,8 +40,7 @@ struct AdamEpilogue {
     float eps = 0;
 };
 
-// The lists hold the dense operand's rows as 32-bit element offsets: the dense operand's rows
-// times its row stride (K * ldw, B * ldy) must stay below 2^31.
+// The lists hold the dense operand's row indices in 32 bits: its rows (K, B) must stay below 2^31.
 struct Kernels {
     // y[M,N] (row stride ldy) = x[M,K] (row stride ldx) . w[K,N] (row stride ldw).
     // x's rows are grouped in pairRows' order. Returns the positions listed (of

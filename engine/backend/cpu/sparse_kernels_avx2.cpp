@@ -81,8 +81,7 @@ struct Isa {
     // The lanes where any is nonzero packed to the front by one permutation from kPack, then
     // stored whole.
     template <int G>
-    static int64_t append(const Vec* v, Mask lanes, int32_t first, Ints steps, int32_t* at,
-                          float* const* values) {
+    static int64_t append(const Vec* v, Mask lanes, int32_t first, Ints steps, int32_t* at) {
         __m256 any = _mm256_cmp_ps(v[0], _mm256_setzero_ps(), _CMP_NEQ_UQ);
         for (int g = 1; g < G; ++g)
             any = _mm256_or_ps(any, _mm256_cmp_ps(v[g], _mm256_setzero_ps(), _CMP_NEQ_UQ));
@@ -92,8 +91,6 @@ struct Isa {
             _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(kPack[nz])));
         const __m256i pos = _mm256_add_epi32(steps, _mm256_set1_epi32(first));
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(at), _mm256_permutevar8x32_epi32(pos, perm));
-        for (int g = 0; g < G; ++g)
-            _mm256_storeu_ps(values[g], _mm256_permutevar8x32_ps(v[g], perm));
         return __builtin_popcount(nz);
     }
 

@@ -58,15 +58,13 @@ struct Isa {
     // Compressed in registers, then stored whole: a compress straight to memory is slow on some
     // AVX-512 CPUs.
     template <int G>
-    static int64_t append(const Vec* v, Mask lanes, int32_t first, Ints steps, int32_t* at,
-                          float* const* values) {
+    static int64_t append(const Vec* v, Mask lanes, int32_t first, Ints steps, int32_t* at) {
         Mask nz = 0;
         for (int g = 0; g < G; ++g)
             nz = static_cast<Mask>(
                 nz | _mm512_mask_cmp_ps_mask(lanes, v[g], _mm512_setzero_ps(), _CMP_NEQ_UQ));
         const __m512i pos = _mm512_add_epi32(steps, _mm512_set1_epi32(first));
         _mm512_storeu_si512(at, _mm512_maskz_compress_epi32(nz, pos));
-        for (int g = 0; g < G; ++g) _mm512_storeu_ps(values[g], _mm512_maskz_compress_ps(nz, v[g]));
         return __builtin_popcount(nz);
     }
 

@@ -18,10 +18,10 @@
 //   zero, load, loadMasked, store, storeMasked, broadcast, fmadd, sqrt
 //   nonzeroLanes(v)                a bit per lane, set where v is nonzero (or NaN)
 //   keep(v)                        an empty asm that makes v a register
-//   append<G>(v, lanes, first, at, values)
+//   append<G>(v, lanes, first, steps, at)
 //                                  stores the positions first + lane of the lanes among `lanes`
-//                                  where any of v[0..G) is nonzero at `at`, their values at
-//                                  values[g], whole vectors; returns how many
+//                                  where any of v[0..G) is nonzero at `at`, a whole vector;
+//                                  returns how many
 //   transpose(r)                   kLanes vectors transposed in place
 // Everything lives in that unnamed namespace, so no inline copy compiled for one level can be
 // merged by the linker into another's code.
@@ -65,51 +65,80 @@ constexpr int64_t kTileCols = kLanes* Isa::tileVectors(G);
 constexpr int64_t kGradRows = 64;
 static_assert(kGradRows % kLanes == 0 && kLanes % kGradGroup == 0);
 
-// The positions where any of G rows (or columns) of the sparse operand is nonzero, with the G
-// values there. Room for a whole vector stored past the end.
+// The positions where any of G rows (or columns) of the sparse operand is nonzero: the indices
+// of the dense operand's rows they multiply (the values are read from the sparse operand itself,
+// see Sparse). Room for a whole vector stored past the end.
 template <int G>
 struct GroupList {
     std::vector<int32_t> at;
-    std::vector<float> value[G];
     void reserve(int64_t n) {
-        if (static_cast<int64_t>(at.size()) < n + kLanes) {
+        if (static_cast<int64_t>(at.size()) < n + kLanes)
             at.resize(static_cast<size_t>(n + kLanes));
-            for (auto& v : value) v.resize(static_cast<size_t>(n + kLanes));
-        }
     }
 };
 
-// Where a list's entries are written: raw pointers, read once per list, not again after each
-// store (the vector stores may alias anything, the containers' data pointers included).
+// Where a list's entries are written: a raw pointer, read once per list, not again after each
+// store (the vector stores may alias anything, the container's data pointer included).
 template <int G>
 struct ListOut {
     int32_t* at;
-    float* value[G];
-    explicit ListOut(GroupList<G>& list) : at(list.at.data()) {
-        for (int g = 0; g < G; ++g) value[g] = list.value[g].data();
-    }
+    explicit ListOut(GroupList<G>& list) : at(list.at.data()) {}
 };
 
 template <int G>
 inline int64_t appendGroup(const ListOut<G>& out, int64_t count, const Vec* v, Mask lanes,
                            int32_t first, Ints steps) {
-    float* values[G];
-    for (int g = 0; g < G; ++g) values[g] = out.value[g] + count;
-    return count + Isa::append<G>(v, lanes, first, steps, out.at + count, values);
+    return count + Isa::append<G>(v, lanes, first, steps, out.at + count);
 }
 
-// acc[g][0..NV) += value[g][j] * row(at[j]) for every listed position j in [s0, s1), where
-// row(p) is the NV vectors at base + p * stride (the last masked by `last` when Masked). Each
-// vector of the row is loaded into a register once for the G FMAs: folded into each FMA as a
-// memory operand (what GCC does otherwise) it is loaded G times, and the loads, not the FMAs,
-// set the pace. Isa::kListUnroll positions per turn of the loop (one where Masked).
-template <int G, int NV, bool Masked>
+// The sparse operand x (row stride ldx) as the groups read its values: by rows (the forward
+// product: group p's member g is x's row G p + g, or outRows[G p + g], and a listed position is a
+// column of it) or by columns (the weight gradient: member g is x's column G p + g, a listed
+// position a row of it). A member past the last (count) reads the group's first instead: its
+// sums are never stored. Only the positions are listed, not the values with them: storing two
+// values beside each position tripled the lists' stores and bytes (for a Fashion-MNIST batch of
+// 32, 75 KB of lists per half of the pixels, more than L1 holds), where the groups' values are
+// a few lines of x that stay in L1 while a block's lists run. One core of the BF16 Xeon
+// (AVX-512), Fashion-MNIST batches of 32, traindeck_bench_sparse, three alternating runs of
+// each: the forward halves 16.2-18.1 us against 18.9-21.0 with the values listed (1.09-1.21x
+// oneDNN's dense product against 0.93-1.04x), the weight gradient's 15.5-17.5 against 17.3-18.8;
+// the same bits. The AVX2 kernels on that core: forward 2-3% shorter, weight gradient 3-7%
+// longer alone, the seed MLP's step even or shorter (four alternating pairs).
+struct Sparse {
+    const float* x = nullptr;
+    int64_t ldx = 0;
+    int64_t count = 0;  // x's rows (by rows) or columns (by columns)
+};
+
+// Where group p's member g reads its values: vals[g][position * step], step 1 by rows and ldx
+// by columns.
+template <int G, bool Columns>
+inline void memberValues(const Sparse& sx, const int32_t* outRows, int64_t p, const float** vals) {
+    for (int g = 0; g < G; ++g) {
+        const int64_t i = G * p + g < sx.count ? G * p + g : G * p;
+        if constexpr (Columns)
+            vals[g] = sx.x + i;
+        else
+            vals[g] = sx.x + (outRows ? int64_t{outRows[i]} : i) * sx.ldx;
+    }
+}
+
+// acc[g][0..NV) += value(g, at[j]) * row(at[j]) for every listed position j in [s0, s1), where
+// row(k) is the NV vectors at base + k * stride (the last masked by `last` when Masked) and
+// value(g, k) is vals[g][k] by rows, vals[g][k * ldx] by columns. Each vector of the row is
+// loaded into a register once for the G FMAs: folded into each FMA as a memory operand (what GCC
+// does otherwise) it is loaded G times, and the loads, not the FMAs, set the pace.
+// Isa::kListUnroll positions per turn of the loop (one where Masked).
+template <int G, int NV, bool Masked, bool Columns>
 inline void accumulate(Vec* acc, const GroupList<G>& list, int64_t s0, int64_t s1,
-                       const float* base, Mask last) {
+                       const float* base, int64_t stride, const float* const* vals, int64_t ldx,
+                       Mask last) {
     const auto entry = [&](int64_t j) __attribute__((always_inline)) {
-        const float* row = base + list.at[static_cast<size_t>(j)];
+        const int64_t k = list.at[static_cast<size_t>(j)];
+        const float* row = base + k * stride;
+        const int64_t at = Columns ? k * ldx : k;
         Vec s[G];
-        for (int g = 0; g < G; ++g) s[g] = Isa::broadcast(list.value[g][static_cast<size_t>(j)]);
+        for (int g = 0; g < G; ++g) s[g] = Isa::broadcast(vals[g][at]);
         for (int t = 0; t < NV; ++t) {
             Vec v = Masked && t == NV - 1 ? Isa::loadMasked(row + kLanes * t, last)
                                           : Isa::load(row + kLanes * t);
@@ -195,8 +224,8 @@ inline void adamRow(const AdamConsts& c, const float* grad, float* w, float* m, 
 }
 
 // Where a block of the dense operand's tile is copied before the groups read it (`to` null:
-// read in place). The block's rows then lie kTileCols<G> floats apart in `to`, and the lists
-// hold their positions at that stride. Only the rows some list holds are copied (listed[k]
+// read in place). The block's rows then lie kTileCols<G> floats apart in `to`, where the lists'
+// positions (the rows) are read at that stride. Only the rows some list holds are copied (listed[k]
 // nonzero): above the first layer, where the lists run over a ReLU's outputs, they may hold a
 // tenth of the rows.
 struct Packed {
@@ -209,11 +238,11 @@ struct Packed {
 // block, every group p in [p0, p1): its output rows out(G p + g) (row stride ldo; those past
 // `rows` absent) += its list over the block, from zero for the first block. blockRows: rows per
 // block, for fetching the next block ahead (0: none).
-template <int G, int NV, bool Masked>
+template <int G, int NV, bool Masked, bool Columns>
 void groupTile(const GroupList<G>& list, const std::vector<int64_t>& seg, int64_t blocks,
                int64_t blockRows, int64_t denseRows, int64_t rows, const float* base,
                int64_t stride, float* out, int64_t ldo, Mask last, const int32_t* outRows,
-               int64_t p0, int64_t p1, Packed pack) {
+               int64_t p0, int64_t p1, Packed pack, const Sparse& sx) {
     // Group p's row g is output row outRows[G p + g] (null: G p + g).
     const auto outRow = [outRows](int64_t r) { return outRows ? int64_t{outRows[r]} : r; };
     const float* const dense = base;
@@ -235,6 +264,8 @@ void groupTile(const GroupList<G>& list, const std::vector<int64_t>& seg, int64_
             }
             base = pack.to - k0 * P;
         }
+        // The lists' positions are the dense operand's rows, at its stride or the packed one.
+        const int64_t listStride = pack.to ? kTileCols<G> : stride;
         for (int64_t p = p0; p < p1; ++p) {
             const int64_t r0 = (b + 1) * blockRows + p * share;
             const int64_t r1 = std::min({r0 + share, (b + 2) * blockRows, denseRows});
@@ -253,7 +284,10 @@ void groupTile(const GroupList<G>& list, const std::vector<int64_t>& seg, int64_
                 }
             }
             const size_t at = static_cast<size_t>(p * (blocks + 1) + b);
-            accumulate<G, NV, Masked>(acc, list, seg[at], seg[at + 1], base, last);
+            const float* vals[G];
+            memberValues<G, Columns>(sx, outRows, p, vals);
+            accumulate<G, NV, Masked, Columns>(acc, list, seg[at], seg[at + 1], base, listStride,
+                                               vals, sx.ldx, last);
             for (int g = 0; g < G; ++g)  // a fixed count, unrolled: acc stays in registers
                 if (g < present)
                     storeRow<NV, Masked>(out + outRow(G * p + g) * ldo, acc + g * NV, last);
@@ -271,12 +305,13 @@ inline void withVectors(int nv, F&& f) {
 }
 
 // out[rows, N] (row stride ldo) from the groups' lists over base[*, N] (row stride `stride`),
-// tile of columns by tile; only groups [p0, p1) (their rows).
-template <int G>
+// tile of columns by tile; only groups [p0, p1) (their rows). The values from sx, by columns
+// where Columns.
+template <int G, bool Columns>
 void runGroups(const GroupList<G>& list, const std::vector<int64_t>& seg, int64_t blocks,
                int64_t blockRows, int64_t denseRows, int64_t rows, const float* base,
                int64_t stride, int64_t N, float* out, int64_t ldo, const int32_t* outRows,
-               int64_t p0, int64_t p1, Packed pack = {}) {
+               int64_t p0, int64_t p1, const Sparse& sx, Packed pack = {}) {
     for (int64_t c0 = 0; c0 < N; c0 += kTileCols<G>) {
         const int64_t cols = std::min(kTileCols<G>, N - c0);
         const int nv = static_cast<int>((cols + kLanes - 1) / kLanes);
@@ -285,11 +320,13 @@ void runGroups(const GroupList<G>& list, const std::vector<int64_t>& seg, int64_
         withVectors<Isa::tileVectors(G)>(nv, [&](auto vectors) {
             constexpr int NV = decltype(vectors)::value;
             if (lastLanes == kLanes)
-                groupTile<G, NV, false>(list, seg, blocks, blockRows, denseRows, rows, base + c0,
-                                        stride, out + c0, ldo, last, outRows, p0, p1, pack);
+                groupTile<G, NV, false, Columns>(list, seg, blocks, blockRows, denseRows, rows,
+                                                 base + c0, stride, out + c0, ldo, last, outRows,
+                                                 p0, p1, pack, sx);
             else
-                groupTile<G, NV, true>(list, seg, blocks, blockRows, denseRows, rows, base + c0,
-                                       stride, out + c0, ldo, last, outRows, p0, p1, pack);
+                groupTile<G, NV, true, Columns>(list, seg, blocks, blockRows, denseRows, rows,
+                                                base + c0, stride, out + c0, ldo, last, outRows, p0,
+                                                p1, pack, sx);
         });
     }
 }
@@ -398,9 +435,8 @@ int64_t rowsTimesDense(const float* x, int64_t ldx, int64_t M, int64_t K, const 
     const int64_t groups = (M + G - 1) / G;
     list.reserve(groups * K);
     seg.resize(static_cast<size_t>(groups * (blocks + 1)));
-    const int64_t listStride = packs ? kTileCols<G> : ldw;
     int64_t count = 0;
-    const Ints steps = Isa::lanesTimes(static_cast<int32_t>(listStride));
+    const Ints steps = Isa::lanesTimes(1);
     const ListOut<G> out(list);
     const Mask all = Isa::tail(kLanes);
     // Whole vectors, then the block's tail; the rows' addresses and the list's read once. With
@@ -418,16 +454,14 @@ int64_t rowsTimesDense(const float* x, int64_t ldx, int64_t M, int64_t K, const 
             for (; k + kLanes <= k1; k += kLanes) {
                 Vec v[G];
                 for (int g = 0; g < G; ++g) v[g] = src[g] ? Isa::load(src[g] + k) : Isa::zero();
-                count =
-                    appendGroup<G>(out, count, v, all, static_cast<int32_t>(k * listStride), steps);
+                count = appendGroup<G>(out, count, v, all, static_cast<int32_t>(k), steps);
             }
             if (k < k1) {
                 const Mask lanes = Isa::tail(k1 - k);
                 Vec v[G];
                 for (int g = 0; g < G; ++g)
                     v[g] = src[g] ? Isa::loadMasked(src[g] + k, lanes) : Isa::zero();
-                count = appendGroup<G>(out, count, v, lanes, static_cast<int32_t>(k * listStride),
-                                       steps);
+                count = appendGroup<G>(out, count, v, lanes, static_cast<int32_t>(k), steps);
             }
         }
         seg[static_cast<size_t>(p * (blocks + 1) + blocks)] = count;
@@ -441,10 +475,11 @@ int64_t rowsTimesDense(const float* x, int64_t ldx, int64_t M, int64_t K, const 
         packed.resize(static_cast<size_t>(kBlock * kTileCols<G>));
         listedRows.assign(static_cast<size_t>(K), 0);
         for (int64_t j = 0; j < count; ++j)
-            listedRows[static_cast<size_t>(list.at[static_cast<size_t>(j)] / kTileCols<G>)] = 1;
+            listedRows[static_cast<size_t>(list.at[static_cast<size_t>(j)])] = 1;
         pack = Packed{packed.data(), kBlock, listedRows.data()};
     }
-    runGroups<G>(list, seg, blocks, 0, K, M, w, ldw, N, y, ldy, order.data(), 0, groups, pack);
+    runGroups<G, false>(list, seg, blocks, 0, K, M, w, ldw, N, y, ldy, order.data(), 0, groups,
+                        Sparse{x, ldx, M}, pack);
     return count;
 }
 
@@ -457,7 +492,7 @@ int64_t rowsTimesDense(const float* x, int64_t ldx, int64_t M, int64_t K, const 
 template <int G, bool Whole>
 inline void listColumns(const float* x, int64_t ldx, int64_t B, int64_t k0, int64_t width,
                         int64_t room, int64_t blocks, const ListOut<G>& out, Ints steps,
-                        int64_t ldy, int64_t* seg, int64_t& entries) {
+                        int64_t* seg, int64_t& entries) {
     constexpr int64_t kMaxGroups = kLanes / G;
     const Mask cols = Isa::tail(width);
     const int64_t firstGroup = k0 / G;
@@ -481,8 +516,8 @@ inline void listColumns(const float* x, int64_t ldx, int64_t B, int64_t k0, int6
         for (int64_t q = 0; q < kMaxGroups; ++q) {
             if (!Whole && q >= groupsHere) break;
             if (blockStart) seg[(firstGroup + q) * (blocks + 1) + r0 / kGradRows] = count[q];
-            count[q] = appendGroup<G>(out, count[q], r + G * q, rows,
-                                      static_cast<int32_t>(r0 * ldy), steps);
+            count[q] =
+                appendGroup<G>(out, count[q], r + G * q, rows, static_cast<int32_t>(r0), steps);
         }
     }
     for (int64_t q = 0; q < groupsHere; ++q) {
@@ -509,20 +544,20 @@ int64_t gradProduct(const float* x, int64_t ldx, int64_t B, int64_t K, const flo
     list.reserve(groups * room);
     seg.resize(static_cast<size_t>(groups * (blocks + 1)));
     int64_t entries = 0;
-    const Ints steps = Isa::lanesTimes(static_cast<int32_t>(ldy));
+    const Ints steps = Isa::lanesTimes(1);
     const ListOut<G> out(list);
     for (int64_t k0 = 0; k0 < K; k0 += kLanes) {
         if (K - k0 >= kLanes)
-            listColumns<G, true>(x, ldx, B, k0, kLanes, room, blocks, out, steps, ldy, seg.data(),
+            listColumns<G, true>(x, ldx, B, k0, kLanes, room, blocks, out, steps, seg.data(),
                                  entries);
         else
-            listColumns<G, false>(x, ldx, B, k0, K - k0, room, blocks, out, steps, ldy, seg.data(),
+            listColumns<G, false>(x, ldx, B, k0, K - k0, room, blocks, out, steps, seg.data(),
                                   entries);
     }
     for (int64_t r0 = 0; r0 < K; r0 += chunkRows) {
         const int64_t r1 = std::min(K, r0 + chunkRows);
-        runGroups<G>(list, seg, blocks, kGradRows, B, K, dy, ldy, N, dw, lddw, nullptr, r0 / G,
-                     (r1 + G - 1) / G);
+        runGroups<G, true>(list, seg, blocks, kGradRows, B, K, dy, ldy, N, dw, lddw, nullptr,
+                           r0 / G, (r1 + G - 1) / G, Sparse{x, ldx, K});
         then(r0, r1);
     }
     return entries;
