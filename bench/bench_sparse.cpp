@@ -8,7 +8,11 @@
 // dense work the kernel listed.
 //
 //   traindeck_bench_sparse [--batch 32] [--units 128] [--rounds 7] [--repeat 400]
-//                          [--density 0.5]
+//                          [--density 0.5] [--fresh]
+//
+// By default each round repeats one batch, so the caches and the branch predictor see the same
+// data on every call; --fresh gives every call the next of kFreshBatches batches of the round,
+// as training does (a new batch every step).
 //
 // Run it pinned to one core for steady figures: taskset -c 0 build/traindeck_bench_sparse
 #include <CLI/CLI.hpp>
@@ -26,6 +30,7 @@
 
 namespace {
 
+constexpr int kFreshBatches = 64;
 using Clock = std::chrono::steady_clock;
 
 dnnl::memory::desc strided(int64_t rows, int64_t cols, int64_t rowStride, int64_t colStride) {
@@ -52,12 +57,16 @@ int main(int argc, char** argv) {
     CLI::App app{"Zero-skipping products against oneDNN at an MLP's first-layer shapes"};
     int64_t batch = 32, units = 128;
     int rounds = 7, repeat = 400;
+    bool fresh = false;
     double density = -1;
     app.add_option("--batch", batch, "Batch size")->check(CLI::PositiveNumber);
     app.add_option("--units", units, "Outputs of the layer")->check(CLI::PositiveNumber);
     app.add_option("--rounds", rounds, "Alternating rounds (the median is printed)")
         ->check(CLI::PositiveNumber);
     app.add_option("--repeat", repeat, "Runs per round and product")->check(CLI::PositiveNumber);
+    app.add_flag("--fresh", fresh,
+                 "A new batch every call (one of 64 per round), as in training, instead of one "
+                 "batch repeated");
     app.add_option("--density", density,
                    "Random values with this share of nonzeros instead of Fashion-MNIST")
         ->check(CLI::Range(0.0, 1.0));
@@ -81,7 +90,8 @@ int main(int argc, char** argv) {
     // 64-byte aligned, as the engine's buffers are (td::Tensor): rows of 128 floats then start on
     // cache lines.
     auto floats = [](int64_t n) { return td::Tensor(td::DType::F32, td::Shape{n}); };
-    std::vector<td::Tensor> batches(static_cast<size_t>(rounds));
+    const int perRound = fresh ? kFreshBatches : 1;
+    std::vector<td::Tensor> batches(static_cast<size_t>(rounds * perRound));
     std::string what;
     if (density < 0) {
         td::SourceConfig cfg;
@@ -156,7 +166,13 @@ int main(int argc, char** argv) {
         std::vector<double> fwdDense, fwdSkip, gradDense, gradSkip;
         double fwdWork = 0, gradWork = 0;
         for (int r = 0; r < rounds; ++r) {
-            float* x = batches[static_cast<size_t>(r)].data<float>();
+            float* x = batches[static_cast<size_t>(r * perRound)].data<float>();
+            // The batch of each call: the round's one, or with --fresh the next of the round's.
+            int call = 0;
+            auto next = [&] {
+                call = (call + 1) % perRound;
+                return batches[static_cast<size_t>(r * perRound + call)].data<float>();
+            };
             std::unordered_map<int, dnnl::memory> fwdArgs{
                 {DNNL_ARG_SRC, dnnl::memory(strided(batch, n, K, 1), eng, x + lo)},
                 {DNNL_ARG_WEIGHTS, dnnl::memory(strided(n, units, units, 1), eng, w + lo * units)},
@@ -166,14 +182,20 @@ int main(int argc, char** argv) {
                 {DNNL_ARG_WEIGHTS, dnnl::memory(strided(batch, units, units, 1), eng, dy)},
                 {DNNL_ARG_DST, dnnl::memory(strided(n, units, units, 1), eng, dw + lo * units)}};
             int64_t listed = 0, listedT = 0;
-            fwdDense.push_back(microsPerRun(repeat, [&] { fwd.execute(strm, fwdArgs); }));
-            fwdSkip.push_back(microsPerRun(repeat, [&] {
-                listed = kernels->rowsTimesDense(x + lo, K, batch, n, w + lo * units, units, units,
-                                                 y, units);
+            fwdDense.push_back(microsPerRun(repeat, [&] {
+                if (fresh) fwdArgs.at(DNNL_ARG_SRC).set_data_handle(next() + lo);
+                fwd.execute(strm, fwdArgs);
             }));
-            gradDense.push_back(microsPerRun(repeat, [&] { grad.execute(strm, gradArgs); }));
+            fwdSkip.push_back(microsPerRun(repeat, [&] {
+                listed = kernels->rowsTimesDense(next() + lo, K, batch, n, w + lo * units, units,
+                                                 units, y, units);
+            }));
+            gradDense.push_back(microsPerRun(repeat, [&] {
+                if (fresh) gradArgs.at(DNNL_ARG_SRC).set_data_handle(next() + lo);
+                grad.execute(strm, gradArgs);
+            }));
             gradSkip.push_back(microsPerRun(repeat, [&] {
-                listedT = kernels->transposedTimesDense(x + lo, K, batch, n, dy, units, units,
+                listedT = kernels->transposedTimesDense(next() + lo, K, batch, n, dy, units, units,
                                                         dw + lo * units, units);
             }));
             const int64_t g = kernels->rowsGroup, gt = kernels->colsGroup;
