@@ -648,6 +648,7 @@ struct Trainer::Impl {
         bind.label = p->label.ptr ? p->label : p->input;
         bind.params = r.params;
         bind.grads = r.gradViews;
+        bind.gradsRead = false;
         bind.flatGrads = r.flatGrads;
         if (mode == GraphMode::Train) {
             bind.accumulators = r.trainAccum;

@@ -1000,7 +1000,7 @@ class TestWorkShare : public QObject {
             " %9 = loss(%7, %8) {loss=mse, scale=0.015625} : f32[1]\n"
             " output loss = %9\n"
             "}\n";
-        auto build = [&](tdtest::Harness& h, bool withUpdate) {
+        auto build = [&](tdtest::Harness& h, bool withUpdate, bool gradsRead = true) {
             td::Graph g = tdtest::parseOrDie(ir);
             QVERIFY(td::autodiff(g).ok());
             td::CompileOptions co;
@@ -1010,12 +1010,16 @@ class TestWorkShare : public QObject {
             opt.programThreads = 1;  // the step on one thread, its large work on the share
             opt.deviceThreads = deviceThreads == 1 ? 1 : 0;
             if (withUpdate) opt.update = &spec;
+            opt.gradsRead = gradsRead;
             std::string error;
             QVERIFY2(h.compile(std::move(g), {}, &error, opt), error.c_str());
         };
-        tdtest::Harness prog, grads;
+        // unread: the same program as prog, its gradients read by nobody (as the trainer binds
+        // them), so the update inside the zero-skipping kernel may leave them unstored.
+        tdtest::Harness prog, grads, unread;
         build(prog, true);
         build(grads, false);
+        build(unread, true, false);
         std::mt19937 rng(21);
         std::uniform_real_distribution<float> uni(-1.f, 1.f);
         std::vector<std::vector<float>> w, gr;
@@ -1023,6 +1027,7 @@ class TestWorkShare : public QObject {
             const size_t n = prog.params[i].bytes / 4;
             for (size_t k = 0; k < n; ++k) prog.param(i)[k] = 0.1f * uni(rng);
             w.emplace_back(prog.param(i), prog.param(i) + n);
+            std::copy(w.back().begin(), w.back().end(), unread.param(i));
             gr.emplace_back(n);
         }
         std::vector<int64_t> sizes;
@@ -1037,9 +1042,11 @@ class TestWorkShare : public QObject {
                        : 0.f;
         };
         for (int step = 1; step <= 3; ++step) {
-            for (int k = 0; k < 64 * 784; ++k) prog.in()[k] = grads.in()[k] = input(k);
+            for (int k = 0; k < 64 * 784; ++k)
+                prog.in()[k] = grads.in()[k] = unread.in()[k] = input(k);
             for (int k = 0; k < 64 * 512; ++k)
-                static_cast<float*>(prog.lab())[k] = static_cast<float*>(grads.lab())[k] = uni(rng);
+                static_cast<float*>(prog.lab())[k] = static_cast<float*>(grads.lab())[k] =
+                    static_cast<float*>(unread.lab())[k] = uni(rng);
             for (size_t i = 0; i < w.size(); ++i)
                 std::copy(w[i].begin(), w[i].end(), grads.param(i));
             grads.run(step);
@@ -1049,10 +1056,16 @@ class TestWorkShare : public QObject {
                 refs.push_back({w[i].data(), gr[i].data(), static_cast<int64_t>(w[i].size())});
             }
             (*host)->apply(refs);
-            prog.run(step, 0, (*device)->nextStep());
-            for (size_t i = 0; i < w.size(); ++i)
+            const td::UpdateScalars scalars = (*device)->nextStep();
+            prog.run(step, 0, scalars);
+            unread.run(step, 0, scalars);
+            for (size_t i = 0; i < w.size(); ++i) {
                 QVERIFY2(std::memcmp(prog.param(i), w[i].data(), w[i].size() * 4) == 0,
                          qPrintable(QString("step %1, parameter %2").arg(step).arg(i)));
+                QVERIFY2(std::memcmp(unread.param(i), w[i].data(), w[i].size() * 4) == 0,
+                         qPrintable(
+                             QString("gradients unread: step %1, parameter %2").arg(step).arg(i)));
+            }
         }
         // Which products carry an update: the profile the program prints when it is destroyed
         // after at least 10 runs: both kernels' gradients, none under a global norm.
@@ -1076,6 +1089,26 @@ class TestWorkShare : public QObject {
         QVERIFY2((detail.find("update inside the zero-skipping product in 10 of 10 runs") !=
                   std::string::npos) == inside,
                  profile.c_str());
+        QVERIFY2(detail.find("not stored") == std::string::npos, profile.c_str());
+        // With nobody reading the gradients, that update leaves its gradient unstored.
+        const std::string unreadProfile = stderrOf([&] {
+            setenv("TRAINDECK_PROFILE", "1", 1);
+            tdtest::Harness h;
+            build(h, true, false);
+            unsetenv("TRAINDECK_PROFILE");
+            for (int step = 1; step <= 10; ++step) {
+                for (int k = 0; k < 64 * 784; ++k) h.in()[k] = input(k);
+                h.run(step, 0, (*device)->nextStep());
+            }
+        });
+        const size_t unreadFirst = unreadProfile.find("[784,128]");
+        QVERIFY2(unreadFirst != std::string::npos, unreadProfile.c_str());
+        const size_t unreadNext = unreadProfile.find('\n', unreadFirst) + 1;
+        const std::string unreadDetail =
+            unreadProfile.substr(unreadNext, unreadProfile.find('\n', unreadNext) - unreadNext);
+        QVERIFY2((unreadDetail.find("in 10 of 10 runs (the gradient not stored)") !=
+                  std::string::npos) == inside,
+                 unreadProfile.c_str());
         int fusedProducts = 0;
         for (size_t at = profile.find("+ update"); at != std::string::npos;
              at = profile.find("+ update", at + 1))

@@ -266,7 +266,8 @@ void checkSparseKernels(const cpu::sparse::Kernels& kernels, const char* level) 
 
 // One level's transposedTimesDenseAdam against transposedTimesDense followed by the optimizer
 // kernels' adam of the same level over the whole parameter (sparseAdamEqualsSeparate): the same
-// bits for the parameter and both slots.
+// bits for the parameter and both slots, with dw given and with dw null (the gradient kept
+// nowhere: each chunk in a buffer of the thread's).
 void checkSparseAdam(const cpu::sparse::Kernels& k, CpuIsa isa) {
     std::mt19937 rng(23);
     std::uniform_real_distribution<float> uni(-1.f, 1.f), unit(0.f, 1.f);
@@ -287,6 +288,7 @@ void checkSparseAdam(const cpu::sparse::Kernels& k, CpuIsa isa) {
                     for (float& e : v) e = 0.01f * unit(rng);
                     // Elements past N in each row stand for another tensor: never touched.
                     std::vector<float> w2 = w, m2 = m, v2 = v;
+                    const std::vector<float> w0 = w, m0 = m, v0 = v;
                     std::vector<float> grad(w.size(), 0.f), fusedGrad(w.size(), 5.f);
                     cpu::sparse::AdamEpilogue e;
                     e.w = w2.data();
@@ -329,6 +331,17 @@ void checkSparseAdam(const cpu::sparse::Kernels& k, CpuIsa isa) {
                     for (int64_t r = 0; r < K; ++r)
                         for (int64_t c = 0; c < ld; ++c)
                             QCOMPARE(fusedGrad[r * ld + c], c < N ? grad[r * ld + c] : 5.f);
+                    // Without dw: the same update from the parameter and slots as they were.
+                    std::vector<float> w3 = w0, m3 = m0, v3 = v0;
+                    e.w = w3.data();
+                    e.m = m3.data();
+                    e.v = v3.data();
+                    k.transposedTimesDenseAdam(x.data(), ldx, B, K, dy.data(), ldy, N, nullptr, ld,
+                                               e);
+                    requireSame(w3, w, "w without dw");
+                    requireSame(m3, m, "m without dw");
+                    requireSame(v3, v, "v without dw");
+                    if (QTest::currentTestFailed()) return;
                     ++checked;
                 }
     QCOMPARE(checked, 4 * 3 * 3 * 4);

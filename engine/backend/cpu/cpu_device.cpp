@@ -348,6 +348,8 @@ class CpuProgram final : public Executable {
         // it ran in.
         std::vector<cpu::sparse::AdamEpilogue> adam;
         int64_t adamRuns = 0;
+        // With the update inside: whether the gradient is stored (ProgramBindings::gradsRead).
+        bool keepGrad = true;
         double work = 1;  // listed / dense, the last run that measured it
     };
     std::vector<SparseProduct> sparse_;
@@ -1303,8 +1305,8 @@ void CpuProgram::runSparsePiece(const CpuInstr& i, int64_t piece,
     }
     const cpu::sparse::Kernels& k = *sp.kernels;
     if (adam) {
-        pc.listed = k.transposedTimesDenseAdam(x, pc.ldx, pc.rows, pc.inner, w, pc.ldw, pc.cols, y,
-                                               pc.ldy, *adam);
+        pc.listed = k.transposedTimesDenseAdam(x, pc.ldx, pc.rows, pc.inner, w, pc.ldw, pc.cols,
+                                               sp.keepGrad ? y : nullptr, pc.ldy, *adam);
         return;
     }
     pc.listed =
@@ -1353,6 +1355,7 @@ void CpuProgram::planPieceAdam(const CpuInstr& i) {
         a.eps = update_.epsilon;
     }
     sp.adam = std::move(adam);
+    sp.keepGrad = bind_->gradsRead;
 }
 
 // After the pieces (the WorkShare's run has joined them): whether the next run skips zeros.
@@ -1444,8 +1447,9 @@ void CpuProgram::printProfile() const {
                              static_cast<long long>(sp.pieces[0].inner + sp.pieces[1].inner));
             if (sp.adamRuns > 0)
                 std::fprintf(
-                    stderr, ", update inside the zero-skipping product in %lld of %lld runs",
-                    static_cast<long long>(sp.adamRuns), static_cast<long long>(profileRuns_));
+                    stderr, ", update inside the zero-skipping product in %lld of %lld runs%s",
+                    static_cast<long long>(sp.adamRuns), static_cast<long long>(profileRuns_),
+                    sp.keepGrad ? "" : " (the gradient not stored)");
             std::fprintf(stderr, "\n");
         }
     }

@@ -55,7 +55,8 @@ struct Kernels {
                                     int64_t lddw);
     // transposedTimesDense followed by `adam` (the update of the parameter dw is the gradient
     // of), a chunk of dw's rows at a time as each is finished, instead of the whole gradient
-    // being stored and read back by a separate update. dw receives the gradient.
+    // being stored and read back by a separate update. dw receives the gradient; null: nothing
+    // reads it afterwards, and each chunk goes to a buffer of the calling thread's instead.
     int64_t (*transposedTimesDenseAdam)(const float* x, int64_t ldx, int64_t B, int64_t K,
                                         const float* dy, int64_t ldy, int64_t N, float* dw,
                                         int64_t lddw, const AdamEpilogue& adam);
