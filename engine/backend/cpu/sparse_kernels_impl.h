@@ -65,10 +65,9 @@ constexpr int64_t kTileCols = kLanes* Isa::tileVectors(G);
 constexpr int64_t kGradRows = 64;
 static_assert(kGradRows % kLanes == 0 && kLanes % kGradGroup == 0);
 
-// The positions where any of G rows (or columns) of the sparse operand is nonzero: the indices
-// of the dense operand's rows they multiply (the values are read from the sparse operand itself,
-// see Sparse). Room for a whole vector stored past the end.
-template <int G>
+// The positions where any of a group's G rows (or columns) of the sparse operand is nonzero: the
+// indices of the dense operand's rows they multiply (the values are read from the sparse operand
+// itself, see Sparse). Room for a whole vector stored past the end.
 struct GroupList {
     std::vector<int32_t> at;
     void reserve(int64_t n) {
@@ -79,14 +78,13 @@ struct GroupList {
 
 // Where a list's entries are written: a raw pointer, read once per list, not again after each
 // store (the vector stores may alias anything, the container's data pointer included).
-template <int G>
 struct ListOut {
     int32_t* at;
-    explicit ListOut(GroupList<G>& list) : at(list.at.data()) {}
+    explicit ListOut(GroupList& list) : at(list.at.data()) {}
 };
 
 template <int G>
-inline int64_t appendGroup(const ListOut<G>& out, int64_t count, const Vec* v, Mask lanes,
+inline int64_t appendGroup(const ListOut& out, int64_t count, const Vec* v, Mask lanes,
                            int32_t first, Ints steps) {
     return count + Isa::append<G>(v, lanes, first, steps, out.at + count);
 }
@@ -130,9 +128,8 @@ inline void memberValues(const Sparse& sx, const int32_t* outRows, int64_t p, co
 // does otherwise) it is loaded G times, and the loads, not the FMAs, set the pace.
 // Isa::kListUnroll positions per turn of the loop (one where Masked).
 template <int G, int NV, bool Masked, bool Columns>
-inline void accumulate(Vec* acc, const GroupList<G>& list, int64_t s0, int64_t s1,
-                       const float* base, int64_t stride, const float* const* vals, int64_t ldx,
-                       Mask last) {
+inline void accumulate(Vec* acc, const GroupList& list, int64_t s0, int64_t s1, const float* base,
+                       int64_t stride, const float* const* vals, int64_t ldx, Mask last) {
     const auto entry = [&](int64_t j) __attribute__((always_inline)) {
         const int64_t k = list.at[static_cast<size_t>(j)];
         const float* row = base + k * stride;
@@ -239,7 +236,7 @@ struct Packed {
 // `rows` absent) += its list over the block, from zero for the first block. blockRows: rows per
 // block, for fetching the next block ahead (0: none).
 template <int G, int NV, bool Masked, bool Columns>
-void groupTile(const GroupList<G>& list, const std::vector<int64_t>& seg, int64_t blocks,
+void groupTile(const GroupList& list, const std::vector<int64_t>& seg, int64_t blocks,
                int64_t blockRows, int64_t denseRows, int64_t rows, const float* base,
                int64_t stride, float* out, int64_t ldo, Mask last, const int32_t* outRows,
                int64_t p0, int64_t p1, Packed pack, const Sparse& sx, int64_t outFirst) {
@@ -311,7 +308,7 @@ inline void withVectors(int nv, F&& f) {
 // tile of columns by tile; only groups [p0, p1) (their rows), output row r at out's row
 // r - outFirst. The values from sx, by columns where Columns.
 template <int G, bool Columns>
-void runGroups(const GroupList<G>& list, const std::vector<int64_t>& seg, int64_t blocks,
+void runGroups(const GroupList& list, const std::vector<int64_t>& seg, int64_t blocks,
                int64_t blockRows, int64_t denseRows, int64_t rows, const float* base,
                int64_t stride, int64_t N, float* out, int64_t ldo, const int32_t* outRows,
                int64_t p0, int64_t p1, const Sparse& sx, Packed pack = {}, int64_t outFirst = 0) {
@@ -425,7 +422,7 @@ constexpr int64_t inPlaceBlockRows(int64_t rowBytes) {
 int64_t rowsTimesDense(const float* x, int64_t ldx, int64_t M, int64_t K, const float* w,
                        int64_t ldw, int64_t N, float* y, int64_t ldy) {
     constexpr int G = kForwardGroup;
-    thread_local GroupList<G> list;
+    thread_local GroupList list;
     thread_local std::vector<int64_t> seg;
     thread_local std::vector<int32_t> order;
     thread_local std::vector<float> packed;
@@ -444,7 +441,7 @@ int64_t rowsTimesDense(const float* x, int64_t ldx, int64_t M, int64_t K, const 
     seg.resize(static_cast<size_t>(groups * (blocks + 1)));
     int64_t count = 0;
     const Ints steps = Isa::lanesTimes(1);
-    const ListOut<G> out(list);
+    const ListOut out(list);
     const Mask all = Isa::tail(kLanes);
     // Whole vectors, then the block's tail; the rows' addresses and the list's read once. With
     // pairRows' cheaper signature: pairing and listing both halves of a Fashion-MNIST batch of
@@ -498,8 +495,8 @@ int64_t rowsTimesDense(const float* x, int64_t ldx, int64_t M, int64_t K, const 
 // core of the AVX2 machine, no product): 5.4 us against 6.0-6.3.
 template <int G, bool Whole>
 inline void listColumns(const float* x, int64_t ldx, int64_t B, int64_t k0, int64_t width,
-                        int64_t room, int64_t blocks, const ListOut<G>& out, Ints steps,
-                        int64_t* seg, int64_t& entries) {
+                        int64_t room, int64_t blocks, const ListOut& out, Ints steps, int64_t* seg,
+                        int64_t& entries) {
     constexpr int64_t kMaxGroups = kLanes / G;
     const Mask cols = Isa::tail(width);
     const int64_t firstGroup = k0 / G;
@@ -543,7 +540,7 @@ template <class Then>
 int64_t gradProduct(const float* x, int64_t ldx, int64_t B, int64_t K, const float* dy, int64_t ldy,
                     int64_t N, float* dw, int64_t lddw, int64_t chunkRows, const Then& then) {
     constexpr int G = kGradGroup;
-    thread_local GroupList<G> list;
+    thread_local GroupList list;
     thread_local std::vector<int64_t> seg;
     const int64_t blocks = std::max<int64_t>(1, (B + kGradRows - 1) / kGradRows);
     const int64_t groups = (K + G - 1) / G;
@@ -554,7 +551,7 @@ int64_t gradProduct(const float* x, int64_t ldx, int64_t B, int64_t K, const flo
     seg.resize(static_cast<size_t>(groups * (blocks + 1)));
     int64_t entries = 0;
     const Ints steps = Isa::lanesTimes(1);
-    const ListOut<G> out(list);
+    const ListOut out(list);
     for (int64_t k0 = 0; k0 < K; k0 += kLanes) {
         if (K - k0 >= kLanes)
             listColumns<G, true>(x, ldx, B, k0, kLanes, room, blocks, out, steps, seg.data(),
