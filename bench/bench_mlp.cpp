@@ -15,8 +15,13 @@
 //                                 torch-compile-cuda,torch-bf16-cuda,torch-compile-bf16-cuda|none]
 //                   [--python VENV/bin/python] [--python-debian /usr/bin/python3]
 //                   [--strategies one,mirrored-2,mpi-2] [--variants f32,unfused,bf16,f16,nograph]
-//                   [--device cuda:0]
+//                   [--device cuda:0] [--matmul-rate]
 //
+// --matmul-rate runs traindeck_bench_matmul (oneDNN's products alone at the MLP's shapes, as many
+// steps as TrainDeck's timed epochs) right after each one-device TrainDeck run on the CPU and
+// prints the share of that rate the run reached, then the median over the rounds: both measured
+// in the same minute, where two invocations apart measured the same trainer at 81% and 109% of it
+// on a drifting machine.
 // --variants adds TrainDeck rows for the same model: unfused (every fusing pass off), bf16
 // (mixed_bfloat16; emulated by oneDNN on a CPU without AMX-BF16 or AVX512-BF16, and labelled so)
 // and f16 (mixed_float16), each with its ratio to the first row; torch-bf16 and keras-bf16 are the
@@ -91,6 +96,43 @@ std::string join(const std::vector<int>& v) {
     std::string s;
     for (int x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
     return s;
+}
+
+// oneDNN's matrix products alone at the shapes of an MLP's step (traindeck_bench_matmul, run
+// right after a TrainDeck run so that both see the machine in the same state): the samples/s
+// they would allow if nothing else took time; 0 and *error set when it could not be measured.
+double matmulSamplesPerSecond(const std::string& binary, int inputs, const std::vector<int>& hidden,
+                              int batch, int threads, int steps, std::string* error) {
+    const std::vector<std::string> argv{binary,
+                                        "--layers",
+                                        std::to_string(inputs) + "," + join(hidden) + ",10",
+                                        "--batch",
+                                        std::to_string(batch),
+                                        "--threads",
+                                        std::to_string(threads),
+                                        "--repeat",
+                                        std::to_string(steps)};
+    std::string out;
+    double peak = 0;
+    const int rc = runChild(argv, {"OMP_NUM_THREADS=" + std::to_string(threads)}, &out, &peak);
+    if (rc != 0) {
+        *error = binary + " exited with " + std::to_string(rc);
+        return 0;
+    }
+    static const std::regex rate(
+        R"(step of matmuls: [0-9.]+ us, [0-9.]+ GFLOP/s, ([0-9.]+) samples/s)");
+    std::smatch m;
+    if (!std::regex_search(out, m, rate)) {
+        *error = "no 'step of matmuls' line in the output of " + binary;
+        return 0;
+    }
+    return std::stod(m[1]);
+}
+
+double medianOf(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n == 0 ? 0.0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 // A TrainDeck strategy row: "one" (one device), "mirrored-N" (N CPU replicas in one process),
@@ -326,6 +368,11 @@ int main(int argc, char** argv) {
     app.add_option("--device", device,
                    "TrainDeck's device for its one-device rows, e.g. cuda:0 (default: the "
                    "project's, the CPU)");
+    bool matmulRate = false;
+    app.add_flag("--matmul-rate", matmulRate,
+                 "After each one-device TrainDeck run of an MLP on the CPU, oneDNN's matrix "
+                 "products alone at its shapes (traindeck_bench_matmul, next to this program): "
+                 "the share of their rate the run reached, side by side, and its median");
     std::string variants = "f32";
     app.add_option("--variants", variants,
                    "TrainDeck variants on one device: f32, unfused (fusion off), bf16 "
@@ -352,6 +399,14 @@ int main(int argc, char** argv) {
     if (binary.empty())
         binary =
             (std::filesystem::canonical("/proc/self/exe").parent_path() / "traindeck").string();
+    const std::string matmulBinary =
+        (std::filesystem::canonical("/proc/self/exe").parent_path() / "traindeck_bench_matmul")
+            .string();
+    if (matmulRate && !std::filesystem::exists(matmulBinary)) {
+        std::fprintf(stderr, "bench: --matmul-rate: %s does not exist (build it)\n",
+                     matmulBinary.c_str());
+        return 2;
+    }
 
     std::vector<Reference> refs;
     for (const std::string& key : splitList(frameworks)) {
@@ -487,6 +542,28 @@ int main(int argc, char** argv) {
             p = *cnnBase;
             p.training.epochs = base->training.epochs;
         }
+        // --matmul-rate: each one-device run's share of oneDNN's matmul rate, measured after it.
+        const bool onCpuDevice = device.empty() || device.rfind("cpu", 0) == 0;
+        std::vector<double> matmulShares;
+        auto measureMatmul = [&](const Outcome& run) {
+            if (!matmulRate || c.cnn || !onCpuDevice || !run.ok || run.samplesPerSecond <= 0)
+                return;
+            std::string error;
+            // Every MLP configuration flattens Fashion-MNIST's 28x28 pixels; the products run as
+            // many steps as TrainDeck's timed epochs (its 60,000 training images).
+            const int steps = (epochs - 1) * ((60000 + c.batch - 1) / c.batch);
+            const double alone = matmulSamplesPerSecond(matmulBinary, 784, c.hidden, c.batch,
+                                                        threads, steps, &error);
+            if (alone <= 0) {
+                std::printf("  matmul rate: not measured: %s\n", error.c_str());
+                return;
+            }
+            matmulShares.push_back(run.samplesPerSecond / alone);
+            std::printf(
+                "  matmul rate: oneDNN's products alone %.0f samples/s; TrainDeck's %.0f at "
+                "%.0f%% of it\n",
+                alone, run.samplesPerSecond, 100.0 * matmulShares.back());
+        };
         Outcome ours;
         std::string oursPath;  // the one-device project, for further rounds
         std::vector<std::pair<StrategyRun, Outcome>> scaled;
@@ -507,6 +584,7 @@ int main(int argc, char** argv) {
                 oursPath = pp;
                 printRow(c.name, c.batch, ourName + (st.key == "one" ? "" : " " + st.key), o,
                          nullptr);
+                if (st.key == "one") measureMatmul(o);
             } else {
                 printRow(c.name, c.batch, "TrainDeck " + st.key, o, nullptr);
                 if (o.ok && ours.ok && ours.samplesPerSecond > 0)
@@ -597,6 +675,7 @@ int main(int argc, char** argv) {
                  round < rounds && !ratios.empty() && strategyRuns.front().key == "one"; ++round) {
                 const Outcome a = runTrainDeck(binary, oursPath, epochs, c.batch, threads,
                                                (tmp / "bench.db").string(), strategyRuns.front());
+                measureMatmul(a);
                 const Outcome b =
                     runReference(r.debianPython ? pythonDebian : python, reference, r, c.hidden,
                                  c.cnn ? cnnDropout : 0.2, epochs, c.batch, threads, c.cnn);
@@ -611,14 +690,11 @@ int main(int argc, char** argv) {
                                       : (r.label + ": " + b.error).c_str());
                 }
             }
-            double medianRatio = ratios.empty() ? 0.0 : ratios.front();
+            const double medianRatio = medianOf(ratios);
             if (ratios.size() > 1) {
-                std::vector<double> sorted = ratios;
-                std::sort(sorted.begin(), sorted.end());
-                const size_t n = sorted.size();
-                medianRatio = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+                const auto [lo, hi] = std::minmax_element(ratios.begin(), ratios.end());
                 std::printf("  %s over %zu rounds: median %.2fx (%.2fx to %.2fx)\n",
-                            r.label.c_str(), n, medianRatio, sorted.front(), sorted.back());
+                            r.label.c_str(), ratios.size(), medianRatio, *lo, *hi);
             }
             const bool both = ours.ok && ref.ok && ref.samplesPerSecond > 0 && ref.peakRssMiB > 0;
             row["references"].push_back(
@@ -634,6 +710,14 @@ int main(int argc, char** argv) {
                  {"median_speed_ratio", medianRatio},
                  {"memory_ratio", both ? ours.peakRssMiB / ref.peakRssMiB : 0.0}});
         }
+        if (matmulShares.size() > 1) {
+            const auto [lo, hi] = std::minmax_element(matmulShares.begin(), matmulShares.end());
+            std::printf(
+                "  TrainDeck over %zu runs: median %.0f%% of oneDNN's matmul rate (%.0f%% "
+                "to %.0f%%)\n",
+                matmulShares.size(), 100.0 * medianOf(matmulShares), 100.0 * *lo, 100.0 * *hi);
+        }
+        row["matmul_rate_shares"] = matmulShares;
         results.push_back(row);
     }
     if (!jsonOut.empty()) std::ofstream(jsonOut) << results.dump(2) << "\n";
