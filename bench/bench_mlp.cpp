@@ -396,12 +396,11 @@ int main(int argc, char** argv) {
                          "by one: it needs --device cuda:N\n");
             return 2;
         }
-    if (binary.empty())
-        binary =
-            (std::filesystem::canonical("/proc/self/exe").parent_path() / "traindeck").string();
-    const std::string matmulBinary =
-        (std::filesystem::canonical("/proc/self/exe").parent_path() / "traindeck_bench_matmul")
-            .string();
+    const auto here = std::filesystem::canonical("/proc/self/exe").parent_path();
+    if (binary.empty()) binary = (here / "traindeck").string();
+    const std::string matmulBinary = (here / "traindeck_bench_matmul").string();
+    // TrainDeck's one-device rows on the CPU (not --device cuda:N).
+    const bool onCpu = device.empty() || device.rfind("cpu", 0) == 0;
     if (matmulRate && !std::filesystem::exists(matmulBinary)) {
         std::fprintf(stderr, "bench: --matmul-rate: %s does not exist (build it)\n",
                      matmulBinary.c_str());
@@ -543,11 +542,9 @@ int main(int argc, char** argv) {
             p.training.epochs = base->training.epochs;
         }
         // --matmul-rate: each one-device run's share of oneDNN's matmul rate, measured after it.
-        const bool onCpuDevice = device.empty() || device.rfind("cpu", 0) == 0;
         std::vector<double> matmulShares;
         auto measureMatmul = [&](const Outcome& run) {
-            if (!matmulRate || c.cnn || !onCpuDevice || !run.ok || run.samplesPerSecond <= 0)
-                return;
+            if (!matmulRate || c.cnn || !onCpu || !run.ok || run.samplesPerSecond <= 0) return;
             std::string error;
             // Every MLP configuration flattens Fashion-MNIST's 28x28 pixels; the products run as
             // many steps as TrainDeck's timed epochs (its 60,000 training images).
@@ -600,7 +597,6 @@ int main(int argc, char** argv) {
         // Variants: the same model on one device with another precision or without fusion.
         nlohmann::json variantRows = nlohmann::json::array();
         Outcome firstVariant;
-        const bool onCpu = device.empty() || device.rfind("cpu", 0) == 0;
         for (const std::string& v : splitList(variants)) {
             td::Project pv = p;
             if (!device.empty()) pv.strategy.devices = {device};
