@@ -10,9 +10,10 @@
 // gradient [K,M]x[M,N] (the input transposed); the input gradient [M,N]x[N,K] (the weights
 // transposed) for every layer but the first, as a trainer computes them. Every operand starts on
 // a cache line, but the right operands of the forward and input-gradient products (the weights)
-// start 16 bytes past one, where oneDNN's AVX2 gemm is fastest for rows a multiple of 1 KiB
-// long (see offsetWeights in engine/backend/cpu/cpu_device.cpp); --weights-aligned puts them on
-// the line too, to see the difference.
+// are placed as TrainDeck's CPU device places them on this CPU (cpu::weightsOffsetFor): 16 bytes
+// past a line where oneDNN runs AVX2 kernels and the rows are a multiple of 1 KiB long (there
+// its gemm is fastest so), on the line elsewhere. --weights-aligned and --weights-offset force
+// one placement, to see the difference.
 #include <omp.h>
 
 #include <CLI/CLI.hpp>
@@ -27,6 +28,7 @@
 #include <vector>
 
 #include "dnnl.hpp"
+#include "engine/backend/cpu/weight_placement.h"
 
 namespace {
 
@@ -52,7 +54,7 @@ int main(int argc, char** argv) {
     int64_t batch = 256;
     int threads = 2, repeat = 50;
     double trainerRate = 0;
-    bool weightsAligned = false;
+    bool weightsAligned = false, weightsOffset = false;
     app.add_option("--layers", layersText, "Widths from the input to the output");
     app.add_option("--batch", batch, "Batch size")->check(CLI::PositiveNumber);
     app.add_option("--threads", threads, "OpenMP threads")->check(CLI::PositiveNumber);
@@ -60,8 +62,12 @@ int main(int argc, char** argv) {
         ->check(CLI::PositiveNumber);
     app.add_option("--trainer-samples-per-s", trainerRate,
                    "A trainer's measured samples/s on this model and batch, to compare with");
-    app.add_flag("--weights-aligned", weightsAligned,
-                 "Weights on a cache line instead of 16 bytes past one");
+    auto* aligned = app.add_flag("--weights-aligned", weightsAligned,
+                                 "Every weight matrix on a cache line (default: as TrainDeck "
+                                 "places them on this CPU)");
+    app.add_flag("--weights-offset", weightsOffset,
+                 "Every weight matrix 16 bytes past a cache line")
+        ->excludes(aligned);
     CLI11_PARSE(app, argc, argv);
 
     std::vector<int64_t> widths;
@@ -106,12 +112,20 @@ int main(int argc, char** argv) {
         double flops = 0;
     };
     std::vector<Prepared> prepared(products.size());
+    bool anyOffset = false, anyAligned = false;  // how the weights were placed
     for (size_t i = 0; i < products.size(); ++i) {
         const Product& p = products[i];
         Prepared& q = prepared[i];
         const bool weights = !p.transA;  // forward and input gradient: b is a weight matrix
         q.a.assign(static_cast<size_t>(p.m * p.k), 0.01f, 0);
-        q.b.assign(static_cast<size_t>(p.k * p.n), 0.02f, weights && !weightsAligned ? 16 : 0);
+        // The weights' rows are n floats apart (k for the input gradient's transposed read of
+        // the same [n, k] matrix, stored with rows of k).
+        const auto rowBytes = static_cast<size_t>(p.transB ? p.k : p.n) * sizeof(float);
+        const bool offset =
+            weights && !weightsAligned &&
+            (weightsOffset || td::cpu::weightsOffsetFor(dnnl::get_effective_cpu_isa(), rowBytes));
+        if (weights) anyOffset = anyOffset || offset, anyAligned = anyAligned || !offset;
+        q.b.assign(static_cast<size_t>(p.k * p.n), 0.02f, offset ? td::cpu::kWeightsOffset : 0);
         q.c.assign(static_cast<size_t>(p.m * p.n), 0.0f, 0);
         auto aMd = matDesc(p.m, p.k, p.transA), bMd = matDesc(p.k, p.n, p.transB),
              cMd = matDesc(p.m, p.n, false);
@@ -145,7 +159,9 @@ int main(int argc, char** argv) {
         "%s\n",
         dnnl_version()->major, dnnl_version()->minor, layersText.c_str(),
         static_cast<long long>(batch), threads,
-        weightsAligned ? "on a cache line" : "16 bytes past a cache line");
+        !anyOffset    ? "on a cache line"
+        : !anyAligned ? "16 bytes past a cache line"
+                      : "16 bytes past a cache line where TrainDeck places them so");
     for (size_t i = 0; i < products.size(); ++i) {
         std::vector<double> t;
         for (int r = 0; r < std::max(5, repeat / 5); ++r) {

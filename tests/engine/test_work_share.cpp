@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "engine/backend/cpu/sparse_kernels.h"
+#include "engine/backend/cpu/weight_placement.h"
 #include "engine/core/cpu_isa.h"
 #include "engine/core/work_share.h"
 #include "engine/train/optimizer.h"
@@ -901,6 +902,17 @@ class TestWorkShare : public QObject {
         const size_t wide = placed(1024 * 4);
         QCOMPARE(placed(2048 * 4), wide);
         QVERIFY(wide == 0 || wide == 16);
+        // The rule, which traindeck_bench_matmul shares (weight_placement.h), and the device
+        // following it for the instruction set oneDNN runs here.
+        QVERIFY(td::cpu::weightsOffsetFor(dnnl::cpu_isa::avx2, 4096));
+        QVERIFY(td::cpu::weightsOffsetFor(dnnl::cpu_isa::avx2_vnni, 8192));
+        QVERIFY(!td::cpu::weightsOffsetFor(dnnl::cpu_isa::avx2, 1024));  // under 2 KiB
+        QVERIFY(!td::cpu::weightsOffsetFor(dnnl::cpu_isa::avx2, 4000));  // not a multiple of 1 KiB
+        QVERIFY(!td::cpu::weightsOffsetFor(dnnl::cpu_isa::avx512_core, 4096));
+        if (!std::getenv("TRAINDECK_ALIGNED_WEIGHTS"))
+            QCOMPARE(wide, td::cpu::weightsOffsetFor(dnnl::get_effective_cpu_isa(), 4096)
+                               ? td::cpu::kWeightsOffset
+                               : size_t{0});
         if (td::detectedCpuIsa() == td::CpuIsa::Avx2 && !std::getenv("ONEDNN_MAX_CPU_ISA") &&
             !std::getenv("TRAINDECK_ALIGNED_WEIGHTS"))
             QCOMPARE(wide, size_t{16});

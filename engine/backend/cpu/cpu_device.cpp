@@ -27,6 +27,7 @@
 #include "engine/backend/cpu/kernels.h"
 #include "engine/backend/cpu/simd_kernels.h"
 #include "engine/backend/cpu/sparse_kernels.h"
+#include "engine/backend/cpu/weight_placement.h"
 #include "engine/backend/kernel_math.h"
 #include "engine/core/cpu_isa.h"
 #include "engine/core/half.h"
@@ -2356,18 +2357,16 @@ constexpr unsigned kFtzDaz = 0x8040;  // MXCSR bits FTZ (15) and DAZ (6)
 // for the lines they straddle (the seed MLP's step measured 126 us against 113 with every
 // weight offset), so only rows of at least 2 KiB and a multiple of 1 KiB move, and only where
 // oneDNN runs AVX2 kernels (its AVX-512 ones were not measured).
+// The rule is cpu::weightsOffsetFor (weight_placement.h), which traindeck_bench_matmul shares.
 // TRAINDECK_ALIGNED_WEIGHTS=1 keeps every weight aligned, for measurements.
-constexpr size_t kWeightsOffset = 16;
+using cpu::kWeightsOffset;
 
 bool offsetWeights(size_t rowBytes) {
     static const bool allowed = [] {
         const char* v = std::getenv("TRAINDECK_ALIGNED_WEIGHTS");
-        if (v && *v && std::string_view(v) != "0") return false;
-        const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
-        return isa == dnnl::cpu_isa::avx || isa == dnnl::cpu_isa::avx2 ||
-               isa == dnnl::cpu_isa::avx2_vnni;
+        return !(v && *v && std::string_view(v) != "0");
     }();
-    return allowed && rowBytes >= 2048 && rowBytes % 1024 == 0;
+    return allowed && cpu::weightsOffsetFor(dnnl::get_effective_cpu_isa(), rowBytes);
 }
 
 class CpuDevice final : public Device {
