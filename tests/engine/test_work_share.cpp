@@ -92,16 +92,17 @@ void compileProfiled(tdtest::Harness& h, const std::string& ir, int threads, con
     std::memcpy(h.lab(), y.data(), y.size() * 4);
 }
 
-// Ten steps of the program compiled by compileProfiled (the switch `env` set when given), SGD
+// Ten steps of the program compiled by compileProfiled (the switch `env` set when given, the step
+// on `programThreads` threads: 1, its large work on the device's WorkShare; 2, the team), SGD
 // applied on the host after each so that every step's products see new weights: out receives each
 // step's loss, then the last step's gradients. Returns the profile (stderr).
 std::string sgdSteps(const std::string& ir, const char* env,
                      std::initializer_list<const std::vector<float>*> params,
                      const std::vector<float>& x, const std::vector<float>& y,
-                     std::vector<float>* out, int deviceThreads = 0) {
+                     std::vector<float>* out, int deviceThreads = 0, int programThreads = 1) {
     return stderrOf([&] {
         tdtest::Harness h;
-        compileProfiled(h, ir, 1, env, params, x, y, deviceThreads);
+        compileProfiled(h, ir, programThreads, env, params, x, y, deviceThreads);
         if (QTest::currentTestFailed()) return;
         const size_t tensors = params.size();
         for (int step = 1; step <= 10; ++step) {
@@ -604,6 +605,60 @@ class TestWorkShare : public QObject {
         QVERIFY2(edge >= 352 && edge <= 448, profile.c_str());
     }
 
+    // A step on the device's OpenMP team of two (a large step: no WorkShare) runs the weight
+    // gradients that may skip zeros in row pieces, one run of them per member of the team
+    // (cpu_device.cpp, teamPieces_), and every other product whole: ten SGD steps give the
+    // losses and gradients of oneDNN's whole products (TRAINDECK_NO_TEAM_PIECES=1) to 1e-4, on
+    // images (zeros skipped on every run) and on a dense input (after the first run the pieces
+    // run oneDNN, each on its member alone).
+    void teamPiecesEqualWhole() {
+        if (omp_get_max_threads() < 2 || td::makeCpuDevice(0)->desc().threads < 2)
+            QSKIP("needs a CPU device with two threads (OMP_NUM_THREADS=2)");
+        if (!td::cpu::sparse::active())
+            QSKIP(
+                "the team splits only weight gradients that may skip zeros, which need AVX2 with "
+                "FMA or AVX-512 (and no TRAINDECK_NO_SPARSE)");
+        const RestoreThreads restore;
+        const int rows = 256;
+        const std::string ir = twoLayerIr(rows);
+        std::mt19937 rng(31);
+        const size_t n = static_cast<size_t>(rows);
+        std::vector<float> noise(n * 784), y(n * 64), p0(784 * 128), p1(128), p2(128 * 64);
+        fillUniform(rng, {&noise, &y, &p0, &p1, &p2});
+        const std::vector<float> images = windowImages(rng, n);
+        const std::vector<float>* inputs[] = {&images, &noise};
+        for (const std::vector<float>* x : inputs) {
+            std::vector<float> pieces, whole;
+            const std::string profile =
+                sgdSteps(ir, nullptr, {&p0, &p1, &p2}, *x, y, &pieces, 0, 2);
+            const std::string wholeProfile =
+                sgdSteps(ir, "TRAINDECK_NO_TEAM_PIECES", {&p0, &p1, &p2}, *x, y, &whole, 0, 2);
+            QCOMPARE(pieces.size(), whole.size());
+            double worst = 0;
+            for (size_t i = 0; i < whole.size(); ++i)
+                worst = std::max(worst, std::fabs(double{pieces[i]} - whole[i]) /
+                                            (1e-3 + std::fabs(double{whole[i]})));
+            QVERIFY2(worst < 1e-4, qPrintable(QString("worst relative difference %1").arg(worst)));
+            QVERIFY2(profile.find("in pieces on the OpenMP team") != std::string::npos,
+                     profile.c_str());
+            QVERIFY2(wholeProfile.find("pieces") == std::string::npos, wholeProfile.c_str());
+            // Both kernels' weight gradients in pieces (the second's 64 outputs at the bound),
+            // interleaved over the team; the forward products whole.
+            QVERIFY2(profile.find("[784,128], 4 pieces, pieces interleaved") != std::string::npos,
+                     profile.c_str());
+            QVERIFY2(profile.find("[128,64], 4 pieces") != std::string::npos, profile.c_str());
+            const size_t forward = profile.find("[256,128]");
+            QVERIFY2(forward != std::string::npos, profile.c_str());
+            QVERIFY2(
+                profile.substr(forward, profile.find('\n', forward) - forward).find("pieces") ==
+                    std::string::npos,
+                profile.c_str());
+            const char* skipped =
+                x == &images ? "skipped zeros in 10 of 10 runs" : "skipped zeros in 1 of 10 runs";
+            QVERIFY2(profile.find(skipped) != std::string::npos, profile.c_str());
+        }
+    }
+
     // A device of one thread runs the products that may skip zeros in the pieces of two
     // threads, one after the other (a share without helpers): its profile says so, the results
     // are the bits of the same program on a two-thread device's share, and oneDNN's whole
@@ -942,27 +997,41 @@ class TestWorkShare : public QObject {
         QTest::addColumn<bool>("images");
         QTest::addColumn<double>("weightDecay");
         QTest::addColumn<int>("deviceThreads");  // 1: a device of one thread (no helpers)
-        QTest::newRow("adam") << QString("adam") << 0.0 << 0.0 << false << 0.0 << false << 0.0 << 2;
+        // The step on the device's OpenMP team of two (no WorkShare): the weight gradients in
+        // pieces on the team (cpu_device.cpp, teamPieces_).
+        QTest::addColumn<bool>("team");
+        QTest::newRow("adam") << QString("adam") << 0.0 << 0.0 << false << 0.0 << false << 0.0 << 2
+                              << false;
         QTest::newRow("amsgrad") << QString("adam") << 0.0 << 0.0 << true << 0.0 << false << 0.0
-                                 << 2;
+                                 << 2 << false;
         QTest::newRow("sgd momentum clipvalue")
-            << QString("sgd") << 0.01 << 0.0 << false << 0.9 << false << 0.0 << 2;
+            << QString("sgd") << 0.01 << 0.0 << false << 0.9 << false << 0.0 << 2 << false;
         QTest::newRow("adam global clip")
-            << QString("adam") << 0.0 << 1.0 << false << 0.0 << false << 0.0 << 2;
+            << QString("adam") << 0.0 << 1.0 << false << 0.0 << false << 0.0 << 2 << false;
         QTest::newRow("adam, images")
-            << QString("adam") << 0.0 << 0.0 << false << 0.0 << true << 0.0 << 2;
+            << QString("adam") << 0.0 << 0.0 << false << 0.0 << true << 0.0 << 2 << false;
         QTest::newRow("adamw clipvalue, images")
-            << QString("adamw") << 0.002 << 0.0 << false << 0.0 << true << 0.004 << 2;
+            << QString("adamw") << 0.002 << 0.0 << false << 0.0 << true << 0.004 << 2 << false;
         QTest::newRow("amsgrad, images")
-            << QString("adam") << 0.0 << 0.0 << true << 0.0 << true << 0.0 << 2;
+            << QString("adam") << 0.0 << 0.0 << true << 0.0 << true << 0.0 << 2 << false;
         QTest::newRow("adam, one thread")
-            << QString("adam") << 0.0 << 0.0 << false << 0.0 << false << 0.0 << 1;
+            << QString("adam") << 0.0 << 0.0 << false << 0.0 << false << 0.0 << 1 << false;
         QTest::newRow("adam global clip, one thread")
-            << QString("adam") << 0.0 << 1.0 << false << 0.0 << false << 0.0 << 1;
+            << QString("adam") << 0.0 << 1.0 << false << 0.0 << false << 0.0 << 1 << false;
         QTest::newRow("adamw clipvalue, images, one thread")
-            << QString("adamw") << 0.002 << 0.0 << false << 0.0 << true << 0.004 << 1;
+            << QString("adamw") << 0.002 << 0.0 << false << 0.0 << true << 0.004 << 1 << false;
         QTest::newRow("amsgrad, images, one thread")
-            << QString("adam") << 0.0 << 0.0 << true << 0.0 << true << 0.0 << 1;
+            << QString("adam") << 0.0 << 0.0 << true << 0.0 << true << 0.0 << 1 << false;
+        QTest::newRow("adam, images, team")
+            << QString("adam") << 0.0 << 0.0 << false << 0.0 << true << 0.0 << 2 << true;
+        QTest::newRow("adamw clipvalue, images, team")
+            << QString("adamw") << 0.002 << 0.0 << false << 0.0 << true << 0.004 << 2 << true;
+        QTest::newRow("amsgrad, images, team")
+            << QString("adam") << 0.0 << 0.0 << true << 0.0 << true << 0.0 << 2 << true;
+        QTest::newRow("sgd momentum clipvalue, team")
+            << QString("sgd") << 0.01 << 0.0 << false << 0.9 << false << 0.0 << 2 << true;
+        QTest::newRow("adam global clip, images, team")
+            << QString("adam") << 0.0 << 1.0 << false << 0.0 << true << 0.0 << 2 << true;
     }
     void fusedUpdateEqualsApply() {
         QFETCH(QString, name);
@@ -973,6 +1042,11 @@ class TestWorkShare : public QObject {
         QFETCH(bool, images);
         QFETCH(double, weightDecay);
         QFETCH(int, deviceThreads);
+        QFETCH(bool, team);
+        if (team && !td::cpu::sparse::active())
+            QSKIP(
+                "the team splits only weight gradients that may skip zeros, which need AVX2 with "
+                "FMA or AVX-512 (and no TRAINDECK_NO_SPARSE)");
         if (deviceThreads == 1 && !td::cpu::sparse::active())
             QSKIP(
                 "a one-thread device splits only products that skip zeros, which need AVX2 with "
@@ -1019,7 +1093,8 @@ class TestWorkShare : public QObject {
             co.paramShadows = false;
             tdtest::HarnessOptions opt;
             opt.passes = &co;
-            opt.programThreads = 1;  // the step on one thread, its large work on the share
+            // The step on one thread, its large work on the share; or on the team.
+            opt.programThreads = team ? 2 : 1;
             opt.deviceThreads = deviceThreads == 1 ? 1 : 0;
             if (withUpdate) opt.update = &spec;
             opt.gradsRead = gradsRead;
@@ -1093,7 +1168,7 @@ class TestWorkShare : public QObject {
         });
         // Adam without AMSGrad on image inputs: the first kernel's update inside its
         // zero-skipping weight gradient on every run (the line after the product's).
-        const bool inside = images && !amsgrad && name != "sgd";
+        const bool inside = images && !amsgrad && name != "sgd" && globalClipNorm == 0;
         const size_t first = profile.find("[784,128]");
         QVERIFY2(first != std::string::npos, profile.c_str());
         const size_t next = profile.find('\n', first) + 1;
@@ -1134,6 +1209,16 @@ class TestWorkShare : public QObject {
              at = profile.find("the other updates beside it", at + 1))
             ++restAfter;
         QVERIFY2(restAfter == (globalClipNorm > 0 ? 0 : 1), profile.c_str());
+        // On the team only the weight gradients run in pieces; the forward products stay whole.
+        QVERIFY2((profile.find("in pieces on the OpenMP team") != std::string::npos) == team,
+                 profile.c_str());
+        if (team) {
+            QVERIFY2(profile.find("WorkShare") == std::string::npos, profile.c_str());
+            const size_t forward = profile.find("[64,128]");
+            QVERIFY2(forward != std::string::npos, profile.c_str());
+            const std::string line = profile.substr(forward, profile.find('\n', forward) - forward);
+            QVERIFY2(line.find("pieces") == std::string::npos, profile.c_str());
+        }
         for (const char* kernel : {"[784,128]", "[128,512]"}) {
             const size_t at = profile.find(kernel);
             QVERIFY2(at != std::string::npos, profile.c_str());

@@ -166,7 +166,8 @@ void checkSparseKernels(const cpu::sparse::Kernels& kernels, const char* level) 
     int checked = 0;
     for (int64_t M : {1, 2, 3, 17, 32, 70})
         for (int64_t K : {1, 15, 16, 17, 100, 392})
-            // 530: rows 2 KB apart (packed); 128: w's rows 512 bytes apart (blocks read in place,
+            // 530: rows 2 KB apart (packed: w's blocks where the Isa packs, dy's in the weight
+            // gradient on every level); 128: w's rows 512 bytes apart (blocks read in place,
             // at most 64 rows on AVX2: inPlaceBlockRows; K = 392, a multiple of 7, runs them all).
             for (int64_t N : {1, 10, 16, 128, 130, 300, 530})
                 for (double density : {0.0, 0.3, 1.0}) {
@@ -274,7 +275,9 @@ void checkSparseAdam(const cpu::sparse::Kernels& k, CpuIsa isa) {
     int checked = 0;
     for (int64_t B : {3, 32, 70, 130})  // 70 and 130: several blocks of rows, partial sums in dw
         for (int64_t K : {1, 17, 100})
-            for (int64_t N : {5, 48, 130})
+            // 530: dy's rows 2 KB apart, so its blocks are packed and the update runs in chunks
+            // of 64 rows (sparse_kernels_impl.h, packsGradBlocks).
+            for (int64_t N : {5, 48, 130, 530})
                 for (int variant = 0; variant < 4; ++variant) {
                     // 0: plain Adam; 1: clipvalue; 2: decoupled decay; 3: a global norm's scale
                     const int64_t ldx = K + 3, ldy = N + 1, ld = N + 2;
@@ -344,7 +347,7 @@ void checkSparseAdam(const cpu::sparse::Kernels& k, CpuIsa isa) {
                     if (QTest::currentTestFailed()) return;
                     ++checked;
                 }
-    QCOMPARE(checked, 4 * 3 * 3 * 4);
+    QCOMPARE(checked, 4 * 3 * 4 * 4);
 }
 
 // Runs check(kernels, isa) for each level of zero-skipping kernels this CPU has (AVX2 with FMA,

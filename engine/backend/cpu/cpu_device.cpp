@@ -231,7 +231,13 @@ class CpuProgram final : public Executable {
           strm_(strm),
           updateThreads_(updateThreads),
           share_(share),
-          helperStreams_(helperStreams) {}
+          helperStreams_(helperStreams) {
+        const char* off = std::getenv("TRAINDECK_NO_TEAM_PIECES");
+        teamPieces_ = !share_ && updateThreads_ > 1 && cpu::sparse::active() &&
+                      !(off && *off && std::string_view(off) != "0");
+        if (teamPieces_)
+            for (int w = 1; w < updateThreads_; ++w) teamStreams_.emplace_back(eng_);
+    }
     ~CpuProgram() override {
         printProfile();
         std::free(arena_);
@@ -305,6 +311,56 @@ class CpuProgram final : public Executable {
     int updateThreads_ = 1;
     WorkShare* share_ = nullptr;
     std::span<dnnl::stream> helperStreams_;  // one per WorkShare helper
+    // A program on the device's whole OpenMP team (no WorkShare: a large step) runs its products
+    // whole on oneDNN's team, except the weight gradients that may skip their input's zeros
+    // (x^T . dy, f32, at least kTeamPiecesMinCols outputs): those split by rows as on the
+    // WorkShare, one run of pieces per member of the team (teamStreams_: the other members'
+    // oneDNN streams, where a piece runs dense), with their optimizer update in their pieces
+    // (fuseUpdates). The forward and input-gradient products stay whole: in row pieces each
+    // piece reads every weight, and oneDNN's team splits them better. 784-1024-1024-10 MLP, batch
+    // 256, Adam, on the 2-core AVX-512 Xeon: four alternating pairs of 3-epoch runs, 24,823-27,214
+    // samples/s in epochs 2-3 against 22,171-25,797 with TRAINDECK_NO_TEAM_PIECES=1 (which keeps
+    // every product whole and the update apart, for measurements), faster in every pair; in the
+    // profile (TRAINDECK_PROFILE=1, one run each, one after the other) the two weight gradients
+    // with their update 1,917 and 1,768 us against 1,965 and 1,578 whole plus 900 for the update
+    // (of it, dy's blocks packed: sparse_kernels_impl.h, packsGradBlocks; read in place, three
+    // pairs, 24,844-26,343 against 25,232-27,992). A weight gradient with few outputs (the
+    // classifier's, [1024,10]) took longer in pieces (160 us against 91-106), hence the bound. The
+    // CNN project at batch 64 came out even (its dense layer's gradient with the update 186-203 us
+    // against 120 plus about 125 of the update).
+    bool teamPieces_ = false;
+    std::vector<dnnl::stream> teamStreams_;
+    static constexpr int64_t kTeamPiecesMinCols = 64;
+    // The threads a product's pieces are shared by: the WorkShare's, the team's, or one.
+    int pieceWidth() const { return share_ ? share_->width() : teamPieces_ ? updateThreads_ : 1; }
+    dnnl::stream& workerStream(int worker) {
+        if (worker == 0) return strm_;
+        return share_ ? helperStreams_[static_cast<size_t>(worker - 1)]
+                      : teamStreams_[static_cast<size_t>(worker - 1)];
+    }
+    // fn(piece, worker) for every piece: on the WorkShare (each thread its own pieces first,
+    // then any left), or on the OpenMP team, each member exactly its own (in runs, or every
+    // width-th piece where interleaved). A piece run on a team member that runs a oneDNN
+    // primitive runs it on that member alone (a nested region).
+    template <class F>
+    void runPieces(int64_t pieces, F&& fn, bool interleaved) {
+        if (share_) {
+            share_->run(
+                pieces, std::forward<F>(fn),
+                interleaved ? WorkShare::Ownership::Interleaved : WorkShare::Ownership::Runs);
+            return;
+        }
+        const int width = pieceWidth();
+#pragma omp parallel num_threads(width)
+        {
+            const int w = omp_get_thread_num();
+            if (interleaved) {
+                for (int64_t p = w; p < pieces; p += width) fn(p, w);
+            } else {
+                for (int64_t p = pieces * w / width; p < pieces * (w + 1) / width; ++p) fn(p, w);
+            }
+        }
+    }
     const ProgramBindings* bind_ = nullptr;  // during build() only
     std::vector<CpuInstr> code_;
     std::vector<Prim> prims_;
@@ -376,7 +432,9 @@ class CpuProgram final : public Executable {
         const char* lo;
         const char* hi;
     };
-    static bool overlaps(Range a, Range b) { return a.lo < b.hi && b.lo < a.hi; }
+    static bool overlaps(Range a, Range b) {
+        return a.lo < b.hi && b.lo < a.hi;
+    }
     Range rangeOf(const Operand& o) const;
     void fuseUpdates(const LoweredProgram& lp);
     void fuseLosses(const LoweredProgram& lp);
@@ -642,8 +700,9 @@ Status CpuProgram::addMatmul(const Instr& in, CpuInstr& ins) {
         // threads, but only the products whose pieces may skip zeros (below), and runs the pieces
         // in turn: the same pieces, so the same bits, as on two threads.
         const bool solo = share_ && share_->width() == 1;
-        const int width = solo ? 2 : share_ ? share_->width() : 1;
-        ProductSplit split = convertHalf || !share_
+        const int width = solo ? 2 : pieceWidth();
+        ProductSplit split = convertHalf || !(share_ || (teamPieces_ && in.op == InstrOp::MatMul &&
+                                                         ta && !tb && N >= kTeamPiecesMinCols))
                                  ? ProductSplit{}
                                  : splitProduct(M, N, K, width,
                                                 in.op == InstrOp::MatMul && ta && !tb &&
@@ -665,7 +724,7 @@ Status CpuProgram::addMatmul(const Instr& in, CpuInstr& ins) {
                                  (alongK || grad) && K <= std::numeric_limits<int32_t>::max() &&
                                  in.in[0].dtype == DType::F32 && in.in[1].dtype == DType::F32 &&
                                  outType == DType::F32;
-        if (solo && !mayBeSparse) {
+        if ((solo || teamPieces_) && !mayBeSparse) {
             split = ProductSplit{};
             alongK = false;
         }
@@ -1408,12 +1467,12 @@ void CpuProgram::balanceAlongK(SparseProduct& sp) {
 // has just updated. TRAINDECK_NO_INTERLEAVE=1 keeps the runs, for measurements.
 void CpuProgram::planInterleave() {
     const char* off = std::getenv("TRAINDECK_NO_INTERLEAVE");
-    if ((off && *off && std::string_view(off) != "0") || !share_ || share_->width() < 2) return;
+    if ((off && *off && std::string_view(off) != "0") || pieceWidth() < 2) return;
     for (const CpuInstr& i : code_)
         if (!i.kPartials.empty()) return;
     for (CpuInstr& i : code_)
         if (i.sparse >= 0 && sparse_[static_cast<size_t>(i.sparse)].grad && !i.pieceRows.empty() &&
-            i.pieces >= 2 * share_->width())
+            i.pieces >= 2 * pieceWidth())
             i.interleave = true;
 }
 
@@ -1427,7 +1486,8 @@ void CpuProgram::printProfile() const {
     std::fprintf(stderr,
                  "profile: %zu instructions, %lld runs, %.1f us per run (the first untimed)%s\n",
                  code_.size(), static_cast<long long>(profileRuns_), total / timedRuns * 1e6,
-                 !share_               ? ""
+                 teamPieces_ && split  ? " (weight gradients in pieces on the OpenMP team)"
+                 : !share_             ? ""
                  : share_->width() > 1 ? " (products and update shared with the WorkShare)"
                  : split               ? " (products and update in pieces on one thread)"
                                        : "");
@@ -1472,7 +1532,7 @@ CpuProgram::Range CpuProgram::rangeOf(const Operand& o) const {
 // its slots or its shadow (a later product reading the weights, a regularizer adding to the
 // gradient).
 void CpuProgram::fuseUpdates(const LoweredProgram& lp) {
-    if (!share_ || updateTensors_.empty() || lossScale_ || collectives_) return;
+    if (!(share_ || teamPieces_) || updateTensors_.empty() || lossScale_ || collectives_) return;
     if (update_.clip != ClipKind::None && update_.clip != ClipKind::Value) return;
     int updateAt = -1;
     for (size_t j = 0; j < lp.code.size(); ++j) {
@@ -2098,8 +2158,6 @@ Status CpuProgram::exec(const CpuInstr& i, const StepArgs& args) {
                         }
                         ++sp->adamRuns;
                     }
-                    const auto ownership = i.interleave ? WorkShare::Ownership::Interleaved
-                                                        : WorkShare::Ownership::Runs;
                     // restAfter: each thread's last own piece (-1: it owns none).
                     if (i.restAfter) {
                         restDone_ = false;
@@ -2109,17 +2167,17 @@ Status CpuProgram::exec(const CpuInstr& i, const StepArgs& args) {
                         dropDrawn_ = false;
                         dropClaimed_.store(false, std::memory_order_relaxed);
                     }
-                    const int width = share_->width();
+                    const int width = pieceWidth();
                     auto lastOwn = [&](int worker) -> int64_t {
                         if (i.interleave)
                             return worker < i.pieces
                                        ? worker + (i.pieces - 1 - worker) / width * width
                                        : -1;
-                        const int64_t first = share_->firstOwned(i.pieces, worker),
-                                      end = share_->firstOwned(i.pieces, worker + 1);
+                        const int64_t first = i.pieces * worker / width,
+                                      end = i.pieces * (worker + 1) / width;
                         return end > first ? end - 1 : -1;
                     };
-                    share_->run(
+                    runPieces(
                         i.pieces,
                         [&](int64_t piece, int worker) {
                             Prim& pp = prims_[static_cast<size_t>(i.prim + piece)];
@@ -2130,11 +2188,7 @@ Status CpuProgram::exec(const CpuInstr& i, const StepArgs& args) {
                                                        ? &sp->adam[static_cast<size_t>(piece)]
                                                        : nullptr);
                                 else
-                                    pp.p.execute(
-                                        worker == 0
-                                            ? strm_
-                                            : helperStreams_[static_cast<size_t>(worker - 1)],
-                                        pp.args);
+                                    pp.p.execute(workerStream(worker), pp.args);
                             } catch (const dnnl::error& e) {
                                 if (!failed.exchange(true)) failure = e.what();
                                 return;
@@ -2156,7 +2210,7 @@ Status CpuProgram::exec(const CpuInstr& i, const StepArgs& args) {
                                 !dropClaimed_.exchange(true, std::memory_order_relaxed))
                                 drawDropoutMask(code_[static_cast<size_t>(i.dropoutAfter)], args);
                         },
-                        ownership);
+                        i.interleave);
                     if (failed.load()) return err("oneDNN matmul: " + failure);
                     if (sparse) noteSparseRun(i);
                     if (!i.kPartials.empty()) addPartials(i, args);

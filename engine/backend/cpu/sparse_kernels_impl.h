@@ -33,8 +33,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <numeric>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -249,7 +251,8 @@ void groupTile(const GroupList& list, const std::vector<int64_t>& seg, int64_t b
     const int64_t groups = (rows + G - 1) / G;
     // The lists reach the dense rows in no order a hardware prefetcher follows, and those rows
     // may be in another core's cache (weights its update just wrote): each group fetches its
-    // share of the next block's rows while it works on this one.
+    // share of the next block's rows (where they lie, also when each block is packed) while it
+    // works on this one.
     const int64_t share = blockRows > 0 ? (blockRows + groups - 1) / groups : 0;
     for (int64_t b = 0; b < blocks; ++b) {
         if (pack.to) {  // the block's tile, its rows one after the other; base as the lists see it
@@ -271,7 +274,8 @@ void groupTile(const GroupList& list, const std::vector<int64_t>& seg, int64_t b
             const int64_t r1 = std::min({r0 + share, (b + 2) * blockRows, denseRows});
             for (int64_t r = r0; r < r1; ++r)
                 for (int64_t c = 0; c < NV * kLanes; c += 16)  // a cache line at a time
-                    _mm_prefetch(reinterpret_cast<const char*>(base + r * stride + c), _MM_HINT_T1);
+                    _mm_prefetch(reinterpret_cast<const char*>(dense + r * stride + c),
+                                 _MM_HINT_T1);
             const int present = static_cast<int>(std::min<int64_t>(G, rows - G * p));
             // One flat array: GCC keeps it in registers (an array of arrays it kept on the stack,
             // stored on every step of the list).
@@ -530,6 +534,24 @@ inline void listColumns(const float* x, int64_t ldx, int64_t B, int64_t k0, int6
     }
 }
 
+// Whether the weight gradient copies each block of dy's tile into a buffer of the thread's before
+// the groups read it (Packed), as rowsTimesDense does where the Isa packs: where dy's rows lie
+// kPackMinStrideBytes apart or more, a block's 64 rows read in place fall in a few of L1's sets
+// (rows 4 KiB apart: eight of its 64) and evict each other. One core, Fashion-MNIST batches,
+// 1,024 outputs, `taskset -c 1 build/traindeck_bench_sparse --units 1024 --fresh`, each half of
+// the pixels against oneDNN: batch 256 0.90-0.97x packed against 0.75-0.82x in place (AVX-512
+// kernels) and 0.54-0.61x against 0.43-0.45x (AVX2 kernels on the same core), batch 128 0.89-1.00x
+// against 0.69-0.76x, batch 32 1.09-1.35x against 0.89-1.04x; `--density 1` at batch 256
+// 0.77-0.80x against 0.51-0.52x. The same sums in the same order, so the same bits.
+// TRAINDECK_NO_GRAD_PACK=1 reads them in place, for measurements.
+inline bool packsGradBlocks(int64_t ldy) {
+    static const bool off = [] {
+        const char* v = std::getenv("TRAINDECK_NO_GRAD_PACK");
+        return v && *v && std::string_view(v) != "0";
+    }();
+    return !off && ldy * 4 >= kPackMinStrideBytes;
+}
+
 // dw = x^T . dy: the lists run over groups of x's neighbouring columns (neighbouring inputs,
 // such as pixels, are often zero together), by blocks of dy's rows; kLanes x kLanes tiles of x
 // are transposed in registers to read its columns. Then dw's rows chunkRows (a multiple of the
@@ -562,12 +584,20 @@ int64_t gradProduct(const float* x, int64_t ldx, int64_t B, int64_t K, const flo
     }
     thread_local std::vector<float> chunk;
     if (!dw) chunk.resize(static_cast<size_t>(chunkRows * N));
+    thread_local std::vector<float> packed;
+    thread_local std::vector<uint8_t> everyRow;
+    Packed pack;
+    if (packsGradBlocks(ldy)) {
+        packed.resize(static_cast<size_t>(kGradRows * kTileCols<G>));
+        everyRow.assign(static_cast<size_t>(B), 1);
+        pack = Packed{packed.data(), kGradRows, everyRow.data()};
+    }
     for (int64_t r0 = 0; r0 < K; r0 += chunkRows) {
         const int64_t r1 = std::min(K, r0 + chunkRows);
         float* const g = dw ? dw + r0 * lddw : chunk.data();
         const int64_t ldg = dw ? lddw : N;
         runGroups<G, true>(list, seg, blocks, kGradRows, B, K, dy, ldy, N, g, ldg, nullptr, r0 / G,
-                           (r1 + G - 1) / G, Sparse{x, ldx, K}, Packed{}, r0);
+                           (r1 + G - 1) / G, Sparse{x, ldx, K}, pack, r0);
         then(r0, r1, static_cast<const float*>(g), ldg);
     }
     return entries;
@@ -591,14 +621,23 @@ int64_t transposedTimesDense(const float* x, int64_t ldx, int64_t B, int64_t K, 
 // read for ownership on the next step: on the BF16 Xeon, five alternating pairs of 3-epoch runs
 // at batch 32, the step faster in each pair (332-365 thousand samples/s against 284-355).
 constexpr int64_t kAdamChunkBytes = 16 * 1024;
+// Where gradProduct packs dy's blocks (packsGradBlocks), every chunk packs each block again: 16 KB
+// of 1,024-float rows is two groups, too few to share a copy. There the chunks are 64 rows (256 KB
+// at 1,024 outputs, read back by the update from L2). A 784-1024-10 MLP at batch 32 (Adam inside
+// this kernel), 3-epoch runs, samples/s in epochs 2-3: 40,772-44,521 against 27,204-31,655 packed
+// in 16 KB chunks (five alternating pairs), and 42,672-44,497 against 42,161-43,361 with the
+// blocks read in place in 16 KB chunks (TRAINDECK_NO_GRAD_PACK=1, four pairs).
+constexpr int64_t kPackedAdamChunkRows = 64;
 
 int64_t transposedTimesDenseAdam(const float* x, int64_t ldx, int64_t B, int64_t K, const float* dy,
                                  int64_t ldy, int64_t N, float* dw, int64_t lddw,
                                  const sparse::AdamEpilogue& adam) {
     constexpr int64_t G = kGradGroup;
     const int64_t chunkRows = std::max<int64_t>(
-        G,
-        kAdamChunkBytes / (static_cast<int64_t>(sizeof(float)) * std::max<int64_t>(N, 1)) / G * G);
+        G, packsGradBlocks(ldy)
+               ? kPackedAdamChunkRows
+               : kAdamChunkBytes / (static_cast<int64_t>(sizeof(float)) * std::max<int64_t>(N, 1)) /
+                     G * G);
     const AdamConsts c(adam);
     return gradProduct(x, ldx, B, K, dy, ldy, N, dw, lddw, chunkRows,
                        [&](int64_t r0, int64_t r1, const float* g, int64_t ldg) {
