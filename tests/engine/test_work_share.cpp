@@ -1000,38 +1000,46 @@ class TestWorkShare : public QObject {
         // The step on the device's OpenMP team of two (no WorkShare): the weight gradients in
         // pieces on the team (cpu_device.cpp, teamPieces_).
         QTest::addColumn<bool>("team");
+        // Each step run by one thread of an active OpenMP region of two, so that the team's
+        // region inside gets one thread where it asks for two (cpu_device.cpp, runPieces).
+        QTest::addColumn<bool>("nested");
         QTest::newRow("adam") << QString("adam") << 0.0 << 0.0 << false << 0.0 << false << 0.0 << 2
-                              << false;
+                              << false << false;
         QTest::newRow("amsgrad") << QString("adam") << 0.0 << 0.0 << true << 0.0 << false << 0.0
-                                 << 2 << false;
+                                 << 2 << false << false;
         QTest::newRow("sgd momentum clipvalue")
-            << QString("sgd") << 0.01 << 0.0 << false << 0.9 << false << 0.0 << 2 << false;
+            << QString("sgd") << 0.01 << 0.0 << false << 0.9 << false << 0.0 << 2 << false << false;
         QTest::newRow("adam global clip")
-            << QString("adam") << 0.0 << 1.0 << false << 0.0 << false << 0.0 << 2 << false;
+            << QString("adam") << 0.0 << 1.0 << false << 0.0 << false << 0.0 << 2 << false << false;
         QTest::newRow("adam, images")
-            << QString("adam") << 0.0 << 0.0 << false << 0.0 << true << 0.0 << 2 << false;
-        QTest::newRow("adamw clipvalue, images")
-            << QString("adamw") << 0.002 << 0.0 << false << 0.0 << true << 0.004 << 2 << false;
+            << QString("adam") << 0.0 << 0.0 << false << 0.0 << true << 0.0 << 2 << false << false;
+        QTest::newRow("adamw clipvalue, images") << QString("adamw") << 0.002 << 0.0 << false << 0.0
+                                                 << true << 0.004 << 2 << false << false;
         QTest::newRow("amsgrad, images")
-            << QString("adam") << 0.0 << 0.0 << true << 0.0 << true << 0.0 << 2 << false;
+            << QString("adam") << 0.0 << 0.0 << true << 0.0 << true << 0.0 << 2 << false << false;
         QTest::newRow("adam, one thread")
-            << QString("adam") << 0.0 << 0.0 << false << 0.0 << false << 0.0 << 1 << false;
+            << QString("adam") << 0.0 << 0.0 << false << 0.0 << false << 0.0 << 1 << false << false;
         QTest::newRow("adam global clip, one thread")
-            << QString("adam") << 0.0 << 1.0 << false << 0.0 << false << 0.0 << 1 << false;
+            << QString("adam") << 0.0 << 1.0 << false << 0.0 << false << 0.0 << 1 << false << false;
         QTest::newRow("adamw clipvalue, images, one thread")
-            << QString("adamw") << 0.002 << 0.0 << false << 0.0 << true << 0.004 << 1 << false;
+            << QString("adamw") << 0.002 << 0.0 << false << 0.0 << true << 0.004 << 1 << false
+            << false;
         QTest::newRow("amsgrad, images, one thread")
-            << QString("adam") << 0.0 << 0.0 << true << 0.0 << true << 0.0 << 1 << false;
+            << QString("adam") << 0.0 << 0.0 << true << 0.0 << true << 0.0 << 1 << false << false;
         QTest::newRow("adam, images, team")
-            << QString("adam") << 0.0 << 0.0 << false << 0.0 << true << 0.0 << 2 << true;
+            << QString("adam") << 0.0 << 0.0 << false << 0.0 << true << 0.0 << 2 << true << false;
         QTest::newRow("adamw clipvalue, images, team")
-            << QString("adamw") << 0.002 << 0.0 << false << 0.0 << true << 0.004 << 2 << true;
+            << QString("adamw") << 0.002 << 0.0 << false << 0.0 << true << 0.004 << 2 << true
+            << false;
         QTest::newRow("amsgrad, images, team")
-            << QString("adam") << 0.0 << 0.0 << true << 0.0 << true << 0.0 << 2 << true;
+            << QString("adam") << 0.0 << 0.0 << true << 0.0 << true << 0.0 << 2 << true << false;
         QTest::newRow("sgd momentum clipvalue, team")
-            << QString("sgd") << 0.01 << 0.0 << false << 0.9 << false << 0.0 << 2 << true;
+            << QString("sgd") << 0.01 << 0.0 << false << 0.9 << false << 0.0 << 2 << true << false;
         QTest::newRow("adam global clip, images, team")
-            << QString("adam") << 0.0 << 1.0 << false << 0.0 << true << 0.0 << 2 << true;
+            << QString("adam") << 0.0 << 1.0 << false << 0.0 << true << 0.0 << 2 << true << false;
+        QTest::newRow("adamw clipvalue, images, team, nested region")
+            << QString("adamw") << 0.002 << 0.0 << false << 0.0 << true << 0.004 << 2 << true
+            << true;
     }
     void fusedUpdateEqualsApply() {
         QFETCH(QString, name);
@@ -1043,6 +1051,27 @@ class TestWorkShare : public QObject {
         QFETCH(double, weightDecay);
         QFETCH(int, deviceThreads);
         QFETCH(bool, team);
+        QFETCH(bool, nested);
+        struct RestoreLevels {
+            int n = omp_get_max_active_levels();
+            ~RestoreLevels() { omp_set_max_active_levels(n); }
+        } restoreLevels;
+        if (nested) omp_set_max_active_levels(1);
+        // h.run(step, 0, scalars) on this thread, or on the first thread of an active region.
+        auto runStep = [nested](tdtest::Harness& h, int step, const td::UpdateScalars& scalars) {
+            if (!nested) {
+                h.run(step, 0, scalars);
+                return;
+            }
+            int inner = 0;
+#pragma omp parallel num_threads(2)
+            if (omp_get_thread_num() == 0) {
+#pragma omp parallel num_threads(2)
+                if (omp_get_thread_num() == 0) inner = omp_get_num_threads();
+                h.run(step, 0, scalars);
+            }
+            QCOMPARE(inner, 1);
+        };
         if (team && !td::cpu::sparse::active())
             QSKIP(
                 "the team splits only weight gradients that may skip zeros, which need AVX2 with "
@@ -1136,7 +1165,7 @@ class TestWorkShare : public QObject {
                     static_cast<float*>(unread.lab())[k] = uni(rng);
             for (size_t i = 0; i < w.size(); ++i)
                 std::copy(w[i].begin(), w[i].end(), grads.param(i));
-            grads.run(step);
+            runStep(grads, step, td::UpdateScalars{});
             std::vector<td::ParamRef> refs;
             for (size_t i = 0; i < w.size(); ++i) {
                 std::copy_n(grads.grad(i), gr[i].size(), gr[i].data());
@@ -1144,8 +1173,8 @@ class TestWorkShare : public QObject {
             }
             (*host)->apply(refs);
             const td::UpdateScalars scalars = (*device)->nextStep();
-            prog.run(step, 0, scalars);
-            unread.run(step, 0, scalars);
+            runStep(prog, step, scalars);
+            runStep(unread, step, scalars);
             for (size_t i = 0; i < w.size(); ++i) {
                 QVERIFY2(std::memcmp(prog.param(i), w[i].data(), w[i].size() * 4) == 0,
                          qPrintable(QString("step %1, parameter %2").arg(step).arg(i)));

@@ -15,3 +15,5 @@ td_add_test(test_device_telemetry SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_device_
 # The CPU device's WorkShare: pieces of products and of the update on the other cores.
 td_add_test(test_work_share SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_work_share.cpp
             LABELS unit engine)
+# Its own OpenMP regions: a step run from inside an active region (the team's nested region).
+target_link_libraries(test_work_share PRIVATE OpenMP::OpenMP_CXX)

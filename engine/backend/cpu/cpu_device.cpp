@@ -350,14 +350,20 @@ class CpuProgram final : public Executable {
                 interleaved ? WorkShare::Ownership::Interleaved : WorkShare::Ownership::Runs);
             return;
         }
+        // A region may get fewer threads than asked for (nested in another region, a thread
+        // limit): then each thread runs the pieces of every width-th worker from its own, as
+        // that worker, so every piece and each worker's last one (restAfter) still run.
         const int width = pieceWidth();
 #pragma omp parallel num_threads(width)
         {
-            const int w = omp_get_thread_num();
-            if (interleaved) {
-                for (int64_t p = w; p < pieces; p += width) fn(p, w);
-            } else {
-                for (int64_t p = pieces * w / width; p < pieces * (w + 1) / width; ++p) fn(p, w);
+            const int threads = omp_get_num_threads();
+            for (int w = omp_get_thread_num(); w < width; w += threads) {
+                if (interleaved) {
+                    for (int64_t p = w; p < pieces; p += width) fn(p, w);
+                } else {
+                    for (int64_t p = pieces * w / width; p < pieces * (w + 1) / width; ++p)
+                        fn(p, w);
+                }
             }
         }
     }
