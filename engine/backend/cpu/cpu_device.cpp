@@ -2416,8 +2416,9 @@ constexpr unsigned kFtzDaz = 0x8040;  // MXCSR bits FTZ (15) and DAZ (6)
 // way or slightly faster aligned, and TrainDeck's own loops read with unaligned loads but pay
 // for the lines they straddle (the seed MLP's step measured 126 us against 113 with every
 // weight offset), so only rows of at least 2 KiB and a multiple of 1 KiB move, and only where
-// oneDNN runs AVX2 kernels (its AVX-512 ones were not measured).
-// The rule is cpu::weightsOffsetFor (weight_placement.h), which traindeck_bench_matmul shares.
+// oneDNN runs AVX2 kernels (on the AVX-512 Xeon oneDNN's products alone ran about 1% faster
+// aligned: README, the matmul benchmark's placement). The rule is cpu::weightsOffsetFor
+// (weight_placement.h), which traindeck_bench_matmul shares.
 // TRAINDECK_ALIGNED_WEIGHTS=1 keeps every weight aligned, for measurements.
 using cpu::kWeightsOffset;
 
