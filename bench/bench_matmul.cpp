@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
         const bool offset =
             weights && !weightsAligned &&
             (weightsOffset || td::cpu::weightsOffsetFor(dnnl::get_effective_cpu_isa(), rowBytes));
-        if (weights) anyOffset = anyOffset || offset, anyAligned = anyAligned || !offset;
+        if (weights) (offset ? anyOffset : anyAligned) = true;
         q.b.assign(static_cast<size_t>(p.k * p.n), 0.02f, offset ? td::cpu::kWeightsOffset : 0);
         q.c.assign(static_cast<size_t>(p.m * p.n), 0.0f, 0);
         auto aMd = matDesc(p.m, p.k, p.transA), bMd = matDesc(p.k, p.n, p.transB),

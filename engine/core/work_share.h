@@ -53,8 +53,10 @@ class WorkShare {
     // pieces.
     // Which pieces a worker owns (runs first): a contiguous run each, or every width()-th piece.
     enum class Ownership { Runs, Interleaved };
-    // The first piece worker w owns under Ownership::Runs.
-    int64_t firstOwned(int64_t pieces, int w) const { return pieces * w / width(); }
+    // The first piece worker w of `width` owns under Ownership::Runs (also for a team of
+    // threads that splits pieces the same way without a WorkShare).
+    static int64_t firstOwned(int64_t pieces, int w, int width) { return pieces * w / width; }
+    int64_t firstOwned(int64_t pieces, int w) const { return firstOwned(pieces, w, width()); }
     template <class F>
     void run(int64_t pieces, F&& fn, Ownership ownership = Ownership::Runs) {
         runImpl(

@@ -361,7 +361,8 @@ class CpuProgram final : public Executable {
                 if (interleaved) {
                     for (int64_t p = w; p < pieces; p += width) fn(p, w);
                 } else {
-                    for (int64_t p = pieces * w / width; p < pieces * (w + 1) / width; ++p)
+                    const int64_t end = WorkShare::firstOwned(pieces, w + 1, width);
+                    for (int64_t p = WorkShare::firstOwned(pieces, w, width); p < end; ++p)
                         fn(p, w);
                 }
             }
@@ -2179,8 +2180,8 @@ Status CpuProgram::exec(const CpuInstr& i, const StepArgs& args) {
                             return worker < i.pieces
                                        ? worker + (i.pieces - 1 - worker) / width * width
                                        : -1;
-                        const int64_t first = i.pieces * worker / width,
-                                      end = i.pieces * (worker + 1) / width;
+                        const int64_t first = WorkShare::firstOwned(i.pieces, worker, width),
+                                      end = WorkShare::firstOwned(i.pieces, worker + 1, width);
                         return end > first ? end - 1 : -1;
                     };
                     runPieces(

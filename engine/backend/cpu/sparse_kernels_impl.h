@@ -589,7 +589,7 @@ int64_t gradProduct(const float* x, int64_t ldx, int64_t B, int64_t K, const flo
     Packed pack;
     if (packsGradBlocks(ldy)) {
         packed.resize(static_cast<size_t>(kGradRows * kTileCols<G>));
-        everyRow.assign(static_cast<size_t>(B), 1);
+        if (everyRow.size() < static_cast<size_t>(B)) everyRow.assign(static_cast<size_t>(B), 1);
         pack = Packed{packed.data(), kGradRows, everyRow.data()};
     }
     for (int64_t r0 = 0; r0 < K; r0 += chunkRows) {
