@@ -22,8 +22,9 @@
 namespace td::cpu::sparse {
 
 // The Adam update of the parameter whose gradient transposedTimesDenseAdam computes, applied to
-// each chunk of the gradient's rows as it finishes, while the chunk is in L1: the same operations
-// in the same order as engine/train/optim_kernels.h's adam (without amsgrad), so the same bits.
+// each chunk of the gradient's rows once it is finished, while the chunk is in L1 (beside the
+// next chunk's product, or after its own): the same operations in the same order as
+// engine/train/optim_kernels.h's adam (without amsgrad), so the same bits.
 // w, m and v are laid out as dw ([K,N] at row stride ld).
 struct AdamEpilogue {
     float* w = nullptr;
@@ -38,6 +39,9 @@ struct AdamEpilogue {
     float oneMinusB1 = 0;
     float oneMinusB2 = 0;
     float eps = 0;
+    // Each chunk's update beside the next chunk's product (one vector after each listed position,
+    // see transposedTimesDenseAdam) rather than after its own.
+    bool beside = true;
 };
 
 // The lists hold the dense operand's row indices in 32 bits: its rows (K, B) must stay below 2^31.
@@ -53,10 +57,10 @@ struct Kernels {
     int64_t (*transposedTimesDense)(const float* x, int64_t ldx, int64_t B, int64_t K,
                                     const float* dy, int64_t ldy, int64_t N, float* dw,
                                     int64_t lddw);
-    // transposedTimesDense followed by `adam` (the update of the parameter dw is the gradient
-    // of), a chunk of dw's rows at a time as each is finished, instead of the whole gradient
-    // being stored and read back by a separate update. dw receives the gradient; null: nothing
-    // reads it afterwards, and each chunk goes to a buffer of the calling thread's instead.
+    // transposedTimesDense with `adam` (the update of the parameter dw is the gradient of), a
+    // chunk of dw's rows at a time once each is finished (see AdamEpilogue), instead of the whole
+    // gradient being stored and read back by a separate update. dw receives the gradient; null:
+    // nothing reads it afterwards, and each chunk goes to a buffer of the calling thread's.
     int64_t (*transposedTimesDenseAdam)(const float* x, int64_t ldx, int64_t B, int64_t K,
                                         const float* dy, int64_t ldy, int64_t N, float* dw,
                                         int64_t lddw, const AdamEpilogue& adam);
@@ -89,6 +93,9 @@ struct Kernels {
     void (*shortProduct)(const float* a, int64_t lda, int64_t M, int64_t K, const float* b,
                          int64_t ldb, int64_t N, float* c, int64_t ldc) = nullptr;
     int64_t shortMaxInner = 0;
+    // Whether transposedTimesDenseAdam's update pays off beside the next chunk's product
+    // (AdamEpilogue::beside) on this level, which the device then asks for.
+    bool adamBeside = false;
 };
 
 // The kernels for the level activeCpuIsa() chose, or null at the generic level (or where
