@@ -988,6 +988,98 @@ class TestWorkShare : public QObject {
     // skip zeros, and Adam (plain, AdamW, with clipvalue) runs inside the zero-skipping kernel
     // on each part of the gradient as it is finished. The profile of the same program shows which
     // products carry the update and where; the biases' updates run beside the last of them.
+    // A small batch's Adam inside the zero-skipping weight gradient, each chunk's update beside
+    // the next chunk's product where the kernels pay off that way (Kernels::adamBeside): its
+    // pieces are fewer (four a thread, kBesideGradPiecesPerWorker, against eight), and the
+    // parameters after three steps are those of each chunk updated after its own product in the
+    // eight pieces a thread (TRAINDECK_NO_ADAM_BESIDE=1), bit for bit.
+    void adamBesideSmallBatch() {
+        const td::cpu::sparse::Kernels* kernels = td::cpu::sparse::active();
+        if (!kernels)
+            QSKIP(
+                "the zero-skipping products need AVX2 with FMA or AVX-512 (and no "
+                "TRAINDECK_NO_SPARSE); this CPU keeps every product dense");
+        if (omp_get_max_threads() < 2 || td::makeCpuDevice(0)->desc().threads < 2)
+            QSKIP("needs a CPU device with two threads (OMP_NUM_THREADS=2)");
+        const RestoreThreads restore;
+        td::OptimizerConfig cfg;
+        cfg.name = "adam";
+        cfg.learningRate = 1e-3;
+        const std::string ir =
+            "graph t {\n"
+            " %0 = input() : f32[32,784]\n"
+            " %1 = param() {name=w} : f32[784,128]\n"
+            " %2 = param() {name=b} : f32[128]\n"
+            " %3 = matmul(%0, %1) {trans_a=0, trans_b=0} : f32[32,128]\n"
+            " %4 = bias_add(%3, %2) : f32[32,128]\n"
+            " %5 = act(%4) {act=relu} : f32[32,128]\n"
+            " %6 = param() {name=w2} : f32[128,10]\n"
+            " %7 = matmul(%5, %6) {trans_a=0, trans_b=0} : f32[32,10]\n"
+            " %8 = label() : f32[32,10]\n"
+            " %9 = loss(%7, %8) {loss=mse, scale=0.03125} : f32[1]\n"
+            " output loss = %9\n"
+            "}\n";
+        // Three steps from the same start; the parameters after them and the profile.
+        auto steps = [&](const char* env, td::Optimizer& opt,
+                         std::vector<std::vector<float>>* params) {
+            const td::UpdateSpec spec = opt.spec();
+            return stderrOf([&] {
+                setenv("TRAINDECK_PROFILE", "1", 1);
+                if (env) setenv(env, "1", 1);
+                tdtest::Harness h;
+                td::Graph g = tdtest::parseOrDie(ir);
+                QVERIFY(td::autodiff(g).ok());
+                td::CompileOptions co;
+                co.paramShadows = false;
+                tdtest::HarnessOptions o;
+                o.passes = &co;
+                o.programThreads = 1;
+                o.update = &spec;
+                o.gradsRead = false;
+                std::string error;
+                const bool compiled = h.compile(std::move(g), {}, &error, o);
+                unsetenv("TRAINDECK_PROFILE");
+                if (env) unsetenv(env);
+                QVERIFY2(compiled, error.c_str());
+                std::mt19937 rng(5);
+                std::uniform_real_distribution<float> uni(-1.f, 1.f);
+                for (size_t i = 0; i < h.params.size(); ++i)
+                    for (size_t k = 0; k < h.params[i].bytes / 4; ++k)
+                        h.param(i)[k] = 0.1f * uni(rng);
+                for (int step = 1; step <= 10; ++step) {
+                    const std::vector<float> images = windowImages(rng, 32);
+                    std::copy(images.begin(), images.end(), h.in());
+                    for (int k = 0; k < 32 * 10; ++k) static_cast<float*>(h.lab())[k] = uni(rng);
+                    h.run(step, 0, opt.nextStep());
+                }
+                for (size_t i = 0; i < h.params.size(); ++i)
+                    params->emplace_back(h.param(i), h.param(i) + h.params[i].bytes / 4);
+            });
+        };
+        auto optBeside = td::Optimizer::create(cfg), optAfter = td::Optimizer::create(cfg);
+        QVERIFY(optBeside.ok() && optAfter.ok());
+        std::vector<std::vector<float>> beside, after;
+        const std::string besideProfile = steps(nullptr, **optBeside, &beside);
+        if (QTest::currentTestFailed()) return;
+        const std::string afterProfile = steps("TRAINDECK_NO_ADAM_BESIDE", **optAfter, &after);
+        if (QTest::currentTestFailed()) return;
+        QVERIFY2(besideProfile.find(kernels->adamBeside
+                                        ? "[784,128], 8 pieces + update"
+                                        : "[784,128], 16 pieces + update") != std::string::npos,
+                 besideProfile.c_str());
+        QVERIFY2(afterProfile.find("[784,128], 16 pieces + update") != std::string::npos,
+                 afterProfile.c_str());
+        QVERIFY2(afterProfile.find("(each chunk's after its product, the gradient not stored)") !=
+                     std::string::npos,
+                 afterProfile.c_str());
+        if (kernels->adamBeside)
+            QVERIFY2(besideProfile.find("(each chunk's beside the next chunk's product, the "
+                                        "gradient not stored)") != std::string::npos,
+                     besideProfile.c_str());
+        QCOMPARE(beside.size(), after.size());
+        for (size_t i = 0; i < beside.size(); ++i)
+            QVERIFY2(beside[i] == after[i], qPrintable(QString("parameter %1").arg(i)));
+    }
     void fusedUpdateEqualsApply_data() {
         QTest::addColumn<QString>("name");
         QTest::addColumn<double>("clipValue");

@@ -368,6 +368,13 @@ class CpuProgram final : public Executable {
             }
         }
     }
+    // TRAINDECK_NO_ADAM_BESIDE=1 (for measurements): each chunk's Adam update inside the
+    // zero-skipping weight gradient right after its own product. Read when a program is built.
+    static bool adamBesideWanted() {
+        const char* v = std::getenv("TRAINDECK_NO_ADAM_BESIDE");
+        return !(v && *v && std::string_view(v) != "0");
+    }
+    bool besideGradPieces_ = false;          // see build()
     const ProgramBindings* bind_ = nullptr;  // during build() only
     std::vector<CpuInstr> code_;
     std::vector<Prim> prims_;
@@ -583,6 +590,14 @@ constexpr double kSplitMinFlops = 4e6;
 constexpr double kSplitMinFlopsColumns = 32e6;
 constexpr int64_t kPiecesPerWorker = 2;
 constexpr int64_t kSmallGradPiecesPerWorker = 8;
+// Where those pieces carry Adam updated beside the next chunk's product (Kernels::adamBeside),
+// each piece's last chunk is updated after it, alone, so fewer and larger pieces: seed MLP at
+// batch 32 on the BF16 Xeon (TRAINDECK_PROFILE=1, 2-epoch runs of alternating builds), the step
+// with four a thread against eight shorter in five of seven pairs (82.6-86.0 us against
+// 84.1-88.3; in the other two the forward product ran 2-3 us longer as well, the host slower),
+// the weight gradient with its update 44.2-46.7 us against 45.3-47.7 in those five; two a thread
+// no shorter than four (three pairs).
+constexpr int64_t kBesideGradPiecesPerWorker = 4;
 constexpr int64_t kMinRows = 16;
 constexpr int64_t kMinCols = 32;
 struct ProductSplit {
@@ -590,8 +605,9 @@ struct ProductSplit {
     std::vector<int64_t> edges;  // pieces + 1 boundaries along the split dimension
 };
 
-// smallGrad: a small batch's weight gradient (see above).
-ProductSplit splitProduct(int64_t M, int64_t N, int64_t K, int width, bool smallGrad) {
+// smallGrad: a small batch's weight gradient (see above); beside: its pieces carry Adam updated
+// beside the next chunk's product.
+ProductSplit splitProduct(int64_t M, int64_t N, int64_t K, int width, bool smallGrad, bool beside) {
     ProductSplit s;
     s.alongRows = M >= width * kMinRows;
     const double flops =
@@ -599,7 +615,8 @@ ProductSplit splitProduct(int64_t M, int64_t N, int64_t K, int width, bool small
     if (width < 2 || flops < (s.alongRows ? kSplitMinFlops : kSplitMinFlopsColumns)) return s;
     const int64_t dim = s.alongRows ? M : N;
     const int64_t perWorker =
-        smallGrad && s.alongRows ? kSmallGradPiecesPerWorker : kPiecesPerWorker;
+        smallGrad && s.alongRows ? (beside ? kBesideGradPiecesPerWorker : kSmallGradPiecesPerWorker)
+                                 : kPiecesPerWorker;
     const int64_t pieces =
         std::min<int64_t>(width * perWorker, dim / (s.alongRows ? kMinRows : kMinCols));
     if (pieces < 2) return s;
@@ -625,9 +642,9 @@ constexpr int64_t kKSplitRows = 32;
 bool smallBatchGradient(int64_t B, int width) {
     return B < width * kKSplitRows;
 }
-std::vector<int64_t> kSplitEdges(int64_t M, int64_t N, int64_t K, int width) {
+std::vector<int64_t> kSplitEdges(int64_t M, int64_t N, int64_t K, int width, bool beside) {
     if (width < 2 || !smallBatchGradient(M, width) || std::getenv("TRAINDECK_NO_KSPLIT")) return {};
-    const ProductSplit grad = splitProduct(K, N, M, width, true);
+    const ProductSplit grad = splitProduct(K, N, M, width, true, beside);
     if (!grad.alongRows || grad.edges.empty()) return {};
     const auto pieces = static_cast<int64_t>(grad.edges.size()) - 1;
     std::vector<int64_t> edges;
@@ -713,14 +730,15 @@ Status CpuProgram::addMatmul(const Instr& in, CpuInstr& ins) {
                                  ? ProductSplit{}
                                  : splitProduct(M, N, K, width,
                                                 in.op == InstrOp::MatMul && ta && !tb &&
-                                                    smallBatchGradient(K, width));
+                                                    smallBatchGradient(K, width),
+                                                besideGradPieces_);
         // A forward product reading a trainable weight matrix (f32, as stored): along K.
         // Not with an all-reduce: the update then runs after it, not in the gradient's pieces.
         std::vector<int64_t> kEdges;
         if (!convertHalf && share_ && !collectives_ && !ta && !tb &&
             in.in[1].space == Space::Param && primOp == DType::F32 && primOut == DType::F32 &&
             in.act != ActKind::Softmax)
-            kEdges = kSplitEdges(M, N, K, width);
+            kEdges = kSplitEdges(M, N, K, width, besideGradPieces_);
         if (!kEdges.empty()) split = ProductSplit{true, kEdges};
         bool alongK = !kEdges.empty();
         const cpu::sparse::Kernels* sparseKernels = cpu::sparse::active();
@@ -1090,6 +1108,14 @@ Status CpuProgram::build(const LoweredProgram& lp, const ProgramBindings& bind) 
     ptrs_.assign(lp.values.size(), nullptr);
     for (size_t i = 0; i < lp.values.size(); ++i) ptrs_[i] = resolve(lp.values[i]);
     collectives_ = bind.collectives;
+    // Whether a small batch's zero-skipping weight gradients will carry Adam updated beside the
+    // next chunk's product (planPieceAdam), which splits them into fewer pieces.
+    {
+        const cpu::sparse::Kernels* k = cpu::sparse::active();
+        besideGradPieces_ = k && k->adamBeside && adamBesideWanted() && lp.update &&
+                            lp.update->kind == UpdateKind::Adam && !lp.update->amsgrad &&
+                            !collectives_;
+    }
 
     for (const Instr& in : lp.code) {
         CpuInstr ins;
@@ -1398,10 +1424,6 @@ void CpuProgram::planPieceAdam(const CpuInstr& i) {
         const char* v = std::getenv("TRAINDECK_UPDATE_APART");
         return v && *v && std::string_view(v) != "0";
     }();
-    static const bool notBeside = [] {
-        const char* v = std::getenv("TRAINDECK_NO_ADAM_BESIDE");
-        return v && *v && std::string_view(v) != "0";
-    }();
     if (apart || i.fusedUpdate < 0 || i.sparse < 0 || update_.kind != UpdateKind::Adam ||
         update_.amsgrad)
         return;
@@ -1429,7 +1451,7 @@ void CpuProgram::planPieceAdam(const CpuInstr& i) {
         a.oneMinusB1 = update_.oneMinusBeta1;
         a.oneMinusB2 = update_.oneMinusBeta2;
         a.eps = update_.epsilon;
-        a.beside = sp.kernels->adamBeside && !notBeside;
+        a.beside = sp.kernels->adamBeside && adamBesideWanted();
     }
     sp.adam = std::move(adam);
     sp.keepGrad = bind_->gradsRead;
