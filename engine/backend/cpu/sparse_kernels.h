@@ -39,8 +39,9 @@ struct AdamEpilogue {
     float oneMinusB1 = 0;
     float oneMinusB2 = 0;
     float eps = 0;
-    // Each chunk's update beside the next chunk's product (one vector after each listed position,
-    // see transposedTimesDenseAdam) rather than after its own.
+    // Each chunk's update beside the next chunk's product (a vector or two after the listed
+    // positions of its multiply-adds, see AdamDrip in sparse_kernels_impl.h) rather than after
+    // its own.
     bool beside = true;
 };
 

@@ -251,8 +251,9 @@ inline void adamRow(const AdamConsts& c, const float* grad, float* w, float* m, 
     if (i < n) adamVector<kPlain>(c, grad + i, w + i, m + i, v + i, true, Isa::tail(n - i));
 }
 
-// What the groups' lists run beside their multiply-adds (accumulate calls step() after each
-// listed position): nothing, or AdamDrip's update of the rows of an earlier chunk.
+// What the groups' lists run beside their multiply-adds (accumulate calls step2() after every two
+// listed positions, step() after a last odd one): nothing, or AdamDrip's update of the rows of an
+// earlier chunk.
 struct NoDrip {
     static constexpr bool kDefers = false;
     void step() {}
@@ -261,10 +262,10 @@ struct NoDrip {
     void defer(int64_t, int64_t, const float*, int64_t) {}
 };
 
-// The Adam update of a finished chunk of the weight gradient's rows, one vector at a time beside
-// the next chunk's multiply-adds (see transposedTimesDenseAdam): the update's square roots and
-// divisions keep the divider busy while the FMAs take the other slots of the same ports, where a
-// chunk's update after its product (or bursts after each group) leaves the divider idle during
+// The Adam update of a finished chunk of the weight gradient's rows, a vector or two at a time
+// beside the next chunk's multiply-adds (see transposedTimesDenseAdam): the update's square roots
+// and divisions keep the divider busy while the FMAs take the other slots of the same ports, where
+// a chunk's update after its product (or bursts after each group) leaves the divider idle during
 // the product and the FMA ports half idle during the update. Only where the chunk's gradient,
 // w, m and v each lie in one run of whole vectors (rows of whole vectors, one after the other);
 // otherwise a deferred chunk is updated at once. kPlain: no clipping, no scale, no decay (the
@@ -659,7 +660,9 @@ inline bool packsGradBlocks(int64_t ldy) {
 // are transposed in registers to read its columns. Then dw's rows chunkRows (a multiple of the
 // group) at a time, each chunk's rows [r0, r1) handed to then(r0, r1, g, ldg) once finished, row
 // r at g + (r - r0) * ldg: in dw, or where dw is null in a buffer of the calling thread's that
-// the next chunk overwrites (the gradient then kept nowhere).
+// the next chunk overwrites (the gradient then kept nowhere). A drip that defers (AdamDrip) gets
+// each finished chunk too and runs beside the next chunk's lists; the chunks then take turns in
+// two buffers, and the last is finished before the call returns.
 template <class Then, class Drip = NoDrip>
 int64_t gradProduct(const float* x, int64_t ldx, int64_t B, int64_t K, const float* dy, int64_t ldy,
                     int64_t N, float* dw, int64_t lddw, int64_t chunkRows, const Then& then,
@@ -741,8 +744,8 @@ constexpr int64_t kPackedAdamChunkRows = 64;
 // One core of the BF16 Xeon, Fashion-MNIST batches of 32, 128 outputs, a whole half of the pixels
 // (`taskset -c 1 build/traindeck_bench_sparse --fresh`, the gradient with its update after each
 // chunk against beside the next): 2 KB chunks 1.10-1.15x, 4 KB 1.12-1.14x, 8 KB 1.16x, 16 KB
-// 1.14-1.16x, 32 KB 1.13-1.14x; in the seed MLP's step, where a thread's pieces are about 48 rows
-// (TRAINDECK_PROFILE=1, alternating 2-epoch runs at batch 32), the weight gradient with its
+// 1.14-1.16x, 32 KB 1.13-1.14x; in the seed MLP's step, its pieces then about 48 rows (eight a
+// thread; TRAINDECK_PROFILE=1, alternating 2-epoch runs at batch 32), the weight gradient with its
 // update 47.4-55.0 us in 4 KB chunks against 55.2-61.5 in 16 KB (three pairs), even with 8 KB
 // (two). Where dy's blocks are packed the chunks stay kPackedAdamChunkRows (at 1,024 outputs
 // 1.11-1.12x; 16-row chunks, each packing the blocks again, measured slower than after).
