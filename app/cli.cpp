@@ -1,21 +1,26 @@
 #include "app/cli.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 
+#include "engine/api/export.h"
 #include "engine/api/projects.h"
 #include "engine/api/runs.h"
 #include "engine/api/session.h"
+#include "engine/core/text_limits.h"
 #include "engine/store/run_store.h"
 
 namespace td::cli {
@@ -24,6 +29,43 @@ namespace {
 
 void printError(const std::string& msg) {
     std::fprintf(stderr, "traindeck: error: %s\n", msg.c_str());
+}
+
+// SIGTERM, SIGINT and SIGHUP stop a headless run as the app's Stop button does: the step in
+// progress finishes, a checkpoint is written, the store gets every row and the status 'stopped'.
+// A second signal ends the process at once (the default action). The handler only records the
+// signal; train()'s event loop acts on it. (Under an MPI launcher, the launch's own handler for
+// SIGTERM and SIGINT replaces this one once the session has joined the job.)
+std::atomic<int> gStopSignal{0};
+static_assert(std::atomic<int>::is_always_lock_free);
+
+extern "C" void onStopSignal(int sig) {
+    int expected = 0;
+    if (!gStopSignal.compare_exchange_strong(expected, sig)) {
+        struct sigaction dfl {};
+        dfl.sa_handler = SIG_DFL;
+        sigemptyset(&dfl.sa_mask);
+        sigaction(sig, &dfl, nullptr);
+        raise(sig);
+    }
+}
+
+void installStopSignals() {
+    struct sigaction sa {};
+    sa.sa_handler = onStopSignal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaction(sig, &sa, nullptr);
+    // A closed terminal or pipe must not end the run before its checkpoint: writes then fail
+    // with EPIPE instead.
+    signal(SIGPIPE, SIG_IGN);
+}
+
+const char* stopSignalName(int sig) {
+    return sig == SIGTERM  ? "SIGTERM"
+           : sig == SIGINT ? "SIGINT"
+           : sig == SIGHUP ? "SIGHUP"
+                           : "a signal";
 }
 
 // loadProject, then the keys of its Keras model that were accepted but are not applied, on stderr.
@@ -134,6 +176,8 @@ class Progress {
                           em->seconds / std::max<int64_t>(1, steps_) * 1e6, em->samplesPerSecond);
             std::printf("%s%s%s\n", tty_ ? "\r\033[K" : "", head, fmtMetrics(em->metrics).c_str());
             std::fflush(stdout);
+        } else if (auto* c = std::get_if<CheckpointSaved>(&e)) {
+            if (!c->path.empty()) lastCheckpoint_ = c->path;
         } else if (auto* l = std::get_if<LogLine>(&e)) {
             std::printf("%s%s\n", tty_ ? "\r\033[K" : "", l->text.c_str());
         } else if (auto* f = std::get_if<RunFinished>(&e)) {
@@ -163,6 +207,8 @@ class Progress {
     }
     // The run's result; empty until RunFinished arrived.
     const std::optional<RunFinished>& finished() const { return finished_; }
+    // The newest checkpoint file the run wrote; empty when none.
+    const std::string& lastCheckpoint() const { return lastCheckpoint_; }
 
   private:
     double secondsSinceEpoch() const {
@@ -174,6 +220,7 @@ class Progress {
     int epochs_ = 0, epoch_ = -1;
     bool started_ = false;
     std::optional<RunFinished> finished_;
+    std::string lastCheckpoint_;
     std::chrono::steady_clock::time_point epochT0_;
     std::vector<ReplicaStats> replicas_;  // totals over the run
     int64_t allReduceBytes_ = 0;
@@ -239,6 +286,11 @@ std::string defaultDbPath() {
 int train(const TrainArgs& a) {
     SessionOptions opt;
     opt.storePath = a.db.empty() ? defaultDbPath() : a.db;
+    // The run's name is the command line's, not the project file's.
+    if (std::string e = textProblem(a.runName, TextKind::Name); !e.empty()) {
+        printError("--run-name: " + e);
+        return 2;
+    }
     Result<Project> project = err("no project");
     std::string label = a.project;
     if (!a.resume.empty()) {
@@ -275,10 +327,18 @@ int train(const TrainArgs& a) {
     if (a.epochs > 0) opt.epochs = a.epochs;
     if (a.batchSize > 0) opt.batchSize = a.batchSize;
     if (a.seed >= 0) opt.seed = static_cast<uint64_t>(a.seed);
+    installStopSignals();
     auto session = Session::create(*project, opt);
     if (!session.ok()) {
         printError(label + ": " + session.error());
         return 2;
+    }
+    if (const int sig = gStopSignal.load()) {
+        std::fprintf(
+            stderr,
+            "traindeck: %s received before the run started: nothing was trained or stored\n",
+            stopSignalName(sig));
+        return 128 + sig;
     }
     // Under MultiWorkerMirrored only the chief (rank 0) reports progress and stores the run; the
     // other workers speak only when they fail.
@@ -289,10 +349,19 @@ int train(const TrainArgs& a) {
     // The session closes the queue after RunFinished on every path, the failed ones included.
     // Ten times a second, or when the run starts or ends: the step figures wake no thread
     // (EventQueue::waitBatch), so the progress costs the training cores nothing in between.
+    int stopSignal = 0;
     while (true) {
         std::vector<Event> batch = queue->waitBatch(std::chrono::milliseconds(100));
         for (const Event& e : batch) progress.onEvent(e);
         if (batch.empty() && queue->closed()) break;
+        if (const int sig = gStopSignal.load(); sig && !stopSignal) {
+            stopSignal = sig;
+            std::fprintf(stderr,
+                         "\ntraindeck: %s received: stopping after the current step, writing a "
+                         "checkpoint and storing the run (send it again to end at once)\n",
+                         stopSignalName(sig));
+            (*session)->requestStop();
+        }
     }
     (*session)->join();
     const std::optional<RunFinished>& fin = progress.finished();
@@ -310,11 +379,41 @@ int train(const TrainArgs& a) {
         return 1;
     }
     if (rank == 0) std::printf("Stored in %s\n", opt.storePath.c_str());
+    if (stopSignal && fin->status == RunStatus::Stopped) {
+        const int64_t id = (*session)->runId();
+        std::fprintf(stderr,
+                     "traindeck: run %lld stopped by %s%s; continue it with: traindeck train "
+                     "--resume %lld --db %s\n",
+                     static_cast<long long>(id), stopSignalName(stopSignal),
+                     progress.lastCheckpoint().empty()
+                         ? ""
+                         : (", checkpoint " + progress.lastCheckpoint()).c_str(),
+                     static_cast<long long>(id), opt.storePath.c_str());
+        return 128 + stopSignal;
+    }
     if (rank == 0 && !a.saveModel.empty()) return saveTrainedModel(**session, a.saveModel);
     return 0;
 }
 
 int summary(const std::string& path) {
+    // A Keras 3 model file: its model, as `import` reads it.
+    std::ifstream probe(path, std::ios::binary);
+    char head[2] = {};
+    probe.read(head, 2);
+    if (probe.gcount() == 2 && head[0] == 'P' && head[1] == 'K') {
+        auto imported = importKerasModel(path, nullptr);
+        if (!imported.ok()) {
+            printError(imported.error());
+            return 2;
+        }
+        auto info = inferShapes(imported->project.model);
+        if (!info.ok()) {
+            printError(path + ": " + info.error());
+            return 2;
+        }
+        std::fputs(summaryTable(imported->project.model, *info).c_str(), stdout);
+        return 0;
+    }
     auto project = openProject(path);
     if (!project.ok()) {
         printError(project.error());

@@ -11,6 +11,7 @@
 #include "engine/api/runs.h"
 #include "engine/data/pipeline.h"
 #include "engine/io/zip_archive.h"
+#include "engine/train/checkpoint.h"
 
 namespace td::cli {
 
@@ -34,6 +35,24 @@ Result<ExportFormat> formatFor(const std::string& format, const std::string& pat
     if (ext == ".keras") return ExportFormat::Keras;
     return err(path + ": cannot tell the format from the extension '" + ext +
                "' (use .onnx or .keras, or --format onnx|keras)");
+}
+
+// What a file is, by its first bytes: "keras" for a zip archive, "a TrainDeck checkpoint", "a
+// JSON document", "an HDF5 file", "" when it cannot be read (the reader then says why), else "not a
+// .keras file".
+std::string fileKind(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return "";
+    char head[8] = {};
+    in.read(head, sizeof head);
+    const std::string_view h(head, static_cast<size_t>(in.gcount()));
+    if (h.size() >= 2 && h[0] == 'P' && h[1] == 'K') return "keras";
+    if (hasCheckpointMagic(h)) return "a TrainDeck checkpoint";
+    if (h.size() >= 4 && h.substr(1, 3) == "HDF") return "an HDF5 file (Keras 2 weights)";
+    const size_t first = h.find_first_not_of(" \t\r\n");
+    if (first != std::string_view::npos && (h[first] == '{' || h[first] == '['))
+        return "a JSON document";
+    return "not a .keras file";
 }
 
 // Prediction input by extension: .npy, .csv (a training CSV: the label column is left out),
@@ -160,6 +179,15 @@ int exportModel(const ExportArgs& a) {
             printError(project.error());
             return 2;
         }
+        if (std::string kind = fileKind(a.weights); kind != "keras" && !kind.empty()) {
+            printError(a.weights + ": --weights takes a Keras 3 .keras file (its weights are " +
+                       "matched to the project's layers by name); this is " + kind +
+                       (kind == "a TrainDeck checkpoint"
+                            ? ", which holds its own model: export it as it is (traindeck export " +
+                                  a.weights + " -o " + a.output + ")"
+                            : std::string()));
+            return 2;
+        }
         weights = projectModelWeights(*project, a.weights);
     } else if (std::error_code ec;
                !a.source.empty() && std::filesystem::is_regular_file(a.source, ec)) {
@@ -238,6 +266,31 @@ int predict(const std::string& modelPath, const std::string& input, const std::s
     if (!x.ok()) {
         printError(x.error());
         return 2;
+    }
+    // As training does: NaN or infinite features are refused, naming the sample.
+    if (x->dtype() == DType::F32 && x->rank() >= 1 && x->dim(0) > 0) {
+        const float* v = x->data<float>();
+        const int64_t perSample = x->size() / x->dim(0);
+        for (int64_t i = 0; i < x->size(); ++i)
+            if (!std::isfinite(v[i])) {
+                printError(input + ": sample " + std::to_string(i / perSample) + ", value " +
+                           std::to_string(i % perSample) + " is " +
+                           (std::isnan(v[i]) ? "NaN" : "infinite") +
+                           " (expected finite features, as training does)");
+                return 2;
+            }
+    }
+    // Samples of another shape with the model's number of values are read in row-major order,
+    // as training reads them; said, so that a wrong file is not mistaken for a right one.
+    if (auto info = inferShapes(model->weights.model); info.ok() && x->rank() >= 1) {
+        const Shape sample(x->shape().begin() + 1, x->shape().end());
+        if (sample != info->inputShape && numElements(sample) == numElements(info->inputShape))
+            std::fprintf(stderr,
+                         "traindeck: warning: %s: samples of shape %s are read as the model's "
+                         "input shape %s (the same %lld values, in row-major order)\n",
+                         input.c_str(), shapeToString(sample).c_str(),
+                         shapeToString(info->inputShape).c_str(),
+                         static_cast<long long>(numElements(sample)));
     }
     auto y = predictWithModel(*model, *x);
     if (!y.ok()) {

@@ -1,6 +1,8 @@
 // traindeck: the desktop app by default; headless subcommands for servers and scripts.
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 
 #include "app/cli.h"
@@ -9,6 +11,26 @@
 #ifdef TRAINDECK_HAVE_GUI
 #include "app/gui_loader.h"
 #endif
+
+namespace {
+
+// A whole number of at least `lo`: "expected a whole number of at least 1, got 0" (CLI11's own
+// range checks print the limits of a double).
+CLI::Validator wholeNumberAtLeast(long long lo) {
+    return CLI::Validator(
+        [lo](std::string& text) -> std::string {
+            errno = 0;
+            char* end = nullptr;
+            const long long v = std::strtoll(text.c_str(), &end, 10);
+            if (text.empty() || *end != '\0' || errno == ERANGE || v < lo)
+                return "expected a whole number of at least " + std::to_string(lo) + ", got '" +
+                       text + "'";
+            return {};
+        },
+        "INT>=" + std::to_string(lo));
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
     CLI::App app{"TrainDeck: design, train and monitor neural networks"};
@@ -26,10 +48,10 @@ int main(int argc, char** argv) {
     auto* train = app.add_subcommand("train", "Train a project headless with a progress bar");
     train->add_option("project", ta.project, "Project file (JSON); not with --resume");
     train->add_option("--epochs", ta.epochs, "Override training.epochs")
-        ->check(CLI::PositiveNumber);
+        ->check(wholeNumberAtLeast(1));
     train->add_option("--batch-size", ta.batchSize, "Override training.batch_size")
-        ->check(CLI::PositiveNumber);
-    train->add_option("--seed", ta.seed, "Override training.seed")->check(CLI::NonNegativeNumber);
+        ->check(wholeNumberAtLeast(1));
+    train->add_option("--seed", ta.seed, "Override training.seed")->check(wholeNumberAtLeast(0));
     train->add_option("--run-name", ta.runName, "Name of the stored run");
     train->add_option("--db", ta.db, "SQLite run store");
     train->add_flag("--plain", ta.plain, "Plain progress lines even on a terminal");
@@ -122,7 +144,8 @@ int main(int argc, char** argv) {
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
-        return app.exit(e);
+        // A usage error exits 2, as every other refused input does (--help and --version 0).
+        return app.exit(e) == 0 ? 0 : 2;
     }
 
     // A level the CPU lacks would end in SIGILL, a misspelt one would silently be ignored.

@@ -4,8 +4,11 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "engine/api/run_checkpoints.h"
+#include "engine/core/json_text.h"
 #include "engine/io/keras_archive.h"
 #include "engine/io/onnx_export.h"
+#include "engine/store/run_store.h"
 #include "engine/train/checkpoint.h"
 
 namespace td {
@@ -32,8 +35,8 @@ LossConfig lossForOutput(const ModelSpec& model, const Shape& out) {
 }
 
 // A checkpoint as a model: its weights, checked against its project's model, and that project.
-Result<LoadedModel> loadCheckpointModel(const std::string& path) {
-    TD_ASSIGN_OR_RETURN(CheckpointModel c, readCheckpointModel(path));
+Result<LoadedModel> checkpointAsModel(const std::string& path, CheckpointState state) {
+    TD_ASSIGN_OR_RETURN(CheckpointModel c, checkpointModel(path, std::move(state)));
     TD_ASSIGN_OR_RETURN(Project project, parseProject(c.projectJson, path));
     LoadedModel m;
     m.weights.model = std::move(c.model);
@@ -45,6 +48,11 @@ Result<LoadedModel> loadCheckpointModel(const std::string& path) {
     m.epoch = c.epoch;
     m.stepInEpoch = c.stepInEpoch;
     return m;
+}
+
+Result<LoadedModel> loadCheckpointModel(const std::string& path) {
+    TD_ASSIGN_OR_RETURN(CheckpointState state, readCheckpoint(path));
+    return checkpointAsModel(path, std::move(state));
 }
 
 std::string runLabel(const api::RunCatalog& catalog, const RunRecord& run) {
@@ -60,7 +68,9 @@ std::string noCheckpointReason(const api::RunCatalog& catalog, const RunRecord& 
             return runLabel(catalog, run) +
                    " has no checkpoint yet: it is running and writes its first one at the end of "
                    "its first epoch";
-        const nlohmann::json p = nlohmann::json::parse(run.projectJson, nullptr, false);
+        const nlohmann::json p = jsonTextProblem(run.projectJson)
+                                     ? nlohmann::json()
+                                     : nlohmann::json::parse(run.projectJson, nullptr, false);
         const nlohmann::json* training =
             p.is_object() && p.contains("training") ? &p["training"] : nullptr;
         if (training && training->is_object() && training->contains("run_checkpoints") &&
@@ -245,32 +255,34 @@ Result<ImportedProject> importKerasModel(const std::string& kerasPath, const Pro
 
 Result<RunModel> loadRunModel(api::RunCatalog& catalog, int64_t runId) {
     TD_ASSIGN_OR_RETURN(RunRecord run, catalog.run(runId));
-    // A running run replaces its checkpoints as it goes: a file chosen a moment ago may be gone
-    // by the time it is opened, and the next look finds its successor.
+    TD_ASSIGN_OR_RETURN(std::unique_ptr<RunStore> store, RunStore::open(catalog.path()));
+    // A running run replaces its checkpoints as it goes: a file listed a moment ago may be gone
+    // by the time it is read, and the next look finds its successor.
     for (int attempt = 0;; ++attempt) {
-        TD_ASSIGN_OR_RETURN(std::vector<CheckpointRow> rows, catalog.checkpoints(runId));
-        if (std::string why = noCheckpointReason(catalog, run, rows); !why.empty()) return err(why);
-        auto path = api::latestCheckpointForRun(catalog.path(), runId);
-        if (!path.ok()) return err(path.error());
-        auto model = loadModelFile(*path);
-        std::error_code ec;
-        if (!model.ok() && attempt < 2 && !fs::exists(*path, ec)) continue;
-        if (!model.ok()) return err(runLabel(catalog, run) + ": " + model.error());
+        TD_ASSIGN_OR_RETURN(RunCheckpointChoice choice, chooseRunCheckpoint(*store, run));
+        if (!choice.chosen) {
+            TD_ASSIGN_OR_RETURN(std::vector<CheckpointRow> rows, catalog.checkpoints(runId));
+            if (std::string why = noCheckpointReason(catalog, run, rows); !why.empty())
+                if (choice.candidates == rows.size()) return err(why);
+            if (attempt < 2 && run.status == "running") continue;
+            std::string why;
+            for (const std::string& r : choice.refused) why += "\n  refused " + r;
+            return err("run " + std::to_string(run.id) + " in " + catalog.path() +
+                       ": none of its checkpoints can be used:" + why);
+        }
+        const std::string path = choice.chosen->path;
+        TD_ASSIGN_OR_RETURN(LoadedModel model, checkpointAsModel(path, *choice.chosen->state));
         RunModel out;
         out.runId = run.id;
         out.runName = run.name;
-        out.checkpointPath = *path;
-        out.model = std::move(model).value();
-        for (const CheckpointRow& r : rows) {
-            if (r.path == *path) break;
-            auto skipped = readCheckpointModel(r.path);
-            std::string why =
-                !skipped.ok() ? skipped.error()
-                : skipped->runId != runId
-                    ? r.path + ": it belongs to run " + std::to_string(skipped->runId)
-                    : r.path + " (it could not be read when the checkpoint was chosen)";
-            out.notes.push_back("skipped the newer checkpoint " + why);
-        }
+        out.checkpointPath = path;
+        out.model = std::move(model);
+        for (const std::string& r : choice.refused)
+            out.notes.push_back("skipped the newer checkpoint " + r);
+        if (!choice.chosen->registered)
+            out.notes.push_back(path +
+                                " was written but never registered in the store (the process "
+                                "ended first); it is this run's (store, run and model checked)");
         return out;
     }
 }

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <utility>
 
+#include "engine/api/run_checkpoints.h"
 #include "engine/store/run_queries.h"
 #include "engine/store/run_store.h"
 #include "engine/train/checkpoint.h"
@@ -98,21 +99,13 @@ Result<std::vector<CheckpointRow>> RunCatalog::checkpoints(int64_t runId) {
 
 Result<std::string> latestCheckpointForRun(const std::string& storePath, int64_t runId) {
     TD_ASSIGN_OR_RETURN(std::unique_ptr<RunStore> store, RunStore::open(storePath));
-    TD_RETURN_IF_ERROR(store->getRun(runId));
-    TD_ASSIGN_OR_RETURN(std::vector<CheckpointRow> rows, store->checkpoints(runId));
-    std::string why;
-    for (const CheckpointRow& r : rows) {
-        auto m = readCheckpointModel(r.path);
-        if (!m.ok()) {
-            why += "\n  " + m.error();
-        } else if (m.value().runId != runId) {
-            why += "\n  " + r.path + ": it belongs to run " + std::to_string(m.value().runId);
-        } else {
-            return r.path;
-        }
-    }
-    if (rows.empty())
+    TD_ASSIGN_OR_RETURN(RunRecord run, store->getRun(runId));
+    TD_ASSIGN_OR_RETURN(RunCheckpointChoice choice, chooseRunCheckpoint(*store, run));
+    if (choice.chosen) return choice.chosen->path;
+    if (choice.candidates == 0)
         return err("run " + std::to_string(runId) + " in " + storePath + " has no checkpoint");
+    std::string why;
+    for (const std::string& r : choice.refused) why += "\n  refused " + r;
     return err("run " + std::to_string(runId) + " in " + storePath +
                ": none of its checkpoints can be used:" + why);
 }

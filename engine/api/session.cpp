@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "engine/api/run_checkpoints.h"
 #include "engine/backend/backend.h"
 #include "engine/core/cpu_isa.h"
 #include "engine/core/text_limits.h"
@@ -103,42 +104,41 @@ std::vector<std::string> backupFiles(const std::string& dir) {
 
 Result<ResumePoint> findResumePoint(const std::string& storePath, const std::string& runIdOrName) {
     TD_ASSIGN_OR_RETURN(std::unique_ptr<RunStore> store, RunStore::open(storePath));
-    TD_ASSIGN_OR_RETURN(RunRecord run, store->findRun(runIdOrName));
+    if (store->readOnly())
+        return err(storePath + ": the run store is read-only (" + store->readOnlyReason() +
+                   "): a resumed run could not be stored");
+    TD_ASSIGN_OR_RETURN(RunRecord found, store->findRun(runIdOrName));
+    TD_ASSIGN_OR_RETURN(RunRecord run, store->getRun(found.id));
     if (run.status == "running")
         return err("run " + std::to_string(run.id) + " in " + storePath +
                    " is still running (process " + std::to_string(run.pid) + " on " + run.host +
                    "): stop it before resuming it");
-    TD_ASSIGN_OR_RETURN(std::vector<CheckpointRow> rows, store->checkpoints(run.id));
-    if (rows.empty())
+    TD_ASSIGN_OR_RETURN(RunCheckpointChoice choice, chooseRunCheckpoint(*store, run));
+    if (choice.candidates == 0)
         return err("run " + std::to_string(run.id) + " in " + storePath +
                    " has no checkpoint to resume from (it ended before its first checkpoint, "
                    "or its project switched them off)");
+    if (!choice.chosen) {
+        std::string why;
+        for (const std::string& n : choice.refused) why += "\n  refused " + n;
+        return err("run " + std::to_string(run.id) + " in " + storePath +
+                   ": none of its checkpoints can be used:" + why);
+    }
     ResumePoint rp;
     rp.runId = run.id;
-    for (const CheckpointRow& r : rows) {
-        auto got = loadUsableCheckpoint(r.path);
-        if (!got.ok()) {
-            rp.notes.push_back("refused " + got.error());
-            continue;
-        }
-        if (got.value().second->runId != run.id) {
-            rp.notes.push_back("refused " + r.path + ": it belongs to run " +
-                               std::to_string(got.value().second->runId) + ", expected run " +
-                               std::to_string(run.id));
-            continue;
-        }
-        rp.checkpointPath = r.path;
-        rp.project = std::move(got.value().first);
-        rp.state = std::move(got.value().second);
-        if (!rp.notes.empty())
-            rp.notes.push_back("using the previous good checkpoint " + r.path + " (global step " +
-                               std::to_string(r.globalStep) + ")");
-        return rp;
-    }
-    std::string why;
-    for (const std::string& n : rp.notes) why += "\n  " + n;
-    return err("run " + std::to_string(run.id) + " in " + storePath +
-               ": none of its checkpoints can be used:" + why);
+    rp.checkpointPath = choice.chosen->path;
+    rp.state = choice.chosen->state;
+    TD_ASSIGN_OR_RETURN(rp.project, checkpointProject(rp.checkpointPath, *rp.state));
+    for (const std::string& n : choice.refused) rp.notes.push_back("refused " + n);
+    if (!choice.chosen->registered)
+        rp.notes.push_back("using " + rp.checkpointPath + " (global step " +
+                           std::to_string(rp.state->globalStep) +
+                           "): written, but the process ended before the store registered it; "
+                           "it is this run's (store, run and model checked)");
+    else if (!rp.notes.empty())
+        rp.notes.push_back("using the previous good checkpoint " + rp.checkpointPath +
+                           " (global step " + std::to_string(rp.state->globalStep) + ")");
+    return rp;
 }
 
 struct Session::Impl {
@@ -152,6 +152,8 @@ struct Session::Impl {
     // backup found when the session was created).
     std::optional<ResumePoint> resume;
     std::string staleCheckpointNote;  // a kept folder of a deleted run with this run's id
+    std::string storeId;              // the run store's identity, written into every checkpoint
+    int64_t chiefRunId = 0;  // multi-worker runs: the run the chief stores (on every worker)
     // MultiWorkerMirrored under an MPI launch: the process group (outlives the trainer).
     std::unique_ptr<MpiCollectives> workers;
     std::unique_ptr<Trainer> trainer;
@@ -347,6 +349,10 @@ Status Session::Impl::openStore(std::unique_ptr<RunStore>& store,
     // worker's per-replica figures reach it through the metric all-gather.
     if (options.storePath.empty() || trainer->workerRank() != 0) return Status::success();
     TD_ASSIGN_OR_RETURN(store, RunStore::open(options.storePath));
+    if (store->readOnly())
+        return err(options.storePath + ": the run store is read-only (" + store->readOnlyReason() +
+                   "): a run cannot be stored in it (--db names another store)");
+    storeId = store->storeId();
     const Project& p = project;
     if (resume && resume->runId > 0) {
         // The stored run goes on: its rows stay, the steps after the checkpoint are added (a
@@ -376,16 +382,18 @@ Status Session::Impl::openStore(std::unique_ptr<RunStore>& store,
     r.params = info.totalParams;
     if (runId == 0) {
         TD_ASSIGN_OR_RETURN(runId, store->createRun(r));
-        // A deleted run whose checkpoint files were kept may have had this id: its folder is
-        // moved aside, so the new run neither overwrites nor inherits those files.
+        // Run ids are never given out twice, so the run's own folder is new. Should a folder be
+        // there all the same (put there by hand, or restored from a backup), it is moved aside:
+        // the new run neither overwrites nor inherits those files.
         const std::string dir = runCheckpointDir(options.storePath, runId);
         std::error_code ec;
         if (std::filesystem::exists(dir, ec)) {
             const std::string aside = dir + ".old-" + std::to_string(unixMs());
             std::filesystem::rename(dir, aside, ec);
             staleCheckpointNote = ec ? "cannot move " + dir + " aside: " + ec.message()
-                                     : dir + " held the checkpoints of an earlier, deleted run " +
-                                           std::to_string(runId) + ": moved to " + aside;
+                                     : dir + " existed before run " + std::to_string(runId) +
+                                           " started (files that are not this run's): moved to " +
+                                           aside;
         }
     }
     recorderQueue = bus.subscribe();
@@ -409,6 +417,8 @@ CheckpointPlan Session::Impl::checkpointPlan(bool stored) const {
     CheckpointPlan plan;
     plan.runId = runId;
     plan.projectJson = projectToJson(project);
+    plan.storeId = storeId;
+    plan.modelFingerprint = modelFingerprint(plan.projectJson);
     plan.storeDeletes = stored;
     const std::string runDir = stored ? runCheckpointDir(options.storePath, runId) : "";
     if (stored && t.runCheckpoints) {
@@ -552,6 +562,15 @@ Status Session::fit() {
     RunFinished fin;
     Status opened =
         guarded("internal error", [&] { return im.openStore(store, recorder, recorderQueue); });
+    // Every worker learns the chief's run id (0: the chief stores none), so a worker that outlives
+    // a killed chief can record in the store why the run ended.
+    im.chiefRunId = im.runId;
+    if (im.workers) {
+        const double mine = static_cast<double>(im.runId);
+        std::vector<double> all(static_cast<size_t>(im.workers->size()), 0.0);
+        if (im.workers->allGatherHost(&mine, 1, all.data()).ok())
+            im.chiefRunId = static_cast<int64_t>(all[0]);
+    }
     if (!opened.ok()) {
         fin.status = RunStatus::Failed;
         fin.message = "run store: " + opened.error();
@@ -617,6 +636,13 @@ Status Session::fit() {
     } else if (store && im.runId > 0) {
         // The run's row exists but its recorder never started: record the outcome directly.
         (void)store->finishRun(im.runId, RunStatus::Failed, fin.finalMetrics, fin.message);
+    }
+    if (fin.status == RunStatus::Failed && im.trainer->workerRank() != 0 && im.chiefRunId > 0 &&
+        !im.options.storePath.empty()) {
+        // A worker's failure is the chief's to store; but when the chief itself was killed, this
+        // report is all the store will learn of why the run ended.
+        if (auto st = RunStore::open(im.options.storePath); st.ok())
+            (void)(*st)->recordWorkerReport(im.chiefRunId, im.trainer->workerRank(), fin.message);
     }
     if (fin.status == RunStatus::Failed) im.log(LogLine::Level::Error, fin.message);
     im.bus.publish(fin);

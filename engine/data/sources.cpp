@@ -326,6 +326,17 @@ Result<DataSplits> loadSynthetic(const SourceConfig& cfg) {
 
 Status checkLabelsFit(const SourceConfig& cfg, const DataSplits& splits, int64_t units) {
     const auto check = [&](const Dataset& d, const std::string& where) -> Status {
+        // Float labels straight from the source: the loss takes class ids, which no map step
+        // makes of floats (one_hot goes the other way).
+        if (d.y.dtype() == DType::F32 && d.y.size() > 0) {
+            const float v = d.y.data<float>()[0];
+            return err(where + ": the labels are floating-point (" + dtypeName(d.y.dtype()) + " " +
+                       shapeToString(d.y.shape()) + ", the first is " + std::to_string(v) +
+                       "), but the loss expects integer class ids 0.." + std::to_string(units - 1) +
+                       ": store them as integers (NumPy: y.astype('int32')), or train with a "
+                       "loss for float targets (categorical_crossentropy with one-hot rows, "
+                       "binary_crossentropy, mean_squared_error)");
+        }
         if (d.y.dtype() != DType::I32) return Status::success();
         const int32_t* y = d.y.data<int32_t>();
         for (int64_t i = 0; i < d.y.size(); ++i) {

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <limits>
 
+#include "engine/core/json_text.h"
+
 namespace td::jsonio {
 
 void fail(const std::string& path, const std::string& message) {
@@ -89,6 +91,9 @@ bool integral(const Json& v, int64_t& out) {
 }  // namespace
 
 Json parseText(const std::string& text, const std::string& path) {
+    // Too deep a value or too large a number, with the field it is in, before the parser sees it.
+    if (const JsonTextProblem p = jsonTextProblem(text))
+        fail(path.empty() ? p.path : p.path.empty() ? path : child(path, p.path), p.message);
     try {
         return Json::parse(text);
     } catch (const Json::parse_error& e) {

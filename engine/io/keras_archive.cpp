@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "engine/core/json_text.h"
 #include "engine/io/keras_weights_h5.h"
 #include "engine/io/project.h"
 #include "engine/io/zip_archive.h"
@@ -128,6 +129,8 @@ Result<KerasArchive> parseKerasArchive(const std::string& bytes, const std::stri
                    "config.json, metadata.json, model.weights.h5)");
     KerasArchive out;
     if (const std::string* meta = member("metadata.json")) {
+        if (const JsonTextProblem p = jsonTextProblem(*meta))
+            return err(f + "metadata.json: " + describeJsonTextProblem(p));
         auto j = nlohmann::json::parse(*meta, nullptr, false);
         if (j.is_discarded() || !j.is_object())
             return err(f + "metadata.json: expected a JSON object");
@@ -140,6 +143,8 @@ Result<KerasArchive> parseKerasArchive(const std::string& bytes, const std::stri
     // config.json is serialize_keras_object(model): the to_json() object plus build_config and
     // compile_config, which TrainDeck does not need (shapes come from the layers, training
     // settings from the project).
+    if (const JsonTextProblem p = jsonTextProblem(*configText))
+        return err(f + "config.json: " + describeJsonTextProblem(p));
     auto config = nlohmann::json::parse(*configText, nullptr, false);
     if (config.is_discarded() || !config.is_object())
         return err(f + "config.json: invalid JSON (expected a Keras model object)");

@@ -8,10 +8,10 @@
 #include <string_view>
 #include <utility>
 
+#include "engine/store/run_store.h"
+
 namespace td {
 namespace {
-
-constexpr int kBusyTimeoutMs = 5000;
 
 // The summary columns: the runs row (the project documents, the bulk of a run, are in
 // run_documents).
@@ -153,14 +153,10 @@ Result<std::unique_ptr<RunStoreReader>> RunStoreReader::open(const std::string& 
     if (path.empty()) return err("run store: empty database path");
     std::unique_ptr<RunStoreReader> reader(new RunStoreReader());
     reader->path_ = path;
-    sqlite3* db = nullptr;
-    // Read-write without create: a missing store is an error, and a reader of a WAL database
-    // must be able to map its shared-memory index.
-    const int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr);
-    reader->db_ = db;  // closed by the destructor, also when opening fails
-    if (rc != SQLITE_OK) return sqlError(db, path, rc, "sqlite3_open_v2", "");
-    const int brc = sqlite3_busy_timeout(db, kBusyTimeoutMs);
-    if (brc != SQLITE_OK) return sqlError(db, path, brc, "sqlite3_busy_timeout", "");
+    // Without create: a missing store is an error. Read-write where the store can be written (a
+    // reader of a WAL database must be able to map its shared-memory index), else read-only.
+    TD_ASSIGN_OR_RETURN(reader->db_, openStoreConnection(path, storeReadOnlyReason(path), false));
+    sqlite3* db = reader->db_;
     TD_ASSIGN_OR_RETURN(Query version, Query::prepare(db, path, "PRAGMA user_version"));
     TD_ASSIGN_OR_RETURN(bool row, version.step());
     if (!row || version.colInt(0) < 2)

@@ -21,6 +21,7 @@
 #include <system_error>
 #include <utility>
 
+#include "engine/core/json_text.h"
 #include "engine/core/text_limits.h"
 
 namespace td {
@@ -150,7 +151,21 @@ ALTER TABLE device_stats ADD COLUMN gpu_memory_used_bytes INTEGER;
 ALTER TABLE device_stats ADD COLUMN gpu_memory_total_bytes INTEGER;
 ALTER TABLE device_stats ADD COLUMN gpu_utilization REAL;
 )sql",
+    // 5 -> 6: the store's identity, written into every checkpoint of its runs, and the highest run
+    // id it has given out, so a deleted run's id is never given to a new run. Checkpoint paths
+    // become relative to the store's folder (relocateCheckpoints, run after this).
+    R"sql(
+CREATE TABLE store_meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) WITHOUT ROWID;
+INSERT INTO store_meta (key, value) VALUES ('store_id', lower(hex(randomblob(16))));
+INSERT INTO store_meta (key, value) VALUES ('last_run_id', (SELECT COALESCE(MAX(id), 0) FROM runs));
+)sql",
 };
+// The oldest schema a read-only store can be read with (its queries name no newer column or
+// table); older stores must be opened writable once, to be brought up to date.
+constexpr int kOldestReadOnlySchema = 5;
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
 constexpr int kBusyTimeoutMs = 5000;
@@ -227,6 +242,10 @@ Error sqlError(sqlite3* db, const std::string& path, int rc, const char* call,
     if (db && sqlite3_errcode(db) != SQLITE_OK) text = sqlite3_errmsg(db);
     msg += ": ";
     msg += text ? text : sqlite3_errstr(rc);
+    if ((rc & 0xff) == SQLITE_READONLY)
+        msg +=
+            " (the run store is read-only: its runs can be listed, shown, compared and "
+            "exported, but nothing can be written to it)";
     return err(std::move(msg));
 }
 
@@ -383,6 +402,8 @@ Result<MetricMap> metricsFromJson(const std::string& path, const std::string& te
                                   std::string_view what) {
     MetricMap m;
     if (text.empty()) return m;
+    if (const JsonTextProblem p = jsonTextProblem(text))
+        return err(path + ": " + std::string(what) + ": " + describeJsonTextProblem(p));
     nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (!j.is_object()) return err(path + ": " + std::string(what) + ": not a JSON object");
     for (const auto& [k, v] : j.items()) {
@@ -611,6 +632,17 @@ Status insertReplicaRows(sqlite3* db, const std::string& path, int64_t runId,
 }
 
 // Runs of this host left 'running' by a process that no longer exists were interrupted.
+// The newest report of a surviving worker of a run (RunStore::recordWorkerReport), or "".
+Result<std::string> lastWorkerReport(sqlite3* db, const std::string& p, int64_t runId) {
+    TD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db, p,
+                                              "SELECT text FROM logs WHERE run_id = ?1 AND level = "
+                                              "'error' AND text LIKE 'worker rank %' ORDER BY id "
+                                              "DESC LIMIT 1"));
+    TD_RETURN_IF_ERROR(s.bindInt(1, runId));
+    TD_ASSIGN_OR_RETURN(bool row, s.step());
+    return row ? s.colText(0) : std::string();
+}
+
 Status markInterruptedRuns(sqlite3* db, const std::string& p) {
     const std::string host = hostName();
     std::vector<std::pair<int64_t, int64_t>> dead;  // id, pid
@@ -633,12 +665,150 @@ Status markInterruptedRuns(sqlite3* db, const std::string& p) {
         TD_ASSIGN_OR_RETURN(Transaction txn, Transaction::begin(db, p));
         TD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db, p, kSql));
         for (const auto& [id, pid] : dead) {
+            TD_ASSIGN_OR_RETURN(std::string report, lastWorkerReport(db, p, id));
             TD_RETURN_IF_ERROR(s.bindText(1, "process " + std::to_string(pid) + " on " + host +
-                                                 " ended without a final status"));
+                                                 " ended without a final status" +
+                                                 (report.empty() ? "" : "; " + report)));
             TD_RETURN_IF_ERROR(s.bindInt(2, id));
             TD_RETURN_IF_ERROR(s.run());
         }
         TD_RETURN_IF_ERROR(txn.commit());
+    }
+    return {};
+}
+
+// The folder a store's relative checkpoint paths start from: the store file's folder as the
+// path names it ("" for a bare file name, the working folder).
+std::filesystem::path storeFolder(const std::string& storePath) {
+    return std::filesystem::path(storePath).parent_path();
+}
+
+std::filesystem::path absoluteNormal(const std::filesystem::path& p) {
+    std::error_code ec;
+    std::filesystem::path a = std::filesystem::absolute(p, ec);
+    return (ec ? p : a).lexically_normal();
+}
+
+// A path for an SQLite URI (file:...?mode=ro): '%', '?' and '#' would end or change it.
+std::string uriPath(const std::string& path) {
+    std::string out;
+    for (char c : absoluteNormal(path).string()) {
+        if (c == '%' || c == '?' || c == '#') {
+            char buf[4];
+            std::snprintf(buf, sizeof buf, "%%%02X", static_cast<unsigned char>(c));
+            out += buf;
+        } else {
+            out += c;
+        }
+    }
+    return out;
+}
+
+// Opens a connection: read-write (creating the file when `create`), or read-only when
+// `readOnlyReason` says the store cannot be written. A read-only WAL store whose shared-memory
+// file cannot be created beside it (a read-only folder or mount) is opened as immutable: it is
+// read as it is on disk, which is all of it once its last writer has closed it.
+}  // namespace
+
+Result<sqlite3*> openStoreConnection(const std::string& path, const std::string& readOnlyReason,
+                                     bool create) {
+    auto attempt = [&](const std::string& name, int flags) -> Result<sqlite3*> {
+        sqlite3* db = nullptr;
+        const int rc = sqlite3_open_v2(name.c_str(), &db, flags | SQLITE_OPEN_FULLMUTEX, nullptr);
+        if (rc != SQLITE_OK) {
+            Error e = sqlError(db, path, rc, "sqlite3_open_v2", "");
+            (void)sqlite3_close_v2(db);
+            return e;
+        }
+        Status st = TD_SQLITE(db, path, "", sqlite3_busy_timeout, db, kBusyTimeoutMs);
+        // A read-only connection learns whether it can read the WAL only at its first read.
+        if (st.ok() && !readOnlyReason.empty())
+            st = exec(db, path, "SELECT COUNT(*) FROM sqlite_schema");
+        if (!st.ok()) {
+            (void)sqlite3_close_v2(db);
+            return std::move(st).takeError();
+        }
+        return db;
+    };
+    if (readOnlyReason.empty())
+        return attempt(path, SQLITE_OPEN_READWRITE | (create ? SQLITE_OPEN_CREATE : 0));
+    const int ro = SQLITE_OPEN_READONLY | SQLITE_OPEN_URI;
+    auto db = attempt("file:" + uriPath(path) + "?mode=ro", ro);
+    if (db.ok()) return db;
+    auto immutable = attempt("file:" + uriPath(path) + "?immutable=1", ro);
+    if (immutable.ok()) return immutable;
+    return err(db.error() + " (the run store is read-only: " + readOnlyReason + ")");
+}
+
+namespace {
+
+Result<std::string> readStoreId(sqlite3* db, const std::string& p) {
+    TD_ASSIGN_OR_RETURN(int64_t tables,
+                        queryInt(db, p,
+                                 "SELECT COUNT(*) FROM sqlite_schema WHERE type = 'table' AND "
+                                 "name = 'store_meta'"));
+    if (tables == 0) return std::string();  // a read-only store of schema 5
+    TD_ASSIGN_OR_RETURN(
+        Stmt s, Stmt::prepare(db, p, "SELECT value FROM store_meta WHERE key = 'store_id'"));
+    TD_ASSIGN_OR_RETURN(bool row, s.step());
+    return row ? s.colText(0) : std::string();
+}
+
+// Schema 5 -> 6: every registered checkpoint file that is found (at its path as stored, which was
+// relative to the folder the command ran in, or in the store folder's shared checkpoints/run-<id>/)
+// is linked, or copied where links are impossible, into the store's own folder for the run
+// (runCheckpointDir), and its row then names it relative to the store's folder. Files are never
+// moved or deleted: another store in the same folder may name the same file, and the readers check
+// each checkpoint's identity (its run and model) before using it. A row whose file is not found
+// keeps its path.
+Status relocateCheckpoints(sqlite3* db, const std::string& p) {
+    namespace fs = std::filesystem;
+    struct Row {
+        int64_t runId;
+        std::string path;
+    };
+    std::vector<Row> rows;
+    {
+        TD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db, p, "SELECT run_id, path FROM checkpoints"));
+        for (;;) {
+            TD_ASSIGN_OR_RETURN(bool row, s.step());
+            if (!row) break;
+            rows.push_back({s.colInt(0), s.colText(1)});
+        }
+    }
+    TD_ASSIGN_OR_RETURN(Stmt upd,
+                        Stmt::prepare(db, p,
+                                      "UPDATE OR REPLACE checkpoints SET path = ?3 WHERE run_id "
+                                      "= ?1 AND path = ?2"));
+    const fs::path folder = storeFolder(p);
+    for (const Row& r : rows) {
+        const fs::path stored(r.path);
+        const fs::path legacyDir = (folder.empty() ? fs::path(".") : folder) / "checkpoints" /
+                                   ("run-" + std::to_string(r.runId));
+        std::vector<fs::path> candidates = {stored, folder / stored, legacyDir / stored.filename()};
+        std::error_code ec;
+        fs::path found;
+        for (const fs::path& c : candidates)
+            if (!c.empty() && fs::is_regular_file(c, ec)) {
+                found = c;
+                break;
+            }
+        if (found.empty()) continue;
+        fs::path target = found;
+        if (absoluteNormal(found).parent_path() == absoluteNormal(legacyDir)) {
+            const fs::path dir = runCheckpointDir(p, r.runId);
+            target = dir / found.filename();
+            fs::create_directories(dir, ec);
+            if (!fs::exists(target, ec)) {
+                fs::create_hard_link(found, target, ec);
+                if (ec) fs::copy_file(found, target, ec);
+                if (ec) target = found;  // it stays where it is, named as it is found
+            }
+        }
+        TD_RETURN_IF_ERROR(upd.bindInt(1, r.runId));
+        TD_RETURN_IF_ERROR(upd.bindText(2, r.path));
+        TD_RETURN_IF_ERROR(upd.bindText(3, storedCheckpointPath(p, target.string())));
+        TD_RETURN_IF_ERROR(upd.run());
     }
     return {};
 }
@@ -671,32 +841,64 @@ int RunStore::schemaVersion() {
     return kSchemaVersion;
 }
 
+std::string storeReadOnlyReason(const std::string& path) {
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) return {};  // created writable, or not at all
+    if (::access(path.c_str(), W_OK) != 0)
+        return errno == EROFS ? "it is on a read-only file system" : "the file is not writable";
+    const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+    const std::string dir = parent.empty() ? std::string(".") : parent.string();
+    // SQLite writes its journal and shared-memory index beside the database.
+    if (::access(dir.c_str(), W_OK) != 0)
+        return errno == EROFS ? "it is on a read-only file system"
+                              : "its folder " + dir + " is not writable";
+    return {};
+}
+
+std::string runCheckpointDir(const std::string& storePath, int64_t runId) {
+    const std::filesystem::path store(storePath);
+    const std::filesystem::path dir = store.has_parent_path() ? store.parent_path() : ".";
+    return (dir / "checkpoints" / store.filename() / ("run-" + std::to_string(runId))).string();
+}
+
+std::string storedCheckpointPath(const std::string& storePath, const std::string& file) {
+    const std::filesystem::path abs = absoluteNormal(file);
+    const std::filesystem::path folder = storeFolder(storePath);
+    const std::filesystem::path rel =
+        abs.lexically_relative(absoluteNormal(folder.empty() ? "." : folder));
+    if (!rel.empty() && *rel.begin() != ".." && rel.is_relative()) return rel.string();
+    return abs.string();
+}
+
+std::string resolvedCheckpointPath(const std::string& storePath, const std::string& stored) {
+    const std::filesystem::path s(stored);
+    if (s.is_absolute()) return stored;
+    return (storeFolder(storePath) / s).string();
+}
+
 Result<std::unique_ptr<RunStore>> RunStore::open(const std::string& path) {
     if (path.empty()) return err("run store: empty database path");
     std::unique_ptr<RunStore> store(new RunStore());
     store->path_ = path;
     const std::string& p = store->path_;
 
-    const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-    if (!parent.empty()) {
-        std::error_code ec;
-        std::filesystem::create_directories(parent, ec);
-        if (ec)
-            return err(path + ": cannot create directory " + parent.string() + ": " + ec.message());
-    }
-
     // SQLite says only "unable to open database file" for a directory.
     if (std::error_code ec; std::filesystem::is_directory(path, ec))
         return err(path + ": is a directory, expected a SQLite database file");
 
-    sqlite3* db = nullptr;
-    const int rc = sqlite3_open_v2(
-        path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
-        nullptr);
-    store->db_ = db;  // closed by ~RunStore, also when open fails half-way
-    // sqlite3_open_v2 reports its error on the handle it returns, so check after keeping it.
-    TD_RETURN_IF_ERROR(sqlCheck(db, p, rc, "sqlite3_open_v2", ""));
-    TD_RETURN_IF_ERROR(TD_SQLITE(db, p, "", sqlite3_busy_timeout, db, kBusyTimeoutMs));
+    store->readOnlyReason_ = storeReadOnlyReason(path);
+    if (store->readOnlyReason_.empty()) {
+        const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+        if (!parent.empty()) {
+            std::error_code ec;
+            std::filesystem::create_directories(parent, ec);
+            if (ec)
+                return err(path + ": cannot create directory " + parent.string() + ": " +
+                           ec.message());
+        }
+    }
+    TD_ASSIGN_OR_RETURN(store->db_, openStoreConnection(path, store->readOnlyReason_, true));
+    sqlite3* db = store->db_;
 
     // Read before writing anything: a file that is not a database fails here, untouched.
     TD_ASSIGN_OR_RETURN(int64_t version, queryInt(db, p, "PRAGMA user_version"));
@@ -706,6 +908,17 @@ Result<std::unique_ptr<RunStore>> RunStore::open(const std::string& path) {
         return err(path + ": database schema version " + std::to_string(version) +
                    " is newer than this TrainDeck supports (" + std::to_string(kSchemaVersion) +
                    "); use a newer TrainDeck to open it");
+
+    if (store->readOnly()) {
+        if (version < kOldestReadOnlySchema)
+            return err(path + ": the run store is read-only (" + store->readOnlyReason_ +
+                       ") and was written by an older TrainDeck (schema " +
+                       std::to_string(version) +
+                       "): open it once where it can be written, to "
+                       "bring it up to date");
+        TD_ASSIGN_OR_RETURN(store->storeId_, readStoreId(db, p));
+        return store;
+    }
 
     {
         // WAL lets viewers read while a trainer writes. Where WAL is impossible (some network
@@ -731,10 +944,14 @@ Result<std::unique_ptr<RunStore>> RunStore::open(const std::string& path) {
                 return err(path + ": schema migration " + std::to_string(v) + " -> " +
                            std::to_string(v + 1) + " failed: " + ms.error());
         }
+        // Stores from before schema 6 kept checkpoint paths relative to the folder a command ran
+        // in, and shared one checkpoint folder with every other store beside them.
+        if (version < 6) TD_RETURN_IF_ERROR(relocateCheckpoints(db, p));
         const std::string setVersion = "PRAGMA user_version = " + std::to_string(kSchemaVersion);
         TD_RETURN_IF_ERROR(exec(db, p, setVersion.c_str()));
         TD_RETURN_IF_ERROR(txn.commit());
     }
+    TD_ASSIGN_OR_RETURN(store->storeId_, readStoreId(db, p));
 
     // Runs of this host left 'running' by a process that no longer exists were interrupted.
     // Housekeeping only: a store that cannot be written now (a full disk, a read-only file, a
@@ -756,10 +973,16 @@ Result<int64_t> RunStore::createRun(const RunRecord& run) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!validStatus(run.status))
         return err(path_ + ": createRun: invalid run status '" + run.status + "'");
+    // Ids are never given out twice, not even a deleted run's: a run's checkpoints (in
+    // runCheckpointDir, and the run id inside each) can then never be taken for another run's.
     static constexpr const char* kSql =
-        "INSERT INTO runs (name, status, started_at_ms, ended_at_ms, host, pid, devices, "
+        "INSERT INTO runs (id, name, status, started_at_ms, ended_at_ms, host, pid, devices, "
         "model_name, params, final_metrics_json, message, notes, updated_at_ms) "
-        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)";
+        "VALUES (MAX(COALESCE((SELECT MAX(id) FROM runs), 0), "
+        "COALESCE((SELECT CAST(value AS INTEGER) FROM store_meta WHERE key = 'last_run_id'), 0)) "
+        "+ 1, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)";
+    static constexpr const char* kLastIdSql =
+        "INSERT OR REPLACE INTO store_meta (key, value) VALUES ('last_run_id', ?1)";
     static constexpr const char* kDocumentsSql =
         "INSERT INTO run_documents (run_id, project_json, config_json) VALUES (?1, ?2, ?3)";
     const int64_t started = run.startedAtMs > 0 ? run.startedAtMs : nowMs();
@@ -780,6 +1003,9 @@ Result<int64_t> RunStore::createRun(const RunRecord& run) {
     TD_RETURN_IF_ERROR(s.bindInt(13, std::max({started, run.endedAtMs, run.updatedAtMs})));
     TD_RETURN_IF_ERROR(s.run());
     const auto id = static_cast<int64_t>(sqlite3_last_insert_rowid(db_));
+    TD_ASSIGN_OR_RETURN(Stmt last, Stmt::prepare(db_, path_, kLastIdSql));
+    TD_RETURN_IF_ERROR(last.bindText(1, std::to_string(id)));
+    TD_RETURN_IF_ERROR(last.run());
     TD_ASSIGN_OR_RETURN(Stmt d, Stmt::prepare(db_, path_, kDocumentsSql));
     TD_RETURN_IF_ERROR(d.bindInt(1, id));
     TD_RETURN_IF_ERROR(d.bindText(2, run.projectJson));
@@ -893,6 +1119,24 @@ Status RunStore::appendLogs(int64_t runId, const std::vector<LogRow>& rows) {
     });
 }
 
+Status RunStore::recordWorkerReport(int64_t runId, int rank, const std::string& message) {
+    LogRow row;
+    row.timeMs = nowMs();
+    row.level = "error";
+    row.text = "worker rank " + std::to_string(rank) + " reported: " + message;
+    TD_RETURN_IF_ERROR(appendLogs(runId, {row}));
+    std::lock_guard<std::mutex> lock(mu_);
+    TD_RETURN_IF_ERROR(markInterruptedRuns(db_, path_));
+    // Opening the store may already have marked it, before the report was there.
+    static constexpr const char* kSql =
+        "UPDATE runs SET message = message || '; ' || ?1 WHERE id = ?2 AND status = "
+        "'interrupted' AND message LIKE '% ended without a final status'";
+    TD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db_, path_, kSql));
+    TD_RETURN_IF_ERROR(s.bindText(1, row.text));
+    TD_RETURN_IF_ERROR(s.bindInt(2, runId));
+    return s.run();
+}
+
 Status RunStore::updateRunInfo(int64_t runId, const std::string& devices, int64_t params) {
     std::lock_guard<std::mutex> lock(mu_);
     static constexpr const char* kSql =
@@ -937,7 +1181,7 @@ Status RunStore::addCheckpoints(int64_t runId, const std::vector<CheckpointRow>&
     TD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db_, path_, kSql));
     for (const CheckpointRow& r : rows) {
         TD_RETURN_IF_ERROR(s.bindInt(1, runId));
-        TD_RETURN_IF_ERROR(s.bindText(2, r.path));
+        TD_RETURN_IF_ERROR(s.bindText(2, storedCheckpointPath(path_, r.path)));
         TD_RETURN_IF_ERROR(s.bindText(3, r.kind));
         TD_RETURN_IF_ERROR(s.bindInt(4, r.globalStep));
         TD_RETURN_IF_ERROR(s.bindInt(5, r.epoch));
@@ -951,7 +1195,7 @@ Status RunStore::addCheckpoints(int64_t runId, const std::vector<CheckpointRow>&
     TD_ASSIGN_OR_RETURN(Stmt f, Stmt::prepare(db_, path_, kForgetSql));
     for (const std::string& path : forget) {
         TD_RETURN_IF_ERROR(f.bindInt(1, runId));
-        TD_RETURN_IF_ERROR(f.bindText(2, path));
+        TD_RETURN_IF_ERROR(f.bindText(2, storedCheckpointPath(path_, path)));
         TD_RETURN_IF_ERROR(f.run());
     }
     return txn.commit();
@@ -969,7 +1213,7 @@ Result<std::vector<CheckpointRow>> RunStore::checkpoints(int64_t runId) {
         TD_ASSIGN_OR_RETURN(bool row, s.step());
         if (!row) break;
         CheckpointRow r;
-        r.path = s.colText(0);
+        r.path = resolvedCheckpointPath(path_, s.colText(0));
         r.kind = s.colText(1);
         r.globalStep = s.colInt(2);
         r.epoch = static_cast<int>(s.colInt(3));

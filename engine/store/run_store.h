@@ -23,7 +23,10 @@ namespace td {
 
 class RunStore {
   public:
-    // Opens (creating if needed) and migrates the schema. Errors name the path.
+    // Opens (creating if needed) and migrates the schema. Errors name the path. A store that
+    // cannot be written (a read-only file, folder or mount: storeReadOnlyReason) opens read-only:
+    // everything can be read, and every write fails with an error that says the store is
+    // read-only.
     static Result<std::unique_ptr<RunStore>> open(const std::string& path);
     ~RunStore();
     RunStore(const RunStore&) = delete;
@@ -31,6 +34,12 @@ class RunStore {
 
     const std::string& path() const { return path_; }
     static int schemaVersion();
+    // Why the store was opened read-only; empty when it can be written.
+    const std::string& readOnlyReason() const { return readOnlyReason_; }
+    bool readOnly() const { return !readOnlyReason_.empty(); }
+    // The store's identity (32 hex digits), written into every checkpoint of its runs; empty for
+    // a read-only store from before identities (schema 5).
+    const std::string& storeId() const { return storeId_; }
 
     Result<int64_t> createRun(const RunRecord& run);  // returns the new id
     Status finishRun(int64_t runId, RunStatus status, const MetricMap& finalMetrics,
@@ -44,6 +53,12 @@ class RunStore {
     // One row per (global step, replica); a row for a pair already stored replaces it.
     Status appendReplicaStats(int64_t runId, const std::vector<ReplicaRow>& rows);
     Status appendLogs(int64_t runId, const std::vector<LogRow>& rows);
+    // What a worker of a multi-worker run (not the chief, which writes the run) learned when the
+    // run failed under it, kept as an error log line of the run ("worker rank 1: ..."). A run
+    // still 'running' under a process of this host that no longer exists (the chief was killed)
+    // is marked 'interrupted' at once with this report as its message; a run whose chief lives on
+    // another host gets that message when a process there opens the store.
+    Status recordWorkerReport(int64_t runId, int rank, const std::string& message);
     // Fills in what is known once the run has started (RunStarted): empty devices and params 0
     // leave the stored values unchanged.
     Status updateRunInfo(int64_t runId, const std::string& devices, int64_t params);
@@ -51,10 +66,12 @@ class RunStore {
     // one's), end time and message cleared. Its rows stay.
     Status reopenRun(int64_t runId, int64_t pid = 0, const std::string& host = "");
     // Registers checkpoint files (a row for a path already registered replaces it) and forgets
-    // `forget`, in one transaction. Files are not touched.
+    // `forget`, in one transaction. Files are not touched. Paths are stored relative to the
+    // store's folder where the file lies under it (storedCheckpointPath).
     Status addCheckpoints(int64_t runId, const std::vector<CheckpointRow>& rows,
                           const std::vector<std::string>& forget = {});
-    // Newest (highest global step) first.
+    // Newest (highest global step) first; paths as this process opens them
+    // (resolvedCheckpointPath).
     Result<std::vector<CheckpointRow>> checkpoints(int64_t runId);
 
     Result<std::vector<RunRecord>> listRuns();
@@ -81,7 +98,31 @@ class RunStore {
     mutable std::mutex mu_;
     sqlite3* db_ = nullptr;
     std::string path_;
+    std::string readOnlyReason_;
+    std::string storeId_;
 };
+
+// Why a store file cannot be written ("the file is not writable", "it is on a read-only file
+// system", "its folder X is not writable"), or "" when it can, or does not exist yet.
+std::string storeReadOnlyReason(const std::string& path);
+
+// The folder of a run's own checkpoints: <folder of the store>/checkpoints/<store file
+// name>/run-<id>. Each store has its own, so two stores in one folder never share a file.
+std::string runCheckpointDir(const std::string& storePath, int64_t runId);
+
+// A checkpoint file's path as the store keeps it: relative to the store's folder when the file
+// lies under it (so the store and its checkpoints can be used from any working folder, or moved
+// together), absolute otherwise.
+std::string storedCheckpointPath(const std::string& storePath, const std::string& file);
+// A stored path as this process opens it: relative ones joined to the store's folder.
+std::string resolvedCheckpointPath(const std::string& storePath, const std::string& stored);
+
+// One SQLite connection to a store (for RunStore and RunStoreReader): read-write, creating the
+// file when `create`, or read-only when `readOnlyReason` (storeReadOnlyReason) is not empty. A
+// read-only WAL store whose shared-memory index cannot be created beside it is opened immutable
+// (read as it is on disk). Errors name the path.
+Result<sqlite3*> openStoreConnection(const std::string& path, const std::string& readOnlyReason,
+                                     bool create);
 
 // Subscribes to a run's events and writes them to the store in batches on its own thread.
 // The training thread never touches SQLite. Stops after RunFinished (or when the queue closes).

@@ -11,8 +11,10 @@
 #include <filesystem>
 #include <limits>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "engine/core/json_text.h"
 #include "engine/data/cache_file.h"
 #include "engine/graph/builder.h"
 #include "engine/io/project.h"
@@ -22,7 +24,7 @@ namespace td {
 namespace {
 
 constexpr char kMagic[8] = {'T', 'D', 'C', 'K', 'P', 'T', '\r', '\n'};
-constexpr uint32_t kVersion = 2;  // 2: the loss scale; 1 is read too
+constexpr uint32_t kVersion = 3;  // 3: store id and model fingerprint; 2: the loss scale
 constexpr uint32_t kOldestVersion = 1;
 constexpr size_t kHeaderBytes = 40;  // magic, version, 0, payload bytes, payload hash, own hash
 constexpr uint64_t kPayloadSeed = 0x7464636b70743031ULL;  // "tdckpt01"
@@ -218,6 +220,8 @@ void encode(const CheckpointState& s, Sink& sink) {
         w.i64(s.lossScale->lastSkipped);
         w.i64(s.lossScaleSkipsReported);
     }
+    w.str(s.storeId);
+    w.u64(s.modelFingerprint);
 }
 
 Status decode(Reader& r, CheckpointState& s, uint32_t version) {
@@ -314,6 +318,13 @@ Status decode(Reader& r, CheckpointState& s, uint32_t version) {
             ls.lastSkipped = static_cast<int32_t>(last);
             s.lossScale = ls;
         }
+    }
+    if (version >= 3) {
+        TD_RETURN_IF_ERROR(r.str(s.storeId, "the store id"));
+        TD_RETURN_IF_ERROR(r.pod(s.modelFingerprint, "the model fingerprint"));
+        if (s.storeId.size() > 64)
+            return r.fail("a store id of " + std::to_string(s.storeId.size()) +
+                          " bytes (expected at most 64)");
     }
     if (r.left() != 0)
         return r.fail(std::to_string(r.left()) + " bytes after the last field (expected none)");
@@ -552,6 +563,11 @@ Result<Project> checkpointProject(const std::string& path, const CheckpointState
 
 Result<CheckpointModel> readCheckpointModel(const std::string& path) {
     TD_ASSIGN_OR_RETURN(CheckpointState s, readCheckpoint(path));
+    return checkpointModel(path, std::move(s));
+}
+
+Result<CheckpointModel> checkpointModel(const std::string& path, CheckpointState s) {
+    TD_RETURN_IF_ERROR(checkCheckpointIdentity(path, s, {}));
     TD_ASSIGN_OR_RETURN(Project project, checkpointProject(path, s));
     TD_ASSIGN_OR_RETURN(ModelInfo info, inferShapes(project.model));
     BuildOptions bo;
@@ -576,6 +592,7 @@ Result<CheckpointModel> readCheckpointModel(const std::string& path) {
     m.epoch = s.epoch;
     m.stepInEpoch = s.stepInEpoch;
     m.projectJson = std::move(s.projectJson);
+    m.storeId = std::move(s.storeId);
     return m;
 }
 
@@ -584,11 +601,55 @@ bool hasCheckpointMagic(std::string_view firstBytes) {
            std::memcmp(firstBytes.data(), kMagic, sizeof kMagic) == 0;
 }
 
-std::string runCheckpointDir(const std::string& storePath, int64_t runId) {
-    const std::filesystem::path store(storePath);
-    const std::filesystem::path dir =
-        store.has_parent_path() ? store.parent_path() : std::filesystem::path(".");
-    return (dir / "checkpoints" / ("run-" + std::to_string(runId))).string();
+std::vector<std::string> checkpointFilesIn(const std::string& dir) {
+    std::vector<std::string> out;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+        const std::string name = e.path().filename().string();
+        if (name.empty() || name[0] == '.' || !e.is_regular_file(ec)) continue;
+        char head[sizeof kMagic] = {};
+        const int fd = ::open(e.path().c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0) continue;
+        const ssize_t k = ::read(fd, head, sizeof head);
+        ::close(fd);
+        if (k == static_cast<ssize_t>(sizeof head) &&
+            hasCheckpointMagic(std::string_view(head, sizeof head)))
+            out.push_back(e.path().string());
+    }
+    return out;
+}
+
+uint64_t modelFingerprint(const std::string& projectJson) {
+    if (jsonTextProblem(projectJson)) return 0;
+    const nlohmann::json j = nlohmann::json::parse(projectJson, nullptr, false);
+    if (!j.is_object() || !j.contains("model")) return 0;
+    const std::string model = j["model"].dump();  // nlohmann::json keeps keys sorted
+    const uint64_t h = hashBytes(model.data(), model.size(), 0x746463666d6f646cULL);  // "tdcfmodl"
+    return h == 0 ? 1 : h;
+}
+
+Status checkCheckpointIdentity(const std::string& path, const CheckpointState& state,
+                               const CheckpointIdentity& expected) {
+    const uint64_t own = modelFingerprint(state.projectJson);
+    if (state.modelFingerprint != 0 && state.modelFingerprint != own)
+        return err(path + ": not a usable TrainDeck checkpoint: its model fingerprint " +
+                   hex(state.modelFingerprint) + " is not its own project's (" + hex(own) +
+                   "): the file was altered");
+    const std::string store = expected.storePath.empty() ? "its run store" : expected.storePath;
+    if (expected.runId != 0 && state.runId != expected.runId)
+        return err(path + ": belongs to run " + std::to_string(state.runId) + ", expected run " +
+                   std::to_string(expected.runId) + " of " + store);
+    if (!expected.storeId.empty() && !state.storeId.empty() && state.storeId != expected.storeId)
+        return err(path + ": belongs to run " + std::to_string(state.runId) +
+                   " of another run store (store id " + state.storeId + "), expected run " +
+                   std::to_string(expected.runId) + " of " + store + " (store id " +
+                   expected.storeId + ")");
+    if (expected.modelFingerprint != 0 && own != expected.modelFingerprint)
+        return err(path + ": holds another model than run " + std::to_string(expected.runId) +
+                   " of " + store + " was trained with (model fingerprint " + hex(own) +
+                   ", the run's " + hex(expected.modelFingerprint) +
+                   "): it is not this run's checkpoint");
+    return Status::success();
 }
 
 }  // namespace td

@@ -2,7 +2,8 @@
 //
 // File layout (little-endian, as this machine writes it):
 //   "TDCKPT\r\n"                 8 bytes of magic
-//   u32 format version (2; version 1 files, without the loss scale, are read too), u32 0
+//   u32 format version (3; versions 1 and 2 are read too: 1 has no loss scale, 1 and 2 have no
+//   identity), u32 0
 //   u64 payload bytes, u64 payload hash (hashBytes, engine/data/cache_file.h)
 //   u64 hash of the 32 bytes above
 //   payload: the fields of CheckpointState in declaration order (strings and arrays carry their
@@ -76,7 +77,33 @@ struct CheckpointState {
     // Of lossScale->skippedSteps, those the trainer had reported (and taken back from the
     // optimizer's iterations) by the checkpoint; the rest are reported at the next log point.
     int64_t lossScaleSkipsReported = 0;
+    // Identity (format version 3): the run store the run belongs to (RunStore::storeId; empty
+    // without a store) and the fingerprint of the model trained (modelFingerprint of projectJson).
+    // With runId they say whose checkpoint this is; every reader checks them
+    // (checkCheckpointIdentity), so no store, run or model is ever handed another's weights.
+    std::string storeId;
+    uint64_t modelFingerprint = 0;
 };
+
+// A hash of the model part of a project document (its "model" member, keys sorted): equal for two
+// projects whose models are the same layers with the same settings. 0 for text that is not a
+// project document.
+uint64_t modelFingerprint(const std::string& projectJson);
+
+// What a checkpoint must belong to. Empty or zero fields are not checked.
+struct CheckpointIdentity {
+    std::string storeId;
+    std::string storePath;  // for messages
+    int64_t runId = 0;
+    uint64_t modelFingerprint = 0;
+};
+
+// Checks that a checkpoint is whole in itself (its recorded model fingerprint is its project's)
+// and belongs to `expected`: its run, its store, its model. Errors name the file and say whose
+// checkpoint it is instead, e.g. "ckpt.tdckpt: belongs to run 1 of another run store (id
+// 3f2a...), expected run 1 of a.db".
+Status checkCheckpointIdentity(const std::string& path, const CheckpointState& state,
+                               const CheckpointIdentity& expected);
 
 // Serializes and writes atomically (temp file, fsync, rename, fsync of the folder); creates the
 // folder. Errors name the path and the failing call.
@@ -106,11 +133,15 @@ struct CheckpointModel {
     int epoch = 0;  // epochs completed when stepInEpoch is 0
     int64_t stepInEpoch = 0;
     std::string projectJson;  // the project the weights were trained with (checkpointProject)
+    std::string storeId;      // the identity it was written with (CheckpointState)
 };
 
-// Stable for exporters: reads a checkpoint (readCheckpoint's checks), parses its project and
-// checks that the weights are the model's parameters by name and shape. Errors name the file.
+// Stable for exporters: reads a checkpoint (readCheckpoint's checks and checkCheckpointIdentity's
+// own-consistency check), parses its project and checks that the weights are the model's
+// parameters by name and shape. Errors name the file.
 Result<CheckpointModel> readCheckpointModel(const std::string& path);
+// The same for a checkpoint already read (its state is consumed).
+Result<CheckpointModel> checkpointModel(const std::string& path, CheckpointState state);
 
 // Whether a file's first bytes are a checkpoint's magic (at least 8 bytes), so a reader can tell
 // a checkpoint by its content, whatever its name.
@@ -126,7 +157,7 @@ std::string checkpointFileBytes(std::string_view payload);
 // Tests: the payload writeCheckpoint streams into a file for `state`, as one string.
 std::string encodeCheckpointPayload(const CheckpointState& state);
 
-// The folder of a run's own checkpoints: <folder of the store>/checkpoints/run-<id>.
-std::string runCheckpointDir(const std::string& storePath, int64_t runId);
+// The checkpoint files in a folder (by content, not name; temporaries left out), in no order.
+std::vector<std::string> checkpointFilesIn(const std::string& dir);
 
 }  // namespace td

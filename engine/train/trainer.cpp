@@ -1185,6 +1185,8 @@ Result<CheckpointState> Trainer::Impl::captureState(int epoch, int64_t stepInEpo
     CheckpointState st;
     st.projectJson = ckpt.projectJson;
     st.runId = ckpt.runId;
+    st.storeId = ckpt.storeId;
+    st.modelFingerprint = ckpt.modelFingerprint;
     st.globalStep = gstep;
     st.epoch = epoch;
     st.stepInEpoch = stepInEpoch;

@@ -53,6 +53,10 @@ struct CheckpointPlan {
     std::vector<CheckpointWriter> writers;
     int64_t runId = 0;
     std::string projectJson;  // stored in every checkpoint
+    // The identity every checkpoint carries (CheckpointState): the store's id (empty without one)
+    // and modelFingerprint(projectJson).
+    std::string storeId;
+    uint64_t modelFingerprint = 0;
     // true: the run store registers each file and deletes the ones it supersedes once the new
     // one is registered (CheckpointSaved); false (no store): the trainer deletes them at once.
     bool storeDeletes = false;

@@ -11,36 +11,14 @@
 #include "engine/api/runs.h"
 #include "engine/store/run_store.h"
 #include "engine/train/checkpoint.h"
+#include "tests/engine/cli_process.h"
 #include "tests/source_dir.h"
 
 namespace {
 
-struct Run {
-    int code = -1;
-    QString out, err;
-};
-
-// extraEnv: NAME=value entries added to the environment. A run still going after timeoutMs is
-// killed and reported as exit code -1 (a hang).
-Run traindeck(const QStringList& args, const QString& home = QString(),
-              const QStringList& extraEnv = {}, int timeoutMs = 300000) {
-    QProcess p;
-    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
-    if (!home.isEmpty()) env.insert("HOME", home);
-    env.insert("OMP_NUM_THREADS", "1");
-    for (const QString& kv : extraEnv) env.insert(kv.section('=', 0, 0), kv.section('=', 1));
-    p.setProcessEnvironment(env);
-    p.start(td::dev::kBinary, args);
-    if (!p.waitForFinished(timeoutMs)) {
-        p.kill();
-        p.waitForFinished();
-        return {-1, QString::fromUtf8(p.readAllStandardOutput()),
-                QString::fromUtf8(p.readAllStandardError())};
-    }
-    return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1,
-            QString::fromUtf8(p.readAllStandardOutput()),
-            QString::fromUtf8(p.readAllStandardError())};
-}
+using td::test::project;
+using td::test::Run;
+using td::test::traindeck;
 
 // The status of each run in a store, as `traindeck runs --json` lists them.
 QStringList storedStatuses(const QString& db) {
@@ -49,10 +27,6 @@ QStringList storedStatuses(const QString& db) {
     for (const auto& run : QJsonDocument::fromJson(list.out.toUtf8()).array())
         out << run.toObject().value("status").toString();
     return out;
-}
-
-QString project(const char* name) {
-    return QString(td::dev::kSourceDir) + "/projects/" + name;
 }
 
 }  // namespace
@@ -517,26 +491,25 @@ void TestCli::resumeAndDeleteErrors() {
     QVERIFY2(longer.code == 0, qPrintable(longer.err));
     QVERIFY(longer.out.contains("Epoch 2/2"));
     // Delete keeps the files unless asked.
-    const QString ckdir = dir.filePath("checkpoints/run-1");
+    const QString ckdir = dir.filePath("checkpoints/" + QFileInfo(db).fileName() + "/run-1");
     QVERIFY(QDir(ckdir).exists());
     Run kept = traindeck({"runs", "delete", "1", "--db", db});
     QCOMPARE(kept.code, 0);
     QVERIFY2(kept.out.contains("checkpoint files stay"), qPrintable(kept.out));
     QVERIFY(QDir(ckdir).exists());
-    // The next run gets id 1 again (SQLite reuses the highest id): the kept folder moves aside.
+    // A deleted run's id is never given out again: the next run is run 2, in a folder of its own,
+    // and the kept files of run 1 are neither overwritten nor inherited.
     Run second = traindeck(
         {"train", project("synthetic_blobs.json"), "--epochs", "1", "--db", db, "--plain"});
     QCOMPARE(second.code, 0);
-    QVERIFY2(second.out.contains("held the checkpoints of an earlier, deleted run 1"),
-             qPrintable(second.out));
-    const QStringList aside =
-        QDir(dir.filePath("checkpoints")).entryList({"run-1.old-*"}, QDir::Dirs);
-    QCOMPARE(aside.size(), 1);
-    Run gone = traindeck({"runs", "delete", "1", "--db", db, "--delete-checkpoints"});
+    QVERIFY2(second.out.contains("Run 2\n"), qPrintable(second.out));
+    const QString ckdir2 = dir.filePath("checkpoints/" + QFileInfo(db).fileName() + "/run-2");
+    QVERIFY(QDir(ckdir2).exists());
+    Run gone = traindeck({"runs", "delete", "2", "--db", db, "--delete-checkpoints"});
     QCOMPARE(gone.code, 0);
     QVERIFY2(gone.out.contains("and its 1 checkpoint file"), qPrintable(gone.out));
-    QVERIFY(!QDir(ckdir).exists());
-    QVERIFY(QDir(dir.filePath("checkpoints/" + aside[0])).exists());
+    QVERIFY(!QDir(ckdir2).exists());
+    QVERIFY(QDir(ckdir).exists());
     Run missing = traindeck({"runs", "delete", "2", "--db", db});
     QCOMPARE(missing.code, 2);
     // A run still running (this test process holds it) is neither resumed nor deleted.

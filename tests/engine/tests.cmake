@@ -2,6 +2,12 @@ td_add_test(test_training SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_training.cpp
             LABELS integration engine)
 td_add_test(test_cli SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cli.cpp LABELS integration cli)
 add_dependencies(test_cli traindeck)
+# Store safety, signals and refused input through the CLI (real processes, a schema-5 store made
+# with SQLite directly).
+td_add_test(test_cli_faults SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cli_faults.cpp
+            LABELS integration cli)
+add_dependencies(test_cli_faults traindeck)
+target_link_libraries(test_cli_faults PRIVATE SQLite::SQLite3)
 if(TRAINDECK_HAVE_GUI)
   target_compile_definitions(test_cli PRIVATE TRAINDECK_HAVE_GUI=1)
 endif()

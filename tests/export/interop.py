@@ -279,7 +279,7 @@ close(onnx_check_and_run("run.onnx", x), td,
 traindeck("export", "trained", "--db", "runs.db", "--format", "keras", "-o", "run.keras")
 close(keras.saving.load_model("run.keras").predict(x, verbose=0), td,
       "stored run via export RUN: keras.saving.load_model == traindeck predict")
-run_dir = "checkpoints/run-2"  # tiny.json's run is 1, the "trained" run 2
+run_dir = "checkpoints/runs.db/run-2"  # tiny.json's run is 1, the "trained" run 2
 newest = max(os.listdir(run_dir), key=lambda n: int(n.split("-")[-1].split(".")[0]))
 close(td_predict(os.path.join(run_dir, newest), "x.npy", "ckpt_pred.npy"), td,
       f"traindeck predict on the run's checkpoint {newest} == on its --save-model file")

@@ -14,7 +14,9 @@
 #include <utility>
 #include <vector>
 
+#include "engine/core/json_text.h"
 #include "engine/core/text_limits.h"
+#include "engine/io/project.h"
 #include "engine/store/run_store.h"
 #include "tests/source_dir.h"
 
@@ -126,6 +128,7 @@ class TestLimits : public QObject {
     void commandLineOverrides_data();
     void commandLineOverrides();
     void oversizedProjectFile();
+    void jsonTextLimits();
     void textProblems_data();
     void textProblems();
     void storeRefusesOversizedText();
@@ -366,7 +369,7 @@ void TestLimits::commandLineOverrides_data() {
         << QStringList{"--batch-size", "1000000000"} << "training.batch_size: needs about";
     QTest::newRow("--run-name of 300 characters")
         << QStringList{"--run-name", QString(300, 'r')}
-        << "run name: is 300 characters long; at most 200 are allowed";
+        << "--run-name: is 300 characters long; at most 200 are allowed";
 }
 
 void TestLimits::commandLineOverrides() {
@@ -394,6 +397,49 @@ void TestLimits::oversizedProjectFile() {
     QVERIFY2(
         r.err.contains("big.json: 20.0 MiB is too large for a project file (at most 16.0 MiB)"),
         qPrintable(r.err));
+}
+
+// JSON nested deeper than kMaxJsonDepth, or a number beyond a double, is found before parsing,
+// with the field path of the value; brackets and quotes inside strings do not count.
+void TestLimits::jsonTextLimits() {
+    const auto nested = [](int depth) {
+        return std::string(static_cast<size_t>(depth), '[') +
+               std::string(static_cast<size_t>(depth), ']');
+    };
+    QVERIFY(!td::jsonTextProblem(nested(td::kMaxJsonDepth)));
+    const td::JsonTextProblem deep = td::jsonTextProblem(nested(td::kMaxJsonDepth + 1));
+    QVERIFY(deep);
+    QCOMPARE(deep.offset, size_t(td::kMaxJsonDepth));
+    QVERIFY2(deep.message.find("nested deeper than 256 levels") != std::string::npos,
+             deep.message.c_str());
+    QCOMPARE(deep.path.substr(0, 9), std::string("[0][0][0]"));
+    QVERIFY(!td::jsonTextProblem(R"({"s": "[[[[\"{{", "t": [1, 2.5e300, -3]})", 3));
+
+    const td::JsonTextProblem big = td::jsonTextProblem(R"({"a": {"b": [1, 2, {"c": 1e999}]}})");
+    QVERIFY(big);
+    QCOMPARE(big.path, std::string("a.b[2].c"));
+    QVERIFY2(big.message.find("the number 1e999 is out of range (at line 1, column 26)") !=
+                 std::string::npos,
+             big.message.c_str());
+    QCOMPARE(td::describeJsonTextProblem(big).substr(0, 10), std::string("a.b[2].c: "));
+    QVERIFY(td::jsonTextProblem("[-1e999]"));
+
+    nlohmann::json p = baseProject();
+    p["training"]["optimizer"] = {{"class_name", "Adam"}, {"config", {{"learning_rate", "LR"}}}};
+    std::string text = p.dump();
+    text.replace(text.find("\"LR\""), 4, "1e999");
+    auto parsed = td::parseProject(text, "p.json");
+    QVERIFY(!parsed.ok());
+    QVERIFY2(parsed.error().rfind("p.json: training.optimizer.config.learning_rate: the number "
+                                  "1e999 is out of range",
+                                  0) == 0,
+             parsed.error().c_str());
+    p["description"] = "x";
+    text = p.dump();
+    text.replace(text.find("\"x\""), 3, nested(100000));
+    parsed = td::parseProject(text, "p.json");
+    QVERIFY(!parsed.ok());
+    QVERIFY2(parsed.error().rfind("p.json: description[0][0]", 0) == 0, parsed.error().c_str());
 }
 
 void TestLimits::textProblems_data() {

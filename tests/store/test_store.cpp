@@ -174,6 +174,13 @@ CREATE TABLE checkpoints (
 PRAGMA user_version = 4;
 )sql";
 
+const char* kSchemaV5Delta = R"sql(
+ALTER TABLE device_stats ADD COLUMN gpu_memory_used_bytes INTEGER;
+ALTER TABLE device_stats ADD COLUMN gpu_memory_total_bytes INTEGER;
+ALTER TABLE device_stats ADD COLUMN gpu_utilization REAL;
+PRAGMA user_version = 5;
+)sql";
+
 ReplicaRow replicaRow(int64_t globalStep, int replica, double samplesPerSecond) {
     ReplicaRow r;
     r.globalStep = globalStep;
@@ -623,7 +630,7 @@ class TestStore : public QObject {
     }
 
     void migratesVersion1() {
-        QCOMPARE(RunStore::schemaVersion(), 5);  // update this test when adding a migration
+        QCOMPARE(RunStore::schemaVersion(), 6);  // update this test when adding a migration
         const std::string path = dir_.filePath("v1.db").toStdString();
         {
             RawDb raw(path);
@@ -833,7 +840,7 @@ class TestStore : public QObject {
         QVERIFY(store);
         {
             RawDb raw(path);
-            QCOMPARE(raw.queryInt("PRAGMA user_version"), int64_t(5));
+            QCOMPARE(raw.queryInt("PRAGMA user_version"), int64_t(RunStore::schemaVersion()));
             QCOMPARE(raw.queryInt("SELECT count(*) FROM pragma_table_info('device_stats') WHERE "
                                   "name IN ('gpu_memory_used_bytes', 'gpu_memory_total_bytes', "
                                   "'gpu_utilization')"),
@@ -853,6 +860,111 @@ class TestStore : public QObject {
         QCOMPARE(rows->size(), size_t(2));
         QCOMPARE(rows->back().memoryUsedBytes, int64_t(1) << 30);
         QCOMPARE(rows->back().gpuUtilization, 0.5);
+    }
+
+    // A store of schema 5 kept its checkpoints in the folder it shared with every store beside
+    // it (checkpoints/run-<id>/), named by paths relative to where the command ran. Opened, it
+    // gets an identity, each found file is linked into its own folder and named relative to the
+    // store; no file is moved or deleted, and a row whose file is gone keeps its path.
+    void migratesVersion5Checkpoints() {
+        namespace fs = std::filesystem;
+        const fs::path folder = fs::path(dir_.filePath("v5").toStdString());
+        fs::create_directories(folder / "checkpoints" / "run-1");
+        const std::string path = (folder / "a.db").string();
+        const fs::path legacy = folder / "checkpoints" / "run-1" / "run-32.tdckpt";
+        {
+            std::ofstream f(legacy, std::ios::binary);
+            f << "checkpoint bytes";
+        }
+        {
+            RawDb raw(path);
+            raw.exec(kSchemaV1);
+            raw.exec(kSchemaV2Delta);
+            raw.exec(kSchemaV3Delta);
+            raw.exec(kSchemaV4Delta);
+            raw.exec(kSchemaV5Delta);
+            for (int id : {1, 2, 3})
+                raw.exec(
+                    "INSERT INTO runs (id, name, status, started_at_ms, ended_at_ms, host, "
+                    "pid, updated_at_ms) VALUES (" +
+                    std::to_string(id) + ", 'r', 'completed', 1, 2, 'h', 1, 2)");
+            raw.exec("DELETE FROM runs WHERE id = 3");  // deleted before the migration
+            // As the old code wrote it with `--db a.db` run in another folder than this test's.
+            raw.exec(
+                "INSERT INTO checkpoints VALUES (1, './checkpoints/run-1/run-32.tdckpt', 'run', "
+                "32, 1, 0, NULL, 16, 5)");
+            raw.exec(
+                "INSERT INTO checkpoints VALUES (2, '/gone/checkpoints/run-2/run-8.tdckpt', "
+                "'run', 8, 1, 0, NULL, 16, 5)");
+        }
+        auto store = openOk(path);
+        QVERIFY(store);
+        QCOMPARE(store->storeId().size(), size_t(32));
+        QVERIFY(store->storeId().find_first_not_of("0123456789abcdef") == std::string::npos);
+        const fs::path own = fs::path(runCheckpointDir(path, 1)) / "run-32.tdckpt";
+        QCOMPARE(own, folder / "checkpoints" / "a.db" / "run-1" / "run-32.tdckpt");
+        QVERIFY(fs::exists(own));
+        QVERIFY(fs::exists(legacy));  // another store may still name it
+        QCOMPARE(readFile(own.string()), std::string("checkpoint bytes"));
+        {
+            RawDb raw(path);
+            QCOMPARE(raw.queryText("SELECT path FROM checkpoints WHERE run_id = 1"),
+                     std::string("checkpoints/a.db/run-1/run-32.tdckpt"));
+            QCOMPARE(raw.queryText("SELECT path FROM checkpoints WHERE run_id = 2"),
+                     std::string("/gone/checkpoints/run-2/run-8.tdckpt"));
+        }
+        QCOMPARE(store->checkpoints(1)->front().path, own.string());
+        // Ids deleted before the migration cannot be known (SQLite reuses the highest); from
+        // the migration on, none is given out twice.
+        auto id = store->createRun(makeRun("new", 3));
+        QVERIFY(id.ok());
+        QCOMPARE(*id, int64_t(3));
+        QVERIFY(store->deleteRun(*id).ok());
+        id = store->createRun(makeRun("newer", 4));
+        QVERIFY(id.ok());
+        QCOMPARE(*id, int64_t(4));
+        // A second store gets another identity.
+        auto other = openOk((folder / "b.db").string());
+        QVERIFY(other && other->storeId() != store->storeId());
+    }
+
+    // Run ids are never given out twice, not even the highest after it was deleted; checkpoint
+    // paths are kept relative to the store's folder, so another working folder finds them.
+    void idsNeverReusedAndPathsRelative() {
+        namespace fs = std::filesystem;
+        const std::string path = newPath();
+        auto store = openOk(path);
+        QVERIFY(store);
+        auto a = store->createRun(makeRun("a", 1));
+        auto b = store->createRun(makeRun("b", 2));
+        QVERIFY(a.ok() && b.ok());
+        QVERIFY(store->deleteRun(*b).ok());
+        auto c = store->createRun(makeRun("c", 3));
+        QVERIFY(c.ok());
+        QCOMPARE(*c, *b + 1);
+        CheckpointRow inside;
+        inside.path = runCheckpointDir(path, *a) + "/run-5.tdckpt";
+        inside.kind = "run";
+        inside.globalStep = 5;
+        CheckpointRow outside = inside;
+        outside.path = dir_.filePath("elsewhere/model-7.tdckpt").toStdString();
+        outside.globalStep = 7;
+        QVERIFY(store->addCheckpoints(*a, {inside, outside}).ok());
+        {
+            RawDb raw(path);
+            QCOMPARE(raw.queryText("SELECT path FROM checkpoints WHERE global_step = 5"),
+                     "checkpoints/" + fs::path(path).filename().string() + "/run-" +
+                         std::to_string(*a) + "/run-5.tdckpt");
+            QCOMPARE(raw.queryText("SELECT path FROM checkpoints WHERE global_step = 7"),
+                     fs::absolute(outside.path).lexically_normal().string());
+        }
+        auto rows = store->checkpoints(*a);
+        QVERIFY(rows.ok() && rows->size() == 2);
+        QCOMPARE(fs::absolute(rows->at(1).path).lexically_normal(),
+                 fs::absolute(inside.path).lexically_normal());
+        // Forgetting takes the path as it was registered.
+        QVERIFY(store->addCheckpoints(*a, {}, {inside.path}).ok());
+        QCOMPARE(store->checkpoints(*a)->size(), size_t(1));
     }
 
     void replicaStatsRoundTrip() {

@@ -10,6 +10,9 @@
 #                                              chief's error names rank 1, the stored run failed
 #   check_mwms.sh TRAINDECK SOURCE_DIR hang    worker 1 stops answering after step 5: the chief
 #                                              fails after timeout_seconds naming rank 1
+#   check_mwms.sh TRAINDECK SOURCE_DIR chief   the chief (rank 0) is killed after step 5: the
+#                                              surviving worker records why in the store, whose
+#                                              run is 'interrupted' with that report
 #   check_mwms.sh TRAINDECK SOURCE_DIR off     shard_policy "off": each worker its own order and
 #                                              a batch of global / workers; the run completes
 #   check_mwms.sh TRAINDECK SOURCE_DIR resume  worker 1 killed in epoch 2, train --resume under a
@@ -173,6 +176,25 @@ PY
     [ "$count" = 1 ] || fail "expected one stored run, found $count"
     [ "$status" = failed ] || fail "the stored run is '$status', expected failed"
     echo "PASS: worker 1 ${what}: launcher exit $rc after ${elapsed} s; stored run failed: $message"
+    ;;
+  chief)
+    sed 's/"timeout_seconds": 20/"timeout_seconds": 3/' "$project" > "$work/mw.json"
+    t0=$(date +%s)
+    OMP_NUM_THREADS=1 TRAINDECK_FAULT_WORKER="kill:0:5" timeout 120 "$launch" 2 "$bin" train \
+      "$work/mw.json" --plain --db "$work/mw.db" > "$work/mw.log" 2>&1
+    rc=$?
+    elapsed=$(( $(date +%s) - t0 ))
+    cat "$work/mw.log"
+    [ $rc != 0 ] || fail "the launcher exited 0 although the chief died"
+    [ "$elapsed" -le 60 ] || fail "the job took ${elapsed} s to end (bound 60 s)"
+    read -r count status message < <(run_status "$work/mw.db")
+    [ "$count" = 1 ] || fail "expected one stored run, found $count"
+    [ "$status" = interrupted ] || fail "the stored run is '$status', expected interrupted"
+    case "$message" in
+      *"ended without a final status; worker rank 1 reported: "*) ;;
+      *) fail "the run's message does not carry worker 1's report: $message" ;;
+    esac
+    echo "PASS: chief killed: launcher exit $rc after ${elapsed} s; stored run interrupted: $message"
     ;;
   resume)
     # Worker 1 killed in epoch 2 (16 steps an epoch); the chief's checkpoint at the end of epoch

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "engine/api/runs.h"
@@ -183,6 +184,7 @@ class TestCheckpoint : public QObject {
     Q_OBJECT
   private slots:
     void roundTrip();
+    void identityChecked();
     void hashStreamEqualsHashBytes();
     void streamedFileEqualsEncodedBytes();
     void damagedFilesRefused_data();
@@ -248,6 +250,67 @@ void TestCheckpoint::roundTrip() {
         QCOMPARE(e.path().filename().string(), std::string("c.tdckpt"));
     }
     QCOMPARE(files, 1);
+}
+
+// A checkpoint says whose it is (store, run, model), and every reader can check it: each
+// mismatch refused with the file and whose it is instead; a file whose recorded fingerprint is
+// not its own project's is refused as altered; fields left empty are not checked.
+void TestCheckpoint::identityChecked() {
+    QTemporaryDir dir;
+    const std::string path = dir.filePath("c.tdckpt").toStdString();
+    CheckpointState s = sampleState();
+    s.projectJson =
+        R"({"name": "x", "model": {"class_name": "Sequential", "config": {"name": "m", "layers": []}},
+            "training": {"epochs": 3}})";
+    s.storeId = "0123456789abcdef0123456789abcdef";
+    s.modelFingerprint = modelFingerprint(s.projectJson);
+    QVERIFY(s.modelFingerprint != 0);
+    QVERIFY(writeCheckpoint(path, s).ok());
+    auto r = readCheckpoint(path);
+    QVERIFY(r.ok());
+    QCOMPARE(r->storeId, s.storeId);
+    QCOMPARE(r->modelFingerprint, s.modelFingerprint);
+
+    CheckpointIdentity mine{s.storeId, "a.db", s.runId, s.modelFingerprint};
+    QVERIFY(checkCheckpointIdentity(path, *r, mine).ok());
+    QVERIFY(checkCheckpointIdentity(path, *r, {}).ok());
+    auto refused = [&](const CheckpointIdentity& want, const std::string& fragment) {
+        Status st = checkCheckpointIdentity(path, *r, want);
+        QVERIFY(!st.ok());
+        QVERIFY2(
+            st.error().rfind(path + ": ", 0) == 0 && st.error().find(fragment) != std::string::npos,
+            st.error().c_str());
+    };
+    CheckpointIdentity otherRun = mine;
+    otherRun.runId = s.runId + 1;
+    refused(otherRun, "belongs to run " + std::to_string(s.runId) + ", expected run " +
+                          std::to_string(s.runId + 1) + " of a.db");
+    CheckpointIdentity otherStore = mine;
+    otherStore.storeId = "ffffffffffffffffffffffffffffffff";
+    refused(otherStore, "of another run store (store id " + s.storeId + ")");
+    CheckpointIdentity otherModel = mine;
+    otherModel.modelFingerprint = s.modelFingerprint ^ 1;
+    refused(otherModel, "holds another model than run " + std::to_string(s.runId) + " of a.db");
+    // A file of a store from before identities (none recorded): the model is still checked.
+    CheckpointState legacy = *r;
+    legacy.storeId.clear();
+    legacy.modelFingerprint = 0;
+    QVERIFY(checkCheckpointIdentity(path, legacy, otherStore).ok());
+    QVERIFY(!checkCheckpointIdentity(path, legacy, otherModel).ok());
+    // The fingerprint covers the model only: the same model trained longer keeps it.
+    nlohmann::json j = nlohmann::json::parse(s.projectJson);
+    j["training"]["epochs"] = 99;
+    QCOMPARE(modelFingerprint(j.dump()), s.modelFingerprint);
+    j["model"]["config"]["name"] = "another";
+    QVERIFY(modelFingerprint(j.dump()) != s.modelFingerprint);
+    QCOMPARE(modelFingerprint("not json"), uint64_t(0));
+    // Altered: a recorded fingerprint that is not its project's.
+    CheckpointState altered = *r;
+    altered.modelFingerprint ^= 1;
+    QVERIFY(writeCheckpoint(path, altered).ok());
+    auto m = readCheckpointModel(path);
+    QVERIFY(!m.ok());
+    QVERIFY2(m.error().find("the file was altered") != std::string::npos, m.error().c_str());
 }
 
 // The hash of a file written in parts equals the hash of its bytes at once, whatever the parts.
@@ -545,7 +608,7 @@ void TestCheckpoint::damagedLatestFallsBackToPrevious() {
     QCOMPARE(rows->at(1).globalStep, int64_t(3 * 32));
     QVERIFY(fs::exists(rows->at(0).path) && fs::exists(rows->at(1).path));
     QVERIFY(QString::fromStdString(rows->at(0).path)
-                .startsWith(dir.filePath("checkpoints/run-%1/").arg(first.runId)));
+                .startsWith(dir.filePath("checkpoints/runs.db/run-%1/").arg(first.runId)));
 
     std::string bytes = readFile(rows->at(0).path);
     bytes[bytes.size() / 2] ^= 0x04;
