@@ -134,6 +134,7 @@ class Progress {
             allReduceBytes_ = s->allReduceBytesPerStep;
             buckets_ = s->gradientBuckets;
             if (s->runId) std::printf("Run %lld\n", static_cast<long long>(s->runId));
+            std::fflush(stdout);  // a log file or pipe sees each line as it is printed
         } else if (auto* m = std::get_if<StepMetrics>(&e)) {
             for (const ReplicaStats& r : m->replicas)
                 if (r.replica >= 0 && static_cast<size_t>(r.replica) < replicas_.size()) {
@@ -147,6 +148,7 @@ class Progress {
                 started_ = true;
                 epochT0_ = std::chrono::steady_clock::now();
                 std::printf("Epoch %d/%d\n", m->epoch + 1, epochs_);
+                std::fflush(stdout);
             }
             if (!tty_) return;
             const double el = secondsSinceEpoch();
@@ -180,6 +182,7 @@ class Progress {
             if (!c->path.empty()) lastCheckpoint_ = c->path;
         } else if (auto* l = std::get_if<LogLine>(&e)) {
             std::printf("%s%s\n", tty_ ? "\r\033[K" : "", l->text.c_str());
+            std::fflush(stdout);
         } else if (auto* f = std::get_if<RunFinished>(&e)) {
             finished_ = *f;
             std::printf("Run %s after %s%s\n", runStatusName(f->status),

@@ -39,6 +39,27 @@ inline Run traindeck(const QStringList& args, const QString& home = QString(),
             QString::fromUtf8(p.readAllStandardError())};
 }
 
+// A started `traindeck train`, read as it goes.
+struct LiveRun {
+    QProcess p;
+    QString out;
+    explicit LiveRun(const QStringList& args) {
+        QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+        env.insert("OMP_NUM_THREADS", "1");
+        p.setProcessEnvironment(env);
+        p.start(td::dev::kBinary, args);
+    }
+    // Until stdout contains `text` (false: the run ended first, or 60 s passed).
+    bool waitFor(const QString& text) {
+        for (int i = 0; i < 600 && !out.contains(text); ++i) {
+            p.waitForReadyRead(100);
+            out += QString::fromUtf8(p.readAllStandardOutput());
+            if (p.state() == QProcess::NotRunning) break;
+        }
+        return out.contains(text) && p.state() == QProcess::Running;
+    }
+};
+
 inline QString project(const char* name) {
     return QString(td::dev::kSourceDir) + "/projects/" + name;
 }

@@ -24,6 +24,7 @@
 #include "tests/engine/cli_process.h"
 
 namespace fs = std::filesystem;
+using td::test::LiveRun;
 using td::test::project;
 using td::test::Run;
 using td::test::traindeck;
@@ -99,27 +100,6 @@ void writeNpy(const QString& path, const std::vector<int>& shape, const std::vec
     bytes.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
     std::ofstream(path.toStdString(), std::ios::binary) << bytes;
 }
-
-// A started `traindeck train`, read as it goes.
-struct LiveRun {
-    QProcess p;
-    QString out;
-    explicit LiveRun(const QStringList& args) {
-        QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
-        env.insert("OMP_NUM_THREADS", "1");
-        p.setProcessEnvironment(env);
-        p.start(td::dev::kBinary, args);
-    }
-    // Until stdout contains `text` (false: the run ended first, or 60 s passed).
-    bool waitFor(const QString& text) {
-        for (int i = 0; i < 600 && !out.contains(text); ++i) {
-            p.waitForReadyRead(100);
-            out += QString::fromUtf8(p.readAllStandardOutput());
-            if (p.state() == QProcess::NotRunning) break;
-        }
-        return out.contains(text) && p.state() == QProcess::Running;
-    }
-};
 
 std::string runStatus(const QString& db, int64_t id) {
     auto store = td::RunStore::open(db.toStdString());

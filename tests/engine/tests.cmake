@@ -8,6 +8,11 @@ td_add_test(test_cli_faults SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cli_faults.cp
             LABELS integration cli)
 add_dependencies(test_cli_faults traindeck)
 target_link_libraries(test_cli_faults PRIVATE SQLite::SQLite3)
+# The shipped projects killed mid-epoch and resumed == uninterrupted, bit for bit (a few minutes).
+td_add_test(test_resume_exact SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_resume_exact.cpp
+            LABELS integration cli)
+add_dependencies(test_resume_exact traindeck)
+set_tests_properties(test_resume_exact PROPERTIES TIMEOUT 1800)
 if(TRAINDECK_HAVE_GUI)
   target_compile_definitions(test_cli PRIVATE TRAINDECK_HAVE_GUI=1)
 endif()

@@ -400,9 +400,9 @@ class CpuProgram final : public Executable {
     // forward product's pieces along K (y = x . w) or a weight gradient's (dw = x^T . dy, by
     // rows of dw). Each piece reads its operands' current addresses from its oneDNN
     // arguments (the batch is rebound there). The zero-skipping kernel runs while the work it
-    // lists (positions where either of a pair of x's rows or columns is nonzero) stays at or
-    // below kSparseMaxWork of the dense product's; above, oneDNN runs, and every kSparseProbe-th
-    // run tries the kernel again to measure. TRAINDECK_NO_SPARSE=1: always oneDNN.
+    // lists (positions where either of a pair of x's rows or columns is nonzero) is small enough
+    // to pay, judged on each run's own input (sparseRun); otherwise oneDNN runs.
+    // TRAINDECK_NO_SPARSE=1: always oneDNN.
     struct SparseProduct {
         const cpu::sparse::Kernels* kernels = nullptr;
         bool grad = false;
@@ -413,8 +413,7 @@ class CpuProgram final : public Executable {
             int64_t first = 0;   // along K: the piece's first row of w (column of x)
         };
         std::vector<Piece> pieces;
-        bool on = true;
-        int64_t runs = 0, sparseRuns = 0;
+        int64_t sparseRuns = 0;
         // Per piece, the update the kernel applies (planPieceAdam; empty: none), and the runs
         // it ran in.
         std::vector<cpu::sparse::AdamEpilogue> adam;
@@ -429,7 +428,6 @@ class CpuProgram final : public Executable {
                         const cpu::sparse::AdamEpilogue* adam = nullptr);
     void planPieceAdam(const CpuInstr& i);
     void noteSparseRun(const CpuInstr& i);
-    void balanceAlongK(SparseProduct& sp);
     void planInterleave();
 
     Status planBlock(const Instr& in, CpuInstr& ins);
@@ -1373,13 +1371,32 @@ void CpuProgram::planDropoutInProduct() {
 // listed (random zeros): 70% 1.10x and 1.14x, 75% 1.05x and 1.10x, 80% 0.90x and 1.09x, 84%
 // 0.95x and 0.98x; at batch 256: 70% 1.11x and 1.08x, 75% 1.03x and 1.01x, 80% 0.95x and 1.02x.
 // Fashion-MNIST batches (46% nonzero pixels) list 59-61% and 51%: 1.20-1.23x and 1.40-1.49x.
-constexpr double kSparseMaxWork = 0.75;
-constexpr int64_t kSparseProbe = 64;
+// The listed work runs 1.1-1.3 times x's share of nonzeros (random zeros pair worse than an
+// image's), so up to 60% nonzeros the kernel lists about 75% or less.
+constexpr double kSparseMaxNonzero = 0.60;
+constexpr int64_t kSparseSampleRows = 8;
 
+// Whether a run skips zeros, judged on the run's own input: x's nonzeros in kSparseSampleRows of
+// its rows, spread over them (a few microseconds at most). The choice changes the order of the
+// additions, so the result's bits; made from the batch itself, it is the same whenever the same
+// batch comes, a resumed run's included, and never depends on the runs before.
 bool CpuProgram::sparseRun(const CpuInstr& i) {
     if (i.sparse < 0) return false;
-    SparseProduct& sp = sparse_[static_cast<size_t>(i.sparse)];
-    return sp.on || ++sp.runs % kSparseProbe == 0;
+    const SparseProduct& sp = sparse_[static_cast<size_t>(i.sparse)];
+    const SparseProduct::Piece& first = sp.pieces.front();
+    // Piece 0's x is the whole product's (its first column, or its first row of K).
+    const auto* x = static_cast<const float*>(
+        prims_[static_cast<size_t>(i.prim)].args.at(DNNL_ARG_SRC).get_data_handle());
+    int64_t cols = 0;
+    for (const SparseProduct::Piece& pc : sp.pieces) cols += pc.inner;
+    const int64_t every = std::max<int64_t>(1, first.rows / kSparseSampleRows);
+    int64_t nonzero = 0, seen = 0;
+    for (int64_t r = 0; r < first.rows; r += every) {
+        const float* row = x + r * first.ldx;
+        for (int64_t k = 0; k < cols; ++k) nonzero += row[k] != 0.0f;
+        seen += cols;
+    }
+    return static_cast<double>(nonzero) <= kSparseMaxNonzero * static_cast<double>(seen);
 }
 
 void CpuProgram::runSparsePiece(const CpuInstr& i, int64_t piece,
@@ -1390,7 +1407,7 @@ void CpuProgram::runSparsePiece(const CpuInstr& i, int64_t piece,
     const auto* x = static_cast<const float*>(pp.args.at(DNNL_ARG_SRC).get_data_handle());
     const auto* w = static_cast<const float*>(pp.args.at(DNNL_ARG_WEIGHTS).get_data_handle());
     auto* y = static_cast<float*>(pp.args.at(DNNL_ARG_DST).get_data_handle());
-    if (!sp.grad) {  // along K the pieces' edges move (noteSparseRun): from piece 0's operands
+    if (!sp.grad) {  // along K: the piece's columns of x and rows of w, from piece 0's operands
         Prim& p0 = prims_[static_cast<size_t>(i.prim)];
         x = static_cast<const float*>(p0.args.at(DNNL_ARG_SRC).get_data_handle()) + pc.first;
         w = static_cast<const float*>(p0.args.at(DNNL_ARG_WEIGHTS).get_data_handle()) +
@@ -1457,7 +1474,8 @@ void CpuProgram::planPieceAdam(const CpuInstr& i) {
     sp.keepGrad = bind_->gradsRead;
 }
 
-// After the pieces (the WorkShare's run has joined them): whether the next run skips zeros.
+// After the pieces (the WorkShare's run has joined them): the share of the dense work the kernel
+// listed, for the profile.
 void CpuProgram::noteSparseRun(const CpuInstr& i) {
     SparseProduct& sp = sparse_[static_cast<size_t>(i.sparse)];
     int64_t listed = 0, dense = 0;
@@ -1467,31 +1485,7 @@ void CpuProgram::noteSparseRun(const CpuInstr& i) {
         dense += sp.grad ? (pc.inner + g - 1) / g * pc.rows : (pc.rows + g - 1) / g * pc.inner;
     }
     sp.work = dense > 0 ? static_cast<double>(listed) / static_cast<double>(dense) : 1.0;
-    sp.on = sp.work <= kSparseMaxWork;
     ++sp.sparseRuns;
-    if (!sp.grad && sp.pieces.size() == 2) balanceAlongK(sp);
-}
-
-// Along K the two threads' pieces end where the weight gradient's pieces do (kSplitEdges), but
-// the zeros need not spread evenly: Fashion-MNIST's lower half of the pixels holds more nonzeros,
-// and its forward piece listed 70% of the dense work where the upper half listed 62%, so the
-// step waited for that piece. After each run the edge moves by half the rows that would even
-// out the listed work (at the pieces' densities), in steps of 16 rows, within the middle half:
-// the same data moves it the same way, so runs repeat bit for bit.
-void CpuProgram::balanceAlongK(SparseProduct& sp) {
-    SparseProduct::Piece& a = sp.pieces[0];
-    SparseProduct::Piece& b = sp.pieces[1];
-    const int64_t K = a.inner + b.inner;
-    if (K < 64) return;  // the bounds below would leave a piece without rows
-    const double da = static_cast<double>(a.listed) / static_cast<double>(a.inner);
-    const double db = static_cast<double>(b.listed) / static_cast<double>(b.inner);
-    if (da + db <= 0) return;
-    const double shift = 0.5 * static_cast<double>(b.listed - a.listed) / (da + db);
-    const auto step = static_cast<int64_t>(shift / 16.0) * 16;
-    const int64_t edge = std::clamp(a.inner + step, K / 4 / 16 * 16, (3 * K / 4) / 16 * 16);
-    a.inner = edge;
-    b.first = edge;
-    b.inner = K - edge;
 }
 
 // A zero-skipping weight gradient split by rows hands its pieces to the WorkShare's threads in
@@ -1536,11 +1530,11 @@ void CpuProgram::printProfile() const {
                      total > 0 ? 100.0 * profileSeconds_[k] / total : 0.0);
         if (code_[k].sparse >= 0) {
             const SparseProduct& sp = sparse_[static_cast<size_t>(code_[k].sparse)];
-            std::fprintf(stderr,
-                         "        skipped zeros in %lld of %lld runs (last: %.0f%% of the "
-                         "dense work)",
+            std::fprintf(stderr, "        skipped zeros in %lld of %lld runs",
                          static_cast<long long>(sp.sparseRuns),
-                         static_cast<long long>(profileRuns_), 100.0 * sp.work);
+                         static_cast<long long>(profileRuns_));
+            if (sp.sparseRuns > 0)
+                std::fprintf(stderr, " (last: %.0f%% of the dense work)", 100.0 * sp.work);
             if (!sp.grad && sp.pieces.size() == 2)
                 std::fprintf(stderr, ", pieces along K split at %lld of %lld",
                              static_cast<long long>(sp.pieces[1].first),
