@@ -1,14 +1,15 @@
 // Per-element math of the backends' kernels, shared by the CPU backend (cpu/kernels.cpp) and the
 // CUDA backend (cuda/cuda_kernels.cu): the keyed dropout mask and the elementwise activations
-// with their gradients. The CPU's vectorised loops (relu, leaky relu, the dropout row loop in
-// cpu/simd_kernels_impl.h) keep their own copies of the same expressions; the scalar ones call
-// these.
+// with their gradients. The dropout hash is in dropout_hash.h, which the CPU's vectorised loops
+// (cpu/simd_kernels_impl.h) include too; their relu and leaky relu keep their own copies of the
+// same expressions, the scalar loops call these.
 #pragma once
 
 #include <math.h>
 
 #include <cstdint>
 
+#include "engine/backend/dropout_hash.h"
 #include "engine/core/host_device.h"
 #include "engine/graph/ir.h"  // ActKind
 
@@ -20,26 +21,12 @@ TD_HOST_DEVICE inline uint64_t mix64(uint64_t z) {
     return z ^ (z >> 31);
 }
 
-TD_HOST_DEVICE inline uint32_t mix32(uint32_t h) {
-    h ^= h >> 16;
-    h *= 0x7feb352du;
-    h ^= h >> 15;
-    h *= 0x846ca68bu;
-    h ^= h >> 16;
-    return h;
-}
-
 // Dropout: the key of one sample's row (global sample index) at one step.
 TD_HOST_DEVICE inline uint32_t dropoutRowBase(uint64_t seed, int64_t step, int64_t sample) {
     const uint64_t rowKey =
         mix64(seed * 0x9e3779b97f4a7c15ull ^ mix64(static_cast<uint64_t>(step)) ^
               (static_cast<uint64_t>(sample) * 0xc2b2ae3d27d4eb4full));
     return static_cast<uint32_t>(rowKey) ^ static_cast<uint32_t>(rowKey >> 32);
-}
-
-// The top 24 bits of the keyed hash of column `col` in a row (keyedUniform * 2^24).
-TD_HOST_DEVICE inline uint32_t dropoutHash24(uint32_t rowBase, int64_t col) {
-    return mix32(rowBase ^ (static_cast<uint32_t>(col) * 0x9e3779b9u)) >> 8;
 }
 
 // A unit is kept when its hash is at or above this threshold (rate * 2^24).

@@ -1,7 +1,8 @@
 // Body of the CPU kernels' inner loops, included once per instruction-set level by
 // simd_kernels_{generic,avx2,avx512}.cpp, each compiled with its own -m flags. Everything lives
-// in an unnamed namespace inside TD_SIMD_ISA_NAMESPACE, and only builtins are used, so no inline
-// copy compiled for a higher level can be merged by the linker into the generic code.
+// in an unnamed namespace inside TD_SIMD_ISA_NAMESPACE, and only builtins and functions of
+// internal linkage (the dropout hash) are used, so no inline copy compiled for a higher level can
+// be merged by the linker into the generic code.
 #if !defined(TD_SIMD_ISA_NAMESPACE) || !defined(TD_SIMD_ISA_LEVEL)
 #error "define TD_SIMD_ISA_NAMESPACE and TD_SIMD_ISA_LEVEL before including this file"
 #endif
@@ -9,19 +10,10 @@
 #include <cstdint>
 
 #include "engine/backend/cpu/simd_kernels.h"
+#include "engine/backend/dropout_hash.h"
 
 namespace td::cpu::TD_SIMD_ISA_NAMESPACE {
 namespace {
-
-// The same hash as keyedUniform() and the forward pass: the mask must not depend on the level.
-inline uint32_t mix32(uint32_t h) {
-    h ^= h >> 16;
-    h *= 0x7feb352du;
-    h ^= h >> 15;
-    h *= 0x846ca68bu;
-    h ^= h >> 16;
-    return h;
-}
 
 void dropoutRow(const float* x, float* y, int64_t cols, uint32_t rowBase, uint32_t threshold,
                 float keepScale) {
@@ -32,8 +24,7 @@ void dropoutRow(const float* x, float* y, int64_t cols, uint32_t rowBase, uint32
     const auto limit = static_cast<int32_t>(threshold);
 #pragma omp simd
     for (int64_t c = 0; c < cols; ++c) {
-        const auto h =
-            static_cast<int32_t>(mix32(rowBase ^ (static_cast<uint32_t>(c) * 0x9e3779b9u)) >> 8);
+        const auto h = static_cast<int32_t>(kmath::dropoutHash24(rowBase, c));
         const uint32_t keep = 0u - static_cast<uint32_t>(h >= limit);
         y[c] = __builtin_bit_cast(float, __builtin_bit_cast(uint32_t, x[c] * keepScale) & keep);
     }
@@ -43,8 +34,7 @@ void dropoutKeep(uint32_t* keep, int64_t cols, uint32_t rowBase, uint32_t thresh
     const auto limit = static_cast<int32_t>(threshold);  // as in dropoutRow
 #pragma omp simd
     for (int64_t c = 0; c < cols; ++c) {
-        const auto h =
-            static_cast<int32_t>(mix32(rowBase ^ (static_cast<uint32_t>(c) * 0x9e3779b9u)) >> 8);
+        const auto h = static_cast<int32_t>(kmath::dropoutHash24(rowBase, c));
         keep[c] = 0u - static_cast<uint32_t>(h >= limit);
     }
 }
