@@ -34,7 +34,14 @@ std::string pathOf(const std::vector<Frame>& frames, size_t parts = 12) {
     return out;
 }
 
-std::pair<size_t, size_t> lineColumn(std::string_view text, size_t offset) {
+std::string where(std::string_view text, size_t offset) {
+    auto [line, column] = textLineColumn(text, offset);
+    return "line " + std::to_string(line) + ", column " + std::to_string(column);
+}
+
+}  // namespace
+
+std::pair<size_t, size_t> textLineColumn(std::string_view text, size_t offset) {
     size_t line = 1, column = 1;
     for (size_t i = 0; i < offset && i < text.size(); ++i) {
         if (text[i] == '\n') {
@@ -46,13 +53,6 @@ std::pair<size_t, size_t> lineColumn(std::string_view text, size_t offset) {
     }
     return {line, column};
 }
-
-std::string where(std::string_view text, size_t offset) {
-    auto [line, column] = lineColumn(text, offset);
-    return "line " + std::to_string(line) + ", column " + std::to_string(column);
-}
-
-}  // namespace
 
 JsonTextProblem jsonTextProblem(std::string_view text, int maxDepth) {
     std::vector<Frame> frames;

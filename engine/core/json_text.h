@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace td {
 
@@ -25,6 +26,9 @@ struct JsonTextProblem {
 // for a double. Text that is not valid JSON is not judged here (the parser says what is wrong);
 // the scan never reads past the text and costs one pass.
 JsonTextProblem jsonTextProblem(std::string_view text, int maxDepth = kMaxJsonDepth);
+
+// The 1-based line and column of byte `offset` of `text`.
+std::pair<size_t, size_t> textLineColumn(std::string_view text, size_t offset);
 
 // "<path>: <message>" or "<message>" when the path is empty; "" when there is no problem.
 std::string describeJsonTextProblem(const JsonTextProblem& p);

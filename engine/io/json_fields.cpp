@@ -23,22 +23,6 @@ std::string formatError(const std::string& prefix, const FieldError& e) {
 
 namespace {
 
-// nlohmann reports the byte count read when the error was found (1-based position of the
-// offending character). Convert it to a 1-based line and column.
-std::pair<size_t, size_t> lineColumn(const std::string& text, size_t byte) {
-    size_t line = 1, column = 1;
-    const size_t end = std::min(byte == 0 ? 0 : byte - 1, text.size());
-    for (size_t i = 0; i < end; ++i) {
-        if (text[i] == '\n') {
-            ++line;
-            column = 1;
-        } else {
-            ++column;
-        }
-    }
-    return {line, column};
-}
-
 // "[json.exception.parse_error.101] parse error at line 1, column 5: syntax error while parsing
 // value - invalid literal; last read: 'x'" -> "syntax error while parsing value - invalid
 // literal; last read: 'x'".
@@ -97,7 +81,8 @@ Json parseText(const std::string& text, const std::string& path) {
     try {
         return Json::parse(text);
     } catch (const Json::parse_error& e) {
-        auto [line, column] = lineColumn(text, e.byte);
+        // nlohmann reports the count of bytes read (1-based position of the offending one).
+        auto [line, column] = textLineColumn(text, e.byte == 0 ? 0 : e.byte - 1);
         fail(path, "invalid JSON at line " + std::to_string(line) + ", column " +
                        std::to_string(column) + ": " + parseReason(e.what()));
     }
