@@ -10,9 +10,10 @@ bin="$root/build/traindeck"
 if [ $# -gt 0 ]; then
   exec "$bin" "$@"
 fi
-# The desktop app when there is a display and the build has it (it opens the last project, or the
-# embedded Fashion-MNIST default on first start).
-if [ -n "${DISPLAY:-}${WAYLAND_DISPLAY:-}" ] && ldd "$bin" | grep -q Qt6Widgets; then
+# The desktop app when there is a display and the build has it: the app is a module beside the
+# executable (app/gui_loader.cpp), which the headless commands never load. It opens the last
+# project, or the embedded Fashion-MNIST default on first start.
+if [ -n "${DISPLAY:-}${WAYLAND_DISPLAY:-}" ] && [ -f "$root/build/libtraindeck_gui.so" ]; then
   exec "$bin"
 fi
 exec "$bin" train "$root/projects/fashion_mnist_mlp.json"
