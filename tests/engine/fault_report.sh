@@ -12,7 +12,7 @@ row() { # name, then the command
   local t0=$(date +%s.%N)
   "$@" >out.txt 2>err.txt; local rc=$?
   local t1=$(date +%s.%N)
-  local msg=$( (grep -h -m1 -E "error|warning|Stopp|stopped|must|range" err.txt out.txt || tail -n1 out.txt) | head -c 300 | tr '\n' ' ')
+  local msg=$( (grep -h -m1 -E "error|warning|expected|Stopp|stopped|must|range" err.txt out.txt || tail -n1 out.txt) | head -c 300 | tr '\n' ' ')
   printf '%-28s exit %-3s %6.2fs  %s\n' "$name" "$rc" "$(awk -v a="$t0" -v b="$t1" 'BEGIN{print b-a}')" "$msg"
 }
 $PY - "$P" <<'PY'
