@@ -30,26 +30,14 @@ int runGui(int argc, char** argv, const std::string& dbPath, const std::string& 
     const QString screenshots = qEnvironmentVariable("TRAINDECK_SCREENSHOTS");
     if (!screenshots.isEmpty()) window.setInteractive(false);
 
-    QString db = dbPath.empty() ? Settings::databasePath() : QString::fromStdString(dbPath);
-    QString error;
-    if (!window.openDatabase(db, &error)) {
+    QStringList errors;
+    const bool asked = window.openAtLaunch(QString::fromStdString(dbPath),
+                                           QString::fromStdString(projectPath), &errors);
+    if (!asked) start = false;  // never train something other than what was asked for
+    for (const QString& error : errors) {
         std::fprintf(stderr, "traindeck: %s\n", qPrintable(error));
-        QMessageBox::warning(&window, QObject::tr("Run database"), error);
+        QMessageBox::warning(&window, QObject::tr("TrainDeck"), error);
     }
-
-    bool opened = false;
-    if (!projectPath.empty()) {
-        opened = window.openProject(QString::fromStdString(projectPath), &error);
-        if (!opened) {
-            std::fprintf(stderr, "traindeck: %s\n", qPrintable(error));
-            QMessageBox::warning(&window, QObject::tr("Open project"), error);
-            start = false;  // never train something other than what was asked for
-        }
-    } else {
-        const QString last = Settings::lastProject();
-        if (!last.isEmpty() && QFileInfo::exists(last)) opened = window.openProject(last);
-    }
-    if (!opened) window.openDefaultProject();
 
     window.show();
     if (start) {

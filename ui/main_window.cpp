@@ -188,14 +188,33 @@ void MainWindow::buildMenus() {
     tb->addAction(runs_->stopAction());
 }
 
-bool MainWindow::openDatabase(const QString& path, QString* error) {
+bool MainWindow::openDatabase(const QString& path, QString* error, bool remember) {
     QString why;
     if (!runsPanel_->setDatabasePath(path, &why)) {
         if (error) *error = why;
         return false;
     }
-    Settings::setDatabasePath(path);
+    if (remember) Settings::setDatabasePath(path);
     return true;
+}
+
+bool MainWindow::openAtLaunch(const QString& db, const QString& project, QStringList* errors) {
+    QString error;
+    const bool storeOpened =
+        openDatabase(db.isEmpty() ? Settings::databasePath() : db, &error, /*remember=*/false);
+    if (!storeOpened) errors->append(error);
+    bool opened = false;
+    if (!project.isEmpty()) {
+        opened = openProject(project, &error);
+        if (!opened) errors->append(error);
+    } else {
+        const QString last = Settings::lastProject();
+        if (!last.isEmpty() && QFileInfo::exists(last)) opened = openProject(last);
+    }
+    if (!opened) openDefaultProject();
+    if (!db.isEmpty() && storeOpened && (project.isEmpty() || opened))
+        Settings::setDatabasePath(db);
+    return project.isEmpty() || opened;
 }
 
 bool MainWindow::openProject(const QString& path, QString* error) {
@@ -392,9 +411,9 @@ bool MainWindow::importKerasModel(const QString& kerasPath, QString* error) {
     }
     project_->adoptUnsaved(std::move(imported->project));
     tabs_->setCurrentIndex(ModelTab);
-    statusBar()->showMessage(tr("Imported %1: training starts from its weights")
-                                 .arg(QFileInfo(kerasPath).fileName()),
-                             10000);
+    statusBar()->showMessage(
+        tr("Imported %1: training starts from its weights").arg(QFileInfo(kerasPath).fileName()),
+        10000);
     return true;
 }
 
@@ -411,10 +430,10 @@ bool MainWindow::exportModelFile(const QString& weightsPath, const QString& outp
         return false;
     }
     auto weights = td::projectModelWeights(project_->project(), weightsPath.toStdString());
-    td::Status st = weights ? td::exportModel(*weights,
-                                              onnx ? td::ExportFormat::Onnx : td::ExportFormat::Keras,
-                                              outputPath.toStdString())
-                            : td::Status(td::err(weights.error()));
+    td::Status st =
+        weights ? td::exportModel(*weights, onnx ? td::ExportFormat::Onnx : td::ExportFormat::Keras,
+                                  outputPath.toStdString())
+                : td::Status(td::err(weights.error()));
     if (!st) {
         if (error) *error = QString::fromStdString(st.error());
         return false;

@@ -39,7 +39,14 @@ class MainWindow : public QMainWindow {
     // Dialogs (unsaved changes, stop the run?) are skipped when not interactive (tests, scripts).
     void setInteractive(bool on);
 
-    bool openDatabase(const QString& path, QString* error = nullptr);
+    // remember: the store becomes the one the next plain launch opens (Settings).
+    bool openDatabase(const QString& path, QString* error = nullptr, bool remember = true);
+    // What a launch asked for: the store (`db`, empty: the remembered one) and the project
+    // (empty: the last one, or the embedded default). Errors go to `errors`, one a line. A store
+    // named here is remembered only when the launch did what was asked (the store and the
+    // project, if one was named, opened): a failed launch changes nothing for the next.
+    // Returns whether the named project (if any) opened.
+    bool openAtLaunch(const QString& db, const QString& project, QStringList* errors);
     bool openProject(const QString& path, QString* error = nullptr);
     void openDefaultProject();
     bool startTraining(QString* error = nullptr);

@@ -699,8 +699,13 @@ void TrainingPanel::write() {
             }
             // All devices checked means "default / all detected", the schema's empty list.
             if (static_cast<int>(chosen.size()) == checkable) chosen.clear();
+            // One device takes one replica on at most one device: the Mirrored settings (hidden
+            // in that mode) stay in their controls for a switch back, not in the project, which
+            // would otherwise refuse to start for a reason the user cannot see.
+            const bool one = p.strategy.type == "one_device";
+            if (one && chosen.size() > 1) chosen.resize(1);
             p.strategy.devices = chosen;
-            p.strategy.replicas = replicas_->value();
+            p.strategy.replicas = one ? 0 : replicas_->value();
             // The spin box shows two decimals: keep a finer value from the file unless edited.
             if (timeout_->value() != QString::number(p.strategy.timeoutSeconds, 'f', 2).toDouble())
                 p.strategy.timeoutSeconds = timeout_->value();

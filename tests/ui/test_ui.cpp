@@ -54,6 +54,7 @@
 #include "ui/runs_panel.h"
 #include "ui/runs_table_model.h"
 #include "ui/screenshot_driver.h"
+#include "ui/settings.h"
 #include "ui/training_panel.h"
 
 using namespace td::ui;
@@ -225,6 +226,7 @@ class TestUi : public QObject {
     void monitorCoalescesReplots();
     void monitorChartsEveryReplica();
     void strategyControlsFollowCapability();
+    void failedLaunchKeepsTheStore();
     void dataPanelDescribesPipeline();
     void stopMidRunMarksStopped();
     void closingMidRunMarksStopped();
@@ -873,6 +875,15 @@ void TestUi::strategyControlsFollowCapability() {
     } else {
         QVERIFY2(blocker.contains(QString::fromStdString(mirrored.reason)), qPrintable(blocker));
     }
+    // Back to One device: the project is valid again (the replica count, hidden in that mode,
+    // does not block Start), and Mirrored gets its count back.
+    tp->strategyButton("one_device")->click();
+    QCOMPARE(pc->project().strategy.type, std::string("one_device"));
+    QCOMPARE(pc->project().strategy.replicas, 0);
+    QVERIFY2(w->runController()->startBlocker().isEmpty(),
+             qPrintable(w->runController()->startBlocker()));
+    tp->strategyButton("mirrored")->click();
+    QCOMPARE(pc->project().strategy.replicas, 4);
 
     open(R"({"type": "multi_worker_mirrored", "timeout_seconds": 90})");
     QVERIFY(tp->strategyButton("multi_worker_mirrored")->isChecked());
@@ -893,6 +904,32 @@ void TestUi::strategyControlsFollowCapability() {
     QVERIFY(!child<QLabel>(tp, "multiWorkerSaveNote")->text().isEmpty());  // edited, not saved
     // The GUI never starts it: its processes run headless.
     QVERIFY(!w->runController()->startBlocker().isEmpty());
+}
+
+// `traindeck --db other.db missing.json`: the project does not open, so the store it named is
+// not remembered (the next plain launch opens the store it opened before); a launch that opens
+// its project remembers its store.
+void TestUi::failedLaunchKeepsTheStore() {
+    const QString remembered = dir_.filePath("remembered.db"), other = dir_.filePath("other.db");
+    Settings::setDatabasePath(remembered);
+    {
+        MainWindow w;
+        w.setInteractive(false);
+        QStringList errors;
+        QVERIFY(!w.openAtLaunch(other, dir_.filePath("missing.json"), &errors));
+        QCOMPARE(errors.size(), 1);
+        QVERIFY2(errors[0].contains("missing.json"), qPrintable(errors[0]));
+        QCOMPARE(Settings::databasePath(), remembered);
+    }
+    const QString path = dir_.filePath("launch.json");
+    QVERIFY(writeFile(path, syntheticProject(1)));
+    MainWindow w;
+    w.setInteractive(false);
+    QStringList errors;
+    QVERIFY(w.openAtLaunch(other, path, &errors));
+    QVERIFY2(errors.isEmpty(), qPrintable(errors.join('\n')));
+    QCOMPARE(w.runsPanel()->databasePath(), other);
+    QCOMPARE(Settings::databasePath(), other);
 }
 
 void TestUi::dataPanelDescribesPipeline() {
