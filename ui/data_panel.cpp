@@ -55,6 +55,14 @@ void setMapStep(std::vector<td::MapStep>& steps, const std::string& op, bool on,
     }
 }
 
+// A spin box's value for a project field whose value it shows rounded to its decimals: the
+// field's own value while the box still shows it (1/255 stays 0.00392156862745098, not the box's
+// 0.00392157), the box's once the user changed it.
+double shownValue(const QDoubleSpinBox* box, double field) {
+    const double shown = QString::number(field, 'f', box->decimals()).toDouble();
+    return box->value() == shown ? field : box->value();
+}
+
 const td::MapStep* findStep(const std::vector<td::MapStep>& steps, const std::string& op) {
     for (const auto& s : steps)
         if (s.op == op) return &s;
@@ -261,6 +269,7 @@ QWidget* DataPanel::buildPipeline() {
     };
     scaleOn_ = new QCheckBox(tr("Scale"));
     scale_ = dspin(1e-9, 1e9, 8);
+    scale_->setObjectName("scaleFactor");
     scale_->setToolTip(tr("x · factor, e.g. 1/255 = 0.00392157 for 8-bit pixels"));
     auto* scaleRow = new QHBoxLayout;
     scaleRow->addWidget(scaleOn_);
@@ -481,12 +490,15 @@ void DataPanel::writePipeline() {
     project_->edit(
         [&](td::Project& p) {
             td::PipelineConfig& c = p.data.pipeline;
+            const td::MapStep* sc = findStep(c.map, "scale");
+            const td::MapStep* nm = findStep(c.map, "normalize");
+            const double factor = sc ? shownValue(scale_, sc->factor) : scale_->value();
+            const double mean = nm ? shownValue(mean_, nm->mean) : mean_->value();
+            const double stddev = nm ? shownValue(stddev_, nm->stddev) : stddev_->value();
             setMapStep(c.map, "scale", scaleOn_->isChecked(),
-                       td::MapStep{.op = "scale", .factor = scale_->value()}, true);
-            setMapStep(
-                c.map, "normalize", normalizeOn_->isChecked(),
-                td::MapStep{.op = "normalize", .mean = mean_->value(), .stddev = stddev_->value()},
-                false);
+                       td::MapStep{.op = "scale", .factor = factor}, true);
+            setMapStep(c.map, "normalize", normalizeOn_->isChecked(),
+                       td::MapStep{.op = "normalize", .mean = mean, .stddev = stddev}, false);
             setMapStep(c.map, "one_hot", oneHotOn_->isChecked(),
                        td::MapStep{.op = "one_hot", .depth = oneHotDepth_->value()}, false);
             const QString cache = cache_->currentData().toString();
@@ -501,7 +513,7 @@ void DataPanel::writePipeline() {
             const bool onTest = validateOnTest_->isChecked();
             validation_->setEnabled(!onTest);
             p.data.validationData = onTest ? "test" : "none";
-            p.data.validationSplit = onTest ? 0.0 : validation_->value();
+            p.data.validationSplit = onTest ? 0.0 : shownValue(validation_, p.data.validationSplit);
         },
         this);
     updatePipelineText();

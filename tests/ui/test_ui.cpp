@@ -947,6 +947,24 @@ void TestUi::dataPanelDescribesPipeline() {
     batch->setValue(32);
     QVERIFY2(dp->pipelineDescription().contains("→ batch 32 →"),
              qPrintable(dp->pipelineDescription()));
+
+    // Numbers keep their value when something else on the tab is edited: 1/255 and a
+    // validation split of 1/3 are not rewritten as the spin boxes' 0.00392157 and 0.333.
+    QString text = syntheticProject(1);
+    text.replace(R"("map": [])", R"("map": [{"op": "scale", "factor": 0.00392156862745098}])");
+    text.replace(R"("validation_split": 0.25)", R"("validation_split": 0.3333333333333333)");
+    QVERIFY(writeFile(path, text));
+    QVERIFY2(w->openProject(path, &error), qPrintable(error));
+    batch->setValue(64);
+    const td::Project& p = w->projectController()->project();
+    QCOMPARE(p.training.batchSize, int64_t(64));
+    QCOMPARE(p.data.pipeline.map.at(0).factor, 1.0 / 255.0);
+    QCOMPARE(p.data.validationSplit, 1.0 / 3.0);
+    // A value the user changes is the box's.
+    auto* scale = dp->findChild<QDoubleSpinBox*>("scaleFactor");
+    QVERIFY(scale);
+    scale->setValue(0.5);
+    QCOMPARE(w->projectController()->project().data.pipeline.map.at(0).factor, 0.5);
 }
 
 void TestUi::stopMidRunMarksStopped() {
