@@ -365,10 +365,14 @@ void MonitorPanel::onEvents(const EventBatch& batch) {
             if (auto v = get("val_" + accuracyKey_.toStdString()))
                 accuracy_->append(series_["acc/val"], x, *v);
         }
+        if (batch.history) continue;  // a resumed run's earlier epochs: drawn, said once below
         QStringList parts;
         for (const auto& [k, v] : e.metrics)
             parts << QString("%1=%2").arg(QString::fromStdString(k)).arg(v, 0, 'g', 5);
-        appendLog(tr("Epoch %1/%2 done in %3 s (%4 samples/s): %5")
+        appendLog((e.resumedSamples > 0
+                       ? tr("Epoch %1/%2 done, its last part in %3 s after the resume (%4 "
+                            "samples/s): %5")
+                       : tr("Epoch %1/%2 done in %3 s (%4 samples/s): %5"))
                       .arg(e.epoch + 1)
                       .arg(info_.epochs)
                       .arg(e.seconds, 0, 'f', 2)
@@ -376,6 +380,13 @@ void MonitorPanel::onEvents(const EventBatch& batch) {
                       .arg(parts.join("  ")));
     }
     for (const td::LogLine& l : batch.logs) appendLog(QString::fromStdString(l.text), l.level);
+    if (batch.history) {
+        if (!batch.steps.empty())
+            appendLog(tr("Resumed: the curves up to step %1 are the run's stored rows")
+                          .arg(batch.steps.back().globalStep));
+        replotAll();
+        return;
+    }
     updateProgress(batch.steps.empty() ? nullptr : &batch.steps.back());
     replotAll();
 }

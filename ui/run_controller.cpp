@@ -3,6 +3,7 @@
 #include <QApplication>
 #include <QStyle>
 
+#include "engine/api/runs.h"
 #include "ui/async.h"
 #include "ui/latency_probe.h"
 
@@ -80,6 +81,54 @@ bool RunController::start(const td::Project& project, const QString& storePath, 
         error);
 }
 
+namespace {
+
+// A stored run's rows up to the checkpoint a resume continues from, as the events they were: the
+// logged steps to its global step and the epochs before its epoch.
+EventBatch storedHistory(const std::string& store, int64_t runId, int64_t globalStep, int epoch) {
+    EventBatch out;
+    out.history = true;
+    auto catalog = td::api::RunCatalog::open(store);
+    if (!catalog.ok()) return out;
+    if (auto steps = (*catalog)->steps(runId); steps.ok()) {
+        for (const td::StepRow& r : *steps) {
+            if (r.globalStep > globalStep) break;
+            td::StepMetrics m;
+            m.epoch = r.epoch;
+            m.step = r.step;
+            m.globalStep = r.globalStep;
+            for (const auto& [k, v] : r.metrics) {
+                if (k == "lr")
+                    m.learningRate = v;
+                else if (k == "loss_scale")
+                    m.lossScale = v;
+                else if (k == "samples_per_s")
+                    m.samplesPerSecond = v;
+                else if (k == "input_wait_s")
+                    m.inputWaitSeconds = v;
+                else if (k == "compute_s")
+                    m.computeSeconds = v;
+                else
+                    m.metrics[k] = v;
+            }
+            out.steps.push_back(std::move(m));
+        }
+    }
+    if (auto epochs = (*catalog)->epochs(runId); epochs.ok()) {
+        for (const td::EpochRow& r : *epochs) {
+            if (r.epoch >= epoch) break;
+            td::EpochMetrics e;
+            e.epoch = r.epoch;
+            e.metrics = r.metrics;
+            e.seconds = r.seconds;
+            out.epochs.push_back(std::move(e));
+        }
+    }
+    return out;
+}
+
+}  // namespace
+
 bool RunController::resume(int64_t runId, const QString& storePath, QString* error) {
     if (state_ != State::Idle) {
         const QString why = tr("A run is already in progress.");
@@ -97,6 +146,7 @@ bool RunController::resume(int64_t runId, const QString& storePath, QString* err
                 out.error = point.error();
                 return out;
             }
+            out.history = storedHistory(store, runId, point->globalStep, point->epoch);
             td::SessionOptions options;
             options.storePath = store;
             const td::Project project = point->project;
@@ -142,6 +192,7 @@ void RunController::onPrepared(Prepared prepared) {
         return;
     }
     session_ = std::move(prepared.session);
+    history_ = std::move(prepared.history);
     queue_ = session_->events().subscribe();  // before start(): see every event
     session_->start();
     probe_->start();
@@ -216,6 +267,11 @@ void RunController::drain() {
             batch = {};
             runId_ = rs->runId;
             emit runStarted(*rs);
+            if (history_.history) {  // a resumed run's curves so far, before its live events
+                EventBatch history = std::move(history_);
+                history_ = {};
+                emit eventsArrived(history);
+            }
         } else if (auto* f = std::get_if<td::RunFinished>(&e)) {
             finished = std::move(*f);
         }

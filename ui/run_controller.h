@@ -23,6 +23,9 @@ struct EventBatch {
     std::vector<td::EpochMetrics> epochs;
     std::vector<td::DeviceStats> devices;
     std::vector<td::LogLine> logs;
+    // A resumed run's rows from the store, up to the checkpoint it continues from (delivered
+    // right after its RunStarted, so the charts show the whole run); not live events.
+    bool history = false;
     bool empty() const {
         return steps.empty() && epochs.empty() && devices.empty() && logs.empty();
     }
@@ -77,6 +80,7 @@ class RunController : public QObject {
     struct Prepared {
         std::unique_ptr<td::Session> session;  // null on error
         std::string error;
+        EventBatch history;  // resume: the stored rows before the checkpoint
     };
     // Runs `make` off the GUI thread, then starts the session it returns.
     bool prepare(const QString& what, std::function<Prepared()> make, QString* error);
@@ -96,6 +100,7 @@ class RunController : public QObject {
     std::unique_ptr<td::Session> session_;
     std::shared_ptr<td::EventQueue> queue_;
     int64_t runId_ = 0;
+    EventBatch history_;  // delivered after the next RunStarted
 };
 
 }  // namespace td::ui

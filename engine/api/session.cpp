@@ -128,6 +128,8 @@ Result<ResumePoint> findResumePoint(const std::string& storePath, const std::str
     rp.runId = run.id;
     rp.checkpointPath = choice.chosen->path;
     rp.state = choice.chosen->state;
+    rp.globalStep = rp.state->globalStep;
+    rp.epoch = rp.state->epoch;
     TD_ASSIGN_OR_RETURN(rp.project, checkpointProject(rp.checkpointPath, *rp.state));
     for (const std::string& n : choice.refused) rp.notes.push_back("refused " + n);
     if (!choice.chosen->registered)
@@ -472,6 +474,8 @@ Status Session::Impl::findBackup() {
             rp.checkpointPath = f;
             rp.project = std::move(got.value().first);
             rp.state = std::move(got.value().second);
+            rp.globalStep = rp.state->globalStep;
+            rp.epoch = rp.state->epoch;
             rp.notes = std::move(notes);
             rp.notes.push_back("BackupAndRestore: restoring " + f + " (global step " +
                                std::to_string(rp.state->globalStep) + ")");

@@ -65,6 +65,10 @@ struct ResumePoint {
     Project project;
     std::vector<std::string> notes;  // "run-40.tdckpt: ... checksum mismatch ...; using ..."
     std::shared_ptr<const CheckpointState> state;
+    // Where the checkpoint is (state's position, for a front end): the global step trained and
+    // the epoch to continue.
+    int64_t globalStep = 0;
+    int epoch = 0;
 };
 
 // The last good checkpoint of stored run `runIdOrName` (an id, or the newest run with that name):

@@ -73,8 +73,11 @@ struct EvalResult {
 struct EpochMetrics {
     int epoch = 0;
     MetricMap metrics;  // train metrics plus val_* when validation ran
+    // A resumed epoch: seconds and samplesPerSecond cover only the part after the resume, and
+    // resumedSamples counts the samples trained before it (0 for a whole epoch).
     double seconds = 0;
     double samplesPerSecond = 0;
+    int64_t resumedSamples = 0;
     double learningRate = 0;
 };
 

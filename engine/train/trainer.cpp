@@ -1462,6 +1462,7 @@ Result<RunFinished> Trainer::Impl::fit() {
         auto epochT0 = Clock::now();
         auto logT0 = Clock::now();
         int64_t seen = 0, seenSinceLog = 0;
+        int64_t seenBefore = 0;  // a resumed epoch's samples trained before the resume
         double logWait = 0, logCompute = 0;
         std::vector<double> sums;
         int64_t firstStep = 1;
@@ -1482,6 +1483,7 @@ Result<RunFinished> Trainer::Impl::fit() {
                     replicas[i]->trainAccum, 0, a.data(), a.size() * sizeof(double)));
             }
             seen = resume->epochSamples;
+            seenBefore = seen;
             firstStep = resume->stepInEpoch + 1;
         }
         for (int64_t step = firstStep; step <= steps; ++step) {
@@ -1628,8 +1630,10 @@ Result<RunFinished> Trainer::Impl::fit() {
         em.metrics["loss"] = sums[0] / static_cast<double>(seen);
         for (size_t m = 0; m < s.metrics.size(); ++m)
             em.metrics[s.metrics[m].key] = sums[1 + m] / static_cast<double>(seen);
+        // A resumed epoch's time is this process's part of it, and so are its samples.
         em.seconds = secondsSince(epochT0);
-        em.samplesPerSecond = static_cast<double>(seen) / std::max(1e-9, em.seconds);
+        em.samplesPerSecond = static_cast<double>(seen - seenBefore) / std::max(1e-9, em.seconds);
+        em.resumedSamples = seenBefore;
         em.learningRate = optimizer->currentLearningRate();
         if (s.valSet && !stopNow) {
             TD_ASSIGN_OR_RETURN(EvalResult vr, evaluate(*s.valSet));

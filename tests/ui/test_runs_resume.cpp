@@ -31,14 +31,14 @@ void TestRunsResume::resumeFromRunsPanel() {
     RunController rc;
     QSignalSpy finished(&rc, &RunController::runFinished);
     QString error;
-    // Stopped as soon as it runs: at its first step boundaries, long before its end.
+    // Stopped once its first steps are logged, long before its end.
     bool stopSent = false;
-    connect(&rc, &RunController::stateChanged, &rc, [&](RunController::State st) {
-        if (st != RunController::State::Running || stopSent) return;
+    connect(&rc, &RunController::eventsArrived, &rc, [&](const EventBatch& b) {
+        if (b.steps.empty() || stopSent) return;
         stopSent = true;
         rc.stop();
     });
-    QVERIFY2(rc.start(blobs(12), db, &error), qPrintable(error));
+    QVERIFY2(rc.start(blobs(400), db, &error), qPrintable(error));
     QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 1, 60000);
     const auto stopped = finished.first().first().value<td::RunFinished>();
     QVERIFY2(stopped.status == td::RunStatus::Stopped, stopped.message.c_str());
@@ -62,9 +62,50 @@ void TestRunsResume::resumeFromRunsPanel() {
     QCOMPARE(resumeAsked.first().first().value<int64_t>(), id);
 
     finished.clear();
-    rc.disconnect(&rc, &RunController::stateChanged, nullptr, nullptr);
+    rc.disconnect(&rc, &RunController::eventsArrived, nullptr, nullptr);
+    std::vector<td::StepRow> before;
+    {
+        auto store = td::RunStore::open(db.toStdString());
+        QVERIFY(store.ok());
+        before = *(*store)->steps(id);
+    }
+    QVERIFY(!before.empty());
+    // The first batch after RunStarted is the run's stored curves up to its checkpoint, so the
+    // Monitor shows the whole run, not only the steps after the resume.
+    std::vector<EventBatch> batches;
+    int startedAt = -1;
+    td::RunStarted started;
+    connect(&rc, &RunController::runStarted, &rc, [&](const td::RunStarted& info) {
+        startedAt = static_cast<int>(batches.size());
+        started = info;
+    });
+    connect(&rc, &RunController::eventsArrived, &rc,
+            [&](const EventBatch& b) { batches.push_back(b); });
     QVERIFY2(rc.resume(id, db, &error), qPrintable(error));
     QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 1, 120000);
+    QVERIFY(startedAt >= 0 && static_cast<size_t>(startedAt) < batches.size());
+    const EventBatch& history = batches[static_cast<size_t>(startedAt)];
+    QVERIFY(history.history);
+    QVERIFY(!history.steps.empty());
+    QVERIFY(history.steps.size() <= before.size());
+    for (size_t i = 0; i < history.steps.size(); ++i) {
+        QCOMPARE(history.steps[i].globalStep, before[i].globalStep);
+        QCOMPARE(history.steps[i].metrics.at("loss"), before[i].metrics.at("loss"));
+    }
+    const td::EpochMetrics* firstEpoch = nullptr;
+    for (size_t b = static_cast<size_t>(startedAt) + 1; b < batches.size(); ++b) {
+        QVERIFY(!batches[b].history);
+        if (!batches[b].steps.empty())
+            QVERIFY(batches[b].steps.front().globalStep > history.steps.back().globalStep);
+        if (!firstEpoch && !batches[b].epochs.empty()) firstEpoch = &batches[b].epochs.front();
+    }
+    // Stopped inside an epoch: the resumed epoch says which part of it this run trained, and
+    // its rate counts only those samples.
+    QVERIFY(firstEpoch);
+    const bool midEpoch = started.initialEpoch == firstEpoch->epoch &&
+                          history.steps.back().epoch == firstEpoch->epoch;
+    if (midEpoch) QVERIFY(firstEpoch->resumedSamples > 0);
+    QVERIFY(firstEpoch->resumedSamples < started.trainSamples);
     const auto result = finished.first().first().value<td::RunFinished>();
     QVERIFY2(result.status == td::RunStatus::Completed, result.message.c_str());
     QCOMPARE(rc.runId(), id);
@@ -72,7 +113,7 @@ void TestRunsResume::resumeFromRunsPanel() {
     QVERIFY(store.ok());
     QCOMPARE((*store)->listRuns()->size(), size_t(1));
     QCOMPARE((*store)->getRun(id)->status, std::string("completed"));
-    QCOMPARE((*store)->epochs(id)->size(), size_t(12));
+    QCOMPARE((*store)->epochs(id)->size(), size_t(400));
     // A completed run is not offered for resuming.
     panel.refresh();
     QTRY_VERIFY_WITH_TIMEOUT(!resume->isEnabled(), 10000);
