@@ -631,7 +631,6 @@ Status insertReplicaRows(sqlite3* db, const std::string& path, int64_t runId,
     return {};
 }
 
-// Runs of this host left 'running' by a process that no longer exists were interrupted.
 // The newest report of a surviving worker of a run (RunStore::recordWorkerReport), or "".
 Result<std::string> lastWorkerReport(sqlite3* db, const std::string& p, int64_t runId) {
     TD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db, p,
@@ -643,6 +642,8 @@ Result<std::string> lastWorkerReport(sqlite3* db, const std::string& p, int64_t 
     return row ? s.colText(0) : std::string();
 }
 
+// Runs of this host left 'running' by a process that no longer exists were interrupted (with
+// what a surviving worker reported, if one did).
 Status markInterruptedRuns(sqlite3* db, const std::string& p) {
     const std::string host = hostName();
     std::vector<std::pair<int64_t, int64_t>> dead;  // id, pid
@@ -704,12 +705,11 @@ std::string uriPath(const std::string& path) {
     return out;
 }
 
-// Opens a connection: read-write (creating the file when `create`), or read-only when
-// `readOnlyReason` says the store cannot be written. A read-only WAL store whose shared-memory
-// file cannot be created beside it (a read-only folder or mount) is opened as immutable: it is
-// read as it is on disk, which is all of it once its last writer has closed it.
 }  // namespace
 
+// A read-only WAL store whose shared-memory file cannot be created beside it (a read-only folder
+// or mount) is opened as immutable: read as it is on disk, which is all of it once its last
+// writer has closed it.
 Result<sqlite3*> openStoreConnection(const std::string& path, const std::string& readOnlyReason,
                                      bool create) {
     auto attempt = [&](const std::string& name, int flags) -> Result<sqlite3*> {
