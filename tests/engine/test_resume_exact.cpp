@@ -81,6 +81,9 @@ void TestResumeExact::killedAndResumedEqualsUninterrupted() {
     QFETCH(int, batch);
     QFETCH(int, epochs);
     QFETCH(bool, wide);
+#ifdef TD_RESUME_EXACT_SMALL_ONLY
+    if (wide || batch == 0) QSKIP("a sanitizer build: the seed MLP's rows only");
+#endif
     QTemporaryDir dir;
     QString path = td::test::project(project.toUtf8().constData());
     if (wide) {  // the 784-1024-1024-10 MLP on the default project's data and training
