@@ -107,7 +107,7 @@ std::string fmtMetrics(const MetricMap& m) {
 // Keras-style progress bar on a terminal; plain lines (one per epoch) otherwise.
 class Progress {
   public:
-    Progress(bool tty, bool quiet) : tty_(tty), quiet_(quiet) {}
+    Progress(bool tty, bool quiet, bool verbose) : tty_(tty), quiet_(quiet), verbose_(verbose) {}
     void onEvent(const Event& e) {
         if (quiet_) {
             if (auto* f = std::get_if<RunFinished>(&e)) finished_ = *f;
@@ -181,6 +181,7 @@ class Progress {
         } else if (auto* c = std::get_if<CheckpointSaved>(&e)) {
             if (!c->path.empty()) lastCheckpoint_ = c->path;
         } else if (auto* l = std::get_if<LogLine>(&e)) {
+            if (l->detail && !verbose_) return;
             std::printf("%s%s\n", tty_ ? "\r\033[K" : "", l->text.c_str());
             std::fflush(stdout);
         } else if (auto* f = std::get_if<RunFinished>(&e)) {
@@ -219,6 +220,7 @@ class Progress {
     }
     bool tty_;
     bool quiet_;
+    bool verbose_;
     int64_t steps_ = 0;
     int epochs_ = 0, epoch_ = -1;
     bool started_ = false;
@@ -346,7 +348,7 @@ int train(const TrainArgs& a) {
     // Under MultiWorkerMirrored only the chief (rank 0) reports progress and stores the run; the
     // other workers speak only when they fail.
     const int rank = (*session)->workerRank();
-    Progress progress(!a.plain && isatty(STDOUT_FILENO), rank != 0);
+    Progress progress(!a.plain && isatty(STDOUT_FILENO), rank != 0, a.verbose);
     auto queue = (*session)->events().subscribe();
     (*session)->start();
     // The session closes the queue after RunFinished on every path, the failed ones included.

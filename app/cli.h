@@ -16,9 +16,10 @@ struct TrainArgs {
     std::string runName;
     int epochs = 0;  // 0 = project's value
     long long batchSize = 0;
-    long long seed = -1;  // -1 = project's value
-    bool plain = false;   // force plain lines even on a terminal
-    std::string resume;   // a stored run (id or name) to continue from its last good checkpoint
+    long long seed = -1;    // -1 = project's value
+    bool plain = false;     // force plain lines even on a terminal
+    bool verbose = false;   // also the engine's detail lines (LogLine::detail)
+    std::string resume;     // a stored run (id or name) to continue from its last good checkpoint
     std::string saveModel;  // after a successful run: the trained model as .keras or .onnx
     std::vector<std::string> disablePasses;  // added to the project's disabled_passes
 };

@@ -55,6 +55,9 @@ int main(int argc, char** argv) {
     train->add_option("--run-name", ta.runName, "Name of the stored run");
     train->add_option("--db", ta.db, "SQLite run store");
     train->add_flag("--plain", ta.plain, "Plain progress lines even on a terminal");
+    train->add_flag("--verbose", ta.verbose,
+                    "Also print the engine's detail lines (how the input pipeline ran each epoch; "
+                    "the store keeps them either way)");
     train->add_option("--disable-pass", ta.disablePasses,
                       "Turn a compiler pass off by name (repeatable; traindeck compile --report "
                       "lists the fusions)");

@@ -96,6 +96,9 @@ struct DeviceStats {
 struct LogLine {
     enum class Level { Info, Warning, Error } level = Level::Info;
     std::string text;
+    // A figure for those who tune the engine (how the input pipeline ran each epoch): stored with
+    // the run and shown in the app's log; the CLI prints it with --verbose only.
+    bool detail = false;
 };
 
 enum class RunStatus { Running, Completed, Stopped, Failed, Interrupted };

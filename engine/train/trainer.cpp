@@ -1640,8 +1640,10 @@ Result<RunFinished> Trainer::Impl::fit() {
             for (const auto& [k, val] : vr.metrics) em.metrics["val_" + k] = val;
         }
         bus->publish(em);
-        log(LogLine::Level::Info,
-            "epoch " + std::to_string(epoch + 1) + ": " + describePipeline(pipe->stats()));
+        bus->publish(
+            LogLine{LogLine::Level::Info,
+                    "epoch " + std::to_string(epoch + 1) + ": " + describePipeline(pipe->stats()),
+                    /*detail=*/true});
         last = em.metrics;
         if (status != RunStatus::Stopped && stopNow) {
             status = RunStatus::Stopped;

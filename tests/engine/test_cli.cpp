@@ -4,6 +4,7 @@
 #include <QJsonObject>
 #include <QRegularExpression>
 #include <QtTest>
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -217,6 +218,22 @@ void TestCli::trainStoresRunAndListsIt() {
     QCOMPARE(obj.value("epochs").toArray().size(), 2);
     Run table = traindeck({"runs", "--db", db});
     QVERIFY(table.out.contains("cli-run"));
+    // How the input pipeline ran each epoch speaks to those who tune the engine: stored with the
+    // run, printed with --verbose only.
+    QVERIFY2(!r.out.contains("input pipeline:"), qPrintable(r.out));
+    {
+        auto store = td::RunStore::open(db.toStdString());
+        QVERIFY(store.ok());
+        auto logs = (*store)->logs(1);
+        QVERIFY(logs.ok());
+        QVERIFY(std::any_of(logs->begin(), logs->end(), [](const td::LogRow& l) {
+            return l.text.rfind("epoch 2: input pipeline:", 0) == 0;
+        }));
+    }
+    Run verbose = traindeck({"train", project("synthetic_blobs.json"), "--epochs", "1", "--db", db,
+                             "--plain", "--verbose"});
+    QCOMPARE(verbose.code, 0);
+    QVERIFY2(verbose.out.contains("epoch 1: input pipeline:"), qPrintable(verbose.out));
 }
 
 void TestCli::badInput_data() {
