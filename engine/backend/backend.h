@@ -17,7 +17,7 @@
 #include "engine/core/result.h"
 #include "engine/graph/ir.h"
 #include "engine/graph/lower.h"
-#include "engine/train/update.h"
+#include "engine/graph/update_spec.h"
 
 namespace td {
 
@@ -88,7 +88,7 @@ struct ProgramBindings {
     // Mixed precision with fold_casts: per Graph::params() entry, the 16-bit copy of that
     // parameter the program's products read and its update writes (empty Buffer: none).
     std::vector<Buffer> shadows;
-    // mixed_float16: the LossScaleState (train/update.h) the loss gradient and the update read
+    // mixed_float16: the LossScaleState (graph/update_spec.h) the loss gradient and the update read
     // and write; kept across runs by its owner. Empty: no loss scaling.
     Buffer lossScale;
     // Compile option: one multi-tensor update pass (the fuse_update fusion) or one per parameter.

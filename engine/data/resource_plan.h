@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "engine/core/data_config.h"
 #include "engine/core/result.h"
 #include "engine/core/tensor.h"
-#include "engine/data/data_config.h"
 
 namespace td {
 

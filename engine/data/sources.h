@@ -3,8 +3,8 @@
 
 #include <cstdint>
 
+#include "engine/core/data_config.h"
 #include "engine/core/result.h"
-#include "engine/data/data_config.h"
 #include "engine/data/pipeline.h"
 
 namespace td {

@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
+#include "engine/core/train_config.h"
 #include "engine/graph/ir.h"
 #include "engine/model/layers.h"
-#include "engine/train/train_config.h"
 
 namespace td {
 

@@ -21,7 +21,7 @@
 
 #include "engine/core/result.h"
 #include "engine/graph/ir.h"
-#include "engine/train/update.h"
+#include "engine/graph/update_spec.h"
 
 namespace td {
 
@@ -64,7 +64,7 @@ enum class Space : uint8_t {
     FlatGrad,     // ProgramBindings::flatGrads, at offset
     Slot,         // ProgramBindings::optimizerSlots[index]
     Shadow,       // ProgramBindings::shadows[index]: the 16-bit copy of param `index`
-    LossScale,    // ProgramBindings::lossScale: the LossScaleState (train/update.h)
+    LossScale,    // ProgramBindings::lossScale: the LossScaleState (graph/update_spec.h)
 };
 const char* spaceName(Space s);
 
@@ -194,7 +194,7 @@ struct LoweredProgram {
     std::vector<GradBucket> buckets;            // all-reduced when non-empty
     std::optional<UpdateSpec> update;           // the update instruction's spec
     std::vector<UpdateOperands> updateTensors;  // the trainable parameters, in params() order
-    int slotBuffers = 0;  // ProgramBindings::optimizerSlots entries the update reads
+    int slotBuffers = 0;      // ProgramBindings::optimizerSlots entries the update reads
     bool lossScaled = false;  // reads and updates ProgramBindings::lossScale
     // Why the update stays one multi-tensor pass although fuse_update was turned off (empty: it
     // did not).

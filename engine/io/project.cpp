@@ -26,18 +26,6 @@ namespace td {
 namespace fs = std::filesystem;
 using namespace jsonio;
 
-const char* precisionName(PrecisionPolicy p) {
-    switch (p) {
-        case PrecisionPolicy::Float32:
-            return "float32";
-        case PrecisionPolicy::MixedFloat16:
-            return "mixed_float16";
-        case PrecisionPolicy::MixedBfloat16:
-            return "mixed_bfloat16";
-    }
-    return "?";
-}
-
 namespace {
 
 constexpr const char* kFormat = "traindeck-project";

@@ -5,29 +5,13 @@
 #include <string>
 #include <vector>
 
+#include "engine/core/data_config.h"
 #include "engine/core/result.h"
-#include "engine/data/data_config.h"
+#include "engine/core/run_config.h"
+#include "engine/core/train_config.h"
 #include "engine/model/layers.h"
-#include "engine/train/train_config.h"
 
 namespace td {
-
-enum class PrecisionPolicy { Float32, MixedFloat16, MixedBfloat16 };
-const char* precisionName(PrecisionPolicy p);  // "float32", "mixed_float16", "mixed_bfloat16"
-
-struct StrategyConfig {
-    std::string type = "one_device";   // "one_device", "mirrored", "multi_worker_mirrored"
-    std::vector<std::string> devices;  // e.g. {"cpu:0"}; empty = default / all detected
-    int replicas = 0;                  // mirrored on CPU: number of logical CPU replicas
-    // A collective that waits longer than this fails, naming the replica or worker that did not
-    // arrive (a worker that died or hangs).
-    double timeoutSeconds = 60;
-    // multi_worker_mirrored: how the data is divided among workers (tf.data's auto-shard
-    // policies): "data" (every worker reads everything and keeps its share of each global
-    // batch), "off" (every worker reads everything in its own order), "auto" (= "data" for the
-    // in-memory sources TrainDeck reads).
-    std::string shardPolicy = "auto";
-};
 
 struct Project {
     std::string name = "untitled";

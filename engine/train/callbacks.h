@@ -10,7 +10,7 @@
 #include "engine/core/events.h"
 #include "engine/core/result.h"
 #include "engine/core/tensor.h"
-#include "engine/train/train_config.h"
+#include "engine/core/train_config.h"
 
 namespace td {
 

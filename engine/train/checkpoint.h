@@ -21,9 +21,9 @@
 #include "engine/core/events.h"
 #include "engine/core/result.h"
 #include "engine/core/tensor.h"
+#include "engine/graph/update_spec.h"
 #include "engine/model/layers.h"
 #include "engine/train/callbacks.h"
-#include "engine/train/update.h"
 
 namespace td {
 

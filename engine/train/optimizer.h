@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "engine/backend/cpu/update.h"
 #include "engine/core/result.h"
 #include "engine/core/tensor.h"
-#include "engine/train/train_config.h"
-#include "engine/train/update.h"
+#include "engine/core/train_config.h"
 
 namespace td {
 

@@ -17,11 +17,11 @@
 #include <vector>
 
 #include "engine/backend/cpu/sparse_kernels.h"
+#include "engine/backend/cpu/update.h"
 #include "engine/backend/cpu/weight_placement.h"
 #include "engine/core/cpu_isa.h"
 #include "engine/core/work_share.h"
 #include "engine/train/optimizer.h"
-#include "engine/train/update.h"
 #include "tests/graph/harness.h"
 
 using td::WorkShare;

@@ -33,3 +33,13 @@ td_add_test(test_work_share SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_work_share.cp
             LABELS unit engine)
 # Its own OpenMP regions: a step run from inside an active region (the team's nested region).
 target_link_libraries(test_work_share PRIVATE OpenMP::OpenMP_CXX)
+# The layer table of docs/ARCHITECTURE.md, held against every include and every engine library;
+# and the check names each include planted against it.
+add_test(NAME layer_rules COMMAND ${CMAKE_COMMAND} -DSOURCE_DIR=${PROJECT_SOURCE_DIR}
+                                  -P ${CMAKE_CURRENT_LIST_DIR}/check_layers.cmake)
+set_tests_properties(layer_rules PROPERTIES LABELS unit)
+add_test(NAME layer_rules_catch_planted
+         COMMAND ${CMAKE_COMMAND} -DSOURCE_DIR=${PROJECT_SOURCE_DIR}
+                 -DWORK_DIR=${CMAKE_CURRENT_BINARY_DIR}/layer_rules_planted
+                 -P ${CMAKE_CURRENT_LIST_DIR}/check_layers_planted.cmake)
+set_tests_properties(layer_rules_catch_planted PROPERTIES LABELS unit)

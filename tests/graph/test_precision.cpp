@@ -11,10 +11,10 @@
 #include <limits>
 #include <random>
 
+#include "engine/backend/cpu/update.h"
 #include "engine/core/half.h"
 #include "engine/graph/lower.h"
 #include "engine/io/project.h"
-#include "engine/train/update.h"
 #include "harness.h"
 #include "tests/source_dir.h"
 

@@ -1,6 +1,6 @@
 td_add_test(test_graph SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_graph.cpp LABELS unit graph
-            LIBS traindeck_compiler)
+            LIBS traindeck_backend)
 td_add_test(test_ops SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ops.cpp LABELS unit graph ops
-            LIBS traindeck_compiler)
+            LIBS traindeck_backend)
 td_add_test(test_precision SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_precision.cpp
-            LABELS unit graph precision LIBS traindeck_compiler traindeck_io)
+            LABELS unit graph precision LIBS traindeck_backend traindeck_io)

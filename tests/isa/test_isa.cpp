@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "engine/backend/cpu/optim_kernels.h"
 #include "engine/backend/cpu/simd_kernels.h"
 #include "engine/backend/cpu/sparse_kernels.h"
 #include "engine/core/cpu_isa.h"
-#include "engine/train/optim_kernels.h"
 
 using namespace td;
 using namespace td::optim_kernels;

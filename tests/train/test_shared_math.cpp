@@ -1,5 +1,5 @@
 // The per-element math the CUDA kernels run (TD_HOST_DEVICE headers) against the CPU's kernels,
-// on the CPU: the optimizer update of train/update_math.h assembled as the CUDA update kernel
+// on the CPU: the optimizer update of backend/update_math.h assembled as the CUDA update kernel
 // assembles it (norms, clipping and loss-scale prologue, then one element at a time) against
 // applyUpdate, bit for bit where no norm is involved; the activations, their gradients and the
 // dropout mask of backend/kernel_math.h against cpu::activation, cpu::activationGrad and
@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "engine/backend/cpu/kernels.h"
+#include "engine/backend/cpu/update.h"
 #include "engine/backend/kernel_math.h"
+#include "engine/backend/update_math.h"
 #include "engine/core/half.h"
-#include "engine/train/update.h"
-#include "engine/train/update_math.h"
 
 using namespace td;
 

@@ -27,13 +27,13 @@
 #include "engine/backend/cpu/kernels.h"
 #include "engine/backend/cpu/simd_kernels.h"
 #include "engine/backend/cpu/sparse_kernels.h"
+#include "engine/backend/cpu/update.h"
 #include "engine/backend/cpu/weight_placement.h"
 #include "engine/backend/kernel_math.h"
 #include "engine/core/cpu_isa.h"
 #include "engine/core/half.h"
 #include "engine/core/work_share.h"
 #include "engine/distribute/collectives.h"
-#include "engine/train/update.h"
 
 namespace td {
 

@@ -24,7 +24,7 @@ namespace td::cpu::sparse {
 // The Adam update of the parameter whose gradient transposedTimesDenseAdam computes, applied to
 // each chunk of the gradient's rows once it is finished, while the chunk is in L1 (beside the
 // next chunk's product, or after its own): the same operations in the same order as
-// engine/train/optim_kernels.h's adam (without amsgrad), so the same bits.
+// engine/backend/cpu/optim_kernels.h's adam (without amsgrad), so the same bits.
 // w, m and v are laid out as dw ([K,N] at row stride ld).
 struct AdamEpilogue {
     float* w = nullptr;

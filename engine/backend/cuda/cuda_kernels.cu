@@ -11,8 +11,8 @@
 #include "engine/backend/cuda/cuda_common.cuh"
 #include "engine/backend/cuda/cuda_kernels.h"
 #include "engine/backend/kernel_math.h"
+#include "engine/backend/update_math.h"
 #include "engine/core/half.h"
-#include "engine/train/update_math.h"
 
 namespace td::cuda {
 

@@ -3,7 +3,7 @@
 // launch is enqueued on the given stream and returns the launch's error (cudaSuccess: enqueued).
 // Operands are typed views (Ten): f32, bf16 or f16 values are read into f32, computed in f32 and
 // rounded to nearest even when stored, as the CPU backend's block mode does. Per-element math is
-// shared with the CPU backend (backend/kernel_math.h, core/half.h, train/update_math.h).
+// shared with the CPU backend (backend/kernel_math.h, core/half.h, backend/update_math.h).
 //
 // Layouts are the CPU backend's (cpu/kernels.h, cpu/image_kernels.h): [rows, cols] row-major,
 // images channels-last [B,H,W,C], Keras kernels [KH,KW,C/groups,F].
@@ -13,8 +13,8 @@
 
 #include <cstdint>
 
-#include "engine/graph/ir.h"      // ActKind, LossKind, MetricKind
-#include "engine/train/update.h"  // UpdateSpec, LossScaleState
+#include "engine/graph/ir.h"  // ActKind, LossKind, MetricKind
+#include "engine/graph/update_spec.h"
 
 namespace td::cuda {
 
@@ -140,7 +140,7 @@ cudaError_t kerasToKrsc(cudaStream_t s, const float* src, float* dst, int64_t kh
 cudaError_t krscToKeras(cudaStream_t s, const float* src, float* dst, int64_t kh, int64_t kw,
                         int64_t cg, int64_t f);
 
-// The optimizer update (train/update.h) over tensors [first, first + count) of `tensors`, with
+// The optimizer update (graph/update_spec.h) over tensors [first, first + count) of `tensors`, with
 // the clipping norms computed on the device, the per-step scalars read from `sv`, and dynamic
 // loss scaling when lossScale is non-null (the step is skipped on the device when a gradient is
 // not finite).

@@ -1,9 +1,9 @@
 // The optimizer update of the CUDA device (cuda_kernels.h): one pass over every element of the
-// tensors, with the per-element math of train/update_math.h (the CPU's, bit for bit on equal
+// tensors, with the per-element math of backend/update_math.h (the CPU's, bit for bit on equal
 // inputs: no FMA contraction in these kernels). The gradient norms that clipping and loss
 // scaling need are computed first on the device; a one-thread kernel then turns them into the
-// per-tensor gradient scales and the loss-scale decision, as applyUpdate (train/update.cpp) does
-// on the host. Nothing is read back: a skipped step is a flag in device memory.
+// per-tensor gradient scales and the loss-scale decision, as applyUpdate (backend/cpu/update.cpp)
+// does on the host. Nothing is read back: a skipped step is a flag in device memory.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -11,8 +11,8 @@
 
 #include "engine/backend/cuda/cuda_common.cuh"
 #include "engine/backend/cuda/cuda_kernels.h"
+#include "engine/backend/update_math.h"
 #include "engine/core/half.h"
-#include "engine/train/update_math.h"
 
 namespace td::cuda {
 

@@ -11,7 +11,7 @@
 //
 // The element loops live in optim_kernels_impl.h, compiled once per instruction-set level and
 // chosen at run time (optim_kernels.h).
-#include "engine/train/update.h"
+#include "engine/backend/cpu/update.h"
 
 #include <omp.h>
 
@@ -21,10 +21,10 @@
 #include <cmath>
 #include <limits>
 
+#include "engine/backend/cpu/optim_kernels.h"
 #include "engine/core/half.h"
 #include "engine/core/result.h"
 #include "engine/core/work_share.h"
-#include "engine/train/optim_kernels.h"
 
 namespace td {
 namespace {

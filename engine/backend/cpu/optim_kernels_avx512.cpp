@@ -3,5 +3,5 @@
 #if defined(__x86_64__)
 #define TD_OPTIM_ISA_NAMESPACE isa_avx512
 #define TD_OPTIM_ISA_LEVEL td::CpuIsa::Avx512
-#include "engine/train/optim_kernels_impl.h"
+#include "engine/backend/cpu/optim_kernels_impl.h"
 #endif

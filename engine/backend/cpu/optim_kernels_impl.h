@@ -18,7 +18,7 @@
 #include <immintrin.h>
 #endif
 
-#include "engine/train/optim_kernels.h"
+#include "engine/backend/cpu/optim_kernels.h"
 
 namespace td::TD_OPTIM_ISA_NAMESPACE {
 namespace {
