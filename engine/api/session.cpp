@@ -1,6 +1,8 @@
-// Session: a thin facade. create() validates a project, loads its data and hands both to a
-// Trainer (engine/train/trainer.h: replicas, programs, the fit loop); fit() wires the run store
-// and guarantees one RunFinished; the rest forwards to the trainer.
+// Session: a thin facade. create() applies the caller's overrides, checks what this machine
+// supports (precision, strategy, pass names), has the run prepared (engine/train/run_setup.h:
+// model, data, callbacks, workers) and hands it to a Trainer (engine/train/trainer.h: replicas,
+// programs, the fit loop); fit() wires the run store and guarantees one RunFinished; the rest
+// forwards to the trainer.
 #include "engine/api/session.h"
 
 #include <unistd.h>
@@ -22,17 +24,13 @@
 #include "engine/backend/backend.h"
 #include "engine/core/cpu_isa.h"
 #include "engine/core/text_limits.h"
-#include "engine/data/pipeline.h"
 #include "engine/data/sources.h"
 #include "engine/distribute/mpi_collectives.h"
 #include "engine/graph/builder.h"
-#include "engine/graph/initializers.h"
 #include "engine/graph/passes.h"
-#include "engine/io/keras_archive.h"
 #include "engine/store/run_store.h"
-#include "engine/train/callbacks.h"
 #include "engine/train/checkpoint.h"
-#include "engine/train/optimizer.h"
+#include "engine/train/run_setup.h"
 #include "engine/train/trainer.h"
 
 namespace td {
@@ -67,10 +65,6 @@ std::string hostName() {
     char buf[256] = {0};
     if (gethostname(buf, sizeof buf - 1) != 0) return "localhost";
     return buf;
-}
-
-bool isCheckpointCallback(const CallbackConfig& c) {
-    return c.type == "model_checkpoint" || c.type == "backup_and_restore";
 }
 
 // A checkpoint that reads back whole and fits its own project; the reason when not.
@@ -220,106 +214,23 @@ Result<std::unique_ptr<Session>> Session::create(const Project& projectIn,
         Capability cap = strategyCapability(p.strategy.type);
         if (!cap.available) return err("strategy.type: " + p.strategy.type + ": " + cap.reason);
     }
-    TD_ASSIGN_OR_RETURN(im->info, inferShapes(p.model));
     if (std::string e = textProblem(opt.runName, TextKind::Name); !e.empty())
         return err("run name: " + e);
-    TD_RETURN_IF_ERROR(checkProjectResources(p, im->info));
-    TrainerSetup ts;
-    if (!opt.initialParams.empty()) {
-        ts.initialParams = opt.initialParams;
-    } else if (!p.initialWeights.empty()) {
-        auto w = loadWeightsFor(p.model, p.initialWeights);
-        if (!w.ok()) return err("initial_weights: " + w.error());
-        ts.initialParams = std::move(w).value();
-    }
-    TD_ASSIGN_OR_RETURN(ts.labelSpec, labelSpecFor(p.training.loss, im->info.outputShape));
-    TD_ASSIGN_OR_RETURN(ts.metrics, resolveMetrics(p.training.metrics, p.training.loss));
-    for (size_t i = 0; i < p.training.callbacks.size(); ++i) {
-        const CallbackConfig& c = p.training.callbacks[i];
-        if (isCheckpointCallback(c)) {
-            // Written by the trainer (it owns the state they save), not a Callback object.
-            if (c.type == "model_checkpoint" && c.directory.empty() && opt.storePath.empty())
-                return err("training.callbacks[" + std::to_string(i) +
-                           "].config.directory: needed when the run is not stored (without a "
-                           "run store there is no run checkpoint folder)");
-            continue;
-        }
-        auto cb = Callback::create(p.training.callbacks[i]);
-        if (!cb.ok()) return err("training.callbacks: " + cb.error());
-        ts.callbacks.push_back(std::move(cb).value());
-        ts.callbackNames.push_back("training.callbacks[" + std::to_string(i) + "] (" +
-                                   p.training.callbacks[i].type + ")");
-    }
-    for (size_t i = 0; i < opt.callbacks.size(); ++i) {
-        if (!opt.callbacks[i]) return err("callbacks[" + std::to_string(i) + "]: null callback");
-        ts.callbacks.push_back(opt.callbacks[i]);
-        ts.callbackNames.push_back("callback " + std::to_string(i) + " of the session");
-    }
-    {
-        auto opt0 = Optimizer::create(p.training.optimizer);
-        if (!opt0.ok()) return err("training." + opt0.error());
-    }
-
-    auto data = loadSource(p.data.source);
-    if (!data.ok()) return err("data.source: " + data.error());
-    im->splits = std::move(data).value();
-    if (p.data.validationData == "test") {
-        if (!im->splits.test)
-            return err("data.validation_data: \"test\" needs a source with a test split");
-        ts.trainSet = im->splits.train;
-        ts.valSet = *im->splits.test;
-    } else if (p.data.validationSplit > 0) {
-        auto [tr, va] = splitTail(im->splits.train, p.data.validationSplit);
-        // Keras refuses a split that leaves either side empty; skipping validation silently
-        // would hide that the monitored val_* metrics never exist.
-        if (tr.size() == 0 || va.size() == 0) {
-            std::ostringstream split;
-            split << p.data.validationSplit;
-            return err(
-                "data.validation_split: " + split.str() + " of " +
-                std::to_string(im->splits.train.size()) + " training samples leaves " +
-                std::to_string(tr.size()) + " for training and " + std::to_string(va.size()) +
-                " for validation (the split is at int(samples * (1 - validation_split)))"
-                "; expected at least one sample on each side: use " +
-                (va.size() == 0 ? "a larger" : "a smaller") + " validation_split or more data");
-        }
-        ts.trainSet = tr;
-        ts.valSet = va;
-    } else {
-        ts.trainSet = im->splits.train;
-    }
-    const Shape sample = ts.trainSet.sampleShape();
-    if (numElements(sample) != numElements(im->info.inputShape))
-        return err("the model's input shape " + shapeToString(im->info.inputShape) +
-                   " does not match the data's samples " + shapeToString(sample) + " (" +
-                   std::to_string(numElements(sample)) + " values)");
-    if (ts.labelSpec.dtype == DType::I32)
-        TD_RETURN_IF_ERROR(checkLabelsFit(p.data.source, im->splits, im->info.outputShape[0]));
-    if (p.strategy.type == "multi_worker_mirrored" && detectMpiLaunch().launched) {
-        // One process per worker, started by mpirun or srun. Without a launch, the strategy runs
-        // as one worker with its local replicas (as tf.distribute does without a cluster).
-        auto world = mpiWorld();
-        if (!world.ok()) return err("strategy.type: multi_worker_mirrored: " + world.error());
-        auto group = MpiCollectives::create(*world.value(), p.strategy.timeoutSeconds);
-        if (!group.ok()) return err("strategy.type: multi_worker_mirrored: " + group.error());
-        im->workers = std::move(group).value();
-        ts.workers = im->workers.get();
-        // The launcher ends the job with SIGTERM when a worker dies: the run ends failed.
-        ts.interrupted = [] {
-            const int sig = mpiTerminationSignal();
-            return sig ? "the launcher is ending the job (" + signalName(sig) +
-                             "; a worker exited or was killed)"
-                       : std::string();
-        };
-    }
-    ts.project = p;
-    ts.info = im->info;
-    im->trainSamples = ts.trainSet.size();
-    im->validationSamples = ts.valSet ? ts.valSet->size() : 0;
-    ts.openDevice = opt.openDevice;
+    RunSetupOptions ro;
+    ro.stored = !opt.storePath.empty();
+    ro.callbacks = opt.callbacks;
+    ro.initialParams = opt.initialParams;
+    ro.openDevice = opt.openDevice;
+    TD_ASSIGN_OR_RETURN(RunSetup setup, prepareRun(p, ro));
+    im->info = setup.trainer.info;
+    im->splits = std::move(setup.splits);
+    im->workers = std::move(setup.workers);
+    im->trainSamples = setup.trainer.trainSet.size();
+    im->validationSamples = setup.trainer.valSet ? setup.trainer.valSet->size() : 0;
     // Opens the devices, builds the parameters and compiles the training program, so model,
     // strategy and pipeline errors surface before a run starts.
-    TD_ASSIGN_OR_RETURN(im->trainer, Trainer::create(std::move(ts), im->bus, im->control));
+    TD_ASSIGN_OR_RETURN(im->trainer,
+                        Trainer::create(std::move(setup.trainer), im->bus, im->control));
     if (opt.resume) {
         if (!opt.resume->state) return err("resume: no checkpoint state (use findResumePoint)");
         im->resume = opt.resume;
