@@ -3,6 +3,9 @@
 // cpu/ (oneDNN + the project's own vectorised kernels, the reference every other backend is
 // tested against) and cuda/ (built when the CUDA toolkit is found).
 //
+// Collectives in device memory (device_collectives.h) and device telemetry (telemetry.h) are
+// interfaces of their own.
+//
 // Threading: a Device and its Executables are used from one engine thread at a time.
 // Asynchrony: run() enqueues work on the device's stream; synchronize() is the explicit host
 // sync point. The CPU device executes synchronously (its stream is the calling thread).
@@ -217,42 +220,4 @@ std::unique_ptr<Device> makeCpuDevice(int threads);
 DeviceDesc cpuDeviceDesc();
 std::vector<DeviceDesc> cudaDevices();  // empty without the CUDA backend or GPUs
 Result<std::unique_ptr<Device>> makeCudaDevice(int index);
-// Collectives that sum gradient buckets in the devices' own memory on their streams (NCCL
-// between the CUDA devices of this process), one per device in order, passing host reductions,
-// barriers and aborts on to host[i] (one group, same order). An error says why not (CPU
-// devices, no NCCL): the caller keeps `host`.
-Result<std::vector<std::unique_ptr<Collectives>>> deviceCollectives(
-    const std::vector<Device*>& devices, const std::vector<Collectives*>& host);
-
-// The same between the processes of a multi-worker job (MultiWorkerMirrored on GPUs): one NCCL
-// communicator over every GPU of every worker, global NCCL rank = worker rank x local GPUs + local
-// index. `workers` is the process-level group (MPI, one member per process): worker 0's NCCL id
-// travels through it, and the workers agree through it first whether every one of them can (all
-// its replicas CUDA devices, NCCL loads). Collective: every worker calls it at the same point.
-// `collectives` stays empty when some worker cannot (`whyNot` then says which and why, empty when
-// no worker has GPUs): every worker keeps its host collectives. Errors end the run: workers with
-// different GPU counts, a worker that did not arrive, NCCL set-up failing or not completing within
-// `timeoutSeconds`. The communicators are non-blocking and watched: a peer's NCCL error, or a sum
-// that does not complete within `timeoutSeconds`, aborts them and breaks the host group with a
-// reason naming the worker that did not answer where the host group can tell (see
-// nccl_collectives.cpp).
-struct WorkerDeviceCollectives {
-    std::vector<std::unique_ptr<Collectives>> collectives;
-    std::string whyNot;
-};
-Result<WorkerDeviceCollectives> workerDeviceCollectives(const std::vector<Device*>& devices,
-                                                        const std::vector<Collectives*>& host,
-                                                        Collectives& workers,
-                                                        double timeoutSeconds);
-// Live figures of a device, where the system can tell (NVML for CUDA devices).
-struct DeviceTelemetry {
-    int64_t memoryUsedBytes = -1;   // -1: unknown
-    int64_t memoryTotalBytes = -1;  // -1: unknown
-    double gpuUtilization = -1;     // 0..1 over NVML's last sample period; -1: unknown
-};
-// Reads them for a device id ("cuda:0"). nullopt for CPUs, without the CUDA backend, and where
-// NVML (libnvidia-ml.so.1, opened with dlopen at first use) is absent or does not know the GPU.
-// Never fails loudly: the figures are optional.
-std::optional<DeviceTelemetry> deviceTelemetry(const std::string& deviceId);
-
 }  // namespace td

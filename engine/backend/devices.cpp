@@ -2,6 +2,7 @@
 #include <cstdlib>
 
 #include "engine/backend/backend.h"
+#include "engine/backend/device_collectives.h"
 #include "engine/backend/nccl_workers.h"
 #include "engine/distribute/collectives.h"
 

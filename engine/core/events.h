@@ -86,7 +86,7 @@ struct DeviceStats {
     double utilization = 0;  // 0..1, compute time / wall time since last sample
     int64_t memoryBytes = 0;
     double samplesPerSecond = 0;
-    // What the GPU itself reports (NVML, deviceTelemetry in engine/backend/backend.h) for CUDA
+    // What the GPU itself reports (NVML, deviceTelemetry in engine/backend/telemetry.h) for CUDA
     // replicas where the driver's NVML is present; -1: unknown (CPUs, no NVML).
     int64_t memoryUsedBytes = -1;   // device memory in use (every process on the GPU)
     int64_t memoryTotalBytes = -1;  // the GPU's memory

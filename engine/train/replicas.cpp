@@ -5,6 +5,7 @@
 // launch (TrainerSetup::workers).
 #include <algorithm>
 
+#include "engine/backend/device_collectives.h"
 #include "engine/train/trainer_impl.h"
 
 namespace td {

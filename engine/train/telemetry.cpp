@@ -4,6 +4,7 @@
 // replica's figures) and DeviceStats (with what a GPU reports of itself through NVML).
 #include <algorithm>
 
+#include "engine/backend/telemetry.h"
 #include "engine/train/trainer_impl.h"
 
 namespace td {

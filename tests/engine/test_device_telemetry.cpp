@@ -8,7 +8,9 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
+#include "engine/backend/device_collectives.h"
 #include "engine/backend/nccl_workers.h"
+#include "engine/backend/telemetry.h"
 #include "engine/distribute/replica_group.h"
 #if TRAINDECK_HAVE_CUDA
 #include "engine/backend/cuda/nvml_stats.h"

@@ -23,7 +23,7 @@
 #                                  (eager, torch.compile, each in f32 and bf16 autocast), then
 #                                  traindeck_bench_cuda_matmul: cuBLASLt's own rate at the large
 #                                  MLP's step products and the share of it the trainer reached,
-#                                  and test_cuda_device under compute-sanitizer's memcheck.
+#                                  and test_backend_ops under compute-sanitizer's memcheck.
 #                                  Outputs go to $OUT when set, else build-gpu-bundle/out/ (at most
 #                                  8 files).
 #   tests/gpu/check.sh --verify    here: unpacks the bundle into a temporary folder and proves
@@ -495,17 +495,17 @@ PY
     local scap="${TRAINDECK_GPU_SANITIZE_SECONDS:-120}" srep="$bundle_dir/sanitize.txt"
     rc=0
     (cd "$root" && timeout "$scap" "$sanitizer" --tool memcheck --report-api-errors no --error-exitcode 3 \
-       "$build/tests/test_cuda_device" >"$srep" 2>&1) || rc=$?
+       "$build/tests/test_backend_ops" >"$srep" 2>&1) || rc=$?
     grep -E '^(FAIL|=========)' "$srep" | head -n 60 || true
     tail -n 3 "$srep"
     line=$(grep -o 'ERROR SUMMARY: [0-9]* error[s]*' "$srep" | tail -n1 || true)
     if [ "$rc" = 0 ]; then
-      summary+=("ok   compute-sanitizer memcheck on test_cuda_device: ${line:-no summary}")
+      summary+=("ok   compute-sanitizer memcheck on test_backend_ops: ${line:-no summary}")
     elif [ "$rc" = 124 ]; then
-      summary+=("warn compute-sanitizer memcheck on test_cuda_device: stopped after ${scap} s (${line:-no summary yet}; $(grep -c '^ok ' "$srep" || true) cases passed before)")
+      summary+=("warn compute-sanitizer memcheck on test_backend_ops: stopped after ${scap} s (${line:-no summary yet}; $(grep -c '^ok ' "$srep" || true) cases passed before)")
     else
       status=1
-      summary+=("FAIL compute-sanitizer memcheck on test_cuda_device exited $rc: ${line:-see run.log}")
+      summary+=("FAIL compute-sanitizer memcheck on test_backend_ops exited $rc: ${line:-see run.log}")
     fi
   fi
 

@@ -36,6 +36,7 @@
 
 #include "engine/backend/backend.h"
 #include "engine/backend/cuda/cuda_device.h"
+#include "engine/backend/device_collectives.h"
 #include "engine/backend/nccl_workers.h"
 #include "engine/distribute/collectives.h"
 

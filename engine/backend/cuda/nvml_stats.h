@@ -9,6 +9,7 @@
 #include <string>
 
 #include "engine/backend/backend.h"
+#include "engine/backend/telemetry.h"
 
 namespace td::cuda {
 
