@@ -1,4 +1,4 @@
-// WorkShare (engine/core/work_share.h) and what the CPU device splits across it: every piece runs
+// WorkShare (engine/backend/cpu/work_share.h) and what the CPU device splits across it: every piece runs
 // exactly once whatever the timing, a helper that is late leaves its pieces to the caller, and a
 // product or an optimizer update split into pieces equals the whole one.
 #include <omp.h>
@@ -20,7 +20,7 @@
 #include "engine/backend/cpu/update.h"
 #include "engine/backend/cpu/weight_placement.h"
 #include "engine/core/cpu_isa.h"
-#include "engine/core/work_share.h"
+#include "engine/backend/cpu/work_share.h"
 #include "engine/train/optimizer.h"
 #include "tests/graph/harness.h"
 

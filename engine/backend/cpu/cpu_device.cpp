@@ -32,7 +32,7 @@
 #include "engine/backend/kernel_math.h"
 #include "engine/core/cpu_isa.h"
 #include "engine/core/half.h"
-#include "engine/core/work_share.h"
+#include "engine/backend/cpu/work_share.h"
 #include "engine/distribute/collectives.h"
 
 namespace td {

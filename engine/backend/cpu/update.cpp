@@ -24,7 +24,7 @@
 #include "engine/backend/cpu/optim_kernels.h"
 #include "engine/core/half.h"
 #include "engine/core/result.h"
-#include "engine/core/work_share.h"
+#include "engine/backend/cpu/work_share.h"
 
 namespace td {
 namespace {

@@ -1,4 +1,4 @@
-#include "engine/core/work_share.h"
+#include "engine/backend/cpu/work_share.h"
 
 #include "engine/core/result.h"
 
