@@ -3,6 +3,7 @@
 #include <QAction>
 #include <QApplication>
 #include <QCloseEvent>
+#include <QDesktopServices>
 #include <QDir>
 #include <QFileDialog>
 #include <QFileInfo>
@@ -15,6 +16,7 @@
 #include <QTabWidget>
 #include <QTimer>
 #include <QToolBar>
+#include <QUrl>
 
 #include "engine/api/export.h"
 #include "ui/data_panel.h"
@@ -54,6 +56,9 @@ MainWindow::MainWindow(QWidget* parent)
 
     latencyLabel_ = new QLabel;
     latencyLabel_->setObjectName("latencyLabel");
+    // A measurement (installer/gui_runs_latency.sh), not something a user acts on: shown only
+    // in that mode.
+    latencyLabel_->setVisible(qEnvironmentVariableIsSet("TRAINDECK_LATENCY_SECONDS"));
     dbLabel_ = new QLabel;
     statusBar()->addPermanentWidget(latencyLabel_);
     statusBar()->addPermanentWidget(dbLabel_);
@@ -166,6 +171,23 @@ void MainWindow::buildMenus() {
     }
 
     QMenu* help = menuBar()->addMenu(tr("&Help"));
+    QAction* docs = help->addAction(tr("&Documentation"), this, [this] {
+        const QString readme = documentationPath();
+        if (readme.isEmpty() || !QDesktopServices::openUrl(QUrl::fromLocalFile(readme)))
+            showError(tr("Documentation"),
+                      readme.isEmpty()
+                          ? tr("The documentation (README.md) is not installed on this machine.")
+                          : tr("No application opens %1.").arg(readme));
+    });
+    docs->setShortcut(QKeySequence::HelpContents);
+    help->addAction(tr("&Keyboard Shortcuts"), this, [this] {
+        QMessageBox box(this);
+        box.setWindowTitle(tr("Keyboard shortcuts"));
+        box.setTextFormat(Qt::RichText);
+        box.setText(shortcutsText());
+        box.exec();
+    });
+    help->addSeparator();
     help->addAction(tr("&About TrainDeck"), this, [this] {
         QMessageBox::about(this, tr("About TrainDeck"),
                            tr("<b>TrainDeck %1</b><br>Design, train and monitor Keras-style "
@@ -253,11 +275,17 @@ bool MainWindow::startTraining(QString* error) {
 
 void MainWindow::closeEvent(QCloseEvent* event) {
     if (runs_->busy() && interactive_) {
-        auto answer = QMessageBox::question(
-            this, tr("Training is running"),
-            tr("A run is in progress. Stop it (it is kept in the store, marked stopped) and "
-               "quit?"),
-            QMessageBox::Yes | QMessageBox::Cancel, QMessageBox::Cancel);
+        QMessageBox box(QMessageBox::Question, tr("Training is running"),
+                        tr("A run is in progress. Stop it (it is kept in the store, marked "
+                           "stopped) and quit?"),
+                        QMessageBox::Yes | QMessageBox::Cancel, this);
+        box.setObjectName("quitDuringRun");
+        box.setDefaultButton(QMessageBox::Cancel);
+        // The run ending while the question is open answers it: there is nothing left to stop.
+        const auto ended = connect(runs_, &RunController::runFinished, &box,
+                                   [&box] { box.done(QMessageBox::Yes); });
+        const int answer = box.exec();
+        disconnect(ended);
         if (answer != QMessageBox::Yes) {
             event->ignore();
             return;
@@ -392,6 +420,33 @@ void MainWindow::openExample(const QString& path) {
     // Examples open untitled, so saving never writes into the examples folder.
     if (!project_->openFromText(QString::fromUtf8(f.readAll()), QFileInfo(path).fileName(), &error))
         showError(tr("Open example"), error);
+}
+
+QString MainWindow::documentationPath() {
+    const QStringList candidates{
+        QString(TRAINDECK_SOURCE_DIR) + "/README.md",
+        QApplication::applicationDirPath() + "/../share/doc/traindeck/README.md",
+        "/usr/share/doc/traindeck/README.md"};
+    for (const QString& c : candidates)
+        if (QFileInfo::exists(c)) return QFileInfo(c).absoluteFilePath();
+    return {};
+}
+
+QString MainWindow::shortcutsText() const {
+    QString rows;
+    const auto addRow = [&rows](const QString& what, const QString& keys) {
+        rows += QString("<tr><td>%1</td><td>&nbsp;&nbsp;<b>%2</b></td></tr>")
+                    .arg(what.toHtmlEscaped(), keys.toHtmlEscaped());
+    };
+    for (QAction* menu : menuBar()->actions()) {
+        if (!menu->menu()) continue;
+        for (QAction* a : menu->menu()->actions()) {
+            if (a->shortcut().isEmpty()) continue;
+            addRow(menu->text().remove('&') + " › " + a->text().remove('&').remove("…"),
+                   a->shortcut().toString(QKeySequence::NativeText));
+        }
+    }
+    return "<table>" + rows + "</table>";
 }
 
 void MainWindow::updateTitle() {

@@ -57,6 +57,10 @@ class MainWindow : public QMainWindow {
     // .keras (by the output's extension). A stored run's weights arrive with its checkpoints.
     bool exportModelFile(const QString& weightsPath, const QString& outputPath,
                          QString* error = nullptr);
+    // The Help menu's list of every menu action with a shortcut, as an HTML table.
+    QString shortcutsText() const;
+    // README.md of the source tree or of the installed documentation; empty when neither exists.
+    static QString documentationPath();
 
   protected:
     void closeEvent(QCloseEvent* event) override;

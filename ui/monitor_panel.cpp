@@ -64,11 +64,13 @@ MonitorPanel::MonitorPanel(RunController* runs, QWidget* parent) : QWidget(paren
     progress_->setRange(0, 1);
     progress_->setValue(0);
     progress_->setTextVisible(true);
-    controls->addWidget(progress_, 1);
+    // A fixed width: the label beside it grows and shrinks with its text, the bar does not.
+    progress_->setFixedWidth(240);
+    controls->addWidget(progress_);
     progressLabel_ = new QLabel(tr("Idle"));
     progressLabel_->setObjectName("progressLabel");
-    progressLabel_->setMinimumWidth(380);
-    controls->addWidget(progressLabel_);
+    progressLabel_->setMinimumWidth(200);
+    controls->addWidget(progressLabel_, 1);
     blocker_ = new QLabel;
     blocker_->setObjectName("startBlocker");
     blocker_->setWordWrap(true);
@@ -138,7 +140,10 @@ MonitorPanel::MonitorPanel(RunController* runs, QWidget* parent) : QWidget(paren
     connect(runs, &RunController::message, this, [this](const QString& text, bool error) {
         appendLog(text, error ? td::LogLine::Level::Error : td::LogLine::Level::Info);
     });
-    connect(runs, &RunController::stateChanged, this, [this] { updateBlocker(); });
+    connect(runs, &RunController::stateChanged, this, [this] {
+        updateBlocker();
+        if (runs_->busy()) progressLabel_->setText(progressText());
+    });
     connect(runs->startAction(), &QAction::changed, this, &MonitorPanel::updateBlocker);
     updateBlocker();
 }
@@ -427,14 +432,16 @@ QString MonitorPanel::progressText() const {
     const double total = progress_->maximum();
     const qint64 leftS =
         progress_->value() > 0 ? static_cast<qint64>(elapsedS * (total - done) / done) : -1;
-    return tr("Epoch %1/%2 · step %3/%4 · %5 elapsed · %6 left · %7 samples/s")
-        .arg(lastEpoch_ + 1)
-        .arg(info_.epochs)
-        .arg(lastStep_)
-        .arg(info_.stepsPerEpoch)
-        .arg(hms(elapsedS))
-        .arg(hms(leftS))
-        .arg(QLocale::c().toString(lastSamplesPerSecond_, 'f', 0));
+    const QString paused =
+        runs_->state() == RunController::State::Paused ? tr("Paused · ") : QString();
+    return paused + tr("Epoch %1/%2 · step %3/%4 · %5 elapsed · %6 left · %7 samples/s")
+                        .arg(lastEpoch_ + 1)
+                        .arg(info_.epochs)
+                        .arg(lastStep_)
+                        .arg(info_.stepsPerEpoch)
+                        .arg(hms(elapsedS))
+                        .arg(hms(leftS))
+                        .arg(QLocale::c().toString(lastSamplesPerSecond_, 'f', 0));
 }
 
 void MonitorPanel::replotAll() {

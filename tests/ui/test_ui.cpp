@@ -17,6 +17,8 @@
 #include <QLabel>
 #include <QLineEdit>
 #include <QListWidget>
+#include <QMenu>
+#include <QMenuBar>
 #include <QMimeData>
 #include <QPlainTextEdit>
 #include <QProcess>
@@ -31,7 +33,9 @@
 #include <QTemporaryDir>
 #include <QTest>
 #include <QThread>
+#include <QTimer>
 #include <chrono>
+#include <functional>
 #include <mutex>
 #include <set>
 
@@ -230,6 +234,8 @@ class TestUi : public QObject {
     void dataPanelDescribesPipeline();
     void stopMidRunMarksStopped();
     void closingMidRunMarksStopped();
+    void quitQuestionClosesWhenTheRunEnds();
+    void helpMenuListsShortcutsAndDocumentation();
     void projectRoundTripsUnchanged();
     void configDiffPairsSettings_data();
     void configDiffPairsSettings();
@@ -977,10 +983,14 @@ void TestUi::stopMidRunMarksStopped() {
     QSignalSpy finished(rc, &RunController::runFinished);
     QVERIFY2(w->startTraining(&error), qPrintable(error));
     QTRY_VERIFY_WITH_TIMEOUT(w->monitorPanel()->lossChart()->pointCount(0) > 5, 60000);
-    // Pause and resume are honoured.
+    // Pause and resume are honoured, and the progress line says so.
     rc->pauseAction()->trigger();
     QCOMPARE(rc->state(), RunController::State::Paused);
+    auto* progressLabel = child<QLabel>(w->monitorPanel(), "progressLabel");
+    QVERIFY(progressLabel);
+    QVERIFY2(progressLabel->text().startsWith("Paused"), qPrintable(progressLabel->text()));
     rc->pauseAction()->trigger();
+    QVERIFY2(!progressLabel->text().startsWith("Paused"), qPrintable(progressLabel->text()));
     QCOMPARE(rc->state(), RunController::State::Running);
     rc->stopAction()->trigger();
     QTRY_VERIFY_WITH_TIMEOUT(finished.count() == 1, 30000);
@@ -1011,6 +1021,58 @@ void TestUi::closingMidRunMarksStopped() {
     auto run = store.value()->getRun(id);
     QVERIFY(run.ok());
     QCOMPARE(run.value().status, std::string("stopped"));
+}
+
+// Closing mid-run asks whether to stop the run; when the run ends while the question is open,
+// the question answers itself and the window closes.
+void TestUi::quitQuestionClosesWhenTheRunEnds() {
+    const QString projectPath = dir_.filePath("quit.json");
+    QVERIFY(writeFile(projectPath, syntheticProject(1000, 2048)));
+    auto w = makeWindow("quit.db");
+    QString error;
+    QVERIFY2(w->openProject(projectPath, &error), qPrintable(error));
+    QVERIFY2(w->startTraining(&error), qPrintable(error));
+    QTRY_VERIFY_WITH_TIMEOUT(w->monitorPanel()->lossChart()->pointCount(0) > 2, 60000);
+    w->setInteractive(true);
+    bool sawQuestion = false;
+    RunController* rc = w->runController();
+    // Once the question is up, the run ends by itself (here: stopped from elsewhere).
+    std::function<void()> whenAsked = [&] {
+        QWidget* modal = QApplication::activeModalWidget();
+        if (modal && modal->objectName() == "quitDuringRun") {
+            sawQuestion = true;
+            rc->stop();
+            return;
+        }
+        QTimer::singleShot(20, whenAsked);
+    };
+    QTimer::singleShot(20, whenAsked);
+    QVERIFY(w->close());
+    QVERIFY(sawQuestion);
+    QCOMPARE(rc->state(), RunController::State::Idle);
+    w->setInteractive(false);
+}
+
+void TestUi::helpMenuListsShortcutsAndDocumentation() {
+    auto w = makeWindow("help.db");
+    const QString keys = w->shortcutsText();
+    QVERIFY2(keys.contains("F5") && keys.contains("Start"), qPrintable(keys));
+    QVERIFY2(keys.contains("Ctrl+S") && keys.contains("Save"), qPrintable(keys));
+    QVERIFY2(keys.contains("Alt+4") && keys.contains("Monitor"), qPrintable(keys));
+    const QString readme = MainWindow::documentationPath();
+    QVERIFY2(readme.endsWith("README.md") && QFileInfo::exists(readme), qPrintable(readme));
+    bool hasHelp = false;
+    for (QAction* a : w->menuBar()->actions())
+        if (a->text().remove('&') == "Help" && a->menu()) {
+            QStringList items;
+            for (QAction* i : a->menu()->actions()) items << i->text().remove('&');
+            hasHelp = items.contains("Documentation") && items.contains("Keyboard Shortcuts");
+        }
+    QVERIFY(hasHelp);
+    // The status bar carries no measurement outside the latency mode.
+    auto* latency = w->findChild<QLabel*>("latencyLabel");
+    QVERIFY(latency);
+    QVERIFY(latency->isHidden());
 }
 
 void TestUi::projectRoundTripsUnchanged() {
