@@ -45,12 +45,28 @@ ChartWidget::ChartWidget(const QString& title, const QString& xLabel, const QStr
     plot_->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
     plot_->xAxis->setLabel(xLabel);
     plot_->yAxis->setLabel(yLabel);
-    plot_->legend->setVisible(true);
+    // The legend sits in a row of its own under the axes, so it never covers data, and lists
+    // only the series drawn with data (replotIfDirty).
     QFont lf = font();
     lf.setPointSizeF(lf.pointSizeF() * 0.85);
     plot_->legend->setFont(lf);
-    plot_->legend->setBrush(QColor(255, 255, 255, 200));
-    plot_->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignRight);
+    plot_->legend->setBorderPen(Qt::NoPen);
+    plot_->legend->setBrush(Qt::NoBrush);
+    plot_->legend->setFillOrder(QCPLegend::foColumnsFirst);
+    plot_->legend->setWrap(4);
+    plot_->axisRect()->insetLayout()->take(plot_->legend);
+    plot_->plotLayout()->addElement(1, 0, plot_->legend);
+    plot_->plotLayout()->setRowStretchFactor(1, 0.001);
+    plot_->legend->setMargins(QMargins(4, 0, 4, 2));
+    plot_->legend->setVisible(false);
+    // Said over the axes while no series has a point (rather than empty 0-5 axes).
+    empty_ = new QCPItemText(plot_);
+    empty_->setPositionAlignment(Qt::AlignCenter);
+    empty_->position->setType(QCPItemPosition::ptAxisRectRatio);
+    empty_->position->setCoords(0.5, 0.5);
+    empty_->setText(tr("no data yet"));
+    empty_->setColor(QColor(128, 128, 128));
+    empty_->setClipToAxisRect(false);
     plot_->setNoAntialiasingOnDrag(true);
     // Antialiased polylines cost most of a replot; live charts replot 25 times a second.
     plot_->setNotAntialiasedElements(QCP::aePlottables | QCP::aeGrid | QCP::aeAxes);
@@ -75,6 +91,7 @@ ChartWidget::ChartWidget(const QString& title, const QString& xLabel, const QStr
 int ChartWidget::addSeries(const QString& name, const QColor& color, Style style) {
     QCPGraph* g = plot_->addGraph();
     g->setName(name);
+    g->removeFromLegend();  // listed once it has data
     QPen pen(color);
     pen.setWidthF(1.5);
     if (style == Style::Dashed) pen.setStyle(Qt::DashLine);
@@ -124,11 +141,6 @@ void ChartWidget::setSeriesVisible(int series, bool visible) {
     QCPGraph* g = graphs_[series];
     if (g->visible() == visible) return;
     g->setVisible(visible);
-    if (visible) {
-        g->addToLegend();
-    } else {
-        g->removeFromLegend();
-    }
     dirty_ = true;
 }
 
@@ -162,6 +174,22 @@ void ChartWidget::setLogY(bool on) {
 void ChartWidget::replotIfDirty() {
     if (!dirty_ || !isVisible()) return;
     dirty_ = false;
+    int listed = 0;
+    for (QCPGraph* g : graphs_) {
+        const bool show = g->visible() && g->dataCount() > 0;
+        if (show && !plot_->legend->hasItemWithPlottable(g)) g->addToLegend();
+        if (!show && plot_->legend->hasItemWithPlottable(g)) g->removeFromLegend();
+        listed += show ? 1 : 0;
+    }
+    plot_->legend->setVisible(listed > 0);
+    empty_->setVisible(listed == 0);
+    if (listed == 0) {
+        // No data: neutral axes, not the last run's.
+        plot_->xAxis->setRange(0, 1);
+        plot_->yAxis->setRange(plot_->yAxis->scaleType() == QCPAxis::stLogarithmic ? 0.1 : 0, 1);
+        plot_->replot(QCustomPlot::rpQueuedReplot);
+        return;
+    }
     if (autoFit_) {
         plot_->xAxis->rescale(/*onlyVisiblePlottables=*/true);
         // The value range of the data themselves: QCPAxis::rescale keeps the old span for a
@@ -191,6 +219,18 @@ void ChartWidget::replotIfDirty() {
     plot_->replot(QCustomPlot::rpQueuedReplot);
 }
 
+QStringList ChartWidget::legendNames() const {
+    QStringList names;
+    for (int i = 0; i < plot_->legend->itemCount(); ++i)
+        if (auto* item = qobject_cast<QCPPlottableLegendItem*>(plot_->legend->item(i)))
+            names << item->plottable()->name();
+    return names;
+}
+
+bool ChartWidget::showsNoData() const {
+    return empty_->visible();
+}
+
 void ChartWidget::showEvent(QShowEvent* event) {
     QWidget::showEvent(event);
     replotIfDirty();  // hidden charts skip replots and catch up here
@@ -204,11 +244,6 @@ void ChartWidget::fit() {
 
 void ChartWidget::addHeaderWidget(QWidget* widget) {
     header_->insertWidget(header_->count() - 2, widget);  // before Fit and Save…
-}
-
-void ChartWidget::setLegendCorner(Qt::Alignment corner) {
-    plot_->axisRect()->insetLayout()->setInsetAlignment(0, corner);
-    dirty_ = true;
 }
 
 bool ChartWidget::savePng(const QString& path) {

@@ -5,12 +5,14 @@
 
 #include <QColor>
 #include <QString>
+#include <QStringList>
 #include <QWidget>
 #include <vector>
 
 class QCustomPlot;
 class QHBoxLayout;
 class QCPGraph;
+class QCPItemText;
 class QLabel;
 
 namespace td::ui {
@@ -26,7 +28,8 @@ class ChartWidget : public QWidget {
     int seriesCount() const { return static_cast<int>(graphs_.size()); }
     QString seriesName(int series) const;
     // A hidden series keeps its data and takes new points, but is neither drawn, nor in the
-    // legend, nor counted when the axes follow the data.
+    // legend, nor counted when the axes follow the data. The legend (under the axes) lists the
+    // visible series with data; without any, the chart says "no data yet".
     void setSeriesVisible(int series, bool visible);
     bool seriesVisible(int series) const;
     // x must not decrease within a series (sorted appends are O(1)).
@@ -37,7 +40,6 @@ class ChartWidget : public QWidget {
     void clearData();                            // keeps series
     void clearSeries();                          // removes series
     void setLogY(bool on);
-    void setLegendCorner(Qt::Alignment corner);
     // A control shown in the title row, left of Fit (e.g. a selector of what the chart shows).
     void addHeaderWidget(QWidget* widget);
 
@@ -49,6 +51,9 @@ class ChartWidget : public QWidget {
     bool savePdf(const QString& path);
     QCustomPlot* plot() const { return plot_; }
     QString title() const { return title_; }
+    // What the legend lists now (after the last replot) and whether "no data yet" shows.
+    QStringList legendNames() const;
+    bool showsNoData() const;
 
   signals:
     void userInteracted();
@@ -63,6 +68,7 @@ class ChartWidget : public QWidget {
     QHBoxLayout* header_;
     QCustomPlot* plot_;
     std::vector<QCPGraph*> graphs_;
+    QCPItemText* empty_ = nullptr;
     bool dirty_ = false;
     bool autoFit_ = true;
 };

@@ -105,7 +105,6 @@ MonitorPanel::MonitorPanel(RunController* runs, QWidget* parent) : QWidget(paren
            "ran on each GPU (NVML)."));
     gpuMemory_->setVisible(false);
     gpuUtilization_->setVisible(false);
-    accuracy_->setLegendCorner(Qt::AlignBottom | Qt::AlignRight);
     auto* grid = new QGridLayout;
     grid->addWidget(loss_, 0, 0);
     grid->addWidget(accuracy_, 0, 1);

@@ -240,6 +240,7 @@ class TestUi : public QObject {
     void configDiffPairsSettings_data();
     void configDiffPairsSettings();
     void chartKeepsUserZoom();
+    void chartLegendListsOnlySeriesWithData();
     void latencyProbeMeasures();
     void runsPanelFollowsHeadlessRunLive();
     void runsFeedReadsOnlyWhatChanged();
@@ -1196,6 +1197,37 @@ void TestUi::chartKeepsUserZoom() {
     QCOMPARE(chart.plot()->xAxis->range().upper, 100.0);
     QVERIFY(chart.savePdf(dir_.filePath("chart.pdf")));
     QVERIFY(QFile(dir_.filePath("chart.pdf")).size() > 0);
+}
+
+// The legend sits under the axes (never over data) and lists only visible series with data; an
+// empty chart says so, with neutral axes instead of the last data's.
+void TestUi::chartLegendListsOnlySeriesWithData() {
+    ChartWidget chart("loss", "step", "loss");
+    chart.resize(400, 300);
+    chart.show();
+    const int train = chart.addSeries("train", Qt::blue);
+    const int val = chart.addSeries("validation", Qt::red);
+    chart.replotIfDirty();
+    QVERIFY(chart.showsNoData());
+    QVERIFY(chart.legendNames().isEmpty());
+    QVERIFY(!chart.plot()->legend->visible());
+    for (int i = 0; i < 10; ++i) chart.append(train, i, 10 - i);
+    chart.replotIfDirty();
+    QVERIFY(!chart.showsNoData());
+    QCOMPARE(chart.legendNames(), QStringList{"train"});
+    QVERIFY(chart.plot()->legend->layout() != chart.plot()->axisRect()->insetLayout());
+    chart.append(val, 9, 4);
+    chart.replotIfDirty();
+    QCOMPARE(chart.legendNames(), (QStringList{"train", "validation"}));
+    chart.setSeriesVisible(val, false);
+    chart.replotIfDirty();
+    QCOMPARE(chart.legendNames(), QStringList{"train"});
+    // A new run clears the data: the axes return to 0-1 and the chart says so.
+    chart.clearData();
+    chart.replotIfDirty();
+    QVERIFY(chart.showsNoData());
+    QCOMPARE(chart.plot()->yAxis->range().upper, 1.0);
+    QCOMPARE(chart.plot()->xAxis->range().upper, 1.0);
 }
 
 void TestUi::latencyProbeMeasures() {
