@@ -12,6 +12,7 @@
 #include <QInputDialog>
 #include <QLabel>
 #include <QLineEdit>
+#include <QMenu>
 #include <QMessageBox>
 #include <QPushButton>
 #include <QRegularExpression>
@@ -28,6 +29,7 @@
 #include "ui/config_diff.h"
 #include "ui/runs_feed.h"
 #include "ui/runs_table_model.h"
+#include "ui/settings.h"
 
 namespace td::ui {
 
@@ -170,7 +172,31 @@ RunsPanel::RunsPanel(QWidget* parent)
     view_->setSelectionBehavior(QAbstractItemView::SelectRows);
     view_->setSelectionMode(QAbstractItemView::ExtendedSelection);
     view_->verticalHeader()->hide();
-    view_->horizontalHeader()->setStretchLastSection(true);
+    QHeaderView* header = view_->horizontalHeader();
+    header->setStretchLastSection(true);
+    header->setSectionResizeMode(RunsTableModel::ColId, QHeaderView::ResizeToContents);
+    header->setSectionResizeMode(RunsTableModel::ColStatus, QHeaderView::ResizeToContents);
+    // Which columns show: the header's context menu, remembered across sessions.
+    header->setContextMenuPolicy(Qt::CustomContextMenu);
+    connect(header, &QWidget::customContextMenuRequested, this, [this, header](const QPoint& at) {
+        QMenu menu;
+        for (int c = 0; c < RunsTableModel::ColCount; ++c) {
+            if (c == RunsTableModel::ColId || c == RunsTableModel::ColName) continue;
+            QAction* a = menu.addAction(model_->headerData(c, Qt::Horizontal, Qt::DisplayRole).toString());
+            a->setCheckable(true);
+            a->setChecked(!view_->isColumnHidden(c));
+            connect(a, &QAction::toggled, this, [this, c](bool on) { setColumnShown(c, on); });
+        }
+        menu.exec(header->mapToGlobal(at));
+    });
+    const QStringList chosen = Settings::runsColumns();
+    for (int c = 0; c < RunsTableModel::ColCount; ++c) {
+        const QString name = model_->headerData(c, Qt::Horizontal, Qt::DisplayRole).toString();
+        const bool shown =
+            c == RunsTableModel::ColId || c == RunsTableModel::ColName ||
+            (chosen.isEmpty() ? RunsTableModel::shownByDefault(c) : chosen.contains(name));
+        view_->setColumnHidden(c, !shown);
+    }
     view_->setAlternatingRowColors(true);
     connect(view_->selectionModel(), &QItemSelectionModel::selectionChanged, this,
             &RunsPanel::onSelectionChanged);
@@ -713,6 +739,14 @@ void RunsPanel::showDiff(const td::RunRecord& a, const td::RunRecord& b) {
 
 void RunsPanel::showError(const QString& what, const QString& message) {
     if (interactive_) QMessageBox::warning(this, what, message);
+}
+
+void RunsPanel::setColumnShown(int column, bool shown) {
+    view_->setColumnHidden(column, !shown);
+    QStringList names;
+    for (int c = 0; c < RunsTableModel::ColCount; ++c)
+        if (!view_->isColumnHidden(c)) names << model_->headerData(c, Qt::Horizontal, Qt::DisplayRole).toString();
+    Settings::setRunsColumns(names);
 }
 
 }  // namespace td::ui

@@ -32,6 +32,8 @@ class SerialWorker;
 class RunsPanel : public QWidget {
     Q_OBJECT
   public:
+    // Shows or hides a column of the runs table (the header's menu), remembered in Settings.
+    void setColumnShown(int column, bool shown);
     static constexpr int kPollIntervalMs = 1000;
 
     explicit RunsPanel(QWidget* parent = nullptr);

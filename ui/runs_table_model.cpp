@@ -3,9 +3,14 @@
 #include <QBrush>
 #include <QColor>
 #include <QDateTime>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QJsonValue>
 #include <QLocale>
 #include <algorithm>
 #include <functional>
+#include <initializer_list>
+#include <iterator>
 
 namespace td::ui {
 
@@ -29,7 +34,21 @@ bool sameRow(const td::RunRecord& a, const td::RunRecord& b) {
            a.startedAtMs == b.startedAtMs && a.endedAtMs == b.endedAtMs &&
            a.modelName == b.modelName && a.params == b.params &&
            a.bestValAccuracy == b.bestValAccuracy && a.devices == b.devices && a.notes == b.notes &&
-           a.message == b.message;
+           a.message == b.message && a.finalMetricsJson == b.finalMetricsJson &&
+           a.configJson == b.configJson &&
+           a.lastEpochSamplesPerSecond == b.lastEpochSamplesPerSecond;
+}
+
+// The first of `keys` the metrics hold.
+std::optional<double> firstOf(const QJsonObject& metrics, std::initializer_list<const char*> keys) {
+    for (const char* k : keys)
+        if (const QJsonValue v = metrics.value(QLatin1String(k)); v.isDouble()) return v.toDouble();
+    return std::nullopt;
+}
+
+QVariant number(const std::optional<double>& v, bool sort, int decimals) {
+    if (!v) return sort ? QVariant(-1e300) : QVariant(QString("—"));
+    return sort ? QVariant(*v) : QVariant(QString::number(*v, 'f', decimals));
 }
 
 // More new rows than this at once are shown by a reset instead of one insertion per row.
@@ -39,6 +58,26 @@ constexpr size_t kResetAbove = 256;
 
 RunsTableModel::RunsTableModel(QObject* parent) : QAbstractTableModel(parent) {}
 
+bool RunsTableModel::shownByDefault(int column) {
+    return column != ColModel && column != ColPrecision && column != ColStarted;
+}
+
+RunsTableModel::Derived RunsTableModel::derive(const td::RunRecord& r) {
+    Derived d;
+    const QJsonObject metrics =
+        QJsonDocument::fromJson(QByteArray::fromStdString(r.finalMetricsJson)).object();
+    d.loss = firstOf(metrics, {"loss"});
+    d.accuracy = firstOf(metrics, {"accuracy", "sparse_categorical_accuracy",
+                                   "categorical_accuracy", "binary_accuracy"});
+    d.testAccuracy = firstOf(metrics, {"test_accuracy", "test_sparse_categorical_accuracy",
+                                       "test_categorical_accuracy", "test_binary_accuracy"});
+    const QJsonObject config =
+        QJsonDocument::fromJson(QByteArray::fromStdString(r.configJson)).object();
+    d.precision = config.value("precision").toString();
+    d.strategy = config.value("strategy").toString();
+    return d;
+}
+
 void RunsTableModel::setRuns(std::vector<td::RunRecord> runs) {
     beginResetModel();
     runs_ = std::move(runs);
@@ -47,6 +86,8 @@ void RunsTableModel::setRuns(std::vector<td::RunRecord> runs) {
 }
 
 void RunsTableModel::reindex() {
+    derived_.resize(runs_.size());
+    for (size_t i = 0; i < runs_.size(); ++i) derived_[i] = derive(runs_[i]);
     rowOfId_.clear();
     rowOfId_.reserve(runs_.size());
     for (size_t i = 0; i < runs_.size(); ++i) rowOfId_[runs_[i].id] = static_cast<int>(i);
@@ -97,6 +138,7 @@ void RunsTableModel::applyChanges(std::vector<td::RunRecord> runs, std::vector<i
         td::RunRecord& mine = runs_[static_cast<size_t>(row)];
         if (sameRow(mine, r)) continue;
         mine = std::move(r);
+        derived_[static_cast<size_t>(row)] = derive(mine);
         emit dataChanged(index(row, 0), index(row, ColCount - 1));
     }
     if (added.empty()) return;
@@ -111,6 +153,7 @@ void RunsTableModel::applyChanges(std::vector<td::RunRecord> runs, std::vector<i
     beginInsertRows({}, first, first + static_cast<int>(added.size()) - 1);
     for (td::RunRecord& r : added) {
         rowOfId_[r.id] = static_cast<int>(runs_.size());
+        derived_.push_back(derive(r));
         runs_.push_back(std::move(r));
     }
     endInsertRows();
@@ -120,6 +163,7 @@ bool RunsTableModel::replaceRun(const td::RunRecord& r) {
     const int row = rowOf(r.id);
     if (row < 0) return false;
     runs_[static_cast<size_t>(row)] = r;
+    derived_[static_cast<size_t>(row)] = derive(r);
     emit dataChanged(index(row, 0), index(row, ColCount - 1));
     return true;
 }
@@ -148,6 +192,7 @@ int RunsTableModel::columnCount(const QModelIndex& parent) const {
 QVariant RunsTableModel::data(const QModelIndex& index, int role) const {
     const td::RunRecord* r = run(index.row());
     if (!r) return {};
+    const Derived& d = derived_[static_cast<size_t>(index.row())];
     if (role == kIdRole) return static_cast<qlonglong>(r->id);
     if (role == Qt::DisplayRole || role == kSortRole) {
         const bool sort = role == kSortRole;
@@ -170,10 +215,23 @@ QVariant RunsTableModel::data(const QModelIndex& index, int role) const {
             case ColParams:
                 return sort ? QVariant(static_cast<qlonglong>(r->params))
                             : QVariant(QLocale::c().toString(static_cast<qlonglong>(r->params)));
+            case ColLoss:
+                return number(d.loss, sort, 4);
+            case ColAccuracy:
+                return number(d.accuracy, sort, 4);
             case ColBestValAcc:
-                if (!r->bestValAccuracy) return sort ? QVariant(-1.0) : QVariant(QString("—"));
-                return sort ? QVariant(*r->bestValAccuracy)
-                            : QVariant(QString::number(*r->bestValAccuracy, 'f', 4));
+                return number(r->bestValAccuracy, sort, 4);
+            case ColTestAcc:
+                return number(d.testAccuracy, sort, 4);
+            case ColSamplesPerSec:
+                if (!r->lastEpochSamplesPerSecond) return number(std::nullopt, sort, 0);
+                return sort
+                           ? QVariant(*r->lastEpochSamplesPerSecond)
+                           : QVariant(QLocale::c().toString(*r->lastEpochSamplesPerSecond, 'f', 0));
+            case ColPrecision:
+                return d.precision.isEmpty() ? QString("—") : d.precision;
+            case ColStrategy:
+                return d.strategy.isEmpty() ? QString("—") : d.strategy;
             case ColDevices:
                 return QString::fromStdString(r->devices);
             case ColNotes:
@@ -191,18 +249,50 @@ QVariant RunsTableModel::data(const QModelIndex& index, int role) const {
             return QBrush(QColor(170, 110, 0));
         return QBrush(QColor(20, 130, 60));
     } else if (role == Qt::TextAlignmentRole) {
-        if (index.column() == ColId || index.column() == ColParams ||
-            index.column() == ColBestValAcc || index.column() == ColDuration)
-            return int(Qt::AlignRight | Qt::AlignVCenter);
+        switch (index.column()) {
+            case ColId:
+            case ColParams:
+            case ColDuration:
+            case ColLoss:
+            case ColAccuracy:
+            case ColBestValAcc:
+            case ColTestAcc:
+            case ColSamplesPerSec:
+                return int(Qt::AlignRight | Qt::AlignVCenter);
+            default:
+                break;
+        }
     }
     return {};
 }
 
 QVariant RunsTableModel::headerData(int section, Qt::Orientation o, int role) const {
-    if (o != Qt::Horizontal || role != Qt::DisplayRole) return {};
-    static const char* names[] = {"ID",    "Name",   "Status",        "Started", "Duration",
-                                  "Model", "Params", "Best val acc.", "Devices", "Notes"};
-    return section >= 0 && section < ColCount ? tr(names[section]) : QVariant();
+    if (o != Qt::Horizontal || section < 0 || section >= ColCount) return {};
+    static const char* names[] = {"ID",        "Name",          "Status",    "Started",
+                                  "Duration",  "Model",         "Params",    "Loss",
+                                  "Accuracy",  "Best val acc.", "Test acc.", "Samples/s",
+                                  "Precision", "Strategy",      "Devices",   "Notes"};
+    static_assert(std::size(names) == ColCount);
+    static const char* tips[] = {"",
+                                 "",
+                                 "",
+                                 "",
+                                 "From start to end (or now, while running)",
+                                 "",
+                                 "Parameters",
+                                 "Final training loss",
+                                 "Final training accuracy",
+                                 "Best validation accuracy over the epochs",
+                                 "Accuracy on the test split after training",
+                                 "Samples per second in the last epoch",
+                                 "",
+                                 "Distribution strategy",
+                                 "Devices of the replicas",
+                                 "First line of the notes"};
+    static_assert(std::size(tips) == ColCount);
+    if (role == Qt::DisplayRole) return tr(names[section]);
+    if (role == Qt::ToolTipRole && *tips[section]) return tr(tips[section]);
+    return {};
 }
 
 }  // namespace td::ui

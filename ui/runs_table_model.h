@@ -4,6 +4,8 @@
 #pragma once
 
 #include <QAbstractTableModel>
+#include <QString>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -22,11 +24,19 @@ class RunsTableModel : public QAbstractTableModel {
         ColDuration,
         ColModel,
         ColParams,
-        ColBestValAcc,
+        ColLoss,           // final training loss
+        ColAccuracy,       // final training accuracy
+        ColBestValAcc,     // best validation accuracy over the epochs
+        ColTestAcc,        // accuracy on the test split after fit
+        ColSamplesPerSec,  // the last epoch's
+        ColPrecision,
+        ColStrategy,
         ColDevices,
         ColNotes,
         ColCount
     };
+    // Columns a new table shows; the rest are offered in the header's menu.
+    static bool shownByDefault(int column);
     static constexpr int kSortRole = Qt::UserRole;
     static constexpr int kIdRole = Qt::UserRole + 1;
 
@@ -47,11 +57,19 @@ class RunsTableModel : public QAbstractTableModel {
     QVariant data(const QModelIndex& index, int role) const override;
     QVariant headerData(int section, Qt::Orientation o, int role) const override;
 
+    // What a row shows that is parsed from its JSON documents, once per change of the row.
+    struct Derived {
+        std::optional<double> loss, accuracy, testAccuracy;
+        QString precision, strategy;
+    };
+    static Derived derive(const td::RunRecord& r);
+
   private:
     void reindex();
     void removeRows(std::vector<int> rows);
 
     std::vector<td::RunRecord> runs_;
+    std::vector<Derived> derived_;  // per row, as runs_
     std::unordered_map<int64_t, int> rowOfId_;
 };
 

@@ -70,4 +70,20 @@ void Settings::setCurrentTab(int index) {
     QSettings().setValue("window/tab", index);
 }
 
+QStringList Settings::runsColumns() {
+    return QSettings().value("runs/columns").toStringList();
+}
+
+void Settings::setRunsColumns(const QStringList& shown) {
+    QSettings().setValue("runs/columns", shown);
+}
+
+QByteArray Settings::splitterState(const QString& name) {
+    return QSettings().value("splitters/" + name).toByteArray();
+}
+
+void Settings::setSplitterState(const QString& name, const QByteArray& state) {
+    QSettings().setValue("splitters/" + name, state);
+}
+
 }  // namespace td::ui

@@ -28,6 +28,12 @@ class Settings {
     static void setWindowLayout(const QByteArray& geometry, const QByteArray& state);
     static int currentTab();
     static void setCurrentTab(int index);
+    // The Runs table's columns the user chose, by header name; empty list: never chosen.
+    static QStringList runsColumns();
+    static void setRunsColumns(const QStringList& shown);
+    // Splitter positions by name ("model", "monitor", ...); empty: never set.
+    static QByteArray splitterState(const QString& name);
+    static void setSplitterState(const QString& name, const QByteArray& state);
 };
 
 }  // namespace td::ui

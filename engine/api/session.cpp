@@ -155,6 +155,7 @@ struct Session::Impl {
     std::unique_ptr<Trainer> trainer;
     int64_t trainSamples = 0, validationSamples = 0;
     int64_t runId = 0;
+    std::string runName;  // the stored run's name (empty: the run is not stored)
     std::thread thread;
     std::atomic<bool> isRunning{false};
     // Set from the recorder's thread on the first failed write.
@@ -267,14 +268,15 @@ Status Session::Impl::openStore(std::unique_ptr<RunStore>& store,
                    "): a run cannot be stored in it (--db names another store)");
     storeId = store->storeId();
     const Project& p = project;
+    RunRecord r;
+    r.name = options.runName.empty() ? p.name : options.runName;
     if (resume && resume->runId > 0) {
         // The stored run goes on: its rows stay, the steps after the checkpoint are added (a
         // step stored past it is written again with the same values).
         TD_RETURN_IF_ERROR(store->reopenRun(resume->runId));
         runId = resume->runId;
+        if (auto stored = store->getRun(runId); stored.ok()) r.name = stored->name;
     }
-    RunRecord r;
-    r.name = options.runName.empty() ? p.name : options.runName;
     r.projectJson = projectToJson(p);
     nlohmann::json cfg = {{"epochs", p.training.epochs},
                           {"batch_size", p.training.batchSize},
@@ -295,6 +297,12 @@ Status Session::Impl::openStore(std::unique_ptr<RunStore>& store,
     r.params = info.totalParams;
     if (runId == 0) {
         TD_ASSIGN_OR_RETURN(runId, store->createRun(r));
+        // Without a name of its own, a run is its project's run number N: every run of a store
+        // has a name of its own ("Fashion-MNIST MLP #12").
+        if (options.runName.empty()) {
+            r.name = defaultRunName(p.name, runId);
+            TD_RETURN_IF_ERROR(store->renameRun(runId, r.name));
+        }
         // Run ids are never given out twice, so the run's own folder is new. Should a folder be
         // there all the same (put there by hand, or restored from a backup), it is moved aside:
         // the new run neither overwrites nor inherits those files.
@@ -309,6 +317,7 @@ Status Session::Impl::openStore(std::unique_ptr<RunStore>& store,
                                            aside;
         }
     }
+    runName = r.name;
     recorderQueue = bus.subscribe();
     auto rec =
         RunRecorder::start(options.storePath, runId, recorderQueue, [this](const std::string& e) {
@@ -424,7 +433,7 @@ RunStarted Session::Impl::runStarted() const {
     const Project& p = project;
     RunStarted rs;
     rs.runId = runId;
-    rs.runName = options.runName.empty() ? p.name : options.runName;
+    rs.runName = runName.empty() ? (options.runName.empty() ? p.name : options.runName) : runName;
     rs.devices = trainer->replicaDevices();
     // A resumed run starts where its checkpoint is (the progress shown counts from there).
     rs.initialEpoch = resume ? resume->state->epoch : p.training.initialEpoch;

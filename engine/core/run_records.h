@@ -29,6 +29,8 @@ struct RunRecord {
     std::string message;  // failure or stop reason
     std::string notes;
     std::optional<double> bestValAccuracy;  // derived from epoch metrics
+    // The last epoch's samples/s (RunStoreReader's summaries; not RunStore's).
+    std::optional<double> lastEpochSamplesPerSecond;
     int64_t updatedAtMs = 0;  // last write for this run (create, append, finish); unix ms
 };
 

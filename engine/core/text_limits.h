@@ -84,4 +84,17 @@ inline std::string textProblem(std::string_view value, TextKind kind) {
     return {};
 }
 
+// A stored run's name when none was given: its project's name and the run's id
+// ("Fashion-MNIST MLP #12"), the project's name cut at a code point so the whole fits a Name.
+inline std::string defaultRunName(std::string_view projectName, int64_t runId) {
+    const std::string suffix = " #" + std::to_string(runId);
+    std::string base(projectName.empty() ? std::string_view("run") : projectName);
+    while (utf8Length(base) + suffix.size() > kMaxNameChars) {
+        size_t cut = base.size() - 1;
+        while (cut > 0 && (static_cast<unsigned char>(base[cut]) & 0xC0) == 0x80) --cut;
+        base.resize(cut);
+    }
+    return base + suffix;
+}
+
 }  // namespace td

@@ -14,7 +14,8 @@ namespace td {
 namespace {
 
 // The summary columns: the runs row (the project documents, the bulk of a run, are in
-// run_documents).
+// run_documents; of those only the small effective-settings object), and the last epoch's
+// samples/s.
 // best_val_accuracy follows RunStore's definition (RunRecord::bestValAccuracy).
 constexpr const char* kSummarySelect = R"sql(SELECT r.id, r.name, r.status, r.started_at_ms,
     r.ended_at_ms, r.host, r.pid, r.devices, r.model_name, r.params, r.final_metrics_json,
@@ -25,7 +26,10 @@ constexpr const char* kSummarySelect = R"sql(SELECT r.id, r.name, r.status, r.st
     (SELECT MAX(json_extract(e.metrics_json, '$.val_categorical_accuracy')) FROM epochs e
         WHERE e.run_id = r.id),
     (SELECT MAX(json_extract(e.metrics_json, '$.val_binary_accuracy')) FROM epochs e
-        WHERE e.run_id = r.id))
+        WHERE e.run_id = r.id)),
+    (SELECT d.config_json FROM run_documents d WHERE d.run_id = r.id),
+    (SELECT json_extract(e.metrics_json, '$.samples_per_s') FROM epochs e WHERE e.run_id = r.id
+        ORDER BY e.epoch DESC LIMIT 1)
     FROM runs r )sql";
 
 Error sqlError(sqlite3* db, const std::string& path, int rc, const char* call,
@@ -117,6 +121,8 @@ RunRecord readSummary(const Query& q) {
     r.notes = q.colText(12);
     r.updatedAtMs = q.colInt(13);
     r.bestValAccuracy = q.colOptDouble(14);
+    r.configJson = q.colText(15);
+    r.lastEpochSamplesPerSecond = q.colOptDouble(16);
     return r;
 }
 

@@ -17,6 +17,7 @@
 
 #include "engine/api/data_preview.h"
 #include "engine/api/session.h"
+#include "engine/core/text_limits.h"
 #include "engine/backend/backend.h"
 #include "engine/store/run_store.h"
 #include "engine/train/callbacks.h"
@@ -110,6 +111,7 @@ class TestTraining : public QObject {
   private slots:
     void syntheticReachesThreshold();
     void eventsAndStore();
+    void storedRunsGetDistinctDefaultNames();
     void sameSeedSameLosses();
     void remainderAndDropRemainder();
     void stopMidRun();
@@ -269,6 +271,38 @@ void TestTraining::eventsAndStore() {
     auto st = (*store)->steps(run->id);
     QVERIFY(st.ok() && !st->empty());
     QVERIFY(run->finalMetricsJson.find("test_accuracy") != std::string::npos);
+}
+
+// Without --run-name, each stored run is its project's run number N, in the store and in the
+// RunStarted event; a name longer than allowed is cut at a code point.
+void TestTraining::storedRunsGetDistinctDefaultNames() {
+    QTemporaryDir dir;
+    const std::string db = dir.filePath("names.db").toStdString();
+    std::vector<std::string> names;
+    for (int i = 0; i < 2; ++i) {
+        SessionOptions o;
+        o.storePath = db;
+        o.epochs = 1;
+        auto s = Session::create(synthetic(), o);
+        QVERIFY2(s.ok(), s.ok() ? "" : s.error().c_str());
+        Recorded r = runToEnd(**s);
+        const auto started = r.all<RunStarted>();
+        QCOMPARE(started.size(), size_t(1));
+        QCOMPARE(started[0].runName, synthetic().name + " #" + std::to_string((*s)->runId()));
+        names.push_back(started[0].runName);
+    }
+    QVERIFY(names[0] != names[1]);
+    auto store = RunStore::open(db);
+    QVERIFY(store.ok());
+    for (const std::string& n : names) {
+        auto run = (*store)->findRun(n);
+        QVERIFY2(run.ok(), run.ok() ? "" : run.error().c_str());
+    }
+    const std::string longName(kMaxNameChars - 2, 'x');
+    const std::string cut = defaultRunName(longName + "\xc3\xa9", 12345);
+    QVERIFY(textProblem(cut, TextKind::Name).empty());
+    QVERIFY(cut.ends_with(" #12345"));
+    QCOMPARE(defaultRunName("", 3), std::string("run #3"));
 }
 
 void TestTraining::sameSeedSameLosses() {

@@ -241,6 +241,7 @@ class TestUi : public QObject {
     void configDiffPairsSettings();
     void chartKeepsUserZoom();
     void chartLegendListsOnlySeriesWithData();
+    void runsTableShowsResultsAndChosenColumns();
     void latencyProbeMeasures();
     void runsPanelFollowsHeadlessRunLive();
     void runsFeedReadsOnlyWhatChanged();
@@ -1228,6 +1229,62 @@ void TestUi::chartLegendListsOnlySeriesWithData() {
     QVERIFY(chart.showsNoData());
     QCOMPARE(chart.plot()->yAxis->range().upper, 1.0);
     QCOMPARE(chart.plot()->xAxis->range().upper, 1.0);
+}
+
+// The Runs table: a distinct default name per run, the results (final loss and accuracy, best
+// validation accuracy, test accuracy, samples/s) and the settings (precision, strategy) as
+// sortable columns; the header's menu hides and shows columns, remembered in the settings.
+void TestUi::runsTableShowsResultsAndChosenColumns() {
+    const QString projectPath = dir_.filePath("columns.json");
+    QString text = syntheticProject(2);
+    text.replace("\"evaluate_test\": false", "\"evaluate_test\": true");
+    QVERIFY(writeFile(projectPath, text));
+    auto w = makeWindow("columns.db");
+    QString error;
+    QVERIFY2(w->openProject(projectPath, &error), qPrintable(error));
+    RunController* rc = w->runController();
+    for (int i = 0; i < 2; ++i) {
+        QSignalSpy finished(rc, &RunController::runFinished);
+        QVERIFY2(w->startTraining(&error), qPrintable(error));
+        QTRY_VERIFY_WITH_TIMEOUT(finished.count() == 1, 120000);
+    }
+    auto* view = child<QTableView>(w->runsPanel(), "runsTable");
+    QVERIFY(view);
+    QAbstractItemModel* m = view->model();
+    QTRY_VERIFY_WITH_TIMEOUT(m->rowCount() == 2, 20000);
+    auto cell = [&](int row, int col) { return m->index(row, col).data().toString(); };
+    // Results arrive with the run's last rows.
+    QTRY_VERIFY_WITH_TIMEOUT(cell(0, RunsTableModel::ColTestAcc) != "—", 20000);
+    QStringList names;
+    for (int row = 0; row < 2; ++row) {
+        names << cell(row, RunsTableModel::ColName);
+        for (int col : {int(RunsTableModel::ColLoss), int(RunsTableModel::ColAccuracy),
+                        int(RunsTableModel::ColBestValAcc), int(RunsTableModel::ColTestAcc),
+                        int(RunsTableModel::ColSamplesPerSec)}) {
+            bool ok = false;
+            QLocale::c().toDouble(cell(row, col), &ok);
+            QVERIFY2(ok,
+                     qPrintable(
+                         QString("row %1 column %2: '%3'").arg(row).arg(col).arg(cell(row, col))));
+        }
+        QCOMPARE(cell(row, RunsTableModel::ColPrecision), QString("float32"));
+        QCOMPARE(cell(row, RunsTableModel::ColStrategy), QString("one_device"));
+    }
+    QVERIFY2(names[0] != names[1] && names.filter("ui test #").size() == 2,
+             qPrintable(names.join(" | ")));
+    // Sorting by loss orders by value.
+    view->sortByColumn(RunsTableModel::ColLoss, Qt::AscendingOrder);
+    QVERIFY(m->index(0, RunsTableModel::ColLoss).data(RunsTableModel::kSortRole).toDouble() <=
+            m->index(1, RunsTableModel::ColLoss).data(RunsTableModel::kSortRole).toDouble());
+    // Chosen columns: hidden now and in a new window.
+    QVERIFY(!view->isColumnHidden(RunsTableModel::ColTestAcc));
+    w->runsPanel()->setColumnShown(RunsTableModel::ColTestAcc, false);
+    QVERIFY(view->isColumnHidden(RunsTableModel::ColTestAcc));
+    auto again = makeWindow("columns.db");
+    auto* view2 = child<QTableView>(again->runsPanel(), "runsTable");
+    QVERIFY(view2 && view2->isColumnHidden(RunsTableModel::ColTestAcc));
+    QVERIFY(!view2->isColumnHidden(RunsTableModel::ColLoss));
+    again->runsPanel()->setColumnShown(RunsTableModel::ColTestAcc, true);
 }
 
 void TestUi::latencyProbeMeasures() {
