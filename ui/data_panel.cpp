@@ -27,6 +27,7 @@
 #include "ui/layer_property_editor.h"
 #include "ui/project_checks.h"
 #include "ui/project_controller.h"
+#include "ui/settings.h"
 
 namespace td::ui {
 
@@ -164,6 +165,7 @@ DataPanel::DataPanel(ProjectController* project, QWidget* parent)
     split->addWidget(previewBox);
     split->setStretchFactor(0, 2);
     split->setStretchFactor(1, 3);
+    rememberSplitter(split, "data");
     auto* layout = new QVBoxLayout(this);
     layout->addWidget(split);
 

@@ -78,6 +78,8 @@ MainWindow::MainWindow(QWidget* parent)
         }
     });
     connect(runs_, &RunController::startRequested, this, [this] { startTraining(); });
+    connect(runs_, &RunController::stateChanged, this,
+            [this] { designer_->setRunInProgress(runs_->busy()); });
     connect(runs_, &RunController::runStarted, runsPanel_, &RunsPanel::refresh);
     connect(runsPanel_, &RunsPanel::resumeRequested, this, [this](int64_t id) {
         tabs_->setCurrentIndex(MonitorTab);

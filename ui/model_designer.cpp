@@ -23,6 +23,7 @@
 #include "ui/layer_property_editor.h"
 #include "ui/layer_stack_model.h"
 #include "ui/project_controller.h"
+#include "ui/settings.h"
 
 namespace td::ui {
 
@@ -175,7 +176,20 @@ ModelDesigner::ModelDesigner(ProjectController* project, QWidget* parent)
     split->setStretchFactor(0, 0);
     split->setStretchFactor(1, 3);
     split->setStretchFactor(2, 2);
+    // At the default window size the properties get most of the right column; the summary and
+    // the report scroll. Positions the user drags are kept across sessions.
+    rememberSplitter(right, "modelRight", {420, 220, 180});
+    rememberSplitter(split, "modelColumns", {170, 560, 640});
+    // A run trains a snapshot of the project: edits here apply to the next run.
+    runNote_ =
+        new QLabel(tr("A run is in progress: it trains the project as it was when it "
+                      "started. Edits here apply to the next run."));
+    runNote_->setObjectName("runSnapshotNote");
+    runNote_->setWordWrap(true);
+    runNote_->setStyleSheet("background: #fff6d5; padding: 4px;");
+    runNote_->hide();
     auto* layout = new QVBoxLayout(this);
+    layout->addWidget(runNote_);
     layout->addWidget(split);
 
     connect(model_, &LayerStackModel::specEdited, this, &ModelDesigner::onSpecEdited);
@@ -189,6 +203,10 @@ ModelDesigner::ModelDesigner(ProjectController* project, QWidget* parent)
     connect(project_, &ProjectController::projectEdited, this, &ModelDesigner::refreshReport);
     reloadFromProject();
     refreshReport();
+}
+
+void ModelDesigner::setRunInProgress(bool running) {
+    runNote_->setVisible(running);
 }
 
 void ModelDesigner::refreshReport() {

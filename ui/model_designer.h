@@ -35,6 +35,8 @@ class ModelDesigner : public QWidget {
     void moveSelected(int delta);
     void duplicateSelected();
     void deleteSelected();
+    // While a run is in progress, a note above the designer says that the run trains a snapshot.
+    void setRunInProgress(bool running);
 
   protected:
     bool eventFilter(QObject* watched, QEvent* event) override;
@@ -55,6 +57,7 @@ class ModelDesigner : public QWidget {
     QPlainTextEdit* summary_;
     QPlainTextEdit* report_;
     QLabel* status_;
+    QLabel* runNote_;
     QAction* upAction_;
     QAction* downAction_;
     QAction* duplicateAction_;

@@ -15,6 +15,7 @@
 
 #include "ui/chart_widget.h"
 #include "ui/run_controller.h"
+#include "ui/settings.h"
 
 namespace td::ui {
 
@@ -127,6 +128,7 @@ MonitorPanel::MonitorPanel(RunController* runs, QWidget* parent) : QWidget(paren
     split->addWidget(log_);
     split->setStretchFactor(0, 4);
     split->setStretchFactor(1, 1);
+    rememberSplitter(split, "monitor");
 
     auto* layout = new QVBoxLayout(this);
     layout->addLayout(controls);

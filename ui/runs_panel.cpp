@@ -182,7 +182,8 @@ RunsPanel::RunsPanel(QWidget* parent)
         QMenu menu;
         for (int c = 0; c < RunsTableModel::ColCount; ++c) {
             if (c == RunsTableModel::ColId || c == RunsTableModel::ColName) continue;
-            QAction* a = menu.addAction(model_->headerData(c, Qt::Horizontal, Qt::DisplayRole).toString());
+            QAction* a =
+                menu.addAction(model_->headerData(c, Qt::Horizontal, Qt::DisplayRole).toString());
             a->setCheckable(true);
             a->setChecked(!view_->isColumnHidden(c));
             connect(a, &QAction::toggled, this, [this, c](bool on) { setColumnShown(c, on); });
@@ -253,6 +254,7 @@ RunsPanel::RunsPanel(QWidget* parent)
     auto* split = new QSplitter(Qt::Vertical);
     split->addWidget(tableHost);
     split->addWidget(charts);
+    rememberSplitter(split, "runs");
     auto* layout = new QVBoxLayout(this);
     layout->addWidget(split);
 
@@ -745,7 +747,8 @@ void RunsPanel::setColumnShown(int column, bool shown) {
     view_->setColumnHidden(column, !shown);
     QStringList names;
     for (int c = 0; c < RunsTableModel::ColCount; ++c)
-        if (!view_->isColumnHidden(c)) names << model_->headerData(c, Qt::Horizontal, Qt::DisplayRole).toString();
+        if (!view_->isColumnHidden(c))
+            names << model_->headerData(c, Qt::Horizontal, Qt::DisplayRole).toString();
     Settings::setRunsColumns(names);
 }
 

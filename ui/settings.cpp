@@ -1,5 +1,7 @@
 #include "ui/settings.h"
 
+#include <QSplitter>
+
 #include <QDir>
 #include <QFileInfo>
 #include <QSettings>
@@ -84,6 +86,16 @@ QByteArray Settings::splitterState(const QString& name) {
 
 void Settings::setSplitterState(const QString& name, const QByteArray& state) {
     QSettings().setValue("splitters/" + name, state);
+}
+
+void rememberSplitter(QSplitter* splitter, const QString& name, const QList<int>& initial) {
+    splitter->setObjectName(name + "Splitter");
+    const QByteArray saved = Settings::splitterState(name);
+    if (saved.isEmpty() || !splitter->restoreState(saved)) {
+        if (!initial.isEmpty()) splitter->setSizes(initial);
+    }
+    QObject::connect(splitter, &QSplitter::splitterMoved, splitter,
+                     [splitter, name] { Settings::setSplitterState(name, splitter->saveState()); });
 }
 
 }  // namespace td::ui

@@ -3,10 +3,17 @@
 #pragma once
 
 #include <QByteArray>
+#include <QList>
 #include <QString>
 #include <QStringList>
 
+class QSplitter;
+
 namespace td::ui {
+
+// Restores `splitter`'s sizes saved under `name` (else leaves the given `initial` sizes, when any)
+// and saves them whenever the user moves a handle.
+void rememberSplitter(QSplitter* splitter, const QString& name, const QList<int>& initial = {});
 
 class Settings {
   public:

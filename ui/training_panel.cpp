@@ -270,9 +270,20 @@ QWidget* TrainingPanel::buildRuntime() {
                 tr("on GPUs only here: %1").arg(QString::fromStdString(cap.reason)).toStdString();
         b->setEnabled(cap.available || onGpus);
         pl->addWidget(b);
-        if (!cap.available) {
-            b->setToolTip(QString::fromStdString(cap.reason));
-            auto* why = new QLabel(QString::fromStdString(cap.reason));
+        // Why an option is off, or what it costs on this machine's CPU (16-bit values
+        // converted for each product: slower than float32 there), under the option itself.
+        QString note = QString::fromStdString(cap.reason);
+        if (cap.available)
+            for (const std::string& n : td::precisionNotes(p)) {
+                const std::string prefix = std::string(td::precisionName(p)) + ": ";
+                note +=
+                    QString::fromStdString(n.rfind(prefix, 0) == 0 ? n.substr(prefix.size()) : n);
+            }
+        if (!note.isEmpty()) {
+            if (cap.available) note = tr("On this CPU: %1").arg(note);
+            b->setToolTip(note);
+            auto* why = new QLabel(note);
+            why->setObjectName(QString("precisionNote_") + td::precisionName(p));
             why->setWordWrap(true);
             why->setStyleSheet("color: gray; margin-left: 22px;");
             pl->addWidget(why);

@@ -27,6 +27,7 @@
 #include <QRadioButton>
 #include <QSignalSpy>
 #include <QSpinBox>
+#include <QSplitter>
 #include <QStandardPaths>
 #include <QStatusBar>
 #include <QTableView>
@@ -242,6 +243,7 @@ class TestUi : public QObject {
     void chartKeepsUserZoom();
     void chartLegendListsOnlySeriesWithData();
     void runsTableShowsResultsAndChosenColumns();
+    void layoutAndHintsForANewUser();
     void latencyProbeMeasures();
     void runsPanelFollowsHeadlessRunLive();
     void runsFeedReadsOnlyWhatChanged();
@@ -1285,6 +1287,67 @@ void TestUi::runsTableShowsResultsAndChosenColumns() {
     QVERIFY(view2 && view2->isColumnHidden(RunsTableModel::ColTestAcc));
     QVERIFY(!view2->isColumnHidden(RunsTableModel::ColLoss));
     again->runsPanel()->setColumnShown(RunsTableModel::ColTestAcc, true);
+}
+
+// The Model tab remembers its splitters; the designer says when a run trains a snapshot; the
+// Training tab says what a 16-bit policy costs on this CPU.
+void TestUi::layoutAndHintsForANewUser() {
+    {
+        auto w = makeWindow("layout.db");
+        w->resize(1400, 900);
+        w->show();
+        auto* columns = w->modelDesigner()->findChild<QSplitter*>("modelColumnsSplitter");
+        QVERIFY(columns);
+        columns->setSizes({150, 400, 850});
+        QCoreApplication::processEvents();
+        const QList<int> chosen = columns->sizes();
+        emit columns->splitterMoved(150, 1);  // as a drag of the handle does
+        auto again = makeWindow("layout.db");
+        again->resize(1400, 900);
+        again->show();
+        QCoreApplication::processEvents();
+        auto* restored = again->modelDesigner()->findChild<QSplitter*>("modelColumnsSplitter");
+        QVERIFY(restored);
+        // The same shares of the width (the windows' widths may differ by a few pixels).
+        const QList<int> got = restored->sizes();
+        QCOMPARE(got.size(), chosen.size());
+        auto share = [](const QList<int>& v, int i) {
+            double sum = 0;
+            for (int x : v) sum += x;
+            return v[i] / sum;
+        };
+        for (int i = 0; i < got.size(); ++i)
+            QVERIFY2(std::abs(share(got, i) - share(chosen, i)) < 0.03,
+                     qPrintable(QString("column %1: %2 of %3 against %4 of %5")
+                                    .arg(i)
+                                    .arg(got[i])
+                                    .arg(got[0] + got[1] + got[2])
+                                    .arg(chosen[i])
+                                    .arg(chosen[0] + chosen[1] + chosen[2])));
+    }
+    const QString projectPath = dir_.filePath("snapshot.json");
+    QVERIFY(writeFile(projectPath, syntheticProject(1000, 2048)));
+    auto w = makeWindow("snapshot.db");
+    QString error;
+    QVERIFY2(w->openProject(projectPath, &error), qPrintable(error));
+    auto* note = w->modelDesigner()->findChild<QLabel*>("runSnapshotNote");
+    QVERIFY(note && note->isHidden());
+    RunController* rc = w->runController();
+    QSignalSpy finished(rc, &RunController::runFinished);
+    QVERIFY2(w->startTraining(&error), qPrintable(error));
+    QTRY_VERIFY_WITH_TIMEOUT(!note->isHidden(), 30000);
+    rc->stop();
+    QTRY_VERIFY_WITH_TIMEOUT(finished.count() == 1, 30000);
+    QTRY_VERIFY(note->isHidden());
+    const auto notes = td::precisionNotes(td::PrecisionPolicy::MixedFloat16);
+    auto* f16 = w->trainingPanel()->findChild<QLabel*>("precisionNote_mixed_float16");
+    if (notes.empty()) {
+        QVERIFY(!f16);
+    } else {
+        QVERIFY(f16);
+        QVERIFY2(f16->text().contains("slower than float32"), qPrintable(f16->text()));
+    }
+    QVERIFY(!w->trainingPanel()->findChild<QLabel*>("precisionNote_float32"));
 }
 
 void TestUi::latencyProbeMeasures() {
