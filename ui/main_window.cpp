@@ -160,6 +160,21 @@ void MainWindow::buildMenus() {
     file->addSeparator();
     file->addAction(tr("&Quit"), this, &QWidget::close)->setShortcut(QKeySequence::Quit);
 
+    QMenu* edit = menuBar()->addMenu(tr("&Edit"));
+    undoAction_ = edit->addAction(tr("&Undo"), project_, &ProjectController::undo);
+    undoAction_->setObjectName("undoAction");
+    undoAction_->setShortcut(QKeySequence::Undo);
+    redoAction_ = edit->addAction(tr("&Redo"), project_, &ProjectController::redo);
+    redoAction_->setObjectName("redoAction");
+    redoAction_->setShortcuts(
+        {QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_Z), QKeySequence(Qt::CTRL | Qt::Key_Y)});
+    auto updateUndo = [this] {
+        undoAction_->setEnabled(project_->canUndo());
+        redoAction_->setEnabled(project_->canRedo());
+    };
+    connect(project_, &ProjectController::undoStateChanged, this, updateUndo);
+    updateUndo();
+
     QMenu* run = menuBar()->addMenu(tr("&Run"));
     run->addAction(runs_->startAction());
     run->addAction(runs_->pauseAction());

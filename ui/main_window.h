@@ -5,6 +5,7 @@
 
 #include <QMainWindow>
 
+class QAction;
 class QLabel;
 class QMenu;
 class QTabWidget;
@@ -92,6 +93,8 @@ class MainWindow : public QMainWindow {
     RunsPanel* runsPanel_;
     QMenu* recentMenu_ = nullptr;
     QMenu* examplesMenu_ = nullptr;
+    QAction* undoAction_ = nullptr;
+    QAction* redoAction_ = nullptr;
     QLabel* latencyLabel_;
     QLabel* dbLabel_;
     bool interactive_ = true;

@@ -13,8 +13,44 @@ QString ProjectController::displayName() const {
 }
 
 void ProjectController::edit(const std::function<void(td::Project&)>& change, QObject* source) {
+    td::Project before = project_;
+    const std::string beforeText = td::api::projectText(project_);
     change(project_);
+    if (td::api::projectText(project_) != beforeText) {
+        const bool merge = !undo_.empty() && source && source == lastSource_ &&
+                           lastEdit_.isValid() && lastEdit_.elapsed() < kMergeMs;
+        if (!merge) {
+            undo_.push_back(std::move(before));
+            if (undo_.size() > kMaxUndo) undo_.erase(undo_.begin());
+        }
+        redo_.clear();
+        lastSource_ = source;
+        lastEdit_.start();
+        emit undoStateChanged();
+    }
     emit projectEdited(source);
+    updateDirty();
+}
+
+void ProjectController::undo() {
+    if (undo_.empty()) return;
+    redo_.push_back(std::move(project_));
+    project_ = std::move(undo_.back());
+    undo_.pop_back();
+    lastSource_ = nullptr;
+    emit projectReplaced();
+    emit undoStateChanged();
+    updateDirty();
+}
+
+void ProjectController::redo() {
+    if (redo_.empty()) return;
+    undo_.push_back(std::move(project_));
+    project_ = std::move(redo_.back());
+    redo_.pop_back();
+    lastSource_ = nullptr;
+    emit projectReplaced();
+    emit undoStateChanged();
     updateDirty();
 }
 
@@ -94,6 +130,10 @@ QString ProjectController::defaultProjectText() {
 
 void ProjectController::replace(td::Project p, const QString& path, bool dirty) {
     project_ = std::move(p);
+    undo_.clear();
+    redo_.clear();
+    lastSource_ = nullptr;
+    emit undoStateChanged();
     savedJson_ = dirty ? std::string() : td::api::projectText(project_);
     bool pathChangedNow = path != path_;
     path_ = path;

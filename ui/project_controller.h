@@ -2,10 +2,12 @@
 // edit() and reload their widgets on projectReplaced(); nothing else holds a second copy.
 #pragma once
 
+#include <QElapsedTimer>
 #include <QObject>
 #include <QString>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "engine/api/projects.h"
 
@@ -21,8 +23,19 @@ class ProjectController : public QObject {
     bool isDirty() const { return dirty_; }
     QString displayName() const;
 
-    // Applies an edit; `source` is the panel that made it (it does not need to reload).
+    // Applies an edit; `source` is the panel that made it (it does not need to reload). An edit
+    // that changes the project can be undone; edits from one source less than kMergeMs apart
+    // (the keystrokes of one value) are one step.
     void edit(const std::function<void(td::Project&)>& change, QObject* source = nullptr);
+
+    // Undo and redo of edits (not of opening or replacing a project, which starts afresh). The
+    // panels reload on projectReplaced.
+    bool canUndo() const { return !undo_.empty(); }
+    bool canRedo() const { return !redo_.empty(); }
+    void undo();
+    void redo();
+    static constexpr int kMergeMs = 500;
+    static constexpr size_t kMaxUndo = 200;
 
     void newProject();
     // Loads a file. Errors are the engine's message naming the file and field.
@@ -43,6 +56,7 @@ class ProjectController : public QObject {
     void projectEdited(QObject* source);
     void dirtyChanged(bool dirty);
     void pathChanged(const QString& path);
+    void undoStateChanged();
 
   private:
     void replace(td::Project p, const QString& path, bool dirty);
@@ -52,6 +66,9 @@ class ProjectController : public QObject {
     QString path_;
     std::string savedJson_;  // projectText of the last saved/loaded state
     bool dirty_ = false;
+    std::vector<td::Project> undo_, redo_;  // the states before each step, oldest first
+    QObject* lastSource_ = nullptr;
+    QElapsedTimer lastEdit_;
 };
 
 }  // namespace td::ui

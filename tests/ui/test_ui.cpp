@@ -244,6 +244,7 @@ class TestUi : public QObject {
     void chartLegendListsOnlySeriesWithData();
     void runsTableShowsResultsAndChosenColumns();
     void layoutAndHintsForANewUser();
+    void undoAndRedoEveryEdit();
     void latencyProbeMeasures();
     void runsPanelFollowsHeadlessRunLive();
     void runsFeedReadsOnlyWhatChanged();
@@ -1348,6 +1349,59 @@ void TestUi::layoutAndHintsForANewUser() {
         QVERIFY2(f16->text().contains("slower than float32"), qPrintable(f16->text()));
     }
     QVERIFY(!w->trainingPanel()->findChild<QLabel*>("precisionNote_float32"));
+}
+
+// Edit > Undo / Redo (Ctrl+Z, Ctrl+Shift+Z) over model and settings edits; opening a project
+// starts afresh.
+void TestUi::undoAndRedoEveryEdit() {
+    const QString source = QString(td::dev::kSourceDir) + "/projects/fashion_mnist_mlp.json";
+    auto w = makeWindow("undo.db");
+    QString error;
+    QVERIFY2(w->openProject(source, &error), qPrintable(error));
+    ProjectController* pc = w->projectController();
+    auto* undo = w->findChild<QAction*>("undoAction");
+    auto* redo = w->findChild<QAction*>("redoAction");
+    QVERIFY(undo && redo);
+    QCOMPARE(undo->shortcut(), QKeySequence(QKeySequence::Undo));
+    QCOMPARE(redo->shortcut(), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_Z));
+    QVERIFY(!pc->canUndo() && !undo->isEnabled());
+    const std::string original = td::projectToJson(pc->project());
+    const int epochs = pc->project().training.epochs;
+
+    auto* epochsBox = child<QSpinBox>(w->trainingPanel(), "epochs");
+    QVERIFY(epochsBox);
+    epochsBox->setValue(epochs + 5);
+    QCOMPARE(pc->project().training.epochs, epochs + 5);
+    QVERIFY(undo->isEnabled());
+    QTest::qWait(ProjectController::kMergeMs + 50);
+    ModelDesigner* d = w->modelDesigner();
+    const size_t layers = pc->project().model.layers.size();
+    d->selectRow(0);
+    d->addSelectedPaletteLayer();
+    QCOMPARE(pc->project().model.layers.size(), layers + 1);
+
+    undo->trigger();  // the layer
+    QCOMPARE(pc->project().model.layers.size(), layers);
+    QCOMPARE(d->stackModel()->rowCount(), int(layers));
+    QCOMPARE(pc->project().training.epochs, epochs + 5);
+    undo->trigger();  // the epochs, in the panel too
+    QCOMPARE(pc->project().training.epochs, epochs);
+    QCOMPARE(epochsBox->value(), epochs);
+    QCOMPARE(td::projectToJson(pc->project()), original);
+    QVERIFY(!pc->isDirty());
+    QVERIFY(!undo->isEnabled() && redo->isEnabled());
+    redo->trigger();
+    redo->trigger();
+    QCOMPARE(pc->project().training.epochs, epochs + 5);
+    QCOMPARE(pc->project().model.layers.size(), layers + 1);
+    QVERIFY(!redo->isEnabled());
+    // A new edit after an undo drops what could be redone.
+    undo->trigger();
+    epochsBox->setValue(epochs + 1);
+    QVERIFY(!redo->isEnabled());
+    // Opening a project starts a fresh history.
+    QVERIFY2(w->openProject(source, &error), qPrintable(error));
+    QVERIFY(!undo->isEnabled() && !redo->isEnabled());
 }
 
 void TestUi::latencyProbeMeasures() {
