@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include <QAbstractSpinBox>
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDoubleSpinBox>
@@ -122,13 +123,48 @@ bool LayerPropertyEditor::parseShape(const QString& text, bool allowInfer, td::S
     return true;
 }
 
+template <class Handler>
+void LayerPropertyEditor::connectText(QLineEdit* edit, Handler handler) {
+    connect(edit, &QLineEdit::textEdited, this, [this, handler](const QString& text) {
+        checkOnly_ = true;
+        handler(text);
+        checkOnly_ = false;
+    });
+    connect(edit, &QLineEdit::editingFinished, this, [edit, handler] {
+        if (!edit->isModified()) return;
+        edit->setModified(false);
+        handler(edit->text());
+    });
+}
+
 void LayerPropertyEditor::setFieldError(QWidget* field, const QString& message) {
+    if (!fieldTips_.count(field)) fieldTips_[field] = field->toolTip();
+    const QString noteName = "fieldNote_" + field->objectName();
+    auto* note = formHost_->findChild<QLabel*>(noteName);
     if (message.isEmpty()) {
         fieldErrors_.erase(field);
         field->setStyleSheet({});
+        field->setToolTip(fieldTips_[field]);
+        if (note) note->hide();
     } else {
         fieldErrors_[field] = message;
         field->setStyleSheet("border: 1px solid #b00020;");
+        field->setToolTip(message);
+        auto* form = qobject_cast<QFormLayout*>(formHost_->layout());
+        int row = -1;
+        QFormLayout::ItemRole role;
+        if (form) form->getWidgetPosition(field, &row, &role);
+        if (!note && row >= 0) {
+            note = new QLabel;
+            note->setObjectName(noteName);
+            note->setWordWrap(true);
+            note->setStyleSheet("color: #b00020;");
+            form->insertRow(row + 1, QString(), note);
+        }
+        if (note) {
+            note->setText(message);
+            note->show();
+        }
     }
     QStringList all;
     for (const auto& [w, m] : fieldErrors_) all << m;
@@ -136,11 +172,13 @@ void LayerPropertyEditor::setFieldError(QWidget* field, const QString& message) 
 }
 
 void LayerPropertyEditor::commit() {
+    if (checkOnly_) return;
     emit layerEdited(spec_);
 }
 
 void LayerPropertyEditor::rebuild() {
     fieldErrors_.clear();
+    fieldTips_.clear();
     message_->clear();
     auto* layout = static_cast<QVBoxLayout*>(this->layout());
     auto* fresh = new QWidget;
@@ -159,7 +197,7 @@ void LayerPropertyEditor::rebuild() {
     auto* name = new QLineEdit(QString::fromStdString(spec_.name));
     name->setObjectName("nameEdit");
     name->setToolTip(tr("Unique within the model: letters, digits, '_', '.', '-'."));
-    connect(name, &QLineEdit::textEdited, this, [this, name](const QString& text) {
+    connectText(name, [this, name](const QString& text) {
         static const QRegularExpression valid("^[A-Za-z_][A-Za-z0-9_.\\-]*$");
         if (!valid.match(text).hasMatch()) {
             setFieldError(name, tr("Name: use letters, digits, '_', '.' or '-', starting with a "
@@ -189,7 +227,7 @@ void LayerPropertyEditor::rebuild() {
     shape->setObjectName(isInput ? "shapeEdit" : "inputShapeEdit");
     shape->setPlaceholderText(isInput ? tr("e.g. 28, 28") : tr("only on a first layer"));
     shape->setToolTip(tr("Shape of one sample without the batch dimension."));
-    connect(shape, &QLineEdit::textEdited, this, [this, shape, isInput](const QString& text) {
+    connectText(shape, [this, shape, isInput](const QString& text) {
         if (!isInput && text.trimmed().isEmpty()) {
             setFieldError(shape, {});
             spec_.inputShape.clear();
@@ -216,7 +254,7 @@ void LayerPropertyEditor::rebuild() {
             auto* target = new QLineEdit(shapeToText(spec_.targetShape));
             target->setObjectName("targetShapeEdit");
             target->setPlaceholderText(tr("e.g. 28, 28 or -1"));
-            connect(target, &QLineEdit::textEdited, this, [this, target](const QString& text) {
+            connectText(target, [this, target](const QString& text) {
                 td::Shape s;
                 QString error;
                 if (!parseShape(text, true, &s, &error)) {
@@ -233,10 +271,16 @@ void LayerPropertyEditor::rebuild() {
         case td::LayerType::Dense: {
             auto* units = new QSpinBox;
             units->setObjectName("unitsSpin");
-            units->setRange(1, 1000000);
+            // 0 is accepted by the box so that it can be refused with a reason, not reverted.
+            units->setRange(0, 1000000);
             units->setValue(static_cast<int>(std::max<int64_t>(1, spec_.units)));
             units->setToolTip(tr("Number of output features (1 to 1,000,000)."));
-            connect(units, &QSpinBox::valueChanged, this, [this](int v) {
+            connect(units, &QSpinBox::valueChanged, this, [this, units](int v) {
+                if (v < 1) {
+                    setFieldError(units, tr("Units: a Dense layer needs at least 1 unit."));
+                    return;
+                }
+                setFieldError(units, {});
                 spec_.units = v;
                 commit();
             });
@@ -257,10 +301,15 @@ void LayerPropertyEditor::rebuild() {
             break;
         }
         case td::LayerType::Dropout: {
-            auto* rate = makeDoubleSpin(0.0, 0.99, 0.05, 3, spec_.rate);
+            auto* rate = makeDoubleSpin(0.0, 1.0, 0.05, 3, spec_.rate);
             rate->setObjectName("rateSpin");
             rate->setToolTip(tr("Fraction of inputs to drop, in [0, 1)."));
-            connect(rate, &QDoubleSpinBox::valueChanged, this, [this](double v) {
+            connect(rate, &QDoubleSpinBox::valueChanged, this, [this, rate](double v) {
+                if (v >= 1.0) {
+                    setFieldError(rate, tr("Rate: below 1 (a rate of 1 would drop every input)."));
+                    return;
+                }
+                setFieldError(rate, {});
                 spec_.rate = v;
                 commit();
             });
@@ -268,7 +317,7 @@ void LayerPropertyEditor::rebuild() {
             auto* seed = new QLineEdit(spec_.seed ? QString::number(*spec_.seed) : QString());
             seed->setObjectName("seedEdit");
             seed->setPlaceholderText(tr("empty = from the training seed"));
-            connect(seed, &QLineEdit::textEdited, this, [this, seed](const QString& text) {
+            connectText(seed, [this, seed](const QString& text) {
                 if (text.trimmed().isEmpty()) {
                     setFieldError(seed, {});
                     spec_.seed.reset();
@@ -302,6 +351,9 @@ void LayerPropertyEditor::rebuild() {
             addImageLayerFields(form);
             break;
     }
+    // Numbers apply when typed in full (Enter, or leaving the box), not digit by digit.
+    for (QAbstractSpinBox* box : formHost_->findChildren<QAbstractSpinBox*>())
+        box->setKeyboardTracking(false);
 }
 
 // A line edit of sizes ("3, 3"): `count` whole numbers >= `min`; `emptyMeans` (when not empty)
@@ -312,39 +364,36 @@ QLineEdit* LayerPropertyEditor::addSizesRow(QFormLayout* form, const QString& la
     auto* edit = new QLineEdit(shapeToText(*field));
     edit->setObjectName(objectName);
     edit->setPlaceholderText(emptyMeans.isEmpty() ? tr("e.g. 3, 3") : emptyMeans);
-    connect(
-        edit, &QLineEdit::textEdited, this,
-        [this, edit, field, count, min, label, emptyMeans](const QString& text) {
-            QString t = text.trimmed();
-            t.remove('(').remove(')').remove('[').remove(']');
-            const QStringList parts = t.split(QRegularExpression("[,\\sx]+"), Qt::SkipEmptyParts);
-            if (parts.isEmpty() && !emptyMeans.isEmpty()) {
-                setFieldError(edit, {});
-                field->clear();
-                commit();
-                return;
-            }
-            td::Shape sizes;
-            for (const QString& p : parts) {
-                bool ok = false;
-                const qlonglong v = p.toLongLong(&ok);
-                if (!ok || v < min) {
-                    setFieldError(
-                        edit, tr("%1: \"%2\" is not a whole number >= %3.").arg(label, p).arg(min));
-                    return;
-                }
-                sizes.push_back(v);
-            }
-            if (sizes.size() != static_cast<size_t>(count)) {
-                setFieldError(
-                    edit,
-                    tr("%1: expected %2 sizes, got %3.").arg(label).arg(count).arg(sizes.size()));
-                return;
-            }
+    connectText(edit, [this, edit, field, count, min, label, emptyMeans](const QString& text) {
+        QString t = text.trimmed();
+        t.remove('(').remove(')').remove('[').remove(']');
+        const QStringList parts = t.split(QRegularExpression("[,\\sx]+"), Qt::SkipEmptyParts);
+        if (parts.isEmpty() && !emptyMeans.isEmpty()) {
             setFieldError(edit, {});
-            *field = sizes;
+            field->clear();
             commit();
-        });
+            return;
+        }
+        td::Shape sizes;
+        for (const QString& p : parts) {
+            bool ok = false;
+            const qlonglong v = p.toLongLong(&ok);
+            if (!ok || v < min) {
+                setFieldError(edit,
+                              tr("%1: \"%2\" is not a whole number >= %3.").arg(label, p).arg(min));
+                return;
+            }
+            sizes.push_back(v);
+        }
+        if (sizes.size() != static_cast<size_t>(count)) {
+            setFieldError(
+                edit, tr("%1: expected %2 sizes, got %3.").arg(label).arg(count).arg(sizes.size()));
+            return;
+        }
+        setFieldError(edit, {});
+        *field = sizes;
+        commit();
+    });
     form->addRow(label, edit);
     return edit;
 }
@@ -388,9 +437,14 @@ void LayerPropertyEditor::addImageLayerFields(QFormLayout* form) {
         case td::LayerType::Conv2D: {
             auto* filters = new QSpinBox;
             filters->setObjectName("filtersSpin");
-            filters->setRange(1, 65536);
+            filters->setRange(0, 65536);
             filters->setValue(static_cast<int>(std::clamp<int64_t>(spec_.filters, 1, 65536)));
-            connect(filters, &QSpinBox::valueChanged, this, [this](int v) {
+            connect(filters, &QSpinBox::valueChanged, this, [this, filters](int v) {
+                if (v < 1) {
+                    setFieldError(filters, tr("Filters: a Conv2D layer needs at least 1 filter."));
+                    return;
+                }
+                setFieldError(filters, {});
                 spec_.filters = v;
                 commit();
             });

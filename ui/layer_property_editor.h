@@ -34,8 +34,15 @@ class LayerPropertyEditor : public QWidget {
 
   private:
     void rebuild();
+    // Emits layerEdited, except while a text field is only being checked (checkOnly_).
     void commit();
+    // The reason a field's value is refused, in a note right under the field, in its tooltip and
+    // in the list under the form; an empty message clears them.
     void setFieldError(QWidget* field, const QString& message);
+    // Text fields: checked as they are typed (a refused value says why at once), applied when
+    // finished (Enter, or leaving the field) and valid.
+    template <class Handler>
+    void connectText(QLineEdit* edit, Handler handler);
     void addActivationFields(QFormLayout* form);
     // Conv2D, pooling, normalization, padding and rescaling fields.
     void addImageLayerFields(QFormLayout* form);
@@ -52,6 +59,8 @@ class LayerPropertyEditor : public QWidget {
     QLabel* title_ = nullptr;
     QLabel* message_ = nullptr;
     std::map<QWidget*, QString> fieldErrors_;
+    std::map<QWidget*, QString> fieldTips_;  // a field's own tooltip, restored when it is valid
+    bool checkOnly_ = false;
 };
 
 }  // namespace td::ui

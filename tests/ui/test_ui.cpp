@@ -209,9 +209,12 @@ bool writeFile(const QString& path, const QString& text) {
     return f.write(text.toUtf8()) > 0;
 }
 
+// The named child the user sees: a panel that rebuilds a form keeps the old ones until their
+// deferred deletion runs, so the newest of that name.
 template <typename T>
 T* child(QWidget* parent, const char* name) {
-    return parent->findChild<T*>(QString::fromLatin1(name));
+    const auto all = parent->findChildren<T*>(QString::fromLatin1(name));
+    return all.isEmpty() ? nullptr : all.back();
 }
 
 }  // namespace
@@ -303,12 +306,14 @@ void TestUi::designerBuildsModelThroughWidgets() {
     QVERIFY(shape);
     shape->selectAll();
     QTest::keyClicks(shape, "28, 28");
+    QTest::keyClick(shape, Qt::Key_Return);  // applied when finished
     addFromPalette(td::LayerType::Flatten);
     addFromPalette(td::LayerType::Dense);
     auto* units = child<QSpinBox>(d->propertyEditor(), "unitsSpin");
     QVERIFY(units);
     units->selectAll();
     QTest::keyClicks(units, "10");
+    QTest::keyClick(units, Qt::Key_Return);  // applied when finished
     QCOMPARE(units->value(), 10);
 
     QVERIFY2(d->stackModel()->valid(), qPrintable(d->stackModel()->errorText()));
@@ -322,6 +327,7 @@ void TestUi::designerBuildsModelThroughWidgets() {
     // The summary follows edits at once.
     units->selectAll();
     QTest::keyClicks(units, "32");
+    QTest::keyClick(units, Qt::Key_Return);  // applied when finished
     QCOMPARE(d->stackModel()->info().totalParams, int64_t(784 * 32 + 32));
     QVERIFY(d->summaryView()->toPlainText().contains("25,120") ||
             d->summaryView()->toPlainText().contains("25120"));
@@ -351,6 +357,7 @@ void TestUi::designerRejectsInvalidLayer() {
     QVERIFY(target);
     target->selectAll();
     QTest::keyClicks(target, "30, 30");
+    QTest::keyClick(target, Qt::Key_Return);  // applied when finished
     QCOMPARE(pc->project().model.layers[2].targetShape, (td::Shape{30, 30}));
 
     LayerStackModel* m = d->stackModel();
@@ -372,6 +379,7 @@ void TestUi::designerRejectsInvalidLayer() {
     // Fix it: [784] reshaped to [-1] is valid again and Start comes back.
     target->selectAll();
     QTest::keyClicks(target, "-1");
+    QTest::keyClick(target, Qt::Key_Return);  // applied when finished
     QVERIFY(m->valid());
     QCOMPARE(m->errorRow(), -1);
     QVERIFY(w->runController()->startBlocker().isEmpty() ||
@@ -404,6 +412,7 @@ void TestUi::designerBuildsCnn() {
     auto type = [&](QLineEdit* e, const char* text) {
         e->selectAll();
         QTest::keyClicks(e, text);
+        QTest::keyClick(e, Qt::Key_Return);  // applied when finished
     };
     addFromPalette(td::LayerType::Input);
     type(child<QLineEdit>(d->propertyEditor(), "shapeEdit"), "28, 28, 1");
@@ -435,6 +444,7 @@ void TestUi::designerBuildsCnn() {
     auto* units = child<QSpinBox>(d->propertyEditor(), "unitsSpin");
     units->selectAll();
     QTest::keyClicks(units, "10");
+    QTest::keyClick(units, Qt::Key_Return);  // applied when finished
     QVERIFY2(m->valid(), qPrintable(m->errorText()));
     QCOMPARE(m->index(4, LayerStackModel::ColOutputShape).data().toString(),
              QString("(None, 14, 14, 32)"));
@@ -516,11 +526,35 @@ void TestUi::propertyEditorValidatesFields() {
     name->selectAll();
     QTest::keyClicks(name, "9bad");
     QVERIFY(editor.validationMessage().contains("Name"));
+    // The reason shows right under the field and in its tooltip.
+    auto* note = editor.findChild<QLabel*>("fieldNote_nameEdit");
+    QVERIFY(note && !note->isHidden() && note->text().contains("Name"));
+    QVERIFY(name->toolTip().contains("Name: use letters"));
     name->selectAll();
     QTest::keyClicks(name, "hidden");
     QVERIFY(editor.validationMessage().isEmpty());
-    QCOMPARE(editor.layer().name, std::string("hidden"));
-    QVERIFY(edited.count() > 0);
+    QVERIFY(note->isHidden());
+    // A name applies when it is finished, not while it is typed.
+    QCOMPARE(edited.count(), 0);
+    QTest::keyClick(name, Qt::Key_Return);
+    QCOMPARE(edited.count(), 1);
+    QCOMPARE(edited.last().first().value<td::LayerSpec>().name, std::string("hidden"));
+    // An out-of-range number is refused with its reason, not reverted silently.
+    auto* units = child<QSpinBox>(&editor, "unitsSpin");
+    QVERIFY(units);
+    units->selectAll();
+    QTest::keyClicks(units, "0");
+    QCOMPARE(edited.count(), 1);  // nothing applied while typing
+    QTest::keyClick(units, Qt::Key_Return);
+    QCOMPARE(units->value(), 0);
+    QVERIFY2(editor.validationMessage().contains("Units"), qPrintable(editor.validationMessage()));
+    QCOMPARE(edited.count(), 1);
+    units->selectAll();
+    QTest::keyClicks(units, "128");
+    QTest::keyClick(units, Qt::Key_Return);
+    QCOMPARE(edited.count(), 2);
+    QCOMPARE(edited.last().first().value<td::LayerSpec>().units, int64_t(128));
+    QVERIFY(editor.validationMessage().isEmpty());
 
     td::Shape s;
     QString error;
