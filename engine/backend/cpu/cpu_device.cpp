@@ -76,8 +76,7 @@ struct CpuInstr {
     const float* c = nullptr;
     const float* d = nullptr;
     const float* e = nullptr;
-    cpu::PoolShape pool;  // pooling; padding: B, H, W, C of the unpadded image
-    int64_t pads[4] = {0, 0, 0, 0};
+    ConvGeometry geometry;  // pooling and padding (Instr::geometry)
     float epsilon = 0, momentum = 0, offset = 0;
     bool batchStats = false;
     // A convolution's weight reorders around its primitive (-1: none): into the layout the
@@ -900,20 +899,17 @@ Status CpuProgram::addConv(const Instr& in, CpuInstr& ins) {
     for (const Operand& o : in.in)
         if (o.dtype != DType::F32)
             return err(what + ": runs in f32, got a " + dtypeName(o.dtype) + " operand");
-    const WindowParams& w = in.window;
     // conv2d: (x, k) -> y; conv2d_grad_input: (dy, k) -> dx; conv2d_grad_filter: (x, dy) -> dk.
-    const bool gradInput = in.op == InstrOp::Conv2DGradInput;
-    const bool gradFilter = in.op == InstrOp::Conv2DGradFilter;
-    const Shape x = gradInput ? in.out.shape : in.in[0].shape;
-    const Shape k = gradFilter ? in.out.shape : in.in[1].shape;
-    const Shape y = gradInput ? in.in[0].shape : gradFilter ? in.in[1].shape : in.out.shape;
-    const memory::dims strides{w.sh, w.sw}, dilates{w.dh - 1, w.dw - 1}, padL{w.padTop, w.padLeft},
-        padR{w.padBottom, w.padRight};
-    const memory::desc xMd = imageDesc(x), yMd = imageDesc(y), kUser = kernelDesc(k, w.groups);
+    const ConvGeometry& g = in.geometry;
+    const Shape x{g.B, g.H, g.W, g.C}, y{g.B, g.OH, g.OW, g.F};
+    const Shape k{g.kh, g.kw, g.C / g.groups, g.F};
+    const memory::dims strides{g.sh, g.sw}, dilates{g.dh - 1, g.dw - 1}, padL{g.padTop, g.padLeft},
+        padR{g.padBottom, g.padRight};
+    const memory::desc xMd = imageDesc(x), yMd = imageDesc(y), kUser = kernelDesc(k, g.groups);
     const memory::desc kAny(kUser.dims(), memory::data_type::f32, memory::format_tag::any);
     const bool bias = in.op == InstrOp::Conv2D && in.hasBias && in.in.size() == 3;
     const memory::desc bMd =
-        bias ? memory::desc({k[3]}, memory::data_type::f32, memory::format_tag::x) : memory::desc();
+        bias ? memory::desc({g.F}, memory::data_type::f32, memory::format_tag::x) : memory::desc();
     primitive_attr attr;
     attr.set_scratchpad_mode(scratchpad_mode::user);
     if (in.op == InstrOp::Conv2D) {
@@ -1016,7 +1012,6 @@ Status CpuProgram::setupImageOp(const Instr& in, CpuInstr& ins) {
     ins.momentum = in.momentum;
     ins.offset = in.offset;
     ins.batchStats = in.batchStats;
-    const WindowParams& w = in.window;
     switch (in.op) {
         case InstrOp::MaxPool:
         case InstrOp::AvgPool:
@@ -1024,18 +1019,11 @@ Status CpuProgram::setupImageOp(const Instr& in, CpuInstr& ins) {
         case InstrOp::AvgPoolGrad:
         case InstrOp::Pad2D:
         case InstrOp::Pad2DGrad: {
-            const bool fwd =
-                in.op == InstrOp::MaxPool || in.op == InstrOp::AvgPool || in.op == InstrOp::Pad2D;
-            const Shape& x = fwd ? in.in[0].shape : in.out.shape;
-            const Shape& y = fwd ? in.out.shape : in.in[0].shape;
-            ins.pool = cpu::PoolShape{x[0], x[1], x[2], x[3], y[1],     y[2],
-                                      w.kh, w.kw, w.sh, w.sw, w.padTop, w.padLeft};
-            if (x[1] * x[2] * x[3] >= (int64_t(1) << 31))
-                return err(what + ": an image of " + shapeToString(x) + " has 2^31 values or more");
-            ins.pads[0] = w.padTop;
-            ins.pads[1] = w.padBottom;
-            ins.pads[2] = w.padLeft;
-            ins.pads[3] = w.padRight;
+            const ConvGeometry& g = in.geometry;
+            ins.geometry = g;
+            if (g.H * g.W * g.C >= (int64_t(1) << 31))
+                return err(what + ": an image of " + shapeToString(Shape{g.B, g.H, g.W, g.C}) +
+                           " has 2^31 values or more");
             break;
         }
         case InstrOp::Scale:
@@ -2279,25 +2267,29 @@ Status CpuProgram::exec(const CpuInstr& i, const StepArgs& args) {
             break;
         }
         case InstrOp::MaxPool:
-            cpu::maxPool(i.pool, i.a, i.out);
+            cpu::maxPool(i.geometry, i.a, i.out);
             break;
         case InstrOp::MaxPoolGrad:
-            cpu::maxPoolGrad(i.pool, i.a, static_cast<const float*>(i.b), i.out);
+            cpu::maxPoolGrad(i.geometry, i.a, static_cast<const float*>(i.b), i.out);
             break;
         case InstrOp::AvgPool:
-            cpu::avgPool(i.pool, i.a, i.out);
+            cpu::avgPool(i.geometry, i.a, i.out);
             break;
         case InstrOp::AvgPoolGrad:
-            cpu::avgPoolGrad(i.pool, i.a, i.out);
+            cpu::avgPoolGrad(i.geometry, i.a, i.out);
             break;
-        case InstrOp::Pad2D:
-            cpu::pad2d(i.a, i.out, i.pool.B, i.pool.H, i.pool.W, i.pool.C, i.pads[0], i.pads[1],
-                       i.pads[2], i.pads[3]);
+        case InstrOp::Pad2D: {
+            const ConvGeometry& g = i.geometry;
+            cpu::pad2d(i.a, i.out, g.B, g.H, g.W, g.C, g.padTop, g.padBottom, g.padLeft,
+                       g.padRight);
             break;
-        case InstrOp::Pad2DGrad:
-            cpu::pad2dGrad(i.a, i.out, i.pool.B, i.pool.H, i.pool.W, i.pool.C, i.pads[0], i.pads[1],
-                           i.pads[2], i.pads[3]);
+        }
+        case InstrOp::Pad2DGrad: {
+            const ConvGeometry& g = i.geometry;
+            cpu::pad2dGrad(i.a, i.out, g.B, g.H, g.W, g.C, g.padTop, g.padBottom, g.padLeft,
+                           g.padRight);
             break;
+        }
         case InstrOp::Scale:
             cpu::scale(i.a, i.out, i.cols, i.scale, i.offset);
             break;

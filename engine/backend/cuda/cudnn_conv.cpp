@@ -139,12 +139,11 @@ bool fitsInt(int64_t v) {
 }  // namespace
 
 Result<std::unique_ptr<DnnConv>> DnnConv::plan(const DnnContext& ctx, ConvPass pass,
-                                               const ConvGeom& g, int64_t padBottom,
-                                               int64_t padRight, size_t workspaceBytes,
+                                               const ConvGeometry& g, size_t workspaceBytes,
                                                std::string* whyNot) {
     const DnnLibrary& lib = ctx.lib();
     const char* what = "cuDNN convolution";
-    if (padBottom != g.padTop || padRight != g.padLeft) {
+    if (g.padBottom != g.padTop || g.padRight != g.padLeft) {
         *whyNot = "uneven padding";
         return std::unique_ptr<DnnConv>();
     }
