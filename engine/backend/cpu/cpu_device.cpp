@@ -71,7 +71,7 @@ struct CpuInstr {
     // where the mask kept a live unit (planDropoutMasks; null: the mask is drawn again).
     const float* dropOut = nullptr;
     // Cast, and a matmul's conversions when oneDNN has no kernel for its dtype.
-    int conv = -1;  // index into CpuProgram::convs_
+    int conversion = -1;  // index into CpuProgram::conversions_
     // Images and normalization: further operands (gamma, beta, mean, var), the geometry.
     const float* c = nullptr;
     const float* d = nullptr;
@@ -176,7 +176,7 @@ struct Conversion {
     DType to = DType::F32;
     int64_t n = 0;
 };
-struct ConvPlan {
+struct ConversionPlan {
     std::vector<Conversion> before, after;
 };
 
@@ -259,8 +259,8 @@ class CpuProgram final : public Executable {
                 case BatchSite::Kind::PrimArg:
                     prims_[static_cast<size_t>(site.index)].args.at(site.arg).set_data_handle(p);
                     break;
-                case BatchSite::Kind::ConvSrc:
-                    convs_[static_cast<size_t>(site.index)].before.at(0).src = p;
+                case BatchSite::Kind::ConversionSrc:
+                    conversions_[static_cast<size_t>(site.index)].before.at(0).src = p;
                     break;
                 case BatchSite::Kind::BlockIn:
                     blocks_[static_cast<size_t>(site.index)].in[site.arg].ptr = p;
@@ -291,8 +291,8 @@ class CpuProgram final : public Executable {
     // Where the program reads the batch: instruction operands and oneDNN arguments in the input
     // or label space, so rebindBatch() can point them at a batch in place.
     struct BatchSite {
-        enum class Kind : uint8_t { OperandA, OperandB, PrimArg, ConvSrc, BlockIn } kind;
-        int index = 0;  // code_, prims_, convs_ or blocks_ entry
+        enum class Kind : uint8_t { OperandA, OperandB, PrimArg, ConversionSrc, BlockIn } kind;
+        int index = 0;  // code_, prims_, conversions_ or blocks_ entry
         int arg = 0;    // DNNL_ARG_* for PrimArg; the operand for BlockIn
         bool label = false;
         int64_t offset = 0;
@@ -386,7 +386,7 @@ class CpuProgram final : public Executable {
     std::vector<UpdateTensor> updateTensors_;
     LossScaleState* lossScale_ = nullptr;
     std::vector<BlockPlan> blocks_;
-    std::vector<ConvPlan> convs_;
+    std::vector<ConversionPlan> conversions_;
     // Block mode's f32 buffers, shared by every instruction (they run one after another):
     // in0, in1, out, a temporary and the column sums, each kBlockElems, then three buffers of
     // the largest reduction's operands.
@@ -699,7 +699,7 @@ Status CpuProgram::addMatmul(const Instr& in, CpuInstr& ins) {
         void* cPtr = resolve(in.out);
         if (convertHalf) {
             // f32 copies of the f16 operands (and the result), converted on every run.
-            ConvPlan cp;
+            ConversionPlan cp;
             auto f32Copy = [&](void* src, DType from, int64_t n, bool before) {
                 convScratch_.emplace_back(new float[static_cast<size_t>(n)]);
                 float* copy = convScratch_.back().get();
@@ -712,8 +712,8 @@ Status CpuProgram::addMatmul(const Instr& in, CpuInstr& ins) {
             aPtr = f32Copy(aPtr, opType, in.in[0].elements(), true);
             wPtr = f32Copy(wPtr, opType, in.in[1].elements(), true);
             if (outType != DType::F32) cPtr = f32Copy(cPtr, outType, in.out.elements(), false);
-            ins.conv = static_cast<int>(convs_.size());
-            convs_.push_back(std::move(cp));
+            ins.conversion = static_cast<int>(conversions_.size());
+            conversions_.push_back(std::move(cp));
         }
         // One primitive per piece; a piece reads a slice of A's rows or B's columns and writes
         // the same slice of C (and reads that slice of the bias).
@@ -1178,13 +1178,13 @@ Status CpuProgram::build(const LoweredProgram& lp, const ProgramBindings& bind) 
                 ins.alpha = in.rate;
                 break;
             case InstrOp::Cast: {
-                ConvPlan cp;
+                ConversionPlan cp;
                 cp.before.push_back({resolve(in.in[0]), in.in[0].dtype, resolve(in.out),
                                      in.out.dtype, in.out.elements()});
-                ins.conv = static_cast<int>(convs_.size());
-                noteBatchSite(in.in[0], BatchSite::Kind::ConvSrc, ins.conv);
+                ins.conversion = static_cast<int>(conversions_.size());
+                noteBatchSite(in.in[0], BatchSite::Kind::ConversionSrc, ins.conversion);
                 ins.refreshOnly = in.refreshOnly;
-                convs_.push_back(std::move(cp));
+                conversions_.push_back(std::move(cp));
                 break;
             }
             case InstrOp::LossGrad:
@@ -1572,7 +1572,8 @@ void CpuProgram::fuseUpdates(const LoweredProgram& lp) {
     std::vector<bool> fused(updateTensors_.size(), false);
     for (size_t j = 0; j < static_cast<size_t>(updateAt); ++j) {
         CpuInstr& ins = code_[j];
-        if (lp.code[j].op != InstrOp::MatMul || ins.pieceRows.empty() || ins.conv >= 0) continue;
+        if (lp.code[j].op != InstrOp::MatMul || ins.pieceRows.empty() || ins.conversion >= 0)
+            continue;
         const Range out = rangeOf(lp.code[j].out);
         for (size_t t = 0; t < updateTensors_.size(); ++t) {
             const UpdateTensor& u = updateTensors_[t];
@@ -1730,7 +1731,7 @@ void CpuProgram::planAlongside(const LoweredProgram& lp) {
     auto product = [&](int k) {
         const CpuInstr& i = code_[static_cast<size_t>(k)];
         return (i.op == InstrOp::MatMul || i.op == InstrOp::Dense) && i.prim >= 0 &&
-               i.pieces == 1 && i.conv < 0 && i.sparse < 0 && i.fusedUpdate < 0 &&
+               i.pieces == 1 && i.conversion < 0 && i.sparse < 0 && i.fusedUpdate < 0 &&
                i.kPartials.empty() && i.block < 0;
     };
     // What may run on the caller beside it: products as above, and the row-wise, loss and
@@ -2163,7 +2164,8 @@ Status CpuProgram::exec(const CpuInstr& i, const StepArgs& args) {
     switch (i.op) {
         case InstrOp::MatMul:
         case InstrOp::Dense: {
-            const ConvPlan* cp = i.conv >= 0 ? &convs_[static_cast<size_t>(i.conv)] : nullptr;
+            const ConversionPlan* cp =
+                i.conversion >= 0 ? &conversions_[static_cast<size_t>(i.conversion)] : nullptr;
             if (cp)
                 for (const Conversion& c : cp->before) convert(c, nullptr, 0);
             try {
@@ -2328,7 +2330,7 @@ Status CpuProgram::exec(const CpuInstr& i, const StepArgs& args) {
         case InstrOp::Cast: {
             if (i.refreshOnly && !args.refreshShadows) break;
             float tmp[1024];
-            for (const Conversion& c : convs_[static_cast<size_t>(i.conv)].before)
+            for (const Conversion& c : conversions_[static_cast<size_t>(i.conversion)].before)
                 convert(c, tmp, 1024);
             break;
         }
