@@ -49,4 +49,31 @@ Result<void*> loadModuleSymbol(const std::string& fileName, const char* envVar,
     return err(fileName + " could not be loaded:" + tried);
 }
 
+Result<SystemLibrary> SystemLibrary::open(const std::string& what,
+                                          const std::vector<std::string>& sonames) {
+    std::string tried;
+    for (const std::string& soname : sonames) {
+        if (void* handle = dlopen(soname.c_str(), RTLD_NOW | RTLD_LOCAL))
+            return SystemLibrary(what, soname, handle);
+        const char* e = dlerror();
+        std::string why = e ? e : "cannot be loaded";
+        // glibc's reason usually starts with the name already ("libx.so.1: cannot open ...").
+        if (why.rfind(soname + ": ", 0) != 0) why = soname + ": " + why;
+        tried += (tried.empty() ? "" : "; ") + why;
+    }
+    if (sonames.empty()) tried = "no library name given";
+    return err("cannot load " + what + ": " + tried);
+}
+
+Status SystemLibrary::resolve(std::initializer_list<SymbolSlot> table) const {
+    std::string missing;
+    for (const SymbolSlot& entry : table) {
+        void* address = dlsym(handle_, entry.name);
+        entry.store(entry.slot, address);
+        if (!address) missing += (missing.empty() ? "" : ", ") + std::string(entry.name);
+    }
+    if (!missing.empty()) return err(what_ + " (" + soname_ + ") has no " + missing);
+    return Status::success();
+}
+
 }  // namespace td

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "engine/graph/conv_geometry.h"
+
 namespace td {
 
 namespace {
@@ -111,8 +113,8 @@ constexpr NamedKind<MetricKind> kMetrics[] = {
     {MetricKind::TopK, "top_k"},
 };
 constexpr NamedKind<BufKind> kBufs[] = {
-    {BufKind::Param, "param"}, {BufKind::Grad, "grad"},   {BufKind::Input, "input"},
-    {BufKind::Label, "label"}, {BufKind::Arena, "arena"}, {BufKind::Alias, "alias"},
+    {BufKind::Param, "param"},   {BufKind::Grad, "grad"},   {BufKind::Input, "input"},
+    {BufKind::Label, "label"},   {BufKind::Arena, "arena"}, {BufKind::Alias, "alias"},
     {BufKind::Shadow, "shadow"},
 };
 
@@ -563,14 +565,6 @@ Result<Graph> parseGraph(const std::string& text) {
 
 namespace {
 
-// Output size of one spatial axis of a window op (conv, pooling): -1 when none fits.
-int64_t windowOut(int64_t in, int64_t k, int64_t stride, int64_t dil, int64_t padLo,
-                  int64_t padHi) {
-    const int64_t span = (k - 1) * dil + 1;
-    const int64_t room = in + padLo + padHi - span;
-    return room < 0 ? -1 : room / stride + 1;
-}
-
 bool sizes(const std::optional<std::vector<int64_t>>& v, size_t n, int64_t min) {
     if (!v) return true;
     if (v->size() != n) return false;
@@ -587,65 +581,33 @@ std::string verifyImageOp(const Graph& g, const Node& nd) {
     if (!sizes(a.dilation, 2, 1)) return "dilation must be two sizes >= 1";
     if (!sizes(a.pads, 4, 0)) return "pads must be four sizes >= 0 (top, bottom, left, right)";
     if (!sizes(a.window, 2, 1)) return "window must be two sizes >= 1";
-    const auto st = a.stridesOr(), dl = a.dilationOr(), pd = a.padsOr();
-    auto isImage = [](const Shape& s) { return s.size() == 4; };
-    auto windowed = [&](const Shape& x, int64_t kh, int64_t kw, int64_t ch) -> Shape {
-        const int64_t oh = windowOut(x[1], kh, st[0], dl[0], pd[0], pd[1]);
-        const int64_t ow = windowOut(x[2], kw, st[1], dl[1], pd[2], pd[3]);
-        if (oh <= 0 || ow <= 0) return {};
-        return {x[0], oh, ow, ch};
-    };
     switch (nd.op) {
         case Op::Conv2D:
         case Op::Conv2DGradInput:
-        case Op::Conv2DGradFilter: {
-            const Shape x = nd.op == Op::Conv2D            ? in(0).shape
-                            : nd.op == Op::Conv2DGradInput ? nd.shape
-                                                           : in(0).shape;
-            const Shape w = nd.op == Op::Conv2DGradFilter ? nd.shape : in(1).shape;
-            const Shape y = nd.op == Op::Conv2D            ? nd.shape
-                            : nd.op == Op::Conv2DGradInput ? in(0).shape
-                                                           : in(1).shape;
-            if (!isImage(x) || w.size() != 4 || !isImage(y))
-                return "expects an image [B,H,W,C] and a kernel [KH,KW,C/groups,F]";
-            const int64_t groups = a.groupsOr();
-            if (groups < 1 || x[3] % groups != 0 || w[3] % groups != 0 || w[2] * groups != x[3])
-                return "kernel " + shapeToString(w) + " does not fit " + std::to_string(x[3]) +
-                       " channels in " + std::to_string(groups) + " groups";
-            const Shape want = windowed(x, w[0], w[1], w[3]);
-            if (want.empty()) return "kernel " + shapeToString(w) + " larger than the padded input";
-            if (y != want)
-                return "output shape " + shapeToString(y) + ", expected " + shapeToString(want);
-            if (nd.op == Op::Conv2D && nd.inputs.size() == 3 && in(2).shape != Shape{w[3]})
-                return "bias shape " + shapeToString(in(2).shape) + ", expected [" +
-                       std::to_string(w[3]) + "]";
-            return {};
-        }
+        case Op::Conv2DGradFilter:
         case Op::MaxPool:
         case Op::AvgPool:
         case Op::MaxPoolGrad:
-        case Op::AvgPoolGrad: {
-            if (!a.window) return "missing attribute window";
-            if (a.dilation) return "pooling has no dilation";
-            const bool fwd = nd.op == Op::MaxPool || nd.op == Op::AvgPool;
-            const Shape x = fwd ? in(0).shape : nd.shape;
-            const Shape y = fwd ? nd.shape : in(0).shape;
-            if (!isImage(x)) return "expects an image [B,H,W,C]";
-            if (nd.op == Op::MaxPoolGrad && in(1).shape != x) return "x differs from the result";
-            const Shape want = windowed(x, (*a.window)[0], (*a.window)[1], x[3]);
-            if (want.empty()) return "window larger than the padded input";
-            if (y != want)
-                return "pooled shape " + shapeToString(y) + ", expected " + shapeToString(want);
-            return {};
-        }
+        case Op::AvgPoolGrad:
         case Op::Pad2D:
         case Op::Pad2DGrad: {
-            const Shape x = nd.op == Op::Pad2D ? in(0).shape : nd.shape;
-            const Shape y = nd.op == Op::Pad2D ? nd.shape : in(0).shape;
-            if (!isImage(x)) return "expects an image [B,H,W,C]";
-            const Shape want{x[0], x[1] + pd[0] + pd[1], x[2] + pd[2] + pd[3], x[3]};
+            auto geo = convGeometry(g, nd);
+            if (!geo.ok()) return geo.error();
+            const ConvShapes s = convShapes(g, nd);
+            const Shape& y = *s.y;
+            const bool conv = s.kernel != nullptr;
+            if (conv && y.size() != 4)
+                return "expects an image [B,H,W,C] and a kernel [KH,KW,C/groups,F]";
+            if (nd.op == Op::MaxPoolGrad && in(1).shape != *s.x) return "x differs from the result";
+            const Shape want{geo->B, geo->OH, geo->OW, geo->F};
             if (y != want)
-                return "padded shape " + shapeToString(y) + ", expected " + shapeToString(want);
+                return (conv                                           ? "output shape "
+                        : nd.op == Op::Pad2D || nd.op == Op::Pad2DGrad ? "padded shape "
+                                                                       : "pooled shape ") +
+                       shapeToString(y) + ", expected " + shapeToString(want);
+            if (nd.op == Op::Conv2D && nd.inputs.size() == 3 && in(2).shape != Shape{geo->F})
+                return "bias shape " + shapeToString(in(2).shape) + ", expected [" +
+                       std::to_string(geo->F) + "]";
             return {};
         }
         case Op::Scale:

@@ -308,28 +308,6 @@ Instr instrFor(const Node& n, InstrOp op, const std::vector<Operand>& values) {
     ins.epsilon = static_cast<float>(a.epsilon.value_or(0.0));
     ins.momentum = static_cast<float>(a.momentum.value_or(0.0));
     ins.offset = static_cast<float>(a.offset.value_or(0.0));
-    // The window: a pooling's from its attribute, a convolution's from its kernel [KH,KW,..].
-    WindowParams& w = ins.window;
-    if (a.window) {
-        w.kh = (*a.window)[0];
-        w.kw = (*a.window)[1];
-    } else if (n.op == Op::Conv2D || n.op == Op::Conv2DGradInput) {
-        w.kh = ins.in[1].shape[0];
-        w.kw = ins.in[1].shape[1];
-    } else if (n.op == Op::Conv2DGradFilter) {
-        w.kh = n.shape[0];
-        w.kw = n.shape[1];
-    }
-    const auto st = a.stridesOr(), dl = a.dilationOr(), pd = a.padsOr();
-    w.sh = st[0];
-    w.sw = st[1];
-    w.dh = dl[0];
-    w.dw = dl[1];
-    w.padTop = pd[0];
-    w.padBottom = pd[1];
-    w.padLeft = pd[2];
-    w.padRight = pd[3];
-    w.groups = a.groupsOr();
     return ins;
 }
 
@@ -458,6 +436,11 @@ Result<LoweredProgram> lower(const Graph& planned, const LowerOptions& opt) {
         }
         if (auto op = instrOpOf(n.op)) {
             Instr ins = instrFor(n, *op, lp.values);
+            if (hasConvGeometry(n.op)) {
+                auto geo = convGeometry(g, n);
+                if (!geo.ok()) return err(where(n) + geo.error());
+                ins.geometry = *geo;
+            }
             if (ins.op == InstrOp::Cast && ins.out.space == Space::Shadow)
                 ins.refreshOnly = opt.update != nullptr;
             if (ins.op == InstrOp::LossGrad && ins.dynamicScale && !lp.lossScaled)
@@ -665,7 +648,7 @@ std::string printProgram(const LoweredProgram& p) {
             case InstrOp::AvgPoolGrad:
             case InstrOp::Pad2D:
             case InstrOp::Pad2DGrad: {
-                const WindowParams& w = ins.window;
+                const ConvGeometry& w = ins.geometry;
                 os << " {window=" << w.kh << "x" << w.kw << ", strides=" << w.sh << "x" << w.sw
                    << ", dilation=" << w.dh << "x" << w.dw << ", pads=" << w.padTop << "x"
                    << w.padBottom << "x" << w.padLeft << "x" << w.padRight;

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "engine/core/result.h"
+#include "engine/graph/conv_geometry.h"
 #include "engine/graph/ir.h"
 #include "engine/graph/update_spec.h"
 
@@ -96,7 +97,7 @@ enum class InstrOp : uint8_t {
     BiasGrad,
     Add,
     Cast,  // in x; out in the node's dtype (refreshOnly: a parameter's shadow, see Instr)
-    // Images [B,H,W,C] (see Op for operands); geometry in Instr::window.
+    // Images [B,H,W,C] (see Op for operands); sizes, strides and pads in Instr::geometry.
     Conv2D,            // in x, w[, bias]; act, alpha (bias and eltwise post-ops)
     Conv2DGradInput,   // in dy, w
     Conv2DGradFilter,  // in x, dy
@@ -124,18 +125,6 @@ enum class InstrOp : uint8_t {
              // pass; else that one), StepArgs::update scalars
 };
 const char* instrOpName(InstrOp op);
-
-// The window of a convolution or pooling instruction: kernel (pooling: window) size, strides,
-// dilation, padding and groups.
-struct WindowParams {
-    int64_t kh = 1, kw = 1;
-    int64_t sh = 1, sw = 1;
-    int64_t dh = 1, dw = 1;
-    int64_t padTop = 0, padBottom = 0, padLeft = 0, padRight = 0;
-    int64_t groups = 1;
-
-    bool operator==(const WindowParams&) const = default;
-};
 
 struct Instr {
     InstrOp op = InstrOp::Add;
@@ -169,7 +158,7 @@ struct Instr {
     // Conv2D: the fused bias (in[2]); BatchNorm / LayerNorm: gamma and beta operands present.
     bool hasBias = false, hasGamma = false, hasBeta = false;
     bool batchStats = false;  // BatchNormGrad
-    WindowParams window;      // convolution, pooling, padding (pads only)
+    ConvGeometry geometry;    // convolution, pooling, padding (graph/conv_geometry.h)
     float epsilon = 0, momentum = 0, offset = 0;
 };
 

@@ -43,3 +43,6 @@ add_test(NAME layer_rules_catch_planted
                  -DWORK_DIR=${CMAKE_CURRENT_BINARY_DIR}/layer_rules_planted
                  -P ${CMAKE_CURRENT_LIST_DIR}/check_layers_planted.cmake)
 set_tests_properties(layer_rules_catch_planted PROPERTIES LABELS unit)
+# SystemLibrary (engine/core/module_loader.h) against a real system library, glibc's libm.
+td_add_test(test_module_loader SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_module_loader.cpp
+            LABELS unit engine LIBS traindeck_core ${CMAKE_DL_LIBS})

@@ -71,13 +71,12 @@ struct CpuInstr {
     // where the mask kept a live unit (planDropoutMasks; null: the mask is drawn again).
     const float* dropOut = nullptr;
     // Cast, and a matmul's conversions when oneDNN has no kernel for its dtype.
-    int conv = -1;  // index into CpuProgram::convs_
+    int conversion = -1;  // index into CpuProgram::conversions_
     // Images and normalization: further operands (gamma, beta, mean, var), the geometry.
     const float* c = nullptr;
     const float* d = nullptr;
     const float* e = nullptr;
-    cpu::PoolShape pool;  // pooling; padding: B, H, W, C of the unpadded image
-    int64_t pads[4] = {0, 0, 0, 0};
+    ConvGeometry geometry;  // pooling and padding (Instr::geometry)
     float epsilon = 0, momentum = 0, offset = 0;
     bool batchStats = false;
     // A convolution's weight reorders around its primitive (-1: none): into the layout the
@@ -177,7 +176,7 @@ struct Conversion {
     DType to = DType::F32;
     int64_t n = 0;
 };
-struct ConvPlan {
+struct ConversionPlan {
     std::vector<Conversion> before, after;
 };
 
@@ -260,8 +259,8 @@ class CpuProgram final : public Executable {
                 case BatchSite::Kind::PrimArg:
                     prims_[static_cast<size_t>(site.index)].args.at(site.arg).set_data_handle(p);
                     break;
-                case BatchSite::Kind::ConvSrc:
-                    convs_[static_cast<size_t>(site.index)].before.at(0).src = p;
+                case BatchSite::Kind::ConversionSrc:
+                    conversions_[static_cast<size_t>(site.index)].before.at(0).src = p;
                     break;
                 case BatchSite::Kind::BlockIn:
                     blocks_[static_cast<size_t>(site.index)].in[site.arg].ptr = p;
@@ -292,8 +291,8 @@ class CpuProgram final : public Executable {
     // Where the program reads the batch: instruction operands and oneDNN arguments in the input
     // or label space, so rebindBatch() can point them at a batch in place.
     struct BatchSite {
-        enum class Kind : uint8_t { OperandA, OperandB, PrimArg, ConvSrc, BlockIn } kind;
-        int index = 0;  // code_, prims_, convs_ or blocks_ entry
+        enum class Kind : uint8_t { OperandA, OperandB, PrimArg, ConversionSrc, BlockIn } kind;
+        int index = 0;  // code_, prims_, conversions_ or blocks_ entry
         int arg = 0;    // DNNL_ARG_* for PrimArg; the operand for BlockIn
         bool label = false;
         int64_t offset = 0;
@@ -387,7 +386,7 @@ class CpuProgram final : public Executable {
     std::vector<UpdateTensor> updateTensors_;
     LossScaleState* lossScale_ = nullptr;
     std::vector<BlockPlan> blocks_;
-    std::vector<ConvPlan> convs_;
+    std::vector<ConversionPlan> conversions_;
     // Block mode's f32 buffers, shared by every instruction (they run one after another):
     // in0, in1, out, a temporary and the column sums, each kBlockElems, then three buffers of
     // the largest reduction's operands.
@@ -700,7 +699,7 @@ Status CpuProgram::addMatmul(const Instr& in, CpuInstr& ins) {
         void* cPtr = resolve(in.out);
         if (convertHalf) {
             // f32 copies of the f16 operands (and the result), converted on every run.
-            ConvPlan cp;
+            ConversionPlan cp;
             auto f32Copy = [&](void* src, DType from, int64_t n, bool before) {
                 convScratch_.emplace_back(new float[static_cast<size_t>(n)]);
                 float* copy = convScratch_.back().get();
@@ -713,8 +712,8 @@ Status CpuProgram::addMatmul(const Instr& in, CpuInstr& ins) {
             aPtr = f32Copy(aPtr, opType, in.in[0].elements(), true);
             wPtr = f32Copy(wPtr, opType, in.in[1].elements(), true);
             if (outType != DType::F32) cPtr = f32Copy(cPtr, outType, in.out.elements(), false);
-            ins.conv = static_cast<int>(convs_.size());
-            convs_.push_back(std::move(cp));
+            ins.conversion = static_cast<int>(conversions_.size());
+            conversions_.push_back(std::move(cp));
         }
         // One primitive per piece; a piece reads a slice of A's rows or B's columns and writes
         // the same slice of C (and reads that slice of the bias).
@@ -900,20 +899,17 @@ Status CpuProgram::addConv(const Instr& in, CpuInstr& ins) {
     for (const Operand& o : in.in)
         if (o.dtype != DType::F32)
             return err(what + ": runs in f32, got a " + dtypeName(o.dtype) + " operand");
-    const WindowParams& w = in.window;
     // conv2d: (x, k) -> y; conv2d_grad_input: (dy, k) -> dx; conv2d_grad_filter: (x, dy) -> dk.
-    const bool gradInput = in.op == InstrOp::Conv2DGradInput;
-    const bool gradFilter = in.op == InstrOp::Conv2DGradFilter;
-    const Shape x = gradInput ? in.out.shape : in.in[0].shape;
-    const Shape k = gradFilter ? in.out.shape : in.in[1].shape;
-    const Shape y = gradInput ? in.in[0].shape : gradFilter ? in.in[1].shape : in.out.shape;
-    const memory::dims strides{w.sh, w.sw}, dilates{w.dh - 1, w.dw - 1}, padL{w.padTop, w.padLeft},
-        padR{w.padBottom, w.padRight};
-    const memory::desc xMd = imageDesc(x), yMd = imageDesc(y), kUser = kernelDesc(k, w.groups);
+    const ConvGeometry& g = in.geometry;
+    const Shape x{g.B, g.H, g.W, g.C}, y{g.B, g.OH, g.OW, g.F};
+    const Shape k{g.kh, g.kw, g.C / g.groups, g.F};
+    const memory::dims strides{g.sh, g.sw}, dilates{g.dh - 1, g.dw - 1}, padL{g.padTop, g.padLeft},
+        padR{g.padBottom, g.padRight};
+    const memory::desc xMd = imageDesc(x), yMd = imageDesc(y), kUser = kernelDesc(k, g.groups);
     const memory::desc kAny(kUser.dims(), memory::data_type::f32, memory::format_tag::any);
     const bool bias = in.op == InstrOp::Conv2D && in.hasBias && in.in.size() == 3;
     const memory::desc bMd =
-        bias ? memory::desc({k[3]}, memory::data_type::f32, memory::format_tag::x) : memory::desc();
+        bias ? memory::desc({g.F}, memory::data_type::f32, memory::format_tag::x) : memory::desc();
     primitive_attr attr;
     attr.set_scratchpad_mode(scratchpad_mode::user);
     if (in.op == InstrOp::Conv2D) {
@@ -1016,7 +1012,6 @@ Status CpuProgram::setupImageOp(const Instr& in, CpuInstr& ins) {
     ins.momentum = in.momentum;
     ins.offset = in.offset;
     ins.batchStats = in.batchStats;
-    const WindowParams& w = in.window;
     switch (in.op) {
         case InstrOp::MaxPool:
         case InstrOp::AvgPool:
@@ -1024,18 +1019,11 @@ Status CpuProgram::setupImageOp(const Instr& in, CpuInstr& ins) {
         case InstrOp::AvgPoolGrad:
         case InstrOp::Pad2D:
         case InstrOp::Pad2DGrad: {
-            const bool fwd =
-                in.op == InstrOp::MaxPool || in.op == InstrOp::AvgPool || in.op == InstrOp::Pad2D;
-            const Shape& x = fwd ? in.in[0].shape : in.out.shape;
-            const Shape& y = fwd ? in.out.shape : in.in[0].shape;
-            ins.pool = cpu::PoolShape{x[0], x[1], x[2], x[3], y[1],     y[2],
-                                      w.kh, w.kw, w.sh, w.sw, w.padTop, w.padLeft};
-            if (x[1] * x[2] * x[3] >= (int64_t(1) << 31))
-                return err(what + ": an image of " + shapeToString(x) + " has 2^31 values or more");
-            ins.pads[0] = w.padTop;
-            ins.pads[1] = w.padBottom;
-            ins.pads[2] = w.padLeft;
-            ins.pads[3] = w.padRight;
+            const ConvGeometry& g = in.geometry;
+            ins.geometry = g;
+            if (g.H * g.W * g.C >= (int64_t(1) << 31))
+                return err(what + ": an image of " + shapeToString(Shape{g.B, g.H, g.W, g.C}) +
+                           " has 2^31 values or more");
             break;
         }
         case InstrOp::Scale:
@@ -1190,13 +1178,13 @@ Status CpuProgram::build(const LoweredProgram& lp, const ProgramBindings& bind) 
                 ins.alpha = in.rate;
                 break;
             case InstrOp::Cast: {
-                ConvPlan cp;
+                ConversionPlan cp;
                 cp.before.push_back({resolve(in.in[0]), in.in[0].dtype, resolve(in.out),
                                      in.out.dtype, in.out.elements()});
-                ins.conv = static_cast<int>(convs_.size());
-                noteBatchSite(in.in[0], BatchSite::Kind::ConvSrc, ins.conv);
+                ins.conversion = static_cast<int>(conversions_.size());
+                noteBatchSite(in.in[0], BatchSite::Kind::ConversionSrc, ins.conversion);
                 ins.refreshOnly = in.refreshOnly;
-                convs_.push_back(std::move(cp));
+                conversions_.push_back(std::move(cp));
                 break;
             }
             case InstrOp::LossGrad:
@@ -1584,7 +1572,8 @@ void CpuProgram::fuseUpdates(const LoweredProgram& lp) {
     std::vector<bool> fused(updateTensors_.size(), false);
     for (size_t j = 0; j < static_cast<size_t>(updateAt); ++j) {
         CpuInstr& ins = code_[j];
-        if (lp.code[j].op != InstrOp::MatMul || ins.pieceRows.empty() || ins.conv >= 0) continue;
+        if (lp.code[j].op != InstrOp::MatMul || ins.pieceRows.empty() || ins.conversion >= 0)
+            continue;
         const Range out = rangeOf(lp.code[j].out);
         for (size_t t = 0; t < updateTensors_.size(); ++t) {
             const UpdateTensor& u = updateTensors_[t];
@@ -1742,7 +1731,7 @@ void CpuProgram::planAlongside(const LoweredProgram& lp) {
     auto product = [&](int k) {
         const CpuInstr& i = code_[static_cast<size_t>(k)];
         return (i.op == InstrOp::MatMul || i.op == InstrOp::Dense) && i.prim >= 0 &&
-               i.pieces == 1 && i.conv < 0 && i.sparse < 0 && i.fusedUpdate < 0 &&
+               i.pieces == 1 && i.conversion < 0 && i.sparse < 0 && i.fusedUpdate < 0 &&
                i.kPartials.empty() && i.block < 0;
     };
     // What may run on the caller beside it: products as above, and the row-wise, loss and
@@ -2175,7 +2164,8 @@ Status CpuProgram::exec(const CpuInstr& i, const StepArgs& args) {
     switch (i.op) {
         case InstrOp::MatMul:
         case InstrOp::Dense: {
-            const ConvPlan* cp = i.conv >= 0 ? &convs_[static_cast<size_t>(i.conv)] : nullptr;
+            const ConversionPlan* cp =
+                i.conversion >= 0 ? &conversions_[static_cast<size_t>(i.conversion)] : nullptr;
             if (cp)
                 for (const Conversion& c : cp->before) convert(c, nullptr, 0);
             try {
@@ -2279,25 +2269,29 @@ Status CpuProgram::exec(const CpuInstr& i, const StepArgs& args) {
             break;
         }
         case InstrOp::MaxPool:
-            cpu::maxPool(i.pool, i.a, i.out);
+            cpu::maxPool(i.geometry, i.a, i.out);
             break;
         case InstrOp::MaxPoolGrad:
-            cpu::maxPoolGrad(i.pool, i.a, static_cast<const float*>(i.b), i.out);
+            cpu::maxPoolGrad(i.geometry, i.a, static_cast<const float*>(i.b), i.out);
             break;
         case InstrOp::AvgPool:
-            cpu::avgPool(i.pool, i.a, i.out);
+            cpu::avgPool(i.geometry, i.a, i.out);
             break;
         case InstrOp::AvgPoolGrad:
-            cpu::avgPoolGrad(i.pool, i.a, i.out);
+            cpu::avgPoolGrad(i.geometry, i.a, i.out);
             break;
-        case InstrOp::Pad2D:
-            cpu::pad2d(i.a, i.out, i.pool.B, i.pool.H, i.pool.W, i.pool.C, i.pads[0], i.pads[1],
-                       i.pads[2], i.pads[3]);
+        case InstrOp::Pad2D: {
+            const ConvGeometry& g = i.geometry;
+            cpu::pad2d(i.a, i.out, g.B, g.H, g.W, g.C, g.padTop, g.padBottom, g.padLeft,
+                       g.padRight);
             break;
-        case InstrOp::Pad2DGrad:
-            cpu::pad2dGrad(i.a, i.out, i.pool.B, i.pool.H, i.pool.W, i.pool.C, i.pads[0], i.pads[1],
-                           i.pads[2], i.pads[3]);
+        }
+        case InstrOp::Pad2DGrad: {
+            const ConvGeometry& g = i.geometry;
+            cpu::pad2dGrad(i.a, i.out, g.B, g.H, g.W, g.C, g.padTop, g.padBottom, g.padLeft,
+                           g.padRight);
             break;
+        }
         case InstrOp::Scale:
             cpu::scale(i.a, i.out, i.cols, i.scale, i.offset);
             break;
@@ -2336,7 +2330,7 @@ Status CpuProgram::exec(const CpuInstr& i, const StepArgs& args) {
         case InstrOp::Cast: {
             if (i.refreshOnly && !args.refreshShadows) break;
             float tmp[1024];
-            for (const Conversion& c : convs_[static_cast<size_t>(i.conv)].before)
+            for (const Conversion& c : conversions_[static_cast<size_t>(i.conversion)].before)
                 convert(c, tmp, 1024);
             break;
         }

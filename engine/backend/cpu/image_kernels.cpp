@@ -16,7 +16,7 @@ namespace {
 struct Clip {
     int64_t h0, h1, w0, w1;
 };
-Clip clipWindow(const PoolShape& p, int64_t oh, int64_t ow) {
+Clip clipWindow(const ConvGeometry& p, int64_t oh, int64_t ow) {
     const int64_t hs = oh * p.sh - p.padTop, ws = ow * p.sw - p.padLeft;
     return {std::max<int64_t>(hs, 0), std::min(hs + p.kh, p.H), std::max<int64_t>(ws, 0),
             std::min(ws + p.kw, p.W)};
@@ -67,7 +67,7 @@ void reduceRows2(int64_t rows, int64_t C, double* sumsA, double* sumsB, F f) {
 
 }  // namespace
 
-void maxPool(const PoolShape& p, const float* x, float* y) {
+void maxPool(const ConvGeometry& p, const float* x, float* y) {
 #pragma omp parallel for collapse(2) schedule(static)
     for (int64_t b = 0; b < p.B; ++b)
         for (int64_t oh = 0; oh < p.OH; ++oh)
@@ -83,7 +83,7 @@ void maxPool(const PoolShape& p, const float* x, float* y) {
             }
 }
 
-void maxPoolGrad(const PoolShape& p, const float* dy, const float* x, float* dx) {
+void maxPoolGrad(const ConvGeometry& p, const float* dy, const float* x, float* dx) {
     // One image per thread: windows of one image may overlap, images never do. Per window, the
     // running maximum and its position for every channel at once (the channels are contiguous);
     // a later position wins only when strictly greater: the first maximum in row-major order.
@@ -125,7 +125,7 @@ void maxPoolGrad(const PoolShape& p, const float* dy, const float* x, float* dx)
     }
 }
 
-void avgPool(const PoolShape& p, const float* x, float* y) {
+void avgPool(const ConvGeometry& p, const float* x, float* y) {
 #pragma omp parallel for collapse(2) schedule(static)
     for (int64_t b = 0; b < p.B; ++b)
         for (int64_t oh = 0; oh < p.OH; ++oh)
@@ -143,7 +143,7 @@ void avgPool(const PoolShape& p, const float* x, float* y) {
             }
 }
 
-void avgPoolGrad(const PoolShape& p, const float* dy, float* dx) {
+void avgPoolGrad(const ConvGeometry& p, const float* dy, float* dx) {
 #pragma omp parallel for schedule(static)
     for (int64_t b = 0; b < p.B; ++b) {
         float* dxb = dx + b * p.H * p.W * p.C;

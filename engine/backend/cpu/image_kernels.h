@@ -6,22 +6,21 @@
 
 #include <cstdint>
 
+#include "engine/graph/conv_geometry.h"
+
 namespace td::cpu {
 
-// A pooling window over x [B,H,W,C] -> y [B,OH,OW,C].
-struct PoolShape {
-    int64_t B = 0, H = 0, W = 0, C = 0, OH = 0, OW = 0;
-    int64_t kh = 1, kw = 1, sh = 1, sw = 1, padTop = 0, padLeft = 0;
-};
+// Pooling reads a window's geometry (graph/conv_geometry.h): x [B,H,W,C] -> y [B,OH,OW,C],
+// window kh x kw, strides sh, sw, padTop and padLeft before the first window.
 
 // y = the maximum of each window's positions inside the image (padding never wins).
-void maxPool(const PoolShape& p, const float* x, float* y);
+void maxPool(const ConvGeometry& p, const float* x, float* y);
 // dx = 0, then each dy added at the first maximum of its window (x read again). An image's
 // H * W * C must be below 2^31.
-void maxPoolGrad(const PoolShape& p, const float* dy, const float* x, float* dx);
+void maxPoolGrad(const ConvGeometry& p, const float* dy, const float* x, float* dx);
 // y = the mean over each window's positions inside the image (padding not counted).
-void avgPool(const PoolShape& p, const float* x, float* y);
-void avgPoolGrad(const PoolShape& p, const float* dy, float* dx);
+void avgPool(const ConvGeometry& p, const float* x, float* y);
+void avgPoolGrad(const ConvGeometry& p, const float* dy, float* dx);
 
 // y [B, H + top + bottom, W + left + right, C]: x with zeros around it.
 void pad2d(const float* x, float* y, int64_t B, int64_t H, int64_t W, int64_t C, int64_t top,

@@ -1,30 +1,33 @@
 #include "engine/backend/cuda/cublaslt_matmul.h"
 
 #include <cublasLt.h>
-#include <dlfcn.h>
 
 #include <cstring>
 #include <mutex>
 
+#include "engine/core/module_loader.h"
+
 namespace td::cuda {
 
-// The cuBLASLt entry points the device uses, resolved with dlsym.
+// The cuBLASLt entry points the device uses (engine/core/module_loader.h: SystemLibrary).
 class LtLibrary {
   public:
 #define TD_LT_FN(name) decltype(&::name) name = nullptr;
-    TD_LT_FN(cublasLtCreate)
-    TD_LT_FN(cublasLtDestroy)
-    TD_LT_FN(cublasLtGetStatusString)
-    TD_LT_FN(cublasLtMatmulDescCreate)
-    TD_LT_FN(cublasLtMatmulDescDestroy)
-    TD_LT_FN(cublasLtMatmulDescSetAttribute)
-    TD_LT_FN(cublasLtMatrixLayoutCreate)
-    TD_LT_FN(cublasLtMatrixLayoutDestroy)
-    TD_LT_FN(cublasLtMatmulPreferenceCreate)
-    TD_LT_FN(cublasLtMatmulPreferenceDestroy)
-    TD_LT_FN(cublasLtMatmulPreferenceSetAttribute)
-    TD_LT_FN(cublasLtMatmulAlgoGetHeuristic)
-    TD_LT_FN(cublasLtMatmul)
+#define TD_LT_FNS(X)                        \
+    X(cublasLtCreate)                       \
+    X(cublasLtDestroy)                      \
+    X(cublasLtGetStatusString)              \
+    X(cublasLtMatmulDescCreate)             \
+    X(cublasLtMatmulDescDestroy)            \
+    X(cublasLtMatmulDescSetAttribute)       \
+    X(cublasLtMatrixLayoutCreate)           \
+    X(cublasLtMatrixLayoutDestroy)          \
+    X(cublasLtMatmulPreferenceCreate)       \
+    X(cublasLtMatmulPreferenceDestroy)      \
+    X(cublasLtMatmulPreferenceSetAttribute) \
+    X(cublasLtMatmulAlgoGetHeuristic)       \
+    X(cublasLtMatmul)
+    TD_LT_FNS(TD_LT_FN)
 #undef TD_LT_FN
 
     std::string error;  // why loading failed (empty: loaded)
@@ -42,43 +45,20 @@ class LtLibrary {
   private:
     static LtLibrary load() {
         LtLibrary lib;
-        void* h = nullptr;
-        for (const char* name : {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"}) {
-            h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-            if (h) break;
-        }
-        if (!h) {
-            const char* e = dlerror();
-            lib.error =
-                std::string("cannot load cuBLASLt (libcublasLt.so.13): ") + (e ? e : "not found");
+        auto so = SystemLibrary::open("cuBLASLt",
+                                      {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"});
+        if (!so.ok()) {
+            lib.error = so.error();
             return lib;
         }
-        bool ok = true;
-        auto sym = [&](auto& fn, const char* name) {
-            fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(h, name));
-            if (!fn && ok) {
-                ok = false;
-                lib.error = std::string("cuBLASLt has no ") + name;
-            }
-        };
-#define TD_LT_SYM(name) sym(lib.name, #name);
-        TD_LT_SYM(cublasLtCreate)
-        TD_LT_SYM(cublasLtDestroy)
-        TD_LT_SYM(cublasLtGetStatusString)
-        TD_LT_SYM(cublasLtMatmulDescCreate)
-        TD_LT_SYM(cublasLtMatmulDescDestroy)
-        TD_LT_SYM(cublasLtMatmulDescSetAttribute)
-        TD_LT_SYM(cublasLtMatrixLayoutCreate)
-        TD_LT_SYM(cublasLtMatrixLayoutDestroy)
-        TD_LT_SYM(cublasLtMatmulPreferenceCreate)
-        TD_LT_SYM(cublasLtMatmulPreferenceDestroy)
-        TD_LT_SYM(cublasLtMatmulPreferenceSetAttribute)
-        TD_LT_SYM(cublasLtMatmulAlgoGetHeuristic)
-        TD_LT_SYM(cublasLtMatmul)
-#undef TD_LT_SYM
+#define TD_LT_SLOT(name) SymbolSlot(#name, lib.name),
+        const Status resolved = so->resolve({TD_LT_FNS(TD_LT_SLOT)});
+#undef TD_LT_SLOT
+        if (!resolved.ok()) lib.error = resolved.error();
         return lib;
     }
 };
+#undef TD_LT_FNS
 
 namespace {
 

@@ -426,34 +426,9 @@ Status CudaProgram::addInstr(const Instr& in, size_t index, const LoweredProgram
         case InstrOp::Conv2DGradInput:
         case InstrOp::Conv2DGradFilter: {
             TD_RETURN_IF_ERROR(requireF32());
-            const WindowParams& w = in.window;
             const bool gradInput = in.op == InstrOp::Conv2DGradInput;
             const bool gradFilter = in.op == InstrOp::Conv2DGradFilter;
-            const Shape x = gradInput ? in.out.shape : in.in[0].shape;
-            const Shape k = gradFilter ? in.out.shape : in.in[1].shape;
-            const Shape y = gradInput ? in.in[0].shape : gradFilter ? in.in[1].shape : in.out.shape;
-            if (x.size() != 4 || k.size() != 4 || y.size() != 4)
-                return err(what + ": images [B,H,W,C] and kernels [KH,KW,C/groups,F] expected");
-            cuda::ConvGeom g;
-            g.B = x[0];
-            g.H = x[1];
-            g.W = x[2];
-            g.C = x[3];
-            g.OH = y[1];
-            g.OW = y[2];
-            g.F = y[3];
-            g.kh = k[0];
-            g.kw = k[1];
-            g.sh = w.sh;
-            g.sw = w.sw;
-            g.dh = w.dh;
-            g.dw = w.dw;
-            g.padTop = w.padTop;
-            g.padLeft = w.padLeft;
-            g.groups = std::max<int64_t>(1, w.groups);
-            if (g.C % g.groups != 0 || g.F % g.groups != 0 || k[2] * g.groups != g.C || k[3] != g.F)
-                return err(what + ": kernel " + shapeToString(k) + " does not fit image " +
-                           shapeToString(x) + " with " + std::to_string(g.groups) + " groups");
+            const ConvGeometry g = in.geometry;  // a copy: the launches below capture it
             if (in.op == InstrOp::Conv2D && act == ActKind::Softmax)
                 return err(what + ": activation softmax is not a post-op");
             // cuDNN where it can run this convolution, else the direct kernels.
@@ -463,8 +438,8 @@ Status CudaProgram::addInstr(const Instr& in, size_t index, const LoweredProgram
                                             : gradFilter ? cuda::ConvPass::GradFilter
                                                          : cuda::ConvPass::Forward;
                 std::string whyNot;
-                auto planned = cuda::DnnConv::plan(*ctx_.dnn, pass, g, w.padBottom, w.padRight,
-                                                   ctx_.ltWorkspaceBytes, &whyNot);
+                auto planned =
+                    cuda::DnnConv::plan(*ctx_.dnn, pass, g, ctx_.ltWorkspaceBytes, &whyNot);
                 if (!planned.ok()) return err(what + ": " + planned.error());
                 if (*planned) {
                     const cuda::DnnConv* dc = planned->get();
@@ -503,15 +478,8 @@ Status CudaProgram::addInstr(const Instr& in, size_t index, const LoweredProgram
         case InstrOp::Pad2D:
         case InstrOp::Pad2DGrad: {
             TD_RETURN_IF_ERROR(requireF32());
-            const bool fwd =
-                in.op == InstrOp::MaxPool || in.op == InstrOp::AvgPool || in.op == InstrOp::Pad2D;
-            const Shape& x = fwd ? in.in[0].shape : in.out.shape;
-            const Shape& y = fwd ? in.out.shape : in.in[0].shape;
-            if (x.size() != 4 || y.size() != 4) return err(what + ": images [B,H,W,C] expected");
-            const WindowParams& w = in.window;
-            cuda::PoolGeom p{x[0], x[1], x[2], x[3], y[1],     y[2],
-                             w.kh, w.kw, w.sh, w.sw, w.padTop, w.padLeft};
-            const int64_t t = w.padTop, bo = w.padBottom, l = w.padLeft, r = w.padRight;
+            const ConvGeometry p = in.geometry;  // a copy: the launches below capture it
+            const int64_t t = p.padTop, bo = p.padBottom, l = p.padLeft, r = p.padRight;
             switch (in.op) {
                 case InstrOp::MaxPool:
                     push(TD_KERNEL(cuda::maxPool(st, p, af, outF)));

@@ -22,7 +22,7 @@ namespace {
 struct Clip {
     int64_t h0, h1, w0, w1;
 };
-__device__ inline Clip clipWindow(const PoolGeom& p, int64_t oh, int64_t ow) {
+__device__ inline Clip clipWindow(const ConvGeometry& p, int64_t oh, int64_t ow) {
     const int64_t hs = oh * p.sh - p.padTop, ws = ow * p.sw - p.padLeft;
     return {hs > 0 ? hs : 0, hs + p.kh < p.H ? hs + p.kh : p.H, ws > 0 ? ws : 0,
             ws + p.kw < p.W ? ws + p.kw : p.W};
@@ -37,7 +37,7 @@ __device__ inline void windowsHolding(int64_t i, int64_t pad, int64_t k, int64_t
     if (hi > outLen - 1) hi = outLen - 1;
 }
 
-__global__ void maxPoolKernel(PoolGeom p, const float* x, float* y) {
+__global__ void maxPoolKernel(ConvGeometry p, const float* x, float* y) {
     TD_GRID_STRIDE(i, p.B * p.OH * p.OW * p.C) {
         const int64_t c = i % p.C;
         int64_t t = i / p.C;
@@ -54,7 +54,7 @@ __global__ void maxPoolKernel(PoolGeom p, const float* x, float* y) {
 }
 
 // dx[b,h,w,c]: the dy of every window whose first maximum (row-major) is this position.
-__global__ void maxPoolGradKernel(PoolGeom p, const float* dy, const float* x, float* dx) {
+__global__ void maxPoolGradKernel(ConvGeometry p, const float* dy, const float* x, float* dx) {
     TD_GRID_STRIDE(i, p.B * p.H * p.W * p.C) {
         const int64_t c = i % p.C;
         int64_t t = i / p.C;
@@ -85,7 +85,7 @@ __global__ void maxPoolGradKernel(PoolGeom p, const float* dy, const float* x, f
     }
 }
 
-__global__ void avgPoolKernel(PoolGeom p, const float* x, float* y) {
+__global__ void avgPoolKernel(ConvGeometry p, const float* x, float* y) {
     TD_GRID_STRIDE(i, p.B * p.OH * p.OW * p.C) {
         const int64_t c = i % p.C;
         int64_t t = i / p.C;
@@ -100,7 +100,7 @@ __global__ void avgPoolKernel(PoolGeom p, const float* x, float* y) {
     }
 }
 
-__global__ void avgPoolGradKernel(PoolGeom p, const float* dy, float* dx) {
+__global__ void avgPoolGradKernel(ConvGeometry p, const float* dy, float* dx) {
     TD_GRID_STRIDE(i, p.B * p.H * p.W * p.C) {
         const int64_t c = i % p.C;
         int64_t t = i / p.C;
@@ -249,7 +249,7 @@ __global__ void rowStatsKernel(const float* x, float* stats, int64_t rows, int64
 
 // ---- direct convolutions ------------------------------------------------------------------
 
-__global__ void conv2dKernel(ConvGeom g, const float* x, const float* w, const float* bias,
+__global__ void conv2dKernel(ConvGeometry g, const float* x, const float* w, const float* bias,
                              float* y, ActKind act, float alpha) {
     const int64_t Cg = g.C / g.groups, Fg = g.F / g.groups;
     TD_GRID_STRIDE(i, g.B * g.OH * g.OW * g.F) {
@@ -276,7 +276,7 @@ __global__ void conv2dKernel(ConvGeom g, const float* x, const float* w, const f
     }
 }
 
-__global__ void conv2dGradInputKernel(ConvGeom g, const float* dy, const float* w, float* dx) {
+__global__ void conv2dGradInputKernel(ConvGeometry g, const float* dy, const float* w, float* dx) {
     const int64_t Cg = g.C / g.groups, Fg = g.F / g.groups;
     TD_GRID_STRIDE(i, g.B * g.H * g.W * g.C) {
         const int64_t c = i % g.C;
@@ -308,7 +308,7 @@ __global__ void conv2dGradInputKernel(ConvGeom g, const float* dy, const float* 
 // One block per kernel value dw[ky, kx, ci, f]: its threads split the (b, oy, ox) positions, a
 // shared-memory tree adds their sums.
 constexpr int kFilterThreads = 128;
-__global__ void conv2dGradFilterKernel(ConvGeom g, const float* x, const float* dy, float* dw) {
+__global__ void conv2dGradFilterKernel(ConvGeometry g, const float* x, const float* dy, float* dw) {
     __shared__ float part[kFilterThreads];
     const int64_t Cg = g.C / g.groups, Fg = g.F / g.groups;
     const int64_t total = g.kh * g.kw * Cg * g.F;
@@ -371,23 +371,23 @@ cudaError_t krscToKeras(cudaStream_t s, const float* src, float* dst, int64_t kh
     return cudaGetLastError();
 }
 
-cudaError_t maxPool(cudaStream_t s, const PoolGeom& p, const float* x, float* y) {
+cudaError_t maxPool(cudaStream_t s, const ConvGeometry& p, const float* x, float* y) {
     maxPoolKernel<<<blocksFor(p.B * p.OH * p.OW * p.C), kThreads, 0, s>>>(p, x, y);
     return cudaGetLastError();
 }
 
-cudaError_t maxPoolGrad(cudaStream_t s, const PoolGeom& p, const float* dy, const float* x,
+cudaError_t maxPoolGrad(cudaStream_t s, const ConvGeometry& p, const float* dy, const float* x,
                         float* dx) {
     maxPoolGradKernel<<<blocksFor(p.B * p.H * p.W * p.C), kThreads, 0, s>>>(p, dy, x, dx);
     return cudaGetLastError();
 }
 
-cudaError_t avgPool(cudaStream_t s, const PoolGeom& p, const float* x, float* y) {
+cudaError_t avgPool(cudaStream_t s, const ConvGeometry& p, const float* x, float* y) {
     avgPoolKernel<<<blocksFor(p.B * p.OH * p.OW * p.C), kThreads, 0, s>>>(p, x, y);
     return cudaGetLastError();
 }
 
-cudaError_t avgPoolGrad(cudaStream_t s, const PoolGeom& p, const float* dy, float* dx) {
+cudaError_t avgPoolGrad(cudaStream_t s, const ConvGeometry& p, const float* dy, float* dx) {
     avgPoolGradKernel<<<blocksFor(p.B * p.H * p.W * p.C), kThreads, 0, s>>>(p, dy, dx);
     return cudaGetLastError();
 }
@@ -521,20 +521,20 @@ cudaError_t layerNormGammaGrad(cudaStream_t s, const float* dy, const float* x, 
         [=] __device__(int64_t c, double sum) { dgamma[c] = static_cast<float>(sum); });
 }
 
-cudaError_t conv2d(cudaStream_t s, const ConvGeom& g, const float* x, const float* w,
+cudaError_t conv2d(cudaStream_t s, const ConvGeometry& g, const float* x, const float* w,
                    const float* bias, float* y, ActKind act, float alpha) {
     conv2dKernel<<<blocksFor(g.B * g.OH * g.OW * g.F), kThreads, 0, s>>>(g, x, w, bias, y, act,
                                                                          alpha);
     return cudaGetLastError();
 }
 
-cudaError_t conv2dGradInput(cudaStream_t s, const ConvGeom& g, const float* dy, const float* w,
+cudaError_t conv2dGradInput(cudaStream_t s, const ConvGeometry& g, const float* dy, const float* w,
                             float* dx) {
     conv2dGradInputKernel<<<blocksFor(g.B * g.H * g.W * g.C), kThreads, 0, s>>>(g, dy, w, dx);
     return cudaGetLastError();
 }
 
-cudaError_t conv2dGradFilter(cudaStream_t s, const ConvGeom& g, const float* x, const float* dy,
+cudaError_t conv2dGradFilter(cudaStream_t s, const ConvGeometry& g, const float* x, const float* dy,
                              float* dw) {
     const int64_t total = g.kh * g.kw * (g.C / g.groups) * g.F;
     const int blocks = static_cast<int>(total < 65535 ? (total < 1 ? 1 : total) : 65535);

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 
+#include "engine/graph/conv_geometry.h"
 #include "engine/graph/ir.h"  // ActKind, LossKind, MetricKind
 #include "engine/graph/update_spec.h"
 
@@ -81,16 +82,13 @@ cudaError_t regGrad(cudaStream_t s, Ten g, Ten w, Ten out, int64_t n, float l1, 
 // acc[0] += double(x[0]) * factor.
 cudaError_t accumulate(cudaStream_t s, const float* x, double* acc, double factor);
 
-// Images and normalization (f32).
-struct PoolGeom {
-    int64_t B = 0, H = 0, W = 0, C = 0, OH = 0, OW = 0;
-    int64_t kh = 1, kw = 1, sh = 1, sw = 1, padTop = 0, padLeft = 0;
-};
-cudaError_t maxPool(cudaStream_t s, const PoolGeom& p, const float* x, float* y);
-cudaError_t maxPoolGrad(cudaStream_t s, const PoolGeom& p, const float* dy, const float* x,
+// Images and normalization (f32). Pooling and the convolutions take the instruction's geometry
+// (Instr::geometry, graph/conv_geometry.h) by value into their kernels.
+cudaError_t maxPool(cudaStream_t s, const ConvGeometry& p, const float* x, float* y);
+cudaError_t maxPoolGrad(cudaStream_t s, const ConvGeometry& p, const float* dy, const float* x,
                         float* dx);
-cudaError_t avgPool(cudaStream_t s, const PoolGeom& p, const float* x, float* y);
-cudaError_t avgPoolGrad(cudaStream_t s, const PoolGeom& p, const float* dy, float* dx);
+cudaError_t avgPool(cudaStream_t s, const ConvGeometry& p, const float* x, float* y);
+cudaError_t avgPoolGrad(cudaStream_t s, const ConvGeometry& p, const float* dy, float* dx);
 cudaError_t pad2d(cudaStream_t s, const float* x, float* y, int64_t B, int64_t H, int64_t W,
                   int64_t C, int64_t top, int64_t bottom, int64_t left, int64_t right);
 cudaError_t pad2dGrad(cudaStream_t s, const float* dy, float* dx, int64_t B, int64_t H, int64_t W,
@@ -122,17 +120,12 @@ cudaError_t layerNormGammaGrad(cudaStream_t s, const float* dy, const float* x, 
 // Direct convolutions over channels-last images, where cuDNN cannot run one (cudnn_conv.h): one
 // thread per output value, the filter gradient one block per kernel value.
 // x [B,H,W,C], w [KH,KW,C/groups,F], y [B,OH,OW,F].
-struct ConvGeom {
-    int64_t B = 0, H = 0, W = 0, C = 0, OH = 0, OW = 0, F = 0;
-    int64_t kh = 1, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1, padTop = 0, padLeft = 0;
-    int64_t groups = 1;
-};
 // y = act(conv(x, w) + bias); bias may be null.
-cudaError_t conv2d(cudaStream_t s, const ConvGeom& g, const float* x, const float* w,
+cudaError_t conv2d(cudaStream_t s, const ConvGeometry& g, const float* x, const float* w,
                    const float* bias, float* y, ActKind act, float alpha);
-cudaError_t conv2dGradInput(cudaStream_t s, const ConvGeom& g, const float* dy, const float* w,
+cudaError_t conv2dGradInput(cudaStream_t s, const ConvGeometry& g, const float* dy, const float* w,
                             float* dx);
-cudaError_t conv2dGradFilter(cudaStream_t s, const ConvGeom& g, const float* x, const float* dy,
+cudaError_t conv2dGradFilter(cudaStream_t s, const ConvGeometry& g, const float* x, const float* dy,
                              float* dw);
 // A kernel between Keras' layout [KH,KW,Cg,F] and cuDNN's channels-last filters [F,KH,KW,Cg].
 cudaError_t kerasToKrsc(cudaStream_t s, const float* src, float* dst, int64_t kh, int64_t kw,

@@ -1,13 +1,12 @@
 #include "engine/backend/cuda/cudnn_conv.h"
 
 #include <cudnn.h>
-#include <dlfcn.h>
 
-#include <type_traits>
+#include "engine/core/module_loader.h"
 
 namespace td::cuda {
 
-// The cuDNN entry points the device uses, resolved with dlsym.
+// The cuDNN entry points the device uses (engine/core/module_loader.h: SystemLibrary).
 class DnnLibrary {
   public:
 #define TD_DNN_FN(name) decltype(&::name) name = nullptr;
@@ -51,23 +50,15 @@ class DnnLibrary {
   private:
     static DnnLibrary load() {
         DnnLibrary lib;
-        void* h = nullptr;
-        for (const char* name : {"libcudnn.so.9", "libcudnn.so"}) {
-            h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-            if (h) break;
-        }
-        if (!h) {
-            const char* e = dlerror();
-            lib.error = std::string("cannot load cuDNN (libcudnn.so.9): ") + (e ? e : "not found");
+        auto so = SystemLibrary::open("cuDNN", {"libcudnn.so.9", "libcudnn.so"});
+        if (!so.ok()) {
+            lib.error = so.error();
             return lib;
         }
-        auto sym = [&](auto& fn, const char* name) {
-            fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(h, name));
-            if (!fn && lib.error.empty()) lib.error = std::string("cuDNN has no ") + name;
-        };
-#define TD_DNN_SYM(name) sym(lib.name, #name);
-        TD_DNN_FNS(TD_DNN_SYM)
-#undef TD_DNN_SYM
+#define TD_DNN_SLOT(name) SymbolSlot(#name, lib.name),
+        const Status resolved = so->resolve({TD_DNN_FNS(TD_DNN_SLOT)});
+#undef TD_DNN_SLOT
+        if (!resolved.ok()) lib.error = resolved.error();
         return lib;
     }
 };
@@ -139,12 +130,11 @@ bool fitsInt(int64_t v) {
 }  // namespace
 
 Result<std::unique_ptr<DnnConv>> DnnConv::plan(const DnnContext& ctx, ConvPass pass,
-                                               const ConvGeom& g, int64_t padBottom,
-                                               int64_t padRight, size_t workspaceBytes,
+                                               const ConvGeometry& g, size_t workspaceBytes,
                                                std::string* whyNot) {
     const DnnLibrary& lib = ctx.lib();
     const char* what = "cuDNN convolution";
-    if (padBottom != g.padTop || padRight != g.padLeft) {
+    if (g.padBottom != g.padTop || g.padRight != g.padLeft) {
         *whyNot = "uneven padding";
         return std::unique_ptr<DnnConv>();
     }

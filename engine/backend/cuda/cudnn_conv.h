@@ -43,8 +43,7 @@ class DnnConv {
     // Plans one convolution pass; null with `whyNot` set when cuDNN cannot run it (the caller
     // uses the direct kernels). Errors: cuDNN failed outright.
     static Result<std::unique_ptr<DnnConv>> plan(const DnnContext& ctx, ConvPass pass,
-                                                 const ConvGeom& g, int64_t padBottom,
-                                                 int64_t padRight, size_t workspaceBytes,
+                                                 const ConvGeometry& g, size_t workspaceBytes,
                                                  std::string* whyNot);
     // Forward: (x, w) -> y; GradInput: (dy, w) -> dx; GradFilter: (x, dy) -> dw. The kernel
     // (read or written) is in Keras layout; `filter` holds its cuDNN-layout copy (filterFloats()).
@@ -57,7 +56,7 @@ class DnnConv {
     void destroy();
     const DnnContext* ctx_ = nullptr;
     ConvPass pass_ = ConvPass::Forward;
-    ConvGeom g_;
+    ConvGeometry g_;
     void* xDesc_ = nullptr;
     void* yDesc_ = nullptr;
     void* wDesc_ = nullptr;

@@ -2,7 +2,7 @@
 // place (so a program captures it into its CUDA Graph and nothing waits on the host). Host
 // reductions, barriers and aborts go on to the host collectives the trainer already has (the
 // replica group, and MPI between workers), so log points, failures and timeouts behave as on CPUs.
-// NCCL is opened with dlopen: without it, the trainer keeps the host path.
+// NCCL is opened on first use (core/module_loader.h): without it, the trainer keeps the host path.
 //
 // Between the GPUs of one process (deviceCollectives in backend.h): one communicator per device
 // from ncclCommInitAll.
@@ -19,7 +19,6 @@
 // the communicators (ncclCommAbort ends the waiting kernels). The next run of a program sees it
 // (deviceSumsUsable), local replica 0 names the missing worker with a barrier of the MPI group
 // where it can, and the host group is broken with that reason.
-#include <dlfcn.h>
 #include <nccl.h>
 
 #include <atomic>
@@ -38,6 +37,7 @@
 #include "engine/backend/cuda/cuda_device.h"
 #include "engine/backend/device_collectives.h"
 #include "engine/backend/nccl_workers.h"
+#include "engine/core/module_loader.h"
 #include "engine/distribute/collectives.h"
 
 namespace td {
@@ -73,30 +73,19 @@ class NcclLibrary {
   private:
     static NcclLibrary load() {
         NcclLibrary lib;
-        void* h = nullptr;
-        for (const char* name : {"libnccl.so.2", "libnccl.so"}) {
-            h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-            if (h) break;
-        }
-        if (!h) {
-            const char* e = dlerror();
-            lib.error = std::string("cannot load NCCL (libnccl.so.2): ") + (e ? e : "not found");
+        auto so = SystemLibrary::open("NCCL", {"libnccl.so.2", "libnccl.so"});
+        if (!so.ok()) {
+            lib.error = lib.workerError = so.error();
             return lib;
         }
-        auto sym = [&](auto& fn, const char* name) {
-            fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(h, name));
-            if (!fn && lib.error.empty()) lib.error = std::string("NCCL has no ") + name;
-        };
-#define TD_NCCL_SYM(name) sym(lib.name, #name);
-        TD_NCCL_FNS(TD_NCCL_SYM)
-#undef TD_NCCL_SYM
+#define TD_NCCL_SLOT(name) SymbolSlot(#name, lib.name),
+        const Status resolved = so->resolve({TD_NCCL_FNS(TD_NCCL_SLOT)});
+        const Status workers = so->resolve({TD_NCCL_WORKER_FNS(TD_NCCL_SLOT)});
+#undef TD_NCCL_SLOT
+        if (!resolved.ok()) lib.error = resolved.error();
         lib.workerError = lib.error;
-#define TD_NCCL_WORKER_SYM(name)                                      \
-    lib.name = reinterpret_cast<decltype(lib.name)>(dlsym(h, #name)); \
-    if (!lib.name && lib.workerError.empty())                         \
-        lib.workerError = "NCCL has no " #name " (NCCL 2.14 or later sums between processes)";
-        TD_NCCL_WORKER_FNS(TD_NCCL_WORKER_SYM)
-#undef TD_NCCL_WORKER_SYM
+        if (lib.workerError.empty() && !workers.ok())
+            lib.workerError = workers.error() + " (NCCL 2.14 or later sums between processes)";
         return lib;
     }
 #undef TD_NCCL_FNS

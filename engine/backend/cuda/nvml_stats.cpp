@@ -1,9 +1,8 @@
-// NVML through dlopen. The few declarations used are NVML's stable C ABI (nvml.h), restated here
-// so the build does not need the header either.
+// NVML, opened on first use (core/module_loader.h). The few declarations used are NVML's stable C
+// ABI (nvml.h), restated here so the build does not need the header either.
 #include "engine/backend/cuda/nvml_stats.h"
 
 #include <cuda_runtime_api.h>
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <cctype>
@@ -11,7 +10,8 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
-#include <type_traits>
+
+#include "engine/core/module_loader.h"
 
 namespace td {
 
@@ -61,25 +61,22 @@ class Nvml {
   private:
     Nvml() { load(*this); }
     static void load(Nvml& n) {
-        void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-        if (!lib) {
-            const char* e = dlerror();
-            n.error = std::string("cannot load libnvidia-ml.so.1: ") + (e ? e : "not found");
+        // The library stays loaded for the process (NVML is shut down by the driver at exit).
+        auto lib = SystemLibrary::open("NVML", {"libnvidia-ml.so.1"});
+        if (!lib.ok()) {
+            n.error = lib.error();
             return;
         }
-        auto sym = [&](auto& fn, const char* name) {
-            fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
-            if (!fn && n.error.empty()) n.error = std::string("NVML has no ") + name;
-        };
-        sym(n.init, "nvmlInit_v2");
-        sym(n.byBusId, "nvmlDeviceGetHandleByPciBusId_v2");
-        sym(n.memoryInfo, "nvmlDeviceGetMemoryInfo");
-        sym(n.utilization, "nvmlDeviceGetUtilizationRates");
-        if (n.error.empty()) {
-            const nvmlReturn_t r = n.init();
-            if (r != 0) n.error = "nvmlInit_v2 failed (NVML error " + std::to_string(r) + ")";
+        const Status resolved = lib->resolve({{"nvmlInit_v2", n.init},
+                                              {"nvmlDeviceGetHandleByPciBusId_v2", n.byBusId},
+                                              {"nvmlDeviceGetMemoryInfo", n.memoryInfo},
+                                              {"nvmlDeviceGetUtilizationRates", n.utilization}});
+        if (!resolved.ok()) {
+            n.error = resolved.error();
+            return;
         }
-        // The library stays loaded for the process (NVML is shut down by the driver at exit).
+        const nvmlReturn_t r = n.init();
+        if (r != 0) n.error = "nvmlInit_v2 failed (NVML error " + std::to_string(r) + ")";
     }
 
     std::mutex mu_;

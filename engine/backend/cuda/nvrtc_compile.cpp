@@ -1,17 +1,17 @@
 #include "engine/backend/cuda/nvrtc_compile.h"
 
 #include <cuda.h>
-#include <dlfcn.h>
 #include <nvrtc.h>
+
+#include "engine/core/module_loader.h"
 
 namespace td::cuda {
 
 namespace {
 
-// The NVRTC entry points, resolved once from the shared library.
+// The NVRTC entry points, resolved once from the shared library (core/module_loader.h).
 struct NvrtcApi {
-    void* handle = nullptr;
-    std::string loadError;
+    std::string loadError;  // empty: every entry point below is there
     decltype(&::nvrtcVersion) version = nullptr;
     decltype(&::nvrtcGetErrorString) errorString = nullptr;
     decltype(&::nvrtcCreateProgram) createProgram = nullptr;
@@ -23,41 +23,27 @@ struct NvrtcApi {
     decltype(&::nvrtcGetPTX) getPtx = nullptr;
 };
 
-template <typename F>
-bool resolve(NvrtcApi& api, F& fn, const char* symbol) {
-    fn = reinterpret_cast<F>(dlsym(api.handle, symbol));
-    if (!fn) api.loadError = std::string("NVRTC: ") + symbol + " missing from libnvrtc";
-    return fn != nullptr;
-}
-
 NvrtcApi loadNvrtc() {
     NvrtcApi api;
     // The major version this build's headers belong to first (NVRTC's ABI is stable within a
     // major version), then whatever libnvrtc.so the loader finds.
-    const std::string versioned = "libnvrtc.so." + std::to_string(CUDA_VERSION / 1000);
-    for (const std::string& lib : {versioned, std::string("libnvrtc.so")}) {
-        api.handle = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
-        if (api.handle) break;
-    }
-    if (!api.handle) {
-        api.loadError = "NVRTC is not available: " + versioned +
-                        " was not found by the loader (install the CUDA toolkit's NVRTC or add "
-                        "its folder to LD_LIBRARY_PATH)";
+    auto lib = SystemLibrary::open(
+        "NVRTC", {"libnvrtc.so." + std::to_string(CUDA_VERSION / 1000), "libnvrtc.so"});
+    if (!lib.ok()) {
+        api.loadError = lib.error() +
+                        " (install the CUDA toolkit's NVRTC or add its folder to LD_LIBRARY_PATH)";
         return api;
     }
-    const bool all = resolve(api, api.version, "nvrtcVersion") &&
-                     resolve(api, api.errorString, "nvrtcGetErrorString") &&
-                     resolve(api, api.createProgram, "nvrtcCreateProgram") &&
-                     resolve(api, api.destroyProgram, "nvrtcDestroyProgram") &&
-                     resolve(api, api.compileProgram, "nvrtcCompileProgram") &&
-                     resolve(api, api.getProgramLogSize, "nvrtcGetProgramLogSize") &&
-                     resolve(api, api.getProgramLog, "nvrtcGetProgramLog") &&
-                     resolve(api, api.getPtxSize, "nvrtcGetPTXSize") &&
-                     resolve(api, api.getPtx, "nvrtcGetPTX");
-    if (!all) {
-        dlclose(api.handle);
-        api.handle = nullptr;
-    }
+    const Status resolved = lib->resolve({{"nvrtcVersion", api.version},
+                                          {"nvrtcGetErrorString", api.errorString},
+                                          {"nvrtcCreateProgram", api.createProgram},
+                                          {"nvrtcDestroyProgram", api.destroyProgram},
+                                          {"nvrtcCompileProgram", api.compileProgram},
+                                          {"nvrtcGetProgramLogSize", api.getProgramLogSize},
+                                          {"nvrtcGetProgramLog", api.getProgramLog},
+                                          {"nvrtcGetPTXSize", api.getPtxSize},
+                                          {"nvrtcGetPTX", api.getPtx}});
+    if (!resolved.ok()) api.loadError = resolved.error();
     return api;
 }
 
@@ -71,7 +57,7 @@ const NvrtcApi& nvrtc() {
 
 Result<std::string> nvrtcLibraryVersion() {
     const NvrtcApi& api = nvrtc();
-    if (!api.handle) return err(api.loadError);
+    if (!api.loadError.empty()) return err(api.loadError);
     int major = 0;
     int minor = 0;
     if (api.version(&major, &minor) != NVRTC_SUCCESS) return err("NVRTC: nvrtcVersion failed");
@@ -81,7 +67,7 @@ Result<std::string> nvrtcLibraryVersion() {
 Result<std::string> compileToPtx(const std::string& name, const std::string& source,
                                  const PtxOptions& options) {
     const NvrtcApi& api = nvrtc();
-    if (!api.handle) return err(api.loadError);
+    if (!api.loadError.empty()) return err(api.loadError);
     const auto fail = [&](const std::string& call, nvrtcResult r) {
         return err(name + ": " + call + ": " + api.errorString(r));
     };
