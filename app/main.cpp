@@ -59,8 +59,8 @@ int main(int argc, char** argv) {
                     "Also print the engine's detail lines (how the input pipeline ran each epoch; "
                     "the store keeps them either way)");
     train->add_option("--disable-pass", ta.disablePasses,
-                      "Turn a compiler pass off by name (repeatable; traindeck compile --report "
-                      "lists the fusions)");
+                      "Turn a compiler or CPU device pass off by name (repeatable; traindeck "
+                      "compile --report lists the fusions and the CPU passes)");
     train->add_option("--resume", ta.resume,
                       "Continue a stored run (id or name) from its last good checkpoint");
     train
@@ -106,11 +106,13 @@ int main(int argc, char** argv) {
                         "Stage to print: forward, autodiff, fusion, fold_casts, "
                         "fuse_act_bias_grad, fuse_elementwise, dce, memory, final, lowered");
     std::vector<std::string> compDisable;
-    compile->add_option("--disable-pass", compDisable, "Turn a compiler pass off (repeatable)");
+    compile->add_option("--disable-pass", compDisable,
+                        "Turn a compiler or CPU device pass off (repeatable)");
     bool compReport = false;
     compile->add_flag("--report", compReport,
                       "Print the fusion report: ops, kernels and bytes per step with and without "
-                      "fusion, the fusion groups and what was kept apart");
+                      "fusion, the fusion groups and what was kept apart, and where each CPU "
+                      "device pass applied");
 
     td::cli::ExportArgs ea;
     auto* exportCmd = app.add_subcommand(

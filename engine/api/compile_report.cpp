@@ -1,9 +1,13 @@
 // compileReport (projects.h): the training step compiled twice, without and with the project's
-// fusions, and measured from the lowered programs.
+// fusions, and measured from the lowered programs; then compiled on cpu:0 for what the CPU
+// device's own passes did to it.
 #include <cinttypes>
 #include <cstdio>
+#include <cstring>
+#include <thread>
 
 #include "engine/api/projects.h"
+#include "engine/backend/backend.h"
 #include "engine/graph/builder.h"
 #include "engine/graph/lower.h"
 #include "engine/graph/passes.h"
@@ -17,6 +21,8 @@ namespace {
 struct Compiled {
     CompileReport::Side side;
     std::vector<std::string> groups, refusals;
+    Graph planned;            // the fused side's graph, planned
+    size_t accumulators = 0;  // its lowered program's accumulator slots
 };
 
 int64_t instrBytes(const LoweredProgram& lp, const Instr& ins) {
@@ -75,6 +81,8 @@ Result<Compiled> compileOnce(const Project& p, const ModelInfo& info, const Upda
     }
     c.side.arenaBytes = static_cast<int64_t>(lp.arenaBytes);
     if (!fused) return c;
+    c.planned = g;
+    c.accumulators = lp.accumulators.size();
 
     // The fusion made while building: a trailing softmax (sigmoid) with its cross-entropy.
     if (co.enabled("fuse_softmax_xent") && !p.training.loss.fromLogits)
@@ -99,6 +107,100 @@ Result<Compiled> compileOnce(const Project& p, const ModelInfo& info, const Upda
                            " parameters -> one multi-tensor pass");
     if (!lp.updateNote.empty()) c.refusals.push_back("fuse_update: " + lp.updateNote);
     return c;
+}
+
+// The step's threads on a device of `deviceThreads`, as the trainer chooses them for one replica
+// (train/trainer.cpp, chooseWorkerThreads): steps under 512 MFLOP on one thread, the device's
+// other cores as its helpers; larger ones on the OpenMP team.
+int stepThreads(const ModelInfo& info, int64_t batch, int deviceThreads) {
+    double flops = 0;
+    for (const LayerInfo& l : info.layers) {
+        double positions = 1;
+        for (size_t d = 0; d + 1 < l.outputShape.size(); ++d)
+            positions *= static_cast<double>(l.outputShape[d]);
+        flops += 6.0 * static_cast<double>(batch) * static_cast<double>(l.params) * positions;
+    }
+    return flops < 512e6 ? 1 : deviceThreads;
+}
+
+// Compiles the planned training step on a fresh cpu:0 bound as a one-device run binds it (zeroed
+// parameters, gradients in one flat buffer, the optimizer's slots, the accumulators) and returns
+// what the device's own passes did. On a thread of its own, as the trainer compiles: the OpenMP
+// team it opens ends with it.
+Result<std::vector<BackendPassRecord>> cpuPassRecords(const Project& p, const Compiled& c,
+                                                      const UpdateSpec& spec, int threads) {
+    Result<std::vector<BackendPassRecord>> result = err("not compiled");
+    std::thread t([&] {
+        auto opened = openDevice("cpu:0");
+        if (!opened.ok()) {
+            result = err(opened.error());
+            return;
+        }
+        Device& d = **opened;
+        d.prepareThread(threads);
+        std::vector<Buffer> owned;
+        auto alloc = [&](size_t bytes, size_t rowBytes = 0) -> Result<Buffer> {
+            TD_ASSIGN_OR_RETURN(Buffer b, rowBytes ? d.allocateWeights(bytes, rowBytes)
+                                                   : d.allocate(std::max<size_t>(bytes, 4)));
+            owned.push_back(b);
+            return b;
+        };
+        auto compile = [&]() -> Result<std::vector<BackendPassRecord>> {
+            const Graph& g = c.planned;
+            const std::vector<int> pids = g.params();
+            const GradientPlan plan = planGradients(g, size_t{4} << 20);
+            ProgramBindings bind;
+            TD_ASSIGN_OR_RETURN(bind.flatGrads, alloc(plan.bytes()));
+            for (size_t i = 0; i < pids.size(); ++i) {
+                const Node& n = g.node(pids[i]);
+                const size_t rowBytes =
+                    n.shape.size() >= 2 ? static_cast<size_t>(n.shape.back()) * sizeof(float) : 0;
+                TD_ASSIGN_OR_RETURN(Buffer w, alloc(n.bytes(), rowBytes));
+                bind.params.push_back(w);
+                const int64_t off = plan.offsets[i];
+                bind.grads.push_back(
+                    off < 0 ? Buffer{}
+                            : Buffer{static_cast<float*>(bind.flatGrads.ptr) + off, n.bytes()});
+                if (n.attrs.trainableOr())
+                    for (int k = 0; k < spec.slotsPerParam(); ++k) {
+                        TD_ASSIGN_OR_RETURN(Buffer s, alloc(n.bytes()));
+                        bind.optimizerSlots.push_back(s);
+                    }
+            }
+            bind.shadows.assign(pids.size(), Buffer{});
+            for (const Node& n : g.nodes) {
+                Buffer* b = n.op == Op::Input   ? &bind.input
+                            : n.op == Op::Label ? &bind.label
+                                                : nullptr;
+                if (n.attrs.buf == BufKind::Shadow)
+                    for (size_t i = 0; i < pids.size(); ++i)
+                        if (pids[i] == n.inputs.at(0)) b = &bind.shadows[i];
+                if (b) {
+                    TD_ASSIGN_OR_RETURN(*b, alloc(n.bytes()));
+                }
+            }
+            if (!bind.label.ptr) bind.label = bind.input;
+            TD_ASSIGN_OR_RETURN(bind.accumulators, alloc(c.accumulators * sizeof(double)));
+            if (p.precision == PrecisionPolicy::MixedFloat16) {
+                TD_ASSIGN_OR_RETURN(bind.lossScale, alloc(sizeof(LossScaleState)));
+                const LossScaleState initial;
+                std::memcpy(bind.lossScale.ptr, &initial, sizeof initial);
+            }
+            bind.update = &spec;
+            bind.fuseUpdate = compileOptions(p, true).enabled("fuse_update");
+            bind.gradsRead = false;  // as the trainer binds it
+            TD_ASSIGN_OR_RETURN(std::unique_ptr<Executable> exe, compileProgram(d, g, bind));
+            return exe->passRecords();
+        };
+        try {
+            result = compile();
+        } catch (const std::exception& e) {
+            result = err(std::string("compiling on cpu:0: ") + e.what());
+        }
+        for (Buffer& b : owned) d.release(b);
+    });
+    t.join();
+    return result;
 }
 
 std::string mib(int64_t bytes) {
@@ -128,8 +230,24 @@ Result<CompileReport> compileReport(const Project& project) {
     const CompileOptions co = compileOptions(p, true);
     for (const std::string& n : compilerPassNames())
         if (!co.enabled(n)) r.disabled.push_back(n);
+    for (const std::string& n : cpuPassNames())
+        if (!co.enabled(n)) r.disabled.push_back(n);
+    const DeviceDesc cpu = cpuDeviceDesc();
+    const int threads = stepThreads(info, p.training.batchSize, cpu.threads);
+    auto records = cpuPassRecords(p, after, spec, threads);
+    if (records.ok()) {
+        for (const BackendPassRecord& b : *records)
+            r.cpuPasses.push_back({b.name, b.what, b.disabled, b.changed});
+        const int helpers = cpu.threads - threads;
+        r.cpuSetting = helpers > 0 ? "the step on 1 thread, " + std::to_string(helpers) +
+                                         (helpers == 1 ? " helper" : " helpers")
+                       : threads > 1 ? "the step on the OpenMP team of " + std::to_string(threads)
+                                     : "the step on the device's one thread";
+    } else {
+        r.cpuSetting = "not compiled: " + records.error();
+    }
 
-    char line[160];
+    char line[192];
     std::string t = "compile report: " + p.name + " (training step, batch " +
                     std::to_string(p.training.batchSize) + ", precision " + r.precision + ")\n";
     std::snprintf(line, sizeof line, "  %-24s %14s %14s\n", "", "unfused", "fused");
@@ -152,6 +270,17 @@ Result<CompileReport> compileReport(const Project& project) {
     for (const auto& gline : r.groups) t += "  " + gline + "\n";
     t += "kept apart (" + std::to_string(r.refusals.size()) + "):\n";
     for (const auto& rline : r.refusals) t += "  " + rline + "\n";
+    t += "cpu:0 passes (one device, " + r.cpuSetting + "):\n";
+    if (!r.cpuPasses.empty()) {
+        std::snprintf(line, sizeof line, "  %-24s %7s  %s\n", "pass", "applied", "what it does");
+        t += line;
+    }
+    for (const CompileReport::DevicePass& d : r.cpuPasses) {
+        const std::string applied = d.disabled ? "off" : std::to_string(d.applied);
+        std::snprintf(line, sizeof line, "  %-24s %7s  %s\n", d.name.c_str(), applied.c_str(),
+                      d.what.c_str());
+        t += line;
+    }
     r.text = t;
     return r;
 }

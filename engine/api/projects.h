@@ -46,7 +46,8 @@ Result<ModelSummary> summarizeModel(const ModelSpec& model);
 
 // What the compiler makes of a project's training step, with its fusions and without any: ops
 // in the graph, kernels launched per step, bytes those kernels read and write per step, the
-// arena's peak bytes; each fusion group with its ops, each refusal with its reason. Reads no
+// arena's peak bytes; each fusion group with its ops, each refusal with its reason; and what the
+// CPU device's own passes did to the step (compiled on cpu:0 with zeroed parameters). Reads no
 // data (the model's shapes and the training configuration are enough).
 struct CompileReport {
     struct Side {
@@ -60,7 +61,18 @@ struct CompileReport {
     std::vector<std::string> groups;    // "fusion: matmul %5 + bias_add %7 + act(relu) %8 -> dense"
     std::vector<std::string> refusals;  // "fuse_elementwise: dropout %7 after dense %6 stays ..."
     std::vector<std::string> disabled;  // passes this project turns off
-    std::string text;                   // all of it, as `traindeck compile --report` prints it
+    // The CPU device's own passes (backend/cpu/cpu_passes.h) over the training step as a
+    // one-device run compiles it on cpu:0, in the order they act.
+    struct DevicePass {
+        std::string name;
+        std::string what;       // one line
+        bool disabled = false;  // turned off by the project
+        int64_t applied = 0;    // the places it changed in this step (0: none)
+    };
+    std::vector<DevicePass> cpuPasses;
+    std::string cpuSetting;  // how cpu:0 compiled the step ("the step on 1 of 2 threads"), or
+                             // why it did not
+    std::string text;        // all of it, as `traindeck compile --report` prints it
 };
 Result<CompileReport> compileReport(const Project& project);
 

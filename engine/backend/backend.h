@@ -102,6 +102,15 @@ struct ProgramBindings {
     bool gradsRead = true;
 };
 
+// What one of a device's own passes (the CPU's: backend/cpu/cpu_passes.h) did when it compiled a
+// program. The names are those a project's "disabled_passes" turns off (cpuPassNames, passes.h).
+struct BackendPassRecord {
+    std::string name;
+    std::string what;       // one line
+    bool disabled = false;  // turned off by name
+    int64_t changed = 0;    // the places it applied (0: nothing here for it)
+};
+
 class Executable {
   public:
     virtual ~Executable() = default;
@@ -120,6 +129,9 @@ class Executable {
     // Device address of a value of the graph (outputs: loss, metrics, predictions).
     virtual const void* valuePtr(int nodeId) const = 0;
     virtual size_t arenaBytes() const = 0;
+    // The device's own passes over this program, in the order they act (empty: a device
+    // without such passes).
+    virtual std::vector<BackendPassRecord> passRecords() const { return {}; }
 };
 
 // Answer of supportsOp: yes, or no with the reason.

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -180,6 +181,10 @@ struct Graph {
     std::vector<Node> nodes;                           // topological order
     std::vector<std::pair<std::string, int>> outputs;  // named results ("loss", "accuracy", ...)
     std::map<int, int> grads;                          // param node -> its gradient node
+    // The passes turned off by name when the graph was planned (PassManager::run records its
+    // own): lowering hands them on (LoweredProgram::passesOff) to the device, whose own passes
+    // (cpuPassNames, passes.h) read them. Not part of the text form.
+    std::set<std::string> passesOff;
 
     int add(Op op, std::vector<int> inputs, DType dtype, Shape shape, NodeAttrs attrs = {});
     const Node& node(int id) const { return nodes.at(static_cast<size_t>(id)); }

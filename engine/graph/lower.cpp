@@ -317,6 +317,7 @@ Result<LoweredProgram> lower(const Graph& planned, const LowerOptions& opt) {
     const Graph& g = planned;
     LoweredProgram lp;
     lp.name = g.name;
+    lp.passesOff = g.passesOff;
     const std::vector<int> params = g.params();
     lp.params = static_cast<int>(params.size());
     lp.hasGrad.assign(params.size(), false);

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -188,6 +189,8 @@ struct LoweredProgram {
     // Why the update stays one multi-tensor pass although fuse_update was turned off (empty: it
     // did not).
     std::string updateNote;
+    // The pass names turned off (Graph::passesOff): the device skips its own passes named here.
+    std::set<std::string> passesOff;
 };
 
 struct LowerOptions {

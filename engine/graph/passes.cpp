@@ -32,6 +32,7 @@ Pass* PassManager::find(const std::string& name) {
 
 Status PassManager::run(Graph& g) {
     timings_.clear();
+    g.passesOff = disabled_;
     TD_RETURN_IF_ERROR(verifyGraph(g));
     if (hook_) hook_("build", g);
     for (auto& p : passes_) {
@@ -73,14 +74,25 @@ const std::vector<std::string>& compilerPassNames() {
 }
 
 const std::vector<std::string>& fusionPassNames() {
-    static const std::vector<std::string> names{"fuse_softmax_xent",  "fusion",
-                                                "fold_casts",         "fuse_act_bias_grad",
-                                                "fuse_elementwise",   "fuse_update"};
+    static const std::vector<std::string> names{"fuse_softmax_xent", "fusion",
+                                                "fold_casts",        "fuse_act_bias_grad",
+                                                "fuse_elementwise",  "fuse_update"};
+    return names;
+}
+
+const std::vector<std::string>& cpuPassNames() {
+    static const std::vector<std::string> names{
+        "cpu_skip_zeros",     "cpu_solo_pieces", "cpu_team_pieces",
+        "cpu_split_k",        "cpu_adam_beside", "cpu_narrow_kernel",
+        "cpu_team_blocks",    "cpu_fuse_update", "cpu_rest_update_beside",
+        "cpu_adam_in_kernel", "cpu_fuse_loss",   "cpu_dropout_masks",
+        "cpu_alongside",      "cpu_interleave",  "cpu_dropout_in_product"};
     return names;
 }
 
 Status checkPassNames(const std::vector<std::string>& names) {
-    const auto& known = compilerPassNames();
+    std::vector<std::string> known = compilerPassNames();
+    known.insert(known.end(), cpuPassNames().begin(), cpuPassNames().end());
     for (const std::string& n : names) {
         if (n == "memory")
             return err("pass 'memory' cannot be turned off: every program needs its buffers");
@@ -424,7 +436,8 @@ Result<bool> FuseActBiasGradPass::run(Graph& g) {
     for (const Node& n : g.nodes) {
         if (moved[static_cast<size_t>(n.id)]) continue;
         order.push_back(n.id);
-        if (after[static_cast<size_t>(n.id)] >= 0) order.push_back(after[static_cast<size_t>(n.id)]);
+        if (after[static_cast<size_t>(n.id)] >= 0)
+            order.push_back(after[static_cast<size_t>(n.id)]);
     }
     reorderGraph(g, order);
     return true;

@@ -34,6 +34,8 @@ class PassManager {
     bool isDisabled(const std::string& name) const { return disabled_.count(name) != 0; }
     // Called after every pass that ran (and once with "build" before the first).
     void setDumpHook(std::function<void(const std::string& pass, const Graph&)> hook);
+    // Runs the passes not disabled; records the disabled names on the graph (Graph::passesOff),
+    // for the stages after it (the device's own passes).
     Status run(Graph& g);
     const std::vector<PassTiming>& timings() const { return timings_; }
     std::vector<std::string> passNames() const;
@@ -108,7 +110,7 @@ class FuseElementwisePass : public FusingPass {
 };
 
 // What the compiler is asked for: the compute dtype of mixed precision and the passes turned
-// off by name (compilerPassNames()).
+// off by name (compilerPassNames(), cpuPassNames()).
 struct CompileOptions {
     DType compute = DType::F32;
     std::set<std::string> disabled;
@@ -117,12 +119,18 @@ struct CompileOptions {
     bool enabled(const std::string& pass) const { return disabled.count(pass) == 0; }
 };
 
-// Every pass a project can turn off by name, in the order they run: the graph passes and the
-// two fusions made at build (fuse_softmax_xent) and lowering (fuse_update) time.
+// Every graph compiler pass a project can turn off by name, in the order they run: the graph
+// passes and the two fusions made at build (fuse_softmax_xent) and lowering (fuse_update) time.
 const std::vector<std::string>& compilerPassNames();
+// The CPU device's own passes, in the order they act (engine/backend/cpu/cpu_passes.h, which
+// describes them; this layer cannot include it, so the names are kept here as well and the
+// backend checks that both lists agree). A project turns them off by name as the others; they
+// reach the device through Graph::passesOff.
+const std::vector<std::string>& cpuPassNames();
 // The fusing passes among them (what the `fusion` switch turns off).
 const std::vector<std::string>& fusionPassNames();
-// Checks a list of pass names; the error names the unknown one and lists the known ones.
+// Checks a list of pass names (compilerPassNames and cpuPassNames); the error names the unknown
+// one and lists the known ones.
 Status checkPassNames(const std::vector<std::string>& names);
 
 // Removes nodes that no output and no gradient depends on; renumbers.

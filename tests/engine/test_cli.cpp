@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "engine/api/runs.h"
+#include "engine/graph/passes.h"
 #include "engine/store/run_store.h"
 #include "engine/train/checkpoint.h"
 #include "tests/engine/cli_process.h"
@@ -195,6 +196,19 @@ void TestCli::compileDumpsAfterPass() {
     const auto m = kernels.match(report.out);
     QVERIFY(m.hasMatch());
     QVERIFY(m.captured(2).toInt() < m.captured(1).toInt());
+    // The CPU device's own passes over the step: each by name, with the places it applied (the
+    // softmax cross-entropy's loss in its gradient's pass, whatever the CPU), or off.
+    QVERIFY2(report.out.contains("cpu:0 passes (one device, the step on"), qPrintable(report.out));
+    for (const std::string& name : td::cpuPassNames())
+        QVERIFY2(report.out.contains(QString::fromStdString(name)), name.c_str());
+    QVERIFY2(QRegularExpression(R"(cpu_fuse_loss\s+1\s)").match(report.out).hasMatch(),
+             qPrintable(report.out));
+    Run off = traindeck({"compile", project("fashion_mnist_mlp.json"), "--report", "--disable-pass",
+                         "cpu_fuse_loss"});
+    QCOMPARE(off.code, 0);
+    QVERIFY2(QRegularExpression(R"(cpu_fuse_loss\s+off\s)").match(off.out).hasMatch(),
+             qPrintable(off.out));
+    QVERIFY2(off.out.contains("passes off: cpu_fuse_loss"), qPrintable(off.out));
 }
 
 void TestCli::trainStoresRunAndListsIt() {
@@ -256,6 +270,9 @@ void TestCli::badInput_data() {
                                                  "--disable-pass", "fuse_all",
                                                  "--db",           db}
                                   << "disabled_passes[0]: unknown pass 'fuse_all'";
+    QTest::newRow("unknown cpu pass") << QStringList{"compile", project("synthetic_blobs.json"),
+                                                     "--report", "--disable-pass", "cpu_everything"}
+                                      << "unknown pass 'cpu_everything'";
     QTest::newRow("memory pass") << QStringList{"compile", project("synthetic_blobs.json"),
                                                 "--report", "--disable-pass", "memory"}
                                  << "pass 'memory' cannot be turned off";

@@ -16,9 +16,11 @@
 #include <thread>
 
 #include "engine/api/data_preview.h"
+#include "engine/api/projects.h"
 #include "engine/api/session.h"
 #include "engine/core/text_limits.h"
 #include "engine/backend/backend.h"
+#include "engine/graph/passes.h"
 #include "engine/store/run_store.h"
 #include "engine/train/callbacks.h"
 #include "tests/scoped_env.h"
@@ -38,6 +40,30 @@ Project synthetic(int64_t samples = 2048, int epochs = 5) {
     Project p = loadExample("synthetic_blobs.json");
     p.data.source.samples = samples;
     p.training.epochs = epochs;
+    return p;
+}
+
+// An MLP with dropout trained with Adam on the synthetic blobs (64 features): 64 -> units ReLU
+// -> units/2 ReLU -> dropout 0.2 -> 4 softmax, `steps` steps of `batch`, every step logged.
+Project dropoutMlp(int units, int batch, int steps) {
+    Project p = synthetic(int64_t{batch} * steps, 1);
+    p.data.source.sampleShape = {64};
+    p.data.source.testSamples = 256;
+    p.training.batchSize = batch;
+    p.training.logEverySteps = 1;
+    p.training.optimizer = OptimizerConfig{};  // Adam, learning rate 0.001
+    p.training.callbacks.clear();
+    const std::string u = std::to_string(units), half = std::to_string(units / 2);
+    auto model = modelFromKerasJson(R"({"class_name": "Sequential", "config": {"layers": [
+        {"class_name": "InputLayer", "config": {"batch_shape": [null, 64]}},
+        {"class_name": "Dense", "config": {"units": )" +
+                                    u + R"(, "activation": "relu"}},
+        {"class_name": "Dense", "config": {"units": )" +
+                                    half + R"(, "activation": "relu"}},
+        {"class_name": "Dropout", "config": {"rate": 0.2}},
+        {"class_name": "Dense", "config": {"units": 4, "activation": "softmax"}}]}})");
+    if (!model.ok()) qFatal("%s", model.error().c_str());
+    p.model = *model;
     return p;
 }
 
@@ -137,6 +163,9 @@ class TestTraining : public QObject {
     void validationSplitLeavesNoRows_data();
     void validationSplitLeavesNoRows();
     void createLeavesNoOpenMPWorkers();
+    void cpuPassesOffKeepTheLosses_data();
+    void cpuPassesOffKeepTheLosses();
+    void cpuPassNamesAreChecked();
 };
 
 void TestTraining::syntheticReachesThreshold() {
@@ -836,6 +865,124 @@ void TestTraining::createLeavesNoOpenMPWorkers() {
     QVERIFY2(error.empty(), error.c_str());
     QCOMPARE(after, 1);
     QCOMPARE(during, 2);
+}
+
+// Every CPU device pass turned off in turn (the project's disabled_passes) trains to the losses of
+// the default, to float rounding: an MLP with dropout and Adam at batch 32 with the step on one
+// thread of two (a forward product along K, products that skip the zeros after ReLU, Adam inside
+// the weight gradient, the dropout in the product's pass, a product alongside its neighbours),
+// the same on a device of one thread (the pieces in turn), and a wider one at batch 256 on the
+// OpenMP team (weight gradients in pieces, blocks on the team). Where the machine has two
+// threads and the zero-skipping kernels, the compile report shows that each pass applies in one
+// of the two-thread rows (cpu_solo_pieces in the one-thread row, which it cannot see; Adam beside
+// the next chunk only where the kernels ask for it).
+void TestTraining::cpuPassesOffKeepTheLosses_data() {
+    QTest::addColumn<int>("units");
+    QTest::addColumn<int>("batch");
+    QTest::addColumn<int>("steps");
+    QTest::addColumn<int>("deviceThreads");  // 0: the machine's
+    QTest::newRow("batch 32, one thread of two") << 512 << 32 << 12 << 0;
+    QTest::newRow("batch 32, a device of one thread") << 512 << 32 << 12 << 1;
+    QTest::newRow("batch 256, the OpenMP team") << 1024 << 256 << 4 << 0;
+}
+
+void TestTraining::cpuPassesOffKeepTheLosses() {
+    QFETCH(int, units);
+    QFETCH(int, batch);
+    QFETCH(int, steps);
+    QFETCH(int, deviceThreads);
+    // Each step's running mean of the loss, then the test loss.
+    auto losses = [&](const std::vector<std::string>& off) {
+        Project p = dropoutMlp(units, batch, steps);
+        p.disabledPasses = off;
+        SessionOptions o;
+        if (deviceThreads > 0)
+            o.openDevice = [deviceThreads](const std::string&,
+                                           int) -> Result<std::unique_ptr<Device>> {
+                return makeCpuDevice(deviceThreads);
+            };
+        std::vector<double> out;
+        auto s = Session::create(p, o);
+        if (!s.ok()) {
+            QTest::qFail(s.error().c_str(), __FILE__, __LINE__);
+            return out;
+        }
+        Recorded r = runToEnd(**s);
+        for (const StepMetrics& m : r.all<StepMetrics>()) out.push_back(m.metrics.at("loss"));
+        const auto fin = r.all<RunFinished>();
+        if (fin.size() != 1 || fin[0].status != RunStatus::Completed) {
+            QTest::qFail("the run did not complete", __FILE__, __LINE__);
+            return out;
+        }
+        out.push_back(fin[0].finalMetrics.at("test_loss"));
+        return out;
+    };
+    const std::vector<double> reference = losses({});
+    QCOMPARE(reference.size(), size_t(steps + 1));
+    double worstOverall = 0;
+    for (const std::string& pass : cpuPassNames()) {
+        const std::vector<double> off = losses({pass});
+        if (QTest::currentTestFailed()) return;
+        QCOMPARE(off.size(), reference.size());
+        double worst = 0;
+        for (size_t i = 0; i < off.size(); ++i)
+            worst = std::max(worst, std::fabs(off[i] - reference[i]) / std::fabs(reference[i]));
+        QVERIFY2(worst < 1e-4, qPrintable(QString("%1 off: relative difference %2")
+                                              .arg(QString::fromStdString(pass))
+                                              .arg(worst)));
+        worstOverall = std::max(worstOverall, worst);
+    }
+    qInfo("worst relative difference of a loss: %g", worstOverall);
+    if (deviceThreads == 1 || makeCpuDevice(0)->desc().threads < 2) return;
+    // Where each pass applies (the report compiles the step on cpu:0 as these runs did). The
+    // names reach the device: cpu_split_k off adds the partial sums in another order (other
+    // bits, within the tolerance above).
+    auto appliedIn = [](int u, int b, std::map<std::string, int64_t>& applied) {
+        auto report = api::compileReport(dropoutMlp(u, b, 4));
+        QVERIFY2(report.ok(), report.ok() ? "" : report.error().c_str());
+        QCOMPARE(report->cpuPasses.size(), cpuPassNames().size());
+        for (const auto& d : report->cpuPasses) {
+            QVERIFY(!d.disabled);
+            applied[d.name] += d.applied;
+        }
+    };
+    std::map<std::string, int64_t> here, both;
+    appliedIn(units, batch, here);
+    if (QTest::currentTestFailed()) return;
+    if (here["cpu_split_k"] > 0) QVERIFY(worstOverall > 0);
+    if (batch != 256) return;
+    appliedIn(512, 32, both);
+    appliedIn(units, batch, both);
+    if (QTest::currentTestFailed()) return;
+    if (both["cpu_skip_zeros"] == 0) {
+        qInfo(
+            "no zero-skipping kernels on this CPU (AVX2 with FMA or AVX-512): not every pass "
+            "applies");
+        return;
+    }
+    for (const std::string& pass : cpuPassNames())
+        if (pass != "cpu_solo_pieces" && pass != "cpu_adam_beside")
+            QVERIFY2(both[pass] > 0, (pass + " applies in neither row").c_str());
+}
+
+// The CPU passes' names are pass names like the compiler's: an unknown one is refused by its
+// field path, naming it and listing the known ones, the CPU's among them.
+void TestTraining::cpuPassNamesAreChecked() {
+    Project p = synthetic(256, 1);
+    p.disabledPasses = {"cpu_alongside", "cpu_no_such_pass"};
+    auto s = Session::create(p, {});
+    QVERIFY(!s.ok());
+    QVERIFY2(
+        s.error().find("disabled_passes[1]: unknown pass 'cpu_no_such_pass'") != std::string::npos,
+        s.error().c_str());
+    QVERIFY2(s.error().find("cpu_split_k") != std::string::npos, s.error().c_str());
+    auto report = api::compileReport(p);
+    QVERIFY(!report.ok());
+    QVERIFY2(report.error().find("unknown pass 'cpu_no_such_pass'") != std::string::npos,
+             report.error().c_str());
+    p.disabledPasses = {"cpu_alongside"};
+    auto ok = Session::create(p, {});
+    QVERIFY2(ok.ok(), ok.ok() ? "" : ok.error().c_str());
 }
 
 #include "test_training.moc"

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/backend/cpu/cpu_passes.h"
 #include "engine/backend/cpu/sparse_kernels.h"
 #include "engine/backend/cpu/update.h"
 #include "engine/backend/cpu/weight_placement.h"
@@ -63,19 +64,19 @@ void fillUniform(std::mt19937& rng, std::initializer_list<std::vector<float>*> v
         for (float& e : *v) e = scale * uni(rng);
 }
 
-// Compiles `ir` with its gradients into h for `threads` threads, profiled (TRAINDECK_PROFILE=1)
-// and with the switch `env` set to 1 when given; both are unset again before it returns. Then
+// Compiles `ir` with its gradients into h for `threads` threads, profiled (TRAINDECK_PROFILE=1,
+// unset again before it returns) and with the CPU device's pass `off` turned off when given. Then
 // copies in the parameters (in order), the input and the labels. Callers check
 // QTest::currentTestFailed() after it.
-void compileProfiled(tdtest::Harness& h, const std::string& ir, int threads, const char* env,
+void compileProfiled(tdtest::Harness& h, const std::string& ir, int threads, const char* off,
                      std::initializer_list<const std::vector<float>*> params,
                      const std::vector<float>& x, const std::vector<float>& y,
                      int deviceThreads = 0) {
     setenv("TRAINDECK_PROFILE", "1", 1);
-    if (env) setenv(env, "1", 1);
     td::Graph g = tdtest::parseOrDie(ir);
     const bool differentiated = td::autodiff(g).ok();
     td::CompileOptions co;
+    if (off) co.disabled.insert(off);
     tdtest::HarnessOptions opt;
     opt.passes = &co;
     opt.programThreads = threads;
@@ -83,7 +84,6 @@ void compileProfiled(tdtest::Harness& h, const std::string& ir, int threads, con
     std::string error;
     const bool compiled = differentiated && h.compile(std::move(g), {}, &error, opt);
     unsetenv("TRAINDECK_PROFILE");
-    if (env) unsetenv(env);
     QVERIFY(differentiated);
     QVERIFY2(compiled, error.c_str());
     size_t t = 0;
@@ -92,17 +92,17 @@ void compileProfiled(tdtest::Harness& h, const std::string& ir, int threads, con
     std::memcpy(h.lab(), y.data(), y.size() * 4);
 }
 
-// Ten steps of the program compiled by compileProfiled (the switch `env` set when given, the step
-// on `programThreads` threads: 1, its large work on the device's WorkShare; 2, the team), SGD
+// Ten steps of the program compiled by compileProfiled (the pass `off` turned off when given, the
+// step on `programThreads` threads: 1, its large work on the device's WorkShare; 2, the team), SGD
 // applied on the host after each so that every step's products see new weights: out receives each
 // step's loss, then the last step's gradients. Returns the profile (stderr).
-std::string sgdSteps(const std::string& ir, const char* env,
+std::string sgdSteps(const std::string& ir, const char* off,
                      std::initializer_list<const std::vector<float>*> params,
                      const std::vector<float>& x, const std::vector<float>& y,
                      std::vector<float>* out, int deviceThreads = 0, int programThreads = 1) {
     return stderrOf([&] {
         tdtest::Harness h;
-        compileProfiled(h, ir, programThreads, env, params, x, y, deviceThreads);
+        compileProfiled(h, ir, programThreads, off, params, x, y, deviceThreads);
         if (QTest::currentTestFailed()) return;
         const size_t tensors = params.size();
         for (int step = 1; step <= 10; ++step) {
@@ -428,10 +428,11 @@ class TestWorkShare : public QObject {
             " : f32[1]\n"
             " output loss = %9\n"
             "}\n";
-        auto build = [&](int threads, tdtest::Harness& h) {
+        auto build = [&](int threads, tdtest::Harness& h, const char* off = nullptr) {
             td::Graph g = tdtest::parseOrDie(ir);
             QVERIFY(td::autodiff(g).ok());
             td::CompileOptions co;
+            if (off) co.disabled.insert(off);
             tdtest::HarnessOptions opt;
             opt.passes = &co;
             opt.programThreads = threads;
@@ -483,11 +484,9 @@ class TestWorkShare : public QObject {
             step(h, x2, true, &split2);
         }
         {
-            // The forward product in row pieces, as TRAINDECK_NO_KSPLIT asks.
-            setenv("TRAINDECK_NO_KSPLIT", "1", 1);
+            // The forward product in row pieces, as the pass cpu_split_k off asks.
             tdtest::Harness h;
-            build(1, h);
-            unsetenv("TRAINDECK_NO_KSPLIT");
+            build(1, h, "cpu_split_k");
             step(h, x, false, &rowSplit);
         }
         QVERIFY(close(split, whole));
@@ -495,7 +494,7 @@ class TestWorkShare : public QObject {
         QVERIFY(!close(whole, whole2));  // the second batch is a different step
         QVERIFY(close(rowSplit, whole));
         // At batch 32 the partial sums along K are added in another order than in row pieces:
-        // other bits, so the K split ran. At batch 256 there is no K split, so the switch changes
+        // other bits, so the K split ran. At batch 256 there is no K split, so the pass changes
         // nothing and the two programs give the same bits.
         const bool sameBits = std::memcmp(split.data(), rowSplit.data(), split.size() * 4) == 0;
         QCOMPARE(sameBits, rows == 256);
@@ -504,7 +503,7 @@ class TestWorkShare : public QObject {
     // Products split on the WorkShare skip the zeros of their input where that leaves at most
     // 75% of the work (engine/backend/cpu/sparse_kernels.h): an input shaped like images on a
     // background (about 55% zeros, in runs) gives the gradients and the loss of the same program
-    // with every product dense (TRAINDECK_NO_SPARSE=1), to float rounding, at batch 32 (the
+    // with every product dense (the pass cpu_skip_zeros off), to float rounding, at batch 32 (the
     // forward product along K and the weight gradients) and 256 (the weight gradients in row
     // pieces), for ten steps of SGD. The profile says at least two products skipped zeros on
     // every step; with a dense input only the first run measures, then oneDNN runs (the next
@@ -520,8 +519,8 @@ class TestWorkShare : public QObject {
             QSKIP("needs a CPU device with two threads (OMP_NUM_THREADS=2)");
         if (!td::cpu::sparse::active())
             QSKIP(
-                "the zero-skipping products need AVX2 with FMA or AVX-512 (and no "
-                "TRAINDECK_NO_SPARSE); this CPU keeps every product dense");
+                "the zero-skipping products need AVX2 with FMA or AVX-512; this CPU keeps every "
+                "product dense");
         const RestoreThreads restore;
         const std::string ir = twoLayerIr(rows);
         std::mt19937 rng(29);
@@ -531,8 +530,7 @@ class TestWorkShare : public QObject {
         const std::vector<float> images = windowImages(rng, n);
         // The loss of every step and the gradients of the last, and the profile.
         auto run = [&](bool dense, const std::vector<float>& x, std::vector<float>* out) {
-            return sgdSteps(ir, dense ? "TRAINDECK_NO_SPARSE" : nullptr, {&p0, &p1, &p2}, x, y,
-                            out);
+            return sgdSteps(ir, dense ? "cpu_skip_zeros" : nullptr, {&p0, &p1, &p2}, x, y, out);
         };
         std::vector<float> skipping, dense, noisy;
         const std::string profile = run(false, images, &skipping);
@@ -567,11 +565,11 @@ class TestWorkShare : public QObject {
         if (rows != 32) {
             // Without a forward product along K the weight gradient's pieces go to the threads
             // in turn (planInterleave); which thread runs a piece changes nothing: the same bits
-            // as with the pieces in runs (TRAINDECK_NO_INTERLEAVE=1).
+            // as with the pieces in runs (cpu_interleave off).
             QVERIFY2(profile.find("pieces interleaved") != std::string::npos, profile.c_str());
             std::vector<float> inRuns;
             const std::string runsProfile =
-                sgdSteps(ir, "TRAINDECK_NO_INTERLEAVE", {&p0, &p1, &p2}, images, y, &inRuns);
+                sgdSteps(ir, "cpu_interleave", {&p0, &p1, &p2}, images, y, &inRuns);
             QVERIFY2(runsProfile.find("pieces interleaved") == std::string::npos,
                      runsProfile.c_str());
             QCOMPARE(inRuns.size(), skipping.size());
@@ -610,7 +608,7 @@ class TestWorkShare : public QObject {
     // A step on the device's OpenMP team of two (a large step: no WorkShare) runs the weight
     // gradients that may skip zeros in row pieces, one run of them per member of the team
     // (cpu_device.cpp, teamPieces_), and every other product whole: ten SGD steps give the
-    // losses and gradients of oneDNN's whole products (TRAINDECK_NO_TEAM_PIECES=1) to 1e-4, on
+    // losses and gradients of oneDNN's whole products (cpu_team_pieces off) to 1e-4, on
     // images (zeros skipped on every run) and on a dense input (whose pieces run oneDNN, each on
     // its member alone).
     void teamPiecesEqualWhole() {
@@ -619,7 +617,7 @@ class TestWorkShare : public QObject {
         if (!td::cpu::sparse::active())
             QSKIP(
                 "the team splits only weight gradients that may skip zeros, which need AVX2 with "
-                "FMA or AVX-512 (and no TRAINDECK_NO_SPARSE)");
+                "FMA or AVX-512");
         const RestoreThreads restore;
         const int rows = 256;
         const std::string ir = twoLayerIr(rows);
@@ -634,7 +632,7 @@ class TestWorkShare : public QObject {
             const std::string profile =
                 sgdSteps(ir, nullptr, {&p0, &p1, &p2}, *x, y, &pieces, 0, 2);
             const std::string wholeProfile =
-                sgdSteps(ir, "TRAINDECK_NO_TEAM_PIECES", {&p0, &p1, &p2}, *x, y, &whole, 0, 2);
+                sgdSteps(ir, "cpu_team_pieces", {&p0, &p1, &p2}, *x, y, &whole, 0, 2);
             QCOMPARE(pieces.size(), whole.size());
             double worst = 0;
             for (size_t i = 0; i < whole.size(); ++i)
@@ -664,12 +662,12 @@ class TestWorkShare : public QObject {
     // A device of one thread runs the products that may skip zeros in the pieces of two
     // threads, one after the other (a share without helpers): its profile says so, the results
     // are the bits of the same program on a two-thread device's share, and oneDNN's whole
-    // products (TRAINDECK_NO_SOLO_SHARE=1) give them to 1e-4.
+    // products (cpu_solo_pieces off) give them to 1e-4.
     void oneThreadRunsThePieces() {
         if (!td::cpu::sparse::active())
             QSKIP(
                 "a one-thread device splits only products that skip zeros, which need AVX2 with "
-                "FMA or AVX-512 (and no TRAINDECK_NO_SPARSE)");
+                "FMA or AVX-512");
         const RestoreThreads restore;
         const std::string ir = twoLayerIr(32);
         std::mt19937 rng(31);
@@ -679,8 +677,8 @@ class TestWorkShare : public QObject {
         std::vector<float> solo, whole;
         const std::string profile =
             sgdSteps(ir, nullptr, {&p0, &p1, &p2}, images, y, &solo, /*deviceThreads=*/1);
-        const std::string wholeProfile = sgdSteps(ir, "TRAINDECK_NO_SOLO_SHARE", {&p0, &p1, &p2},
-                                                  images, y, &whole, /*deviceThreads=*/1);
+        const std::string wholeProfile = sgdSteps(ir, "cpu_solo_pieces", {&p0, &p1, &p2}, images, y,
+                                                  &whole, /*deviceThreads=*/1);
         QVERIFY2(profile.find("(products and update in pieces on one thread)") != std::string::npos,
                  profile.c_str());
         QVERIFY2(profile.find("[32,128], 2 pieces along K") != std::string::npos, profile.c_str());
@@ -711,7 +709,7 @@ class TestWorkShare : public QObject {
     // A program on an OpenMP team runs a large block-mode instruction (here a ReLU gradient
     // with its dropout mask and its bias's column sums) on the team, rows split, and the sums
     // by columns in the serial order: every gradient has the bits of the same program whose
-    // blocks run on one thread (TRAINDECK_SERIAL_BLOCKS=1), and the profile says which ran how.
+    // blocks run on one thread (cpu_team_blocks off), and the profile says which ran how.
     void teamBlocksEqualSerial() {
         if (omp_get_max_threads() < 2 || td::makeCpuDevice(0)->desc().threads < 2)
             QSKIP("needs a CPU device with two threads (OMP_NUM_THREADS=2)");
@@ -738,8 +736,8 @@ class TestWorkShare : public QObject {
         auto run = [&](bool serial, std::vector<float>* grads) {
             return stderrOf([&] {
                 tdtest::Harness h;
-                compileProfiled(h, ir, 2, serial ? "TRAINDECK_SERIAL_BLOCKS" : nullptr,
-                                {&p0, &p1, &p2}, x, y);
+                compileProfiled(h, ir, 2, serial ? "cpu_team_blocks" : nullptr, {&p0, &p1, &p2}, x,
+                                y);
                 if (QTest::currentTestFailed()) return;
                 for (int step = 1; step <= 10; ++step) {
                     h.run(step);
@@ -767,7 +765,7 @@ class TestWorkShare : public QObject {
     // gradient and its input gradient read the same output gradient and nothing the other
     // writes, so one runs on the WorkShare's helper while the caller runs the other and the
     // instructions around it. The losses of ten steps and the last step's gradients are the
-    // same bits as with every instruction in order (TRAINDECK_IN_ORDER=1), and the profile names
+    // same bits as with every instruction in order (cpu_alongside off), and the profile names
     // the product that ran alongside; in order it names none.
     void alongsideEqualsInOrder() {
         if (omp_get_max_threads() < 2 || td::makeCpuDevice(0)->desc().threads < 2)
@@ -789,8 +787,7 @@ class TestWorkShare : public QObject {
         std::vector<float> x(64 * 96), y(64 * 64), p0(96 * 128), p1(128), p2(128 * 64);
         fillUniform(rng, {&x, &y, &p0, &p1, &p2});
         auto run = [&](bool inOrder, std::vector<float>* out) {
-            return sgdSteps(ir, inOrder ? "TRAINDECK_IN_ORDER" : nullptr, {&p0, &p1, &p2}, x, y,
-                            out);
+            return sgdSteps(ir, inOrder ? "cpu_alongside" : nullptr, {&p0, &p1, &p2}, x, y, out);
         };
         std::vector<float> alongside, inOrder;
         const std::string profile = run(false, &alongside);
@@ -805,12 +802,11 @@ class TestWorkShare : public QObject {
     // a classifier's 10, their weight gradients read transposed) run on the narrow kernel
     // (sparse_kernels.h) instead of oneDNN's, and the classifier's input gradient (ten terms in
     // each sum) on the short kernel: the losses of ten steps and the last gradients
-    // agree with oneDNN's (TRAINDECK_NO_NARROW=1) to float rounding (here bit for bit: at these
+    // agree with oneDNN's (cpu_narrow_kernel off) to float rounding (here bit for bit: at these
     // shapes oneDNN's AVX2 kernels also add the products in order with multiply-adds), and the
     // profile names the products that ran on it.
     void narrowProductsEqualOneDnn() {
-        if (!td::cpu::sparse::active())
-            QSKIP("the narrow kernel needs AVX2 with FMA or AVX-512 (and no TRAINDECK_NO_SPARSE)");
+        if (!td::cpu::sparse::active()) QSKIP("the narrow kernel needs AVX2 with FMA or AVX-512");
         const RestoreThreads restore;
         const std::string ir =
             "graph t {\n %0 = input() : f32[64,96]\n"
@@ -828,8 +824,7 @@ class TestWorkShare : public QObject {
         std::vector<float> x(64 * 96), y(64 * 10), p0(96 * 16), p1(16), p2(16 * 10);
         fillUniform(rng, {&x, &y, &p0, &p1, &p2});
         auto run = [&](bool oneDnn, std::vector<float>* out) {
-            return sgdSteps(ir, oneDnn ? "TRAINDECK_NO_NARROW" : nullptr, {&p0, &p1, &p2}, x, y,
-                            out);
+            return sgdSteps(ir, oneDnn ? "cpu_narrow_kernel" : nullptr, {&p0, &p1, &p2}, x, y, out);
         };
         std::vector<float> narrow, oneDnn;
         const std::string profile = run(false, &narrow);
@@ -855,7 +850,7 @@ class TestWorkShare : public QObject {
     // A ReLU's gradient with its dropout's gradient fused in reads the mask from the forward
     // dropout's output (nonzero exactly where the unit was kept and live) instead of hashing
     // every element's key again (cpu_device.cpp, planDropoutMasks): ten steps' losses and the
-    // last gradients are the bits of the mask drawn again (TRAINDECK_REDRAW_MASKS=1), here where
+    // last gradients are the bits of the mask drawn again (cpu_dropout_masks off), here where
     // the gradient is written in place of the dropout's output (the arena reuses it), and the
     // profile names the instruction that read it.
     void dropoutMaskFromOutput() {
@@ -877,8 +872,7 @@ class TestWorkShare : public QObject {
         std::vector<float> x(48 * 40), y(48 * 24), p0(40 * 64), p1(64), p2(64 * 24);
         fillUniform(rng, {&x, &y, &p0, &p1, &p2});
         auto run = [&](bool redraw, std::vector<float>* out) {
-            return sgdSteps(ir, redraw ? "TRAINDECK_REDRAW_MASKS" : nullptr, {&p0, &p1, &p2}, x, y,
-                            out);
+            return sgdSteps(ir, redraw ? "cpu_dropout_masks" : nullptr, {&p0, &p1, &p2}, x, y, out);
         };
         std::vector<float> fromOutput, redrawn;
         const std::string profile = run(false, &fromOutput);
@@ -894,7 +888,7 @@ class TestWorkShare : public QObject {
     // A dropout right after a forward product split along K draws its mask while the threads
     // finish their pieces and is applied in the product's last pass (planDropoutInProduct): ten
     // steps of SGD give the same losses and gradients, bit for bit, as with the dropout on its
-    // own (TRAINDECK_DROPOUT_APART=1), and the profile names the fusion only without the switch.
+    // own (cpu_dropout_in_product off), and the profile names the fusion only with the pass on.
     void dropoutInProductPass() {
         if (omp_get_max_threads() < 2 || td::makeCpuDevice(0)->desc().threads < 2)
             QSKIP("needs a CPU device with two threads (OMP_NUM_THREADS=2)");
@@ -919,13 +913,61 @@ class TestWorkShare : public QObject {
         std::vector<float> inPass, apart;
         const std::string profile = sgdSteps(ir, nullptr, {&p0, &p1, &p2}, x, y, &inPass);
         const std::string apartProfile =
-            sgdSteps(ir, "TRAINDECK_DROPOUT_APART", {&p0, &p1, &p2}, x, y, &apart);
+            sgdSteps(ir, "cpu_dropout_in_product", {&p0, &p1, &p2}, x, y, &apart);
         QCOMPARE(inPass.size(), size_t{10 + 784 * 128 + 128 + 128 * 16});
         QVERIFY(inPass == apart);
         for (const char* what :
              {"along K, the dropout %4 in its pass", "(in its product's pass)"}) {
             QVERIFY2(profile.find(what) != std::string::npos, profile.c_str());
             QVERIFY2(apartProfile.find(what) == std::string::npos, apartProfile.c_str());
+        }
+    }
+
+    // The device's own passes (cpu_passes.h) carry the names the graph layer checks
+    // (cpuPassNames), in the same order; an unknown name is refused naming it. A program
+    // compiled with one turned off reports it off and the others on, with the places each
+    // changed: here, on one thread of two, a forward product along K (cpu_split_k) that the
+    // pass off leaves in row pieces.
+    void passesNamedAndReported() {
+        const std::vector<std::string>& names = td::cpuPassNames();
+        QCOMPARE(names.size(), td::cpu::kPassCount);
+        for (size_t i = 0; i < names.size(); ++i) {
+            const td::cpu::PassInfo& p = td::cpu::passTable()[i];
+            QCOMPARE(static_cast<size_t>(p.pass), i);
+            QCOMPARE(std::string(p.name), names[i]);
+            QVERIFY(std::strlen(p.what) > 0);
+            QVERIFY2(td::checkPassNames({names[i]}).ok(), p.name);
+        }
+        const td::Status unknown = td::checkPassNames({"cpu_split_k", "cpu_split_everything"});
+        QVERIFY(!unknown.ok());
+        QVERIFY2(unknown.error().find("unknown pass 'cpu_split_everything'") != std::string::npos,
+                 unknown.error().c_str());
+        QVERIFY2(unknown.error().find("cpu_dropout_in_product") != std::string::npos,
+                 unknown.error().c_str());
+        const RestoreThreads restore;
+        const bool twoThreads =
+            omp_get_max_threads() >= 2 && td::makeCpuDevice(0)->desc().threads >= 2;
+        for (const char* off : {static_cast<const char*>(nullptr), "cpu_split_k"}) {
+            td::Graph g = tdtest::parseOrDie(twoLayerIr(32));
+            QVERIFY(td::autodiff(g).ok());
+            td::CompileOptions co;
+            if (off) co.disabled.insert(off);
+            tdtest::HarnessOptions opt;
+            opt.passes = &co;
+            opt.programThreads = 1;
+            tdtest::Harness h;
+            std::string error;
+            QVERIFY2(h.compile(std::move(g), {}, &error, opt), error.c_str());
+            const std::vector<td::BackendPassRecord> records = h.exe->passRecords();
+            QCOMPARE(records.size(), names.size());
+            for (size_t i = 0; i < records.size(); ++i) {
+                QCOMPARE(records[i].name, names[i]);
+                QCOMPARE(records[i].disabled, off && records[i].name == off);
+                QVERIFY(records[i].changed >= 0);
+                if (records[i].disabled) QCOMPARE(records[i].changed, int64_t{0});
+            }
+            const int64_t alongK = records[static_cast<size_t>(td::cpu::Pass::SplitK)].changed;
+            if (twoThreads) QCOMPARE(alongK, off ? int64_t{0} : int64_t{1});
         }
     }
 
@@ -966,12 +1008,10 @@ class TestWorkShare : public QObject {
         QVERIFY(!td::cpu::weightsOffsetFor(dnnl::cpu_isa::avx2, 1024));  // under 2 KiB
         QVERIFY(!td::cpu::weightsOffsetFor(dnnl::cpu_isa::avx2, 4000));  // not a multiple of 1 KiB
         QVERIFY(!td::cpu::weightsOffsetFor(dnnl::cpu_isa::avx512_core, 4096));
-        if (!std::getenv("TRAINDECK_ALIGNED_WEIGHTS"))
-            QCOMPARE(wide, td::cpu::weightsOffsetFor(dnnl::get_effective_cpu_isa(), 4096)
-                               ? td::cpu::kWeightsOffset
-                               : size_t{0});
-        if (td::detectedCpuIsa() == td::CpuIsa::Avx2 && !std::getenv("ONEDNN_MAX_CPU_ISA") &&
-            !std::getenv("TRAINDECK_ALIGNED_WEIGHTS"))
+        QCOMPARE(wide, td::cpu::weightsOffsetFor(dnnl::get_effective_cpu_isa(), 4096)
+                           ? td::cpu::kWeightsOffset
+                           : size_t{0});
+        if (td::detectedCpuIsa() == td::CpuIsa::Avx2 && !std::getenv("ONEDNN_MAX_CPU_ISA"))
             QCOMPARE(wide, size_t{16});
         auto plain = device->allocate(bytes);
         QVERIFY(plain.ok());
@@ -994,13 +1034,13 @@ class TestWorkShare : public QObject {
     // the next chunk's product where the kernels pay off that way (Kernels::adamBeside): its
     // pieces are fewer (four a thread, kBesideGradPiecesPerWorker, against eight), and the
     // parameters after three steps are those of each chunk updated after its own product in the
-    // eight pieces a thread (TRAINDECK_NO_ADAM_BESIDE=1), bit for bit.
+    // eight pieces a thread (cpu_adam_beside off), bit for bit.
     void adamBesideSmallBatch() {
         const td::cpu::sparse::Kernels* kernels = td::cpu::sparse::active();
         if (!kernels)
             QSKIP(
-                "the zero-skipping products need AVX2 with FMA or AVX-512 (and no "
-                "TRAINDECK_NO_SPARSE); this CPU keeps every product dense");
+                "the zero-skipping products need AVX2 with FMA or AVX-512; this CPU keeps every "
+                "product dense");
         if (omp_get_max_threads() < 2 || td::makeCpuDevice(0)->desc().threads < 2)
             QSKIP("needs a CPU device with two threads (OMP_NUM_THREADS=2)");
         const RestoreThreads restore;
@@ -1022,17 +1062,17 @@ class TestWorkShare : public QObject {
             " output loss = %9\n"
             "}\n";
         // Three steps from the same start; the parameters after them and the profile.
-        auto steps = [&](const char* env, td::Optimizer& opt,
+        auto steps = [&](const char* off, td::Optimizer& opt,
                          std::vector<std::vector<float>>* params) {
             const td::UpdateSpec spec = opt.spec();
             return stderrOf([&] {
                 setenv("TRAINDECK_PROFILE", "1", 1);
-                if (env) setenv(env, "1", 1);
                 tdtest::Harness h;
                 td::Graph g = tdtest::parseOrDie(ir);
                 QVERIFY(td::autodiff(g).ok());
                 td::CompileOptions co;
                 co.paramShadows = false;
+                if (off) co.disabled.insert(off);
                 tdtest::HarnessOptions o;
                 o.passes = &co;
                 o.programThreads = 1;
@@ -1041,7 +1081,6 @@ class TestWorkShare : public QObject {
                 std::string error;
                 const bool compiled = h.compile(std::move(g), {}, &error, o);
                 unsetenv("TRAINDECK_PROFILE");
-                if (env) unsetenv(env);
                 QVERIFY2(compiled, error.c_str());
                 std::mt19937 rng(5);
                 std::uniform_real_distribution<float> uni(-1.f, 1.f);
@@ -1063,7 +1102,7 @@ class TestWorkShare : public QObject {
         std::vector<std::vector<float>> beside, after;
         const std::string besideProfile = steps(nullptr, **optBeside, &beside);
         if (QTest::currentTestFailed()) return;
-        const std::string afterProfile = steps("TRAINDECK_NO_ADAM_BESIDE", **optAfter, &after);
+        const std::string afterProfile = steps("cpu_adam_beside", **optAfter, &after);
         if (QTest::currentTestFailed()) return;
         QVERIFY2(besideProfile.find(kernels->adamBeside
                                         ? "[784,128], 8 pieces + update"
@@ -1169,18 +1208,18 @@ class TestWorkShare : public QObject {
         if (team && !td::cpu::sparse::active())
             QSKIP(
                 "the team splits only weight gradients that may skip zeros, which need AVX2 with "
-                "FMA or AVX-512 (and no TRAINDECK_NO_SPARSE)");
+                "FMA or AVX-512");
         if (deviceThreads == 1 && !td::cpu::sparse::active())
             QSKIP(
                 "a one-thread device splits only products that skip zeros, which need AVX2 with "
-                "FMA or AVX-512 (and no TRAINDECK_NO_SPARSE)");
+                "FMA or AVX-512");
         if (deviceThreads == 2 &&
             (omp_get_max_threads() < 2 || td::makeCpuDevice(0)->desc().threads < 2))
             QSKIP("needs a CPU device with two threads (OMP_NUM_THREADS=2)");
         if (images && !td::cpu::sparse::active())
             QSKIP(
-                "the zero-skipping products need AVX2 with FMA or AVX-512 (and no "
-                "TRAINDECK_NO_SPARSE); this CPU keeps every product dense");
+                "the zero-skipping products need AVX2 with FMA or AVX-512; this CPU keeps every "
+                "product dense");
         const RestoreThreads restore;
         td::OptimizerConfig cfg;
         cfg.name = name.toStdString();

@@ -16,13 +16,13 @@
 #include <limits>
 #include <mutex>
 #include <span>
-#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "dnnl.hpp"
 #include "engine/backend/backend.h"
+#include "engine/backend/cpu/cpu_passes.h"
 #include "engine/backend/cpu/image_kernels.h"
 #include "engine/backend/cpu/kernels.h"
 #include "engine/backend/cpu/simd_kernels.h"
@@ -165,7 +165,8 @@ struct BlockPlan {
     BlockOperand out2;       // column sums of the result (bias gradient); ptr null: none
     bool outIsSums = false;  // bias_grad itself: only column sums of in[0]
     bool whole = false;      // a reduction: every row in one block, in the whole-operand buffers
-    bool teamRows = false;   // runs on the program's OpenMP team, rows split (runBlock)
+    bool f32 = false;        // every operand f32 (no conversions)
+    bool teamRows = false;   // runs on the program's OpenMP team, rows split (planTeamBlocks)
 };
 
 // Conversions around an instruction (whole arrays).
@@ -224,16 +225,18 @@ class CpuProgram final : public Executable {
     // device's helpers, which take pieces of the large products and of the update instead (null:
     // none). An OpenMP team for those was measured slower on a 2-core machine: its members wait
     // at a barrier for whichever one the input pipeline's thread has displaced.
+    // `passes`: which of the device's own passes are on (cpu_passes.h).
     CpuProgram(dnnl::engine& eng, dnnl::stream& strm, int updateThreads, WorkShare* share,
-               std::span<dnnl::stream> helperStreams)
+               std::span<dnnl::stream> helperStreams, cpu::PassRunner passes)
         : eng_(eng),
           strm_(strm),
           updateThreads_(updateThreads),
           share_(share),
-          helperStreams_(helperStreams) {
-        const char* off = std::getenv("TRAINDECK_NO_TEAM_PIECES");
+          helperStreams_(helperStreams),
+          passes_(std::move(passes)) {
         teamPieces_ = !share_ && updateThreads_ > 1 && cpu::sparse::active() &&
-                      !(off && *off && std::string_view(off) != "0");
+                      passes_.enabled(cpu::Pass::SkipZeros) &&
+                      passes_.enabled(cpu::Pass::TeamPieces);
         if (teamPieces_)
             for (int w = 1; w < updateThreads_; ++w) teamStreams_.emplace_back(eng_);
     }
@@ -273,6 +276,7 @@ class CpuProgram final : public Executable {
         return ptrs_.at(static_cast<size_t>(nodeId));
     }
     size_t arenaBytes() const override { return arenaBytes_; }
+    std::vector<BackendPassRecord> passRecords() const override { return passes_.records(); }
 
   private:
     struct Prim {
@@ -310,6 +314,7 @@ class CpuProgram final : public Executable {
     int updateThreads_ = 1;
     WorkShare* share_ = nullptr;
     std::span<dnnl::stream> helperStreams_;  // one per WorkShare helper
+    cpu::PassRunner passes_;
     // A program on the device's whole OpenMP team (no WorkShare: a large step) runs its products
     // whole on oneDNN's team, except the weight gradients that may skip their input's zeros
     // (x^T . dy, f32, at least kTeamPiecesMinCols outputs): those split by rows as on the
@@ -318,7 +323,7 @@ class CpuProgram final : public Executable {
     // (fuseUpdates). The forward and input-gradient products stay whole: in row pieces each
     // piece reads every weight, and oneDNN's team splits them better. 784-1024-1024-10 MLP, batch
     // 256, Adam, on the 2-core AVX-512 Xeon: four alternating pairs of 3-epoch runs, 24,823-27,214
-    // samples/s in epochs 2-3 against 22,171-25,797 with TRAINDECK_NO_TEAM_PIECES=1 (which keeps
+    // samples/s in epochs 2-3 against 22,171-25,797 with the pass cpu_team_pieces off (which keeps
     // every product whole and the update apart, for measurements), faster in every pair; in the
     // profile (TRAINDECK_PROFILE=1, one run each, one after the other) the two weight gradients
     // with their update 1,917 and 1,768 us against 1,965 and 1,578 whole plus 900 for the update
@@ -367,12 +372,6 @@ class CpuProgram final : public Executable {
             }
         }
     }
-    // TRAINDECK_NO_ADAM_BESIDE=1 (for measurements): each chunk's Adam update inside the
-    // zero-skipping weight gradient right after its own product. Read when a program is built.
-    static bool adamBesideWanted() {
-        const char* v = std::getenv("TRAINDECK_NO_ADAM_BESIDE");
-        return !(v && *v && std::string_view(v) != "0");
-    }
     bool besideGradPieces_ = false;          // see build()
     const ProgramBindings* bind_ = nullptr;  // during build() only
     std::vector<CpuInstr> code_;
@@ -401,7 +400,7 @@ class CpuProgram final : public Executable {
     // arguments (the batch is rebound there). The zero-skipping kernel runs while the work it
     // lists (positions where either of a pair of x's rows or columns is nonzero) is small enough
     // to pay, judged on each run's own input (sparseRun); otherwise oneDNN runs.
-    // TRAINDECK_NO_SPARSE=1: always oneDNN.
+    // The pass cpu_skip_zeros off: always oneDNN.
     struct SparseProduct {
         const cpu::sparse::Kernels* kernels = nullptr;
         bool grad = false;
@@ -425,9 +424,20 @@ class CpuProgram final : public Executable {
     bool sparseRun(const CpuInstr& i);
     void runSparsePiece(const CpuInstr& i, int64_t piece,
                         const cpu::sparse::AdamEpilogue* adam = nullptr);
-    void planPieceAdam(const CpuInstr& i);
     void noteSparseRun(const CpuInstr& i);
-    void planInterleave();
+    // The device's rewrites (cpu_passes.h), in the order build() runs them: each returns the
+    // places it changed.
+    int64_t planNarrowKernels(const LoweredProgram& lp);
+    int64_t planTeamBlocks(const LoweredProgram&);
+    int64_t fuseUpdates(const LoweredProgram& lp);
+    int64_t planRestUpdate(const LoweredProgram& lp);
+    int64_t planPieceAdam(const LoweredProgram&);
+    int64_t fuseLosses(const LoweredProgram& lp);
+    int64_t planDropoutMasks(const LoweredProgram& lp);
+    int64_t planAlongside(const LoweredProgram& lp);
+    int64_t planInterleave(const LoweredProgram&);
+    int64_t planDropoutInProduct(const LoweredProgram&);
+    bool pieceAdam(const CpuInstr& i);
 
     Status planBlock(const Instr& in, CpuInstr& ins);
     Status exec(const CpuInstr& i, const StepArgs& args);
@@ -447,10 +457,7 @@ class CpuProgram final : public Executable {
         return a.lo < b.hi && b.lo < a.hi;
     }
     Range rangeOf(const Operand& o) const;
-    void fuseUpdates(const LoweredProgram& lp);
-    void fuseLosses(const LoweredProgram& lp);
     void addPartials(const CpuInstr& i, const StepArgs& args);
-    void planDropoutInProduct();
     void drawDropoutMask(const CpuInstr& d, const StepArgs& args);
     // This step's mask of a dropout applied in its product's pass (dropoutAfter): claimed by a
     // thread of the product's job, and drawn (read after the job).
@@ -461,6 +468,7 @@ class CpuProgram final : public Executable {
     // pieces instead (see fuseUpdates).
     std::vector<UpdateTensor> restTensors_;
     bool updatesFused_ = false;
+    int updateAt_ = -1;  // the Update instruction whose tensors fuseUpdates fused
     // This step's restTensors_ update: claimed by a thread of a product's job (restAfter), and
     // done (read after the job).
     std::atomic<bool> restClaimed_{false};
@@ -475,9 +483,6 @@ class CpuProgram final : public Executable {
     };
     std::vector<Alongside> alongside_;
     std::vector<int> alongsideAt_;  // per instruction: the group that starts there, or -1
-    void planAlongside(const LoweredProgram& lp);
-    void planDropoutMasks(const LoweredProgram& lp);
-    void planRestUpdate(const LoweredProgram& lp, int updateAt);
     static std::vector<Range> updateRanges(const UpdateTensor& u);
     // What instruction k writes: its output, its column sums, a loss it computes for another.
     std::vector<Range> writtenBy(const LoweredProgram& lp, size_t k) const;
@@ -493,11 +498,8 @@ constexpr int64_t kBlockElems = 8192;  // 32 KiB of f32 per block operand: in L1
 // machine, 784-1024-1024-10 MLP at batch 256 (TRAINDECK_PROFILE=1, the same program compiled
 // twice in one process, once with its blocks on one thread): the two ReLU gradients with their
 // dropout masks and bias sums took 180 and 210 us against 250 and 306 on one thread.
+// planTeamBlocks (the pass cpu_team_blocks) chooses them.
 constexpr int64_t kTeamBlockElems = 1 << 16;
-bool serialBlocks() {
-    const char* v = std::getenv("TRAINDECK_SERIAL_BLOCKS");
-    return v && *v && std::strcmp(v, "0") != 0;
-}
 
 dnnl::memory::data_type dnnlType(DType d) {
     switch (d) {
@@ -629,7 +631,7 @@ ProductSplit splitProduct(int64_t M, int64_t N, int64_t K, int width, bool small
 // cache from the update to the next forward pass, instead of every core reading all of them, half
 // just written by the other. The partial sums are then added with the bias and the activation.
 // Measured on a 2-core AVX-512 machine, seed MLP, Adam, batch 32 (TRAINDECK_PROFILE=1, four
-// alternating pairs against TRAINDECK_NO_KSPLIT=1, which turns it off): the forward product
+// alternating pairs against the pass cpu_split_k off): the forward product
 // 39.8-54.7 us against 42.8-45.0 in row pieces, the weight gradient with its update 55.4-95.9
 // against 74.9-91.7, the step 110.3-171.1 us against 133.5-152.5 (medians 116.9 and 138.7). At
 // batch 64 it was even, at 256 slower (the forward 325-412 us against 219-252).
@@ -640,7 +642,7 @@ bool smallBatchGradient(int64_t B, int width) {
     return B < width * kKSplitRows;
 }
 std::vector<int64_t> kSplitEdges(int64_t M, int64_t N, int64_t K, int width, bool beside) {
-    if (width < 2 || !smallBatchGradient(M, width) || std::getenv("TRAINDECK_NO_KSPLIT")) return {};
+    if (width < 2 || !smallBatchGradient(M, width)) return {};
     const ProductSplit grad = splitProduct(K, N, M, width, true, beside);
     if (!grad.alongRows || grad.edges.empty()) return {};
     const auto pieces = static_cast<int64_t>(grad.edges.size()) - 1;
@@ -729,21 +731,23 @@ Status CpuProgram::addMatmul(const Instr& in, CpuInstr& ins) {
                                                 in.op == InstrOp::MatMul && ta && !tb &&
                                                     smallBatchGradient(K, width),
                                                 besideGradPieces_);
-        // A forward product reading a trainable weight matrix (f32, as stored): along K.
-        // Not with an all-reduce: the update then runs after it, not in the gradient's pieces.
+        // A forward product reading a trainable weight matrix (f32, as stored): along K
+        // (cpu_split_k). Not with an all-reduce: the update then runs after it, not in the
+        // gradient's pieces.
         std::vector<int64_t> kEdges;
-        if (!convertHalf && share_ && !collectives_ && !ta && !tb &&
-            in.in[1].space == Space::Param && primOp == DType::F32 && primOut == DType::F32 &&
-            in.act != ActKind::Softmax)
+        if (passes_.enabled(cpu::Pass::SplitK) && !convertHalf && share_ && !collectives_ && !ta &&
+            !tb && in.in[1].space == Space::Param && primOp == DType::F32 &&
+            primOut == DType::F32 && in.act != ActKind::Softmax)
             kEdges = kSplitEdges(M, N, K, width, besideGradPieces_);
         if (!kEdges.empty()) split = ProductSplit{true, kEdges};
         bool alongK = !kEdges.empty();
         const cpu::sparse::Kernels* sparseKernels = cpu::sparse::active();
-        // Whether the pieces may skip the zeros of x (see below). The kernels list the dense
-        // operand's rows as 32-bit indices (below K).
+        // Whether the pieces may skip the zeros of x (see below; cpu_skip_zeros). The kernels
+        // list the dense operand's rows as 32-bit indices (below K).
         const bool grad = in.op == InstrOp::MatMul && ta && !tb && split.alongRows && !alongK;
-        const bool mayBeSparse = sparseKernels && !convertHalf && split.edges.size() > 2 &&
-                                 (alongK || grad) && K <= std::numeric_limits<int32_t>::max() &&
+        const bool mayBeSparse = sparseKernels && passes_.enabled(cpu::Pass::SkipZeros) &&
+                                 !convertHalf && split.edges.size() > 2 && (alongK || grad) &&
+                                 K <= std::numeric_limits<int32_t>::max() &&
                                  in.in[0].dtype == DType::F32 && in.in[1].dtype == DType::F32 &&
                                  outType == DType::F32;
         if ((solo || teamPieces_) && !mayBeSparse) {
@@ -751,6 +755,9 @@ Status CpuProgram::addMatmul(const Instr& in, CpuInstr& ins) {
             alongK = false;
         }
         const int pieces = static_cast<int>(split.edges.size()) - 1;
+        if (alongK) passes_.note(cpu::Pass::SplitK);
+        if (pieces > 1 && solo) passes_.note(cpu::Pass::SoloPieces);
+        if (pieces > 1 && teamPieces_) passes_.note(cpu::Pass::TeamPieces);
         const int64_t aSize = static_cast<int64_t>(dtypeSize(primOp));
         const int64_t cSize = static_cast<int64_t>(dtypeSize(primOut));
         void* biasPtr = hasBias ? resolve(in.in[2]) : nullptr;
@@ -837,6 +844,7 @@ Status CpuProgram::addMatmul(const Instr& in, CpuInstr& ins) {
         // On the AVX2 machine, with rows paired by their zeros (pairRows) and bias and ReLU added
         // per piece, it was even: 293-308 us against 302-308, six alternating pairs.
         if (mayBeSparse) {
+            passes_.note(cpu::Pass::SkipZeros);
             SparseProduct sp;
             sp.kernels = sparseKernels;
             sp.grad = grad;
@@ -852,35 +860,6 @@ Status CpuProgram::addMatmul(const Instr& in, CpuInstr& ins) {
             }
             ins.sparse = static_cast<int>(sparse_.size());
             sparse_.push_back(std::move(sp));
-        }
-        // A narrow product on a thread of its own (a program on one thread, or with a
-        // WorkShare, whose callers run one thread each): the narrow kernel, for a Dense without
-        // an activation or with ReLU (run after it, as the post-op would).
-        // TRAINDECK_NO_NARROW=1 keeps oneDNN's, for measurements.
-        const char* narrowOff = std::getenv("TRAINDECK_NO_NARROW");
-        const bool noNarrow = narrowOff && *narrowOff && std::strcmp(narrowOff, "0") != 0;
-        if (sparseKernels && !noNarrow && !convertHalf && ins.pieces == 1 && !alongK && !tb &&
-            N <= sparseKernels->narrowMaxCols && (share_ || updateThreads_ <= 1) &&
-            primOp == DType::F32 && primOut == DType::F32 &&
-            (in.op == InstrOp::MatMul || in.act == ActKind::Linear || in.act == ActKind::Relu)) {
-            ins.narrow = sparseKernels;
-            ins.narrowSr = ta ? 1 : K;
-            ins.narrowSk = ta ? M : 1;
-            ins.narrowM = M;
-            ins.narrowK = K;
-            ins.narrowN = N;
-        }
-        // A product with few terms in each sum and B transposed, a narrow layer's input gradient
-        // ([M, classes] x [K, classes]^T): the short kernel, on a thread of its own as above.
-        // TRAINDECK_NO_NARROW=1 keeps oneDNN's too.
-        if (sparseKernels && !noNarrow && !convertHalf && ins.pieces == 1 && !alongK && tb && !ta &&
-            in.op == InstrOp::MatMul && K <= sparseKernels->shortMaxInner &&
-            (share_ || updateThreads_ <= 1) && primOp == DType::F32 && primOut == DType::F32) {
-            ins.narrow = sparseKernels;
-            ins.shortInner = true;
-            ins.narrowM = M;
-            ins.narrowK = K;
-            ins.narrowN = N;
         }
     } catch (const dnnl::error& e) {
         return err("oneDNN " + what + " (" + dtypeName(opType) + " -> " + dtypeName(outType) +
@@ -1095,10 +1074,12 @@ Status CpuProgram::build(const LoweredProgram& lp, const ProgramBindings& bind) 
     for (size_t i = 0; i < lp.values.size(); ++i) ptrs_[i] = resolve(lp.values[i]);
     collectives_ = bind.collectives;
     // Whether a small batch's zero-skipping weight gradients will carry Adam updated beside the
-    // next chunk's product (planPieceAdam), which splits them into fewer pieces.
+    // next chunk's product (planPieceAdam; cpu_adam_beside), which splits them into fewer pieces.
     {
         const cpu::sparse::Kernels* k = cpu::sparse::active();
-        besideGradPieces_ = k && k->adamBeside && adamBesideWanted() && lp.update &&
+        besideGradPieces_ = k && k->adamBeside && passes_.enabled(cpu::Pass::SkipZeros) &&
+                            passes_.enabled(cpu::Pass::AdamInKernel) &&
+                            passes_.enabled(cpu::Pass::AdamBeside) && lp.update &&
                             lp.update->kind == UpdateKind::Adam && !lp.update->amsgrad &&
                             !collectives_;
     }
@@ -1236,13 +1217,23 @@ Status CpuProgram::build(const LoweredProgram& lp, const ProgramBindings& bind) 
     }
     if (!blocks_.empty())
         blockScratch_.assign(static_cast<size_t>(5 * kBlockElems + wholeElems_), 0.f);
-    fuseUpdates(lp);
-    for (const CpuInstr& i : code_) planPieceAdam(i);
-    fuseLosses(lp);
-    planDropoutMasks(lp);
-    planAlongside(lp);
-    planInterleave();
-    planDropoutInProduct();
+    alongsideAt_.assign(code_.size(), -1);
+    // The rewrites (cpu_passes.h), in the order of its table; a pass turned off is skipped.
+    using Rewrite = int64_t (CpuProgram::*)(const LoweredProgram&);
+    static constexpr std::pair<cpu::Pass, Rewrite> kRewrites[] = {
+        {cpu::Pass::NarrowKernel, &CpuProgram::planNarrowKernels},
+        {cpu::Pass::TeamBlocks, &CpuProgram::planTeamBlocks},
+        {cpu::Pass::FuseUpdate, &CpuProgram::fuseUpdates},
+        {cpu::Pass::RestUpdateBeside, &CpuProgram::planRestUpdate},
+        {cpu::Pass::AdamInKernel, &CpuProgram::planPieceAdam},
+        {cpu::Pass::FuseLoss, &CpuProgram::fuseLosses},
+        {cpu::Pass::DropoutMasks, &CpuProgram::planDropoutMasks},
+        {cpu::Pass::Alongside, &CpuProgram::planAlongside},
+        {cpu::Pass::Interleave, &CpuProgram::planInterleave},
+        {cpu::Pass::DropoutInProduct, &CpuProgram::planDropoutInProduct},
+    };
+    for (const auto& [pass, rewrite] : kRewrites)
+        passes_.run(pass, [&, rewrite = rewrite] { return (this->*rewrite)(lp); });
     if (const char* p = std::getenv("TRAINDECK_PROFILE"); p && *p && std::strcmp(p, "0") != 0) {
         profile_ = true;
         profileSeconds_.assign(code_.size(), 0.0);
@@ -1327,11 +1318,10 @@ void CpuProgram::drawDropoutMask(const CpuInstr& d, const StepArgs& args) {
 // instruction in an alongside group. Seed MLP, batch 32, AVX2 machine, alternating pairs
 // (timestamps in the step, medians of 1,500 steps; three of four pairs undisturbed): the dropout's
 // output ready 36.3-37.7 us into the step against 37.4-38.0 with the Dropout's own pass (1.5-1.8
-// us, its hashes included).
-// TRAINDECK_DROPOUT_APART=1 keeps the Dropout on its own, for measurements (the same bits).
-void CpuProgram::planDropoutInProduct() {
-    if (const char* e = std::getenv("TRAINDECK_DROPOUT_APART"); e && *e && std::strcmp(e, "0") != 0)
-        return;
+// us, its hashes included). With the pass cpu_dropout_in_product off the Dropout runs on its own
+// (the same bits).
+int64_t CpuProgram::planDropoutInProduct(const LoweredProgram&) {
+    int64_t changed = 0;
     for (size_t k = 0; k + 1 < code_.size(); ++k) {
         CpuInstr& p = code_[k];
         CpuInstr& d = code_[k + 1];
@@ -1351,7 +1341,9 @@ void CpuProgram::planDropoutInProduct() {
         p.dropoutAfter = static_cast<int>(k + 1);
         d.dropoutInProduct = true;
         dropKeep_.resize(std::max(dropKeep_.size(), static_cast<size_t>(d.rows * d.cols)));
+        ++changed;
     }
+    return changed;
 }
 
 // See SparseProduct. One thread of a 2-core AVX-512 machine (AMD Zen 5), [32,392]x[392,128] with
@@ -1418,25 +1410,26 @@ void CpuProgram::runSparsePiece(const CpuInstr& i, int64_t piece,
 // The Adam update of the rows each piece of a weight gradient writes, for the zero-skipping
 // kernel to apply as it finishes them (SparseProduct::adam; empty: the update runs after each
 // piece, as applyUpdateSlice). Only Adam (not AMSGrad) on f32 values without a 16-bit shadow, on a
-// gradient the pieces write whole, and a batch within the kernel's adamMaxRows;
-// TRAINDECK_UPDATE_APART=1 keeps it after the pieces, for measurements. Each chunk of rows is
-// updated beside the next chunk's product (AdamEpilogue::beside) where the kernels pay off that
-// way (Kernels::adamBeside: AVX-512): seed MLP at batch 32 on the BF16 Xeon (TRAINDECK_PROFILE=1,
+// gradient the pieces write whole, and a batch within the kernel's adamMaxRows; with the pass
+// cpu_adam_in_kernel off it runs after the pieces. Each chunk of rows is updated beside the next
+// chunk's product (AdamEpilogue::beside; cpu_adam_beside) where the kernels pay off that way
+// (Kernels::adamBeside: AVX-512): seed MLP at batch 32 on the BF16 Xeon (TRAINDECK_PROFILE=1,
 // four alternating pairs of 2-epoch runs), the weight gradient with its update 46.4-49.0 us
-// against 50.9-53.3 with each chunk updated after its own product (TRAINDECK_NO_ADAM_BESIDE=1,
-// for measurements), the step 84.4-91.6 us against 90.3-93.8.
+// against 50.9-53.3 with each chunk updated after its own product (cpu_adam_beside off), the step
+// 84.4-91.6 us against 90.3-93.8.
 // Planned once, after fuseUpdates: a run sets only the step's scalars (alpha, wdLr).
-void CpuProgram::planPieceAdam(const CpuInstr& i) {
-    static const bool apart = [] {
-        const char* v = std::getenv("TRAINDECK_UPDATE_APART");
-        return v && *v && std::string_view(v) != "0";
-    }();
-    if (apart || i.fusedUpdate < 0 || i.sparse < 0 || update_.kind != UpdateKind::Adam ||
-        update_.amsgrad)
-        return;
+int64_t CpuProgram::planPieceAdam(const LoweredProgram&) {
+    int64_t changed = 0;
+    for (const CpuInstr& i : code_) changed += pieceAdam(i) ? 1 : 0;
+    return changed;
+}
+
+bool CpuProgram::pieceAdam(const CpuInstr& i) {
+    if (i.fusedUpdate < 0 || i.sparse < 0 || update_.kind != UpdateKind::Adam || update_.amsgrad)
+        return false;
     SparseProduct& sp = sparse_[static_cast<size_t>(i.sparse)];
     const UpdateTensor& t = updateTensors_[static_cast<size_t>(i.fusedUpdate)];
-    if (!sp.grad || t.shadow) return;
+    if (!sp.grad || t.shadow) return false;
     std::vector<cpu::sparse::AdamEpilogue> adam(sp.pieces.size());
     for (size_t p = 0; p < sp.pieces.size(); ++p) {
         const SparseProduct::Piece& pc = sp.pieces[p];
@@ -1445,7 +1438,7 @@ void CpuProgram::planPieceAdam(const CpuInstr& i) {
         if (pc.rows > sp.kernels->adamMaxRows ||
             pp.args.at(DNNL_ARG_DST).get_data_handle() != t.grad + off || pc.ldy != i.pieceCols ||
             pc.cols != i.pieceCols || (i.pieceRows[p + 1] - i.pieceRows[p]) != pc.inner)
-            return;
+            return false;
         cpu::sparse::AdamEpilogue& a = adam[p];
         a.w = t.value + off;
         a.m = t.slot[0] + off;
@@ -1458,10 +1451,12 @@ void CpuProgram::planPieceAdam(const CpuInstr& i) {
         a.oneMinusB1 = update_.oneMinusBeta1;
         a.oneMinusB2 = update_.oneMinusBeta2;
         a.eps = update_.epsilon;
-        a.beside = sp.kernels->adamBeside && adamBesideWanted();
+        a.beside = sp.kernels->adamBeside && passes_.enabled(cpu::Pass::AdamBeside);
     }
+    if (adam.front().beside) passes_.note(cpu::Pass::AdamBeside);
     sp.adam = std::move(adam);
     sp.keepGrad = bind_->gradsRead;
+    return true;
 }
 
 // After the pieces (the WorkShare's run has joined them): the share of the dense work the kernel
@@ -1487,16 +1482,19 @@ void CpuProgram::noteSparseRun(const CpuInstr& i) {
 // the weight gradient in runs (the product 289-312 us), 2-13 us interleaved (284-300 us). Which
 // thread runs a piece changes nothing in its results. Not where a forward product splits along K
 // (kSplitEdges): its pieces follow the gradient's runs, so that each core multiplies the weights it
-// has just updated. TRAINDECK_NO_INTERLEAVE=1 keeps the runs, for measurements.
-void CpuProgram::planInterleave() {
-    const char* off = std::getenv("TRAINDECK_NO_INTERLEAVE");
-    if ((off && *off && std::string_view(off) != "0") || pieceWidth() < 2) return;
+// has just updated. With the pass cpu_interleave off the runs stay (the same bits).
+int64_t CpuProgram::planInterleave(const LoweredProgram&) {
+    if (pieceWidth() < 2) return 0;
     for (const CpuInstr& i : code_)
-        if (!i.kPartials.empty()) return;
+        if (!i.kPartials.empty()) return 0;
+    int64_t changed = 0;
     for (CpuInstr& i : code_)
         if (i.sparse >= 0 && sparse_[static_cast<size_t>(i.sparse)].grad && !i.pieceRows.empty() &&
-            i.pieces >= 2 * pieceWidth())
+            i.pieces >= 2 * pieceWidth()) {
             i.interleave = true;
+            ++changed;
+        }
+    return changed;
 }
 
 void CpuProgram::printProfile() const {
@@ -1556,19 +1554,20 @@ CpuProgram::Range CpuProgram::rangeOf(const Operand& o) const {
 // no instruction between the product and the Update reads or writes the gradient, the value,
 // its slots or its shadow (a later product reading the weights, a regularizer adding to the
 // gradient).
-void CpuProgram::fuseUpdates(const LoweredProgram& lp) {
-    if (!(share_ || teamPieces_) || updateTensors_.empty() || lossScale_ || collectives_) return;
-    if (update_.clip != ClipKind::None && update_.clip != ClipKind::Value) return;
+int64_t CpuProgram::fuseUpdates(const LoweredProgram& lp) {
+    if (!(share_ || teamPieces_) || updateTensors_.empty() || lossScale_ || collectives_) return 0;
+    if (update_.clip != ClipKind::None && update_.clip != ClipKind::Value) return 0;
     int updateAt = -1;
     for (size_t j = 0; j < lp.code.size(); ++j) {
         const InstrOp op = lp.code[j].op;
-        if (op == InstrOp::AllReduceStart || op == InstrOp::AllReduceWait) return;
+        if (op == InstrOp::AllReduceStart || op == InstrOp::AllReduceWait) return 0;
         if (op == InstrOp::Update) {
-            if (updateAt >= 0 || code_[j].update >= 0) return;
+            if (updateAt >= 0 || code_[j].update >= 0) return 0;
             updateAt = static_cast<int>(j);
         }
     }
-    if (updateAt < 0) return;
+    if (updateAt < 0) return 0;
+    int64_t changed = 0;
     std::vector<bool> fused(updateTensors_.size(), false);
     for (size_t j = 0; j < static_cast<size_t>(updateAt); ++j) {
         CpuInstr& ins = code_[j];
@@ -1599,12 +1598,14 @@ void CpuProgram::fuseUpdates(const LoweredProgram& lp) {
             ins.fusedUpdate = static_cast<int>(t);
             fused[t] = true;
             updatesFused_ = true;
+            ++changed;
             break;
         }
     }
     for (size_t t = 0; t < updateTensors_.size(); ++t)
         if (!fused[t]) restTensors_.push_back(updateTensors_[t]);
-    planRestUpdate(lp, updateAt);
+    updateAt_ = updateAt;
+    return changed;
 }
 
 // The update of the tensors left (restTensors_: biases, narrow layers' weights) on the first
@@ -1615,18 +1616,17 @@ void CpuProgram::fuseUpdates(const LoweredProgram& lp) {
 // bits. Seed MLP, batch 32 (the biases and the output layer's weights, 1,418 values, 1.1 us):
 // from the end of the last piece to the end of the step 0.51-0.57 us against 1.40-2.53 on the
 // calling thread (three alternating pairs, timestamps in the step), 0.35-0.50 on the first
-// thread done.
-// TRAINDECK_REST_APART=1 keeps it in the Update instruction, for measurements.
-void CpuProgram::planRestUpdate(const LoweredProgram& lp, int updateAt) {
-    if (!updatesFused_ || restTensors_.empty()) return;
-    if (const char* e = std::getenv("TRAINDECK_REST_APART"); e && *e && std::strcmp(e, "0") != 0)
-        return;
+// thread done. After fuseUpdates (cpu_fuse_update), which leaves the rest to the Update
+// instruction where this pass is off.
+int64_t CpuProgram::planRestUpdate(const LoweredProgram& lp) {
+    if (!updatesFused_ || restTensors_.empty()) return 0;
+    const int updateAt = updateAt_;
     int last = -1;
     for (int j = 0; j < updateAt; ++j)
         if (code_[static_cast<size_t>(j)].fusedUpdate >= 0 &&
             code_[static_cast<size_t>(j)].pieces > 1)
             last = j;
-    if (last < 0) return;
+    if (last < 0) return 0;
     std::vector<Range> guarded;
     for (const UpdateTensor& u : restTensors_) {
         const std::vector<Range> r = updateRanges(u);
@@ -1637,9 +1637,10 @@ void CpuProgram::planRestUpdate(const LoweredProgram& lp, int updateAt) {
         for (const Operand& o : lp.code[static_cast<size_t>(k)].in) touched.push_back(rangeOf(o));
         for (const Range& a : touched)
             for (const Range& g : guarded)
-                if (overlaps(a, g)) return;
+                if (overlaps(a, g)) return 0;
     }
     code_[static_cast<size_t>(last)].restAfter = true;
+    return 1;
 }
 
 // What a tensor's optimizer update reads and writes: its gradient, value, slots and shadow.
@@ -1673,10 +1674,9 @@ std::vector<CpuProgram::Range> CpuProgram::writtenBy(const LoweredProgram& lp, s
 // ReLU let it through (a kept value y / (1 - rate) with y > 0 is > 0; y = 0 or dropped gives +0),
 // and where ReLU did not, the gradient is 0 either way, so the bits are those of the mask drawn
 // again (simd::droppedReluGrad: one pass, no hash). Seed MLP on the AVX2 machine: see the README;
-// TRAINDECK_REDRAW_MASKS=1 turns it off.
-void CpuProgram::planDropoutMasks(const LoweredProgram& lp) {
-    if (const char* e = std::getenv("TRAINDECK_REDRAW_MASKS"); e && *e && std::strcmp(e, "0") != 0)
-        return;
+// the pass cpu_dropout_masks off draws the mask again.
+int64_t CpuProgram::planDropoutMasks(const LoweredProgram& lp) {
+    int64_t changed = 0;
     auto same = [](Range a, Range b) { return a.lo == b.lo && a.hi == b.hi; };
     for (size_t j = 0; j < code_.size(); ++j) {
         CpuInstr& g = code_[j];
@@ -1701,10 +1701,14 @@ void CpuProgram::planDropoutMasks(const LoweredProgram& lp) {
             for (size_t m = k + 1; m <= j && kept; ++m)
                 for (const Range& w : writtenBy(lp, m))
                     kept = kept && (!overlaps(w, drop) || (m == j && same(w, drop)));
-            if (kept) g.dropOut = reinterpret_cast<const float*>(drop.lo);
+            if (kept) {
+                g.dropOut = reinterpret_cast<const float*>(drop.lo);
+                ++changed;
+            }
             break;
         }
     }
+    return changed;
 }
 
 // Task parallelism between neighbouring instructions: a product that reads nothing its
@@ -1715,17 +1719,14 @@ void CpuProgram::planDropoutMasks(const LoweredProgram& lp) {
 // of instructions around it up to the first that conflicts with it (its inputs' producers, its
 // output's readers, anything not single-threaded); the product with the most to gain goes
 // first. Seed MLP (its second layer's input gradient on the helper, its bias and weight
-// gradients on the caller), epoch 3 of `traindeck train`, alternating with TRAINDECK_IN_ORDER=1
-// (which turns it off) on the 2-core AVX2 machine: batch 32, median 289 against 286 thousand
+// gradients on the caller), epoch 3 of `traindeck train`, alternating with the pass cpu_alongside
+// off on the 2-core AVX2 machine: batch 32, median 289 against 286 thousand
 // samples/s (six pairs, faster in four); batch 256, 685-692 against 692-701 us a step (four
 // pairs). The helper reads the operands from the caller's cache, so it gains less than the
 // product's own time. Results are the same bits: every instruction computes what it computed in
 // order.
-void CpuProgram::planAlongside(const LoweredProgram& lp) {
-    alongsideAt_.assign(code_.size(), -1);
-    if (!share_ || share_->width() < 2 || helperStreams_.empty()) return;
-    if (const char* e = std::getenv("TRAINDECK_IN_ORDER"); e && *e && std::strcmp(e, "0") != 0)
-        return;
+int64_t CpuProgram::planAlongside(const LoweredProgram& lp) {
+    if (!share_ || share_->width() < 2 || helperStreams_.empty()) return 0;
     const int n = static_cast<int>(code_.size());
     // A single-threaded product the helper can run whole: one oneDNN primitive in f32.
     auto product = [&](int k) {
@@ -1805,6 +1806,7 @@ void CpuProgram::planAlongside(const LoweredProgram& lp) {
               [](const Alongside& x, const Alongside& y) { return x.first < y.first; });
     for (size_t g = 0; g < alongside_.size(); ++g)
         alongsideAt_[static_cast<size_t>(alongside_[g].first)] = static_cast<int>(g);
+    return static_cast<int64_t>(alongside_.size());
 }
 
 // A softmax cross-entropy's loss and gradient read the same logits and labels and start from the
@@ -1812,7 +1814,8 @@ void CpuProgram::planAlongside(const LoweredProgram& lp) {
 // same bits as the two kernels), and the loss's own instruction does nothing. Only where both
 // run plain f32 (no blocks), the gradient's output overlaps neither input, and no instruction
 // between them writes the logits or the labels or reads or writes the loss's output.
-void CpuProgram::fuseLosses(const LoweredProgram& lp) {
+int64_t CpuProgram::fuseLosses(const LoweredProgram& lp) {
+    int64_t changed = 0;
     for (size_t j = 0; j < code_.size(); ++j) {
         CpuInstr& loss = code_[j];
         if (loss.op != InstrOp::Loss || loss.block >= 0 || !cpu::lossAndGradFuses(loss.loss))
@@ -1828,6 +1831,7 @@ void CpuProgram::fuseLosses(const LoweredProgram& lp) {
                     g.lossOut = loss.out;
                     g.lossOutScale = loss.scale;
                     loss.lossDeferred = true;
+                    ++changed;
                 }
                 break;
             }
@@ -1843,6 +1847,7 @@ void CpuProgram::fuseLosses(const LoweredProgram& lp) {
             if (!clear) break;
         }
     }
+    return changed;
 }
 
 // Which instructions run in block mode, and how: one with a 16-bit operand, a fused dropout mask
@@ -1901,18 +1906,68 @@ Status CpuProgram::planBlock(const Instr& in, CpuInstr& ins) {
         if (fusedSums) bp.out2 = operand(in.out2, Rows::Broadcast);
     }
     bp.whole = whole;
+    bp.f32 = !any16;
     if (whole) wholeElems_ = std::max(wholeElems_, 3 * rows * cols);
-    // A large all-f32 instruction of a program on an OpenMP team runs on the team.
-    bp.teamRows = !any16 && !whole && updateThreads_ > 1 && !share_ &&
-                  rows * cols >= kTeamBlockElems && rows >= 2 * bp.blockRows && !serialBlocks();
-    if (bp.teamRows)
-        teamScratch_.resize(static_cast<size_t>((updateThreads_ - 1) * 4 * kBlockElems));
     if (in.op == InstrOp::Act && fusedMask) ins.rate = in.rate;
     ins.block = static_cast<int>(blocks_.size());
     for (size_t k = 0; k < in.in.size() && k < 2; ++k)
         noteBatchSite(in.in[k], BatchSite::Kind::BlockIn, ins.block, static_cast<int>(k));
     blocks_.push_back(bp);
     return Status::success();
+}
+
+// A large all-f32 block-mode instruction of a program on an OpenMP team runs on the team (see
+// kTeamBlockElems).
+int64_t CpuProgram::planTeamBlocks(const LoweredProgram&) {
+    if (updateThreads_ <= 1 || share_) return 0;
+    int64_t changed = 0;
+    for (const CpuInstr& i : code_) {
+        if (i.block < 0) continue;
+        BlockPlan& bp = blocks_[static_cast<size_t>(i.block)];
+        if (!bp.f32 || bp.whole || i.rows * i.cols < kTeamBlockElems || i.rows < 2 * bp.blockRows)
+            continue;
+        bp.teamRows = true;
+        teamScratch_.resize(static_cast<size_t>((updateThreads_ - 1) * 4 * kBlockElems));
+        ++changed;
+    }
+    return changed;
+}
+
+// A narrow product on a thread of its own (a program on one thread, or with a WorkShare, whose
+// callers run one thread each): the narrow kernel instead of its primitive, for a Dense without
+// an activation or with ReLU (run after it, as the post-op would). A product with few terms in
+// each sum and B transposed, a narrow layer's input gradient ([M, classes] x [K, classes]^T): the
+// short kernel, on a thread of its own as well. Whole f32 products only; the primitive's
+// arguments still say where the operands are.
+int64_t CpuProgram::planNarrowKernels(const LoweredProgram& lp) {
+    const cpu::sparse::Kernels* kernels = cpu::sparse::active();
+    if (!kernels || !(share_ || updateThreads_ <= 1)) return 0;
+    int64_t changed = 0;
+    for (size_t j = 0; j < code_.size(); ++j) {
+        CpuInstr& ins = code_[j];
+        const Instr& in = lp.code[j];
+        if ((in.op != InstrOp::MatMul && in.op != InstrOp::Dense) || ins.pieces != 1 ||
+            ins.conv >= 0 || in.in[0].dtype != DType::F32 || in.out.dtype != DType::F32)
+            continue;
+        const bool ta = in.transA, tb = in.transB;
+        const int64_t M = in.out.shape[0], N = in.out.shape[1];
+        const int64_t K = ta ? in.in[0].shape[0] : in.in[0].shape[1];
+        if (!tb && N <= kernels->narrowMaxCols &&
+            (in.op == InstrOp::MatMul || in.act == ActKind::Linear || in.act == ActKind::Relu)) {
+            ins.narrowSr = ta ? 1 : K;
+            ins.narrowSk = ta ? M : 1;
+        } else if (tb && !ta && in.op == InstrOp::MatMul && K <= kernels->shortMaxInner) {
+            ins.shortInner = true;
+        } else {
+            continue;
+        }
+        ins.narrow = kernels;
+        ins.narrowM = M;
+        ins.narrowK = K;
+        ins.narrowN = N;
+        ++changed;
+    }
+    return changed;
 }
 
 void CpuProgram::runBlock(const CpuInstr& i, const StepArgs& args) {
@@ -2443,16 +2498,12 @@ constexpr unsigned kFtzDaz = 0x8040;  // MXCSR bits FTZ (15) and DAZ (6)
 // weight offset), so only rows of at least 2 KiB and a multiple of 1 KiB move, and only where
 // oneDNN runs AVX2 kernels (on the AVX-512 Xeon oneDNN's products alone ran about 1% faster
 // aligned: README, the matmul benchmark's placement). The rule is cpu::weightsOffsetFor
-// (weight_placement.h), which traindeck_bench_matmul shares.
-// TRAINDECK_ALIGNED_WEIGHTS=1 keeps every weight aligned, for measurements.
+// (weight_placement.h), which traindeck_bench_matmul shares; its --weights-aligned and
+// --weights-offset measure either placement.
 using cpu::kWeightsOffset;
 
 bool offsetWeights(size_t rowBytes) {
-    static const bool allowed = [] {
-        const char* v = std::getenv("TRAINDECK_ALIGNED_WEIGHTS");
-        return !(v && *v && std::string_view(v) != "0");
-    }();
-    return allowed && cpu::weightsOffsetFor(dnnl::get_effective_cpu_isa(), rowBytes);
+    return cpu::weightsOffsetFor(dnnl::get_effective_cpu_isa(), rowBytes);
 }
 
 class CpuDevice final : public Device {
@@ -2523,15 +2574,16 @@ class CpuDevice final : public Device {
         // A device of one thread: a share without helpers, so that its products skip zeros and
         // the update runs in the weight gradient's pieces as on more threads (the pieces in turn
         // on the calling thread). Seed MLP at batch 32 on one thread: see the README.
-        // TRAINDECK_NO_SOLO_SHARE=1 keeps oneDNN's whole products there, for measurements.
+        // The passes cpu_solo_pieces or cpu_skip_zeros off keep oneDNN's whole products there.
+        cpu::PassRunner passes(lp.passesOff);
         WorkShare* share = team < desc_.threads ? share_.get() : nullptr;
-        const char* noSolo = std::getenv("TRAINDECK_NO_SOLO_SHARE");
         if (!share && team == 1 && desc_.threads == 1 && cpu::sparse::active() &&
-            !(noSolo && *noSolo && std::strcmp(noSolo, "0") != 0)) {
+            passes.enabled(cpu::Pass::SkipZeros) && passes.enabled(cpu::Pass::SoloPieces)) {
             if (!solo_) solo_ = std::make_unique<WorkShare>(0);
             share = solo_.get();
         }
-        auto prog = std::make_unique<CpuProgram>(eng_, strm_, team, share, helperStreams_);
+        auto prog = std::make_unique<CpuProgram>(eng_, strm_, team, share, helperStreams_,
+                                                 std::move(passes));
         TD_RETURN_IF_ERROR(prog->build(lp, bind));
         return std::unique_ptr<Executable>(std::move(prog));
     }

@@ -1,8 +1,5 @@
 #include "engine/backend/cpu/sparse_kernels.h"
 
-#include <cstdlib>
-#include <string_view>
-
 #if defined(__x86_64__)
 namespace td::cpu::isa_avx512 {
 const sparse::Kernels& sparseTable();  // sparse_kernels_avx512.cpp
@@ -27,8 +24,6 @@ const Kernels* forIsa(CpuIsa isa) {
 }
 
 const Kernels* active() {
-    const char* off = std::getenv("TRAINDECK_NO_SPARSE");
-    if (off && *off && std::string_view(off) != "0") return nullptr;
     return forIsa(activeCpuIsa().isa);
 }
 

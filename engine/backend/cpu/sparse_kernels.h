@@ -99,9 +99,9 @@ struct Kernels {
     bool adamBeside = false;
 };
 
-// The kernels for the level activeCpuIsa() chose, or null at the generic level (or where
-// TRAINDECK_NO_SPARSE is set and not 0): the products then stay dense. Read when a program is
-// built.
+// The kernels for the level activeCpuIsa() chose, or null at the generic level: the products
+// then stay dense. Read when a program is built (the CPU device's passes cpu_skip_zeros and
+// cpu_narrow_kernel decide where they run).
 const Kernels* active();
 // The kernels of `isa` whatever the environment says: null for the generic level and for a level
 // this CPU lacks (AVX2 also needs FMA). For the tests and the benchmark.

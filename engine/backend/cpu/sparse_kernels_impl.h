@@ -37,7 +37,6 @@
 #include <cstdlib>
 #include <limits>
 #include <numeric>
-#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -645,14 +644,10 @@ inline void listColumns(const float* x, int64_t ldx, int64_t B, int64_t k0, int6
 // the pixels against oneDNN: batch 256 0.90-0.97x packed against 0.75-0.82x in place (AVX-512
 // kernels) and 0.54-0.61x against 0.43-0.45x (AVX2 kernels on the same core), batch 128 0.89-1.00x
 // against 0.69-0.76x, batch 32 1.09-1.35x against 0.89-1.04x; `--density 1` at batch 256
-// 0.77-0.80x against 0.51-0.52x. The same sums in the same order, so the same bits.
-// TRAINDECK_NO_GRAD_PACK=1 reads them in place, for measurements.
+// 0.77-0.80x against 0.51-0.52x (the in-place reads measured with a switch since removed). The
+// same sums in the same order, so the same bits.
 inline bool packsGradBlocks(int64_t ldy) {
-    static const bool off = [] {
-        const char* v = std::getenv("TRAINDECK_NO_GRAD_PACK");
-        return v && *v && std::string_view(v) != "0";
-    }();
-    return !off && ldy * 4 >= kPackMinStrideBytes;
+    return ldy * 4 >= kPackMinStrideBytes;
 }
 
 // dw = x^T . dy: the lists run over groups of x's neighbouring columns (neighbouring inputs,
@@ -737,7 +732,7 @@ constexpr int64_t kAdamChunkBytes = 16 * 1024;
 // at 1,024 outputs, read back by the update from L2). A 784-1024-10 MLP at batch 32 (Adam inside
 // this kernel), 3-epoch runs, samples/s in epochs 2-3: 40,772-44,521 against 27,204-31,655 packed
 // in 16 KB chunks (five alternating pairs), and 42,672-44,497 against 42,161-43,361 with the
-// blocks read in place in 16 KB chunks (TRAINDECK_NO_GRAD_PACK=1, four pairs).
+// blocks read in place in 16 KB chunks (four pairs).
 constexpr int64_t kPackedAdamChunkRows = 64;
 // With each chunk's update beside the next chunk's product (AdamEpilogue::beside, AdamDrip), a
 // piece's last chunk is updated after it, alone: smaller chunks leave less of the update there.
@@ -851,10 +846,10 @@ void narrowAll(const float* a, int64_t sr, int64_t sk, int64_t M, int64_t K, con
 }
 
 // A narrow product (sparse_kernels.h). The seed MLP's output layer on the AVX2 machine (Zen 3),
-// TRAINDECK_PROFILE=1 against TRAINDECK_NO_NARROW=1: its forward product [32,128] x [128,10]
-// with the bias 1.7 us against oneDNN's 3.7-4.0, its weight gradient [128,32] x [32,10] 2.2
-// against 3.0; at batch 256 12.4 against 15.6 and 12.6 against 14.4. Four rows at a time with
-// two vectors (five or six measured slower: 1.9 us), eight with one. The loops over the
+// TRAINDECK_PROFILE=1 against the pass cpu_narrow_kernel off: its forward product [32,128] x
+// [128,10] with the bias 1.7 us against oneDNN's 3.7-4.0, its weight gradient [128,32] x
+// [32,10] 2.2 against 3.0; at batch 256 12.4 against 15.6 and 12.6 against 14.4. Four rows at a
+// time with two vectors (five or six measured slower: 1.9 us), eight with one. The loops over the
 // accumulators are unrolled explicitly: left to GCC, it kept them in registers but also stored
 // every one to the stack on every step of k (3x slower). With the rows' last vectors stored whole
 // (narrowAll) the weight gradient took 1.8 us in the step (timestamps, a quiet run)

@@ -1,0 +1,74 @@
+#include "engine/backend/cpu/cpu_passes.h"
+
+#include "engine/graph/passes.h"
+
+namespace td::cpu {
+
+const std::array<PassInfo, kPassCount>& passTable() {
+    using enum PassStage;
+    static const std::array<PassInfo, kPassCount> table{{
+        {Pass::SkipZeros, "cpu_skip_zeros", Choice,
+         "products in pieces may skip their input's zeros (judged on each run's batch)"},
+        {Pass::SoloPieces, "cpu_solo_pieces", Choice,
+         "a one-thread device runs those products in two-thread pieces, in turn"},
+        {Pass::TeamPieces, "cpu_team_pieces", Choice,
+         "a step on the OpenMP team splits those weight gradients into row pieces"},
+        {Pass::SplitK, "cpu_split_k", Choice,
+         "a small batch's forward product splits along K, each thread its weight rows"},
+        {Pass::AdamBeside, "cpu_adam_beside", Choice,
+         "Adam in the zero-skipping gradient: each chunk beside the next chunk's product"},
+        {Pass::NarrowKernel, "cpu_narrow_kernel", Rewrite,
+         "narrow products and a narrow layer's input gradient on own kernels, not oneDNN"},
+        {Pass::TeamBlocks, "cpu_team_blocks", Rewrite,
+         "large block-mode instructions of a program on the OpenMP team run on the team"},
+        {Pass::FuseUpdate, "cpu_fuse_update", Rewrite,
+         "a weight's optimizer update runs in the pieces of its gradient's product"},
+        {Pass::RestUpdateBeside, "cpu_rest_update_beside", Rewrite,
+         "the other tensors' update runs beside the last such product"},
+        {Pass::AdamInKernel, "cpu_adam_in_kernel", Rewrite,
+         "Adam inside the zero-skipping weight gradient, chunk by chunk as it finishes"},
+        {Pass::FuseLoss, "cpu_fuse_loss", Rewrite,
+         "a softmax cross-entropy's loss computed in its gradient's pass"},
+        {Pass::DropoutMasks, "cpu_dropout_masks", Rewrite,
+         "a ReLU's gradient reads its dropout's mask from the dropout's output"},
+        {Pass::Alongside, "cpu_alongside", Rewrite,
+         "a product that conflicts with none of its neighbours runs on a helper beside them"},
+        {Pass::Interleave, "cpu_interleave", Rewrite,
+         "a zero-skipping weight gradient's pieces go to the threads in turn, not in runs"},
+        {Pass::DropoutInProduct, "cpu_dropout_in_product", Rewrite,
+         "a dropout after a product along K applied in the product's last pass"},
+    }};
+    return table;
+}
+
+const PassInfo& passInfo(Pass p) {
+    return passTable()[static_cast<size_t>(p)];
+}
+
+PassRunner::PassRunner(const std::set<std::string>& off) {
+    // The table follows the enum, and graph/passes.cpp knows the same names in the same order.
+    static const bool agree = [] {
+        const std::vector<std::string>& names = cpuPassNames();
+        if (names.size() != kPassCount) return false;
+        for (size_t i = 0; i < kPassCount; ++i)
+            if (static_cast<size_t>(passTable()[i].pass) != i || names[i] != passTable()[i].name)
+                return false;
+        return true;
+    }();
+    TD_ASSERT(agree);
+    for (const PassInfo& p : passTable()) {
+        BackendPassRecord r;
+        r.name = p.name;
+        r.what = p.what;
+        r.disabled = off.count(p.name) != 0;
+        records_.push_back(std::move(r));
+    }
+}
+
+void PassRunner::note(Pass p, int64_t places) {
+    BackendPassRecord& r = records_[index(p)];
+    TD_ASSERT(!r.disabled);
+    r.changed += places;
+}
+
+}  // namespace td::cpu
