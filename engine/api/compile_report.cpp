@@ -109,20 +109,6 @@ Result<Compiled> compileOnce(const Project& p, const ModelInfo& info, const Upda
     return c;
 }
 
-// The step's threads on a device of `deviceThreads`, as the trainer chooses them for one replica
-// (train/trainer.cpp, chooseWorkerThreads): steps under 512 MFLOP on one thread, the device's
-// other cores as its helpers; larger ones on the OpenMP team.
-int stepThreads(const ModelInfo& info, int64_t batch, int deviceThreads) {
-    double flops = 0;
-    for (const LayerInfo& l : info.layers) {
-        double positions = 1;
-        for (size_t d = 0; d + 1 < l.outputShape.size(); ++d)
-            positions *= static_cast<double>(l.outputShape[d]);
-        flops += 6.0 * static_cast<double>(batch) * static_cast<double>(l.params) * positions;
-    }
-    return flops < 512e6 ? 1 : deviceThreads;
-}
-
 // Compiles the planned training step on a fresh cpu:0 bound as a one-device run binds it (zeroed
 // parameters, gradients in one flat buffer, the optimizer's slots, the accumulators) and returns
 // what the device's own passes did. On a thread of its own, as the trainer compiles: the OpenMP
@@ -233,7 +219,7 @@ Result<CompileReport> compileReport(const Project& project) {
     for (const std::string& n : cpuPassNames())
         if (!co.enabled(n)) r.disabled.push_back(n);
     const DeviceDesc cpu = cpuDeviceDesc();
-    const int threads = stepThreads(info, p.training.batchSize, cpu.threads);
+    const int threads = chooseWorkerThreads(info, p.training.batchSize, cpu.threads);
     auto records = cpuPassRecords(p, after, spec, threads);
     if (records.ok()) {
         for (const BackendPassRecord& b : *records)

@@ -62,6 +62,10 @@ struct CheckpointPlan {
     bool storeDeletes = false;
 };
 
+// The threads a replica's step runs on, of a device with `deviceThreads`: steps under 512 MFLOP
+// on one thread, larger ones on all (train/replicas.cpp says why). `batch` is the replica's.
+int chooseWorkerThreads(const ModelInfo& info, int64_t batch, int deviceThreads);
+
 // What the compiler is asked for by a project: the compute dtype of its precision policy, the
 // passes it turns off (`disabled_passes`, and every fusing pass with `fusion: false`), and
 // parameter shadows for training programs.

@@ -97,8 +97,6 @@ struct WorkerFault {
 
 struct TrainInput;  // the training pipeline of a fit (trainer.cpp)
 
-// Threads per step of a replica's device (see replicas.cpp).
-int chooseWorkerThreads(const ModelInfo& info, int64_t batch, int deviceThreads);
 
 // Where the fit loop is, what it has measured since the last log point, and how the run is to
 // end: what the loop hands its observers.

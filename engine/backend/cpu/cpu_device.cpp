@@ -1947,7 +1947,7 @@ int64_t CpuProgram::planNarrowKernels(const LoweredProgram& lp) {
         CpuInstr& ins = code_[j];
         const Instr& in = lp.code[j];
         if ((in.op != InstrOp::MatMul && in.op != InstrOp::Dense) || ins.pieces != 1 ||
-            ins.conv >= 0 || in.in[0].dtype != DType::F32 || in.out.dtype != DType::F32)
+            ins.conversion >= 0 || in.in[0].dtype != DType::F32 || in.out.dtype != DType::F32)
             continue;
         const bool ta = in.transA, tb = in.transB;
         const int64_t M = in.out.shape[0], N = in.out.shape[1];
