@@ -8,6 +8,7 @@
 
 #include "engine/api/projects.h"
 #include "engine/backend/backend.h"
+#include "engine/backend/host_threads.h"
 #include "engine/graph/builder.h"
 #include "engine/graph/lower.h"
 #include "engine/graph/passes.h"
@@ -123,10 +124,10 @@ Result<std::vector<BackendPassRecord>> cpuPassRecords(const Project& p, const Co
             return;
         }
         Device& d = **opened;
-        d.prepareThread(threads);
+        prepareThreadFor(d, threads);
         std::vector<Buffer> owned;
         auto alloc = [&](size_t bytes, size_t rowBytes = 0) -> Result<Buffer> {
-            TD_ASSIGN_OR_RETURN(Buffer b, rowBytes ? d.allocateWeights(bytes, rowBytes)
+            TD_ASSIGN_OR_RETURN(Buffer b, rowBytes ? allocateWeightsOn(d, bytes, rowBytes)
                                                    : d.allocate(std::max<size_t>(bytes, 4)));
             owned.push_back(b);
             return b;

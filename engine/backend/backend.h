@@ -140,18 +140,16 @@ struct Support {
     std::string reason;
 };
 
+class HostThreads;  // backend/host_threads.h
+
+// A device: memory, copies, a stream with events, compile(program) to an Executable, and which
+// ops it supports. Nothing else; collectives, telemetry and host threads are interfaces of their
+// own.
 class Device {
   public:
     virtual ~Device() = default;
     virtual const DeviceDesc& desc() const = 0;
     virtual Result<Buffer> allocate(size_t bytes) = 0;
-    // A parameter whose products read it as a matrix with rows of `rowBytes` (its last
-    // dimension's bytes; 0 for a vector): the device may place it where those reads run fastest
-    // (the CPU device offsets some from alignment, see cpu_device.cpp). Released by release().
-    virtual Result<Buffer> allocateWeights(size_t bytes, size_t rowBytes) {
-        (void)rowBytes;
-        return allocate(bytes);
-    }
     virtual void release(Buffer& b) = 0;
     // Host memory the device copies from fastest (page-locked on CUDA; aligned memory on the
     // CPU). Batches are staged here, double-buffered, so the next upload overlaps this step.
@@ -181,28 +179,12 @@ class Device {
     // an earlier async copy read). The CPU device's stream is the calling thread: both are free.
     virtual Result<int64_t> recordEvent() = 0;
     virtual Status waitEvent(int64_t event) = 0;
-    // (optional) Called on a thread before it compiles or runs programs. `workerThreads` is how
-    // many threads the device may use for that thread's work (0 = all it has). The CPU device
-    // also sets flush-to-zero / denormals-are-zero there and in its worker pool: optimizer
-    // moments of always-zero gradients decay into denormals, which cost ~100x per operation.
-    virtual void prepareThread(int workerThreads) { (void)workerThreads; }
     // Host-addressable memory (CPU): buffers can be read and written directly.
     virtual bool hostAddressable() const = 0;
-    // (optional) Host work for the idle moments of the next run: a device whose runs share their
-    // work with helper threads of its own (the CPU device's WorkShare) hands `task` to the first
-    // helper that finishes its part of an operation of that run; finishAside() returns once the
-    // task ran (on the calling thread if no helper started it). False: no such helpers; the
-    // caller runs the task itself. One task at a time, posted and finished by the thread that
-    // runs the programs.
-    virtual bool startAside(void (*task)(void*), void* ctx) {
-        (void)task;
-        (void)ctx;
-        return false;
-    }
-    virtual void finishAside() {}
-    // Whether startAside can hand a task to such a helper: the programs compiled so far share
-    // their work with helper threads (the CPU device's, for a step on fewer threads than it has).
-    virtual bool runsAside() const { return false; }
+    // A device whose kernels run on host threads (the CPU) answers with that interface
+    // (backend/host_threads.h): thread counts, weight placement, work beside a run. Null for a
+    // device with processors of its own.
+    virtual HostThreads* hostThreads() { return nullptr; }
 };
 
 // Lowers a planned graph (MemoryPlanPass ran) with what the bindings ask for (accumulators,

@@ -1,6 +1,6 @@
-// Private to engine/backend: the backend-specific halves of workerDeviceCollectives (device_collectives.h),
-// which devices.cpp joins with the agreement between workers. cuda/nccl_collectives.cpp
-// implements them; devices.cpp has the stubs of a build without CUDA.
+// Private to engine/backend: the backend-specific halves of workerDeviceCollectives
+// (device_collectives.h), which devices.cpp joins with the agreement between workers.
+// cuda/nccl_collectives.cpp implements them; devices.cpp has the stubs of a build without CUDA.
 #pragma once
 
 #include <cstdint>

@@ -125,7 +125,7 @@ struct PipelineOptions {
     // by taking a core from the step.
     int64_t consumerThreads = 0;
     // The consumer forms an inline epoch's batches on a thread of its step that would otherwise
-    // wait (the trainer, through Device::startAside), not on its step's critical path: the limit
+    // wait (the trainer, through HostThreads::startAside), not on its step's critical path: the limit
     // on a batch's forming time is then also kInlineAsideShare of the consumer's own time per
     // batch.
     bool formsAside = false;

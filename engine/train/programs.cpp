@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "engine/backend/host_threads.h"
 #include "engine/graph/initializers.h"
 #include "engine/graph/lower.h"
 #include "engine/train/trainer_impl.h"
@@ -93,7 +94,7 @@ Status Trainer::Impl::initParams(const Graph& g) {
             const Shape& shape = paramShapes[i];
             const size_t rowBytes =
                 shape.size() >= 2 ? static_cast<size_t>(shape.back()) * sizeof(float) : 0;
-            TD_ASSIGN_OR_RETURN(Buffer b, d.allocateWeights(bytes, rowBytes));
+            TD_ASSIGN_OR_RETURN(Buffer b, allocateWeightsOn(d, bytes, rowBytes));
             r.params.push_back(b);
             TD_RETURN_IF_ERROR(d.copyToDevice(b, 0, host[i].data(), bytes));
         }

@@ -4,6 +4,7 @@
 #include <csignal>
 #include <cstdlib>
 
+#include "engine/backend/host_threads.h"
 #include "engine/graph/lower.h"
 #include "engine/train/trainer_impl.h"
 
@@ -95,9 +96,9 @@ Status compileOnPassingThread(Fn&& fn) {
 // The training input of a run: the pipeline, the steps of an epoch, and the next batch when a
 // helper of the device forms it during the step. A pipeline forming its batches inline
 // (AUTOTUNE: the step holds every core) has the next step's batch formed by a helper thread of
-// the device that would otherwise wait (Device::startAside): off the step's critical path, on a
-// core no other thread competes for. The batches are the same; the current one stays valid
-// while the next is formed (Pipeline::next). TRAINDECK_NO_ASIDE=1 forms them before the step.
+// the device that would otherwise wait (HostThreads::startAside): off the step's critical path, on
+// a core no other thread competes for. The batches are the same; the current one stays valid while
+// the next is formed (Pipeline::next). TRAINDECK_NO_ASIDE=1 forms them before the step.
 struct TrainInput {
     std::unique_ptr<Pipeline> pipe;
     int64_t steps = 0;      // steps of an epoch
@@ -220,7 +221,7 @@ Result<RunFinished> Trainer::Impl::fit() {
     // With workers, a stop request acts at log points only, where every worker learns of it
     // (telemetry.cpp), so that all stop after the same step.
     const bool stopBetweenSteps = s.workers == nullptr;
-    Device& firstDevice = *replicas[0]->device;
+    HostThreads* aside = replicas.size() == 1 ? replicas[0]->device->hostThreads() : nullptr;
 
     for (int epoch = firstEpoch; epoch < tc.epochs && !st.stopNow; ++epoch) {
         TD_RETURN_IF_ERROR(beginEpoch(st, in, epoch));
@@ -242,10 +243,10 @@ Result<RunFinished> Trainer::Impl::fit() {
             TD_ASSIGN_OR_RETURN(const Batch* b, in.take());
             if (!b) break;
             const double wait = secondsSince(t0);
-            const bool aside = formAside && st.step + 1 < st.steps &&
-                               firstDevice.startAside(&TrainInput::formNext, &in);
+            const bool asideStarted = formAside && aside && st.step + 1 < st.steps &&
+                                      aside->startAside(&TrainInput::formNext, &in);
             Status stepped = trainStep(st, *b, origin, wait);
-            if (aside) firstDevice.finishAside();
+            if (asideStarted) aside->finishAside();
             TD_RETURN_IF_ERROR(std::move(stepped));
             fault.atStep(workerRank, st.globalStep);
             TD_RETURN_IF_ERROR(notify(&FitObserver::afterStep, st));
@@ -284,7 +285,7 @@ Result<RunFinished> Trainer::Impl::fit() {
 // every program an epoch needs, compiled before the loop on each replica's thread.
 Result<TrainInput> Trainer::Impl::openTrainInput() {
     const TrainConfig& tc = s.project.training;
-    replicas[0]->device->prepareThread(replicas[0]->workerThreads);
+    prepareThreadFor(*replicas[0]->device, replicas[0]->workerThreads);
     const int64_t batch = pipeBatch();
     const uint64_t seed =
         shardOff() ? tc.seed + 1000003ull * static_cast<uint64_t>(workerRank) : tc.seed;
@@ -295,8 +296,9 @@ Result<TrainInput> Trainer::Impl::openTrainInput() {
         const DeviceDesc& d = r->device->desc();
         options.consumerThreads += d.kind == DeviceKind::Cpu ? d.threads : 1;
     }
-    options.formsAside = replicas.size() == 1 && replicas[0]->device->runsAside() &&
-                         !std::getenv("TRAINDECK_NO_ASIDE");
+    HostThreads* host = replicas[0]->device->hostThreads();
+    options.formsAside =
+        replicas.size() == 1 && host && host->runsAside() && !std::getenv("TRAINDECK_NO_ASIDE");
     TrainInput in;
     in.formsAside = options.formsAside;
     TD_ASSIGN_OR_RETURN(
@@ -319,7 +321,7 @@ Result<TrainInput> Trainer::Impl::openTrainInput() {
                                          " samples) is skipped: it cannot give each of the " +
                                          std::to_string(totalReplicas) + " replicas a sample");
     Status compiled = forEachReplica([&](Replica& r) -> Status {
-        r.device->prepareThread(r.workerThreads);
+        prepareThreadFor(*r.device, r.workerThreads);
         auto [b0, b1] = sliceOf(r.global, batch);
         TD_RETURN_IF_ERROR(statusOf(program(r, GraphMode::Train, b1 - b0, globalRows(batch))));
         if (in.remainder && !in.dropTail) {
@@ -412,7 +414,7 @@ Result<EpochMetrics> Trainer::Impl::endEpoch(FitState& st, TrainInput& in) {
 
 Result<EvalResult> Trainer::Impl::evaluate(const Dataset& d) {
     Replica& r = *replicas[0];
-    r.device->prepareThread(r.workerThreads);
+    prepareThreadFor(*r.device, r.workerThreads);
     PipelineConfig pc = s.project.data.pipeline;
     pc.shuffleBuffer = 0;
     if (pc.cache.rfind("file:", 0) == 0) pc.cache = "memory";
@@ -474,7 +476,7 @@ Result<std::unique_ptr<Trainer>> Trainer::create(TrainerSetup setup, EventBus& b
     // compileOnPassingThread.
     TD_RETURN_IF_ERROR(compileOnPassingThread([&] {
         return m.forEachReplica([&](Impl::Replica& r) -> Status {
-            r.device->prepareThread(r.workerThreads);
+            prepareThreadFor(*r.device, r.workerThreads);
             auto [b0, b1] = m.sliceOf(r.global, m.pipeBatch());
             return statusOf(m.program(r, GraphMode::Train, b1 - b0, m.globalBatch()));
         });
@@ -529,7 +531,7 @@ Result<Tensor> Trainer::predict(const Tensor& xIn) {
     pc.map = featureSteps;
     TD_ASSIGN_OR_RETURN(auto pipe, Pipeline::create(d, pc, im.globalBatch(), false, 0));
     TD_RETURN_IF_ERROR(pipe->beginEpoch(0));
-    r.device->prepareThread(r.workerThreads);
+    prepareThreadFor(*r.device, r.workerThreads);
     Shape outShape{xIn.dim(0)};
     outShape.insert(outShape.end(), info.outputShape.begin(), info.outputShape.end());
     Tensor out(DType::F32, outShape);

@@ -193,7 +193,7 @@ void TestPipelineTraining::inlineEpochsTrainAsWorkerEpochs() {
 
     // The seed MLP (784-128-10, batch 32) on synthetic images: its first layer's products are
     // split across the CPU device's WorkShare, whose helper then forms the next batch during the
-    // step (Device::startAside).
+    // step (HostThreads::startAside).
     auto loaded =
         loadProject(std::string(td::dev::kSourceDir) + "/projects/fashion_mnist_mlp.json");
     QVERIFY2(loaded.ok(), loaded.ok() ? "" : loaded.error().c_str());

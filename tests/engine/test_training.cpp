@@ -18,8 +18,9 @@
 #include "engine/api/data_preview.h"
 #include "engine/api/projects.h"
 #include "engine/api/session.h"
-#include "engine/core/text_limits.h"
 #include "engine/backend/backend.h"
+#include "engine/backend/host_threads.h"
+#include "engine/core/text_limits.h"
 #include "engine/graph/passes.h"
 #include "engine/store/run_store.h"
 #include "engine/train/callbacks.h"
@@ -858,7 +859,7 @@ void TestTraining::createLeavesNoOpenMPWorkers() {
             std::this_thread::sleep_for(std::chrono::milliseconds(10));
         // The check can fail: a team opened here, on the caller (as Session::create did before
         // it compiled on a passing thread), stays with it.
-        td::makeCpuDevice(2)->prepareThread(2);
+        td::prepareThreadFor(*td::makeCpuDevice(2), 2);
         during = named();
     });
     caller.join();

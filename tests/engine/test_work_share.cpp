@@ -1,6 +1,6 @@
-// WorkShare (engine/backend/cpu/work_share.h) and what the CPU device splits across it: every piece runs
-// exactly once whatever the timing, a helper that is late leaves its pieces to the caller, and a
-// product or an optimizer update split into pieces equals the whole one.
+// WorkShare (engine/backend/cpu/work_share.h) and what the CPU device splits across it: every piece
+// runs exactly once whatever the timing, a helper that is late leaves its pieces to the caller, and
+// a product or an optimizer update split into pieces equals the whole one.
 #include <omp.h>
 
 #include <unistd.h>
@@ -20,8 +20,9 @@
 #include "engine/backend/cpu/sparse_kernels.h"
 #include "engine/backend/cpu/update.h"
 #include "engine/backend/cpu/weight_placement.h"
-#include "engine/core/cpu_isa.h"
 #include "engine/backend/cpu/work_share.h"
+#include "engine/backend/host_threads.h"
+#include "engine/core/cpu_isa.h"
 #include "engine/train/optimizer.h"
 #include "tests/graph/harness.h"
 
@@ -467,19 +468,19 @@ class TestWorkShare : public QObject {
         };
         std::vector<float> whole, whole2, split, split2, rowSplit;
         // A program on every thread of the device has no helpers to form the next batch beside
-        // it (Device::runsAside, which the trainer asks before it sets up the input pipeline); a
-        // program on one of two threads has one.
+        // it (HostThreads::runsAside, which the trainer asks before it sets up the input pipeline);
+        // a program on one of two threads has one.
         {
             tdtest::Harness h;
             build(2, h);
-            QVERIFY(!h.dev->runsAside());
+            QVERIFY(!h.dev->hostThreads()->runsAside());
             step(h, x, false, &whole);
             step(h, x2, true, &whole2);
         }
         {
             tdtest::Harness h;
             build(1, h);
-            QVERIFY(h.dev->runsAside());
+            QVERIFY(h.dev->hostThreads()->runsAside());
             step(h, x, false, &split);
             step(h, x2, true, &split2);
         }
@@ -980,7 +981,7 @@ class TestWorkShare : public QObject {
         auto device = td::makeCpuDevice(0);
         const size_t bytes = 1024 * 1024 * 4;
         auto placed = [&](size_t rowBytes) {
-            auto b = device->allocateWeights(bytes, rowBytes);
+            auto b = device->hostThreads()->allocateWeights(bytes, rowBytes);
             if (!b.ok()) {
                 QTest::qFail(b.error().c_str(), __FILE__, __LINE__);
                 return size_t{99};

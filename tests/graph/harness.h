@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
+#include "engine/backend/host_threads.h"
 #include "engine/graph/builder.h"
 #include "engine/graph/passes.h"
 
@@ -84,7 +85,7 @@ struct Harness {
             return false;
         }
         dev = td::makeCpuDevice(opt.deviceThreads);
-        if (opt.programThreads > 0) dev->prepareThread(opt.programThreads);
+        if (opt.programThreads > 0) td::prepareThreadFor(*dev, opt.programThreads);
         td::ProgramBindings bind;
         const std::vector<int> pids = g.params();
         if (opt.flatGrads) {

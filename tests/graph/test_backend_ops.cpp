@@ -9,9 +9,9 @@
 // accumulators and loss-scale state are compared with a tolerance per dtype.
 //
 // Backends under test: every CUDA device this machine lists (the GPU check, tests/gpu/check.sh,
-// runs this test there), and the CPU device on one thread (its single-thread kernels and the
-// WorkShare-free paths against the reference's team). Without a GPU it says so and tests the CPU
-// configurations alone.
+// runs this test there), the CPU device on one thread (its single-thread kernels against the
+// reference's team), and the CPU device as a plain executor with every CPU pass off (the
+// reference runs them all). Without a GPU it says so and tests the CPU configurations alone.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -455,10 +455,12 @@ UpdateSpec rmsprop() {
     return s;
 }
 
-// A backend under test: its name in the report and its device.
+// A backend under test: its name in the report, its device, and the device's own passes it
+// turns off (Graph::passesOff).
 struct Backend {
     std::string name;
     std::unique_ptr<Device> device;
+    std::set<std::string> passesOff;
 };
 
 }  // namespace
@@ -478,14 +480,18 @@ int main() {
                         d.error().c_str());
             return 1;
         }
-        backends.push_back({g.id + " (" + g.name + ")", std::move(d).value()});
+        backends.push_back({g.id + " (" + g.name + ")", std::move(d).value(), {}});
     }
     if (backends.empty()) {
         auto d = openDevice("cuda:0");
         std::printf("no CUDA device (%s): the CPU configurations alone are tested\n",
                     d.ok() ? "none enumerated" : d.error().c_str());
     }
-    backends.push_back({"cpu:0 on one thread", makeCpuDevice(1)});
+    backends.push_back({"cpu:0 on one thread", makeCpuDevice(1), {}});
+    // The CPU as a plain executor of the lowered program: every rewrite of its own off.
+    const std::vector<std::string>& cpuPasses = cpuPassNames();
+    backends.push_back({"cpu:0 with every CPU pass off", makeCpuDevice(0),
+                        std::set<std::string>(cpuPasses.begin(), cpuPasses.end())});
 
     const UpdateSpec specAdam = adam(false), specAms = adam(true), specSgd = sgd(),
                      specRms = rmsprop();
@@ -639,7 +645,9 @@ int main() {
         for (const Case& c : cases) {
             const HostData data = makeData(c.planned, 3);
             const Outcome ref = runOn(*reference, c.planned, data, c.setup);
-            const Outcome got = runOn(*b.device, c.planned, data, c.setup);
+            Graph planned = c.planned;
+            planned.passesOff.insert(b.passesOff.begin(), b.passesOff.end());
+            const Outcome got = runOn(*b.device, planned, data, c.setup);
             if (!ref.error.empty() || !got.error.empty()) {
                 std::printf("FAIL %s on %s: cpu:0: %s | %s: %s\n", c.name.c_str(), b.name.c_str(),
                             ref.error.empty() ? "ok" : ref.error.c_str(), b.name.c_str(),

@@ -164,7 +164,7 @@ class CountingDevice final : public Device {
         ++eventsWaited;
         return inner_->waitEvent(e);
     }
-    void prepareThread(int t) override { inner_->prepareThread(t); }
+    HostThreads* hostThreads() override { return inner_->hostThreads(); }
     // False: the trainer must stage batches in host buffers and copy them, as for a GPU.
     bool hostAddressable() const override { return hostAddressable_ && inner_->hostAddressable(); }
 

@@ -29,10 +29,11 @@
 #include "engine/backend/cpu/sparse_kernels.h"
 #include "engine/backend/cpu/update.h"
 #include "engine/backend/cpu/weight_placement.h"
+#include "engine/backend/cpu/work_share.h"
+#include "engine/backend/host_threads.h"
 #include "engine/backend/kernel_math.h"
 #include "engine/core/cpu_isa.h"
 #include "engine/core/half.h"
-#include "engine/backend/cpu/work_share.h"
 #include "engine/distribute/collectives.h"
 
 namespace td {
@@ -2506,8 +2507,9 @@ bool offsetWeights(size_t rowBytes) {
     return cpu::weightsOffsetFor(dnnl::get_effective_cpu_isa(), rowBytes);
 }
 
-class CpuDevice final : public Device {
+class CpuDevice final : public Device, public HostThreads {
   public:
+    HostThreads* hostThreads() override { return this; }
     explicit CpuDevice(int threads) : eng_(dnnl::engine::kind::cpu, 0), strm_(eng_) {
         desc_ = cpuDeviceDesc();
         if (threads > 0) desc_.threads = threads;

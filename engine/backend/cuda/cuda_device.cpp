@@ -1081,10 +1081,6 @@ class CudaDevice final : public Device {
         }
         return Status::success();
     }
-    void prepareThread(int workerThreads) override {
-        (void)workerThreads;
-        cudaSetDevice(desc_.index);
-    }
     bool hostAddressable() const override { return false; }
     cudaStream_t stream() const { return ctx_.stream; }
 
