@@ -98,7 +98,7 @@ Status compileOnPassingThread(Fn&& fn) {
 // (AUTOTUNE: the step holds every core) has the next step's batch formed by a helper thread of
 // the device that would otherwise wait (HostThreads::startAside): off the step's critical path, on
 // a core no other thread competes for. The batches are the same; the current one stays valid while
-// the next is formed (Pipeline::next). TRAINDECK_NO_ASIDE=1 forms them before the step.
+// the next is formed (Pipeline::next).
 struct TrainInput {
     std::unique_ptr<Pipeline> pipe;
     int64_t steps = 0;      // steps of an epoch
@@ -298,7 +298,7 @@ Result<TrainInput> Trainer::Impl::openTrainInput() {
     }
     HostThreads* host = replicas[0]->device->hostThreads();
     options.formsAside =
-        replicas.size() == 1 && host && host->runsAside() && !std::getenv("TRAINDECK_NO_ASIDE");
+        replicas.size() == 1 && host && host->runsAside();
     TrainInput in;
     in.formsAside = options.formsAside;
     TD_ASSIGN_OR_RETURN(
