@@ -1,14 +1,18 @@
 #include "ui/chart_widget.h"
 
+#include <algorithm>
+#include <cmath>
+#include <iterator>
+
 #include <qcustomplot.h>
 
+#include <QDoubleSpinBox>
 #include <QFileDialog>
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QMessageBox>
 #include <QToolButton>
 #include <QVBoxLayout>
-#include <cmath>
 
 namespace td::ui {
 
@@ -88,7 +92,18 @@ ChartWidget::ChartWidget(const QString& title, const QString& xLabel, const QStr
     layout->addWidget(plot_, 1);
 }
 
-int ChartWidget::addSeries(const QString& name, const QColor& color, Style style) {
+int ChartWidget::addSeries(const QString& name, const QColor& color, Style style, bool smoothable) {
+    QCPGraph* smooth = nullptr;
+    if (smoothable) {
+        smooth = plot_->addGraph();
+        smooth->setName(name);
+        QPen pen(color);
+        pen.setWidthF(1.8);
+        smooth->setPen(pen);
+        smooth->removeFromLegend();
+        smooth->setVisible(false);
+    }
+    smooth_.push_back(smooth);
     QCPGraph* g = plot_->addGraph();
     g->setName(name);
     g->removeFromLegend();  // listed once it has data
@@ -106,6 +121,49 @@ int ChartWidget::addSeries(const QString& name, const QColor& color, Style style
     graphs_.push_back(g);
     dirty_ = true;
     return static_cast<int>(graphs_.size()) - 1;
+}
+
+void ChartWidget::setSeriesMarker(int series, int shape) {
+    if (series < 0 || series >= seriesCount()) return;
+    static const QCPScatterStyle::ScatterShape shapes[] = {
+        QCPScatterStyle::ssCircle,   QCPScatterStyle::ssCross,  QCPScatterStyle::ssPlus,
+        QCPScatterStyle::ssTriangle, QCPScatterStyle::ssSquare, QCPScatterStyle::ssDiamond,
+        QCPScatterStyle::ssStar};
+    QCPGraph* g = graphs_[series];
+    g->setScatterStyle(
+        QCPScatterStyle(shapes[std::abs(shape) % std::size(shapes)], g->pen().color(), 7));
+    dirty_ = true;
+}
+
+void ChartWidget::setSmoothing(double weight) {
+    const double w = std::clamp(weight, 0.0, 0.999);
+    if (w == smoothing_) return;
+    smoothing_ = w;
+    dirty_ = true;
+    replotIfDirty();
+}
+
+void ChartWidget::addSmoothingControl(double initial) {
+    auto* box = new QDoubleSpinBox;
+    box->setObjectName("smoothing");
+    box->setPrefix(tr("Smoothing "));
+    box->setRange(0.0, 0.99);
+    box->setSingleStep(0.1);
+    box->setDecimals(2);
+    box->setToolTip(
+        tr("Exponential moving average of the per-step values (0: raw); the raw "
+           "line stays faint behind"));
+    box->setValue(initial);
+    setSmoothing(initial);
+    connect(box, &QDoubleSpinBox::valueChanged, this, &ChartWidget::setSmoothing);
+    addHeaderWidget(box);
+}
+
+double ChartWidget::smoothedValue(int series, int index) const {
+    if (series < 0 || series >= seriesCount() || !smooth_[series] ||
+        index >= smooth_[series]->dataCount() || index < 0)
+        return qQNaN();
+    return smooth_[series]->data()->at(index)->value;
 }
 
 void ChartWidget::append(int series, double x, double y) {
@@ -157,6 +215,7 @@ void ChartWidget::clearData() {
 void ChartWidget::clearSeries() {
     plot_->clearGraphs();
     graphs_.clear();
+    smooth_.clear();
     autoFit_ = true;
     dirty_ = true;
 }
@@ -174,11 +233,40 @@ void ChartWidget::setLogY(bool on) {
 void ChartWidget::replotIfDirty() {
     if (!dirty_ || !isVisible()) return;
     dirty_ = false;
+    // Smoothable series: the debiased exponential moving average over the raw points (as
+    // TensorBoard draws it), the raw line faint behind; the legend names the smoothed one.
+    for (size_t i = 0; i < graphs_.size(); ++i) {
+        QCPGraph* raw = graphs_[i];
+        QCPGraph* sm = smooth_[i];
+        if (!sm) continue;
+        const bool on = smoothing_ > 0 && raw->visible();
+        QPen pen = raw->pen();
+        QColor c = pen.color();
+        c.setAlpha(on ? 70 : 255);
+        pen.setColor(c);
+        raw->setPen(pen);
+        sm->setVisible(on);
+        if (!on) continue;
+        QVector<QCPGraphData> points;
+        points.reserve(raw->dataCount());
+        double ema = 0, weight = 0;
+        for (auto it = raw->data()->constBegin(); it != raw->data()->constEnd(); ++it) {
+            ema = ema * smoothing_ + (1 - smoothing_) * it->value;
+            weight = weight * smoothing_ + (1 - smoothing_);
+            points.push_back(QCPGraphData(it->key, ema / weight));
+        }
+        sm->data()->set(points, true);
+    }
     int listed = 0;
-    for (QCPGraph* g : graphs_) {
-        const bool show = g->visible() && g->dataCount() > 0;
-        if (show && !plot_->legend->hasItemWithPlottable(g)) g->addToLegend();
-        if (!show && plot_->legend->hasItemWithPlottable(g)) g->removeFromLegend();
+    for (size_t i = 0; i < graphs_.size(); ++i) {
+        QCPGraph* raw = graphs_[i];
+        QCPGraph* sm = smooth_[i];
+        const bool show = raw->visible() && raw->dataCount() > 0;
+        QCPGraph* named = sm && sm->visible() ? sm : raw;
+        QCPGraph* other = named == raw ? sm : raw;
+        if (show && !plot_->legend->hasItemWithPlottable(named)) named->addToLegend();
+        if (other && plot_->legend->hasItemWithPlottable(other)) other->removeFromLegend();
+        if (!show && plot_->legend->hasItemWithPlottable(named)) named->removeFromLegend();
         listed += show ? 1 : 0;
     }
     plot_->legend->setVisible(listed > 0);

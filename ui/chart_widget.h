@@ -24,7 +24,20 @@ class ChartWidget : public QWidget {
                          QWidget* parent = nullptr);
 
     enum class Style { Line, Dots, LineAndDots, Dashed, Dotted };
-    int addSeries(const QString& name, const QColor& color, Style style = Style::Line);
+    // `smoothable`: a per-step series the smoothing control draws as an exponential moving
+    // average (TensorBoard's, debiased), its raw line faint behind it.
+    int addSeries(const QString& name, const QColor& color, Style style = Style::Line,
+                  bool smoothable = false);
+    // Dots drawn with marker shape `shape` (0, 1, ...: circle, cross, plus, triangle, square,
+    // diamond, star), so series whose points coincide stay apart.
+    void setSeriesMarker(int series, int shape);
+    // The smoothing of smoothable series, in [0, 1): 0 draws them raw.
+    void setSmoothing(double weight);
+    double smoothing() const { return smoothing_; }
+    // A "Smoothing" box in the header row that sets it (TensorBoard's default 0.6).
+    void addSmoothingControl(double initial = 0.6);
+    // The smoothed value of a smoothable series at a point index (NaN when none).
+    double smoothedValue(int series, int index) const;
     int seriesCount() const { return static_cast<int>(graphs_.size()); }
     QString seriesName(int series) const;
     // A hidden series keeps its data and takes new points, but is neither drawn, nor in the
@@ -68,6 +81,8 @@ class ChartWidget : public QWidget {
     QHBoxLayout* header_;
     QCustomPlot* plot_;
     std::vector<QCPGraph*> graphs_;
+    std::vector<QCPGraph*> smooth_;  // per series: its smoothed companion, or null
+    double smoothing_ = 0;
     QCPItemText* empty_ = nullptr;
     bool dirty_ = false;
     bool autoFit_ = true;

@@ -79,6 +79,8 @@ MonitorPanel::MonitorPanel(RunController* runs, QWidget* parent) : QWidget(paren
 
     loss_ = new ChartWidget(tr("Loss"), tr("epoch"), tr("loss"));
     accuracy_ = new ChartWidget(tr("Accuracy"), tr("epoch"), tr("accuracy"));
+    loss_->addSmoothingControl();
+    accuracy_->addSmoothingControl();
     throughput_ = new ChartWidget(tr("Throughput"), tr("epoch"), tr("samples/s"));
     stepTime_ = new ChartWidget(tr("Step time"), tr("epoch"), tr("ms per step"));
     replicaSelector_ = new QComboBox;
@@ -252,21 +254,32 @@ void MonitorPanel::onRunStarted(const td::RunStarted& info) {
     accuracyKey_.clear();
     series_.clear();
     for (ChartWidget* c : charts()) c->clearSeries();
-    series_["loss/step"] = loss_->addSeries(tr("train (per step)"), seriesColor(0));
+    series_["loss/step"] = loss_->addSeries(tr("train (per step)"), seriesColor(0),
+                                            ChartWidget::Style::Line, /*smoothable=*/true);
     series_["loss/epoch"] =
         loss_->addSeries(tr("train (per epoch)"), seriesColor(0), ChartWidget::Style::Dots);
     series_["loss/val"] =
         loss_->addSeries(tr("validation"), seriesColor(1), ChartWidget::Style::LineAndDots);
-    series_["acc/step"] = accuracy_->addSeries(tr("train (per step)"), seriesColor(0));
+    series_["acc/step"] = accuracy_->addSeries(tr("train (per step)"), seriesColor(0),
+                                               ChartWidget::Style::Line, /*smoothable=*/true);
     series_["acc/epoch"] =
         accuracy_->addSeries(tr("train (per epoch)"), seriesColor(0), ChartWidget::Style::Dots);
     series_["acc/val"] =
         accuracy_->addSeries(tr("validation"), seriesColor(1), ChartWidget::Style::LineAndDots);
-    series_["tp/total"] = throughput_->addSeries(tr("total"), QColor(40, 40, 40));
-    for (size_t i = 0; i < info.devices.size(); ++i) {
-        series_["tp/" + QString::number(i)] = throughput_->addSeries(
-            QString::fromStdString(info.devices[i]), seriesColor(static_cast<int>(i) + 2),
-            ChartWidget::Style::Dashed);
+    // Throughput: the total, and with several replicas each replica's as markers of its own
+    // shape (replicas of one model draw the same values, so lines would hide one another). One
+    // replica's line would be the total again: it is kept but not drawn.
+    const size_t replicaCount = info.devices.size();
+    series_["tp/total"] = throughput_->addSeries(
+        replicaCount > 1 ? tr("total (%1 replicas)").arg(replicaCount) : tr("total"),
+        QColor(40, 40, 40));
+    for (size_t i = 0; i < replicaCount; ++i) {
+        const int s =
+            throughput_->addSeries(QString::fromStdString(info.devices[i]),
+                                   seriesColor(static_cast<int>(i) + 2), ChartWidget::Style::Dots);
+        throughput_->setSeriesMarker(s, static_cast<int>(i));
+        throughput_->setSeriesVisible(s, replicaCount > 1);
+        series_["tp/" + QString::number(i)] = s;
     }
     // Step time: one group of parts for the mean over the replicas and one per replica; the
     // selector shows one group at a time.

@@ -245,6 +245,7 @@ class TestUi : public QObject {
     void configDiffPairsSettings();
     void chartKeepsUserZoom();
     void chartLegendListsOnlySeriesWithData();
+    void chartSmoothsPerStepSeries();
     void runsTableShowsResultsAndChosenColumns();
     void layoutAndHintsForANewUser();
     void undoAndRedoEveryEdit();
@@ -798,9 +799,14 @@ void TestUi::monitorChartsEveryReplica() {
     QCOMPARE(ls->pointCount(mon->seriesIndex("skip")), 1);
     QCOMPARE(ls->point(mon->seriesIndex("skip"), 0), QPointF(0.6, 1.0));
 
-    // Throughput: the total and one series per replica, named after its device.
+    // Throughput: the total and one series per replica, named after its device, drawn as
+    // markers of different shapes so replicas with equal figures stay apart.
     ChartWidget* tp = mon->throughputChart();
     QCOMPARE(tp->seriesCount(), 3);
+    QVERIFY(tp->seriesVisible(mon->seriesIndex("tp/0")) &&
+            tp->seriesVisible(mon->seriesIndex("tp/1")));
+    QVERIFY(tp->plot()->graph(mon->seriesIndex("tp/0"))->scatterStyle().shape() !=
+            tp->plot()->graph(mon->seriesIndex("tp/1"))->scatterStyle().shape());
     QCOMPARE(tp->seriesName(mon->seriesIndex("tp/0")), QString("cpu:0"));
     QCOMPARE(tp->seriesName(mon->seriesIndex("tp/1")), QString("cpu:1"));
     const QPointF t0 = tp->point(mon->seriesIndex("tp/0"), 0);
@@ -1271,6 +1277,35 @@ void TestUi::chartLegendListsOnlySeriesWithData() {
 // The Runs table: a distinct default name per run, the results (final loss and accuracy, best
 // validation accuracy, test accuracy, samples/s) and the settings (precision, strategy) as
 // sortable columns; the header's menu hides and shows columns, remembered in the settings.
+// TensorBoard's smoothing: the debiased exponential moving average of the raw points, the raw
+// line faint behind, one legend entry; 0 draws the raw line alone.
+void TestUi::chartSmoothsPerStepSeries() {
+    ChartWidget chart("loss", "step", "loss");
+    chart.resize(400, 300);
+    chart.show();
+    const int s = chart.addSeries("train", Qt::blue, ChartWidget::Style::Line, true);
+    const double values[] = {1.0, 0.0, 1.0, 0.0};
+    for (int i = 0; i < 4; ++i) chart.append(s, i, values[i]);
+    chart.setSmoothing(0.5);
+    // ema_k = 0.5 ema_{k-1} + 0.5 v_k, divided by 1 - 0.5^(k+1).
+    double ema = 0, weight = 0;
+    for (int i = 0; i < 4; ++i) {
+        ema = 0.5 * ema + 0.5 * values[i];
+        weight = 0.5 * weight + 0.5;
+        QCOMPARE(chart.smoothedValue(s, i), ema / weight);
+    }
+    QCOMPARE(chart.legendNames(), QStringList{"train"});
+    QVERIFY(chart.plot()->graph(s + 1)->pen().color().alpha() < 255 ||
+            chart.plot()->graph(s)->pen().color().alpha() < 255);
+    chart.setSmoothing(0);
+    QCOMPARE(chart.legendNames(), QStringList{"train"});
+    QVERIFY(std::isnan(chart.smoothedValue(s, 10)));
+    // The Monitor's loss and accuracy charts carry the control.
+    auto w = makeWindow("smoothing.db");
+    QVERIFY(w->monitorPanel()->lossChart()->findChild<QDoubleSpinBox*>("smoothing"));
+    QCOMPARE(w->monitorPanel()->lossChart()->smoothing(), 0.6);
+}
+
 void TestUi::runsTableShowsResultsAndChosenColumns() {
     const QString projectPath = dir_.filePath("columns.json");
     QString text = syntheticProject(2);
