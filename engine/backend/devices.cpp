@@ -4,6 +4,7 @@
 #include "engine/backend/backend.h"
 #include "engine/backend/device_collectives.h"
 #include "engine/backend/nccl_workers.h"
+#include "engine/backend/telemetry.h"
 #include "engine/distribute/collectives.h"
 
 namespace td {
