@@ -220,6 +220,15 @@ void ChartWidget::clearSeries() {
     dirty_ = true;
 }
 
+void ChartWidget::setYLabel(const QString& label) {
+    plot_->yAxis->setLabel(label);
+    dirty_ = true;
+}
+
+QString ChartWidget::yLabel() const {
+    return plot_->yAxis->label();
+}
+
 void ChartWidget::setLogY(bool on) {
     plot_->yAxis->setScaleType(on ? QCPAxis::stLogarithmic : QCPAxis::stLinear);
     if (on) {

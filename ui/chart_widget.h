@@ -53,6 +53,8 @@ class ChartWidget : public QWidget {
     void clearData();                            // keeps series
     void clearSeries();                          // removes series
     void setLogY(bool on);
+    void setYLabel(const QString& label);
+    QString yLabel() const;
     // A control shown in the title row, left of Fit (e.g. a selector of what the chart shows).
     void addHeaderWidget(QWidget* widget);
 

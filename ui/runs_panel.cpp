@@ -237,8 +237,10 @@ RunsPanel::RunsPanel(QWidget* parent)
     connect(metric_, &QComboBox::activated, this, &RunsPanel::rebuildOverlays);
     buttons->addWidget(metric_);
 
-    stepChart_ = new ChartWidget(tr("Selected runs per step"), tr("global step"), tr("value"));
-    epochChart_ = new ChartWidget(tr("Selected runs per epoch"), tr("epoch"), tr("value"));
+    stepChart_ =
+        new ChartWidget(tr("Selected runs per step"), tr("global step"), metric_->currentText());
+    epochChart_ =
+        new ChartWidget(tr("Selected runs per epoch"), tr("epoch"), metric_->currentText());
     auto* charts = new QWidget;
     auto* ch = new QHBoxLayout(charts);
     ch->setContentsMargins(0, 0, 0, 0);
@@ -479,6 +481,12 @@ void RunsPanel::rebuildOverlays() {
     overlays_.clear();
     stepChart_->clearSeries();
     epochChart_->clearSeries();
+    // The y axes name what they show.
+    const QString metric = metric_->currentData().toString() == kReplicaThroughput
+                               ? tr("samples/s")
+                               : metric_->currentText();
+    stepChart_->setYLabel(metric);
+    epochChart_->setYLabel(metric);
     int i = 0;
     for (int64_t id : selectedRunIds()) {
         const td::RunRecord* r = model_->runById(id);

@@ -1716,12 +1716,15 @@ void TestUi::runsPanelOverlaysReplicas() {
     QVERIFY2(chart->seriesName(1).endsWith("mirrored cpu:1"), qPrintable(chart->seriesName(1)));
     QCOMPARE(chart->point(1, 2), QPointF(3.0, 301.0));
     QCOMPARE(panel.epochChart()->seriesCount(), 0);
+    QCOMPARE(chart->yLabel(), QString("samples/s"));  // the axis names what it shows
 
     // Back to a run-level metric: one line per run again.
     metric->setCurrentIndex(metric->findData("loss"));
     panel.view()->selectionModel()->selectionChanged({}, {});
     QTRY_COMPARE_WITH_TIMEOUT(chart->pointCount(0), 5, 10000);
     QCOMPARE(chart->seriesCount(), 1);
+    QCOMPARE(chart->yLabel(), QString("loss"));
+    QCOMPARE(panel.epochChart()->yLabel(), QString("loss"));
 }
 
 void TestUi::screenshotsWaitForPanelData() {
