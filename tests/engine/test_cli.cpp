@@ -196,6 +196,11 @@ void TestCli::compileDumpsAfterPass() {
     const auto m = kernels.match(report.out);
     QVERIFY(m.hasMatch());
     QVERIFY(m.captured(2).toInt() < m.captured(1).toInt());
+    // It leads with what fusion saves: the kernels' difference of the table below.
+    const int saved = m.captured(1).toInt() - m.captured(2).toInt();
+    QVERIFY2(report.out.section('\n', 1, 1).startsWith(
+                 QString("fusion saves %1 of %2 kernels").arg(saved).arg(m.captured(1))),
+             qPrintable(report.out));
     // The CPU device's own passes over the step: each by name, with the places it applied (the
     // softmax cross-entropy's loss in its gradient's pass, whatever the CPU), or off.
     QVERIFY2(report.out.contains("cpu:0 passes (one device, the step on"), qPrintable(report.out));
