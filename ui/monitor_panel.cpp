@@ -189,8 +189,11 @@ void MonitorPanel::showStepTimeOf(int selectorIndex) {
     const QString group = selectorIndex <= 0 ? QString("all") : QString::number(selectorIndex - 1);
     for (const auto& [key, index] : series_)
         if (key.startsWith("st/")) stepTime_->setSeriesVisible(index, false);
+    // One replica has no all-reduce: its (zero) series is kept but neither drawn nor listed.
+    const bool oneReplica = info_.devices.size() <= 1 && info_.workers <= 1;
     for (const auto& part : kStepParts)  // legend in part order
-        stepTime_->setSeriesVisible(seriesIndex(QString("st/%1/%2").arg(group, part.first)), true);
+        stepTime_->setSeriesVisible(seriesIndex(QString("st/%1/%2").arg(group, part.first)),
+                                    !(oneReplica && QString(part.first) == "allreduce"));
     stepTime_->replotIfDirty();
 }
 

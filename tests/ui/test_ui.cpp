@@ -654,6 +654,13 @@ void TestUi::trainingFillsChartsAndStore() {
     QCOMPARE(rc->state(), RunController::State::Idle);
 
     MonitorPanel* mon = w->monitorPanel();
+    // One device has no all-reduce: the step-time legend does not offer one.
+    w->tabs()->setCurrentIndex(MainWindow::MonitorTab);
+    w->show();
+    mon->stepTimeChart()->fit();
+    const QStringList stepParts = mon->stepTimeChart()->legendNames();
+    QVERIFY2(stepParts.contains("compute") && !stepParts.contains("all-reduce"),
+             qPrintable(stepParts.join(", ")));
     QVERIFY(mon->lossChart()->pointCount(0) > 0);   // per step
     QVERIFY(mon->lossChart()->pointCount(1) == 2);  // per epoch
     QVERIFY(mon->lossChart()->pointCount(2) == 2);  // validation
@@ -799,6 +806,8 @@ void TestUi::monitorChartsEveryReplica() {
     QCOMPARE(ls->pointCount(mon->seriesIndex("skip")), 1);
     QCOMPARE(ls->point(mon->seriesIndex("skip"), 0), QPointF(0.6, 1.0));
 
+    // Two replicas: the all-reduce is part of their step time.
+    QVERIFY(mon->stepTimeChart()->seriesVisible(mon->seriesIndex("st/all/allreduce")));
     // Throughput: the total and one series per replica, named after its device, drawn as
     // markers of different shapes so replicas with equal figures stay apart.
     ChartWidget* tp = mon->throughputChart();
