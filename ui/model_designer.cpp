@@ -189,8 +189,9 @@ ModelDesigner::ModelDesigner(ProjectController* project, QWidget* parent)
     runNote_->setStyleSheet("background: #fff6d5; padding: 4px;");
     runNote_->hide();
     auto* layout = new QVBoxLayout(this);
-    layout->addWidget(runNote_);
-    layout->addWidget(split);
+    runNote_->setSizePolicy(QSizePolicy::Preferred, QSizePolicy::Maximum);
+    layout->addWidget(runNote_, 0);
+    layout->addWidget(split, 1);
 
     connect(model_, &LayerStackModel::specEdited, this, &ModelDesigner::onSpecEdited);
     connect(model_, &LayerStackModel::validationChanged, this, &ModelDesigner::refreshSummary);

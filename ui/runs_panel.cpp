@@ -176,6 +176,9 @@ RunsPanel::RunsPanel(QWidget* parent)
     header->setStretchLastSection(true);
     header->setSectionResizeMode(RunsTableModel::ColId, QHeaderView::ResizeToContents);
     header->setSectionResizeMode(RunsTableModel::ColStatus, QHeaderView::ResizeToContents);
+    // Names are what a user reads first: room for "Fashion-MNIST MLP #12" and more.
+    header->resizeSection(RunsTableModel::ColName, 240);
+    view_->setWordWrap(false);
     // Which columns show: the header's context menu, remembered across sessions.
     header->setContextMenuPolicy(Qt::CustomContextMenu);
     connect(header, &QWidget::customContextMenuRequested, this, [this, header](const QPoint& at) {
