@@ -253,6 +253,7 @@ nlohmann::json runJson(const RunRecord& r) {
                         {"status", r.status},
                         {"started_at_ms", r.startedAtMs},
                         {"ended_at_ms", r.endedAtMs},
+                        {"idle_ms", r.idleMs},
                         {"host", r.host},
                         {"pid", r.pid},
                         {"devices", r.devices},
@@ -453,7 +454,7 @@ int runs(const std::string& db, bool json) {
     std::printf("%-5s %-24s %-11s %-19s %9s %-12s %10s %8s\n", "ID", "NAME", "STATUS", "STARTED",
                 "DURATION", "MODEL", "PARAMS", "BEST VAL");
     for (const auto& r : *list) {
-        const double dur = r.endedAtMs > 0 ? (r.endedAtMs - r.startedAtMs) / 1000.0 : 0;
+        const double dur = r.activeMs(r.endedAtMs) / 1000.0;  // stopped time not counted
         char best[16] = "-";
         if (r.bestValAccuracy) std::snprintf(best, sizeof best, "%.4f", *r.bestValAccuracy);
         std::printf("%-5lld %-24s %-11s %-19s %9s %-12s %10s %8s\n", static_cast<long long>(r.id),
@@ -536,6 +537,12 @@ int show(const std::string& db, const std::string& run, bool json) {
     std::printf("  started:  %s on %s (pid %lld)\n", fmtTime(r->startedAtMs).c_str(),
                 r->host.c_str(), static_cast<long long>(r->pid));
     std::printf("  ended:    %s\n", fmtTime(r->endedAtMs).c_str());
+    if (r->endedAtMs > 0)
+        std::printf("  trained:  %s%s\n", fmtDuration(r->activeMs(r->endedAtMs) / 1000.0).c_str(),
+                    r->idleMs > 0 ? (" (" + fmtDuration(r->idleMs / 1000.0) +
+                                     " stopped between sessions not counted)")
+                                        .c_str()
+                                  : "");
     std::printf("  model:    %s, %s params, devices %s\n", r->modelName.c_str(),
                 fmtParams(r->params).c_str(), r->devices.c_str());
     std::printf("  config:   %s\n", r->configJson.c_str());

@@ -23,15 +23,15 @@ QString duration(int64_t ms) {
     return QString("%1 h %2 min").arg(s / 3600).arg((s / 60) % 60);
 }
 
+// The time it trained (a resumed run's stopped time not counted).
 int64_t durationMs(const td::RunRecord& r) {
-    int64_t end = r.endedAtMs > 0 ? r.endedAtMs : QDateTime::currentMSecsSinceEpoch();
-    return std::max<int64_t>(0, end - r.startedAtMs);
+    return r.activeMs(QDateTime::currentMSecsSinceEpoch());
 }
 
 // What a row shows (its duration also moves while it runs).
 bool sameRow(const td::RunRecord& a, const td::RunRecord& b) {
     return a.status != "running" && a.name == b.name && a.status == b.status &&
-           a.startedAtMs == b.startedAtMs && a.endedAtMs == b.endedAtMs &&
+           a.startedAtMs == b.startedAtMs && a.endedAtMs == b.endedAtMs && a.idleMs == b.idleMs &&
            a.modelName == b.modelName && a.params == b.params &&
            a.bestValAccuracy == b.bestValAccuracy && a.devices == b.devices && a.notes == b.notes &&
            a.message == b.message && a.finalMetricsJson == b.finalMetricsJson &&

@@ -2,6 +2,7 @@
 // fusions, and measured from the lowered programs; then compiled on cpu:0 for what the CPU
 // device's own passes did to it.
 #include <algorithm>
+#include <cctype>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -22,10 +23,27 @@ namespace {
 
 struct Compiled {
     CompileReport::Side side;
-    std::vector<std::string> groups, refusals;
-    Graph planned;            // the fused side's graph, planned
-    size_t accumulators = 0;  // its lowered program's accumulator slots
+    std::vector<std::string> groups, refusals;      // in the model's layer names
+    std::vector<std::string> groupsIr, refusalsIr;  // in the IR's node ids
+    Graph planned;                                  // the fused side's graph, planned
+    size_t accumulators = 0;                        // its lowered program's accumulator slots
 };
+
+// An IR-level line without its node ids ("matmul %3 + bias_add %5" -> "matmul + bias_add").
+std::string withoutIds(const std::string& text) {
+    std::string out;
+    for (size_t i = 0; i < text.size(); ++i) {
+        if (text[i] == '%' && i + 1 < text.size() &&
+            std::isdigit(static_cast<unsigned char>(text[i + 1]))) {
+            while (i + 1 < text.size() && std::isdigit(static_cast<unsigned char>(text[i + 1])))
+                ++i;
+            if (!out.empty() && out.back() == ' ') out.pop_back();
+            continue;
+        }
+        out += text[i];
+    }
+    return out;
+}
 
 int64_t instrBytes(const LoweredProgram& lp, const Instr& ins) {
     switch (ins.op) {
@@ -86,28 +104,37 @@ Result<Compiled> compileOnce(const Project& p, const ModelInfo& info, const Upda
     c.planned = g;
     c.accumulators = lp.accumulators.size();
 
+    // Each line twice: led by the model layers it joins, and as the IR names it.
+    auto add = [&](bool group, const std::string& pass, const std::string& layers,
+                   const std::string& text) {
+        (group ? c.groups : c.refusals)
+            .push_back((layers.empty() ? std::string("the step") : layers) + ": " +
+                       withoutIds(text) + " (" + pass + ")");
+        (group ? c.groupsIr : c.refusalsIr).push_back(pass + ": " + text);
+    };
     // The fusion made while building: a trailing softmax (sigmoid) with its cross-entropy.
     if (co.enabled("fuse_softmax_xent") && !p.training.loss.fromLogits)
         for (const Node& n : g.nodes)
             if (n.op == Op::Loss &&
                 (n.attrs.loss == LossKind::SparseSoftmaxXent ||
-                 n.attrs.loss == LossKind::SoftmaxXent || n.attrs.loss == LossKind::SigmoidBce))
-                c.groups.push_back(std::string("fuse_softmax_xent: the output activation + ") +
-                                   p.training.loss.name +
-                                   " -> one stable cross-entropy from the logits (" +
-                                   lossKindName(*n.attrs.loss) + ")");
+                 n.attrs.loss == LossKind::SoftmaxXent || n.attrs.loss == LossKind::SigmoidBce)) {
+                const std::string& out = g.node(n.inputs[0]).layer;
+                add(true, "fuse_softmax_xent", out.empty() ? n.layer : out + ", " + n.layer,
+                    "the output activation + " + p.training.loss.name +
+                        " -> one stable cross-entropy from the logits (" +
+                        lossKindName(*n.attrs.loss) + ")");
+            }
     for (const std::string& name : pm.passNames()) {
         auto* fp = dynamic_cast<FusingPass*>(pm.find(name));
         if (!fp || pm.isDisabled(name)) continue;
         for (const FusionDecision& d : fp->decisions())
-            (d.fused ? c.groups : c.refusals)
-                .push_back(name + ": " + (d.fused ? d.what : d.reason));
+            add(d.fused, name, d.layers, d.fused ? d.what : d.reason);
     }
     if (co.enabled("fuse_update") && lp.updateTensors.size() > 1)
-        c.groups.push_back("fuse_update: the updates of " +
-                           std::to_string(lp.updateTensors.size()) +
-                           " parameters -> one multi-tensor pass");
-    if (!lp.updateNote.empty()) c.refusals.push_back("fuse_update: " + lp.updateNote);
+        add(true, "fuse_update", "every layer's parameters",
+            "the updates of " + std::to_string(lp.updateTensors.size()) +
+                " parameters -> one multi-tensor pass");
+    if (!lp.updateNote.empty()) add(false, "fuse_update", "", lp.updateNote);
     return c;
 }
 
@@ -215,6 +242,8 @@ Result<CompileReport> compileReport(const Project& project) {
     r.precision = precisionName(p.precision);
     r.groups = after.groups;
     r.refusals = after.refusals;
+    r.groupsIr = after.groupsIr;
+    r.refusalsIr = after.refusalsIr;
     const CompileOptions co = compileOptions(p, true);
     for (const std::string& n : compilerPassNames())
         if (!co.enabled(n)) r.disabled.push_back(n);
@@ -264,10 +293,13 @@ Result<CompileReport> compileReport(const Project& project) {
         for (const auto& n : r.disabled) t += " " + n;
         t += "\n";
     }
-    t += "fusion groups (" + std::to_string(r.groups.size()) + "):\n";
+    t += "fusion groups (" + std::to_string(r.groups.size()) + "), by layer:\n";
     for (const auto& gline : r.groups) t += "  " + gline + "\n";
     t += "kept apart (" + std::to_string(r.refusals.size()) + "):\n";
     for (const auto& rline : r.refusals) t += "  " + rline + "\n";
+    t += "the same in the IR (node ids as `traindeck compile --dump-after final` prints them):\n";
+    for (const auto& gline : r.groupsIr) t += "  " + gline + "\n";
+    for (const auto& rline : r.refusalsIr) t += "  kept apart: " + rline + "\n";
     t += "cpu:0 passes (one device, " + r.cpuSetting + "):\n";
     if (!r.cpuPasses.empty()) {
         std::snprintf(line, sizeof line, "  %-24s %7s  %s\n", "pass", "applied", "what it does");

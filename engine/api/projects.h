@@ -57,9 +57,12 @@ struct CompileReport {
         int64_t arenaBytes = 0;
     };
     Side unfused, fused;
-    std::string precision;              // the policy's name
-    std::vector<std::string> groups;    // "fusion: matmul %5 + bias_add %7 + act(relu) %8 -> dense"
-    std::vector<std::string> refusals;  // "fuse_elementwise: dropout %7 after dense %6 stays ..."
+    std::string precision;  // the policy's name
+    // Led by the model's layers: "dense: matmul + bias_add + act(relu) -> dense (fusion)".
+    std::vector<std::string> groups;
+    std::vector<std::string> refusals;  // "dense, dropout: dropout after dense stays apart: ..."
+    // The same in the IR's node ids: "fusion: matmul %5 + bias_add %7 + act(relu) %8 -> dense".
+    std::vector<std::string> groupsIr, refusalsIr;
     std::vector<std::string> disabled;  // passes this project turns off
     // The CPU device's own passes (backend/cpu/cpu_passes.h) over the training step as a
     // one-device run compiles it on cpu:0, in the order they act.

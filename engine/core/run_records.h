@@ -32,6 +32,14 @@ struct RunRecord {
     // The last epoch's samples/s (RunStoreReader's summaries; not RunStore's).
     std::optional<double> lastEpochSamplesPerSecond;
     int64_t updatedAtMs = 0;  // last write for this run (create, append, finish); unix ms
+    // How long the run stood stopped between its sessions (stopped or interrupted, then resumed);
+    // 0 for a run never resumed and in stores before schema 7.
+    int64_t idleMs = 0;
+    // How long it has trained: start to end (to `nowMs` while running), less the idle time.
+    int64_t activeMs(int64_t nowMs) const {
+        const int64_t end = endedAtMs > 0 ? endedAtMs : nowMs;
+        return end - startedAtMs - idleMs > 0 ? end - startedAtMs - idleMs : 0;
+    }
 };
 
 struct StepRow {

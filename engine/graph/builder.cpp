@@ -261,6 +261,7 @@ Result<Graph> buildGraph(const ModelSpec& model, const ModelInfo& info, const Bu
         const LayerInfo& li = info.layers.at(layerIdx++);
         const Shape outShape = withBatch(li.outputShape);
         lastAct = -1;
+        g.layerScope = L.name;
         auto addAct = [&](int in, ActivationKind a) {
             if (a == ActivationKind::Linear) return in;
             NodeAttrs at;
@@ -362,6 +363,7 @@ Result<Graph> buildGraph(const ModelSpec& model, const ModelInfo& info, const Bu
     // a regularization term is added once per replica, so each replica adds 1/replicas of it.
     // Summed over the replicas, loss and gradients are those of one device with the global batch.
     const int64_t globalBatch = opt.globalBatch > 0 ? opt.globalBatch : B;
+    g.layerScope = "the loss";
     NodeAttrs la;
     la.loss = lossKind;
     la.scale = textNumber(1.0 / static_cast<double>(globalBatch));
@@ -385,6 +387,7 @@ Result<Graph> buildGraph(const ModelSpec& model, const ModelInfo& info, const Bu
         int id = g.add(Op::Metric, {lossIn, y}, DType::F32, {1}, ma);
         g.outputs.emplace_back(m.key, id);
     }
+    g.layerScope.clear();
     if (opt.compute != DType::F32) g = insertCasts(g, opt.compute);
     TD_RETURN_IF_ERROR(verifyGraph(g));
     return g;
@@ -402,6 +405,7 @@ Graph insertCasts(const Graph& fwd, DType compute) {
         return it->second;
     };
     for (const Node& n : fwd.nodes) {
+        g.layerScope = n.layer;  // its casts belong to its layer
         std::vector<int> in;
         for (int i : n.inputs) in.push_back(remap[static_cast<size_t>(i)]);
         DType dt = n.dtype;
@@ -445,11 +449,13 @@ Graph insertCasts(const Graph& fwd, DType compute) {
         }
         remap[static_cast<size_t>(n.id)] = g.add(n.op, std::move(in), dt, n.shape, n.attrs);
     }
+    g.layerScope = "the loss";
     for (const auto& [name, id] : fwd.outputs) {
         int v = remap[static_cast<size_t>(id)];
         if (name == "predictions") v = castTo(v, DType::F32);
         g.outputs.emplace_back(name, v);
     }
+    g.layerScope.clear();
     return g;
 }
 
@@ -504,6 +510,7 @@ Status autodiff(Graph& g, bool dynamicLossScale) {
         }
         int pred = nd.inputs[0];
         if (!needs[static_cast<size_t>(pred)]) continue;
+        g.layerScope = nd.layer;
         NodeAttrs la = nd.attrs;
         if (dynamicLossScale) la.dynamicScale = true;
         int d =
@@ -523,6 +530,7 @@ Status autodiff(Graph& g, bool dynamicLossScale) {
         if (contrib[ii].empty()) continue;
         const Node nd = g.nodes[ii];  // copy: g.nodes grows below
         if (nd.op == Op::Param) continue;
+        g.layerScope = nd.layer;  // a gradient belongs to the layer of what it differentiates
         const int dy = sumOf(ii);
         auto give = [&](int input, int grad) {
             contrib[static_cast<size_t>(input)].push_back(grad);
@@ -670,6 +678,7 @@ Status autodiff(Graph& g, bool dynamicLossScale) {
         if (!pn.attrs.trainableOr()) continue;
         auto& c = contrib[static_cast<size_t>(p)];
         if (c.empty()) continue;
+        g.layerScope = pn.layer;
         int gr = sumOf(static_cast<size_t>(p));
         auto it = regOf.find(p);
         if (it != regOf.end()) {
@@ -680,6 +689,7 @@ Status autodiff(Graph& g, bool dynamicLossScale) {
         }
         g.grads[p] = gr;
     }
+    g.layerScope.clear();
     return verifyGraph(g);
 }
 

@@ -169,6 +169,7 @@ int Graph::add(Op op, std::vector<int> inputs, DType dtype, Shape shape, NodeAtt
     n.dtype = dtype;
     n.shape = std::move(shape);
     n.attrs = std::move(attrs);
+    n.layer = layerScope;
     nodes.push_back(std::move(n));
     return nodes.back().id;
 }

@@ -172,6 +172,10 @@ struct Node {
     NodeAttrs attrs;
     DType dtype = DType::F32;
     Shape shape;
+    // The model layer it computes or differentiates ("dense_1"), for reports in the model's
+    // names; "the loss" for the loss and metrics, empty for nodes of no layer. Not part of the
+    // text form.
+    std::string layer;
 
     size_t bytes() const { return static_cast<size_t>(numElements(shape)) * dtypeSize(dtype); }
 };
@@ -185,6 +189,9 @@ struct Graph {
     // own): lowering hands them on (LoweredProgram::passesOff) to the device, whose own passes
     // (cpuPassNames, passes.h) read them. Not part of the text form.
     std::set<std::string> passesOff;
+    // The layer that nodes added now belong to (Node::layer): the builder sets it per layer,
+    // autodiff per node it differentiates.
+    std::string layerScope;
 
     int add(Op op, std::vector<int> inputs, DType dtype, Shape shape, NodeAttrs attrs = {});
     const Node& node(int id) const { return nodes.at(static_cast<size_t>(id)); }

@@ -82,11 +82,8 @@ const std::vector<std::string>& fusionPassNames() {
 
 const std::vector<std::string>& cpuPassNames() {
     static const std::vector<std::string> names{
-        "cpu_skip_zeros",     "cpu_solo_pieces", "cpu_team_pieces",
-        "cpu_split_k",        "cpu_adam_beside", "cpu_narrow_kernel",
-        "cpu_team_blocks",    "cpu_fuse_update", "cpu_rest_update_beside",
-        "cpu_adam_in_kernel", "cpu_fuse_loss",   "cpu_dropout_masks",
-        "cpu_alongside",      "cpu_interleave",  "cpu_dropout_in_product"};
+        "cpu_skip_zeros",    "cpu_solo_pieces", "cpu_team_pieces",        "cpu_split_k",
+        "cpu_narrow_kernel", "cpu_fuse_update", "cpu_rest_update_beside", "cpu_adam_in_kernel"};
     return names;
 }
 
@@ -162,6 +159,16 @@ std::string ref(int id) {
 }
 }  // namespace
 
+void FusingPass::record(const Graph& g, FusionDecision d) {
+    for (int id : d.nodes) {
+        if (id < 0 || static_cast<size_t>(id) >= g.nodes.size()) continue;
+        const std::string& l = g.node(id).layer;
+        if (l.empty() || d.layers == l || d.layers.ends_with(", " + l)) continue;
+        d.layers += (d.layers.empty() ? "" : ", ") + l;
+    }
+    decisions_.push_back(std::move(d));
+}
+
 Result<bool> FusionPass::run(Graph& g) {
     decisions_.clear();
     auto users = g.users();
@@ -200,12 +207,12 @@ Result<bool> FusionPass::run(Graph& g) {
             } else {
                 continue;  // nothing to fuse with: not a decision worth reporting
             }
-            decisions_.push_back(d);
+            record(g, d);
             continue;
         }
         if (isOutput(mm.id)) {
             d.reason = opText + ref(mm.id) + " is a graph output";
-            decisions_.push_back(d);
+            record(g, d);
             continue;
         }
         Node& ba = g.node(u[0]);
@@ -237,6 +244,7 @@ Result<bool> FusionPass::run(Graph& g) {
         // Rewrite `last` in place as the fused node so users and ids stay valid.
         Node fused;
         fused.id = last;
+        fused.layer = mm.layer;
         fused.op = conv ? Op::Conv2D : Op::Dense;
         fused.inputs = {mm.inputs[0], mm.inputs[1], ba.inputs[1]};
         fused.dtype = g.node(last).dtype;
@@ -253,7 +261,7 @@ Result<bool> FusionPass::run(Graph& g) {
         for (int id : d.nodes)
             if (id != last) keep[static_cast<size_t>(id)] = false;
         g.node(last) = fused;
-        decisions_.push_back(d);
+        record(g, d);
         changed = true;
     }
     if (changed) {
@@ -339,7 +347,7 @@ Result<bool> FoldCastsPass::run(Graph& g) {
                 d.reason = what + " of param %" + std::to_string(p) +
                            " stays: no optimizer update in this program writes a shadow";
             }
-            decisions_.push_back(d);
+            record(g, d);
             continue;
         }
         const auto& su = users[static_cast<size_t>(p)];
@@ -353,7 +361,7 @@ Result<bool> FoldCastsPass::run(Graph& g) {
             keep[i] = false;
             d.fused = true;
             d.what = what + " folded into its producer " + opRef(g, p);
-            decisions_.push_back(d);
+            record(g, d);
             changed = true;
             continue;
         }
@@ -368,7 +376,7 @@ Result<bool> FoldCastsPass::run(Graph& g) {
             keep[i] = false;
             d.fused = true;
             d.what = what + " folded into its readers " + readers;
-            decisions_.push_back(d);
+            record(g, d);
             changed = true;
             continue;
         }
@@ -386,7 +394,7 @@ Result<bool> FoldCastsPass::run(Graph& g) {
         else
             d.reason = what + " stays: " + opRef(g, p) + " has " + std::to_string(su.size()) +
                        " readers and a matrix product reads only its own dtype";
-        decisions_.push_back(d);
+        record(g, d);
     }
     if (changed && std::find(keep.begin(), keep.end(), false) != keep.end()) compactGraph(g, keep);
     return changed;
@@ -419,7 +427,7 @@ Result<bool> FuseActBiasGradPass::run(Graph& g) {
                      " -> one pass";
             pairs.emplace_back(a.id, b.id);
         }
-        decisions_.push_back(d);
+        record(g, d);
     }
     if (pairs.empty()) return false;
     // Each bias_grad moves right after its act_grad: it reads nothing else, and its value is
@@ -476,7 +484,7 @@ Result<bool> FuseElementwisePass::run(Graph& g) {
                          actName(n.attrs.actOr()) + ") %" + std::to_string(n.id) + " -> one pass";
                 changed = true;
             }
-            decisions_.push_back(d);
+            record(g, d);
         } else if (n.op == Op::Dropout) {
             // act -> dropout: the mask applied as the activation is written.
             const Node& a = g.node(n.inputs[0]);
@@ -509,7 +517,7 @@ Result<bool> FuseElementwisePass::run(Graph& g) {
                 n = fused;
                 changed = true;
             }
-            decisions_.push_back(d);
+            record(g, d);
         }
     }
     if (changed) compactGraph(g, keep);

@@ -54,6 +54,7 @@ struct FusionDecision {
     bool fused = false;
     std::string what;    // "matmul %4 + bias_add %6 + act(relu) %7 -> dense"
     std::string reason;  // why not, when fused is false
+    std::string layers;  // the model layers of its nodes, in order ("dense", "dense, dropout")
 };
 
 // A pass that fuses or folds, and says what it did and what it refused, and why.
@@ -62,6 +63,8 @@ class FusingPass : public Pass {
     const std::vector<FusionDecision>& decisions() const { return decisions_; }
 
   protected:
+    // Keeps `d`, naming the layers of its nodes as they are in `g` now.
+    void record(const Graph& g, FusionDecision d);
     std::vector<FusionDecision> decisions_;
 };
 

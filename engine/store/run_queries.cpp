@@ -29,8 +29,11 @@ constexpr const char* kSummarySelect = R"sql(SELECT r.id, r.name, r.status, r.st
         WHERE e.run_id = r.id)),
     (SELECT d.config_json FROM run_documents d WHERE d.run_id = r.id),
     (SELECT json_extract(e.metrics_json, '$.samples_per_s') FROM epochs e WHERE e.run_id = r.id
-        ORDER BY e.epoch DESC LIMIT 1)
-    FROM runs r )sql";
+        ORDER BY e.epoch DESC LIMIT 1), )sql";
+// The last summary column: idle_ms, or 0 in a read-only store from before schema 7.
+std::string summarySelect(int schema) {
+    return std::string(kSummarySelect) + (schema >= 7 ? "r.idle_ms" : "0") + " FROM runs r ";
+}
 
 Error sqlError(sqlite3* db, const std::string& path, int rc, const char* call,
                std::string_view sql) {
@@ -123,6 +126,7 @@ RunRecord readSummary(const Query& q) {
     r.bestValAccuracy = q.colOptDouble(14);
     r.configJson = q.colText(15);
     r.lastEpochSamplesPerSecond = q.colOptDouble(16);
+    r.idleMs = q.colInt(17);
     return r;
 }
 
@@ -169,6 +173,7 @@ Result<std::unique_ptr<RunStoreReader>> RunStoreReader::open(const std::string& 
         return err(path +
                    ": not a TrainDeck run store with a known schema (open it with "
                    "RunStore::open first)");
+    reader->schema_ = static_cast<int>(version.colInt(0));
     return reader;
 }
 
@@ -213,21 +218,21 @@ Result<RunListSnapshot> RunStoreReader::snapshot(const int64_t* sinceDataVersion
         }
     }
     if (!ids) {
-        TD_ASSIGN_OR_RETURN(
-            Query q, Query::prepare(db_, path_, std::string(kSummarySelect) + "ORDER BY r.id"));
+        TD_ASSIGN_OR_RETURN(Query q,
+                            Query::prepare(db_, path_, summarySelect(schema_) + "ORDER BY r.id"));
         TD_RETURN_IF_ERROR(readAll(q, out.runs));
         return out;
     }
     {
         TD_ASSIGN_OR_RETURN(
-            Query q, Query::prepare(db_, path_,
-                                    std::string(kSummarySelect) + "WHERE r.id > ?1 ORDER BY r.id"));
+            Query q,
+            Query::prepare(db_, path_, summarySelect(schema_) + "WHERE r.id > ?1 ORDER BY r.id"));
         TD_RETURN_IF_ERROR(q.bindInt(1, afterId));
         TD_RETURN_IF_ERROR(readAll(q, out.runs));
     }
     if (!ids->empty()) {
-        TD_ASSIGN_OR_RETURN(
-            Query q, Query::prepare(db_, path_, std::string(kSummarySelect) + "WHERE r.id = ?1"));
+        TD_ASSIGN_OR_RETURN(Query q,
+                            Query::prepare(db_, path_, summarySelect(schema_) + "WHERE r.id = ?1"));
         for (int64_t id : *ids) {
             if (id > afterId) continue;  // read above
             TD_RETURN_IF_ERROR(q.bindInt(1, id));

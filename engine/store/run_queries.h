@@ -44,6 +44,7 @@ class RunStoreReader {
 
     sqlite3* db_ = nullptr;
     std::string path_;
+    int schema_ = 0;  // the store's schema when opened (which columns the summaries may name)
 };
 
 }  // namespace td

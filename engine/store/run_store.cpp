@@ -162,6 +162,12 @@ CREATE TABLE store_meta (
 INSERT INTO store_meta (key, value) VALUES ('store_id', lower(hex(randomblob(16))));
 INSERT INTO store_meta (key, value) VALUES ('last_run_id', (SELECT COALESCE(MAX(id), 0) FROM runs));
 )sql",
+    // 6 -> 7: how long a run stood stopped between its sessions (stopped or interrupted, then
+    // resumed: reopenRun adds each gap), so its duration counts the time it trained. Older runs
+    // were never credited a gap: 0.
+    R"sql(
+ALTER TABLE runs ADD COLUMN idle_ms INTEGER NOT NULL DEFAULT 0;
+)sql",
 };
 // The oldest schema a read-only store can be read with (its queries name no newer column or
 // table); older stores must be opened writable once, to be brought up to date.
@@ -445,6 +451,10 @@ constexpr const char* kRunSelect =
     "r.started_at_ms, "
     "r.ended_at_ms, r.host, r.pid, r.devices, r.model_name, r.params, r.final_metrics_json, "
     "r.message, r.notes, r.updated_at_ms, ";
+// idle_ms, or 0 in a read-only store from before schema 7 (it has no such column).
+const char* idleColumn(int schema) {
+    return schema >= 7 ? "r.idle_ms, " : "0, ";
+}
 
 RunRecord readRun(const Stmt& s) {
     RunRecord r;
@@ -464,14 +474,15 @@ RunRecord readRun(const Stmt& s) {
     r.message = s.colText(13);
     r.notes = s.colText(14);
     r.updatedAtMs = s.colInt(15);
-    r.bestValAccuracy = s.colOptDouble(16);
+    r.idleMs = s.colInt(16);
+    r.bestValAccuracy = s.colOptDouble(17);
     return r;
 }
 
-Result<std::vector<RunRecord>> selectRuns(sqlite3* db, const std::string& path,
+Result<std::vector<RunRecord>> selectRuns(sqlite3* db, const std::string& path, int schema,
                                           const std::string& where, const std::string& param,
                                           int64_t intParam, bool useInt) {
-    const std::string sql = std::string(kRunSelect) + kBestValAccuracySql +
+    const std::string sql = std::string(kRunSelect) + idleColumn(schema) + kBestValAccuracySql +
                             " FROM runs r LEFT JOIN run_documents d ON d.run_id = r.id " + where +
                             " ORDER BY r.started_at_ms DESC, r.id DESC";
     TD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db, path, sql));
@@ -491,8 +502,8 @@ Result<std::vector<RunRecord>> selectRuns(sqlite3* db, const std::string& path,
     return out;
 }
 
-Result<RunRecord> selectRunById(sqlite3* db, const std::string& path, int64_t id) {
-    TD_ASSIGN_OR_RETURN(auto runs, selectRuns(db, path, "WHERE r.id = ?1", {}, id, true));
+Result<RunRecord> selectRunById(sqlite3* db, const std::string& path, int schema, int64_t id) {
+    TD_ASSIGN_OR_RETURN(auto runs, selectRuns(db, path, schema, "WHERE r.id = ?1", {}, id, true));
     if (runs.empty()) return noRun(id, path);
     return std::move(runs.front());
 }
@@ -917,6 +928,7 @@ Result<std::unique_ptr<RunStore>> RunStore::open(const std::string& path) {
                        "): open it once where it can be written, to "
                        "bring it up to date");
         TD_ASSIGN_OR_RETURN(store->storeId_, readStoreId(db, p));
+        store->schema_ = static_cast<int>(version);
         return store;
     }
 
@@ -951,6 +963,7 @@ Result<std::unique_ptr<RunStore>> RunStore::open(const std::string& path) {
         TD_RETURN_IF_ERROR(exec(db, p, setVersion.c_str()));
         TD_RETURN_IF_ERROR(txn.commit());
     }
+    store->schema_ = kSchemaVersion;
     TD_ASSIGN_OR_RETURN(store->storeId_, readStoreId(db, p));
 
     // Runs of this host left 'running' by a process that no longer exists were interrupted.
@@ -1157,7 +1170,8 @@ Status RunStore::reopenRun(int64_t runId, int64_t pid, const std::string& host) 
     std::lock_guard<std::mutex> lock(mu_);
     static constexpr const char* kSql =
         "UPDATE runs SET status = 'running', ended_at_ms = 0, pid = ?1, host = ?2, message = '', "
-        "updated_at_ms = MAX(updated_at_ms, ?3) WHERE id = ?4";
+        "idle_ms = idle_ms + MAX(0, ?3 - CASE WHEN ended_at_ms > 0 THEN ended_at_ms "
+        "ELSE updated_at_ms END), updated_at_ms = MAX(updated_at_ms, ?3) WHERE id = ?4";
     TD_ASSIGN_OR_RETURN(Stmt s, Stmt::prepare(db_, path_, kSql));
     TD_RETURN_IF_ERROR(s.bindInt(1, pid != 0 ? pid : static_cast<int64_t>(getpid())));
     TD_RETURN_IF_ERROR(s.bindText(2, host.empty() ? hostName() : host));
@@ -1228,7 +1242,7 @@ Result<std::vector<CheckpointRow>> RunStore::checkpoints(int64_t runId) {
 
 Result<std::vector<RunRecord>> RunStore::listRuns() {
     std::lock_guard<std::mutex> lock(mu_);
-    return selectRuns(db_, path_, "", {}, 0, false);
+    return selectRuns(db_, path_, schema_, "", {}, 0, false);
 }
 
 Result<RunRecord> RunStore::findRun(const std::string& idOrName) {
@@ -1237,20 +1251,20 @@ Result<RunRecord> RunStore::findRun(const std::string& idOrName) {
         !idOrName.empty() && idOrName.size() <= 18 &&
         std::all_of(idOrName.begin(), idOrName.end(), [](char c) { return c >= '0' && c <= '9'; });
     if (digits) {
-        TD_ASSIGN_OR_RETURN(
-            auto byId, selectRuns(db_, path_, "WHERE r.id = ?1", {}, std::stoll(idOrName), true));
+        TD_ASSIGN_OR_RETURN(auto byId, selectRuns(db_, path_, schema_, "WHERE r.id = ?1", {},
+                                                  std::stoll(idOrName), true));
         if (!byId.empty()) return std::move(byId.front());
     }
     // Newest first, so the first match is the newest run with that name.
     TD_ASSIGN_OR_RETURN(auto byName,
-                        selectRuns(db_, path_, "WHERE r.name = ?1", idOrName, 0, false));
+                        selectRuns(db_, path_, schema_, "WHERE r.name = ?1", idOrName, 0, false));
     if (!byName.empty()) return std::move(byName.front());
     return err("no run '" + idOrName + "' in " + path_);
 }
 
 Result<RunRecord> RunStore::getRun(int64_t runId) {
     std::lock_guard<std::mutex> lock(mu_);
-    return selectRunById(db_, path_, runId);
+    return selectRunById(db_, path_, schema_, runId);
 }
 
 Result<std::vector<StepRow>> RunStore::steps(int64_t runId, int64_t afterGlobalStep) {
@@ -1362,7 +1376,7 @@ Status RunStore::deleteRun(int64_t runId) {
 
 Result<std::string> RunStore::exportCsv(int64_t runId) {
     std::lock_guard<std::mutex> lock(mu_);
-    TD_RETURN_IF_ERROR(selectRunById(db_, path_, runId));
+    TD_RETURN_IF_ERROR(selectRunById(db_, path_, schema_, runId));
     TD_ASSIGN_OR_RETURN(auto epochRows, selectEpochs(db_, path_, runId));
     TD_ASSIGN_OR_RETURN(auto stepRows, selectSteps(db_, path_, runId, 0));
     TD_ASSIGN_OR_RETURN(auto replicaRows, selectReplicaStats(db_, path_, runId, 0));

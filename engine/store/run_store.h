@@ -100,6 +100,7 @@ class RunStore {
     std::string path_;
     std::string readOnlyReason_;
     std::string storeId_;
+    int schema_ = 0;  // the schema its queries may name (kSchemaVersion once migrated)
 };
 
 // Why a store file cannot be written ("the file is not writable", "it is on a read-only file

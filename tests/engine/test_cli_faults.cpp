@@ -232,8 +232,8 @@ void TestCliFaults::legacyStoresMigrate() {
         QVERIFY(td::writeCheckpoint(shared.string(), *state).ok());
         fs::remove_all(own.parent_path().parent_path());
         sql(dir.filePath(db).toStdString(),
-            "DROP TABLE store_meta; UPDATE checkpoints SET path = "
-            "'./checkpoints/run-1/run-32.tdckpt'; PRAGMA user_version = 5;");
+            "DROP TABLE store_meta; ALTER TABLE runs DROP COLUMN idle_ms; UPDATE checkpoints "
+            "SET path = './checkpoints/run-1/run-32.tdckpt'; PRAGMA user_version = 5;");
     }
     Run eb = traindeck({"export", "1", "--db", "../b.db", "-o", "B.keras"}, {}, {}, 300000,
                        dir.filePath("elsewhere"));
@@ -430,6 +430,9 @@ void TestCliFaults::readOnlyStore() {
     writeBlobs(dir.filePath("a.json"), [](QJsonObject& p) { setTraining(p, "epochs", 1); });
     const QString db = dir.filePath("ro/a.db");
     QCOMPARE(traindeck({"train", dir.filePath("a.json"), "--db", db, "--run-name", "A"}).code, 0);
+    // As a TrainDeck before run idle times (schema 6) left it: read-only, it cannot be migrated,
+    // and is read as it is.
+    sql(db.toStdString(), "ALTER TABLE runs DROP COLUMN idle_ms; PRAGMA user_version = 6;");
     for (const QString& d : {dir.path(), dir.filePath("out")})
         QVERIFY(QFile::setPermissions(d, QFileDevice::ReadOwner | QFileDevice::WriteOwner |
                                              QFileDevice::ExeOwner | QFileDevice::ReadOther |

@@ -871,12 +871,10 @@ void TestTraining::createLeavesNoOpenMPWorkers() {
 // Every CPU device pass turned off in turn (the project's disabled_passes) trains to the losses of
 // the default, to float rounding: an MLP with dropout and Adam at batch 32 with the step on one
 // thread of two (a forward product along K, products that skip the zeros after ReLU, Adam inside
-// the weight gradient, the dropout in the product's pass, a product alongside its neighbours),
-// the same on a device of one thread (the pieces in turn), and a wider one at batch 256 on the
-// OpenMP team (weight gradients in pieces, blocks on the team). Where the machine has two
+// the weight gradient), the same on a device of one thread (the pieces in turn), and a wider one
+// at batch 256 on the OpenMP team (weight gradients in pieces). Where the machine has two
 // threads and the zero-skipping kernels, the compile report shows that each pass applies in one
-// of the two-thread rows (cpu_solo_pieces in the one-thread row, which it cannot see; Adam beside
-// the next chunk only where the kernels ask for it).
+// of the two-thread rows (cpu_solo_pieces in the one-thread row, which it cannot see).
 void TestTraining::cpuPassesOffKeepTheLosses_data() {
     QTest::addColumn<int>("units");
     QTest::addColumn<int>("batch");
@@ -962,7 +960,7 @@ void TestTraining::cpuPassesOffKeepTheLosses() {
         return;
     }
     for (const std::string& pass : cpuPassNames())
-        if (pass != "cpu_solo_pieces" && pass != "cpu_adam_beside")
+        if (pass != "cpu_solo_pieces")
             QVERIFY2(both[pass] > 0, (pass + " applies in neither row").c_str());
 }
 
@@ -970,7 +968,7 @@ void TestTraining::cpuPassesOffKeepTheLosses() {
 // field path, naming it and listing the known ones, the CPU's among them.
 void TestTraining::cpuPassNamesAreChecked() {
     Project p = synthetic(256, 1);
-    p.disabledPasses = {"cpu_alongside", "cpu_no_such_pass"};
+    p.disabledPasses = {"cpu_narrow_kernel", "cpu_no_such_pass"};
     auto s = Session::create(p, {});
     QVERIFY(!s.ok());
     QVERIFY2(
@@ -981,7 +979,7 @@ void TestTraining::cpuPassNamesAreChecked() {
     QVERIFY(!report.ok());
     QVERIFY2(report.error().find("unknown pass 'cpu_no_such_pass'") != std::string::npos,
              report.error().c_str());
-    p.disabledPasses = {"cpu_alongside"};
+    p.disabledPasses = {"cpu_narrow_kernel"};
     auto ok = Session::create(p, {});
     QVERIFY2(ok.ok(), ok.ok() ? "" : ok.error().c_str());
 }

@@ -563,23 +563,7 @@ class TestWorkShare : public QObject {
         QVERIFY2(rows != 32 || noiseProfile.find("skipped zeros in 0 of 10 runs, pieces along "
                                                  "K") != std::string::npos,
                  noiseProfile.c_str());
-        if (rows != 32) {
-            // Without a forward product along K the weight gradient's pieces go to the threads
-            // in turn (planInterleave); which thread runs a piece changes nothing: the same bits
-            // as with the pieces in runs (cpu_interleave off).
-            QVERIFY2(profile.find("pieces interleaved") != std::string::npos, profile.c_str());
-            std::vector<float> inRuns;
-            const std::string runsProfile =
-                sgdSteps(ir, "cpu_interleave", {&p0, &p1, &p2}, images, y, &inRuns);
-            QVERIFY2(runsProfile.find("pieces interleaved") == std::string::npos,
-                     runsProfile.c_str());
-            QCOMPARE(inRuns.size(), skipping.size());
-            QVERIFY(std::memcmp(inRuns.data(), skipping.data(), skipping.size() * 4) == 0);
-            return;
-        }
-        // Its forward product along K follows the weight gradient's runs of pieces: no
-        // interleaving.
-        QVERIFY2(profile.find("pieces interleaved") == std::string::npos, profile.c_str());
+        if (rows != 32) return;
         // Along K the pieces are split where the weight gradient's pieces are (row 400 of 784)
         // on every run, whatever the data: with every nonzero in the image's lower part (pixels
         // 500 on) the edge stays, so the order of the additions depends on the program alone
@@ -644,9 +628,8 @@ class TestWorkShare : public QObject {
                      profile.c_str());
             QVERIFY2(wholeProfile.find("pieces") == std::string::npos, wholeProfile.c_str());
             // Both kernels' weight gradients in pieces (the second's 64 outputs at the bound),
-            // interleaved over the team; the forward products whole.
-            QVERIFY2(profile.find("[784,128], 4 pieces, pieces interleaved") != std::string::npos,
-                     profile.c_str());
+            // the forward products whole.
+            QVERIFY2(profile.find("[784,128], 4 pieces") != std::string::npos, profile.c_str());
             QVERIFY2(profile.find("[128,64], 4 pieces") != std::string::npos, profile.c_str());
             const size_t forward = profile.find("[256,128]");
             QVERIFY2(forward != std::string::npos, profile.c_str());
@@ -707,98 +690,6 @@ class TestWorkShare : public QObject {
         QVERIFY(std::memcmp(shared.data(), solo.data(), solo.size() * 4) == 0);
     }
 
-    // A program on an OpenMP team runs a large block-mode instruction (here a ReLU gradient
-    // with its dropout mask and its bias's column sums) on the team, rows split, and the sums
-    // by columns in the serial order: every gradient has the bits of the same program whose
-    // blocks run on one thread (cpu_team_blocks off), and the profile says which ran how.
-    void teamBlocksEqualSerial() {
-        if (omp_get_max_threads() < 2 || td::makeCpuDevice(0)->desc().threads < 2)
-            QSKIP("needs a CPU device with two threads (OMP_NUM_THREADS=2)");
-        const RestoreThreads restore;
-        const std::string ir =
-            "graph t {\n"
-            " %0 = input() : f32[256,64]\n"
-            " %1 = param() {name=w} : f32[64,512]\n"
-            " %2 = param() {name=b} : f32[512]\n"
-            " %3 = matmul(%0, %1) {trans_a=0, trans_b=0} : f32[256,512]\n"
-            " %4 = bias_add(%3, %2) : f32[256,512]\n"
-            " %5 = act(%4) {act=relu} : f32[256,512]\n"
-            " %6 = dropout(%5) {rate=0.25, seed=5} : f32[256,512]\n"
-            " %7 = param() {name=w2} : f32[512,16]\n"
-            " %8 = matmul(%6, %7) {trans_a=0, trans_b=0} : f32[256,16]\n"
-            " %9 = label() : f32[256,16]\n"
-            " %10 = loss(%8, %9) {loss=mse, scale=0.00390625} : f32[1]\n"
-            " output loss = %10\n"
-            "}\n";
-        std::mt19937 rng(3);
-        std::vector<float> x(256 * 64), y(256 * 16), p0(64 * 512), p1(512), p2(512 * 16);
-        fillUniform(rng, {&x, &y, &p0, &p1, &p2});
-        // The gradients of two steps, and the profile the program prints when destroyed.
-        auto run = [&](bool serial, std::vector<float>* grads) {
-            return stderrOf([&] {
-                tdtest::Harness h;
-                compileProfiled(h, ir, 2, serial ? "cpu_team_blocks" : nullptr, {&p0, &p1, &p2}, x,
-                                y);
-                if (QTest::currentTestFailed()) return;
-                for (int step = 1; step <= 10; ++step) {
-                    h.run(step);
-                    if (step > 2) continue;
-                    for (size_t i = 0; i < 3; ++i)
-                        grads->insert(grads->end(), h.grad(i), h.grad(i) + h.params[i].bytes / 4);
-                }
-            });
-        };
-        std::vector<float> team, serial;
-        const std::string teamProfile = run(false, &team);
-        const std::string serialProfile = run(true, &serial);
-        QVERIFY2(teamProfile.find("act_grad") != std::string::npos, teamProfile.c_str());
-        QVERIFY2(teamProfile.find("blocks on the team") != std::string::npos, teamProfile.c_str());
-        QVERIFY2(serialProfile.find("blocks on the team") == std::string::npos,
-                 serialProfile.c_str());
-        QCOMPARE(team.size(), serial.size());
-        QVERIFY(std::memcmp(team.data(), serial.data(), team.size() * 4) == 0);
-        // The second step draws other dropout masks: its gradients differ from the first's.
-        const size_t half = team.size() / 2;
-        QVERIFY(std::memcmp(team.data(), team.data() + half, half * 4) != 0);
-    }
-
-    // Task parallelism inside a step (cpu_device.cpp, planAlongside): the second layer's weight
-    // gradient and its input gradient read the same output gradient and nothing the other
-    // writes, so one runs on the WorkShare's helper while the caller runs the other and the
-    // instructions around it. The losses of ten steps and the last step's gradients are the
-    // same bits as with every instruction in order (cpu_alongside off), and the profile names
-    // the product that ran alongside; in order it names none.
-    void alongsideEqualsInOrder() {
-        if (omp_get_max_threads() < 2 || td::makeCpuDevice(0)->desc().threads < 2)
-            QSKIP("needs a CPU device with two threads (OMP_NUM_THREADS=2)");
-        const RestoreThreads restore;
-        const std::string ir =
-            "graph t {\n %0 = input() : f32[64,96]\n"
-            " %1 = param() {name=w} : f32[96,128]\n"
-            " %2 = param() {name=b} : f32[128]\n"
-            " %3 = matmul(%0, %1) {trans_a=0, trans_b=0} : f32[64,128]\n"
-            " %4 = bias_add(%3, %2) : f32[64,128]\n"
-            " %5 = act(%4) {act=tanh} : f32[64,128]\n"
-            " %6 = param() {name=w2} : f32[128,64]\n"
-            " %7 = matmul(%5, %6) {trans_a=0, trans_b=0} : f32[64,64]\n"
-            " %8 = label() : f32[64,64]\n"
-            " %9 = loss(%7, %8) {loss=mse, scale=0.015625} : f32[1]\n"
-            " output loss = %9\n}\n";
-        std::mt19937 rng(31);
-        std::vector<float> x(64 * 96), y(64 * 64), p0(96 * 128), p1(128), p2(128 * 64);
-        fillUniform(rng, {&x, &y, &p0, &p1, &p2});
-        auto run = [&](bool inOrder, std::vector<float>* out) {
-            return sgdSteps(ir, inOrder ? "cpu_alongside" : nullptr, {&p0, &p1, &p2}, x, y, out);
-        };
-        std::vector<float> alongside, inOrder;
-        const std::string profile = run(false, &alongside);
-        const std::string orderProfile = run(true, &inOrder);
-        QCOMPARE(alongside.size(), size_t{10 + 96 * 128 + 128 + 128 * 64});
-        QVERIFY(alongside == inOrder);
-        QVERIFY2(profile.find(", alongside ") != std::string::npos, profile.c_str());
-        QVERIFY2(orderProfile.find(", alongside ") == std::string::npos, orderProfile.c_str());
-    }
-
     // Products with a narrow output (at most two vectors wide: a Dense of 16 units with ReLU,
     // a classifier's 10, their weight gradients read transposed) run on the narrow kernel
     // (sparse_kernels.h) instead of oneDNN's, and the classifier's input gradient (ten terms in
@@ -848,82 +739,6 @@ class TestWorkShare : public QObject {
         QVERIFY2(oneDnnProfile.find(", short kernel") == std::string::npos, oneDnnProfile.c_str());
     }
 
-    // A ReLU's gradient with its dropout's gradient fused in reads the mask from the forward
-    // dropout's output (nonzero exactly where the unit was kept and live) instead of hashing
-    // every element's key again (cpu_device.cpp, planDropoutMasks): ten steps' losses and the
-    // last gradients are the bits of the mask drawn again (cpu_dropout_masks off), here where
-    // the gradient is written in place of the dropout's output (the arena reuses it), and the
-    // profile names the instruction that read it.
-    void dropoutMaskFromOutput() {
-        const RestoreThreads restore;
-        const std::string ir =
-            "graph t {\n %0 = input() : f32[48,40]\n"
-            " %1 = param() {name=w} : f32[40,64]\n"
-            " %2 = param() {name=b} : f32[64]\n"
-            " %3 = matmul(%0, %1) {trans_a=0, trans_b=0} : f32[48,64]\n"
-            " %4 = bias_add(%3, %2) : f32[48,64]\n"
-            " %5 = act(%4) {act=relu} : f32[48,64]\n"
-            " %6 = dropout(%5) {rate=0.3, seed=77} : f32[48,64]\n"
-            " %7 = param() {name=w2} : f32[64,24]\n"
-            " %8 = matmul(%6, %7) {trans_a=0, trans_b=0} : f32[48,24]\n"
-            " %9 = label() : f32[48,24]\n"
-            " %10 = loss(%8, %9) {loss=mse, scale=0.0208333} : f32[1]\n"
-            " output loss = %10\n}\n";
-        std::mt19937 rng(41);
-        std::vector<float> x(48 * 40), y(48 * 24), p0(40 * 64), p1(64), p2(64 * 24);
-        fillUniform(rng, {&x, &y, &p0, &p1, &p2});
-        auto run = [&](bool redraw, std::vector<float>* out) {
-            return sgdSteps(ir, redraw ? "cpu_dropout_masks" : nullptr, {&p0, &p1, &p2}, x, y, out);
-        };
-        std::vector<float> fromOutput, redrawn;
-        const std::string profile = run(false, &fromOutput);
-        const std::string redrawProfile = run(true, &redrawn);
-        QCOMPARE(fromOutput.size(), size_t{10 + 40 * 64 + 64 + 64 * 24});
-        QVERIFY(fromOutput == redrawn);
-        QVERIFY2(profile.find("mask from the dropout's output") != std::string::npos,
-                 profile.c_str());
-        QVERIFY2(redrawProfile.find("mask from the dropout's output") == std::string::npos,
-                 redrawProfile.c_str());
-    }
-
-    // A dropout right after a forward product split along K draws its mask while the threads
-    // finish their pieces and is applied in the product's last pass (planDropoutInProduct): ten
-    // steps of SGD give the same losses and gradients, bit for bit, as with the dropout on its
-    // own (cpu_dropout_in_product off), and the profile names the fusion only with the pass on.
-    void dropoutInProductPass() {
-        if (omp_get_max_threads() < 2 || td::makeCpuDevice(0)->desc().threads < 2)
-            QSKIP("needs a CPU device with two threads (OMP_NUM_THREADS=2)");
-        const RestoreThreads restore;
-        const std::string ir =
-            "graph t {\n %0 = input() : f32[32,784]\n"
-            " %1 = param() {name=w} : f32[784,128]\n"
-            " %2 = param() {name=b} : f32[128]\n"
-            " %3 = matmul(%0, %1) {trans_a=0, trans_b=0} : f32[32,128]\n"
-            " %4 = bias_add(%3, %2) : f32[32,128]\n"
-            " %5 = act(%4) {act=relu} : f32[32,128]\n"
-            " %6 = dropout(%5) {rate=0.3, seed=91} : f32[32,128]\n"
-            " %7 = param() {name=w2} : f32[128,16]\n"
-            " %8 = matmul(%6, %7) {trans_a=0, trans_b=0} : f32[32,16]\n"
-            " %9 = label() : f32[32,16]\n"
-            " %10 = loss(%8, %9) {loss=mse, scale=0.03125} : f32[1]\n"
-            " output loss = %10\n}\n";
-        std::mt19937 rng(43);
-        std::vector<float> x(32 * 784), y(32 * 16), p0(784 * 128), p1(128), p2(128 * 16);
-        fillUniform(rng, {&x, &y, &p0, &p1, &p2}, 0.1f);
-        for (float& e : x) e = e < 0.f ? 0.f : e;  // zeros, as an image's background
-        std::vector<float> inPass, apart;
-        const std::string profile = sgdSteps(ir, nullptr, {&p0, &p1, &p2}, x, y, &inPass);
-        const std::string apartProfile =
-            sgdSteps(ir, "cpu_dropout_in_product", {&p0, &p1, &p2}, x, y, &apart);
-        QCOMPARE(inPass.size(), size_t{10 + 784 * 128 + 128 + 128 * 16});
-        QVERIFY(inPass == apart);
-        for (const char* what :
-             {"along K, the dropout %4 in its pass", "(in its product's pass)"}) {
-            QVERIFY2(profile.find(what) != std::string::npos, profile.c_str());
-            QVERIFY2(apartProfile.find(what) == std::string::npos, apartProfile.c_str());
-        }
-    }
-
     // The device's own passes (cpu_passes.h) carry the names the graph layer checks
     // (cpuPassNames), in the same order; an unknown name is refused naming it. A program
     // compiled with one turned off reports it off and the others on, with the places each
@@ -943,7 +758,7 @@ class TestWorkShare : public QObject {
         QVERIFY(!unknown.ok());
         QVERIFY2(unknown.error().find("unknown pass 'cpu_split_everything'") != std::string::npos,
                  unknown.error().c_str());
-        QVERIFY2(unknown.error().find("cpu_dropout_in_product") != std::string::npos,
+        QVERIFY2(unknown.error().find("cpu_adam_in_kernel") != std::string::npos,
                  unknown.error().c_str());
         const RestoreThreads restore;
         const bool twoThreads =
@@ -1031,97 +846,6 @@ class TestWorkShare : public QObject {
     // skip zeros, and Adam (plain, AdamW, with clipvalue) runs inside the zero-skipping kernel
     // on each part of the gradient as it is finished. The profile of the same program shows which
     // products carry the update and where; the biases' updates run beside the last of them.
-    // A small batch's Adam inside the zero-skipping weight gradient, each chunk's update beside
-    // the next chunk's product where the kernels pay off that way (Kernels::adamBeside): its
-    // pieces are fewer (four a thread, kBesideGradPiecesPerWorker, against eight), and the
-    // parameters after three steps are those of each chunk updated after its own product in the
-    // eight pieces a thread (cpu_adam_beside off), bit for bit.
-    void adamBesideSmallBatch() {
-        const td::cpu::sparse::Kernels* kernels = td::cpu::sparse::active();
-        if (!kernels)
-            QSKIP(
-                "the zero-skipping products need AVX2 with FMA or AVX-512; this CPU keeps every "
-                "product dense");
-        if (omp_get_max_threads() < 2 || td::makeCpuDevice(0)->desc().threads < 2)
-            QSKIP("needs a CPU device with two threads (OMP_NUM_THREADS=2)");
-        const RestoreThreads restore;
-        td::OptimizerConfig cfg;
-        cfg.name = "adam";
-        cfg.learningRate = 1e-3;
-        const std::string ir =
-            "graph t {\n"
-            " %0 = input() : f32[32,784]\n"
-            " %1 = param() {name=w} : f32[784,128]\n"
-            " %2 = param() {name=b} : f32[128]\n"
-            " %3 = matmul(%0, %1) {trans_a=0, trans_b=0} : f32[32,128]\n"
-            " %4 = bias_add(%3, %2) : f32[32,128]\n"
-            " %5 = act(%4) {act=relu} : f32[32,128]\n"
-            " %6 = param() {name=w2} : f32[128,10]\n"
-            " %7 = matmul(%5, %6) {trans_a=0, trans_b=0} : f32[32,10]\n"
-            " %8 = label() : f32[32,10]\n"
-            " %9 = loss(%7, %8) {loss=mse, scale=0.03125} : f32[1]\n"
-            " output loss = %9\n"
-            "}\n";
-        // Three steps from the same start; the parameters after them and the profile.
-        auto steps = [&](const char* off, td::Optimizer& opt,
-                         std::vector<std::vector<float>>* params) {
-            const td::UpdateSpec spec = opt.spec();
-            return stderrOf([&] {
-                setenv("TRAINDECK_PROFILE", "1", 1);
-                tdtest::Harness h;
-                td::Graph g = tdtest::parseOrDie(ir);
-                QVERIFY(td::autodiff(g).ok());
-                td::CompileOptions co;
-                co.paramShadows = false;
-                if (off) co.disabled.insert(off);
-                tdtest::HarnessOptions o;
-                o.passes = &co;
-                o.programThreads = 1;
-                o.update = &spec;
-                o.gradsRead = false;
-                std::string error;
-                const bool compiled = h.compile(std::move(g), {}, &error, o);
-                unsetenv("TRAINDECK_PROFILE");
-                QVERIFY2(compiled, error.c_str());
-                std::mt19937 rng(5);
-                std::uniform_real_distribution<float> uni(-1.f, 1.f);
-                for (size_t i = 0; i < h.params.size(); ++i)
-                    for (size_t k = 0; k < h.params[i].bytes / 4; ++k)
-                        h.param(i)[k] = 0.1f * uni(rng);
-                for (int step = 1; step <= 10; ++step) {
-                    const std::vector<float> images = windowImages(rng, 32);
-                    std::copy(images.begin(), images.end(), h.in());
-                    for (int k = 0; k < 32 * 10; ++k) static_cast<float*>(h.lab())[k] = uni(rng);
-                    h.run(step, 0, opt.nextStep());
-                }
-                for (size_t i = 0; i < h.params.size(); ++i)
-                    params->emplace_back(h.param(i), h.param(i) + h.params[i].bytes / 4);
-            });
-        };
-        auto optBeside = td::Optimizer::create(cfg), optAfter = td::Optimizer::create(cfg);
-        QVERIFY(optBeside.ok() && optAfter.ok());
-        std::vector<std::vector<float>> beside, after;
-        const std::string besideProfile = steps(nullptr, **optBeside, &beside);
-        if (QTest::currentTestFailed()) return;
-        const std::string afterProfile = steps("cpu_adam_beside", **optAfter, &after);
-        if (QTest::currentTestFailed()) return;
-        QVERIFY2(besideProfile.find(kernels->adamBeside
-                                        ? "[784,128], 8 pieces + update"
-                                        : "[784,128], 16 pieces + update") != std::string::npos,
-                 besideProfile.c_str());
-        QVERIFY2(afterProfile.find("[784,128], 16 pieces + update") != std::string::npos,
-                 afterProfile.c_str());
-        QVERIFY2(afterProfile.find("(each chunk's after its product, the gradient not stored)") !=
-                     std::string::npos,
-                 afterProfile.c_str());
-        if (kernels->adamBeside)
-            QVERIFY2(besideProfile.find("(each chunk's beside the next chunk's product, the "
-                                        "gradient not stored)") != std::string::npos,
-                     besideProfile.c_str());
-        QCOMPARE(beside.size(), after.size());
-        for (size_t i = 0; i < beside.size(); ++i)
-            QVERIFY2(beside[i] == after[i], qPrintable(QString("parameter %1").arg(i)));
-    }
     void fusedUpdateEqualsApply_data() {
         QTest::addColumn<QString>("name");
         QTest::addColumn<double>("clipValue");
@@ -1336,13 +1060,7 @@ class TestWorkShare : public QObject {
         QVERIFY2(first != std::string::npos, profile.c_str());
         const size_t next = profile.find('\n', first) + 1;
         const std::string detail = profile.substr(next, profile.find('\n', next) - next);
-        // Where the kernels pay off that way, each chunk of rows updated beside the next chunk's
-        // product (AdamDrip: the rows of w, m and v one after the other), with the bits of
-        // Optimizer::apply all the same.
-        const td::cpu::sparse::Kernels* kernels = td::cpu::sparse::active();
-        const std::string how = kernels && kernels->adamBeside
-                                    ? "each chunk's beside the next chunk's product"
-                                    : "each chunk's after its product";
+        const std::string how = "each chunk's after its product";
         QVERIFY2((detail.find("update inside the zero-skipping product in 10 of 10 runs (" + how +
                               ")") != std::string::npos) == inside,
                  profile.c_str());

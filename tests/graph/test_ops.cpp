@@ -52,8 +52,6 @@ class TestOps : public QObject {
     void dropoutMaskIsKeyedAndScaled();
     void lossForward_data();
     void lossForward();
-    void lossAndGradMatchesSeparate_data();
-    void lossAndGradMatchesSeparate();
     void metrics();
     void regularizer();
     void gradientCheck_data();
@@ -266,44 +264,6 @@ void TestOps::lossForward() {
     ref *= 0.25;
     QVERIFY2(std::fabs(out - ref) < 1e-5 * std::max(1.0, std::fabs(ref)),
              qPrintable(QString("%1 vs %2").arg(out).arg(ref)));
-}
-
-void TestOps::lossAndGradMatchesSeparate_data() {
-    QTest::addColumn<QString>("loss");
-    QTest::addColumn<int>("rows");
-    QTest::addColumn<int>("cols");
-    QTest::newRow("sparse 37x10") << "sparse_softmax_xent" << 37 << 10;
-    QTest::newRow("sparse 3x1000") << "sparse_softmax_xent" << 3 << 1000;
-    QTest::newRow("soft labels 37x10") << "softmax_xent" << 37 << 10;
-    QTest::newRow("soft labels 5x257") << "softmax_xent" << 5 << 257;
-}
-
-// The one-pass loss and gradient of softmax cross-entropy give the bits of the two kernels.
-void TestOps::lossAndGradMatchesSeparate() {
-    QFETCH(QString, loss);
-    QFETCH(int, rows);
-    QFETCH(int, cols);
-    const LossKind k = *parseLossKind(loss.toStdString());
-    QVERIFY(cpu::lossAndGradFuses(k));
-    const bool sparse = k == LossKind::SparseSoftmaxXent;
-    auto p = randomVec(static_cast<size_t>(rows) * cols, 12, -30.f, 30.f);
-    std::vector<int32_t> yi(static_cast<size_t>(rows));
-    for (int r = 0; r < rows; ++r) yi[static_cast<size_t>(r)] = (r * 7 + 3) % cols;
-    // Soft labels whose rows do not sum to one, so the gradient's label sum matters.
-    auto yf = randomVec(static_cast<size_t>(rows) * cols, 13, 0.f, 0.3f);
-    const void* labels = sparse ? static_cast<const void*>(yi.data()) : yf.data();
-    const float lossScale = 1.0f / static_cast<float>(rows), gradScale = 0.37f;
-    float lossSeparate = 0, lossFused = 0;
-    std::vector<float> gSeparate(p.size()), gFused(p.size());
-    cpu::loss(k, p.data(), labels, &lossSeparate, rows, cols, lossScale);
-    cpu::lossGrad(k, p.data(), labels, gSeparate.data(), rows, cols, gradScale);
-    cpu::lossAndGrad(k, p.data(), labels, &lossFused, lossScale, gFused.data(), gradScale, rows,
-                     cols);
-    QVERIFY(std::isfinite(lossSeparate) && lossSeparate > 0);
-    QCOMPARE(std::memcmp(&lossFused, &lossSeparate, sizeof(float)), 0);
-    QCOMPARE(std::memcmp(gFused.data(), gSeparate.data(), gFused.size() * sizeof(float)), 0);
-    for (const char* other : {"sparse_xent", "xent", "sigmoid_bce", "bce", "mse"})
-        QVERIFY(!cpu::lossAndGradFuses(*parseLossKind(other)));
 }
 
 void TestOps::metrics() {

@@ -338,22 +338,17 @@ void checkSparseAdam(const cpu::sparse::Kernels& k, CpuIsa isa) {
                     for (int64_t r = 0; r < K; ++r)
                         for (int64_t c = 0; c < ld; ++c)
                             QCOMPARE(fusedGrad[r * ld + c], c < N ? grad[r * ld + c] : 5.f);
-                    // Without dw: the same update from the parameter and slots as they were, each
-                    // chunk's update beside the next chunk's product and after its own.
-                    for (const bool beside : {true, false}) {
-                        std::vector<float> w3 = w0, m3 = m0, v3 = v0;
-                        e.w = w3.data();
-                        e.m = m3.data();
-                        e.v = v3.data();
-                        e.beside = beside;
-                        k.transposedTimesDenseAdam(x.data(), ldx, B, K, dy.data(), ldy, N, nullptr,
-                                                   ld, e);
-                        const std::string how = beside ? " without dw" : " without dw, after";
-                        requireSame(w3, w, ("w" + how).c_str());
-                        requireSame(m3, m, ("m" + how).c_str());
-                        requireSame(v3, v, ("v" + how).c_str());
-                        if (QTest::currentTestFailed()) return;
-                    }
+                    // Without dw: the same update from the parameter and slots as they were.
+                    std::vector<float> w3 = w0, m3 = m0, v3 = v0;
+                    e.w = w3.data();
+                    e.m = m3.data();
+                    e.v = v3.data();
+                    k.transposedTimesDenseAdam(x.data(), ldx, B, K, dy.data(), ldy, N, nullptr, ld,
+                                               e);
+                    requireSame(w3, w, "w without dw");
+                    requireSame(m3, m, "m without dw");
+                    requireSame(v3, v, "v without dw");
+                    if (QTest::currentTestFailed()) return;
                     ++checked;
                 }
     QCOMPARE(checked, 4 * 3 * 5 * 8);
@@ -457,9 +452,7 @@ class TestIsa : public QObject {
             }
     }
 
-    // Dropout masks must not depend on the CPU: a run resumed elsewhere draws the same masks. The
-    // mask alone (dropoutKeep, for a product that applies it in its own pass) ANDed with the
-    // scaled input gives dropoutRow's bits.
+    // Dropout masks must not depend on the CPU: a run resumed elsewhere draws the same masks.
     void dropoutMatchesGeneric_data() { levelsMatchGeneric_data(); }
     void dropoutMatchesGeneric() {
         QFETCH(td::CpuIsa, isa);
@@ -477,17 +470,6 @@ class TestIsa : public QObject {
                     k.dropoutRow(x.data(), got.data(), cols, base, threshold, keep);
                     g.dropoutRow(x.data(), want.data(), cols, base, threshold, keep);
                     requireSame(got, want, "dropout");
-                    std::vector<uint32_t> mask(cols, 7u), genericMask(cols, 9u);
-                    k.dropoutKeep(mask.data(), cols, base, threshold);
-                    g.dropoutKeep(genericMask.data(), cols, base, threshold);
-                    QVERIFY(mask == genericMask);
-                    std::vector<float> applied(cols);
-                    for (int64_t c = 0; c < cols; ++c) {
-                        QVERIFY(mask[c] == 0u || mask[c] == ~0u);
-                        applied[c] =
-                            std::bit_cast<float>(std::bit_cast<uint32_t>(x[c] * keep) & mask[c]);
-                    }
-                    requireSame(applied, got, "dropout from its mask");
                 }
             }
         }
@@ -514,35 +496,26 @@ class TestIsa : public QObject {
         }
     }
 
-    // The last pass of a product split along K, every case (bias or not, ReLU or not, a dropout's
-    // mask or not): the bits of the scalar operations written out here, NaN and negative zero
-    // included (ReLU gives +0 for both), on every level, vector loop and tail.
+    // The last pass of a product split along K, every case (bias or not, ReLU or not): the bits
+    // of the scalar operations written out here, NaN and negative zero included (ReLU gives +0
+    // for both), on every level, vector loop and tail.
     void lastPartialRowMatchesScalar_data() { levelsMatchGeneric_data(); }
     void lastPartialRowMatchesScalar() {
         QFETCH(td::CpuIsa, isa);
         const auto& k = cpu::simd::kernelsFor(isa);
         const std::vector<float> o0 = gradients(11), p = gradients(13), bias = gradients(17);
-        const float keepScale = 1.0f / 0.7f;
         for (int64_t cols : {int64_t{1}, int64_t{15}, int64_t{17}, kElements}) {
-            std::vector<uint32_t> keep(static_cast<size_t>(cols));
-            k.dropoutKeep(keep.data(), cols, 0x2545f491u, static_cast<uint32_t>(0.3 * 16777216.0));
-            for (int which = 0; which < 8; ++which) {
-                const bool withBias = which & 4, relu = which & 2, withKeep = which & 1;
-                std::vector<float> o(o0.begin(), o0.begin() + cols), y(cols, -3.0f);
-                std::vector<float> wantO(cols), wantY(cols, -3.0f);
+            for (int which = 0; which < 4; ++which) {
+                const bool withBias = which & 2, relu = which & 1;
+                std::vector<float> o(o0.begin(), o0.begin() + cols), wantO(cols);
                 for (int64_t c = 0; c < cols; ++c) {
                     float v = o[c] + p[c];
                     if (withBias) v = v + bias[c];
                     if (relu) v = v > 0.f ? v : 0.f;
                     wantO[c] = v;
-                    if (withKeep)
-                        wantY[c] =
-                            std::bit_cast<float>(std::bit_cast<uint32_t>(v * keepScale) & keep[c]);
                 }
-                k.lastPartialRow(o.data(), p.data(), withBias ? bias.data() : nullptr, relu,
-                                 withKeep ? keep.data() : nullptr, y.data(), cols, keepScale);
+                k.lastPartialRow(o.data(), p.data(), withBias ? bias.data() : nullptr, relu, cols);
                 requireSame(o, wantO, "last partial row");
-                requireSame(y, wantY, "last partial row's dropout");
                 if (QTest::currentTestFailed()) return;
             }
         }
@@ -592,33 +565,6 @@ class TestIsa : public QObject {
                                              .arg(double(ref), 0, 'g', 9)));
                 }
             }
-        }
-    }
-
-    // ReLU's gradient through its dropout, the mask read from the dropout's output: the same
-    // bits on every level, and those of the dropout applied to dy followed by reluGrad wherever
-    // the output says what the mask said (nonzero exactly where kept and live).
-    void droppedReluGradMatchesGeneric_data() { levelsMatchGeneric_data(); }
-    void droppedReluGradMatchesGeneric() {
-        QFETCH(td::CpuIsa, isa);
-        const auto& k = cpu::simd::kernelsFor(isa);
-        const auto& g = cpu::simd::kernelsFor(CpuIsa::Generic);
-        const std::vector<float> dy = gradients(3), x = gradients(5);
-        const float rate = 0.3f, keepScale = 1.0f / (1.0f - rate);
-        const auto threshold = static_cast<uint32_t>(rate * 16777216.0);
-        for (int64_t n : {int64_t{1}, int64_t{15}, int64_t{17}, kElements}) {
-            // s: ReLU's output (zeros where x <= 0, a NaN); d: the dropout of s.
-            std::vector<float> s(n), d(n);
-            for (int64_t i = 0; i < n; ++i) s[i] = x[i] > 0.f ? x[i] : 0.f;
-            if (n > 2) s[2] = std::numeric_limits<float>::quiet_NaN();
-            g.dropoutRow(s.data(), d.data(), n, 0x9e3779b9u, threshold, keepScale);
-            std::vector<float> got(n, -1.0f), want(n, -2.0f), masked(n), redrawn(n, -3.0f);
-            k.droppedReluGrad(dy.data(), d.data(), s.data(), got.data(), n, keepScale);
-            g.droppedReluGrad(dy.data(), d.data(), s.data(), want.data(), n, keepScale);
-            requireSame(got, want, "relu gradient through dropout");
-            g.dropoutRow(dy.data(), masked.data(), n, 0x9e3779b9u, threshold, keepScale);
-            g.reluGrad(masked.data(), s.data(), redrawn.data(), n);
-            requireSame(want, redrawn, "relu gradient through dropout, the mask drawn again");
         }
     }
 

@@ -20,6 +20,7 @@
 #include <random>
 #include <thread>
 
+#include "engine/store/run_queries.h"
 #include "engine/store/run_store.h"
 
 using namespace td;
@@ -630,7 +631,7 @@ class TestStore : public QObject {
     }
 
     void migratesVersion1() {
-        QCOMPARE(RunStore::schemaVersion(), 6);  // update this test when adding a migration
+        QCOMPARE(RunStore::schemaVersion(), 7);  // update this test when adding a migration
         const std::string path = dir_.filePath("v1.db").toStdString();
         {
             RawDb raw(path);
@@ -653,6 +654,8 @@ class TestStore : public QObject {
         auto r1 = store->getRun(1);
         QVERIFY(r1.ok());
         QCOMPARE(r1->updatedAtMs, int64_t(9000));  // backfilled from the rows already there
+        QCOMPARE(r1->idleMs, int64_t(0));
+        QCOMPARE(r1->activeMs(0), int64_t(8000));
         auto r2 = store->getRun(2);
         QVERIFY(r2.ok());
         QCOMPARE(r2->updatedAtMs, int64_t(800));
@@ -815,6 +818,52 @@ class TestStore : public QObject {
         RawDb raw(path);
         QCOMPARE(raw.queryInt("SELECT count(*) FROM checkpoints"), int64_t(0));
         QCOMPARE(store->listRuns()->size(), size_t(kRuns - 1));
+    }
+
+    // A resumed run's duration is the time it trained: the gap between its interruption and the
+    // resume is credited to idle_ms, as the store and its polling readers both report.
+    void resumedRunCountsActiveTime() {
+        const std::string path = newPath();
+        auto store = openOk(path);
+        QVERIFY(store);
+        RunRecord r = makeRun("resumed", 1000);
+        r.status = "interrupted";
+        r.endedAtMs = 4000;  // trained 3 s, then stood stopped until now (years)
+        auto id = store->createRun(r);
+        QVERIFY(id.ok());
+        QCOMPARE(store->getRun(*id)->activeMs(0), int64_t(3000));
+        QVERIFY(store->reopenRun(*id).ok());
+        QVERIFY(store->finishRun(*id, RunStatus::Completed, {}, "").ok());
+        auto back = store->getRun(*id);
+        QVERIFY(back.ok());
+        QVERIFY(back->idleMs > 1000000);
+        // 3 s before, and the moments between the resume and the finish after.
+        QVERIFY2(back->activeMs(0) >= 3000 && back->activeMs(0) < 3000 + 60000,
+                 qPrintable(QString::number(back->activeMs(0))));
+        QVERIFY(back->endedAtMs - back->startedAtMs > 1000000);
+        auto reader = RunStoreReader::open(path);
+        QVERIFY(reader.ok());
+        auto snap = (*reader)->allRuns();
+        QVERIFY(snap.ok() && snap->runs.size() == 1);
+        QCOMPARE(snap->runs.front().idleMs, back->idleMs);
+        // A second resume adds its own gap only.
+        const int64_t idleBefore = back->idleMs;
+        QVERIFY(store->reopenRun(*id).ok());
+        QVERIFY(store->getRun(*id)->idleMs - idleBefore < 60000);
+        // A store from before the column (schema 6) reads it as no idle time.
+        store.reset();
+        {
+            RawDb raw(path);
+            raw.exec("ALTER TABLE runs DROP COLUMN idle_ms; PRAGMA user_version = 6;");
+        }
+        auto old = RunStoreReader::open(path);
+        QVERIFY(old.ok());
+        auto oldSnap = (*old)->allRuns();
+        QVERIFY2(oldSnap.ok(), oldSnap.ok() ? "" : oldSnap.error().c_str());
+        QCOMPARE(oldSnap->runs.front().idleMs, int64_t(0));
+        auto migrated = openOk(path);  // writable: migrated to the current schema
+        QVERIFY(migrated);
+        QCOMPARE(migrated->getRun(*id)->idleMs, int64_t(0));
     }
 
     // A store of the previous version (4) keeps its device rows (the GPU figures unknown) and

@@ -25,6 +25,7 @@
 #include <QProgressBar>
 #include <QPushButton>
 #include <QRadioButton>
+#include <QScrollBar>
 #include <QSignalSpy>
 #include <QSpinBox>
 #include <QSplitter>
@@ -239,6 +240,7 @@ class TestUi : public QObject {
     void stopMidRunMarksStopped();
     void closingMidRunMarksStopped();
     void quitQuestionClosesWhenTheRunEnds();
+    void dataPreviewGridReflows();
     void helpMenuListsShortcutsAndDocumentation();
     void projectRoundTripsUnchanged();
     void configDiffPairsSettings_data();
@@ -990,6 +992,48 @@ void TestUi::failedLaunchKeepsTheStore() {
     QVERIFY2(errors.isEmpty(), qPrintable(errors.join('\n')));
     QCOMPARE(w.runsPanel()->databasePath(), other);
     QCOMPARE(Settings::databasePath(), other);
+}
+
+// The preview's pictures fill the pane's width in rows and wrap again when it narrows: no
+// sideways scrolling, more pictures per row in a wider pane.
+void TestUi::dataPreviewGridReflows() {
+    QString project = syntheticProject(1);
+    project.replace(R"("batch_shape": [null, 8]}},)",
+                    R"("batch_shape": [null, 8, 8]}},
+    {"class_name": "Flatten", "config": {"name": "flatten"}},)");
+    project.replace(R"("shape": [8],)", R"("shape": [8, 8],)");
+    const QString path = dir_.filePath("pictures.json");
+    QVERIFY(writeFile(path, project));
+    auto w = makeWindow("pictures.db");
+    QString error;
+    QVERIFY2(w->openProject(path, &error), qPrintable(error));
+    w->resize(1400, 900);
+    w->show();
+    QSignalSpy preview(w->dataPanel(), &DataPanel::previewLoaded);
+    w->tabs()->setCurrentIndex(MainWindow::DataTab);
+    QTRY_VERIFY_WITH_TIMEOUT(preview.count() >= 1, 30000);
+    QVERIFY(preview.last().first().toBool());
+    auto* grid = child<QListWidget>(w->dataPanel(), "samplePreview");
+    QVERIFY(grid && grid->isVisible() && grid->count() > 8);
+    auto firstRow = [&] {
+        int n = 0;
+        const int top = grid->visualItemRect(grid->item(0)).top();
+        for (int i = 0; i < grid->count(); ++i) {
+            const QRect r = grid->visualItemRect(grid->item(i));
+            if (r.top() != top) break;
+            if (r.right() > grid->viewport()->width()) return -1;  // past the pane's edge
+            ++n;
+        }
+        return n;
+    };
+    QTRY_VERIFY(firstRow() > 1);
+    const int wide = firstRow();
+    QCOMPARE(grid->horizontalScrollBar()->isVisible(), false);
+    w->resize(900, 900);
+    QTRY_VERIFY(firstRow() > 0 && firstRow() < wide);
+    QCOMPARE(grid->horizontalScrollBar()->isVisible(), false);
+    w->resize(1400, 900);
+    QTRY_COMPARE(firstRow(), wide);
 }
 
 void TestUi::dataPanelDescribesPipeline() {

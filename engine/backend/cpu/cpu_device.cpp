@@ -68,9 +68,6 @@ struct CpuInstr {
     // and out. Index into CpuProgram::blocks_, -1: the plain f32 kernel on whole arrays.
     int block = -1;
     float rate = 0;  // Act / ActGrad: the fused dropout's rate (0: none)
-    // ActGrad of a ReLU with its dropout's gradient fused: that dropout's output, which says
-    // where the mask kept a live unit (planDropoutMasks; null: the mask is drawn again).
-    const float* dropOut = nullptr;
     // Cast, and a matmul's conversions when oneDNN has no kernel for its dtype.
     int conversion = -1;  // index into CpuProgram::conversions_
     // Images and normalization: further operands (gamma, beta, mean, var), the geometry.
@@ -96,28 +93,15 @@ struct CpuInstr {
     bool restAfter = false;
     int64_t pieceCols = 0;
     std::vector<int64_t> pieceRows;
-    // Softmax cross-entropy (see fuseLosses): a Loss whose value its LossGrad computes (the Loss
-    // then does nothing), and on that LossGrad the loss's output and scale.
-    bool lossDeferred = false;
-    float* lossOut = nullptr;
-    float lossOutScale = 0;
     // A forward product split along K (see kSplitEdges): piece 0 writes the output, piece p > 0
     // the partial sum kPartials[p - 1]; then the partials, the bias (kBias, null: none) and the
     // activation (act, alpha) are added on the calling thread.
     std::vector<float*> kPartials;
     const float* kBias = nullptr;
     int64_t kRows = 0, kCols = 0;  // of the output
-    // Such a product followed by a Dropout of its output (planDropoutInProduct): that Dropout's
-    // index in code_ (-1: none). Its mask is drawn by the first thread done with its own pieces,
-    // while the other finishes, and applied after the partial sums; the Dropout itself then does
-    // nothing (dropoutInProduct).
-    int dropoutAfter = -1;
-    bool dropoutInProduct = false;
     // A product whose pieces may skip the zeros of their input (sparse_kernels.h): index into
     // CpuProgram::sparse_ (-1: always dense).
     int sparse = -1;
-    // Its pieces go to the WorkShare's threads in turn, not in runs (planInterleave).
-    bool interleave = false;
     // A whole f32 product with a narrow output run by the narrow kernel (sparse_kernels.h)
     // instead of its primitive, whose arguments still say where the operands are: A's element
     // (r, k) at r * narrowSr + k * narrowSk, M x K times K x N.
@@ -166,8 +150,6 @@ struct BlockPlan {
     BlockOperand out2;       // column sums of the result (bias gradient); ptr null: none
     bool outIsSums = false;  // bias_grad itself: only column sums of in[0]
     bool whole = false;      // a reduction: every row in one block, in the whole-operand buffers
-    bool f32 = false;        // every operand f32 (no conversions)
-    bool teamRows = false;   // runs on the program's OpenMP team, rows split (planTeamBlocks)
 };
 
 // Conversions around an instruction (whole arrays).
@@ -344,15 +326,13 @@ class CpuProgram final : public Executable {
                       : teamStreams_[static_cast<size_t>(worker - 1)];
     }
     // fn(piece, worker) for every piece: on the WorkShare (each thread its own pieces first,
-    // then any left), or on the OpenMP team, each member exactly its own (in runs, or every
-    // width-th piece where interleaved). A piece run on a team member that runs a oneDNN
-    // primitive runs it on that member alone (a nested region).
+    // then any left), or on the OpenMP team, each member exactly its own run of pieces. A piece
+    // run on a team member that runs a oneDNN primitive runs it on that member alone (a nested
+    // region).
     template <class F>
-    void runPieces(int64_t pieces, F&& fn, bool interleaved) {
+    void runPieces(int64_t pieces, F&& fn) {
         if (share_) {
-            share_->run(
-                pieces, std::forward<F>(fn),
-                interleaved ? WorkShare::Ownership::Interleaved : WorkShare::Ownership::Runs);
+            share_->run(pieces, std::forward<F>(fn));
             return;
         }
         // A region may get fewer threads than asked for (nested in another region, a thread
@@ -363,17 +343,11 @@ class CpuProgram final : public Executable {
         {
             const int threads = omp_get_num_threads();
             for (int w = omp_get_thread_num(); w < width; w += threads) {
-                if (interleaved) {
-                    for (int64_t p = w; p < pieces; p += width) fn(p, w);
-                } else {
-                    const int64_t end = WorkShare::firstOwned(pieces, w + 1, width);
-                    for (int64_t p = WorkShare::firstOwned(pieces, w, width); p < end; ++p)
-                        fn(p, w);
-                }
+                const int64_t end = WorkShare::firstOwned(pieces, w + 1, width);
+                for (int64_t p = WorkShare::firstOwned(pieces, w, width); p < end; ++p) fn(p, w);
             }
         }
     }
-    bool besideGradPieces_ = false;          // see build()
     const ProgramBindings* bind_ = nullptr;  // during build() only
     std::vector<CpuInstr> code_;
     std::vector<Prim> prims_;
@@ -391,7 +365,6 @@ class CpuProgram final : public Executable {
     // in0, in1, out, a temporary and the column sums, each kBlockElems, then three buffers of
     // the largest reduction's operands.
     std::vector<float> blockScratch_;
-    std::vector<float> teamScratch_;  // the block buffers of team members 1, 2, ...
     int64_t wholeElems_ = 0;
     std::vector<std::unique_ptr<float[]>> convScratch_;  // a matmul's f32 copies of f16 operands
 
@@ -429,15 +402,9 @@ class CpuProgram final : public Executable {
     // The device's rewrites (cpu_passes.h), in the order build() runs them: each returns the
     // places it changed.
     int64_t planNarrowKernels(const LoweredProgram& lp);
-    int64_t planTeamBlocks(const LoweredProgram&);
     int64_t fuseUpdates(const LoweredProgram& lp);
     int64_t planRestUpdate(const LoweredProgram& lp);
     int64_t planPieceAdam(const LoweredProgram&);
-    int64_t fuseLosses(const LoweredProgram& lp);
-    int64_t planDropoutMasks(const LoweredProgram& lp);
-    int64_t planAlongside(const LoweredProgram& lp);
-    int64_t planInterleave(const LoweredProgram&);
-    int64_t planDropoutInProduct(const LoweredProgram&);
     bool pieceAdam(const CpuInstr& i);
 
     Status planBlock(const Instr& in, CpuInstr& ins);
@@ -458,13 +425,7 @@ class CpuProgram final : public Executable {
         return a.lo < b.hi && b.lo < a.hi;
     }
     Range rangeOf(const Operand& o) const;
-    void addPartials(const CpuInstr& i, const StepArgs& args);
-    void drawDropoutMask(const CpuInstr& d, const StepArgs& args);
-    // This step's mask of a dropout applied in its product's pass (dropoutAfter): claimed by a
-    // thread of the product's job, and drawn (read after the job).
-    std::vector<uint32_t> dropKeep_;
-    std::atomic<bool> dropClaimed_{false};
-    bool dropDrawn_ = false;
+    void addPartials(const CpuInstr& i);
     // The tensors the Update instruction applies when some are updated by their gradient's
     // pieces instead (see fuseUpdates).
     std::vector<UpdateTensor> restTensors_;
@@ -476,31 +437,14 @@ class CpuProgram final : public Executable {
     bool restDone_ = false;
     void runBlock(const CpuInstr& i, const StepArgs& args);
 
-    // A product that nothing near it depends on runs on a WorkShare helper while the calling
-    // thread runs those instructions (planAlongside): group g covers code_[first, last), its
-    // instruction `helper` on the helper, the others in order on the caller.
-    struct Alongside {
-        int first = 0, last = 0, helper = 0;
-    };
-    std::vector<Alongside> alongside_;
-    std::vector<int> alongsideAt_;  // per instruction: the group that starts there, or -1
     static std::vector<Range> updateRanges(const UpdateTensor& u);
     // What instruction k writes: its output, its column sums, a loss it computes for another.
     std::vector<Range> writtenBy(const LoweredProgram& lp, size_t k) const;
-    Status runAlongside(const Alongside& g, const StepArgs& args);
     Status execTimed(size_t k, const StepArgs& args);
     void runProduct(const CpuInstr& i, dnnl::stream& s);
 };
 
 constexpr int64_t kBlockElems = 8192;  // 32 KiB of f32 per block operand: in L1/L2
-// A block-mode instruction of at least this many f32 elements, in a program on an OpenMP team,
-// runs on the team: each thread a run of the blocks, then a run of the columns of the sums (added
-// in the serial order, so the bits do not depend on the team). Measured on a 2-core AVX-512
-// machine, 784-1024-1024-10 MLP at batch 256 (TRAINDECK_PROFILE=1, the same program compiled
-// twice in one process, once with its blocks on one thread): the two ReLU gradients with their
-// dropout masks and bias sums took 180 and 210 us against 250 and 306 on one thread.
-// planTeamBlocks (the pass cpu_team_blocks) chooses them.
-constexpr int64_t kTeamBlockElems = 1 << 16;
 
 dnnl::memory::data_type dnnlType(DType d) {
     switch (d) {
@@ -590,14 +534,6 @@ constexpr double kSplitMinFlops = 4e6;
 constexpr double kSplitMinFlopsColumns = 32e6;
 constexpr int64_t kPiecesPerWorker = 2;
 constexpr int64_t kSmallGradPiecesPerWorker = 8;
-// Where those pieces carry Adam updated beside the next chunk's product (Kernels::adamBeside),
-// each piece's last chunk is updated after it, alone, so fewer and larger pieces: seed MLP at
-// batch 32 on the BF16 Xeon (TRAINDECK_PROFILE=1, 2-epoch runs of alternating builds), the step
-// with four a thread against eight shorter in five of seven pairs (82.6-86.0 us against
-// 84.1-88.3; in the other two the forward product ran 2-3 us longer as well, the host slower),
-// the weight gradient with its update 44.2-46.7 us against 45.3-47.7 in those five; two a thread
-// no shorter than four (three pairs).
-constexpr int64_t kBesideGradPiecesPerWorker = 4;
 constexpr int64_t kMinRows = 16;
 constexpr int64_t kMinCols = 32;
 struct ProductSplit {
@@ -605,9 +541,8 @@ struct ProductSplit {
     std::vector<int64_t> edges;  // pieces + 1 boundaries along the split dimension
 };
 
-// smallGrad: a small batch's weight gradient (see above); beside: its pieces carry Adam updated
-// beside the next chunk's product.
-ProductSplit splitProduct(int64_t M, int64_t N, int64_t K, int width, bool smallGrad, bool beside) {
+// smallGrad: a small batch's weight gradient (see above).
+ProductSplit splitProduct(int64_t M, int64_t N, int64_t K, int width, bool smallGrad) {
     ProductSplit s;
     s.alongRows = M >= width * kMinRows;
     const double flops =
@@ -615,8 +550,7 @@ ProductSplit splitProduct(int64_t M, int64_t N, int64_t K, int width, bool small
     if (width < 2 || flops < (s.alongRows ? kSplitMinFlops : kSplitMinFlopsColumns)) return s;
     const int64_t dim = s.alongRows ? M : N;
     const int64_t perWorker =
-        smallGrad && s.alongRows ? (beside ? kBesideGradPiecesPerWorker : kSmallGradPiecesPerWorker)
-                                 : kPiecesPerWorker;
+        smallGrad && s.alongRows ? kSmallGradPiecesPerWorker : kPiecesPerWorker;
     const int64_t pieces =
         std::min<int64_t>(width * perWorker, dim / (s.alongRows ? kMinRows : kMinCols));
     if (pieces < 2) return s;
@@ -642,9 +576,9 @@ constexpr int64_t kKSplitRows = 32;
 bool smallBatchGradient(int64_t B, int width) {
     return B < width * kKSplitRows;
 }
-std::vector<int64_t> kSplitEdges(int64_t M, int64_t N, int64_t K, int width, bool beside) {
+std::vector<int64_t> kSplitEdges(int64_t M, int64_t N, int64_t K, int width) {
     if (width < 2 || !smallBatchGradient(M, width)) return {};
-    const ProductSplit grad = splitProduct(K, N, M, width, true, beside);
+    const ProductSplit grad = splitProduct(K, N, M, width, true);
     if (!grad.alongRows || grad.edges.empty()) return {};
     const auto pieces = static_cast<int64_t>(grad.edges.size()) - 1;
     std::vector<int64_t> edges;
@@ -730,8 +664,7 @@ Status CpuProgram::addMatmul(const Instr& in, CpuInstr& ins) {
                                  ? ProductSplit{}
                                  : splitProduct(M, N, K, width,
                                                 in.op == InstrOp::MatMul && ta && !tb &&
-                                                    smallBatchGradient(K, width),
-                                                besideGradPieces_);
+                                                    smallBatchGradient(K, width));
         // A forward product reading a trainable weight matrix (f32, as stored): along K
         // (cpu_split_k). Not with an all-reduce: the update then runs after it, not in the
         // gradient's pieces.
@@ -739,7 +672,7 @@ Status CpuProgram::addMatmul(const Instr& in, CpuInstr& ins) {
         if (passes_.enabled(cpu::Pass::SplitK) && !convertHalf && share_ && !collectives_ && !ta &&
             !tb && in.in[1].space == Space::Param && primOp == DType::F32 &&
             primOut == DType::F32 && in.act != ActKind::Softmax)
-            kEdges = kSplitEdges(M, N, K, width, besideGradPieces_);
+            kEdges = kSplitEdges(M, N, K, width);
         if (!kEdges.empty()) split = ProductSplit{true, kEdges};
         bool alongK = !kEdges.empty();
         const cpu::sparse::Kernels* sparseKernels = cpu::sparse::active();
@@ -1074,16 +1007,6 @@ Status CpuProgram::build(const LoweredProgram& lp, const ProgramBindings& bind) 
     ptrs_.assign(lp.values.size(), nullptr);
     for (size_t i = 0; i < lp.values.size(); ++i) ptrs_[i] = resolve(lp.values[i]);
     collectives_ = bind.collectives;
-    // Whether a small batch's zero-skipping weight gradients will carry Adam updated beside the
-    // next chunk's product (planPieceAdam; cpu_adam_beside), which splits them into fewer pieces.
-    {
-        const cpu::sparse::Kernels* k = cpu::sparse::active();
-        besideGradPieces_ = k && k->adamBeside && passes_.enabled(cpu::Pass::SkipZeros) &&
-                            passes_.enabled(cpu::Pass::AdamInKernel) &&
-                            passes_.enabled(cpu::Pass::AdamBeside) && lp.update &&
-                            lp.update->kind == UpdateKind::Adam && !lp.update->amsgrad &&
-                            !collectives_;
-    }
 
     for (const Instr& in : lp.code) {
         CpuInstr ins;
@@ -1218,20 +1141,13 @@ Status CpuProgram::build(const LoweredProgram& lp, const ProgramBindings& bind) 
     }
     if (!blocks_.empty())
         blockScratch_.assign(static_cast<size_t>(5 * kBlockElems + wholeElems_), 0.f);
-    alongsideAt_.assign(code_.size(), -1);
     // The rewrites (cpu_passes.h), in the order of its table; a pass turned off is skipped.
     using Rewrite = int64_t (CpuProgram::*)(const LoweredProgram&);
     static constexpr std::pair<cpu::Pass, Rewrite> kRewrites[] = {
         {cpu::Pass::NarrowKernel, &CpuProgram::planNarrowKernels},
-        {cpu::Pass::TeamBlocks, &CpuProgram::planTeamBlocks},
         {cpu::Pass::FuseUpdate, &CpuProgram::fuseUpdates},
         {cpu::Pass::RestUpdateBeside, &CpuProgram::planRestUpdate},
         {cpu::Pass::AdamInKernel, &CpuProgram::planPieceAdam},
-        {cpu::Pass::FuseLoss, &CpuProgram::fuseLosses},
-        {cpu::Pass::DropoutMasks, &CpuProgram::planDropoutMasks},
-        {cpu::Pass::Alongside, &CpuProgram::planAlongside},
-        {cpu::Pass::Interleave, &CpuProgram::planInterleave},
-        {cpu::Pass::DropoutInProduct, &CpuProgram::planDropoutInProduct},
     };
     for (const auto& [pass, rewrite] : kRewrites)
         passes_.run(pass, [&, rewrite = rewrite] { return (this->*rewrite)(lp); });
@@ -1245,24 +1161,10 @@ Status CpuProgram::build(const LoweredProgram& lp, const ProgramBindings& bind) 
                                shapeToString(lp.code[k].out.shape);
             if (i.pieces > 1) name += ", " + std::to_string(i.pieces) + " pieces";
             if (i.narrow) name += i.shortInner ? ", short kernel" : ", narrow kernel";
-            if (i.dropOut) name += ", mask from the dropout's output";
             if (!i.kPartials.empty()) name += " along K";
-            if (i.dropoutAfter >= 0)
-                name += ", the dropout %" +
-                        std::to_string(lp.code[static_cast<size_t>(i.dropoutAfter)].node) +
-                        " in its pass";
-            if (i.dropoutInProduct) name += " (in its product's pass)";
             if (i.fusedUpdate >= 0) name += " + update";
             if (i.restAfter) name += ", the other updates beside it";
-            if (i.interleave) name += ", pieces interleaved";
-            if (i.lossOut) name += " + loss";
-            if (i.lossDeferred) name += " (in its gradient's pass)";
-            if (i.block >= 0)
-                name += blocks_[static_cast<size_t>(i.block)].teamRows ? ", blocks on the team"
-                                                                       : ", blocks";
-            for (const Alongside& g : alongside_)
-                if (g.helper == static_cast<int>(k))
-                    name += ", alongside " + std::to_string(g.last - g.first - 1);
+            if (i.block >= 0) name += ", blocks";
             profileNames_.push_back(std::move(name));
         }
     }
@@ -1272,19 +1174,13 @@ Status CpuProgram::build(const LoweredProgram& lp, const ProgramBindings& bind) 
 
 // A product split along K: out += each partial sum, then the bias and the activation, row by row
 // while the row is in cache. ReLU inline: calling cpu::activation on the whole output after the
-// sums measured about 20 us a step here (seed MLP, batch 32), the whole pass inline 2-3 us. Then
-// the dropout after it, when it runs here (dropoutAfter).
-void CpuProgram::addPartials(const CpuInstr& i, const StepArgs& args) {
+// sums measured about 20 us a step here (seed MLP, batch 32), the whole pass inline 2-3 us.
+void CpuProgram::addPartials(const CpuInstr& i) {
     const int64_t rows = i.kRows, cols = i.kCols;
     const size_t parts = i.kPartials.size();
-    // The dropout after the product (dropoutAfter; only after ReLU or no activation): its mask,
-    // drawn by a thread of the job (or here, if none took it), applied in the same pass.
-    const CpuInstr* d = i.dropoutAfter >= 0 ? &code_[static_cast<size_t>(i.dropoutAfter)] : nullptr;
-    if (d && !dropDrawn_) drawDropoutMask(*d, args);
-    const float keepScale = d ? 1.0f / (1.0f - d->alpha) : 1.0f;
     const auto lastRow = cpu::simd::activeKernels().lastPartialRow;
-    // The last partial sum, the bias, ReLU and the dropout in one pass over each row: the same
-    // operations in the same order as one pass each.
+    // The last partial sum, the bias and ReLU in one pass over each row: the same operations in
+    // the same order as one pass each.
     for (int64_t r = 0; r < rows; ++r) {
         float* const o = i.out + r * cols;
         for (size_t q = 0; q + 1 < parts; ++q) {
@@ -1292,59 +1188,10 @@ void CpuProgram::addPartials(const CpuInstr& i, const StepArgs& args) {
 #pragma omp simd
             for (int64_t c = 0; c < cols; ++c) o[c] += p[c];
         }
-        lastRow(o, i.kPartials[parts - 1] + r * cols, i.kBias, i.act == ActKind::Relu,
-                d ? dropKeep_.data() + r * cols : nullptr, d ? d->out + r * cols : nullptr, cols,
-                keepScale);
+        lastRow(o, i.kPartials[parts - 1] + r * cols, i.kBias, i.act == ActKind::Relu, cols);
     }
     if (i.act != ActKind::Linear && i.act != ActKind::Relu)
         cpu::activation(i.act, i.alpha, i.out, i.out, rows, cols);
-}
-
-// This step's mask of the dropout d, as cpu::dropout draws it: row r keyed by the global sample
-// index args.sampleBase + r.
-void CpuProgram::drawDropoutMask(const CpuInstr& d, const StepArgs& args) {
-    const uint32_t threshold = kmath::dropoutThreshold(d.alpha);
-    const auto keepRow = cpu::simd::activeKernels().dropoutKeep;
-    for (int64_t r = 0; r < d.rows; ++r)
-        keepRow(dropKeep_.data() + r * d.cols, d.cols,
-                kmath::dropoutRowBase(d.seed, args.step, args.sampleBase + r), threshold);
-    dropDrawn_ = true;
-}
-
-// A forward product along K (kPartials) whose output the next instruction drops out: the threads
-// of the product's job finish their pieces at different times, and the first done draws the
-// dropout's mask (a hash per unit) while the other finishes; addPartials applies it after the
-// activation, in place of the Dropout's own pass. Only an f32 Dropout outside block mode whose
-// input is the product's whole output and whose output lies apart from it, and neither
-// instruction in an alongside group. Seed MLP, batch 32, AVX2 machine, alternating pairs
-// (timestamps in the step, medians of 1,500 steps; three of four pairs undisturbed): the dropout's
-// output ready 36.3-37.7 us into the step against 37.4-38.0 with the Dropout's own pass (1.5-1.8
-// us, its hashes included). With the pass cpu_dropout_in_product off the Dropout runs on its own
-// (the same bits).
-int64_t CpuProgram::planDropoutInProduct(const LoweredProgram&) {
-    int64_t changed = 0;
-    for (size_t k = 0; k + 1 < code_.size(); ++k) {
-        CpuInstr& p = code_[k];
-        CpuInstr& d = code_[k + 1];
-        if (p.kPartials.empty() || (p.act != ActKind::Linear && p.act != ActKind::Relu) ||
-            d.op != InstrOp::Dropout || d.block >= 0 || d.alpha <= 0 || d.alpha >= 1 ||
-            d.a != p.out || d.rows * d.cols != p.kRows * p.kCols || d.rows != p.kRows || !d.out)
-            continue;
-        const char* pLo = reinterpret_cast<const char*>(p.out);
-        const char* dLo = reinterpret_cast<const char*>(d.out);
-        const auto bytes = static_cast<size_t>(p.kRows * p.kCols) * sizeof(float);
-        if (overlaps({pLo, pLo + bytes}, {dLo, dLo + bytes})) continue;
-        bool grouped = false;
-        for (const Alongside& g : alongside_)
-            grouped =
-                grouped || (g.first <= static_cast<int>(k + 1) && static_cast<int>(k) < g.last);
-        if (grouped) continue;
-        p.dropoutAfter = static_cast<int>(k + 1);
-        d.dropoutInProduct = true;
-        dropKeep_.resize(std::max(dropKeep_.size(), static_cast<size_t>(d.rows * d.cols)));
-        ++changed;
-    }
-    return changed;
 }
 
 // See SparseProduct. One thread of a 2-core AVX-512 machine (AMD Zen 5), [32,392]x[392,128] with
@@ -1412,12 +1259,7 @@ void CpuProgram::runSparsePiece(const CpuInstr& i, int64_t piece,
 // kernel to apply as it finishes them (SparseProduct::adam; empty: the update runs after each
 // piece, as applyUpdateSlice). Only Adam (not AMSGrad) on f32 values without a 16-bit shadow, on a
 // gradient the pieces write whole, and a batch within the kernel's adamMaxRows; with the pass
-// cpu_adam_in_kernel off it runs after the pieces. Each chunk of rows is updated beside the next
-// chunk's product (AdamEpilogue::beside; cpu_adam_beside) where the kernels pay off that way
-// (Kernels::adamBeside: AVX-512): seed MLP at batch 32 on the BF16 Xeon (TRAINDECK_PROFILE=1,
-// four alternating pairs of 2-epoch runs), the weight gradient with its update 46.4-49.0 us
-// against 50.9-53.3 with each chunk updated after its own product (cpu_adam_beside off), the step
-// 84.4-91.6 us against 90.3-93.8.
+// cpu_adam_in_kernel off it runs after the pieces.
 // Planned once, after fuseUpdates: a run sets only the step's scalars (alpha, wdLr).
 int64_t CpuProgram::planPieceAdam(const LoweredProgram&) {
     int64_t changed = 0;
@@ -1452,9 +1294,7 @@ bool CpuProgram::pieceAdam(const CpuInstr& i) {
         a.oneMinusB1 = update_.oneMinusBeta1;
         a.oneMinusB2 = update_.oneMinusBeta2;
         a.eps = update_.epsilon;
-        a.beside = sp.kernels->adamBeside && passes_.enabled(cpu::Pass::AdamBeside);
     }
-    if (adam.front().beside) passes_.note(cpu::Pass::AdamBeside);
     sp.adam = std::move(adam);
     sp.keepGrad = bind_->gradsRead;
     return true;
@@ -1472,30 +1312,6 @@ void CpuProgram::noteSparseRun(const CpuInstr& i) {
     }
     sp.work = dense > 0 ? static_cast<double>(listed) / static_cast<double>(dense) : 1.0;
     ++sp.sparseRuns;
-}
-
-// A zero-skipping weight gradient split by rows hands its pieces to the WorkShare's threads in
-// turn (WorkShare::Ownership::Interleaved) instead of in runs. Its rows are the layer's inputs,
-// and where those are an image's pixels the middle ones hold more nonzeros (Fashion-MNIST's four
-// quarters of the pixels: 35%, 56%, 66% and 43% nonzero): in runs the thread with the second half
-// had the most to do and the other waited for it. Seed MLP at batch 256 on the 2-core AVX2
-// machine, four alternating runs of four epochs: the caller waited 19-33 us a step at the end of
-// the weight gradient in runs (the product 289-312 us), 2-13 us interleaved (284-300 us). Which
-// thread runs a piece changes nothing in its results. Not where a forward product splits along K
-// (kSplitEdges): its pieces follow the gradient's runs, so that each core multiplies the weights it
-// has just updated. With the pass cpu_interleave off the runs stay (the same bits).
-int64_t CpuProgram::planInterleave(const LoweredProgram&) {
-    if (pieceWidth() < 2) return 0;
-    for (const CpuInstr& i : code_)
-        if (!i.kPartials.empty()) return 0;
-    int64_t changed = 0;
-    for (CpuInstr& i : code_)
-        if (i.sparse >= 0 && sparse_[static_cast<size_t>(i.sparse)].grad && !i.pieceRows.empty() &&
-            i.pieces >= 2 * pieceWidth()) {
-            i.interleave = true;
-            ++changed;
-        }
-    return changed;
 }
 
 void CpuProgram::printProfile() const {
@@ -1530,10 +1346,10 @@ void CpuProgram::printProfile() const {
                              static_cast<long long>(sp.pieces[0].inner + sp.pieces[1].inner));
             if (sp.adamRuns > 0)
                 std::fprintf(
-                    stderr, ", update inside the zero-skipping product in %lld of %lld runs (%s%s)",
+                    stderr,
+                    ", update inside the zero-skipping product in %lld of %lld runs (each chunk's "
+                    "after its product%s)",
                     static_cast<long long>(sp.adamRuns), static_cast<long long>(profileRuns_),
-                    sp.adam.front().beside ? "each chunk's beside the next chunk's product"
-                                           : "each chunk's after its product",
                     sp.keepGrad ? "" : ", the gradient not stored");
             std::fprintf(stderr, "\n");
         }
@@ -1661,194 +1477,7 @@ std::vector<CpuProgram::Range> CpuProgram::writtenBy(const LoweredProgram& lp, s
     const Instr& in = lp.code[k];
     std::vector<Range> w{rangeOf(in.out)};
     if (in.out2.space != Space::None) w.push_back(rangeOf(in.out2));
-    if (const float* l = code_[k].lossOut) {
-        const auto* c = reinterpret_cast<const char*>(l);
-        w.push_back({c, c + sizeof(float)});
-    }
     return w;
-}
-
-// A ReLU's gradient with its dropout's gradient fused in (act_grad with rate) draws the mask
-// again, hashing every element's key. Where the forward Dropout of that ReLU's output is in the
-// same program, f32, and nothing between the two overwrites the dropout's output, the gradient
-// reads the mask from that output instead: it is nonzero exactly where the unit was kept and
-// ReLU let it through (a kept value y / (1 - rate) with y > 0 is > 0; y = 0 or dropped gives +0),
-// and where ReLU did not, the gradient is 0 either way, so the bits are those of the mask drawn
-// again (simd::droppedReluGrad: one pass, no hash). Seed MLP on the AVX2 machine: see the README;
-// the pass cpu_dropout_masks off draws the mask again.
-int64_t CpuProgram::planDropoutMasks(const LoweredProgram& lp) {
-    int64_t changed = 0;
-    auto same = [](Range a, Range b) { return a.lo == b.lo && a.hi == b.hi; };
-    for (size_t j = 0; j < code_.size(); ++j) {
-        CpuInstr& g = code_[j];
-        if (g.op != InstrOp::ActGrad || g.rate <= 0 || g.block < 0 || g.act != ActKind::Relu)
-            continue;
-        const BlockPlan& bp = blocks_[static_cast<size_t>(g.block)];
-        if (bp.teamRows || bp.whole || bp.inputs < 2 || bp.in[0].dtype != DType::F32 ||
-            bp.in[1].dtype != DType::F32 || bp.out.dtype != DType::F32 || !bp.out.ptr)
-            continue;
-        const Range saved = rangeOf(lp.code[j].in.at(1));
-        for (size_t k = 0; k < j; ++k) {
-            const Instr& d = lp.code[k];
-            if (d.op != InstrOp::Dropout || code_[k].block >= 0 || d.seed != g.seed ||
-                d.rate != g.rate || d.out.dtype != DType::F32 || d.in.empty() ||
-                !same(rangeOf(d.in[0]), saved) || d.out.elements() != g.rows * g.cols)
-                continue;
-            // The gradient itself may write where the dropout's output was (the arena reuses it
-            // once the last reader before it is done): element by element, each read before its
-            // write, so only exactly in place.
-            const Range drop = rangeOf(d.out);
-            bool kept = true;
-            for (size_t m = k + 1; m <= j && kept; ++m)
-                for (const Range& w : writtenBy(lp, m))
-                    kept = kept && (!overlaps(w, drop) || (m == j && same(w, drop)));
-            if (kept) {
-                g.dropOut = reinterpret_cast<const float*>(drop.lo);
-                ++changed;
-            }
-            break;
-        }
-    }
-    return changed;
-}
-
-// Task parallelism between neighbouring instructions: a product that reads nothing its
-// neighbours write, and writes nothing they read or write, runs on a WorkShare helper while the
-// calling thread runs them (runAlongside). The backward pass of a layer has two such products
-// (the input's gradient and the weight's, both from the output's gradient), which a step on one
-// thread runs one after the other while the helper waits. Each group is one product and the run
-// of instructions around it up to the first that conflicts with it (its inputs' producers, its
-// output's readers, anything not single-threaded); the product with the most to gain goes
-// first. Seed MLP (its second layer's input gradient on the helper, its bias and weight
-// gradients on the caller), epoch 3 of `traindeck train`, alternating with the pass cpu_alongside
-// off on the 2-core AVX2 machine: batch 32, median 289 against 286 thousand
-// samples/s (six pairs, faster in four); batch 256, 685-692 against 692-701 us a step (four
-// pairs). The helper reads the operands from the caller's cache, so it gains less than the
-// product's own time. Results are the same bits: every instruction computes what it computed in
-// order.
-int64_t CpuProgram::planAlongside(const LoweredProgram& lp) {
-    if (!share_ || share_->width() < 2 || helperStreams_.empty()) return 0;
-    const int n = static_cast<int>(code_.size());
-    // A single-threaded product the helper can run whole: one oneDNN primitive in f32.
-    auto product = [&](int k) {
-        const CpuInstr& i = code_[static_cast<size_t>(k)];
-        return (i.op == InstrOp::MatMul || i.op == InstrOp::Dense) && i.prim >= 0 &&
-               i.pieces == 1 && i.conversion < 0 && i.sparse < 0 && i.fusedUpdate < 0 &&
-               i.kPartials.empty() && i.block < 0;
-    };
-    // What may run on the caller beside it: products as above, and the row-wise, loss and
-    // regularization instructions (single-threaded while the program has a WorkShare).
-    auto sideOk = [&](int k) {
-        const CpuInstr& i = code_[static_cast<size_t>(k)];
-        if (product(k)) return true;
-        if (i.block >= 0) return !blocks_[static_cast<size_t>(i.block)].teamRows;
-        return hasBlockForm(i.op);
-    };
-    auto reads = [&](int k) {
-        std::vector<Range> r;
-        for (const Operand& o : lp.code[static_cast<size_t>(k)].in) r.push_back(rangeOf(o));
-        return r;
-    };
-    auto writes = [&](int k) { return writtenBy(lp, static_cast<size_t>(k)); };
-    auto any = [](const std::vector<Range>& a, const std::vector<Range>& b) {
-        for (const Range& x : a)
-            for (const Range& y : b)
-                if (overlaps(x, y)) return true;
-        return false;
-    };
-    // Rough cost in multiply-adds: a product's, or a few per element (the elementwise passes
-    // measured 15-20x a product's multiply-add per element, the softmax's more).
-    auto cost = [&](int k) -> double {
-        const Instr& in = lp.code[static_cast<size_t>(k)];
-        const double out = static_cast<double>(in.out.elements());
-        if (product(k)) {
-            const double rows = in.out.shape.empty() ? 1 : static_cast<double>(in.out.shape[0]);
-            return out * static_cast<double>(in.in.at(0).elements()) / std::max(1.0, rows);
-        }
-        const double a = in.in.empty() ? out : static_cast<double>(in.in[0].elements());
-        return in.op == InstrOp::LossGrad || in.op == InstrOp::Loss ? 64 * a : 16 * a;
-    };
-    // Worth a job on the WorkShare (about a microsecond of work on each side).
-    constexpr double kMinGain = 16384;
-    std::vector<bool> taken(static_cast<size_t>(n), false);
-    for (;;) {
-        int bestB = -1, bestLo = 0, bestHi = 0;
-        double bestGain = kMinGain, bestSide = 0;
-        for (int b = 0; b < n; ++b) {
-            if (taken[static_cast<size_t>(b)] || !product(b)) continue;
-            const std::vector<Range> bIn = reads(b), bOut = writes(b);
-            auto fits = [&](int k) {
-                if (taken[static_cast<size_t>(k)] || !sideOk(k)) return false;
-                const std::vector<Range> kIn = reads(k), kOut = writes(k);
-                return !any(kOut, bIn) && !any(kOut, bOut) && !any(kIn, bOut);
-            };
-            int lo = b, hi = b + 1;
-            while (lo > 0 && fits(lo - 1)) --lo;
-            while (hi < n && fits(hi)) ++hi;
-            double side = 0;
-            for (int k = lo; k < hi; ++k)
-                if (k != b) side += cost(k);
-            // The estimates are rough: between equal gains, the group with more beside the
-            // product (the helper's product is more likely the shorter side).
-            const double gain = std::min(side, cost(b));
-            if (gain > bestGain || (gain == bestGain && bestB >= 0 && side > bestSide)) {
-                bestGain = gain;
-                bestSide = side;
-                bestB = b;
-                bestLo = lo;
-                bestHi = hi;
-            }
-        }
-        if (bestB < 0) break;
-        for (int k = bestLo; k < bestHi; ++k) taken[static_cast<size_t>(k)] = true;
-        alongside_.push_back({bestLo, bestHi, bestB});
-    }
-    std::sort(alongside_.begin(), alongside_.end(),
-              [](const Alongside& x, const Alongside& y) { return x.first < y.first; });
-    for (size_t g = 0; g < alongside_.size(); ++g)
-        alongsideAt_[static_cast<size_t>(alongside_[g].first)] = static_cast<int>(g);
-    return static_cast<int64_t>(alongside_.size());
-}
-
-// A softmax cross-entropy's loss and gradient read the same logits and labels and start from the
-// same exponentials: the gradient's instruction computes both in one pass (cpu::lossAndGrad, the
-// same bits as the two kernels), and the loss's own instruction does nothing. Only where both
-// run plain f32 (no blocks), the gradient's output overlaps neither input, and no instruction
-// between them writes the logits or the labels or reads or writes the loss's output.
-int64_t CpuProgram::fuseLosses(const LoweredProgram& lp) {
-    int64_t changed = 0;
-    for (size_t j = 0; j < code_.size(); ++j) {
-        CpuInstr& loss = code_[j];
-        if (loss.op != InstrOp::Loss || loss.block >= 0 || !cpu::lossAndGradFuses(loss.loss))
-            continue;
-        const Range logits = rangeOf(lp.code[j].in.at(0)), labels = rangeOf(lp.code[j].in.at(1)),
-                    value = rangeOf(lp.code[j].out);
-        for (size_t k = j + 1; k < code_.size(); ++k) {
-            CpuInstr& g = code_[k];
-            if (g.op == InstrOp::LossGrad && g.block < 0 && g.loss == loss.loss && g.a == loss.a &&
-                g.b == loss.b && g.rows == loss.rows && g.cols == loss.cols) {
-                const Range out = rangeOf(lp.code[k].out);
-                if (!overlaps(out, logits) && !overlaps(out, labels) && !overlaps(out, value)) {
-                    g.lossOut = loss.out;
-                    g.lossOutScale = loss.scale;
-                    loss.lossDeferred = true;
-                    ++changed;
-                }
-                break;
-            }
-            const Range written = rangeOf(lp.code[k].out);
-            bool clear = !overlaps(written, logits) && !overlaps(written, labels) &&
-                         !overlaps(written, value);
-            if (lp.code[k].out2.space != Space::None) {
-                const Range w2 = rangeOf(lp.code[k].out2);
-                clear =
-                    clear && !overlaps(w2, logits) && !overlaps(w2, labels) && !overlaps(w2, value);
-            }
-            for (const Operand& o : lp.code[k].in) clear = clear && !overlaps(rangeOf(o), value);
-            if (!clear) break;
-        }
-    }
-    return changed;
 }
 
 // Which instructions run in block mode, and how: one with a 16-bit operand, a fused dropout mask
@@ -1907,7 +1536,6 @@ Status CpuProgram::planBlock(const Instr& in, CpuInstr& ins) {
         if (fusedSums) bp.out2 = operand(in.out2, Rows::Broadcast);
     }
     bp.whole = whole;
-    bp.f32 = !any16;
     if (whole) wholeElems_ = std::max(wholeElems_, 3 * rows * cols);
     if (in.op == InstrOp::Act && fusedMask) ins.rate = in.rate;
     ins.block = static_cast<int>(blocks_.size());
@@ -1915,23 +1543,6 @@ Status CpuProgram::planBlock(const Instr& in, CpuInstr& ins) {
         noteBatchSite(in.in[k], BatchSite::Kind::BlockIn, ins.block, static_cast<int>(k));
     blocks_.push_back(bp);
     return Status::success();
-}
-
-// A large all-f32 block-mode instruction of a program on an OpenMP team runs on the team (see
-// kTeamBlockElems).
-int64_t CpuProgram::planTeamBlocks(const LoweredProgram&) {
-    if (updateThreads_ <= 1 || share_) return 0;
-    int64_t changed = 0;
-    for (const CpuInstr& i : code_) {
-        if (i.block < 0) continue;
-        BlockPlan& bp = blocks_[static_cast<size_t>(i.block)];
-        if (!bp.f32 || bp.whole || i.rows * i.cols < kTeamBlockElems || i.rows < 2 * bp.blockRows)
-            continue;
-        bp.teamRows = true;
-        teamScratch_.resize(static_cast<size_t>((updateThreads_ - 1) * 4 * kBlockElems));
-        ++changed;
-    }
-    return changed;
 }
 
 // A narrow product on a thread of its own (a program on one thread, or with a WorkShare, whose
@@ -2043,11 +1654,7 @@ void CpuProgram::runBlock(const CpuInstr& i, const StepArgs& args) {
                 break;
             case InstrOp::ActGrad: {
                 const float* dy = a;
-                if (i.dropOut) {
-                    cpu::simd::activeKernels().droppedReluGrad(a, i.dropOut + r0 * cols, fb, out,
-                                                               n * cols, 1.0f / (1.0f - i.rate));
-                    break;
-                } else if (i.rate > 0) {
+                if (i.rate > 0) {
                     cpu::dropout(a, buf[3], n, cols, i.rate, i.seed, args.step,
                                  args.sampleBase + r0);
                     dy = buf[3];
@@ -2095,53 +1702,13 @@ void CpuProgram::runBlock(const CpuInstr& i, const StepArgs& args) {
         if (!bp.outIsSums && !scalarOut && bp.out.dtype != DType::F32)
             store(bp.out, r0, out, bp.out.rowElems ? n * bp.out.rowElems : cols);
     };
-    if (bp.teamRows) {
-        // On the program's team: each thread a run of blocks, then (after a barrier) a run of
-        // the columns of the sums, added row by row in the serial order, so the bits do not
-        // depend on the team.
-        const int64_t blocks = (rows + bp.blockRows - 1) / bp.blockRows;
-        const float* src = static_cast<const float*>(bp.outIsSums ? bp.in[0].ptr : bp.out.ptr);
-#pragma omp parallel num_threads(updateThreads_)
-        {
-            const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-            float* mine = t == 0 ? scratch : teamScratch_.data() + (t - 1) * 4 * kBlockElems;
-            float* const buf[4] = {mine, mine + kBlockElems, mine + 2 * kBlockElems,
-                                   mine + 3 * kBlockElems};
-            for (int64_t b = blocks * t / nt; b < blocks * (t + 1) / nt; ++b) {
-                const int64_t r0 = b * bp.blockRows;
-                runRows(r0, std::min(bp.blockRows, rows - r0), buf, false);
-            }
-            if (acc) {
-#pragma omp barrier
-                const int64_t vectors = (cols + 15) / 16;
-                const int64_t c0 = vectors * t / nt * 16;
-                const int64_t c1 = std::min(cols, vectors * (t + 1) / nt * 16);
-                for (int64_t r = 0; r < rows; ++r) {
-                    const float* g = src + r * cols;
-#pragma omp simd
-                    for (int64_t c = c0; c < c1; ++c) acc[c] += g[c];
-                }
-            }
-        }
-        return;
-    }
     for (int64_t r0 = 0; r0 < rows; r0 += bp.blockRows)
         runRows(r0, std::min(bp.blockRows, rows - r0), wholeBuf, true);
     if (acc && bp.out2.dtype != DType::F32) store(bp.out2, 0, acc, cols);
 }
 
 Status CpuProgram::run(const StepArgs& args) {
-    for (size_t k = 0; k < code_.size();) {
-        const int g = alongside_.empty() ? -1 : alongsideAt_[k];
-        if (g >= 0) {
-            const Alongside& a = alongside_[static_cast<size_t>(g)];
-            TD_RETURN_IF_ERROR(runAlongside(a, args));
-            k = static_cast<size_t>(a.last);
-        } else {
-            TD_RETURN_IF_ERROR(execTimed(k, args));
-            ++k;
-        }
-    }
+    for (size_t k = 0; k < code_.size(); ++k) TD_RETURN_IF_ERROR(execTimed(k, args));
     if (profile_) ++profileRuns_;
     return Status::success();
 }
@@ -2184,34 +1751,6 @@ Status CpuProgram::execTimed(size_t k, const StepArgs& args) {
     return Status::success();
 }
 
-// Two pieces on the WorkShare: the group's product (piece 1, owned by the first helper, on that
-// helper's stream) and the rest of the group in order (piece 0, the caller's). A thread runs its
-// own piece first, so piece 0 never runs while the product runs on the caller's stream; a late
-// helper leaves the product to the caller, after the rest.
-Status CpuProgram::runAlongside(const Alongside& g, const StepArgs& args) {
-    Status status[2] = {Status::success(), Status::success()};
-    share_->run(2, [&](int64_t piece, int worker) {
-        if (piece == 0) {
-            for (int k = g.first; k < g.last && status[0].ok(); ++k)
-                if (k != g.helper) status[0] = execTimed(static_cast<size_t>(k), args);
-            return;
-        }
-        using ProfileClock = std::chrono::steady_clock;
-        const auto t0 = ProfileClock::now();
-        const CpuInstr& i = code_[static_cast<size_t>(g.helper)];
-        try {
-            runProduct(i, worker == 0 ? strm_ : helperStreams_[static_cast<size_t>(worker - 1)]);
-        } catch (const dnnl::error& e) {
-            status[1] = err(std::string("oneDNN matmul: ") + e.what());
-        }
-        if (profile_ && profileRuns_ > 0)
-            profileSeconds_[static_cast<size_t>(g.helper)] +=
-                std::chrono::duration<double>(ProfileClock::now() - t0).count();
-    });
-    TD_RETURN_IF_ERROR(status[0]);
-    return status[1];
-}
-
 Status CpuProgram::exec(const CpuInstr& i, const StepArgs& args) {
     if (i.block >= 0) {
         runBlock(i, args);
@@ -2246,57 +1785,41 @@ Status CpuProgram::exec(const CpuInstr& i, const StepArgs& args) {
                         restDone_ = false;
                         restClaimed_.store(false, std::memory_order_relaxed);
                     }
-                    if (i.dropoutAfter >= 0) {
-                        dropDrawn_ = false;
-                        dropClaimed_.store(false, std::memory_order_relaxed);
-                    }
                     const int width = pieceWidth();
                     auto lastOwn = [&](int worker) -> int64_t {
-                        if (i.interleave)
-                            return worker < i.pieces
-                                       ? worker + (i.pieces - 1 - worker) / width * width
-                                       : -1;
                         const int64_t first = WorkShare::firstOwned(i.pieces, worker, width),
                                       end = WorkShare::firstOwned(i.pieces, worker + 1, width);
                         return end > first ? end - 1 : -1;
                     };
-                    runPieces(
-                        i.pieces,
-                        [&](int64_t piece, int worker) {
-                            Prim& pp = prims_[static_cast<size_t>(i.prim + piece)];
-                            try {
-                                if (sparse)
-                                    runSparsePiece(i, piece,
-                                                   adamInside
-                                                       ? &sp->adam[static_cast<size_t>(piece)]
-                                                       : nullptr);
-                                else
-                                    pp.p.execute(workerStream(worker), pp.args);
-                            } catch (const dnnl::error& e) {
-                                if (!failed.exchange(true)) failure = e.what();
-                                return;
-                            }
-                            if (i.fusedUpdate >= 0 && !adamInside) {
-                                const auto p = static_cast<size_t>(piece);
-                                applyUpdateSlice(update_, args.update,
-                                                 updateTensors_[static_cast<size_t>(i.fusedUpdate)],
-                                                 i.pieceRows[p] * i.pieceCols,
-                                                 i.pieceRows[p + 1] * i.pieceCols);
-                            }
-                            if (i.restAfter && piece == lastOwn(worker) &&
-                                !restClaimed_.exchange(true, std::memory_order_relaxed)) {
-                                applyUpdate(update_, args.update, restTensors_, 1, nullptr,
-                                            nullptr);
-                                restDone_ = true;  // the job's end publishes it
-                            }
-                            if (i.dropoutAfter >= 0 && piece == lastOwn(worker) &&
-                                !dropClaimed_.exchange(true, std::memory_order_relaxed))
-                                drawDropoutMask(code_[static_cast<size_t>(i.dropoutAfter)], args);
-                        },
-                        i.interleave);
+                    runPieces(i.pieces, [&](int64_t piece, int worker) {
+                        Prim& pp = prims_[static_cast<size_t>(i.prim + piece)];
+                        try {
+                            if (sparse)
+                                runSparsePiece(
+                                    i, piece,
+                                    adamInside ? &sp->adam[static_cast<size_t>(piece)] : nullptr);
+                            else
+                                pp.p.execute(workerStream(worker), pp.args);
+                        } catch (const dnnl::error& e) {
+                            if (!failed.exchange(true)) failure = e.what();
+                            return;
+                        }
+                        if (i.fusedUpdate >= 0 && !adamInside) {
+                            const auto p = static_cast<size_t>(piece);
+                            applyUpdateSlice(update_, args.update,
+                                             updateTensors_[static_cast<size_t>(i.fusedUpdate)],
+                                             i.pieceRows[p] * i.pieceCols,
+                                             i.pieceRows[p + 1] * i.pieceCols);
+                        }
+                        if (i.restAfter && piece == lastOwn(worker) &&
+                            !restClaimed_.exchange(true, std::memory_order_relaxed)) {
+                            applyUpdate(update_, args.update, restTensors_, 1, nullptr, nullptr);
+                            restDone_ = true;  // the job's end publishes it
+                        }
+                    });
                     if (failed.load()) return err("oneDNN matmul: " + failure);
                     if (sparse) noteSparseRun(i);
-                    if (!i.kPartials.empty()) addPartials(i, args);
+                    if (!i.kPartials.empty()) addPartials(i);
                 }
             } catch (const dnnl::error& e) {
                 return err(std::string("oneDNN matmul: ") + e.what());
@@ -2402,20 +1925,14 @@ Status CpuProgram::exec(const CpuInstr& i, const StepArgs& args) {
             break;
         case InstrOp::Dropout:
         case InstrOp::DropoutGrad:
-            if (!i.dropoutInProduct)  // else its product applied it (planDropoutInProduct)
-                cpu::dropout(i.a, i.out, i.rows, i.cols, i.alpha, i.seed, args.step,
-                             args.sampleBase);
+            cpu::dropout(i.a, i.out, i.rows, i.cols, i.alpha, i.seed, args.step, args.sampleBase);
             break;
         case InstrOp::Loss:
-            if (!i.lossDeferred) cpu::loss(i.loss, i.a, i.b, i.out, i.rows, i.cols, i.scale);
+            cpu::loss(i.loss, i.a, i.b, i.out, i.rows, i.cols, i.scale);
             break;
         case InstrOp::LossGrad: {
             const float scale = i.lossScale ? i.scale * i.lossScale->scale : i.scale;
-            if (i.lossOut)
-                cpu::lossAndGrad(i.loss, i.a, i.b, i.lossOut, i.lossOutScale, i.out, scale, i.rows,
-                                 i.cols);
-            else
-                cpu::lossGrad(i.loss, i.a, i.b, i.out, i.rows, i.cols, scale);
+            cpu::lossGrad(i.loss, i.a, i.b, i.out, i.rows, i.cols, scale);
             break;
         }
         case InstrOp::Metric:

@@ -28,20 +28,13 @@ enum class Pass : uint8_t {
     SoloPieces,
     TeamPieces,
     SplitK,
-    AdamBeside,
     // Rewrites, in the order they run.
     NarrowKernel,
-    TeamBlocks,
     FuseUpdate,
     RestUpdateBeside,
     AdamInKernel,
-    FuseLoss,
-    DropoutMasks,
-    Alongside,
-    Interleave,
-    DropoutInProduct,
 };
-constexpr size_t kPassCount = 15;
+constexpr size_t kPassCount = 8;
 
 enum class PassStage : uint8_t { Choice, Rewrite };
 

@@ -200,10 +200,9 @@ void add(const float* a, const float* b, float* y, int64_t n) {
 namespace {
 // Softmax's exponentials for every row at once: each row's max m (maxes[r]), exp(x - m) into e
 // (rows * cols, apart from x) and their sum in column order (sums[r]). Softmax cross-entropy's loss
-// and gradient both start from these, the same operations in the same order, so lossAndGrad (one
-// pass) gives the bits of loss and lossGrad (two). The shifted values are written first and
-// exponentiated in one call over all rows (simd::expShifted, vectorised): rows of a few classes
-// are too short for a vector loop each.
+// and gradient both start from these, the same operations in the same order. The shifted values are
+// written first and exponentiated in one call over all rows (simd::expShifted, vectorised): rows of
+// a few classes are too short for a vector loop each.
 void rowExps(const float* x, int64_t rows, int64_t cols, float* e, float* maxes, float* sums) {
     for (int64_t r = 0; r < rows; ++r) {
         const float* p = x + r * cols;
@@ -384,32 +383,6 @@ void lossGrad(LossKind k, const float* pred, const void* labels, float* dp, int6
                 break;
         }
     }
-}
-
-bool lossAndGradFuses(LossKind k) {
-    return k == LossKind::SparseSoftmaxXent || k == LossKind::SoftmaxXent;
-}
-
-void lossAndGrad(LossKind k, const float* pred, const void* labels, float* out, float lossScale,
-                 float* dpred, float gradScale, int64_t rows, int64_t cols) {
-    TD_ASSERT(lossAndGradFuses(k));
-    const bool sparse = k == LossKind::SparseSoftmaxXent;
-    const int32_t* yi = static_cast<const int32_t*>(labels);
-    const float* yf = static_cast<const float*>(labels);
-    RowExpScratch& ex = rowExpScratch();
-    ex.size(rows, cols, false);
-    rowExps(pred, rows, cols, dpred, ex.maxes.data(), ex.sums.data());
-    double total = 0.0;
-    for (int64_t r = 0; r < rows; ++r) {
-        const float* p = pred + r * cols;
-        float* g = dpred + r * cols;
-        const int32_t y = sparse ? yi[r] : 0;
-        const float* yRow = sparse ? nullptr : yf + r * cols;
-        const float m = ex.maxes[static_cast<size_t>(r)], s = ex.sums[static_cast<size_t>(r)];
-        total += softmaxXentRow(k, p, cols, m + std::log(s), y, yRow);
-        softmaxXentGradRow(k, g, cols, s, gradScale, y, yRow);
-    }
-    out[0] = static_cast<float>(total * lossScale);
 }
 
 void metric(MetricKind k, int64_t topK, bool onLogits, const float* pred, const void* labels,

@@ -28,12 +28,6 @@ void loss(LossKind k, const float* pred, const void* labels, float* out, int64_t
           float scale);
 void lossGrad(LossKind k, const float* pred, const void* labels, float* dpred, int64_t rows,
               int64_t cols, float scale);
-// Both at once, for the kinds whose loss and gradient share their exponentials (softmax
-// cross-entropy): out[0] as loss(k, ..., lossScale) and dpred as lossGrad(k, ..., gradScale),
-// the same bits, in one pass over the rows.
-bool lossAndGradFuses(LossKind k);
-void lossAndGrad(LossKind k, const float* pred, const void* labels, float* out, float lossScale,
-                 float* dpred, float gradScale, int64_t rows, int64_t cols);
 // out[0] = number of correct rows (binary: sum over rows of the fraction of correct units).
 void metric(MetricKind k, int64_t topK, bool onLogits, const float* pred, const void* labels,
             float* out, int64_t rows, int64_t cols);

@@ -16,21 +16,9 @@ struct Table {
     // mix32(rowBase ^ (c * 0x9e3779b9)) >> 8 >= threshold, else 0, for c in [0, cols).
     void (*dropoutRow)(const float* x, float* y, int64_t cols, uint32_t rowBase, uint32_t threshold,
                        float keepScale);
-    // dropoutRow's mask alone: keep[c] = all ones where it keeps unit c, else 0, so that
-    // x * keepScale with its bits ANDed with keep[c] gives dropoutRow's y[c].
-    void (*dropoutKeep)(uint32_t* keep, int64_t cols, uint32_t rowBase, uint32_t threshold);
-    // ReLU's gradient through the dropout after it, the mask read from the dropout's output d
-    // (nonzero exactly where the dropout kept a unit ReLU let through, s > 0):
-    // dx[i] = d[i] != 0 && s[i] > 0 ? dy[i] * keepScale : 0, the bits of dropoutRow on dy
-    // followed by reluGrad.
-    void (*droppedReluGrad)(const float* dy, const float* d, const float* s, float* dx, int64_t n,
-                            float keepScale);
-    // The last pass over one row of a product split along K: v = (o[c] + p[c]) + bias[c] (bias
-    // null: no such term), with ReLU v > 0 ? v : +0 (NaN gives +0), stored to o[c]; where keep is
-    // given, also y[c] = v * keepScale with its bits ANDed with keep[c] (a dropout's mask, as
-    // dropoutKeep draws it: dropoutRow's bits).
-    void (*lastPartialRow)(float* o, const float* p, const float* bias, bool relu,
-                           const uint32_t* keep, float* y, int64_t cols, float keepScale);
+    // The last pass over one row of a product split along K: o[c] = (o[c] + p[c]) + bias[c]
+    // (bias null: no such term), with ReLU v > 0 ? v : +0 (NaN gives +0).
+    void (*lastPartialRow)(float* o, const float* p, const float* bias, bool relu, int64_t cols);
     // ReLU's gradient: dx[i] = s[i] > 0 ? dy[i] : 0 (s: the input or the output), branch-free.
     void (*reluGrad)(const float* dy, const float* s, float* dx, int64_t n);
     // One position of a max-pooling window, every channel at once: where x[c] > best[c] (a later

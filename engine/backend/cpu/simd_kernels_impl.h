@@ -30,19 +30,9 @@ void dropoutRow(const float* x, float* y, int64_t cols, uint32_t rowBase, uint32
     }
 }
 
-void dropoutKeep(uint32_t* keep, int64_t cols, uint32_t rowBase, uint32_t threshold) {
-    const auto limit = static_cast<int32_t>(threshold);  // as in dropoutRow
-#pragma omp simd
-    for (int64_t c = 0; c < cols; ++c) {
-        const auto h = static_cast<int32_t>(kmath::dropoutHash24(rowBase, c));
-        keep[c] = 0u - static_cast<uint32_t>(h >= limit);
-    }
-}
-
-// One loop per case (no per-element decision); ReLU and the mask by ANDing bits, as dropoutRow.
-template <bool kBias, bool kRelu, bool kKeep>
-void lastPartialLoop(float* o, const float* p, const float* bias, const uint32_t* keep, float* y,
-                     int64_t cols, float keepScale) {
+// One loop per case (no per-element decision); ReLU by ANDing bits, as dropoutRow.
+template <bool kBias, bool kRelu>
+void lastPartialLoop(float* o, const float* p, const float* bias, int64_t cols) {
 #pragma omp simd
     for (int64_t c = 0; c < cols; ++c) {
         float v = o[c] + p[c];
@@ -51,42 +41,15 @@ void lastPartialLoop(float* o, const float* p, const float* bias, const uint32_t
             v = __builtin_bit_cast(
                 float, __builtin_bit_cast(uint32_t, v) & (0u - static_cast<uint32_t>(v > 0.f)));
         o[c] = v;
-        if constexpr (kKeep)
-            y[c] = __builtin_bit_cast(float, __builtin_bit_cast(uint32_t, v * keepScale) & keep[c]);
     }
 }
 
-void lastPartialRow(float* o, const float* p, const float* bias, bool relu, const uint32_t* keep,
-                    float* y, int64_t cols, float keepScale) {
-    const int which = (bias ? 4 : 0) | (relu ? 2 : 0) | (keep ? 1 : 0);
-    switch (which) {
-        case 0:
-            return lastPartialLoop<false, false, false>(o, p, bias, keep, y, cols, keepScale);
-        case 1:
-            return lastPartialLoop<false, false, true>(o, p, bias, keep, y, cols, keepScale);
-        case 2:
-            return lastPartialLoop<false, true, false>(o, p, bias, keep, y, cols, keepScale);
-        case 3:
-            return lastPartialLoop<false, true, true>(o, p, bias, keep, y, cols, keepScale);
-        case 4:
-            return lastPartialLoop<true, false, false>(o, p, bias, keep, y, cols, keepScale);
-        case 5:
-            return lastPartialLoop<true, false, true>(o, p, bias, keep, y, cols, keepScale);
-        case 6:
-            return lastPartialLoop<true, true, false>(o, p, bias, keep, y, cols, keepScale);
-        default:
-            return lastPartialLoop<true, true, true>(o, p, bias, keep, y, cols, keepScale);
-    }
-}
-
-void droppedReluGrad(const float* dy, const float* d, const float* s, float* dx, int64_t n,
-                     float keepScale) {
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) {
-        const uint32_t live =
-            (0u - static_cast<uint32_t>(d[i] != 0.f)) & (0u - static_cast<uint32_t>(s[i] > 0.f));
-        dx[i] = __builtin_bit_cast(float, __builtin_bit_cast(uint32_t, dy[i] * keepScale) & live);
-    }
+void lastPartialRow(float* o, const float* p, const float* bias, bool relu, int64_t cols) {
+    if (bias)
+        return relu ? lastPartialLoop<true, true>(o, p, bias, cols)
+                    : lastPartialLoop<true, false>(o, p, bias, cols);
+    return relu ? lastPartialLoop<false, true>(o, p, bias, cols)
+                : lastPartialLoop<false, false>(o, p, bias, cols);
 }
 
 // Branch-free as dropoutRow, for the same reason.
@@ -144,8 +107,8 @@ void expShifted(const float* x, float shift, float* y, int64_t n) {
 }  // namespace
 
 const simd::Table& table() {
-    static constexpr simd::Table t{TD_SIMD_ISA_LEVEL, &dropoutRow, &dropoutKeep, &droppedReluGrad,
-                                   &lastPartialRow,   &reluGrad,   &maxArgStep,  &expShifted};
+    static constexpr simd::Table t{TD_SIMD_ISA_LEVEL, &dropoutRow, &lastPartialRow,
+                                   &reluGrad,         &maxArgStep, &expShifted};
     return t;
 }
 

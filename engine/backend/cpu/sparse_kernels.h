@@ -22,8 +22,8 @@
 namespace td::cpu::sparse {
 
 // The Adam update of the parameter whose gradient transposedTimesDenseAdam computes, applied to
-// each chunk of the gradient's rows once it is finished, while the chunk is in L1 (beside the
-// next chunk's product, or after its own): the same operations in the same order as
+// each chunk of the gradient's rows once it is finished, while the chunk is in L1: the same
+// operations in the same order as
 // engine/backend/cpu/optim_kernels.h's adam (without amsgrad), so the same bits.
 // w, m and v are laid out as dw ([K,N] at row stride ld).
 struct AdamEpilogue {
@@ -39,10 +39,6 @@ struct AdamEpilogue {
     float oneMinusB1 = 0;
     float oneMinusB2 = 0;
     float eps = 0;
-    // Each chunk's update beside the next chunk's product (a vector or two after the listed
-    // positions of its multiply-adds, see AdamDrip in sparse_kernels_impl.h) rather than after
-    // its own.
-    bool beside = true;
 };
 
 // The lists hold the dense operand's row indices in 32 bits: its rows (K, B) must stay below 2^31.
@@ -94,9 +90,6 @@ struct Kernels {
     void (*shortProduct)(const float* a, int64_t lda, int64_t M, int64_t K, const float* b,
                          int64_t ldb, int64_t N, float* c, int64_t ldc) = nullptr;
     int64_t shortMaxInner = 0;
-    // Whether transposedTimesDenseAdam's update pays off beside the next chunk's product
-    // (AdamEpilogue::beside) on this level, which the device then asks for.
-    bool adamBeside = false;
 };
 
 // The kernels for the level activeCpuIsa() chose, or null at the generic level: the products

@@ -55,10 +55,6 @@ struct Isa {
     // Packed blocks of the forward product (rowsTimesDense), 96 rows of 48 columns.
     static constexpr bool kPackBlocks = true;
     static constexpr int64_t kPackedBlockBytes = 20 * 1024;
-    // Each chunk's Adam update after its own product: beside the next chunk's (AdamDrip) these
-    // kernels measured even on an AVX-512 core (0.98-1.03x, traindeck_bench_sparse --fresh with
-    // TRAINDECK_ISA=avx2), and were not measured on an AVX2 one.
-    static constexpr bool kAdamBeside = false;
 
     static Mask tail(int64_t n) {
         const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);

@@ -31,10 +31,6 @@ struct Isa {
     // Blocks read in place (packing them was not measured on an AVX-512 machine).
     static constexpr bool kPackBlocks = false;
     static constexpr int64_t kPackedBlockBytes = 0;
-    // Each chunk's Adam update beside the next chunk's product (AdamDrip): one core, Fashion-MNIST
-    // batches of 32, 128 outputs, `traindeck_bench_sparse --fresh`, 1.12-1.15x the time with each
-    // chunk's update after its product; 1,024 outputs 1.11-1.12x, batch 64 1.03-1.05x.
-    static constexpr bool kAdamBeside = true;
 
     static Mask tail(int64_t n) {
         return n >= 16 ? static_cast<Mask>(0xffff) : static_cast<Mask>((1u << n) - 1u);

@@ -14,7 +14,6 @@
 //   kPackBlocks                    whether rowsTimesDense copies each block of a tile of the
 //   kPackedBlockBytes              dense operand into a buffer before reading it (Packed) where
 //                                  its rows lie far apart, and the bytes of such a block
-//   kAdamBeside                    Kernels::adamBeside
 //   tail(n)                        lanes [0, n)
 //   zero, load, loadMasked, store, storeMasked, broadcast, fmadd, sqrt
 //   nonzeroLanes(v)                a bit per lane, set where v is nonzero (or NaN)
@@ -129,13 +128,9 @@ inline void memberValues(const Sparse& sx, const int32_t* outRows, int64_t p, co
 // loaded into a register once for the G FMAs: folded into each FMA as a memory operand (what GCC
 // does otherwise) it is loaded G times, and the loads, not the FMAs, set the pace.
 // Isa::kListUnroll positions per turn of the loop (one where Masked).
-template <int G, int NV, bool Masked, bool Columns, class Drip>
+template <int G, int NV, bool Masked, bool Columns>
 inline void accumulate(Vec* acc, const GroupList& list, int64_t s0, int64_t s1, const float* base,
-                       int64_t stride, const float* const* vals, int64_t ldx, Mask last,
-                       Drip& drip) {
-    // The drip's state in registers for the loop (through the reference GCC kept it in memory,
-    // loaded and stored again at every position), written back after it.
-    std::remove_reference_t<Drip> local = drip;
+                       int64_t stride, const float* const* vals, int64_t ldx, Mask last) {
     const auto entry = [&](int64_t j) __attribute__((always_inline)) {
         const int64_t k = list.at[static_cast<size_t>(j)];
         const float* row = base + k * stride;
@@ -153,26 +148,10 @@ inline void accumulate(Vec* acc, const GroupList& list, int64_t s0, int64_t s1, 
     // accumulators to the stack.
     constexpr int U = Masked ? 1 : Isa::kListUnroll;
     int64_t j = s0;
-    if constexpr (std::remove_reference_t<Drip>::kDefers) {
-        // Two positions, then two vectors of the update: one look at where it stands for both
-        // (traindeck_bench_sparse --fresh, batch 32, 128 outputs: 1.12-1.15x the update after each
-        // chunk, against 1.09-1.12x with a vector after every position).
-        for (; j + 2 <= s1; j += 2) {
-            entry(j);
-            entry(j + 1);
-            local.step2();
-        }
-        for (; j < s1; ++j) {
-            entry(j);
-            local.step();
-        }
-    } else {
-        for (; j + U <= s1; j += U)
+    for (; j + U <= s1; j += U)
 #pragma GCC unroll 4
-            for (int u = 0; u < U; ++u) entry(j + u);
-        for (; j < s1; ++j) entry(j);
-    }
-    drip = local;
+        for (int u = 0; u < U; ++u) entry(j + u);
+    for (; j < s1; ++j) entry(j);
 }
 
 template <int NV, bool Masked>
@@ -250,78 +229,6 @@ inline void adamRow(const AdamConsts& c, const float* grad, float* w, float* m, 
     if (i < n) adamVector<kPlain>(c, grad + i, w + i, m + i, v + i, true, Isa::tail(n - i));
 }
 
-// What the groups' lists run beside their multiply-adds (accumulate calls step2() after every two
-// listed positions, step() after a last odd one): nothing, or AdamDrip's update of the rows of an
-// earlier chunk.
-struct NoDrip {
-    static constexpr bool kDefers = false;
-    void step() {}
-    void step2() {}
-    void finish() {}
-    void defer(int64_t, int64_t, const float*, int64_t) {}
-};
-
-// The Adam update of a finished chunk of the weight gradient's rows, a vector or two at a time
-// beside the next chunk's multiply-adds (see transposedTimesDenseAdam): the update's square roots
-// and divisions keep the divider busy while the FMAs take the other slots of the same ports, where
-// a chunk's update after its product (or bursts after each group) leaves the divider idle during
-// the product and the FMA ports half idle during the update. Only where the chunk's gradient,
-// w, m and v each lie in one run of whole vectors (rows of whole vectors, one after the other);
-// otherwise a deferred chunk is updated at once. kPlain: no clipping, no scale, no decay (the
-// gradient as it is: the same bits as multiplying by 1 and clamping to infinity).
-template <bool kPlain>
-struct AdamDrip {
-    static constexpr bool kDefers = true;
-    const AdamConsts* c;
-    const sparse::AdamEpilogue* a;
-    int64_t n = 0;  // elements per row
-    // The chunk's gradient, w, m and v, each from its first element; at elements [at, end) the
-    // vectors not yet updated (one offset for the four: GCC kept four pointers in a vector
-    // register and took each out of it at every step).
-    const float* g = nullptr;
-    float *w = nullptr, *m = nullptr, *v = nullptr;
-    int64_t at = 0, end = 0;
-    AdamDrip(const AdamConsts& consts, const sparse::AdamEpilogue& adam, int64_t cols)
-        : c(&consts), a(&adam), n(cols) {}
-    // Rows [r0, r1), row r's gradient at grad + (r - r0) * ld (the rows deferred before finished
-    // first).
-    void defer(int64_t r0, int64_t r1, const float* grad, int64_t ld) {
-        finish();
-        const int64_t lda = a->ld;
-        if (ld != n || lda != n || n % kLanes != 0) {
-            for (int64_t r = r0; r < r1; ++r)
-                adamRow<kPlain>(*c, grad + (r - r0) * ld, a->w + r * lda, a->m + r * lda,
-                                a->v + r * lda, n);
-            return;
-        }
-        g = grad;
-        w = a->w + r0 * n;
-        m = a->m + r0 * n;
-        v = a->v + r0 * n;
-        at = 0;
-        end = (r1 - r0) * n;
-    }
-    __attribute__((always_inline)) void step() {
-        if (at == end) return;
-        adamVector<kPlain>(*c, g + at, w + at, m + at, v + at, false, Isa::tail(kLanes));
-        at += kLanes;
-    }
-    __attribute__((always_inline)) void step2() {
-        if (end - at >= 2 * kLanes) {
-            const Mask all = Isa::tail(kLanes);
-            adamVector<kPlain>(*c, g + at, w + at, m + at, v + at, false, all);
-            adamVector<kPlain>(*c, g + at + kLanes, w + at + kLanes, m + at + kLanes,
-                               v + at + kLanes, false, all);
-            at += 2 * kLanes;
-        } else {
-            step();
-        }
-    }
-    void finish() {
-        while (at < end) step();
-    }
-};
-
 // Where a block of the dense operand's tile is copied before the groups read it (`to` null:
 // read in place). The block's rows then lie kTileCols<G> floats apart in `to`, where the lists'
 // positions (the rows) are read at that stride. Only the rows some list holds are copied (listed[k]
@@ -337,12 +244,11 @@ struct Packed {
 // block, every group p in [p0, p1): its output rows out(G p + g) (row stride ldo; those past
 // `rows` absent) += its list over the block, from zero for the first block. blockRows: rows per
 // block, for fetching the next block ahead (0: none).
-template <int G, int NV, bool Masked, bool Columns, class Drip>
+template <int G, int NV, bool Masked, bool Columns>
 void groupTile(const GroupList& list, const std::vector<int64_t>& seg, int64_t blocks,
                int64_t blockRows, int64_t denseRows, int64_t rows, const float* base,
                int64_t stride, float* out, int64_t ldo, Mask last, const int32_t* outRows,
-               int64_t p0, int64_t p1, Packed pack, const Sparse& sx, int64_t outFirst,
-               Drip& drip) {
+               int64_t p0, int64_t p1, Packed pack, const Sparse& sx, int64_t outFirst) {
     // Group p's row g is output row outRows[G p + g] (null: G p + g), stored at out's row
     // (that row - outFirst).
     const auto outRow = [outRows, outFirst](int64_t r) {
@@ -392,7 +298,7 @@ void groupTile(const GroupList& list, const std::vector<int64_t>& seg, int64_t b
             const float* vals[G];
             memberValues<G, Columns>(sx, outRows, p, vals);
             accumulate<G, NV, Masked, Columns>(acc, list, seg[at], seg[at + 1], base, listStride,
-                                               vals, sx.ldx, last, drip);
+                                               vals, sx.ldx, last);
             for (int g = 0; g < G; ++g)  // a fixed count, unrolled: acc stays in registers
                 if (g < present)
                     storeRow<NV, Masked>(out + outRow(G * p + g) * ldo, acc + g * NV, last);
@@ -412,12 +318,11 @@ inline void withVectors(int nv, F&& f) {
 // out[rows, N] (row stride ldo) from the groups' lists over base[*, N] (row stride `stride`),
 // tile of columns by tile; only groups [p0, p1) (their rows), output row r at out's row
 // r - outFirst. The values from sx, by columns where Columns.
-template <int G, bool Columns, class Drip = NoDrip>
+template <int G, bool Columns>
 void runGroups(const GroupList& list, const std::vector<int64_t>& seg, int64_t blocks,
                int64_t blockRows, int64_t denseRows, int64_t rows, const float* base,
                int64_t stride, int64_t N, float* out, int64_t ldo, const int32_t* outRows,
-               int64_t p0, int64_t p1, const Sparse& sx, Packed pack = {}, int64_t outFirst = 0,
-               Drip&& drip = Drip{}) {
+               int64_t p0, int64_t p1, const Sparse& sx, Packed pack = {}, int64_t outFirst = 0) {
     for (int64_t c0 = 0; c0 < N; c0 += kTileCols<G>) {
         const int64_t cols = std::min(kTileCols<G>, N - c0);
         const int nv = static_cast<int>((cols + kLanes - 1) / kLanes);
@@ -428,11 +333,11 @@ void runGroups(const GroupList& list, const std::vector<int64_t>& seg, int64_t b
             if (lastLanes == kLanes)
                 groupTile<G, NV, false, Columns>(list, seg, blocks, blockRows, denseRows, rows,
                                                  base + c0, stride, out + c0, ldo, last, outRows,
-                                                 p0, p1, pack, sx, outFirst, drip);
+                                                 p0, p1, pack, sx, outFirst);
             else
                 groupTile<G, NV, true, Columns>(list, seg, blocks, blockRows, denseRows, rows,
                                                 base + c0, stride, out + c0, ldo, last, outRows, p0,
-                                                p1, pack, sx, outFirst, drip);
+                                                p1, pack, sx, outFirst);
         });
     }
 }
@@ -655,13 +560,10 @@ inline bool packsGradBlocks(int64_t ldy) {
 // are transposed in registers to read its columns. Then dw's rows chunkRows (a multiple of the
 // group) at a time, each chunk's rows [r0, r1) handed to then(r0, r1, g, ldg) once finished, row
 // r at g + (r - r0) * ldg: in dw, or where dw is null in a buffer of the calling thread's that
-// the next chunk overwrites (the gradient then kept nowhere). A drip that defers (AdamDrip) gets
-// each finished chunk too and runs beside the next chunk's lists; the chunks then take turns in
-// two buffers, and the last is finished before the call returns.
-template <class Then, class Drip = NoDrip>
+// the next chunk overwrites (the gradient then kept nowhere).
+template <class Then>
 int64_t gradProduct(const float* x, int64_t ldx, int64_t B, int64_t K, const float* dy, int64_t ldy,
-                    int64_t N, float* dw, int64_t lddw, int64_t chunkRows, const Then& then,
-                    Drip&& drip = Drip{}) {
+                    int64_t N, float* dw, int64_t lddw, int64_t chunkRows, const Then& then) {
     constexpr int G = kGradGroup;
     thread_local GroupList list;
     thread_local std::vector<int64_t> seg;
@@ -683,11 +585,9 @@ int64_t gradProduct(const float* x, int64_t ldx, int64_t B, int64_t K, const flo
             listColumns<G, false>(x, ldx, B, k0, K - k0, room, blocks, out, steps, seg.data(),
                                   entries);
     }
-    // Two chunks' rows where a drip updates one while the next is summed.
-    constexpr int64_t kChunkBuffers = std::remove_reference_t<Drip>::kDefers ? 2 : 1;
     thread_local std::vector<float> chunk;
-    if (!dw && chunk.size() < static_cast<size_t>(kChunkBuffers * chunkRows * N))
-        chunk.resize(static_cast<size_t>(kChunkBuffers * chunkRows * N));
+    if (!dw && chunk.size() < static_cast<size_t>(chunkRows * N))
+        chunk.resize(static_cast<size_t>(chunkRows * N));
     thread_local std::vector<float> packed;
     thread_local std::vector<uint8_t> everyRow;
     Packed pack;
@@ -696,16 +596,14 @@ int64_t gradProduct(const float* x, int64_t ldx, int64_t B, int64_t K, const flo
         if (everyRow.size() < static_cast<size_t>(B)) everyRow.assign(static_cast<size_t>(B), 1);
         pack = Packed{packed.data(), kGradRows, everyRow.data()};
     }
-    for (int64_t r0 = 0, c = 0; r0 < K; r0 += chunkRows, ++c) {
+    for (int64_t r0 = 0; r0 < K; r0 += chunkRows) {
         const int64_t r1 = std::min(K, r0 + chunkRows);
-        float* const g = dw ? dw + r0 * lddw : chunk.data() + (c % kChunkBuffers) * chunkRows * N;
+        float* const g = dw ? dw + r0 * lddw : chunk.data();
         const int64_t ldg = dw ? lddw : N;
         runGroups<G, true>(list, seg, blocks, kGradRows, B, K, dy, ldy, N, g, ldg, nullptr, r0 / G,
-                           (r1 + G - 1) / G, Sparse{x, ldx, K}, pack, r0, drip);
+                           (r1 + G - 1) / G, Sparse{x, ldx, K}, pack, r0);
         then(r0, r1, static_cast<const float*>(g), ldg);
-        drip.defer(r0, r1, g, ldg);
     }
-    drip.finish();
     return entries;
 }
 
@@ -734,17 +632,6 @@ constexpr int64_t kAdamChunkBytes = 16 * 1024;
 // in 16 KB chunks (five alternating pairs), and 42,672-44,497 against 42,161-43,361 with the
 // blocks read in place in 16 KB chunks (four pairs).
 constexpr int64_t kPackedAdamChunkRows = 64;
-// With each chunk's update beside the next chunk's product (AdamEpilogue::beside, AdamDrip), a
-// piece's last chunk is updated after it, alone: smaller chunks leave less of the update there.
-// One core of the BF16 Xeon, Fashion-MNIST batches of 32, 128 outputs, a whole half of the pixels
-// (`taskset -c 1 build/traindeck_bench_sparse --fresh`, the gradient with its update after each
-// chunk against beside the next): 2 KB chunks 1.10-1.15x, 4 KB 1.12-1.14x, 8 KB 1.16x, 16 KB
-// 1.14-1.16x, 32 KB 1.13-1.14x; in the seed MLP's step, its pieces then about 48 rows (eight a
-// thread; TRAINDECK_PROFILE=1, alternating 2-epoch runs at batch 32), the weight gradient with its
-// update 47.4-55.0 us in 4 KB chunks against 55.2-61.5 in 16 KB (three pairs), even with 8 KB
-// (two). Where dy's blocks are packed the chunks stay kPackedAdamChunkRows (at 1,024 outputs
-// 1.11-1.12x; 16-row chunks, each packing the blocks again, measured slower than after).
-constexpr int64_t kBesideChunkBytes = 4 * 1024;
 
 int64_t transposedTimesDenseAdam(const float* x, int64_t ldx, int64_t B, int64_t K, const float* dy,
                                  int64_t ldy, int64_t N, float* dw, int64_t lddw,
@@ -759,10 +646,6 @@ int64_t transposedTimesDenseAdam(const float* x, int64_t ldx, int64_t B, int64_t
                         kGradGroup * kGradGroup);
     };
     const auto run = [&]<bool kPlain>() {
-        if (adam.beside)
-            return gradProduct(
-                x, ldx, B, K, dy, ldy, N, dw, lddw, rowsOf(kBesideChunkBytes),
-                [](int64_t, int64_t, const float*, int64_t) {}, AdamDrip<kPlain>(c, adam, N));
         return gradProduct(x, ldx, B, K, dy, ldy, N, dw, lddw, rowsOf(kAdamChunkBytes),
                            [&](int64_t r0, int64_t r1, const float* g, int64_t ldg) {
                                for (int64_t r = r0; r < r1; ++r)
@@ -954,8 +837,7 @@ const Kernels& sparseTable() {
                                kGradGroup,
                                kGradRows,
                                &shortProduct,
-                               kShortMaxInner,
-                               Isa::kAdamBeside};
+                               kShortMaxInner};
     return k;
 }
 
