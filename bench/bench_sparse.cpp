@@ -5,8 +5,7 @@
 // are Fashion-MNIST's (scaled to [0, 1], so the background's zeros stay zeros), drawn at random,
 // or random values with the given share of nonzeros (--density). Prints each product's time per
 // run both ways (the median of --rounds alternating rounds), the ratio, and the share of the
-// dense work the kernel listed; then the weight gradient with the Adam update of its rows inside
-// the kernel (the gradient kept nowhere), and what the update adds to the gradient's time.
+// dense work the kernel listed.
 //
 //   traindeck_bench_sparse [--batch 32] [--units 128] [--rounds 7] [--repeat 400]
 //                          [--density 0.5] [--fresh]
@@ -165,25 +164,7 @@ int main(int argc, char** argv) {
             dnnl::matmul::desc(strided(n, batch, 1, K), strided(batch, units, units, 1),
                                strided(n, units, units, 1)),
             eng));
-        std::vector<double> fwdDense, fwdSkip, gradDense, gradSkip, adamInside;
-        // The weight gradient with the Adam update of its rows (the gradient kept nowhere), each
-        // chunk's update after its product.
-        td::Tensor wa = floats(n * units), ma = floats(n * units), va = floats(n * units);
-        for (int64_t i = 0; i < wa.size(); ++i) {
-            wa.data<float>()[i] = uni(rng);
-            ma.data<float>()[i] = uni(rng) * 1e-2f;
-            va.data<float>()[i] = uni(rng) * uni(rng) * 1e-3f;
-        }
-        td::cpu::sparse::AdamEpilogue adam;
-        adam.w = wa.data<float>();
-        adam.m = ma.data<float>();
-        adam.v = va.data<float>();
-        adam.ld = units;
-        adam.clip = std::numeric_limits<float>::infinity();
-        adam.alpha = 1e-9f;  // the weights stay where they are, round after round
-        adam.oneMinusB1 = 0.1f;
-        adam.oneMinusB2 = 0.001f;
-        adam.eps = 1e-7f;
+        std::vector<double> fwdDense, fwdSkip, gradDense, gradSkip;
         double fwdWork = 0, gradWork = 0;
         for (int r = 0; r < rounds; ++r) {
             float* x = batches[static_cast<size_t>(r * perRound)].data<float>();
@@ -218,10 +199,6 @@ int main(int argc, char** argv) {
                 listedT = kernels->transposedTimesDense(next() + lo, K, batch, n, dy, units, units,
                                                         dw + lo * units, units);
             }));
-            adamInside.push_back(microsPerRun(repeat, [&] {
-                kernels->transposedTimesDenseAdam(next() + lo, K, batch, n, dy, units, units,
-                                                  nullptr, 0, adam);
-            }));
             const int64_t g = kernels->rowsGroup, gt = kernels->colsGroup;
             fwdWork += static_cast<double>(listed) / static_cast<double>((batch + g - 1) / g * n);
             gradWork +=
@@ -236,9 +213,6 @@ int main(int argc, char** argv) {
         const std::string cols = "pixels " + std::to_string(lo) + "-" + std::to_string(lo + n - 1);
         row("forward, " + cols, fwdDense, fwdSkip, fwdWork);
         row("weight gradient, " + cols, gradDense, gradSkip, gradWork);
-        const double alone = median(gradSkip), inside = median(adamInside);
-        std::printf("%-32s %12.2f %12.2f %7.2fx   (the gradient alone, with Adam inside)\n",
-                    ("gradient + Adam, " + cols).c_str(), alone, inside, inside / alone);
     }
     return 0;
 }

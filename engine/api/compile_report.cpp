@@ -203,7 +203,6 @@ Result<std::vector<BackendPassRecord>> cpuPassRecords(const Project& p, const Co
             }
             bind.update = &spec;
             bind.fuseUpdate = compileOptions(p, true).enabled("fuse_update");
-            bind.gradsRead = false;  // as the trainer binds it
             TD_ASSIGN_OR_RETURN(std::unique_ptr<Executable> exe, compileProgram(d, g, bind));
             return exe->passRecords();
         };

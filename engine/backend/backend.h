@@ -96,10 +96,6 @@ struct ProgramBindings {
     Buffer lossScale;
     // Compile option: one multi-tensor update pass (the fuse_update fusion) or one per parameter.
     bool fuseUpdate = true;
-    // Whether anything reads `grads` after a run (a test, a debugger). False: a device may leave
-    // a gradient its update consumed as it is computed unstored (the CPU's zero-skipping weight
-    // gradient with Adam inside); the trainer reads no gradient.
-    bool gradsRead = true;
 };
 
 // What one of a device's own passes (the CPU's: backend/cpu/cpu_passes.h) did when it compiled a

@@ -82,8 +82,7 @@ const std::vector<std::string>& fusionPassNames() {
 
 const std::vector<std::string>& cpuPassNames() {
     static const std::vector<std::string> names{
-        "cpu_skip_zeros",    "cpu_solo_pieces", "cpu_team_pieces",        "cpu_split_k",
-        "cpu_narrow_kernel", "cpu_fuse_update", "cpu_rest_update_beside", "cpu_adam_in_kernel"};
+        "cpu_skip_zeros", "cpu_solo_pieces", "cpu_team_pieces", "cpu_split_k", "cpu_narrow_kernel"};
     return names;
 }
 

@@ -165,7 +165,6 @@ Result<Program*> Trainer::Impl::program(Replica& r, GraphMode mode, int64_t batc
     bind.label = p->label.ptr ? p->label : p->input;
     bind.params = r.params;
     bind.grads = r.gradViews;
-    bind.gradsRead = false;
     bind.flatGrads = r.flatGrads;
     if (mode == GraphMode::Train) {
         bind.accumulators = r.trainAccum;

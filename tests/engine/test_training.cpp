@@ -870,8 +870,8 @@ void TestTraining::createLeavesNoOpenMPWorkers() {
 
 // Every CPU device pass turned off in turn (the project's disabled_passes) trains to the losses of
 // the default, to float rounding: an MLP with dropout and Adam at batch 32 with the step on one
-// thread of two (a forward product along K, products that skip the zeros after ReLU, Adam inside
-// the weight gradient), the same on a device of one thread (the pieces in turn), and a wider one
+// thread of two (a forward product along K, products that skip the zeros after ReLU, narrow
+// kernels), the same on a device of one thread (the pieces in turn), and a wider one
 // at batch 256 on the OpenMP team (weight gradients in pieces). Where the machine has two
 // threads and the zero-skipping kernels, the compile report shows that each pass applies in one
 // of the two-thread rows (cpu_solo_pieces in the one-thread row, which it cannot see).

@@ -32,9 +32,6 @@ struct HarnessOptions {
     int programThreads = 0;
     // The CPU device's thread count (0: the machine's, as OMP_NUM_THREADS says).
     int deviceThreads = 0;
-    // ProgramBindings::gradsRead: false lets the device leave a gradient its update consumed
-    // unstored (grad() then holds nothing to read).
-    bool gradsRead = true;
 };
 
 struct Harness {
@@ -126,7 +123,6 @@ struct Harness {
         bind.update = opt.update;
         bind.optimizerSlots = optimizerSlots;
         bind.fuseUpdate = opt.fuseUpdate;
-        bind.gradsRead = opt.gradsRead;
         shadows.assign(pids.size(), td::Buffer{});
         for (const auto& n : g.nodes)
             if (n.attrs.buf == td::BufKind::Shadow)

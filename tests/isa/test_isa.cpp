@@ -265,95 +265,6 @@ void checkSparseKernels(const cpu::sparse::Kernels& kernels, const char* level) 
     QVERIFY2(checked > 40, qPrintable(QString::number(checked)));
 }
 
-// One level's transposedTimesDenseAdam against transposedTimesDense followed by the optimizer
-// kernels' adam of the same level over the whole parameter (sparseAdamEqualsSeparate): the same
-// bits for the parameter and both slots, with dw given and with dw null (the gradient kept
-// nowhere: each chunk in a buffer of the thread's), each chunk's update beside the next chunk's
-// product and after its own. Rows of w, m and v packed tight (ld == N) or apart: beside the next
-// chunk's product only where a chunk's rows of whole vectors follow each other (AdamDrip).
-void checkSparseAdam(const cpu::sparse::Kernels& k, CpuIsa isa) {
-    std::mt19937 rng(23);
-    std::uniform_real_distribution<float> uni(-1.f, 1.f), unit(0.f, 1.f);
-    int checked = 0;
-    for (int64_t B : {3, 32, 70, 130})  // 70 and 130: several blocks of rows, partial sums in dw
-        for (int64_t K : {1, 17, 100})
-            // 512 and 530: dy's rows 2 KB apart, so its blocks are packed and the update runs in
-            // chunks of 64 rows (sparse_kernels_impl.h, packsGradBlocks).
-            for (int64_t N : {5, 48, 130, 512, 530})
-                for (int variant = 0; variant < 8; ++variant) {
-                    // variant % 4 == 0: plain Adam; 1: clipvalue; 2: decoupled decay; 3: a global
-                    // norm's scale. variant >= 4: the rows tight.
-                    const bool tight = variant >= 4;
-                    const int64_t ldx = K + 3, ldy = N + 1, ld = tight ? N : N + 2;
-                    std::vector<float> x(static_cast<size_t>(B * ldx));
-                    for (float& v : x) v = unit(rng) < 0.4 ? uni(rng) : 0.f;
-                    std::vector<float> dy(static_cast<size_t>(B * ldy));
-                    for (float& v : dy) v = uni(rng);
-                    std::vector<float> w(static_cast<size_t>(K * ld)), m(w.size()), v(w.size());
-                    for (float& e : w) e = uni(rng);
-                    for (float& e : m) e = 0.1f * uni(rng);
-                    for (float& e : v) e = 0.01f * unit(rng);
-                    // Elements past N in each row stand for another tensor: never touched.
-                    std::vector<float> w2 = w, m2 = m, v2 = v;
-                    const std::vector<float> w0 = w, m0 = m, v0 = v;
-                    std::vector<float> grad(w.size(), 0.f), fusedGrad(w.size(), 5.f);
-                    cpu::sparse::AdamEpilogue e;
-                    e.w = w2.data();
-                    e.m = m2.data();
-                    e.v = v2.data();
-                    e.ld = ld;
-                    e.clip = variant % 4 == 1 ? 0.05f : std::numeric_limits<float>::infinity();
-                    e.decay = variant % 4 == 2;
-                    e.wdLr = 0.004f;
-                    e.alpha = 0.01f;
-                    e.oneMinusB1 = 0.1f;
-                    e.oneMinusB2 = 0.001f;
-                    e.eps = 1e-7f;
-                    e.gradScale = variant % 4 == 3 ? 0.75f : 1.0f;
-                    k.transposedTimesDenseAdam(x.data(), ldx, B, K, dy.data(), ldy, N,
-                                               fusedGrad.data(), ld, e);
-                    k.transposedTimesDense(x.data(), ldx, B, K, dy.data(), ldy, N, grad.data(), ld);
-                    const optim_kernels::Table& t = kernelsFor(isa);
-                    for (int64_t r = 0; r < K; ++r) {
-                        AdamArgs a;
-                        a.p.w = w.data() + r * ld;
-                        a.p.grad = grad.data() + r * ld;
-                        a.p.gradScale = e.gradScale;
-                        a.p.clip = e.clip;
-                        a.p.decay = e.decay;
-                        a.p.wdLr = e.wdLr;
-                        a.m = m.data() + r * ld;
-                        a.v = v.data() + r * ld;
-                        a.alpha = e.alpha;
-                        a.oneMinusB1 = e.oneMinusB1;
-                        a.oneMinusB2 = e.oneMinusB2;
-                        a.eps = e.eps;
-                        t.adam(a, 0, N);
-                    }
-                    requireSame(w2, w, "w");
-                    requireSame(m2, m, "m");
-                    requireSame(v2, v, "v");
-                    if (QTest::currentTestFailed()) return;
-                    // dw receives the gradient; past N in each row it stays as it was.
-                    for (int64_t r = 0; r < K; ++r)
-                        for (int64_t c = 0; c < ld; ++c)
-                            QCOMPARE(fusedGrad[r * ld + c], c < N ? grad[r * ld + c] : 5.f);
-                    // Without dw: the same update from the parameter and slots as they were.
-                    std::vector<float> w3 = w0, m3 = m0, v3 = v0;
-                    e.w = w3.data();
-                    e.m = m3.data();
-                    e.v = v3.data();
-                    k.transposedTimesDenseAdam(x.data(), ldx, B, K, dy.data(), ldy, N, nullptr, ld,
-                                               e);
-                    requireSame(w3, w, "w without dw");
-                    requireSame(m3, m, "m without dw");
-                    requireSame(v3, v, "v without dw");
-                    if (QTest::currentTestFailed()) return;
-                    ++checked;
-                }
-    QCOMPARE(checked, 4 * 3 * 5 * 8);
-}
-
 // Runs check(kernels, isa) for each level of zero-skipping kernels this CPU has (AVX2 with FMA,
 // AVX-512), stopping at a failure; false when it has none.
 template <class F>
@@ -761,15 +672,6 @@ class TestIsa : public QObject {
                         QVERIFY(std::fabs(y[i * N + n] - want) < 1e-4 * (1 + want));
                     }
             }))
-            QSKIP("this CPU has neither AVX2 nor AVX-512: the products stay dense");
-    }
-
-    // The weight gradient with its Adam update inside the zero-skipping kernel (the CPU device's
-    // fused update on sparse inputs) leaves the parameter and the slots with the same bits as the
-    // gradient product followed by the optimizer kernels' adam: plain, with clipvalue, with
-    // decoupled decay, with the gradient also kept; one block of rows and several.
-    void sparseAdamEqualsSeparate() {
-        if (!forEachSparseLevel(checkSparseAdam))
             QSKIP("this CPU has neither AVX2 nor AVX-512: the products stay dense");
     }
 

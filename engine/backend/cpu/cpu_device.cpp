@@ -83,16 +83,6 @@ struct CpuInstr {
     // A product split into `pieces` primitives (prims_[prim], prims_[prim + 1], ...), each a
     // slice of the output's rows or columns, run on the device's WorkShare (1: one primitive).
     int pieces = 1;
-    // A weight gradient split by rows whose tensor's optimizer update runs in the same pieces:
-    // index into CpuProgram::updateTensors_ (-1: none). Its columns (elements per row) and the
-    // pieces' first rows (pieces + 1 edges) say which elements a piece updates.
-    int fusedUpdate = -1;
-    // The last such product: the first thread done with its own pieces also runs the update of
-    // the tensors no product's pieces update (restTensors_), while the others finish theirs,
-    // instead of the Update instruction after them (see planRestUpdate).
-    bool restAfter = false;
-    int64_t pieceCols = 0;
-    std::vector<int64_t> pieceRows;
     // A forward product split along K (see kSplitEdges): piece 0 writes the output, piece p > 0
     // the partial sum kPartials[p - 1]; then the partials, the bias (kBias, null: none) and the
     // activation (act, alpha) are added on the calling thread.
@@ -337,7 +327,7 @@ class CpuProgram final : public Executable {
         }
         // A region may get fewer threads than asked for (nested in another region, a thread
         // limit): then each thread runs the pieces of every width-th worker from its own, as
-        // that worker, so every piece and each worker's last one (restAfter) still run.
+        // that worker, so every piece still runs.
         const int width = pieceWidth();
 #pragma omp parallel num_threads(width)
         {
@@ -386,26 +376,15 @@ class CpuProgram final : public Executable {
         };
         std::vector<Piece> pieces;
         int64_t sparseRuns = 0;
-        // Per piece, the update the kernel applies (planPieceAdam; empty: none), and the runs
-        // it ran in.
-        std::vector<cpu::sparse::AdamEpilogue> adam;
-        int64_t adamRuns = 0;
-        // With the update inside: whether the gradient is stored (ProgramBindings::gradsRead).
-        bool keepGrad = true;
         double work = 1;  // listed / dense, the last run that measured it
     };
     std::vector<SparseProduct> sparse_;
     bool sparseRun(const CpuInstr& i);
-    void runSparsePiece(const CpuInstr& i, int64_t piece,
-                        const cpu::sparse::AdamEpilogue* adam = nullptr);
+    void runSparsePiece(const CpuInstr& i, int64_t piece);
     void noteSparseRun(const CpuInstr& i);
     // The device's rewrites (cpu_passes.h), in the order build() runs them: each returns the
     // places it changed.
     int64_t planNarrowKernels(const LoweredProgram& lp);
-    int64_t fuseUpdates(const LoweredProgram& lp);
-    int64_t planRestUpdate(const LoweredProgram& lp);
-    int64_t planPieceAdam(const LoweredProgram&);
-    bool pieceAdam(const CpuInstr& i);
 
     Status planBlock(const Instr& in, CpuInstr& ins);
     Status exec(const CpuInstr& i, const StepArgs& args);
@@ -417,29 +396,10 @@ class CpuProgram final : public Executable {
     std::vector<double> profileSeconds_;
     std::vector<std::string> profileNames_;
     int64_t profileRuns_ = 0;
-    struct Range {
-        const char* lo;
-        const char* hi;
-    };
-    static bool overlaps(Range a, Range b) {
-        return a.lo < b.hi && b.lo < a.hi;
-    }
-    Range rangeOf(const Operand& o) const;
     void addPartials(const CpuInstr& i);
-    // The tensors the Update instruction applies when some are updated by their gradient's
-    // pieces instead (see fuseUpdates).
-    std::vector<UpdateTensor> restTensors_;
-    bool updatesFused_ = false;
-    int updateAt_ = -1;  // the Update instruction whose tensors fuseUpdates fused
-    // This step's restTensors_ update: claimed by a thread of a product's job (restAfter), and
-    // done (read after the job).
-    std::atomic<bool> restClaimed_{false};
-    bool restDone_ = false;
     void runBlock(const CpuInstr& i, const StepArgs& args);
 
-    static std::vector<Range> updateRanges(const UpdateTensor& u);
     // What instruction k writes: its output, its column sums, a loss it computes for another.
-    std::vector<Range> writtenBy(const LoweredProgram& lp, size_t k) const;
     Status execTimed(size_t k, const StepArgs& args);
     void runProduct(const CpuInstr& i, dnnl::stream& s);
 };
@@ -698,8 +658,6 @@ Status CpuProgram::addMatmul(const Instr& in, CpuInstr& ins) {
         ins.prim = static_cast<int>(prims_.size());
         ins.pieces = std::max(pieces, 1);
         if (pieces > 1 && split.alongRows && !alongK) {
-            ins.pieceRows = split.edges;
-            ins.pieceCols = N;
         }
         if (alongK) {
             for (int piece = 1; piece < pieces; ++piece) {
@@ -1145,9 +1103,6 @@ Status CpuProgram::build(const LoweredProgram& lp, const ProgramBindings& bind) 
     using Rewrite = int64_t (CpuProgram::*)(const LoweredProgram&);
     static constexpr std::pair<cpu::Pass, Rewrite> kRewrites[] = {
         {cpu::Pass::NarrowKernel, &CpuProgram::planNarrowKernels},
-        {cpu::Pass::FuseUpdate, &CpuProgram::fuseUpdates},
-        {cpu::Pass::RestUpdateBeside, &CpuProgram::planRestUpdate},
-        {cpu::Pass::AdamInKernel, &CpuProgram::planPieceAdam},
     };
     for (const auto& [pass, rewrite] : kRewrites)
         passes_.run(pass, [&, rewrite = rewrite] { return (this->*rewrite)(lp); });
@@ -1162,8 +1117,6 @@ Status CpuProgram::build(const LoweredProgram& lp, const ProgramBindings& bind) 
             if (i.pieces > 1) name += ", " + std::to_string(i.pieces) + " pieces";
             if (i.narrow) name += i.shortInner ? ", short kernel" : ", narrow kernel";
             if (!i.kPartials.empty()) name += " along K";
-            if (i.fusedUpdate >= 0) name += " + update";
-            if (i.restAfter) name += ", the other updates beside it";
             if (i.block >= 0) name += ", blocks";
             profileNames_.push_back(std::move(name));
         }
@@ -1229,8 +1182,7 @@ bool CpuProgram::sparseRun(const CpuInstr& i) {
     return static_cast<double>(nonzero) <= kSparseMaxNonzero * static_cast<double>(seen);
 }
 
-void CpuProgram::runSparsePiece(const CpuInstr& i, int64_t piece,
-                                const cpu::sparse::AdamEpilogue* adam) {
+void CpuProgram::runSparsePiece(const CpuInstr& i, int64_t piece) {
     SparseProduct& sp = sparse_[static_cast<size_t>(i.sparse)];
     SparseProduct::Piece& pc = sp.pieces[static_cast<size_t>(piece)];
     Prim& pp = prims_[static_cast<size_t>(i.prim + piece)];
@@ -1244,60 +1196,10 @@ void CpuProgram::runSparsePiece(const CpuInstr& i, int64_t piece,
             pc.first * pc.cols;
     }
     const cpu::sparse::Kernels& k = *sp.kernels;
-    if (adam) {
-        pc.listed = k.transposedTimesDenseAdam(x, pc.ldx, pc.rows, pc.inner, w, pc.ldw, pc.cols,
-                                               sp.keepGrad ? y : nullptr, pc.ldy, *adam);
-        return;
-    }
     pc.listed =
         sp.grad
             ? k.transposedTimesDense(x, pc.ldx, pc.rows, pc.inner, w, pc.ldw, pc.cols, y, pc.ldy)
             : k.rowsTimesDense(x, pc.ldx, pc.rows, pc.inner, w, pc.ldw, pc.cols, y, pc.ldy);
-}
-
-// The Adam update of the rows each piece of a weight gradient writes, for the zero-skipping
-// kernel to apply as it finishes them (SparseProduct::adam; empty: the update runs after each
-// piece, as applyUpdateSlice). Only Adam (not AMSGrad) on f32 values without a 16-bit shadow, on a
-// gradient the pieces write whole, and a batch within the kernel's adamMaxRows; with the pass
-// cpu_adam_in_kernel off it runs after the pieces.
-// Planned once, after fuseUpdates: a run sets only the step's scalars (alpha, wdLr).
-int64_t CpuProgram::planPieceAdam(const LoweredProgram&) {
-    int64_t changed = 0;
-    for (const CpuInstr& i : code_) changed += pieceAdam(i) ? 1 : 0;
-    return changed;
-}
-
-bool CpuProgram::pieceAdam(const CpuInstr& i) {
-    if (i.fusedUpdate < 0 || i.sparse < 0 || update_.kind != UpdateKind::Adam || update_.amsgrad)
-        return false;
-    SparseProduct& sp = sparse_[static_cast<size_t>(i.sparse)];
-    const UpdateTensor& t = updateTensors_[static_cast<size_t>(i.fusedUpdate)];
-    if (!sp.grad || t.shadow) return false;
-    std::vector<cpu::sparse::AdamEpilogue> adam(sp.pieces.size());
-    for (size_t p = 0; p < sp.pieces.size(); ++p) {
-        const SparseProduct::Piece& pc = sp.pieces[p];
-        const int64_t off = i.pieceRows[p] * i.pieceCols;
-        const Prim& pp = prims_[static_cast<size_t>(i.prim) + p];
-        if (pc.rows > sp.kernels->adamMaxRows ||
-            pp.args.at(DNNL_ARG_DST).get_data_handle() != t.grad + off || pc.ldy != i.pieceCols ||
-            pc.cols != i.pieceCols || (i.pieceRows[p + 1] - i.pieceRows[p]) != pc.inner)
-            return false;
-        cpu::sparse::AdamEpilogue& a = adam[p];
-        a.w = t.value + off;
-        a.m = t.slot[0] + off;
-        a.v = t.slot[1] + off;
-        a.ld = i.pieceCols;
-        a.gradScale = 1.0f;
-        a.clip = update_.clip == ClipKind::Value ? static_cast<float>(update_.clipValue)
-                                                 : std::numeric_limits<float>::infinity();
-        a.decay = update_.decay;
-        a.oneMinusB1 = update_.oneMinusBeta1;
-        a.oneMinusB2 = update_.oneMinusBeta2;
-        a.eps = update_.epsilon;
-    }
-    sp.adam = std::move(adam);
-    sp.keepGrad = bind_->gradsRead;
-    return true;
 }
 
 // After the pieces (the WorkShare's run has joined them): the share of the dense work the kernel
@@ -1344,140 +1246,9 @@ void CpuProgram::printProfile() const {
                 std::fprintf(stderr, ", pieces along K split at %lld of %lld",
                              static_cast<long long>(sp.pieces[1].first),
                              static_cast<long long>(sp.pieces[0].inner + sp.pieces[1].inner));
-            if (sp.adamRuns > 0)
-                std::fprintf(
-                    stderr,
-                    ", update inside the zero-skipping product in %lld of %lld runs (each chunk's "
-                    "after its product%s)",
-                    static_cast<long long>(sp.adamRuns), static_cast<long long>(profileRuns_),
-                    sp.keepGrad ? "" : ", the gradient not stored");
             std::fprintf(stderr, "\n");
         }
     }
-}
-
-// The bytes an operand occupies, for the fusions' checks that nothing in between touches them.
-CpuProgram::Range CpuProgram::rangeOf(const Operand& o) const {
-    const auto* p = static_cast<const char*>(resolve(o));
-    return Range{p, p + o.bytes()};
-}
-
-// The optimizer update of a tensor whose gradient is written by one product split by rows (on the
-// WorkShare) runs in that product's pieces, on the rows each piece has just written: the
-// gradient is still in that core's cache, and the same core owns those parameters' values and
-// slots from one step to the next. Each element's update is the same arithmetic as in the Update
-// instruction, so the results are the same bits. Only where nothing needs all gradients first
-// (no norm clipping, no loss scaling, no all-reduce, one Update for every tensor), and only when
-// no instruction between the product and the Update reads or writes the gradient, the value,
-// its slots or its shadow (a later product reading the weights, a regularizer adding to the
-// gradient).
-int64_t CpuProgram::fuseUpdates(const LoweredProgram& lp) {
-    if (!(share_ || teamPieces_) || updateTensors_.empty() || lossScale_ || collectives_) return 0;
-    if (update_.clip != ClipKind::None && update_.clip != ClipKind::Value) return 0;
-    int updateAt = -1;
-    for (size_t j = 0; j < lp.code.size(); ++j) {
-        const InstrOp op = lp.code[j].op;
-        if (op == InstrOp::AllReduceStart || op == InstrOp::AllReduceWait) return 0;
-        if (op == InstrOp::Update) {
-            if (updateAt >= 0 || code_[j].update >= 0) return 0;
-            updateAt = static_cast<int>(j);
-        }
-    }
-    if (updateAt < 0) return 0;
-    int64_t changed = 0;
-    std::vector<bool> fused(updateTensors_.size(), false);
-    for (size_t j = 0; j < static_cast<size_t>(updateAt); ++j) {
-        CpuInstr& ins = code_[j];
-        if (lp.code[j].op != InstrOp::MatMul || ins.pieceRows.empty() || ins.conversion >= 0)
-            continue;
-        const Range out = rangeOf(lp.code[j].out);
-        for (size_t t = 0; t < updateTensors_.size(); ++t) {
-            const UpdateTensor& u = updateTensors_[t];
-            const auto* grad = reinterpret_cast<const char*>(u.grad);
-            if (fused[t] || grad != out.lo ||
-                out.hi != grad + static_cast<size_t>(u.size) * sizeof(float))
-                continue;
-            // What the update of t touches (its gradient is `out`), and must not be touched
-            // between here and the Update.
-            const std::vector<Range> guarded = updateRanges(u);
-            bool clear = true;
-            for (const Operand& o : lp.code[j].in)
-                for (const Range& g : guarded)
-                    if (overlaps(rangeOf(o), g)) clear = false;
-            for (size_t k = j + 1; k < static_cast<size_t>(updateAt) && clear; ++k) {
-                std::vector<Range> touched{rangeOf(lp.code[k].out)};
-                for (const Operand& o : lp.code[k].in) touched.push_back(rangeOf(o));
-                for (const Range& a : touched)
-                    for (const Range& g : guarded)
-                        if (overlaps(a, g)) clear = false;
-            }
-            if (!clear) continue;
-            ins.fusedUpdate = static_cast<int>(t);
-            fused[t] = true;
-            updatesFused_ = true;
-            ++changed;
-            break;
-        }
-    }
-    for (size_t t = 0; t < updateTensors_.size(); ++t)
-        if (!fused[t]) restTensors_.push_back(updateTensors_[t]);
-    updateAt_ = updateAt;
-    return changed;
-}
-
-// The update of the tensors left (restTensors_: biases, narrow layers' weights) on the first
-// thread done with its own pieces of the last product whose pieces update their tensor: while
-// the others finish their pieces, rather than after them. Only where every
-// instruction from that product to the Update neither writes those tensors' gradients nor reads
-// or writes their values, slots or shadows; the same update of the same gradients, so the same
-// bits. Seed MLP, batch 32 (the biases and the output layer's weights, 1,418 values, 1.1 us):
-// from the end of the last piece to the end of the step 0.51-0.57 us against 1.40-2.53 on the
-// calling thread (three alternating pairs, timestamps in the step), 0.35-0.50 on the first
-// thread done. After fuseUpdates (cpu_fuse_update), which leaves the rest to the Update
-// instruction where this pass is off.
-int64_t CpuProgram::planRestUpdate(const LoweredProgram& lp) {
-    if (!updatesFused_ || restTensors_.empty()) return 0;
-    const int updateAt = updateAt_;
-    int last = -1;
-    for (int j = 0; j < updateAt; ++j)
-        if (code_[static_cast<size_t>(j)].fusedUpdate >= 0 &&
-            code_[static_cast<size_t>(j)].pieces > 1)
-            last = j;
-    if (last < 0) return 0;
-    std::vector<Range> guarded;
-    for (const UpdateTensor& u : restTensors_) {
-        const std::vector<Range> r = updateRanges(u);
-        guarded.insert(guarded.end(), r.begin(), r.end());
-    }
-    for (int k = last; k < updateAt; ++k) {
-        std::vector<Range> touched = writtenBy(lp, static_cast<size_t>(k));
-        for (const Operand& o : lp.code[static_cast<size_t>(k)].in) touched.push_back(rangeOf(o));
-        for (const Range& a : touched)
-            for (const Range& g : guarded)
-                if (overlaps(a, g)) return 0;
-    }
-    code_[static_cast<size_t>(last)].restAfter = true;
-    return 1;
-}
-
-// What a tensor's optimizer update reads and writes: its gradient, value, slots and shadow.
-std::vector<CpuProgram::Range> CpuProgram::updateRanges(const UpdateTensor& u) {
-    auto floats = [&u](const void* p, size_t size) {
-        const auto* c = static_cast<const char*>(p);
-        return Range{c, c + static_cast<size_t>(u.size) * size};
-    };
-    std::vector<Range> r{floats(u.grad, sizeof(float)), floats(u.value, sizeof(float))};
-    for (const float* slot : u.slot)
-        if (slot) r.push_back(floats(slot, sizeof(float)));
-    if (u.shadow) r.push_back(floats(u.shadow, 2));
-    return r;
-}
-
-std::vector<CpuProgram::Range> CpuProgram::writtenBy(const LoweredProgram& lp, size_t k) const {
-    const Instr& in = lp.code[k];
-    std::vector<Range> w{rangeOf(in.out)};
-    if (in.out2.space != Space::None) w.push_back(rangeOf(in.out2));
-    return w;
 }
 
 // Which instructions run in block mode, and how: one with a 16-bit operand, a fused dropout mask
@@ -1770,51 +1541,16 @@ Status CpuProgram::exec(const CpuInstr& i, const StepArgs& args) {
                     std::atomic<bool> failed{false};
                     std::string failure;
                     const bool sparse = sparseRun(i);
-                    // The update inside the zero-skipping kernel, with this step's scalars.
-                    SparseProduct* sp = sparse ? &sparse_[static_cast<size_t>(i.sparse)] : nullptr;
-                    const bool adamInside = sp && !sp->adam.empty();
-                    if (adamInside) {
-                        for (cpu::sparse::AdamEpilogue& a : sp->adam) {
-                            a.alpha = args.update.alpha;
-                            a.wdLr = args.update.wdLr;
-                        }
-                        ++sp->adamRuns;
-                    }
-                    // restAfter: each thread's last own piece (-1: it owns none).
-                    if (i.restAfter) {
-                        restDone_ = false;
-                        restClaimed_.store(false, std::memory_order_relaxed);
-                    }
-                    const int width = pieceWidth();
-                    auto lastOwn = [&](int worker) -> int64_t {
-                        const int64_t first = WorkShare::firstOwned(i.pieces, worker, width),
-                                      end = WorkShare::firstOwned(i.pieces, worker + 1, width);
-                        return end > first ? end - 1 : -1;
-                    };
                     runPieces(i.pieces, [&](int64_t piece, int worker) {
                         Prim& pp = prims_[static_cast<size_t>(i.prim + piece)];
                         try {
                             if (sparse)
-                                runSparsePiece(
-                                    i, piece,
-                                    adamInside ? &sp->adam[static_cast<size_t>(piece)] : nullptr);
+                                runSparsePiece(i, piece);
                             else
                                 pp.p.execute(workerStream(worker), pp.args);
                         } catch (const dnnl::error& e) {
                             if (!failed.exchange(true)) failure = e.what();
                             return;
-                        }
-                        if (i.fusedUpdate >= 0 && !adamInside) {
-                            const auto p = static_cast<size_t>(piece);
-                            applyUpdateSlice(update_, args.update,
-                                             updateTensors_[static_cast<size_t>(i.fusedUpdate)],
-                                             i.pieceRows[p] * i.pieceCols,
-                                             i.pieceRows[p + 1] * i.pieceCols);
-                        }
-                        if (i.restAfter && piece == lastOwn(worker) &&
-                            !restClaimed_.exchange(true, std::memory_order_relaxed)) {
-                            applyUpdate(update_, args.update, restTensors_, 1, nullptr, nullptr);
-                            restDone_ = true;  // the job's end publishes it
                         }
                     });
                     if (failed.load()) return err("oneDNN matmul: " + failure);
@@ -1969,11 +1705,9 @@ Status CpuProgram::exec(const CpuInstr& i, const StepArgs& args) {
                             std::span<const UpdateTensor>(
                                 &updateTensors_[static_cast<size_t>(i.update)], 1),
                             updateThreads_, nullptr, share_);
-            else if (restDone_)  // in a product's job (restAfter)
-                restDone_ = false;
             else
-                applyUpdate(update_, args.update, updatesFused_ ? restTensors_ : updateTensors_,
-                            updateThreads_, lossScale_, share_);
+                applyUpdate(update_, args.update, updateTensors_, updateThreads_, lossScale_,
+                            share_);
             break;
     }
     return Status::success();

@@ -17,12 +17,6 @@ const std::array<PassInfo, kPassCount>& passTable() {
          "a small batch's forward product splits along K, each thread its weight rows"},
         {Pass::NarrowKernel, "cpu_narrow_kernel", Rewrite,
          "narrow products and a narrow layer's input gradient on own kernels, not oneDNN"},
-        {Pass::FuseUpdate, "cpu_fuse_update", Rewrite,
-         "a weight's optimizer update runs in the pieces of its gradient's product"},
-        {Pass::RestUpdateBeside, "cpu_rest_update_beside", Rewrite,
-         "the other tensors' update runs beside the last such product"},
-        {Pass::AdamInKernel, "cpu_adam_in_kernel", Rewrite,
-         "Adam inside the zero-skipping weight gradient, chunk by chunk as it finishes"},
     }};
     return table;
 }

@@ -30,11 +30,8 @@ enum class Pass : uint8_t {
     SplitK,
     // Rewrites, in the order they run.
     NarrowKernel,
-    FuseUpdate,
-    RestUpdateBeside,
-    AdamInKernel,
 };
-constexpr size_t kPassCount = 8;
+constexpr size_t kPassCount = 5;
 
 enum class PassStage : uint8_t { Choice, Rewrite };
 

@@ -21,26 +21,6 @@
 
 namespace td::cpu::sparse {
 
-// The Adam update of the parameter whose gradient transposedTimesDenseAdam computes, applied to
-// each chunk of the gradient's rows once it is finished, while the chunk is in L1: the same
-// operations in the same order as
-// engine/backend/cpu/optim_kernels.h's adam (without amsgrad), so the same bits.
-// w, m and v are laid out as dw ([K,N] at row stride ld).
-struct AdamEpilogue {
-    float* w = nullptr;
-    float* m = nullptr;
-    float* v = nullptr;
-    int64_t ld = 0;
-    float gradScale = 1;
-    float clip = 0;  // +inf: off
-    bool decay = false;
-    float wdLr = 0;
-    float alpha = 0;
-    float oneMinusB1 = 0;
-    float oneMinusB2 = 0;
-    float eps = 0;
-};
-
 // The lists hold the dense operand's row indices in 32 bits: its rows (K, B) must stay below 2^31.
 struct Kernels {
     // y[M,N] (row stride ldy) = x[M,K] (row stride ldx) . w[K,N] (row stride ldw).
@@ -54,13 +34,6 @@ struct Kernels {
     int64_t (*transposedTimesDense)(const float* x, int64_t ldx, int64_t B, int64_t K,
                                     const float* dy, int64_t ldy, int64_t N, float* dw,
                                     int64_t lddw);
-    // transposedTimesDense with `adam` (the update of the parameter dw is the gradient of), a
-    // chunk of dw's rows at a time once each is finished (see AdamEpilogue), instead of the whole
-    // gradient being stored and read back by a separate update. dw receives the gradient; null:
-    // nothing reads it afterwards, and each chunk goes to a buffer of the calling thread's.
-    int64_t (*transposedTimesDenseAdam)(const float* x, int64_t ldx, int64_t B, int64_t K,
-                                        const float* dy, int64_t ldy, int64_t N, float* dw,
-                                        int64_t lddw, const AdamEpilogue& adam);
     // The order in which rowsTimesDense groups x's rows (order[rowsGroup * p + g], M entries, a
     // permutation of [0, M)): rows with zeros in the same places together. For the tests and
     // the benchmark; the kernel computes it itself.
@@ -77,11 +50,6 @@ struct Kernels {
     // count is ceil(M / rowsGroup) * K (ceil(K / colsGroup) * B).
     int rowsGroup = 2;
     int colsGroup = 2;
-    // transposedTimesDenseAdam pays off up to this many rows of x (B), one block of dy's rows.
-    // With more, the update beside the product measured no faster than after it (seed MLP, batch
-    // 256, AVX2: tile by tile 320-334 us against 299-325; by chunks of rows, on a busy host, the
-    // step's tenth percentile 641-700 us against 625-768), so the device keeps it after.
-    int64_t adamMaxRows = 0;
     // c[M,N] (row stride ldc) = a[M,K] (row stride lda) . b^T, b a row-major [N,K] (row stride
     // ldb), for K up to shortMaxInner: the input gradient of a layer with few outputs (a
     // classifier's ten classes), which oneDNN's kernels run at a fraction of their rate. b is

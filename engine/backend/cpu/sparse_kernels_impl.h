@@ -171,64 +171,6 @@ inline void storeRow(float* p, const Vec* acc, Mask last) {
     }
 }
 
-// The operands of transposedTimesDenseAdam's update, broadcast once per call.
-struct AdamConsts {
-    Vec scale, hi, lo, b1, b2, alpha, eps, wdLr;
-    bool decay;
-    explicit AdamConsts(const sparse::AdamEpilogue& a)
-        : scale(Isa::broadcast(a.gradScale)),
-          hi(Isa::broadcast(a.clip)),
-          lo(Isa::broadcast(-a.clip)),
-          b1(Isa::broadcast(a.oneMinusB1)),
-          b2(Isa::broadcast(a.oneMinusB2)),
-          alpha(Isa::broadcast(a.alpha)),
-          eps(Isa::broadcast(a.eps)),
-          wdLr(Isa::broadcast(a.wdLr)),
-          decay(a.decay) {}
-};
-
-// The optimizer kernels' adam (optim_kernels_impl.h) over one vector of elements (the lanes of
-// `lanes` where masked), its gradient at gp: the same operations in the same order, so the same
-// bits; max and min as written there (a NaN gradient passes through).
-template <bool kPlain = false>
-inline void adamVector(const AdamConsts& c, const float* gp, float* wp, float* mp, float* vp,
-                       bool masked, Mask lanes) {
-    const auto load = [masked, lanes](const float* q) {
-        return masked ? Isa::loadMasked(q, lanes) : Isa::load(q);
-    };
-    const auto store = [masked, lanes](float* q, Vec x) {
-        if (masked)
-            Isa::storeMasked(q, lanes, x);
-        else
-            Isa::store(q, x);
-    };
-    Vec g = load(gp);
-    Vec wi = load(wp);
-    if constexpr (!kPlain) {
-        g = g * c.scale;
-        g = g < c.lo ? c.lo : g;
-        g = c.hi < g ? c.hi : g;
-        if (c.decay) wi = wi - wi * c.wdLr;
-    }
-    const Vec m0 = load(mp), v0 = load(vp);
-    const Vec mi = m0 + (g - m0) * c.b1;
-    const Vec vi = v0 + (g * g - v0) * c.b2;
-    store(mp, mi);
-    store(vp, vi);
-    store(wp, wi - (mi * c.alpha) / (Isa::sqrt(vi) + c.eps));
-}
-
-// adamVector over one row of n elements: whole vectors, then the row's tail masked.
-template <bool kPlain = false>
-inline void adamRow(const AdamConsts& c, const float* grad, float* w, float* m, float* v,
-                    int64_t n) {
-    const Mask all = Isa::tail(kLanes);
-    int64_t i = 0;
-    for (; i + kLanes <= n; i += kLanes)
-        adamVector<kPlain>(c, grad + i, w + i, m + i, v + i, false, all);
-    if (i < n) adamVector<kPlain>(c, grad + i, w + i, m + i, v + i, true, Isa::tail(n - i));
-}
-
 // Where a block of the dense operand's tile is copied before the groups read it (`to` null:
 // read in place). The block's rows then lie kTileCols<G> floats apart in `to`, where the lists'
 // positions (the rows) are read at that stride. Only the rows some list holds are copied (listed[k]
@@ -498,12 +440,12 @@ int64_t rowsTimesDense(const float* x, int64_t ldx, int64_t M, int64_t K, const 
     return count;
 }
 
-// The lists of gradProduct's groups of columns [k0, k0 + width) of x (all kLanes of them where
-// Whole), kLanes rows at a time: the tile of x transposed in registers, then each group's list
-// appended. Group p's list starts at p * room; seg[p * (blocks + 1) + b] where row block b starts
-// in it, then its end. The counts stay in registers (a constant number of groups where Whole),
-// and whole tiles load without masks. Listing both halves of a Fashion-MNIST batch of 32 (one
-// core of the AVX2 machine, no product): 5.4 us against 6.0-6.3.
+// The lists of transposedTimesDense's groups of columns [k0, k0 + width) of x (all kLanes of them
+// where Whole), kLanes rows at a time: the tile of x transposed in registers, then each group's
+// list appended. Group p's list starts at p * room; seg[p * (blocks + 1) + b] where row block b
+// starts in it, then its end. The counts stay in registers (a constant number of groups where
+// Whole), and whole tiles load without masks. Listing both halves of a Fashion-MNIST batch of 32
+// (one core of the AVX2 machine, no product): 5.4 us against 6.0-6.3.
 template <int G, bool Whole>
 inline void listColumns(const float* x, int64_t ldx, int64_t B, int64_t k0, int64_t width,
                         int64_t room, int64_t blocks, const ListOut& out, Ints steps, int64_t* seg,
@@ -557,13 +499,9 @@ inline bool packsGradBlocks(int64_t ldy) {
 
 // dw = x^T . dy: the lists run over groups of x's neighbouring columns (neighbouring inputs,
 // such as pixels, are often zero together), by blocks of dy's rows; kLanes x kLanes tiles of x
-// are transposed in registers to read its columns. Then dw's rows chunkRows (a multiple of the
-// group) at a time, each chunk's rows [r0, r1) handed to then(r0, r1, g, ldg) once finished, row
-// r at g + (r - r0) * ldg: in dw, or where dw is null in a buffer of the calling thread's that
-// the next chunk overwrites (the gradient then kept nowhere).
-template <class Then>
-int64_t gradProduct(const float* x, int64_t ldx, int64_t B, int64_t K, const float* dy, int64_t ldy,
-                    int64_t N, float* dw, int64_t lddw, int64_t chunkRows, const Then& then) {
+// are transposed in registers to read its columns.
+int64_t transposedTimesDense(const float* x, int64_t ldx, int64_t B, int64_t K, const float* dy,
+                             int64_t ldy, int64_t N, float* dw, int64_t lddw) {
     constexpr int G = kGradGroup;
     thread_local GroupList list;
     thread_local std::vector<int64_t> seg;
@@ -585,9 +523,6 @@ int64_t gradProduct(const float* x, int64_t ldx, int64_t B, int64_t K, const flo
             listColumns<G, false>(x, ldx, B, k0, K - k0, room, blocks, out, steps, seg.data(),
                                   entries);
     }
-    thread_local std::vector<float> chunk;
-    if (!dw && chunk.size() < static_cast<size_t>(chunkRows * N))
-        chunk.resize(static_cast<size_t>(chunkRows * N));
     thread_local std::vector<float> packed;
     thread_local std::vector<uint8_t> everyRow;
     Packed pack;
@@ -596,68 +531,10 @@ int64_t gradProduct(const float* x, int64_t ldx, int64_t B, int64_t K, const flo
         if (everyRow.size() < static_cast<size_t>(B)) everyRow.assign(static_cast<size_t>(B), 1);
         pack = Packed{packed.data(), kGradRows, everyRow.data()};
     }
-    for (int64_t r0 = 0; r0 < K; r0 += chunkRows) {
-        const int64_t r1 = std::min(K, r0 + chunkRows);
-        float* const g = dw ? dw + r0 * lddw : chunk.data();
-        const int64_t ldg = dw ? lddw : N;
-        runGroups<G, true>(list, seg, blocks, kGradRows, B, K, dy, ldy, N, g, ldg, nullptr, r0 / G,
-                           (r1 + G - 1) / G, Sparse{x, ldx, K}, pack, r0);
-        then(r0, r1, static_cast<const float*>(g), ldg);
-    }
+    if (K > 0)
+        runGroups<G, true>(list, seg, blocks, kGradRows, B, K, dy, ldy, N, dw, lddw, nullptr, 0,
+                           (K + G - 1) / G, Sparse{x, ldx, K}, pack, 0);
     return entries;
-}
-
-int64_t transposedTimesDense(const float* x, int64_t ldx, int64_t B, int64_t K, const float* dy,
-                             int64_t ldy, int64_t N, float* dw, int64_t lddw) {
-    return gradProduct(x, ldx, B, K, dy, ldy, N, dw, lddw, std::max<int64_t>(K, 1),
-                       [](int64_t, int64_t, const float*, int64_t) {});
-}
-
-// The gradient's rows about kAdamChunkBytes at a time, each chunk's update right after it: the
-// chunk's gradient is still in L1 when the update reads it back, and the update runs along whole
-// rows of w, m and v, in the order of memory. Applied to each tile of sums in registers as it
-// finished (a burst of square roots and divisions after every group's multiply-adds, on a few
-// lines of each row at a time), it measured slower: the weight gradient with its update, seed MLP
-// batch 32 on the AVX2 machine, 51.1-51.7 us against 54.4 (medians of 1,500 steps, three runs and
-// the two quiet ones of three); 4, 8 and 32 KB measured slower than 16 and 24. Where nothing
-// reads the gradient afterwards (dw null), each chunk goes to the same 16 KB of the thread's, so
-// the gradient's 200 KB a thread (the seed MLP's first layer) are neither written back to L2 nor
-// read for ownership on the next step: on the BF16 Xeon, five alternating pairs of 3-epoch runs
-// at batch 32, the step faster in each pair (332-365 thousand samples/s against 284-355).
-constexpr int64_t kAdamChunkBytes = 16 * 1024;
-// Where gradProduct packs dy's blocks (packsGradBlocks), every chunk packs each block again: 16 KB
-// of 1,024-float rows is two groups, too few to share a copy. There the chunks are 64 rows (256 KB
-// at 1,024 outputs, read back by the update from L2). A 784-1024-10 MLP at batch 32 (Adam inside
-// this kernel), 3-epoch runs, samples/s in epochs 2-3: 40,772-44,521 against 27,204-31,655 packed
-// in 16 KB chunks (five alternating pairs), and 42,672-44,497 against 42,161-43,361 with the
-// blocks read in place in 16 KB chunks (four pairs).
-constexpr int64_t kPackedAdamChunkRows = 64;
-
-int64_t transposedTimesDenseAdam(const float* x, int64_t ldx, int64_t B, int64_t K, const float* dy,
-                                 int64_t ldy, int64_t N, float* dw, int64_t lddw,
-                                 const sparse::AdamEpilogue& adam) {
-    const AdamConsts c(adam);
-    const bool packs = packsGradBlocks(ldy);
-    const auto rowsOf = [N, packs](int64_t bytes) {
-        return std::max<int64_t>(
-            kGradGroup,
-            packs ? kPackedAdamChunkRows
-                  : bytes / (static_cast<int64_t>(sizeof(float)) * std::max<int64_t>(N, 1)) /
-                        kGradGroup * kGradGroup);
-    };
-    const auto run = [&]<bool kPlain>() {
-        return gradProduct(x, ldx, B, K, dy, ldy, N, dw, lddw, rowsOf(kAdamChunkBytes),
-                           [&](int64_t r0, int64_t r1, const float* g, int64_t ldg) {
-                               for (int64_t r = r0; r < r1; ++r)
-                                   adamRow<kPlain>(c, g + (r - r0) * ldg, adam.w + r * adam.ld,
-                                                   adam.m + r * adam.ld, adam.v + r * adam.ld, N);
-                           });
-    };
-    // Without a scale, clipping or decay the gradient goes to the update as it is.
-    if (adam.gradScale == 1.0f && adam.clip == std::numeric_limits<float>::infinity() &&
-        !adam.decay)
-        return run.template operator()<true>();
-    return run.template operator()<false>();
 }
 
 // Rows r0 .. r0 + R of the narrow product, NV vectors of columns (the last masked by `last`,
@@ -827,16 +704,8 @@ void shortProduct(const float* a, int64_t lda, int64_t M, int64_t K, const float
 }  // namespace
 
 const Kernels& sparseTable() {
-    static constexpr Kernels k{&rowsTimesDense,
-                               &transposedTimesDense,
-                               &transposedTimesDenseAdam,
-                               &pairRows,
-                               &narrowProduct,
-                               2 * kLanes,
-                               kForwardGroup,
-                               kGradGroup,
-                               kGradRows,
-                               &shortProduct,
+    static constexpr Kernels k{&rowsTimesDense, &transposedTimesDense, &pairRows,  &narrowProduct,
+                               2 * kLanes,      kForwardGroup,         kGradGroup, &shortProduct,
                                kShortMaxInner};
     return k;
 }

@@ -22,9 +22,9 @@
 #include <limits>
 
 #include "engine/backend/cpu/optim_kernels.h"
+#include "engine/backend/cpu/work_share.h"
 #include "engine/core/half.h"
 #include "engine/core/result.h"
-#include "engine/backend/cpu/work_share.h"
 
 namespace td {
 namespace {
@@ -249,14 +249,6 @@ bool applyUpdate(const UpdateSpec& spec, const UpdateScalars& scalars,
         updateSpan(partEdge(total, n, me), partEdge(total, n, me + 1));
     }
     return true;
-}
-
-void applyUpdateSlice(const UpdateSpec& spec, const UpdateScalars& scalars,
-                      const UpdateTensor& tensor, int64_t begin, int64_t end) {
-    TD_ASSERT(spec.clip == ClipKind::None || spec.clip == ClipKind::Value);
-    TD_ASSERT(begin >= 0 && begin <= end && end <= tensor.size);
-    if (begin < end)
-        updateRange(spec, scalars, optim_kernels::activeKernels(), tensor, 1.0f, begin, end);
 }
 
 }  // namespace td

@@ -42,10 +42,4 @@ bool applyUpdate(const UpdateSpec& spec, const UpdateScalars& scalars,
                  std::span<const UpdateTensor> tensors, int threads = 0,
                  LossScaleState* lossScale = nullptr, WorkShare* share = nullptr);
 
-// Elements [begin, end) of one tensor, as applyUpdate updates them when nothing scales the
-// gradients (no norm clipping, no loss scaling): for an update run in pieces as its gradient is
-// produced. The same arithmetic per element, so the same bits as applyUpdate's.
-void applyUpdateSlice(const UpdateSpec& spec, const UpdateScalars& scalars,
-                      const UpdateTensor& tensor, int64_t begin, int64_t end);
-
 }  // namespace td
