@@ -22,6 +22,7 @@ pkgs=(
   libdnnl-dev ocl-icd-opencl-dev libsqlite3-dev nlohmann-json3-dev libcli11-dev zlib1g-dev libomp-dev
   qt6-base-dev qt6-base-dev-tools
   libhdf5-dev
+  libjpeg62-turbo-dev libpng-dev libstb-dev
   libqcustomplot-dev libqcustomplot2.1-qt6
   dataset-fashion-mnist
   libopenmpi-dev openmpi-bin

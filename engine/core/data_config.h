@@ -16,9 +16,35 @@ enum class NonFinitePolicy {
     DropRows,  // leave every sample holding one out
 };
 
+// A folder of images, one sub-folder per class: Keras' image_dataset_from_directory, its
+// arguments and their defaults (engine/data/image_folder.h).
+struct ImageDirectoryConfig {
+    std::string directory;      // absolute once loaded from a project
+    std::string testDirectory;  // optional: the test split, read the same way
+    // "inferred": the class of a file is its sub-folder; otherwise one class id per image file
+    // of `directory` (all its files, recursively, in sorted path order).
+    bool labelsInferred = true;
+    std::vector<int64_t> labels;
+    std::string labelMode = "int";        // "int", "categorical" (one-hot), "binary" (0/1)
+    std::vector<std::string> classNames;  // sub-folders to use, in this order (empty: all, sorted)
+    std::string colorMode = "rgb";        // "grayscale", "rgb", "rgba"
+    int64_t height = 256, width = 256;    // image_size
+    std::string interpolation = "bilinear";  // "bilinear", "nearest"
+    bool cropToAspectRatio = false;
+    bool padToAspectRatio = false;
+    bool followLinks = false;
+    bool shuffle = true;           // the file order as Keras shuffles it with `seed`
+    std::optional<uint32_t> seed;  // needed with validation_split (as in Keras)
+    double validationSplit = 0.0;  // Keras' validation subset: the last int(split * n) files
+    bool skipBadFiles = false;  // a file that does not decode is left out (counted), not an error
+
+    bool operator==(const ImageDirectoryConfig&) const = default;
+};
+
 struct SourceConfig {
-    // "fashion_mnist" (built-in), "idx", "csv", "npy", "synthetic"
+    // "fashion_mnist" (built-in), "idx", "csv", "npy", "synthetic", "image_directory"
     std::string type = "fashion_mnist";
+    ImageDirectoryConfig images;  // image_directory
     // idx: images/labels files (gzip or raw); npy: x/y arrays; csv: trainPath/testPath.
     std::string trainImages, trainLabels, testImages, testLabels;
     std::string trainPath, testPath;                     // csv

@@ -35,6 +35,9 @@ struct DataSplits {
     // Lines for the run's log about how the data was read (e.g. a decoded-source cache entry that
     // could not be written); never errors.
     std::vector<std::string> notes;
+    // The source's own validation subset (an image_directory with validation_split), used for
+    // validation instead of data.validation_split.
+    std::optional<Dataset> validation;
 };
 
 // Loads a source. Errors name the file and what was expected (magic, sizes, header...). The
@@ -125,8 +128,8 @@ struct PipelineOptions {
     // by taking a core from the step.
     int64_t consumerThreads = 0;
     // The consumer forms an inline epoch's batches on a thread of its step that would otherwise
-    // wait (the trainer, through HostThreads::startAside), not on its step's critical path: the limit
-    // on a batch's forming time is then also kInlineAsideShare of the consumer's own time per
+    // wait (the trainer, through HostThreads::startAside), not on its step's critical path: the
+    // limit on a batch's forming time is then also kInlineAsideShare of the consumer's own time per
     // batch.
     bool formsAside = false;
     // Called once per element as a batch is formed, on the forming thread, with the element's

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/data/decode_cache.h"
+#include "engine/data/image_folder.h"
 #include "engine/data/pipeline.h"
 #include "engine/data/resource_plan.h"
 #include "engine/data/sources.h"
@@ -369,8 +370,9 @@ Result<DataSplits> loadSource(const SourceConfig& cfg) {
     if (cfg.type == "npy") return loadArrays(cfg, &readNpyFile);
     if (cfg.type == "csv") return loadCsv(cfg);
     if (cfg.type == "synthetic") return loadSynthetic(cfg);
+    if (cfg.type == "image_directory") return loadImageDirectory(cfg.images);
     return err("unknown data source type '" + cfg.type +
-               "' (valid types: fashion_mnist, idx, npy, csv, synthetic)");
+               "' (valid types: fashion_mnist, idx, npy, csv, synthetic, image_directory)");
 }
 
 }  // namespace td

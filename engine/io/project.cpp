@@ -83,7 +83,7 @@ struct Reader {
         requireObject(v, path);
         SourceConfig s;
         s.type = getOneOf(requireMember(v, path, "type"), child(path, "type"),
-                          {"fashion_mnist", "idx", "csv", "npy", "synthetic"});
+                          {"fashion_mnist", "idx", "csv", "npy", "synthetic", "image_directory"});
         auto file = [&](const char* key, bool required) -> std::string {
             const Json* x = member(v, key);
             if (!x) {
@@ -121,6 +121,8 @@ struct Reader {
             s.testPath = file("test", false);
             if (const Json* x = member(v, "label_column"))
                 s.labelColumn = getNonEmptyString(*x, child(path, "label_column"));
+        } else if (s.type == "image_directory") {
+            s.images = imageDirectory(v, path, file);
         } else {  // synthetic
             checkKeys(v, path, {"type", "samples", "test_samples", "shape", "classes", "seed"});
             const char* why = "samples are indexed with 32-bit integers";
@@ -162,6 +164,95 @@ struct Reader {
                     ? NonFinitePolicy::DropRows
                     : NonFinitePolicy::Error;
         return s;
+    }
+
+    // Keras' image_dataset_from_directory arguments (engine/data/image_folder.h).
+    template <class File>
+    ImageDirectoryConfig imageDirectory(const Json& v, const std::string& path, File& file) const {
+        checkKeys(v, path,
+                  {"type", "directory", "test_directory", "labels", "label_mode", "class_names",
+                   "color_mode", "image_size", "interpolation", "crop_to_aspect_ratio",
+                   "pad_to_aspect_ratio", "follow_links", "shuffle", "seed", "validation_split",
+                   "skip_bad_files"});
+        ImageDirectoryConfig c;
+        c.directory = file("directory", true);
+        c.testDirectory = file("test_directory", false);
+        if (const Json* x = member(v, "labels")) {
+            const std::string lp = child(path, "labels");
+            if (x->is_string()) {
+                getOneOf(*x, lp, {"inferred"});
+            } else {
+                if (!x->is_array())
+                    fail(lp, "expected \"inferred\" or a list of class ids, got " + describe(*x));
+                c.labelsInferred = false;
+                for (size_t i = 0; i < x->size(); ++i) {
+                    const int64_t l = getNonNegativeInteger((*x)[i], child(lp, i));
+                    atMostInt32(l, child(lp, i), "class ids are 32-bit");
+                    c.labels.push_back(l);
+                }
+            }
+        }
+        if (const Json* x = member(v, "label_mode"))
+            c.labelMode = getOneOf(*x, child(path, "label_mode"), {"int", "categorical", "binary"});
+        if (const Json* x = member(v, "class_names")) {
+            const std::string cp = child(path, "class_names");
+            requireArray(*x, cp);
+            if (!c.labelsInferred)
+                fail(cp, "class_names needs labels \"inferred\" (the classes are sub-folders)");
+            for (size_t i = 0; i < x->size(); ++i) {
+                std::string n = getNonEmptyString((*x)[i], child(cp, i));
+                if (std::find(c.classNames.begin(), c.classNames.end(), n) != c.classNames.end())
+                    fail(child(cp, i), "\"" + n + "\" is listed twice");
+                c.classNames.push_back(std::move(n));
+            }
+        }
+        if (const Json* x = member(v, "color_mode"))
+            c.colorMode = getOneOf(*x, child(path, "color_mode"), {"grayscale", "rgb", "rgba"});
+        if (const Json* x = member(v, "image_size")) {
+            const std::string ip = child(path, "image_size");
+            requireArray(*x, ip);
+            if (x->size() != 2)
+                fail(ip, "expected [height, width], got " + std::to_string(x->size()) + " values");
+            c.height = getPositiveInteger((*x)[0], child(ip, 0));
+            c.width = getPositiveInteger((*x)[1], child(ip, 1));
+            if (c.height > 16384 || c.width > 16384)
+                fail(ip, "expected sides of at most 16384 pixels");
+        }
+        if (const Json* x = member(v, "interpolation"))
+            c.interpolation = getOneOf(*x, child(path, "interpolation"), {"bilinear", "nearest"});
+        if (const Json* x = member(v, "crop_to_aspect_ratio"))
+            c.cropToAspectRatio = getBool(*x, child(path, "crop_to_aspect_ratio"));
+        if (const Json* x = member(v, "pad_to_aspect_ratio"))
+            c.padToAspectRatio = getBool(*x, child(path, "pad_to_aspect_ratio"));
+        if (c.cropToAspectRatio && c.padToAspectRatio)
+            fail(child(path, "pad_to_aspect_ratio"),
+                 "crop_to_aspect_ratio and pad_to_aspect_ratio cannot both be true");
+        if (const Json* x = member(v, "follow_links"))
+            c.followLinks = getBool(*x, child(path, "follow_links"));
+        if (const Json* x = member(v, "shuffle")) c.shuffle = getBool(*x, child(path, "shuffle"));
+        if (const Json* x = member(v, "seed")) {
+            const std::string sp = child(path, "seed");
+            if (auto seed = getOptionalSeed(*x, sp)) {
+                if (*seed > 0xffffffffull)
+                    fail(sp, "expected a seed in [0, 4294967295] (numpy's), got " +
+                                 std::to_string(*seed));
+                c.seed = static_cast<uint32_t>(*seed);
+            }
+        }
+        if (const Json* x = member(v, "validation_split")) {
+            c.validationSplit =
+                getNumberInRange(*x, child(path, "validation_split"), 0.0, 1.0, false);
+            if (c.validationSplit > 0 && c.shuffle && !c.seed)
+                fail(child(path, "seed"),
+                     "needed with validation_split and shuffle (as in Keras: the training and "
+                     "validation files must not overlap from one run to the next)");
+        }
+        if (const Json* x = member(v, "skip_bad_files"))
+            c.skipBadFiles = getBool(*x, child(path, "skip_bad_files"));
+        if (!c.testDirectory.empty() && !c.labelsInferred)
+            fail(child(path, "test_directory"),
+                 "a test folder needs labels \"inferred\" (its classes are its sub-folders)");
+        return c;
     }
 
     MapStep mapStep(const Json& v, const std::string& path) const {
@@ -878,7 +969,24 @@ Json sourceJson(const SourceConfig& s) {
     }
     if (s.type == "idx" || s.type == "npy" || s.type == "csv")
         j["non_finite"] = nonFiniteName(s.nonFinite);
-    else if (s.type == "synthetic") {
+    else if (s.type == "image_directory") {
+        const ImageDirectoryConfig& c = s.images;
+        j["directory"] = c.directory;
+        if (!c.testDirectory.empty()) j["test_directory"] = c.testDirectory;
+        j["labels"] = c.labelsInferred ? Json("inferred") : Json(c.labels);
+        j["label_mode"] = c.labelMode;
+        if (!c.classNames.empty()) j["class_names"] = c.classNames;
+        j["color_mode"] = c.colorMode;
+        j["image_size"] = {c.height, c.width};
+        j["interpolation"] = c.interpolation;
+        j["crop_to_aspect_ratio"] = c.cropToAspectRatio;
+        j["pad_to_aspect_ratio"] = c.padToAspectRatio;
+        j["follow_links"] = c.followLinks;
+        j["shuffle"] = c.shuffle;
+        j["seed"] = c.seed ? Json(*c.seed) : Json(nullptr);
+        j["validation_split"] = c.validationSplit;
+        j["skip_bad_files"] = c.skipBadFiles;
+    } else if (s.type == "synthetic") {
         j["samples"] = s.samples;
         j["test_samples"] = s.testSamples;
         j["shape"] = s.sampleShape;
@@ -1094,8 +1202,8 @@ Status saveProject(const Project& p, const std::string& path) {
     // Data files inside the project's folder are stored relative to it, so the folder can move.
     Project copy = p;
     SourceConfig& s = copy.data.source;
-    for (std::string* f :
-         {&s.trainImages, &s.trainLabels, &s.testImages, &s.testLabels, &s.trainPath, &s.testPath})
+    for (std::string* f : {&s.trainImages, &s.trainLabels, &s.testImages, &s.testLabels,
+                           &s.trainPath, &s.testPath, &s.images.directory, &s.images.testDirectory})
         *f = relativePath(*f, dir);
     if (copy.data.pipeline.cache.rfind("file:", 0) == 0)
         copy.data.pipeline.cache = "file:" + relativePath(copy.data.pipeline.cache.substr(5), dir);
@@ -1159,6 +1267,7 @@ std::string projectDifference(const Project& a, const Project& b) {
     TD_DIFF("data.source.shape", data.source.sampleShape);
     TD_DIFF("data.source.classes", data.source.classes);
     TD_DIFF("data.source.seed", data.source.seed);
+    TD_DIFF("data.source (image_directory)", data.source.images);
     if (a.data.pipeline.map.size() != b.data.pipeline.map.size()) return "data.pipeline.map";
     for (size_t i = 0; i < a.data.pipeline.map.size(); ++i) {
         const MapStep& x = a.data.pipeline.map[i];

@@ -53,9 +53,19 @@ Result<RunSetup> prepareRun(Project& p, const RunSetupOptions& opt) {
     }
 
     auto data = loadSource(p.data.source);
-    if (!data.ok()) return err("data.source: " + data.error());
+    if (!data.ok())
+        return err(data.error().rfind("data.source", 0) == 0 ? data.error()
+                                                             : "data.source: " + data.error());
     out.splits = std::move(data).value();
-    if (p.data.validationData == "test") {
+    if (out.splits.validation) {
+        if (p.data.validationData == "test" || p.data.validationSplit > 0)
+            return err(std::string("data.") +
+                       (p.data.validationSplit > 0 ? "validation_split" : "validation_data") +
+                       ": the source already gives a validation subset "
+                       "(data.source.validation_split); use one of the two");
+        ts.trainSet = out.splits.train;
+        ts.valSet = *out.splits.validation;
+    } else if (p.data.validationData == "test") {
         if (!out.splits.test)
             return err("data.validation_data: \"test\" needs a source with a test split");
         ts.trainSet = out.splits.train;

@@ -645,7 +645,8 @@ class TestData : public QObject {
         Result<DataSplits> s = loadSource(cfg);
         QVERIFY(!s.ok());
         QVERIFY2(QString::fromStdString(s.error()).contains(
-                     "'parquet' (valid types: fashion_mnist, idx, npy, csv, synthetic)"),
+                     "'parquet' (valid types: fashion_mnist, idx, npy, csv, synthetic, "
+                     "image_directory)"),
                  s.error().c_str());
     }
 

@@ -7,3 +7,7 @@ td_add_test(test_pipeline_training SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_pipeli
 td_add_test(test_data_limits SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_data_limits.cpp
             LABELS unit data LIBS traindeck_data)
 target_link_libraries(test_data_limits PRIVATE ZLIB::ZLIB)
+# The image_directory source; its fixtures are written with the format libraries' encoders.
+td_add_test(test_image_folder SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_image_folder.cpp
+            LABELS unit data LIBS traindeck_data)
+target_link_libraries(test_image_folder PRIVATE JPEG::JPEG PNG::PNG nlohmann_json::nlohmann_json)

@@ -1,0 +1,539 @@
+// The image_directory source (engine/data/image_folder.h): Keras' file order, labels and split
+// (against numpy's shuffle and, where the benchmark environment has Keras, against Keras' own file
+// lists and images), decoding of each format, TensorFlow's resize, and the errors for bad input.
+// Fixtures are written here with the format libraries' encoders (BMP by hand, GIF as bytes).
+// clang-format off
+#include <cstdio>
+#include <jpeglib.h>
+// clang-format on
+#include <png.h>
+
+#include <QDir>
+#include <QFile>
+#include <QProcess>
+#include <QStandardPaths>
+#include <QTemporaryDir>
+#include <QtTest>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "engine/data/image_folder.h"
+#include "engine/data/pipeline.h"
+
+namespace fs = std::filesystem;
+using namespace td;
+
+namespace {
+
+// w x h x channels 8-bit pixels with a pattern that varies by position and `seed`.
+std::vector<uint8_t> pattern(int w, int h, int channels, int seed) {
+    std::vector<uint8_t> p(static_cast<size_t>(w * h * channels));
+    for (size_t i = 0; i < p.size(); ++i)
+        p[i] = static_cast<uint8_t>((i * 37 + static_cast<size_t>(seed) * 91 + i / 7 * 13) % 256);
+    return p;
+}
+
+void writePng(const std::string& path, int w, int h, int channels, const std::vector<uint8_t>& px) {
+    png_image image{};
+    image.version = PNG_IMAGE_VERSION;
+    image.width = static_cast<png_uint_32>(w);
+    image.height = static_cast<png_uint_32>(h);
+    image.format = channels == 1   ? PNG_FORMAT_GRAY
+                   : channels == 3 ? PNG_FORMAT_RGB
+                                   : PNG_FORMAT_RGBA;
+    QVERIFY(png_image_write_to_file(&image, path.c_str(), 0, px.data(), 0, nullptr));
+}
+
+void writeJpeg(const std::string& path, int w, int h, const std::vector<uint8_t>& rgb) {
+    jpeg_compress_struct c{};
+    jpeg_error_mgr e{};
+    c.err = jpeg_std_error(&e);
+    jpeg_create_compress(&c);
+    FILE* f = std::fopen(path.c_str(), "wb");
+    QVERIFY(f);
+    jpeg_stdio_dest(&c, f);
+    c.image_width = static_cast<JDIMENSION>(w);
+    c.image_height = static_cast<JDIMENSION>(h);
+    c.input_components = 3;
+    c.in_color_space = JCS_RGB;
+    jpeg_set_defaults(&c);
+    jpeg_set_quality(&c, 95, TRUE);
+    jpeg_start_compress(&c, TRUE);
+    while (c.next_scanline < c.image_height) {
+        auto* row = const_cast<JSAMPROW>(rgb.data() + c.next_scanline * w * 3);
+        jpeg_write_scanlines(&c, &row, 1);
+    }
+    jpeg_finish_compress(&c);
+    jpeg_destroy_compress(&c);
+    std::fclose(f);
+}
+
+// A 24-bit BMP: the header, then rows bottom-up in BGR, each padded to 4 bytes.
+void writeBmp(const std::string& path, int w, int h, const std::vector<uint8_t>& rgb) {
+    const int stride = (w * 3 + 3) / 4 * 4;
+    const uint32_t size = 54 + static_cast<uint32_t>(stride * h);
+    std::vector<uint8_t> b(size, 0);
+    auto put32 = [&](size_t at, uint32_t v) {
+        for (int i = 0; i < 4; ++i) b[at + i] = static_cast<uint8_t>(v >> (8 * i));
+    };
+    b[0] = 'B';
+    b[1] = 'M';
+    put32(2, size);
+    put32(10, 54);
+    put32(14, 40);
+    put32(18, static_cast<uint32_t>(w));
+    put32(22, static_cast<uint32_t>(h));
+    b[26] = 1;
+    b[28] = 24;
+    for (int y = 0; y < h; ++y)
+        for (int x = 0; x < w; ++x)
+            for (int c = 0; c < 3; ++c)
+                b[54 + static_cast<size_t>((h - 1 - y) * stride + x * 3 + c)] =
+                    rgb[static_cast<size_t>((y * w + x) * 3 + (2 - c))];
+    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(b.data()), size);
+}
+
+void writeText(const std::string& path, const std::string& text) {
+    std::ofstream(path, std::ios::binary) << text;
+}
+
+// The Python with Keras that installer/bench.sh sets up, or $TRAINDECK_KERAS_PYTHON.
+QString kerasPython() {
+    const QByteArray env = qgetenv("TRAINDECK_KERAS_PYTHON");
+    if (!env.isEmpty()) return QString::fromLocal8Bit(env);
+    const QString venv = QDir::homePath() + "/.cache/traindeck/bench-venv/bin/python";
+    return QFile::exists(venv) ? venv : QString();
+}
+
+struct PyRun {
+    int code = -1;
+    QString out, err;
+};
+PyRun runPython(const QString& python, const QString& script) {
+    QProcess p;
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert("TF_CPP_MIN_LOG_LEVEL", "3");
+    p.setProcessEnvironment(env);
+    p.start(python, {"-c", script});
+    p.waitForFinished(240000);
+    return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1,
+            QString::fromUtf8(p.readAllStandardOutput()),
+            QString::fromUtf8(p.readAllStandardError())};
+}
+
+// A class folder tree as Keras meets them in practice: classes out of order, a nested folder, an
+// upper-case extension, a hidden file and folder, a file that is not an image by its name.
+void makeTree(const fs::path& root) {
+    int seed = 0;
+    for (const char* cls : {"zebra", "ant", "moth"}) {
+        fs::create_directories(root / cls);
+        for (int i = 0; i < 5; ++i)
+            writePng((root / cls / ("img" + std::to_string(9 - i) + ".png")).string(), 12, 10, 1,
+                     pattern(12, 10, 1, ++seed));
+    }
+    fs::create_directories(root / "ant" / "more");
+    writePng((root / "ant" / "more" / "b.PNG").string(), 7, 15, 1, pattern(7, 15, 1, ++seed));
+    writePng((root / "ant" / ".hidden.png").string(), 9, 9, 1, pattern(9, 9, 1, ++seed));
+    writePng((root / "moth" / "img3.png").string(), 30, 20, 1, pattern(30, 20, 1, ++seed));
+    writeText((root / "moth" / "notes.txt").string(), "not an image");
+    fs::create_directories(root / ".cache");
+    writePng((root / ".cache" / "x.png").string(), 4, 4, 1, pattern(4, 4, 1, ++seed));
+}
+
+}  // namespace
+
+class TestImageFolder : public QObject {
+    Q_OBJECT
+
+  private slots:
+    // numpy.random.RandomState(seed).shuffle, the permutation Keras applies to the file list.
+    void shuffleMatchesNumpy() {
+        // Debian's python3, where python3-numpy installs (not a python3 earlier on PATH).
+        const QString python = QFile::exists("/usr/bin/python3")
+                                   ? QString("/usr/bin/python3")
+                                   : QStandardPaths::findExecutable("python3");
+        if (python.isEmpty()) QSKIP("no python3 to compare with");
+        const PyRun check = runPython(python, "import numpy");
+        if (check.code != 0) QSKIP("python3 has no numpy (installer/deps.sh --test installs it)");
+        const std::vector<std::pair<int64_t, uint32_t>> cases{
+            {1, 7}, {2, 0}, {10, 1337}, {71, 123}, {1000, 4294967295u}, {70000, 42}};
+        QString script = "import numpy as np, json\nout = []\n";
+        for (auto [n, seed] : cases)
+            script += QString(
+                          "x = list(range(%1)); np.random.RandomState(%2).shuffle(x); "
+                          "out.append(x)\n")
+                          .arg(n)
+                          .arg(seed);
+        script += "print(json.dumps(out))\n";
+        const PyRun r = runPython(python, script);
+        QVERIFY2(r.code == 0, qPrintable(r.err));
+        const nlohmann::json want = nlohmann::json::parse(r.out.toStdString());
+        for (size_t k = 0; k < cases.size(); ++k) {
+            const std::vector<int64_t> got = numpyLegacyShuffle(cases[k].first, cases[k].second);
+            QVERIFY2(want[k].get<std::vector<int64_t>>() == got,
+                     qPrintable(QString("n %1 seed %2").arg(cases[k].first).arg(cases[k].second)));
+        }
+    }
+
+    // Keras' order without shuffling: classes by sorted folder name (hidden folders out), each
+    // class's files by sorted folder path, then name, every image extension in any case.
+    void listsAsKerasDoes() {
+        QTemporaryDir dir;
+        const fs::path root = dir.path().toStdString();
+        makeTree(root);
+        ImageDirectoryConfig cfg;
+        cfg.shuffle = false;
+        auto list = listImageFiles(cfg, root.string(), "directory");
+        QVERIFY2(list.ok(), list.ok() ? "" : list.error().c_str());
+        QCOMPARE(list->classNames, (std::vector<std::string>{"ant", "moth", "zebra"}));
+        std::vector<std::string> names;
+        for (const std::string& f : list->files) names.push_back(fs::relative(f, root).string());
+        const std::vector<std::string> want{"ant/.hidden.png", "ant/img5.png",   "ant/img6.png",
+                                            "ant/img7.png",    "ant/img8.png",   "ant/img9.png",
+                                            "ant/more/b.PNG",  "moth/img3.png",  "moth/img5.png",
+                                            "moth/img6.png",   "moth/img7.png",  "moth/img8.png",
+                                            "moth/img9.png",   "zebra/img5.png", "zebra/img6.png",
+                                            "zebra/img7.png",  "zebra/img8.png", "zebra/img9.png"};
+        QCOMPARE(names, want);
+        QCOMPARE(list->labels,
+                 (std::vector<int32_t>{0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2}));
+        // class_names picks and orders the classes.
+        cfg.classNames = {"zebra", "ant"};
+        list = listImageFiles(cfg, root.string(), "directory");
+        QVERIFY(list.ok());
+        QCOMPARE(list->classNames, cfg.classNames);
+        QCOMPARE(list->files.size(), size_t(12));
+        QCOMPARE(list->labels.front(), 0);
+        QVERIFY(list->files.front().find("/zebra/") != std::string::npos);
+    }
+
+    // Against Keras itself: the training and validation files of image_dataset_from_directory
+    // with a seed, and the images it yields (grayscale and RGB, resized bilinear and nearest,
+    // cropped and padded to the aspect ratio), from the same folder.
+    void matchesKeras() {
+        const QString python = kerasPython();
+        if (python.isEmpty())
+            QSKIP(
+                "no Python with Keras (installer/bench.sh sets one up, or set "
+                "TRAINDECK_KERAS_PYTHON)");
+        if (runPython(python, "import keras, tensorflow").code != 0)
+            QSKIP("the Python found has no Keras with TensorFlow");
+        QTemporaryDir dir;
+        const fs::path root = fs::path(dir.path().toStdString()) / "data";
+        makeTree(root);
+        fs::create_directories(root / "zebra" / "rgb");
+        writePng((root / "zebra" / "rgb" / "c.png").string(), 16, 9, 3, pattern(16, 9, 3, 99));
+        struct Case {
+            const char* color;
+            int h, w;
+            const char* interpolation;
+            bool crop, pad;
+            uint32_t seed;
+            double split;
+        };
+        const std::vector<Case> cases{{"grayscale", 10, 12, "bilinear", false, false, 1337, 0.25},
+                                      {"rgb", 20, 16, "bilinear", false, false, 7, 0.3},
+                                      {"grayscale", 6, 9, "nearest", false, false, 3, 0.2},
+                                      {"grayscale", 8, 8, "bilinear", true, false, 5, 0.5},
+                                      {"rgb", 9, 14, "bilinear", false, true, 11, 0.1}};
+        QString script = "import os, json, numpy as np, keras\nout = []\n";
+        for (size_t k = 0; k < cases.size(); ++k) {
+            const Case& c = cases[k];
+            script += QString(
+                          "tr, va = keras.utils.image_dataset_from_directory('%1', "
+                          "validation_split=%2, subset='both', seed=%3, color_mode='%4', "
+                          "image_size=(%5, %6), interpolation='%7', crop_to_aspect_ratio=%8, "
+                          "pad_to_aspect_ratio=%9, batch_size=None, verbose=False)\n")
+                          .arg(QString::fromStdString(root.string()))
+                          .arg(c.split)
+                          .arg(c.seed)
+                          .arg(c.color)
+                          .arg(c.h)
+                          .arg(c.w)
+                          .arg(c.interpolation)
+                          .arg(c.crop ? "True" : "False")
+                          .arg(c.pad ? "True" : "False");
+            // Iterating a shuffled dataset reshuffles it: the images and labels by file, read
+            // again unshuffled with the same options.
+            script += QString(
+                          "al = keras.utils.image_dataset_from_directory('%1', shuffle=False, "
+                          "color_mode='%2', image_size=(%3, %4), interpolation='%5', "
+                          "crop_to_aspect_ratio=%6, pad_to_aspect_ratio=%7, batch_size=None, "
+                          "verbose=False)\n")
+                          .arg(QString::fromStdString(root.string()))
+                          .arg(c.color)
+                          .arg(c.h)
+                          .arg(c.w)
+                          .arg(c.interpolation)
+                          .arg(c.crop ? "True" : "False")
+                          .arg(c.pad ? "True" : "False");
+            script += "by = {p: (x.numpy(), int(y)) for p, (x, y) in zip(al.file_paths, al)}\n";
+            script += QString(
+                          "order = tr.file_paths + va.file_paths; "
+                          "np.save('%1/case%2.npy', np.stack([by[p][0] for p in order])"
+                          ".astype(np.float32))\n")
+                          .arg(dir.path())
+                          .arg(k);
+            script +=
+                "out.append([tr.file_paths, va.file_paths, [by[p][1] for p in "
+                "tr.file_paths], tr.class_names])\n";
+        }
+        script += "print(json.dumps(out))\n";
+        const PyRun r = runPython(python, script);
+        QVERIFY2(r.code == 0, qPrintable(r.err.right(3000)));
+        const nlohmann::json want =
+            nlohmann::json::parse(r.out.trimmed().split('\n').last().toStdString());
+        for (size_t k = 0; k < cases.size(); ++k) {
+            const Case& c = cases[k];
+            ImageDirectoryConfig cfg;
+            cfg.directory = root.string();
+            cfg.colorMode = c.color;
+            cfg.height = c.h;
+            cfg.width = c.w;
+            cfg.interpolation = c.interpolation;
+            cfg.cropToAspectRatio = c.crop;
+            cfg.padToAspectRatio = c.pad;
+            cfg.seed = c.seed;
+            cfg.validationSplit = c.split;
+            auto list = listImageFiles(cfg, cfg.directory, "directory");
+            QVERIFY(list.ok());
+            const auto n = static_cast<int64_t>(list->files.size());
+            const auto numVal = static_cast<int64_t>(c.split * static_cast<double>(n));
+            const std::vector<std::string> train(list->files.begin(), list->files.end() - numVal),
+                val(list->files.end() - numVal, list->files.end());
+            const QString what = QString("case %1").arg(k);
+            QVERIFY2(want[k][0].get<std::vector<std::string>>() == train, qPrintable(what));
+            QVERIFY2(want[k][1].get<std::vector<std::string>>() == val, qPrintable(what));
+            QVERIFY2(want[k][3].get<std::vector<std::string>>() == list->classNames,
+                     qPrintable(what));
+            auto splits = loadImageDirectory(cfg);
+            QVERIFY2(splits.ok(), splits.ok() ? "" : splits.error().c_str());
+            QVERIFY(splits->validation);
+            std::vector<int32_t> labels(splits->train.y.data<int32_t>(),
+                                        splits->train.y.data<int32_t>() + splits->train.size());
+            QVERIFY2(want[k][2].get<std::vector<int32_t>>() == labels, qPrintable(what));
+            auto keras = readNpy(QString("%1/case%2.npy").arg(dir.path()).arg(k).toStdString());
+            QVERIFY2(keras.ok(), keras.ok() ? "" : keras.error().c_str());
+            const int64_t per = splits->train.x.size() / splits->train.size();
+            QCOMPARE(keras->size(), per * n);
+            double worst = 0;
+            for (int64_t i = 0; i < n; ++i) {
+                const Dataset& d = i < n - numVal ? splits->train : *splits->validation;
+                const int64_t j = i < n - numVal ? i : i - (n - numVal);
+                for (int64_t e = 0; e < per; ++e) {
+                    const double diff = std::fabs(double{d.x.data<float>()[j * per + e]} -
+                                                  double{keras->data<float>()[i * per + e]});
+                    if (diff > worst && diff > 1e-3)
+                        qWarning("%s element %lld: %g vs keras %g",
+                                 list->files[static_cast<size_t>(i)].c_str(),
+                                 static_cast<long long>(e), double{d.x.data<float>()[j * per + e]},
+                                 double{keras->data<float>()[i * per + e]});
+                    worst = std::max(worst, diff);
+                }
+            }
+            // The same arithmetic in float (the RGB file read as gray with TensorFlow's weights).
+            QVERIFY2(worst <= 1e-3, qPrintable(what + QString(": worst difference %1").arg(worst)));
+        }
+    }
+
+    // Each format decodes to its pixels: PNG (gray, RGB, RGBA) and BMP exactly, JPEG within its
+    // loss, GIF's first frame; the format is read from the bytes, not the name.
+    void decodesEachFormat() {
+        QTemporaryDir dir;
+        const std::string d = dir.path().toStdString();
+        const std::vector<uint8_t> gray = pattern(5, 4, 1, 1), rgb = pattern(5, 4, 3, 2),
+                                   rgba = pattern(5, 4, 4, 3);
+        writePng(d + "/g.png", 5, 4, 1, gray);
+        writePng(d + "/c.png", 5, 4, 3, rgb);
+        writePng(d + "/a.png", 5, 4, 4, rgba);
+        writeBmp(d + "/b.bmp", 5, 4, rgb);
+        writePng(d + "/named.jpg", 5, 4, 1, gray);  // a PNG under a JPEG name
+        auto g = decodeImageFile(d + "/g.png", 1);
+        QVERIFY2(g.ok(), g.ok() ? "" : g.error().c_str());
+        QCOMPARE(g->height, int64_t(4));
+        QCOMPARE(g->width, int64_t(5));
+        QVERIFY(g->pixels == gray);
+        auto c = decodeImageFile(d + "/c.png", 3);
+        QVERIFY(c.ok() && c->pixels == rgb);
+        auto a = decodeImageFile(d + "/a.png", 4);
+        QVERIFY(a.ok() && a->pixels == rgba);
+        auto b = decodeImageFile(d + "/b.bmp", 3);
+        QVERIFY2(b.ok(), b.ok() ? "" : b.error().c_str());
+        QVERIFY(b->pixels == rgb);
+        auto named = decodeImageFile(d + "/named.jpg", 1);
+        QVERIFY(named.ok() && named->pixels == gray);
+        // JPEG: a smooth image survives quality 95 within a few levels.
+        std::vector<uint8_t> smooth(16 * 8 * 3);
+        for (int y = 0; y < 8; ++y)
+            for (int x = 0; x < 16; ++x)
+                for (int k = 0; k < 3; ++k)
+                    smooth[static_cast<size_t>((y * 16 + x) * 3 + k)] =
+                        static_cast<uint8_t>(40 + 8 * x + 5 * y + 30 * k);
+        writeJpeg(d + "/s.jpg", 16, 8, smooth);
+        auto j = decodeImageFile(d + "/s.jpg", 3);
+        QVERIFY2(j.ok(), j.ok() ? "" : j.error().c_str());
+        QCOMPARE(j->width, int64_t(16));
+        int worst = 0;
+        for (size_t i = 0; i < smooth.size(); ++i)
+            worst = std::max(worst, std::abs(int{j->pixels[i]} - int{smooth[i]}));
+        QVERIFY2(worst <= 8, qPrintable(QString::number(worst)));
+        auto jg = decodeImageFile(d + "/s.jpg", 1);
+        QVERIFY(jg.ok() && jg->channels == 1 && jg->pixels.size() == 16 * 8);
+        // GIF: a 1x1 image whose one colour is (255, 0, 0).
+        const unsigned char gif[] = {'G', 'I',  'F', '8', '9', 'a', 1, 0,    1,    0, 0x80, 0,
+                                     0,   0xff, 0,   0,   0,   0,   0, ',',  0,    0, 0,    0,
+                                     1,   0,    1,   0,   0,   2,   2, 0x44, 0x01, 0, ';'};
+        std::ofstream(d + "/r.gif", std::ios::binary)
+            .write(reinterpret_cast<const char*>(gif), sizeof gif);
+        auto r = decodeImageFile(d + "/r.gif", 3);
+        QVERIFY2(r.ok(), r.ok() ? "" : r.error().c_str());
+        QCOMPARE(r->pixels, (std::vector<uint8_t>{255, 0, 0}));
+    }
+
+    // tf.image.resize's bilinear with half-pixel centers, worked out by hand: [[0, 1], [2, 3]]
+    // to 4x4 samples each axis at -0.25, 0.25, 0.75, 1.25 (clamped), weights 0, .25, .75, 1.
+    void resizesAsTensorFlow() {
+        const float in[4] = {0, 1, 2, 3};
+        float out[16];
+        resizeImage(in, 2, 2, 1, out, 4, 4, false);
+        const float c[4] = {0, 0.25f, 0.75f, 1};
+        for (int y = 0; y < 4; ++y)
+            for (int x = 0; x < 4; ++x) QCOMPARE(out[y * 4 + x], c[x] + 2 * c[y]);
+        float near[16];
+        resizeImage(in, 2, 2, 1, near, 4, 4, true);
+        for (int y = 0; y < 4; ++y)
+            for (int x = 0; x < 4; ++x) QCOMPARE(near[y * 4 + x], in[(y / 2) * 2 + x / 2]);
+        // The same size: the image itself.
+        float same[4];
+        resizeImage(in, 2, 2, 1, same, 2, 2, false);
+        for (int i = 0; i < 4; ++i) QCOMPARE(same[i], in[i]);
+    }
+
+    // The source's splits and labels: validation from the shuffled list's tail, a test folder,
+    // categorical and binary labels, explicit labels.
+    void loadsSplitsAndLabels() {
+        QTemporaryDir dir;
+        const fs::path root = dir.path().toStdString();
+        for (const char* split : {"train", "test"})
+            for (const char* cls : {"cat", "dog"}) {
+                fs::create_directories(root / split / cls);
+                for (int i = 0; i < (std::string(split) == "train" ? 10 : 3); ++i)
+                    writePng((root / split / cls / (std::to_string(i) + ".png")).string(), 6, 6, 1,
+                             pattern(6, 6, 1, i));
+            }
+        SourceConfig s;
+        s.type = "image_directory";
+        s.images.directory = (root / "train").string();
+        s.images.testDirectory = (root / "test").string();
+        s.images.height = 6;
+        s.images.width = 6;
+        s.images.colorMode = "grayscale";
+        s.images.seed = 42;
+        s.images.validationSplit = 0.25;
+        auto splits = loadSource(s);
+        QVERIFY2(splits.ok(), splits.ok() ? "" : splits.error().c_str());
+        QCOMPARE(splits->train.size(), int64_t(15));
+        QCOMPARE(splits->validation->size(), int64_t(5));
+        QCOMPARE(splits->test->size(), int64_t(6));
+        QCOMPARE(splits->train.x.shape(), (Shape{15, 6, 6, 1}));
+        QCOMPARE(splits->train.numClasses, int64_t(2));
+        QCOMPARE(splits->train.classNames, (std::vector<std::string>{"cat", "dog"}));
+        // The test folder in sorted order: three cats, then three dogs.
+        QCOMPARE(splits->test->y.data<int32_t>()[0], 0);
+        QCOMPARE(splits->test->y.data<int32_t>()[5], 1);
+        s.images.labelMode = "categorical";
+        splits = loadSource(s);
+        QVERIFY(splits.ok());
+        QCOMPARE(splits->train.y.shape(), (Shape{15, 2}));
+        s.images.labelMode = "binary";
+        splits = loadSource(s);
+        QVERIFY(splits.ok());
+        QCOMPARE(splits->train.y.shape(), (Shape{15, 1}));
+        // Explicit labels: one per file of the folder, in sorted path order.
+        SourceConfig e = s;
+        e.images.testDirectory.clear();
+        e.images.validationSplit = 0;
+        e.images.labelMode = "int";
+        e.images.labelsInferred = false;
+        e.images.shuffle = false;
+        for (int i = 0; i < 20; ++i) e.images.labels.push_back(i % 3);
+        splits = loadSource(e);
+        QVERIFY2(splits.ok(), splits.ok() ? "" : splits.error().c_str());
+        QCOMPARE(splits->train.numClasses, int64_t(3));
+        QCOMPARE(splits->train.y.data<int32_t>()[4], 1);
+    }
+
+    // Bad input: each a clear error naming the file or folder and what was expected; with
+    // skip_bad_files the files that do not decode are left out and counted.
+    void badInputNamesTheFile() {
+        QTemporaryDir dir;
+        const fs::path root = dir.path().toStdString();
+        fs::create_directories(root / "a");
+        fs::create_directories(root / "b");
+        for (int i = 0; i < 3; ++i)
+            writePng((root / "a" / (std::to_string(i) + ".png")).string(), 4, 4, 1,
+                     pattern(4, 4, 1, i));
+        ImageDirectoryConfig cfg;
+        cfg.directory = root.string();
+        cfg.height = cfg.width = 4;
+        auto expectError = [&](const ImageDirectoryConfig& c, const std::string& part) {
+            auto r = loadImageDirectory(c);
+            QVERIFY2(!r.ok(), part.c_str());
+            QVERIFY2(r.error().find(part) != std::string::npos, r.error().c_str());
+        };
+        expectError(cfg, "the class folder " + (root / "b").string() + " holds no images");
+        writePng((root / "b" / "0.png").string(), 4, 4, 1, pattern(4, 4, 1, 9));
+        // A truncated PNG, and a text file under an image's name.
+        {
+            std::ifstream f((root / "a" / "0.png").string(), std::ios::binary);
+            std::string bytes((std::istreambuf_iterator<char>(f)), {});
+            writeText((root / "a" / "cut.png").string(), bytes.substr(0, bytes.size() / 2));
+        }
+        expectError(cfg, (root / "a" / "cut.png").string() + ": not a readable PNG image");
+        fs::remove(root / "a" / "cut.png");
+        writeText((root / "b" / "fake.jpg").string(), "hello");
+        expectError(cfg, (root / "b" / "fake.jpg").string() + ": not an image (expected a JPEG");
+        ImageDirectoryConfig skip = cfg;
+        skip.skipBadFiles = true;
+        auto skipped = loadImageDirectory(skip);
+        QVERIFY2(skipped.ok(), skipped.ok() ? "" : skipped.error().c_str());
+        QCOMPARE(skipped->train.size(), int64_t(4));
+        bool noted = false;
+        for (const std::string& n : skipped->notes)
+            noted = noted || n.find("left out 1 training file(s)") != std::string::npos;
+        QVERIFY(noted);
+        fs::remove(root / "b" / "fake.jpg");
+        ImageDirectoryConfig binary = cfg;
+        fs::create_directories(root / "c");
+        writePng((root / "c" / "0.png").string(), 4, 4, 1, pattern(4, 4, 1, 5));
+        binary.labelMode = "binary";
+        expectError(binary, "\"binary\" needs exactly 2 classes, the data has 3 (a, b, c)");
+        ImageDirectoryConfig split = cfg;
+        split.validationSplit = 0.1;
+        split.seed = 1;
+        expectError(split, "0.100000 of 5 images leaves 5 for training and 0 for validation");
+        ImageDirectoryConfig missing = cfg;
+        missing.directory = (root / "nope").string();
+        expectError(missing, (root / "nope").string() + " does not exist");
+        ImageDirectoryConfig names = cfg;
+        names.classNames = {"a", "zz"};
+        expectError(names, "\"zz\" is not a sub-folder of " + root.string());
+        ImageDirectoryConfig labels = cfg;
+        labels.labelsInferred = false;
+        labels.labels = {0, 1};
+        expectError(labels, "2 labels for the 5 images");
+        const fs::path empty = root / "empty";
+        fs::create_directories(empty / "x");
+        ImageDirectoryConfig none = cfg;
+        none.directory = empty.string();
+        none.labelsInferred = false;
+        expectError(none, "no images in " + empty.string());
+    }
+};
+
+QTEST_GUILESS_MAIN(TestImageFolder)
+#include "test_image_folder.moc"
