@@ -79,6 +79,9 @@ struct EpochMetrics {
     double samplesPerSecond = 0;
     int64_t resumedSamples = 0;
     double learningRate = 0;
+    // The step loop's time waiting for batches this epoch (input-bound when a large share of
+    // `seconds`: kInputBoundShare, engine/data/pipeline.h).
+    double inputWaitSeconds = 0;
 };
 
 struct DeviceStats {

@@ -299,6 +299,7 @@ class PipelineImpl final : public Pipeline {
     double inlineMaxBatchSeconds_ = kInlineMaxBatchSeconds;  // TRAINDECK_INLINE_MAX_US
     bool inlineLimitSet_ = false;  // by TRAINDECK_INLINE_MAX_US: the only limit
     bool formsAside_ = false;      // PipelineOptions::formsAside
+    int64_t formDelayUs_ = 0;      // kPipelineDelayEnv
     int64_t maxWorkers_ = 1, prefetchCap_ = 0;
     std::vector<std::string> messages_;
 
@@ -439,6 +440,15 @@ Result<std::unique_ptr<Pipeline>> PipelineImpl::make(const Dataset& data, const 
     // TRAINDECK_INLINE_MAX_US replaces both limits, kInlineMaxBatchSeconds and the share of the
     // consumer's time (to measure either way on another machine, and for the tests, which must
     // not depend on how fast this one forms a batch).
+    // Test hook: every batch takes this much longer to form (a slow pipeline on demand).
+    if (const char* v = std::getenv(kPipelineDelayEnv); v && *v) {
+        char* end = nullptr;
+        const long long us = std::strtoll(v, &end, 10);
+        if (end == v || *end != '\0' || us < 0 || us > 10000000)
+            return err(std::string(kPipelineDelayEnv) +
+                       ": expected microseconds from 0 to 10000000, got '" + v + "'");
+        p->formDelayUs_ = us;
+    }
     if (const char* v = std::getenv("TRAINDECK_INLINE_MAX_US"); v && *v) {
         char* end = nullptr;
         const double us = std::strtod(v, &end);
@@ -724,6 +734,7 @@ Status PipelineImpl::produce(int64_t b, Slot& slot) {
     slot.batch.y = rows == batchSize_ ? slot.fullY : slot.remY;
     slot.batch.size = rows;
     slot.batch.firstIndex = first;
+    if (formDelayUs_ > 0) std::this_thread::sleep_for(std::chrono::microseconds(formDelayUs_));
     return {};
 }
 
@@ -933,6 +944,19 @@ PipelineStats PipelineImpl::stats() const {
 }
 
 }  // namespace
+
+std::string inputBoundAdvice(const PipelineStats& s, const PipelineConfig& cfg, double cacheBytes) {
+    if (cfg.cache == "none")
+        return "a cache after the decode and map steps (data.pipeline.cache \"memory\": " +
+               formatBytes(cacheBytes) + " for this data) would form each sample once";
+    if (cfg.parallelCalls != kAutotune && cfg.parallelCalls < s.maxParallelCalls)
+        return "more map workers (data.pipeline.parallel_calls \"autotune\", or above " +
+               std::to_string(cfg.parallelCalls) + ")";
+    if (cfg.prefetch == 0)
+        return "prefetching batches ahead of the step (data.pipeline.prefetch \"autotune\")";
+    return "the map workers are at the CPU budget (" + std::to_string(s.maxParallelCalls) +
+           " workers): fewer or lighter map steps, or a smaller image size";
+}
 
 std::string describePipeline(const PipelineStats& s) {
     std::string text =

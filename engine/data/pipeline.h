@@ -118,6 +118,18 @@ struct PipelineStats {
 // One line for logs: workers, prefetch and where the epoch's elements came from.
 std::string describePipeline(const PipelineStats& s);
 
+// An epoch is input-bound when the step loop spent at least this share of its time waiting for
+// batches (TensorFlow's input-pipeline analyzer calls such a step "highly input-bound")
+constexpr double kInputBoundShare = 0.2;
+// ... and waited at least this long in all, for at least a tenth of its batches (the pipeline's
+// start alone is not a bound).
+constexpr double kInputBoundMinSeconds = 0.05;
+// The change that would help an input-bound epoch most, in project fields: a cache (`cacheBytes`:
+// what a memory cache of the data would hold), more map workers, prefetch, or lighter work.
+std::string inputBoundAdvice(const PipelineStats& s, const PipelineConfig& cfg, double cacheBytes);
+// Test hook: every batch takes this many microseconds longer to form.
+constexpr const char* kPipelineDelayEnv = "TRAINDECK_TEST_PIPELINE_DELAY_US";
+
 // Knobs that are not part of a project.
 struct PipelineOptions {
     int64_t cpuBudget = 0;  // cores AUTOTUNE may use for map workers; 0: the schedulable cores

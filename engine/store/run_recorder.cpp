@@ -149,6 +149,8 @@ struct RunRecorder::Impl {
                     r.metrics = std::move(e.metrics);
                     if (e.learningRate > 0) r.metrics["lr"] = e.learningRate;
                     if (e.samplesPerSecond > 0) r.metrics["samples_per_s"] = e.samplesPerSecond;
+                    if (e.seconds > 0)  // the share of the epoch spent waiting for data
+                        r.metrics["input_wait_share"] = e.inputWaitSeconds / e.seconds;
                     epochs.push_back(std::move(r));
                 } else if constexpr (std::is_same_v<T, DeviceStats>) {
                     devices.push_back(DeviceRow{t, e.device, e.utilization, e.memoryBytes,

@@ -163,6 +163,7 @@ Status Trainer::Impl::trainStep(FitState& st, const Batch& b, int64_t sampleOrig
     st.seen += globalRows(b.size);
     st.seenSinceLog += globalRows(b.size);
     st.logWait += inputWait;
+    st.epochWait += inputWait;
     st.logCompute += secondsSince(t0);
     return Status::success();
 }
@@ -297,8 +298,7 @@ Result<TrainInput> Trainer::Impl::openTrainInput() {
         options.consumerThreads += d.kind == DeviceKind::Cpu ? d.threads : 1;
     }
     HostThreads* host = replicas[0]->device->hostThreads();
-    options.formsAside =
-        replicas.size() == 1 && host && host->runsAside();
+    options.formsAside = replicas.size() == 1 && host && host->runsAside();
     TrainInput in;
     in.formsAside = options.formsAside;
     TD_ASSIGN_OR_RETURN(
@@ -360,6 +360,7 @@ Status Trainer::Impl::beginEpoch(FitState& st, TrainInput& in, int epoch) {
     st.step = 0;
     st.seen = st.seenBefore = st.seenSinceLog = 0;
     st.logWait = st.logCompute = 0;
+    st.epochWait = 0;
     st.sums.clear();
     st.epochT0 = st.logT0 = Clock::now();
     if (!resume || epoch != resume->epoch || resume->stepInEpoch == 0) return Status::success();
@@ -397,15 +398,37 @@ Result<EpochMetrics> Trainer::Impl::endEpoch(FitState& st, TrainInput& in) {
     em.samplesPerSecond = static_cast<double>(st.seen - st.seenBefore) / std::max(1e-9, em.seconds);
     em.resumedSamples = st.seenBefore;
     em.learningRate = optimizer->currentLearningRate();
+    em.inputWaitSeconds = st.epochWait;
     if (s.valSet && !st.stopNow) {
         TD_ASSIGN_OR_RETURN(EvalResult vr, evaluate(*s.valSet));
         for (const auto& [k, val] : vr.metrics) em.metrics["val_" + k] = val;
     }
     bus->publish(em);
-    bus->publish(
-        LogLine{LogLine::Level::Info,
-                "epoch " + std::to_string(st.epoch + 1) + ": " + describePipeline(in.pipe->stats()),
-                /*detail=*/true});
+    // Did training wait for data? Input-bound, the pipeline's line is for everyone, with the
+    // change that would help; otherwise it is a detail (the store, the app's log, --verbose).
+    const PipelineStats ps = in.pipe->stats();
+    const double share = em.inputWaitSeconds / std::max(1e-9, em.seconds);
+    // Steady waits only: the start of a prefetching pipeline (its first batches of the epoch)
+    // is not a bound, nor a wait of milliseconds in a short epoch. Without prefetch every batch
+    // forms while the step waits.
+    const bool steady = ps.prefetchDepth == 0 || ps.formingInline ||
+                        ps.consumerWaits >= std::max<int64_t>(2, st.step / 10);
+    const bool bound =
+        share >= kInputBoundShare && em.inputWaitSeconds >= kInputBoundMinSeconds && steady;
+    bus->publish(LogLine{LogLine::Level::Info,
+                         "epoch " + std::to_string(st.epoch + 1) + ": " + describePipeline(ps),
+                         /*detail=*/!bound});
+    if (bound) {
+        const Dataset& d = s.trainSet;
+        const double cacheBytes =
+            static_cast<double>(d.x.size()) * 4.0 + static_cast<double>(d.y.size()) * 4.0;
+        char pct[16];
+        std::snprintf(pct, sizeof pct, "%.0f%%", 100.0 * share);
+        bus->publish(LogLine{LogLine::Level::Warning,
+                             "epoch " + std::to_string(st.epoch + 1) + " was input-bound: " + pct +
+                                 " of the step loop's time waited for data; " +
+                                 inputBoundAdvice(ps, s.project.data.pipeline, cacheBytes)});
+    }
     st.lastEpoch = em.metrics;
     return em;
 }

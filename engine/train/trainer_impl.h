@@ -97,7 +97,6 @@ struct WorkerFault {
 
 struct TrainInput;  // the training pipeline of a fit (trainer.cpp)
 
-
 // Where the fit loop is, what it has measured since the last log point, and how the run is to
 // end: what the loop hands its observers.
 struct FitState {
@@ -110,6 +109,7 @@ struct FitState {
     int64_t seenBefore = 0;  // of those, the ones trained before a resume
     int64_t seenSinceLog = 0;
     double logWait = 0, logCompute = 0;  // input wait and step time since the last log point
+    double epochWait = 0;                // input wait of this epoch
     Clock::time_point epochT0, logT0;
     std::vector<double> sums;  // the epoch's loss and metric sums, as last read
     MetricMap lastLogged;      // the latest step metrics

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "engine/api/session.h"
+#include "engine/data/pipeline.h"
 #include "tests/scoped_env.h"
 #include "tests/source_dir.h"
 
@@ -46,6 +47,7 @@ struct Run {
     std::vector<EpochSources> epochs;  // from the pipeline's log line after each epoch
     std::vector<std::string> warnings;
     std::vector<double> losses;
+    std::vector<double> waitShares;  // EpochMetrics: input wait over the epoch's seconds
     RunStatus status = RunStatus::Running;
 };
 
@@ -71,6 +73,7 @@ Run train(const Project& project) {
             if (l->level == LogLine::Level::Warning) run.warnings.push_back(l->text);
         } else if (const auto* em = std::get_if<EpochMetrics>(&e)) {
             run.losses.push_back(em->metrics.at("loss"));
+            run.waitShares.push_back(em->inputWaitSeconds / std::max(1e-9, em->seconds));
         } else if (const auto* f = std::get_if<RunFinished>(&e)) {
             run.status = f->status;
         }
@@ -87,6 +90,7 @@ class TestPipelineTraining : public QObject {
     void memoryCacheReadAfterTheFirstEpoch();
     void cacheStepInTheProjectFile();
     void inlineEpochsTrainAsWorkerEpochs();
+    void inputBoundEpochsSaySo();
 };
 
 void TestPipelineTraining::fileCacheReadAfterTheFirstEpochAndByTheNextRun() {
@@ -250,6 +254,45 @@ void TestPipelineTraining::inlineEpochsTrainAsWorkerEpochs() {
     QVERIFY2(st.error().find("TRAINDECK_INLINE_MAX_US") != std::string::npos &&
                  st.error().find("'fast'") != std::string::npos,
              st.error().c_str());
+}
+
+// Did training wait for data? A deliberately slow pipeline (each batch 10 ms longer to form, one
+// worker, no cache, no prefetch) is input-bound, and the run says so with the share and the
+// change that would help (here the cache); the same run with a fast pipeline says nothing.
+void TestPipelineTraining::inputBoundEpochsSaySo() {
+    Project project = blobs("none", 3);
+    project.data.pipeline.map = {MapStep{.op = "scale", .factor = 0.5}};
+    project.data.pipeline.parallelCalls = 1;
+    project.data.pipeline.prefetch = 0;
+    project.training.epochs = 2;
+    const Run fast = train(project);
+    QCOMPARE(fast.status, RunStatus::Completed);
+    for (const std::string& w : fast.warnings)
+        QVERIFY2(w.find("input-bound") == std::string::npos, w.c_str());
+    const ScopedEnv slowly(kPipelineDelayEnv, "10000");
+    const Run slow = train(project);
+    QCOMPARE(slow.status, RunStatus::Completed);
+    QCOMPARE(slow.waitShares.size(), size_t{2});
+    int bound = 0;
+    for (const std::string& w : slow.warnings) {
+        if (w.find("was input-bound: ") == std::string::npos) continue;
+        ++bound;
+        QVERIFY2(w.find("of the step loop's time waited for data; a cache after the decode and "
+                        "map steps (data.pipeline.cache \"memory\": ") != std::string::npos,
+                 w.c_str());
+    }
+    QCOMPARE(bound, 2);
+    for (double share : slow.waitShares)
+        QVERIFY2(share >= kInputBoundShare, qPrintable(QString::number(share)));
+    // Its pipeline line is then for everyone, not a detail.
+    QCOMPARE(slow.epochs.size(), size_t{2});
+    // A delay that is not a number of microseconds is refused, naming the variable.
+    const ScopedEnv bad(kPipelineDelayEnv, "slow");
+    auto s = Session::create(project, {});
+    QVERIFY(s.ok());
+    const Status st = (*s)->fit();
+    QVERIFY(!st.ok());
+    QVERIFY2(st.error().find(kPipelineDelayEnv) != std::string::npos, st.error().c_str());
 }
 
 QTEST_GUILESS_MAIN(TestPipelineTraining)

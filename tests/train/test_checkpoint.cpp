@@ -124,7 +124,7 @@ std::map<int, MetricMap> storedEpochs(const std::string& db, int64_t runId) {
     std::map<int, MetricMap> out;
     for (const EpochRow& r : *rows)
         for (const auto& [k, v] : r.metrics)
-            if (k != "samples_per_s") out[r.epoch][k] = v;
+            if (k != "samples_per_s" && k != "input_wait_share") out[r.epoch][k] = v;  // timings
     return out;
 }
 
