@@ -34,7 +34,8 @@ namespace td::ui {
 namespace {
 
 constexpr int kPreviewSamples = 48;
-const QStringList kSourceTypes{"fashion_mnist", "idx", "csv", "npy", "synthetic"};
+const QStringList kSourceTypes{"fashion_mnist", "idx",       "csv",
+                               "npy",           "synthetic", "image_directory"};
 
 QString q(const std::string& s) {
     return QString::fromStdString(s);
@@ -108,6 +109,7 @@ DataPanel::DataPanel(ProjectController* project, QWidget* parent)
     sourceType_->addItem(tr("CSV file"), "csv");
     sourceType_->addItem(tr("NumPy .npy arrays"), "npy");
     sourceType_->addItem(tr("Synthetic (generated)"), "synthetic");
+    sourceType_->addItem(tr("Image folder (a sub-folder per class)"), "image_directory");
     pages_ = new QStackedWidget;
     buildSourcePages();
     connect(sourceType_, &QComboBox::activated, this, [this](int i) {
@@ -258,6 +260,57 @@ void DataPanel::buildSourcePages() {
     }
     connect(synShape_, &QLineEdit::textEdited, this, &DataPanel::writeSource);
     pages_->addWidget(syn);
+
+    // Image folder: Keras' image_dataset_from_directory (the other arguments in the project file).
+    auto* img = new QWidget;
+    auto* imf = new QFormLayout(img);
+    imgDir_ = FilePicker::folder(false);
+    imgDir_->setObjectName("imageDirectory");
+    imgDir_->setToolTip(tr("One sub-folder per class, holding JPEG, PNG, BMP or GIF files."));
+    imgTestDir_ = FilePicker::folder(true);
+    imgHeight_ = new QSpinBox;
+    imgWidth_ = new QSpinBox;
+    for (QSpinBox* s : {imgHeight_, imgWidth_}) {
+        s->setRange(1, 16384);
+        s->setSuffix(tr(" px"));
+    }
+    imgHeight_->setObjectName("imageHeight");
+    auto* size = new QHBoxLayout;
+    size->addWidget(imgHeight_);
+    size->addWidget(new QLabel(tr("×")));
+    size->addWidget(imgWidth_);
+    imgColor_ = new QComboBox;
+    imgColor_->addItem(tr("grayscale"), "grayscale");
+    imgColor_->addItem(tr("RGB"), "rgb");
+    imgColor_->addItem(tr("RGBA"), "rgba");
+    imgLabels_ = new QComboBox;
+    imgLabels_->addItem(tr("class ids (int)"), "int");
+    imgLabels_->addItem(tr("one-hot (categorical)"), "categorical");
+    imgLabels_->addItem(tr("0/1 (binary, two classes)"), "binary");
+    imgValidation_ = new QDoubleSpinBox;
+    imgValidation_->setRange(0.0, 0.9);
+    imgValidation_->setSingleStep(0.05);
+    imgValidation_->setDecimals(3);
+    imgValidation_->setToolTip(
+        tr("Keras' validation subset: the last share of the shuffled files."));
+    imgSeed_ = new QSpinBox;
+    imgSeed_->setRange(0, INT32_MAX);
+    imgSeed_->setToolTip(tr("Shuffles the file list as Keras does with the same seed."));
+    imf->addRow(tr("Folder"), imgDir_);
+    imf->addRow(tr("Test folder"), imgTestDir_);
+    imf->addRow(tr("Image size (h × w)"), size);
+    imf->addRow(tr("Colour"), imgColor_);
+    imf->addRow(tr("Labels"), imgLabels_);
+    imf->addRow(tr("Validation files"), imgValidation_);
+    imf->addRow(tr("Seed"), imgSeed_);
+    connect(imgDir_, &FilePicker::pathEdited, this, &DataPanel::writeSource);
+    connect(imgTestDir_, &FilePicker::pathEdited, this, &DataPanel::writeSource);
+    for (QSpinBox* s : {imgHeight_, imgWidth_, imgSeed_})
+        connect(s, &QSpinBox::valueChanged, this, &DataPanel::writeSource);
+    connect(imgValidation_, &QDoubleSpinBox::valueChanged, this, &DataPanel::writeSource);
+    for (QComboBox* c : {imgColor_, imgLabels_})
+        connect(c, &QComboBox::activated, this, &DataPanel::writeSource);
+    pages_->addWidget(img);
 }
 
 QWidget* DataPanel::buildPipeline() {
@@ -402,6 +455,15 @@ void DataPanel::reload() {
     synShapeError_->clear();
     synClasses_->setValue(static_cast<int>(s.classes));
     synSeed_->setValue(static_cast<int>(s.seed));
+    const td::ImageDirectoryConfig& im = s.images;
+    imgDir_->setPath(q(im.directory));
+    imgTestDir_->setPath(q(im.testDirectory));
+    imgHeight_->setValue(static_cast<int>(im.height));
+    imgWidth_->setValue(static_cast<int>(im.width));
+    imgColor_->setCurrentIndex(std::max(0, imgColor_->findData(q(im.colorMode))));
+    imgLabels_->setCurrentIndex(std::max(0, imgLabels_->findData(q(im.labelMode))));
+    imgValidation_->setValue(im.validationSplit);
+    imgSeed_->setValue(static_cast<int>(std::min<uint32_t>(im.seed.value_or(0), INT32_MAX)));
 
     const td::PipelineConfig& p = d.pipeline;
     const td::MapStep* sc = findStep(p.map, "scale");
@@ -479,6 +541,20 @@ void DataPanel::writeSource() {
                 if (shapeOk) s.sampleShape = shape;
                 s.classes = synClasses_->value();
                 s.seed = static_cast<uint64_t>(synSeed_->value());
+            } else if (type == "image_directory") {
+                td::ImageDirectoryConfig& im = s.images;
+                im.directory = imgDir_->path().toStdString();
+                im.testDirectory = imgTestDir_->path().toStdString();
+                im.height = imgHeight_->value();
+                im.width = imgWidth_->value();
+                im.colorMode = imgColor_->currentData().toString().toStdString();
+                im.labelMode = imgLabels_->currentData().toString().toStdString();
+                im.validationSplit = imgValidation_->value();
+                // A split needs a seed (as in Keras); the field shows 0 for none.
+                if (imgSeed_->value() > 0 || im.validationSplit > 0)
+                    im.seed = static_cast<uint32_t>(imgSeed_->value());
+                else
+                    im.seed.reset();
             }
         },
         this);

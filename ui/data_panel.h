@@ -99,6 +99,14 @@ class DataPanel : public QWidget {
     QLabel* synShapeError_;
     QSpinBox* synClasses_;
     QSpinBox* synSeed_;
+    FilePicker* imgDir_;
+    FilePicker* imgTestDir_;
+    QSpinBox* imgHeight_;
+    QSpinBox* imgWidth_;
+    QComboBox* imgColor_;
+    QComboBox* imgLabels_;
+    QDoubleSpinBox* imgValidation_;
+    QSpinBox* imgSeed_;
 
     QCheckBox* scaleOn_;
     QDoubleSpinBox* scale_;

@@ -35,13 +35,22 @@ FilePicker::FilePicker(const QString& filter, bool optional, QWidget* parent)
     connect(browse, &QToolButton::clicked, this, [this] {
         QString start =
             edit_->text().isEmpty() ? QString() : QFileInfo(edit_->text()).absolutePath();
-        QString p = QFileDialog::getOpenFileName(this, tr("Choose a file"), start, filter_);
+        QString p =
+            folder_ ? QFileDialog::getExistingDirectory(this, tr("Choose a folder"), edit_->text())
+                    : QFileDialog::getOpenFileName(this, tr("Choose a file"), start, filter_);
         if (p.isEmpty()) return;
         edit_->setText(p);
         validate();
         emit pathEdited(p);
     });
     validate();
+}
+
+FilePicker* FilePicker::folder(bool optional, QWidget* parent) {
+    auto* p = new FilePicker(QString(), optional, parent);
+    p->folder_ = true;
+    p->validate();
+    return p;
 }
 
 QString FilePicker::path() const {
@@ -55,8 +64,16 @@ void FilePicker::setPath(const QString& path) {
 
 QString FilePicker::problem() const {
     const QString p = path();
-    if (p.isEmpty()) return optional_ ? QString() : tr("A file is required here.");
+    if (p.isEmpty())
+        return optional_ ? QString()
+               : folder_ ? tr("A folder is required here.")
+                         : tr("A file is required here.");
     QFileInfo fi(p);
+    if (folder_) {
+        if (!fi.exists()) return tr("Folder not found: %1").arg(p);
+        if (!fi.isDir()) return tr("Not a folder: %1").arg(p);
+        return {};
+    }
     if (!fi.exists()) return tr("File not found: %1").arg(p);
     if (!fi.isFile()) return tr("Not a file: %1").arg(p);
     if (!fi.isReadable()) return tr("File is not readable: %1").arg(p);

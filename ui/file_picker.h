@@ -13,6 +13,8 @@ class FilePicker : public QWidget {
   public:
     // `filter` as for QFileDialog ("IDX files (*.gz *-ubyte)"); optional fields accept empty text.
     FilePicker(const QString& filter, bool optional, QWidget* parent = nullptr);
+    // A folder instead of a file (an image folder source).
+    static FilePicker* folder(bool optional, QWidget* parent = nullptr);
 
     QString path() const;
     void setPath(const QString& path);  // does not emit pathEdited
@@ -28,6 +30,7 @@ class FilePicker : public QWidget {
 
     QString filter_;
     bool optional_;
+    bool folder_ = false;
     QLineEdit* edit_;
     QLabel* status_;
 };

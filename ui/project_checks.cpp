@@ -46,6 +46,18 @@ QString dataProblem(const td::DataConfig& data) {
     } else if (s.type == "csv") {
         problems << fileProblem(s.trainPath, QObject::tr("CSV training file"), true)
                  << fileProblem(s.testPath, QObject::tr("CSV test file"), false);
+    } else if (s.type == "image_directory") {
+        auto folder = [&](const std::string& path, const QString& what, bool required) {
+            if (path.empty()) return required ? QObject::tr("choose the %1").arg(what) : QString();
+            return QFileInfo(QString::fromStdString(path)).isDir()
+                       ? QString()
+                       : QObject::tr("the %1 %2 is not a folder")
+                             .arg(what, QString::fromStdString(path));
+        };
+        problems << folder(s.images.directory, QObject::tr("image folder"), true)
+                 << folder(s.images.testDirectory, QObject::tr("test image folder"), false);
+        if (s.images.validationSplit > 0 && s.images.shuffle && !s.images.seed)
+            problems << QObject::tr("an image folder's validation files need a seed");
     } else if (s.type != "synthetic") {
         problems << QObject::tr("unknown data source \"%1\"").arg(QString::fromStdString(s.type));
     }

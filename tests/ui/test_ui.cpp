@@ -47,6 +47,7 @@
 #include "ui/chart_widget.h"
 #include "ui/config_diff.h"
 #include "ui/data_panel.h"
+#include "ui/file_picker.h"
 #include "ui/latency_probe.h"
 #include "ui/layer_property_editor.h"
 #include "ui/layer_stack_model.h"
@@ -241,6 +242,7 @@ class TestUi : public QObject {
     void closingMidRunMarksStopped();
     void quitQuestionClosesWhenTheRunEnds();
     void dataPreviewGridReflows();
+    void dataTabReadsImageFolders();
     void helpMenuListsShortcutsAndDocumentation();
     void projectRoundTripsUnchanged();
     void configDiffPairsSettings_data();
@@ -1034,6 +1036,54 @@ void TestUi::dataPreviewGridReflows() {
     QCOMPARE(grid->horizontalScrollBar()->isVisible(), false);
     w->resize(1400, 900);
     QTRY_COMPARE(firstRow(), wide);
+}
+
+// The shipped image-folder project, on folders its script writes (five images a class): the Data
+// tab shows the folder source and its pictures, Start is allowed; a folder that is not there
+// blocks Start with a reason, and a folder chosen in the tab becomes the project's.
+void TestUi::dataTabReadsImageFolders() {
+    const QString folders = dir_.filePath("folders");
+    QProcess script;
+    script.start(QFile::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3",
+                 {QString(td::dev::kSourceDir) + "/projects/make_image_folders.py", "--limit", "5",
+                  "--out", folders});
+    QVERIFY(script.waitForFinished(120000));
+    QVERIFY2(script.exitCode() == 0, script.readAllStandardError().constData());
+    QFile shipped(QString(td::dev::kSourceDir) + "/projects/fashion_mnist_folder_cnn.json");
+    QVERIFY(shipped.open(QIODevice::ReadOnly));
+    QString text = QString::fromUtf8(shipped.readAll());
+    text.replace("\"fashion-mnist-png/train\"", "\"" + folders + "/train\"");
+    text.replace("\"fashion-mnist-png/test\"", "\"" + folders + "/test\"");
+    const QString path = dir_.filePath("folder_project.json");
+    QVERIFY(writeFile(path, text));
+    auto w = makeWindow("folders.db");
+    QString error;
+    QVERIFY2(w->openProject(path, &error), qPrintable(error));
+    DataPanel* dp = w->dataPanel();
+    auto* type = child<QComboBox>(dp, "sourceType");
+    QVERIFY(type);
+    QCOMPARE(type->currentData().toString(), QString("image_directory"));
+    auto* picker = child<FilePicker>(dp, "imageDirectory");
+    QVERIFY(picker && picker->isValid());
+    QCOMPARE(picker->path(), folders + "/train");
+    QSignalSpy preview(dp, &DataPanel::previewLoaded);
+    w->tabs()->setCurrentIndex(MainWindow::DataTab);
+    QTRY_VERIFY_WITH_TIMEOUT(preview.count() >= 1, 30000);
+    QVERIFY(preview.last().first().toBool());
+    QVERIFY(dp->previewSampleCount() > 0);
+    QVERIFY(child<QListWidget>(dp, "samplePreview")->count() > 0);
+    RunController* rc = w->runController();
+    QVERIFY2(rc->startBlocker().isEmpty(), qPrintable(rc->startBlocker()));
+    // A folder that is not there: Start says which.
+    picker->lineEdit()->setText(folders + "/nowhere");
+    emit picker->pathEdited(folders + "/nowhere");
+    QCOMPARE(w->projectController()->project().data.source.images.directory,
+             (folders + "/nowhere").toStdString());
+    QVERIFY2(rc->startBlocker().contains("image folder"), qPrintable(rc->startBlocker()));
+    QVERIFY(!picker->isValid());
+    picker->lineEdit()->setText(folders + "/train");
+    emit picker->pathEdited(folders + "/train");
+    QVERIFY2(rc->startBlocker().isEmpty(), qPrintable(rc->startBlocker()));
 }
 
 void TestUi::dataPanelDescribesPipeline() {
