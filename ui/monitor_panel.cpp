@@ -132,9 +132,16 @@ MonitorPanel::MonitorPanel(RunController* runs, QWidget* parent) : QWidget(paren
     split->setStretchFactor(1, 1);
     rememberSplitter(split, "monitor");
 
+    inputBound_ = new QLabel;
+    inputBound_->setObjectName("inputBound");
+    inputBound_->setWordWrap(true);
+    inputBound_->setStyleSheet("color: #8a5a00;");
+    inputBound_->setVisible(false);
+
     auto* layout = new QVBoxLayout(this);
     layout->addLayout(controls);
     layout->addWidget(blocker_);
+    layout->addWidget(inputBound_);
     layout->addWidget(split, 1);
 
     connect(runs, &RunController::runStarted, this, &MonitorPanel::onRunStarted);
@@ -245,6 +252,7 @@ void MonitorPanel::appendLog(const QString& text, td::LogLine::Level level) {
 
 void MonitorPanel::onRunStarted(const td::RunStarted& info) {
     info_ = info;
+    inputBound_->setVisible(false);
     elapsed_.start();
     lastGlobalStep_ = 0;
     lastEpoch_ = info.initialEpoch;
@@ -388,6 +396,15 @@ void MonitorPanel::onEvents(const EventBatch& batch) {
                 accuracy_->append(series_["acc/val"], x, *v);
         }
         if (batch.history) continue;  // a resumed run's earlier epochs: drawn, said once below
+        // Input-bound: said where the eye is, until an epoch that is not.
+        const double share = e.inputWaitSeconds / std::max(1e-9, e.seconds);
+        inputBound_->setVisible(!e.inputBoundAdvice.empty());
+        if (!e.inputBoundAdvice.empty())
+            inputBound_->setText(
+                tr("⏳ Input-bound: epoch %1 spent %2% of its step time waiting for data. Try %3.")
+                    .arg(e.epoch + 1)
+                    .arg(100.0 * share, 0, 'f', 0)
+                    .arg(QString::fromStdString(e.inputBoundAdvice)));
         QStringList parts;
         for (const auto& [k, v] : e.metrics)
             parts << QString("%1=%2").arg(QString::fromStdString(k)).arg(v, 0, 'g', 5);

@@ -66,6 +66,7 @@ class MonitorPanel : public QWidget {
 
     RunController* runs_;
     QLabel* blocker_;
+    QLabel* inputBound_;  // the last epoch waited for data: how much, and what would help
     QProgressBar* progress_;
     QLabel* progressLabel_;
     QPlainTextEdit* log_;

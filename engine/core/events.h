@@ -82,6 +82,8 @@ struct EpochMetrics {
     // The step loop's time waiting for batches this epoch (input-bound when a large share of
     // `seconds`: kInputBoundShare, engine/data/pipeline.h).
     double inputWaitSeconds = 0;
+    // For an input-bound epoch, the change that would help (inputBoundAdvice); empty otherwise.
+    std::string inputBoundAdvice;
 };
 
 struct DeviceStats {

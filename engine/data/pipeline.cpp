@@ -954,8 +954,9 @@ std::string inputBoundAdvice(const PipelineStats& s, const PipelineConfig& cfg, 
                std::to_string(cfg.parallelCalls) + ")";
     if (cfg.prefetch == 0)
         return "prefetching batches ahead of the step (data.pipeline.prefetch \"autotune\")";
-    return "the map workers are at the CPU budget (" + std::to_string(s.maxParallelCalls) +
-           " workers): fewer or lighter map steps, or a smaller image size";
+    return "fewer or lighter map steps, or a smaller image size (the map workers are at the CPU "
+           "budget, " +
+           std::to_string(s.maxParallelCalls) + ")";
 }
 
 std::string describePipeline(const PipelineStats& s) {

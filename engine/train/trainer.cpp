@@ -403,31 +403,34 @@ Result<EpochMetrics> Trainer::Impl::endEpoch(FitState& st, TrainInput& in) {
         TD_ASSIGN_OR_RETURN(EvalResult vr, evaluate(*s.valSet));
         for (const auto& [k, val] : vr.metrics) em.metrics["val_" + k] = val;
     }
-    bus->publish(em);
-    // Did training wait for data? Input-bound, the pipeline's line is for everyone, with the
-    // change that would help; otherwise it is a detail (the store, the app's log, --verbose).
+    // Did training wait for data? Steady waits only: the start of a prefetching pipeline (its
+    // first batches of the epoch) is not a bound, nor a wait of milliseconds in a short epoch;
+    // without prefetch every batch forms while the step waits. Input-bound, the epoch carries the
+    // change that would help, a warning says it, and the pipeline's line is for everyone;
+    // otherwise that line is a detail (the store, the app's log, --verbose).
     const PipelineStats ps = in.pipe->stats();
     const double share = em.inputWaitSeconds / std::max(1e-9, em.seconds);
-    // Steady waits only: the start of a prefetching pipeline (its first batches of the epoch)
-    // is not a bound, nor a wait of milliseconds in a short epoch. Without prefetch every batch
-    // forms while the step waits.
     const bool steady = ps.prefetchDepth == 0 || ps.formingInline ||
                         ps.consumerWaits >= std::max<int64_t>(2, st.step / 10);
     const bool bound =
         share >= kInputBoundShare && em.inputWaitSeconds >= kInputBoundMinSeconds && steady;
-    bus->publish(LogLine{LogLine::Level::Info,
-                         "epoch " + std::to_string(st.epoch + 1) + ": " + describePipeline(ps),
-                         /*detail=*/!bound});
     if (bound) {
         const Dataset& d = s.trainSet;
         const double cacheBytes =
             static_cast<double>(d.x.size()) * 4.0 + static_cast<double>(d.y.size()) * 4.0;
+        em.inputBoundAdvice = inputBoundAdvice(ps, s.project.data.pipeline, cacheBytes);
+    }
+    bus->publish(em);
+    bus->publish(LogLine{LogLine::Level::Info,
+                         "epoch " + std::to_string(st.epoch + 1) + ": " + describePipeline(ps),
+                         /*detail=*/!bound});
+    if (bound) {
         char pct[16];
         std::snprintf(pct, sizeof pct, "%.0f%%", 100.0 * share);
         bus->publish(LogLine{LogLine::Level::Warning,
                              "epoch " + std::to_string(st.epoch + 1) + " was input-bound: " + pct +
                                  " of the step loop's time waited for data; " +
-                                 inputBoundAdvice(ps, s.project.data.pipeline, cacheBytes)});
+                                 em.inputBoundAdvice});
     }
     st.lastEpoch = em.metrics;
     return em;

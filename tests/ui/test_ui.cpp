@@ -243,6 +243,7 @@ class TestUi : public QObject {
     void quitQuestionClosesWhenTheRunEnds();
     void dataPreviewGridReflows();
     void dataTabReadsImageFolders();
+    void monitorSaysWhenInputBound();
     void helpMenuListsShortcutsAndDocumentation();
     void projectRoundTripsUnchanged();
     void configDiffPairsSettings_data();
@@ -1084,6 +1085,47 @@ void TestUi::dataTabReadsImageFolders() {
     picker->lineEdit()->setText(folders + "/train");
     emit picker->pathEdited(folders + "/train");
     QVERIFY2(rc->startBlocker().isEmpty(), qPrintable(rc->startBlocker()));
+}
+
+// An input-bound epoch is said above the charts, with its share and the change that would help,
+// until an epoch that is not; a new run starts without it.
+void TestUi::monitorSaysWhenInputBound() {
+    auto w = makeWindow("bound.db");
+    RunController* rc = w->runController();
+    MonitorPanel* mon = w->monitorPanel();
+    w->tabs()->setCurrentIndex(MainWindow::MonitorTab);
+    w->show();
+    td::RunStarted info;
+    info.runId = 1;
+    info.epochs = 3;
+    info.stepsPerEpoch = 10;
+    info.devices = {"cpu:0"};
+    emit rc->runStarted(info);
+    auto* label = child<QLabel>(mon, "inputBound");
+    QVERIFY(label && label->isHidden());
+    auto epoch = [&](int e, double wait, const std::string& advice) {
+        EventBatch batch;
+        td::EpochMetrics em;
+        em.epoch = e;
+        em.seconds = 2.0;
+        em.samplesPerSecond = 1000;
+        em.metrics = {{"loss", 0.5}};
+        em.inputWaitSeconds = wait;
+        em.inputBoundAdvice = advice;
+        batch.epochs.push_back(em);
+        emit rc->eventsArrived(batch);
+    };
+    epoch(0, 1.3, "a cache after the decode and map steps");
+    QVERIFY(label->isVisible());
+    QVERIFY2(label->text().contains("epoch 1 spent 65% of its step time waiting for data") &&
+                 label->text().contains("a cache after the decode and map steps"),
+             qPrintable(label->text()));
+    epoch(1, 0.01, "");
+    QVERIFY(label->isHidden());
+    epoch(2, 1.0, "more map workers");
+    QVERIFY(label->isVisible());
+    emit rc->runStarted(info);
+    QVERIFY(label->isHidden());
 }
 
 void TestUi::dataPanelDescribesPipeline() {
