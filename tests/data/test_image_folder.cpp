@@ -243,34 +243,31 @@ class TestImageFolder : public QObject {
         QString script = "import os, json, numpy as np, keras\nout = []\n";
         for (size_t k = 0; k < cases.size(); ++k) {
             const Case& c = cases[k];
+            // The image options both reads share.
+            const QString images = QString(
+                                       "color_mode='%1', image_size=(%2, %3), "
+                                       "interpolation='%4', crop_to_aspect_ratio=%5, "
+                                       "pad_to_aspect_ratio=%6, batch_size=None, verbose=False")
+                                       .arg(c.color)
+                                       .arg(c.h)
+                                       .arg(c.w)
+                                       .arg(c.interpolation)
+                                       .arg(c.crop ? "True" : "False")
+                                       .arg(c.pad ? "True" : "False");
+            const QString folder = QString::fromStdString(root.string());
             script += QString(
                           "tr, va = keras.utils.image_dataset_from_directory('%1', "
-                          "validation_split=%2, subset='both', seed=%3, color_mode='%4', "
-                          "image_size=(%5, %6), interpolation='%7', crop_to_aspect_ratio=%8, "
-                          "pad_to_aspect_ratio=%9, batch_size=None, verbose=False)\n")
-                          .arg(QString::fromStdString(root.string()))
+                          "validation_split=%2, subset='both', seed=%3, %4)\n")
+                          .arg(folder)
                           .arg(c.split)
                           .arg(c.seed)
-                          .arg(c.color)
-                          .arg(c.h)
-                          .arg(c.w)
-                          .arg(c.interpolation)
-                          .arg(c.crop ? "True" : "False")
-                          .arg(c.pad ? "True" : "False");
+                          .arg(images);
             // Iterating a shuffled dataset reshuffles it: the images and labels by file, read
             // again unshuffled with the same options.
             script += QString(
                           "al = keras.utils.image_dataset_from_directory('%1', shuffle=False, "
-                          "color_mode='%2', image_size=(%3, %4), interpolation='%5', "
-                          "crop_to_aspect_ratio=%6, pad_to_aspect_ratio=%7, batch_size=None, "
-                          "verbose=False)\n")
-                          .arg(QString::fromStdString(root.string()))
-                          .arg(c.color)
-                          .arg(c.h)
-                          .arg(c.w)
-                          .arg(c.interpolation)
-                          .arg(c.crop ? "True" : "False")
-                          .arg(c.pad ? "True" : "False");
+                          "%2)\n")
+                          .arg(folder, images);
             script += "by = {p: (x.numpy(), int(y)) for p, (x, y) in zip(al.file_paths, al)}\n";
             script += QString(
                           "order = tr.file_paths + va.file_paths; "
