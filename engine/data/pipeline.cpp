@@ -299,7 +299,7 @@ class PipelineImpl final : public Pipeline {
     double inlineMaxBatchSeconds_ = kInlineMaxBatchSeconds;  // TRAINDECK_INLINE_MAX_US
     bool inlineLimitSet_ = false;  // by TRAINDECK_INLINE_MAX_US: the only limit
     bool formsAside_ = false;      // PipelineOptions::formsAside
-    int64_t formDelayUs_ = 0;      // kPipelineDelayEnv
+    int64_t formDelayUs_ = 0;      // kSlowBatchFaultEnv
     int64_t maxWorkers_ = 1, prefetchCap_ = 0;
     std::vector<std::string> messages_;
 
@@ -440,12 +440,12 @@ Result<std::unique_ptr<Pipeline>> PipelineImpl::make(const Dataset& data, const 
     // TRAINDECK_INLINE_MAX_US replaces both limits, kInlineMaxBatchSeconds and the share of the
     // consumer's time (to measure either way on another machine, and for the tests, which must
     // not depend on how fast this one forms a batch).
-    // Test hook: every batch takes this much longer to form (a slow pipeline on demand).
-    if (const char* v = std::getenv(kPipelineDelayEnv); v && *v) {
+    // Fault injection (kSlowBatchFaultEnv): every batch takes this much longer to form.
+    if (const char* v = std::getenv(kSlowBatchFaultEnv); v && *v) {
         char* end = nullptr;
         const long long us = std::strtoll(v, &end, 10);
         if (end == v || *end != '\0' || us < 0 || us > 10000000)
-            return err(std::string(kPipelineDelayEnv) +
+            return err(std::string(kSlowBatchFaultEnv) +
                        ": expected microseconds from 0 to 10000000, got '" + v + "'");
         p->formDelayUs_ = us;
     }

@@ -127,8 +127,10 @@ constexpr double kInputBoundMinSeconds = 0.05;
 // The change that would help an input-bound epoch most, in project fields: a cache (`cacheBytes`:
 // what a memory cache of the data would hold), more map workers, prefetch, or lighter work.
 std::string inputBoundAdvice(const PipelineStats& s, const PipelineConfig& cfg, double cacheBytes);
-// Test hook: every batch takes this many microseconds longer to form.
-constexpr const char* kPipelineDelayEnv = "TRAINDECK_TEST_PIPELINE_DELAY_US";
+// Fault injection for the tests, as TRAINDECK_FAULT_WORKER and TRAINDECK_FAULT_DECODE_CACHE_BYTES
+// (not a setting): every batch takes this many microseconds longer to form, a slow pipeline on
+// demand for the input-bound report's test.
+constexpr const char* kSlowBatchFaultEnv = "TRAINDECK_FAULT_SLOW_BATCH_US";
 
 // Knobs that are not part of a project.
 struct PipelineOptions {

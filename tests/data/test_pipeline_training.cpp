@@ -269,7 +269,7 @@ void TestPipelineTraining::inputBoundEpochsSaySo() {
     QCOMPARE(fast.status, RunStatus::Completed);
     for (const std::string& w : fast.warnings)
         QVERIFY2(w.find("input-bound") == std::string::npos, w.c_str());
-    const ScopedEnv slowly(kPipelineDelayEnv, "10000");
+    const ScopedEnv slowly(kSlowBatchFaultEnv, "10000");
     const Run slow = train(project);
     QCOMPARE(slow.status, RunStatus::Completed);
     QCOMPARE(slow.waitShares.size(), size_t{2});
@@ -287,12 +287,12 @@ void TestPipelineTraining::inputBoundEpochsSaySo() {
     // Its pipeline line is then for everyone, not a detail.
     QCOMPARE(slow.epochs.size(), size_t{2});
     // A delay that is not a number of microseconds is refused, naming the variable.
-    const ScopedEnv bad(kPipelineDelayEnv, "slow");
+    const ScopedEnv bad(kSlowBatchFaultEnv, "slow");
     auto s = Session::create(project, {});
     QVERIFY(s.ok());
     const Status st = (*s)->fit();
     QVERIFY(!st.ok());
-    QVERIFY2(st.error().find(kPipelineDelayEnv) != std::string::npos, st.error().c_str());
+    QVERIFY2(st.error().find(kSlowBatchFaultEnv) != std::string::npos, st.error().c_str());
 }
 
 QTEST_GUILESS_MAIN(TestPipelineTraining)
