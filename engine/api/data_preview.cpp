@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <map>
 
 #include "engine/data/pipeline.h"
@@ -21,14 +22,36 @@ int labelOf(const Dataset& d, int64_t i) {
     return -1;
 }
 
-// 0..255 pixels of sample i (n values starting at x's row i).
-std::vector<uint8_t> samplePixels(const Dataset& d, int64_t i, int64_t n) {
+// Sample i's n values as f32 (read from a streamed dataset's files).
+Result<std::vector<float>> sampleValues(const Dataset& d, int64_t i, int64_t n) {
+    std::vector<float> v(static_cast<size_t>(n));
+    if (d.reader) {
+        std::vector<uint8_t> raw(static_cast<size_t>(n) * dtypeSize(d.xType()));
+        TD_RETURN_IF_ERROR(d.reader->read(i, raw.data()));
+        if (d.xType() == DType::U8)
+            std::copy(raw.begin(), raw.end(), v.begin());
+        else
+            std::memcpy(v.data(), raw.data(), raw.size());
+    } else if (d.x.dtype() == DType::U8) {
+        const uint8_t* p = d.x.data<uint8_t>() + i * n;
+        std::copy(p, p + n, v.begin());
+    } else {
+        const Tensor xf = d.x.dtype() == DType::F32 ? d.x : d.x.slice(i, i + 1).to(DType::F32);
+        const float* p = xf.data<float>() + (d.x.dtype() == DType::F32 ? i * n : 0);
+        std::copy(p, p + n, v.begin());
+    }
+    return v;
+}
+
+// 0..255 pixels of sample i (n values).
+Result<std::vector<uint8_t>> samplePixels(const Dataset& d, int64_t i, int64_t n) {
     std::vector<uint8_t> px(static_cast<size_t>(n));
-    if (d.x.dtype() == DType::U8) {
+    if (d.xType() == DType::U8 && !d.reader) {
         const uint8_t* p = d.x.data<uint8_t>() + i * n;
         std::copy(p, p + n, px.begin());
     } else {
-        const float* p = d.x.data<float>() + i * n;
+        TD_ASSIGN_OR_RETURN(std::vector<float> v, sampleValues(d, i, n));
+        const float* p = v.data();
         const float lo = *std::min_element(p, p + n), hi = *std::max_element(p, p + n);
         const float scale = hi > lo ? 255.f / (hi - lo) : 0.f;
         for (int64_t k = 0; k < n; ++k)
@@ -69,36 +92,40 @@ std::string DataPreview::className(int label) const {
 }
 
 Result<DataPreview> previewData(const SourceConfig& source, int maxSamples, int maxFeatures) {
-    TD_ASSIGN_OR_RETURN(DataSplits splits, loadSource(source));
+    // Streamed: only the samples shown are decoded.
+    TD_ASSIGN_OR_RETURN(DataSplits splits, loadSource(source, /*stream=*/true));
     const Dataset& d = splits.train;
     DataPreview p;
     p.trainSamples = d.size();
     p.testSamples = splits.test ? splits.test->size() : 0;
     p.sampleShape = d.sampleShape();
-    p.dtype = dtypeName(d.x.dtype());
+    p.dtype = dtypeName(d.xType());
     p.numClasses = d.numClasses;
     p.classNames = d.classNames;
 
     const int64_t n = d.size();
     const int64_t shown = std::clamp<int64_t>(maxSamples, 0, n);
-    const int64_t perSample = n > 0 ? d.x.size() / n : 0;
+    const int64_t perSample = n > 0 ? d.sampleValues() : 0;
     for (int64_t i = 0; i < shown; ++i) p.labels.push_back(labelOf(d, i));
 
     const Shape& s = p.sampleShape;
     const bool pictures = (s.size() == 2 || s.size() == 3) && s[0] >= 4 && s[1] >= 4 &&
                           (s.size() == 2 || s[2] == 1 || s[2] == 3) &&
-                          (d.x.dtype() == DType::U8 || d.x.dtype() == DType::F32);
+                          (d.xType() == DType::U8 || d.xType() == DType::F32);
     if (pictures) {
         p.imageHeight = static_cast<int>(s[0]);
         p.imageWidth = static_cast<int>(s[1]);
         p.imageChannels = s.size() == 3 ? static_cast<int>(s[2]) : 1;
-        for (int64_t i = 0; i < shown; ++i) p.pixels.push_back(samplePixels(d, i, perSample));
+        for (int64_t i = 0; i < shown; ++i) {
+            TD_ASSIGN_OR_RETURN(std::vector<uint8_t> px, samplePixels(d, i, perSample));
+            p.pixels.push_back(std::move(px));
+        }
     } else if (shown > 0) {
-        const Tensor xf = d.x.dtype() == DType::F32 ? d.x : d.x.to(DType::F32);
         const int64_t features = std::clamp<int64_t>(maxFeatures, 0, perSample);
         for (int64_t i = 0; i < shown; ++i) {
-            const float* row = xf.data<float>() + i * perSample;
-            p.features.emplace_back(row, row + features);
+            TD_ASSIGN_OR_RETURN(std::vector<float> row, sampleValues(d, i, perSample));
+            row.resize(static_cast<size_t>(features));
+            p.features.push_back(std::move(row));
         }
     }
 

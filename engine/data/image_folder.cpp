@@ -215,8 +215,36 @@ Result<DecodedImage> decodePng(const std::string& path, const std::vector<uint8_
     return img;
 }
 
+uint32_t le32(const uint8_t* p) {
+    return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
+}
+
+// stb_image reads past the end of an uncompressed BMP as zeros: a truncated file would decode
+// with black rows. The header says how many pixel bytes follow; fewer is an error.
+Status checkBmpComplete(const std::string& path, const std::vector<uint8_t>& bytes) {
+    if (bytes.size() < 30)
+        return err(path + ": truncated BMP file (" + std::to_string(bytes.size()) +
+                   " bytes, no whole header)");
+    const uint32_t offset = le32(&bytes[10]), headerSize = le32(&bytes[14]);
+    if (headerSize < 40 || bytes.size() < 34) return Status::success();  // OS/2 headers: stb's
+    const auto width = static_cast<int32_t>(le32(&bytes[18]));
+    const auto height = static_cast<int32_t>(le32(&bytes[22]));
+    const unsigned bits = bytes[28] | bytes[29] << 8;
+    const uint32_t compression = le32(&bytes[30]);
+    if (compression != 0 && compression != 3) return Status::success();  // RLE: stb checks
+    const uint64_t stride =
+        (uint64_t{bits} * static_cast<uint64_t>(std::abs(int64_t{width})) + 31) / 32 * 4;
+    const uint64_t need =
+        uint64_t{offset} + stride * static_cast<uint64_t>(std::abs(int64_t{height}));
+    if (bytes.size() < need)
+        return err(path + ": truncated BMP file: its header says " + std::to_string(need) +
+                   " bytes, the file has " + std::to_string(bytes.size()));
+    return Status::success();
+}
+
 Result<DecodedImage> decodeWithStb(const std::string& path, const std::vector<uint8_t>& bytes,
                                    int channels, const char* kind) {
+    if (std::strcmp(kind, "BMP") == 0) TD_RETURN_IF_ERROR(checkBmpComplete(path, bytes));
     int w = 0, h = 0, n = 0;
     stbi_uc* data =
         stbi_load_from_memory(bytes.data(), static_cast<int>(bytes.size()), &w, &h, &n, channels);
@@ -290,33 +318,92 @@ int channelsOf(const std::string& colorMode) {
     return colorMode == "grayscale" ? 1 : colorMode == "rgba" ? 4 : 3;
 }
 
-struct LoadedImages {
-    Dataset data;
-    int64_t skipped = 0;
-    std::string firstSkipped;
+// The listed files of one split as a reader: each sample decoded, cropped or padded and resized
+// when read.
+class ImageFolderReader final : public ElementReader {
+  public:
+    ImageFolderReader(const ImageDirectoryConfig& cfg, std::vector<std::string> files)
+        : cfg_(cfg), files_(std::move(files)), channels_(channelsOf(cfg.colorMode)) {}
+    int64_t size() const override { return static_cast<int64_t>(files_.size()); }
+    Shape sampleShape() const override { return {cfg_.height, cfg_.width, channels_}; }
+    DType dtype() const override { return DType::F32; }
+    Status read(int64_t i, void* dst) const override {
+        Status s = loadOne(cfg_, files_[static_cast<size_t>(i)], static_cast<int>(channels_),
+                           static_cast<float*>(dst));
+        if (s.ok() || cfg_.skipBadFiles) return s;
+        return err(s.error() + " (set data.source.skip_bad_files to leave such files out)");
+    }
+    std::string identity() const override {
+        std::string id = "image_directory " + std::to_string(cfg_.height) + "x" +
+                         std::to_string(cfg_.width) + "x" + std::to_string(channels_) + " " +
+                         cfg_.interpolation + (cfg_.cropToAspectRatio ? " crop" : "") +
+                         (cfg_.padToAspectRatio ? " pad" : "") + "\n";
+        for (const std::string& f : files_) {
+            std::error_code ec;
+            const auto bytes = fs::file_size(f, ec);
+            const auto time = fs::last_write_time(f, ec).time_since_epoch().count();
+            id += f + " " + std::to_string(ec ? 0 : bytes) + " " + std::to_string(time) + "\n";
+        }
+        return id;
+    }
+    const std::vector<std::string>& files() const { return files_; }
+
+  private:
+    ImageDirectoryConfig cfg_;
+    std::vector<std::string> files_;
+    int64_t channels_;
 };
 
-// The listed files decoded in parallel into one [N, height, width, channels] array; labels as
-// label_mode says.
-Result<LoadedImages> loadFiles(const ImageDirectoryConfig& cfg, const ImageFileList& list,
-                               const std::vector<size_t>& pick, int64_t numClasses,
-                               const std::string& where) {
-    const int channels = channelsOf(cfg.colorMode);
-    const int64_t n = static_cast<int64_t>(pick.size());
-    const int64_t per = cfg.height * cfg.width * channels;
-    TD_RETURN_IF_ERROR(checkFileFits(
-        where,
-        std::to_string(n) + " images of " + std::to_string(cfg.height) + "x" +
-            std::to_string(cfg.width) + "x" + std::to_string(channels) + " float32 values",
-        static_cast<double>(n) * static_cast<double>(per) * 4.0));
-    Tensor x(DType::F32, {n, cfg.height, cfg.width, channels});
+// One split: the picked files as a streamed dataset, labels as label_mode says.
+Dataset splitOf(const ImageDirectoryConfig& cfg, const ImageFileList& list,
+                const std::vector<size_t>& pick, int64_t numClasses) {
+    const auto m = static_cast<int64_t>(pick.size());
+    std::vector<std::string> files;
+    files.reserve(pick.size());
+    for (size_t i : pick) files.push_back(list.files[i]);
+    Tensor y;
+    if (cfg.labelMode == "int") {
+        y = Tensor(DType::I32, {m});
+        for (int64_t j = 0; j < m; ++j)
+            y.data<int32_t>()[j] = list.labels[pick[static_cast<size_t>(j)]];
+    } else {
+        const int64_t k = cfg.labelMode == "binary" ? 1 : numClasses;
+        y = Tensor(DType::F32, {m, k});
+        std::fill(y.data<float>(), y.data<float>() + m * k, 0.0f);
+        for (int64_t j = 0; j < m; ++j) {
+            const int32_t label = list.labels[pick[static_cast<size_t>(j)]];
+            if (k == 1)
+                y.data<float>()[j] = static_cast<float>(label);
+            else
+                y.data<float>()[j * k + label] = 1.0f;
+        }
+    }
+    Dataset d;
+    d.reader = std::make_shared<ImageFolderReader>(cfg, std::move(files));
+    d.y = std::move(y);
+    d.numClasses = cfg.labelMode == "int" ? numClasses : 0;
+    d.classNames = list.classNames;
+    return d;
+}
+
+// A split as it will be used: decoded into memory (no `stream`), or streamed. Files that do not
+// decode are an error or, with skip_bad_files, left out; a streamed split finds them by decoding
+// every file once (into nothing), so that no batch meets one during training.
+Result<Materialized> prepareSplit(const ImageDirectoryConfig& cfg, Dataset d,
+                                  const std::string& where, bool stream) {
+    const auto n = d.size();
+    if (!stream || !cfg.skipBadFiles) {
+        if (!stream) return materialize(d, where, cfg.skipBadFiles);
+        return Materialized{std::move(d), 0, {}};
+    }
+    const auto& reader = static_cast<const ImageFolderReader&>(*d.reader);
     std::vector<std::string> errors(static_cast<size_t>(n));
     std::atomic<int64_t> next{0};
-    const int64_t threads = std::clamp<int64_t>(hardwareThreads(), 1, std::max<int64_t>(n, 1));
+    const int64_t threads = std::clamp<int64_t>(hardwareThreads(), 1, n);
     auto work = [&] {
+        std::vector<float> scratch(static_cast<size_t>(d.sampleValues()));
         for (int64_t i; (i = next.fetch_add(1)) < n;) {
-            const std::string& path = list.files[pick[static_cast<size_t>(i)]];
-            Status s = loadOne(cfg, path, channels, x.data<float>() + i * per);
+            Status s = reader.read(i, scratch.data());
             if (!s.ok()) errors[static_cast<size_t>(i)] = s.error();
         }
     };
@@ -324,52 +411,31 @@ Result<LoadedImages> loadFiles(const ImageDirectoryConfig& cfg, const ImageFileL
     for (int64_t t = 1; t < threads; ++t) pool.emplace_back(work);
     work();
     for (std::thread& t : pool) t.join();
-
+    Materialized out;
+    std::vector<std::string> files;
     std::vector<int64_t> good;
-    LoadedImages out;
     for (int64_t i = 0; i < n; ++i) {
         if (errors[static_cast<size_t>(i)].empty()) {
+            files.push_back(reader.files()[static_cast<size_t>(i)]);
             good.push_back(i);
-            continue;
+        } else if (out.skipped++ == 0) {
+            out.firstSkipped = errors[static_cast<size_t>(i)];
         }
-        if (!cfg.skipBadFiles)
-            return err(errors[static_cast<size_t>(i)] +
-                       " (set data.source.skip_bad_files to leave such files out)");
-        if (out.skipped++ == 0) out.firstSkipped = errors[static_cast<size_t>(i)];
     }
     if (good.empty()) return err(where + ": none of its " + std::to_string(n) + " images decodes");
-    if (static_cast<int64_t>(good.size()) != n) {
-        Tensor kept(DType::F32,
-                    {static_cast<int64_t>(good.size()), cfg.height, cfg.width, channels});
-        for (size_t j = 0; j < good.size(); ++j)
-            std::memcpy(kept.data<float>() + static_cast<int64_t>(j) * per,
-                        x.data<float>() + good[j] * per, static_cast<size_t>(per) * sizeof(float));
-        x = std::move(kept);
-    }
-    const auto m = static_cast<int64_t>(good.size());
-    Tensor y;
-    if (cfg.labelMode == "int") {
-        y = Tensor(DType::I32, {m});
-        for (int64_t j = 0; j < m; ++j)
-            y.data<int32_t>()[j] =
-                list.labels[pick[static_cast<size_t>(good[static_cast<size_t>(j)])]];
-    } else {
-        const int64_t k = cfg.labelMode == "binary" ? 1 : numClasses;
-        y = Tensor(DType::F32, {m, k});
-        std::fill(y.data<float>(), y.data<float>() + m * k, 0.0f);
-        for (int64_t j = 0; j < m; ++j) {
-            const int32_t label =
-                list.labels[pick[static_cast<size_t>(good[static_cast<size_t>(j)])]];
-            if (k == 1)
-                y.data<float>()[j] = static_cast<float>(label);
-            else
-                y.data<float>()[j * k + label] = 1.0f;
-        }
-    }
-    out.data.x = std::move(x);
-    out.data.y = std::move(y);
-    out.data.numClasses = cfg.labelMode == "int" ? numClasses : 0;
-    out.data.classNames = list.classNames;
+    Dataset kept = d;
+    kept.reader = std::make_shared<ImageFolderReader>(cfg, std::move(files));
+    const int64_t k = d.y.size() / std::max<int64_t>(n, 1);
+    Shape yShape = d.y.shape();
+    yShape[0] = static_cast<int64_t>(good.size());
+    kept.y = Tensor(d.y.dtype(), yShape);
+    const size_t rowBytes = static_cast<size_t>(k) * dtypeSize(d.y.dtype());
+    for (size_t j = 0; j < good.size(); ++j)
+        std::memcpy(
+            static_cast<uint8_t*>(kept.y.raw()) + j * rowBytes,
+            static_cast<const uint8_t*>(d.y.raw()) + static_cast<size_t>(good[j]) * rowBytes,
+            rowBytes);
+    out.data = std::move(kept);
     return out;
 }
 
@@ -534,7 +600,7 @@ void resizeImage(const float* in, int64_t height, int64_t width, int64_t channel
     }
 }
 
-Result<DataSplits> loadImageDirectory(const ImageDirectoryConfig& cfg) {
+Result<DataSplits> loadImageDirectory(const ImageDirectoryConfig& cfg, bool stream) {
     TD_ASSIGN_OR_RETURN(ImageFileList list,
                         listImageFiles(cfg, cfg.directory, "data.source.directory"));
     int64_t numClasses = static_cast<int64_t>(list.classNames.size());
@@ -560,9 +626,10 @@ Result<DataSplits> loadImageDirectory(const ImageDirectoryConfig& cfg) {
         (i < n - numVal ? train : val).push_back(static_cast<size_t>(i));
 
     DataSplits out;
-    TD_ASSIGN_OR_RETURN(LoadedImages t, loadFiles(cfg, list, train, numClasses, cfg.directory));
+    TD_ASSIGN_OR_RETURN(Materialized t, prepareSplit(cfg, splitOf(cfg, list, train, numClasses),
+                                                     cfg.directory, stream));
     out.train = std::move(t.data);
-    auto noteSkipped = [&](const LoadedImages& l, const std::string& what) {
+    auto noteSkipped = [&](const Materialized& l, const std::string& what) {
         if (l.skipped > 0)
             out.notes.push_back("data.source.skip_bad_files: left out " +
                                 std::to_string(l.skipped) + " " + what +
@@ -570,7 +637,8 @@ Result<DataSplits> loadImageDirectory(const ImageDirectoryConfig& cfg) {
     };
     noteSkipped(t, "training");
     if (!val.empty()) {
-        TD_ASSIGN_OR_RETURN(LoadedImages v, loadFiles(cfg, list, val, numClasses, cfg.directory));
+        TD_ASSIGN_OR_RETURN(Materialized v, prepareSplit(cfg, splitOf(cfg, list, val, numClasses),
+                                                         cfg.directory, stream));
         noteSkipped(v, "validation");
         out.validation = std::move(v.data);
     }
@@ -585,8 +653,9 @@ Result<DataSplits> loadImageDirectory(const ImageDirectoryConfig& cfg) {
                        joinNames(list.classNames) + ")");
         std::vector<size_t> all(testList.files.size());
         for (size_t i = 0; i < all.size(); ++i) all[i] = i;
-        TD_ASSIGN_OR_RETURN(LoadedImages te,
-                            loadFiles(testCfg, testList, all, numClasses, cfg.testDirectory));
+        TD_ASSIGN_OR_RETURN(Materialized te,
+                            prepareSplit(testCfg, splitOf(testCfg, testList, all, numClasses),
+                                         cfg.testDirectory, stream));
         noteSkipped(te, "test");
         out.test = std::move(te.data);
     }

@@ -1,7 +1,8 @@
 // The image_directory source: a folder of images, one sub-folder per class, read as Keras'
 // image_dataset_from_directory reads it (the same files, labels, order, split and image sizes),
 // decoded with libjpeg-turbo (JPEG), libpng (PNG) and stb_image (BMP, GIF's first frame) into
-// float32 [N, height, width, channels] with values 0..255, as Keras yields them.
+// float32 [N, height, width, channels] with values 0..255, as Keras yields them: when the pipeline
+// reads a sample (streamed), or all at load.
 //
 // Keras' order: the class names are the sorted sub-folder names (or `class_names`, in its order);
 // each class's files are listed recursively, folders in sorted order and the files of each in
@@ -55,7 +56,9 @@ void resizeImage(const float* in, int64_t height, int64_t width, int64_t channel
                  int64_t outHeight, int64_t outWidth, bool nearest);
 
 // The source: training (Keras' "training" subset), the validation subset when validation_split
-// is set (DataSplits::validation) and the test folder's images when test_directory is set.
-Result<DataSplits> loadImageDirectory(const ImageDirectoryConfig& cfg);
+// is set (DataSplits::validation) and the test folder's images when test_directory is set. With
+// `stream`, each split is a reader that decodes a file when the pipeline reads its sample;
+// without, the files are decoded here, in parallel, into one array per split.
+Result<DataSplits> loadImageDirectory(const ImageDirectoryConfig& cfg, bool stream = false);
 
 }  // namespace td

@@ -256,14 +256,15 @@ class PipelineImpl final : public Pipeline {
   private:
     struct Slot {
         Batch batch;
-        Tensor fullX, fullY;        // [B, ...]
-        Tensor remX, remY;          // views of the first `remainder` rows (empty when none)
-        std::vector<float> preRow;  // one element after the pre steps (source read, pre != id)
+        Tensor fullX, fullY;             // [B, ...]
+        Tensor remX, remY;               // views of the first `remainder` rows (empty when none)
+        std::vector<float> preRow;       // one element after the pre steps (source read, pre != id)
+        std::vector<uint8_t> sourceRow;  // one element read from a streamed source
     };
 
     Status setUpCache(const PipelineConfig& cfg);
     Status produce(int64_t b, Slot& slot);
-    void fillCache(int64_t begin, int64_t end);
+    Status fillCache(int64_t begin, int64_t end, std::vector<uint8_t>& scratch);
     Status commitCache();
     void workerLoop();
     void stopWorkers();
@@ -273,6 +274,7 @@ class PipelineImpl final : public Pipeline {
 
     // Immutable after create().
     Dataset data_;
+    const ElementReader* reader_ = nullptr;  // a streamed source (data_.reader)
     PipelineOptions options_;
     const data_kernels::Table& kernels_ = data_kernels::activeKernels();
     int64_t n_ = 0, batchSize_ = 0, numBatches_ = 0, remainder_ = 0;
@@ -336,6 +338,7 @@ class PipelineImpl final : public Pipeline {
     std::atomic<int64_t> prefetchDepth_{0};
     std::atomic<int64_t> parallelism_{1};
     std::atomic<double> secondsPerBatch_{0.0};
+    std::atomic<double> readSecondsPerBatch_{0.0};  // of it, reading a streamed source
     std::atomic<double> consumerSecondsPerBatch_{0.0};
     std::atomic<int64_t> epochWaits_{0};
     std::atomic<int64_t> epochWakeups_{0};
@@ -353,9 +356,9 @@ Result<std::unique_ptr<Pipeline>> PipelineImpl::make(const Dataset& data, const 
     if (n > std::numeric_limits<int32_t>::max()) {
         return err("pipeline: " + std::to_string(n) + " samples exceed the 2^31-1 supported");
     }
-    if (data.x.dtype() != DType::U8 && data.x.dtype() != DType::F32) {
-        return err(std::string("pipeline: features must be u8 or f32, found ") +
-                   dtypeName(data.x.dtype()));
+    const DType xType = data.xType();
+    if (xType != DType::U8 && xType != DType::F32) {
+        return err(std::string("pipeline: features must be u8 or f32, found ") + dtypeName(xType));
     }
     if (data.y.empty() || data.y.rank() == 0 || data.y.dim(0) != n ||
         (data.y.dtype() != DType::I32 && data.y.dtype() != DType::F32)) {
@@ -381,13 +384,14 @@ Result<std::unique_ptr<Pipeline>> PipelineImpl::make(const Dataset& data, const 
         return err("pipeline: batch size " + std::to_string(batchSize) +
                    " with drop_remainder leaves no batch of the " + std::to_string(n) + " samples");
     }
-    p->xRowElems_ = data.x.size() / n;
+    p->xRowElems_ = data.sampleValues();
     p->yRowElems_ = data.y.size() / n;
+    p->reader_ = data.reader.get();
     TD_ASSIGN_OR_RETURN(p->plan_, planMap(cfg.map, data));
     p->oneHotDepth_ = p->plan_.preOneHot + p->plan_.postOneHot;
     p->sourceView_ = ElementView{static_cast<const uint8_t*>(p->data_.x.raw()),
-                                 data.x.dtype(),
-                                 p->xRowElems_ * static_cast<int64_t>(dtypeSize(data.x.dtype())),
+                                 xType,
+                                 p->xRowElems_ * static_cast<int64_t>(dtypeSize(xType)),
                                  static_cast<const uint8_t*>(p->data_.y.raw()),
                                  data.y.dtype(),
                                  p->yRowElems_};
@@ -473,6 +477,7 @@ Result<std::unique_ptr<Pipeline>> PipelineImpl::make(const Dataset& data, const 
         s.batch.x = s.fullX;
         s.batch.y = s.fullY;
         if (twoStage) s.preRow.resize(static_cast<size_t>(p->xRowElems_));
+        if (p->reader_) s.sourceRow.resize(static_cast<size_t>(p->sourceView_.xRowBytes));
     }
     p->freeSlots_.reserve(poolSize);
     p->slotOfBatch_.assign(poolSize, -1);
@@ -497,7 +502,7 @@ Status PipelineImpl::setUpCache(const PipelineConfig& cfg) {
 
     // What the cache holds: the elements after the pre steps.
     cacheLayout_.rows = n_;
-    cacheLayout_.xType = plan_.preConverts ? DType::F32 : data_.x.dtype();
+    cacheLayout_.xType = plan_.preConverts ? DType::F32 : data_.xType();
     cacheLayout_.xRowBytes = xRowElems_ * static_cast<int64_t>(dtypeSize(cacheLayout_.xType));
     cacheLayout_.yType = plan_.preOneHot ? DType::F32 : data_.y.dtype();
     const int64_t cacheYElems = plan_.preOneHot ? plan_.preOneHot : yRowElems_;
@@ -506,9 +511,12 @@ Status PipelineImpl::setUpCache(const PipelineConfig& cfg) {
     const uint8_t* x = nullptr;
     const uint8_t* y = nullptr;
     if (cacheKind_ == CacheKind::Memory) {
-        // Unmapped elements are already in memory: the source is the cache.
-        if (plan_.preConverts) {
-            memoryCacheX_ = Tensor(DType::F32, {n_, xRowElems_});
+        // Unmapped elements already in memory: the source is the cache.
+        if (plan_.preConverts || reader_) {
+            TD_RETURN_IF_ERROR(checkFileFits(
+                "data.pipeline.cache", "a memory cache of " + std::to_string(n_) + " samples",
+                static_cast<double>(n_) * static_cast<double>(cacheLayout_.xRowBytes)));
+            memoryCacheX_ = Tensor(cacheLayout_.xType, {n_, xRowElems_});
             cacheFillX_ = static_cast<uint8_t*>(memoryCacheX_.raw());
         }
         if (plan_.preOneHot) {
@@ -519,9 +527,17 @@ Status PipelineImpl::setUpCache(const PipelineConfig& cfg) {
         y = cacheFillY_ ? cacheFillY_ : sourceView_.y;
     } else {
         // The fingerprint names what the rows were made from, so a later run can trust them.
-        uint64_t h = hashBytes(data_.x.raw(), data_.x.bytes(), 1);
+        uint64_t h = 1;
+        if (reader_) {
+            const std::string id = reader_->identity();
+            h = hashBytes(id.data(), id.size(), h);
+        } else {
+            h = hashBytes(data_.x.raw(), data_.x.bytes(), h);
+        }
         h = hashBytes(data_.y.raw(), data_.y.bytes(), h);
-        std::string shapes = shapeToString(data_.x.shape()) + dtypeName(data_.x.dtype()) +
+        Shape xShape{n_};
+        for (int64_t dim : data_.sampleShape()) xShape.push_back(dim);
+        std::string shapes = shapeToString(xShape) + dtypeName(data_.xType()) +
                              shapeToString(data_.y.shape()) + dtypeName(data_.y.dtype()) + "|" +
                              plan_.preText;
         fingerprint_ = hashBytes(shapes.data(), shapes.size(), h);
@@ -571,6 +587,7 @@ Status PipelineImpl::beginEpoch(int epoch) {
     // An unfinished fill pass is discarded (tf.data never keeps a partial cache): this epoch fills
     // every row again.
     readFromCache_ = cacheKind_ != CacheKind::None && cacheComplete_;
+    if (readFromCache_) readSecondsPerBatch_ = 0;  // the source is no longer read
     filling_ = cacheKind_ != CacheKind::None && !cacheComplete_;
     epochWaits_ = 0;
     epochWakeups_ = 0;
@@ -581,6 +598,13 @@ Status PipelineImpl::beginEpoch(int epoch) {
         const uint64_t epochSeed =
             deriveSeed(shuffleSeed_, reshuffle_ ? static_cast<uint64_t>(epoch) : 0);
         shuffleOrder(n_, shuffleBuffer_, epochSeed, order_.data(), shuffleScratch_.data());
+        // A source that reads its elements in an order of its own each epoch (shards shuffled):
+        // the buffer shuffles that sequence.
+        if (reader_) {
+            const std::vector<int32_t> base = reader_->epochOrder(epochSeed);
+            if (static_cast<int64_t>(base.size()) == n_)
+                for (int32_t& i : order_) i = base[static_cast<size_t>(i)];
+        }
     } else {
         for (int64_t i = 0; i < n_; ++i) order_[static_cast<size_t>(i)] = static_cast<int32_t>(i);
     }
@@ -615,14 +639,20 @@ void PipelineImpl::stopWorkers() {
     threads_.clear();
 }
 
-// Source rows [begin, end) after the pre steps, into the cache being filled.
-void PipelineImpl::fillCache(int64_t begin, int64_t end) {
+// Source rows [begin, end) after the pre steps, into the cache being filled. `scratch` holds one
+// row of a streamed source.
+Status PipelineImpl::fillCache(int64_t begin, int64_t end, std::vector<uint8_t>& scratch) {
     const ElementView& src = sourceView_;
     if (cacheFillX_) {
         const int64_t dstBytes = cacheLayout_.xRowBytes;
         for (int64_t i = begin; i < end; ++i) {
-            const uint8_t* s = src.x + i * src.xRowBytes;
             uint8_t* d = cacheFillX_ + i * dstBytes;
+            const uint8_t* s = src.x ? src.x + i * src.xRowBytes : scratch.data();
+            if (reader_) {
+                // Unconverted rows are read straight into the cache.
+                TD_RETURN_IF_ERROR(reader_->read(i, plan_.preConverts ? scratch.data() : d));
+                if (!plan_.preConverts) continue;
+            }
             if (plan_.preConverts) {
                 convertRow(kernels_, s, src.xType, reinterpret_cast<float*>(d), xRowElems_,
                            plan_.pre);
@@ -644,12 +674,15 @@ void PipelineImpl::fillCache(int64_t begin, int64_t end) {
             }
         }
     }
+    return Status::success();
 }
 
 // Forms batch b (rows order_[b*B, b*B + size)) into `slot`; in a fill pass, also fills this
 // batch's share of the cache. Runs on a worker, or inline in next().
 Status PipelineImpl::produce(int64_t b, Slot& slot) {
-    if (filling_) fillCache(b * n_ / numBatches_, (b + 1) * n_ / numBatches_);
+    if (filling_)
+        TD_RETURN_IF_ERROR(
+            fillCache(b * n_ / numBatches_, (b + 1) * n_ / numBatches_, slot.sourceRow));
     const int64_t first = b * batchSize_;
     const int64_t rows = std::min(batchSize_, n_ - first);
     const int32_t* idx = order_.data() + first;
@@ -664,7 +697,26 @@ Status PipelineImpl::produce(int64_t b, Slot& slot) {
     const int64_t rowBytes = v.xRowBytes;
     // Rows past this batch are prefetched too: they start the next batch.
     const int64_t prefetchable = n_ - first;
+    Status readStatus;
     auto gather = [&](auto&& formRow) {
+        if (reader_ && !readFromCache_) {
+            // A streamed source: each element read (decoded) here, on the map worker.
+            const auto readStart = Clock::now();
+            double mapSeconds = 0;
+            for (int64_t r = 0; r < rows; ++r) {
+                readStatus = reader_->read(idx[r], slot.sourceRow.data());
+                if (!readStatus.ok()) return;
+                const auto mapStart = Clock::now();
+                formRow(slot.sourceRow.data(), x + r * d);
+                mapSeconds += secondsBetween(mapStart, Clock::now());
+                if (options_.elementHook) options_.elementHook(idx[r]);
+            }
+            const double readSeconds = secondsBetween(readStart, Clock::now()) - mapSeconds;
+            const double prev = readSecondsPerBatch_.load(std::memory_order_relaxed);
+            readSecondsPerBatch_.store(prev == 0 ? readSeconds : 0.9 * prev + 0.1 * readSeconds,
+                                       std::memory_order_relaxed);
+            return;
+        }
         for (int64_t r = 0; r < std::min(kPrefetchRowsAhead, prefetchable); ++r) {
             prefetchRow(v.x + idx[r] * rowBytes, rowBytes);
         }
@@ -708,6 +760,8 @@ Status PipelineImpl::produce(int64_t b, Slot& slot) {
             kernels_.affineF32(reinterpret_cast<const float*>(src), dst, d, a, c);
         });
     }
+
+    TD_RETURN_IF_ERROR(readStatus);
 
     // y: class ids [rows], one-hot f32 [rows, depth], or f32 rows [rows, k] (targets, or labels
     // one-hot encoded before the cache).
@@ -933,6 +987,7 @@ PipelineStats PipelineImpl::stats() const {
     s.parallelCalls = async_ && !formingInline ? parallelism_.load() : 1;
     s.maxParallelCalls = async_ ? maxWorkers_ : 1;
     s.producerSecondsPerBatch = secondsPerBatch_.load(std::memory_order_relaxed);
+    s.readSecondsPerBatch = readSecondsPerBatch_.load(std::memory_order_relaxed);
     s.consumerSecondsPerBatch = consumerSecondsPerBatch_.load(std::memory_order_relaxed);
     s.consumerWaits = epochWaits_.load();
     s.consumerWakeups = epochWakeups_.load();
@@ -946,9 +1001,17 @@ PipelineStats PipelineImpl::stats() const {
 }  // namespace
 
 std::string inputBoundAdvice(const PipelineStats& s, const PipelineConfig& cfg, double cacheBytes) {
-    if (cfg.cache == "none")
+    if (cfg.cache == "none") {
+        auto budget = hostMemoryBudget();
+        if (budget.ok() && cacheBytes > 0.5 * budget.value().bytes)
+            return "a cache file after the decode and map steps (data.pipeline.cache "
+                   "\"file:<path>\": " +
+                   formatBytes(cacheBytes) +
+                   " on disk for this data, more than half the memory budget of " +
+                   formatBytes(budget.value().bytes) + ") would decode each sample once";
         return "a cache after the decode and map steps (data.pipeline.cache \"memory\": " +
                formatBytes(cacheBytes) + " for this data) would form each sample once";
+    }
     if (cfg.parallelCalls != kAutotune && cfg.parallelCalls < s.maxParallelCalls)
         return "more map workers (data.pipeline.parallel_calls \"autotune\", or above " +
                std::to_string(cfg.parallelCalls) + ")";
@@ -971,7 +1034,13 @@ std::string describePipeline(const PipelineStats& s) {
                   std::to_string(s.maxParallelCalls) + " map workers (a batch forms in " +
                   std::to_string(
                       static_cast<int64_t>(std::lround(s.producerSecondsPerBatch * 1e6))) +
-                  " us), prefetch " + std::to_string(s.prefetchDepth) + ", waited for " +
+                  " us" +
+                  (s.readSecondsPerBatch > 0 ? ", " +
+                                                   std::to_string(static_cast<int64_t>(
+                                                       std::lround(s.readSecondsPerBatch * 1e6))) +
+                                                   " of them reading and decoding files"
+                                             : std::string()) +
+                  "), prefetch " + std::to_string(s.prefetchDepth) + ", waited for " +
                   std::to_string(s.consumerWaits) + " batches; ";
     text += std::to_string(s.epochSourceElements) + " elements from the source, " +
             std::to_string(s.epochCacheElements) + " from the cache";

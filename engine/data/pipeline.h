@@ -18,16 +18,55 @@
 
 namespace td {
 
-// An in-memory dataset: x is u8 or f32 with shape [N, ...]; y is i32 [N] (class ids) or
-// f32 [N, k] (targets).
+// The features of a source that are read, and decoded, when a batch needs them (tf.data's element
+// of a file reference): image files, TFRecord records. The pipeline's map workers call read(), so
+// decoding runs in the parallel map stage, and only what the pipeline holds is in memory.
+class ElementReader {
+  public:
+    virtual ~ElementReader() = default;
+    virtual int64_t size() const = 0;
+    virtual Shape sampleShape() const = 0;  // of one sample
+    virtual DType dtype() const = 0;        // U8 or F32
+    // Sample i, decoded, into dst (numElements(sampleShape()) values of dtype()). Called from
+    // several threads at once. Errors name the file (and the record's offset).
+    virtual Status read(int64_t i, void* dst) const = 0;
+    // What the samples are made of (each file's path, size and modification time, the decoding
+    // options): a file cache filled from this reader is trusted again only when it is the same.
+    virtual std::string identity() const = 0;
+    // The order in which a shuffled epoch's elements come from the source, before the shuffle
+    // buffer: empty for 0, 1, ..., n - 1. TFRecord shards shuffle their file list each epoch.
+    virtual std::vector<int32_t> epochOrder(uint64_t /*seed*/) const { return {}; }
+};
+
+// A dataset: x is u8 or f32 with shape [N, ...] in memory, or, streamed, empty with `reader`
+// giving the samples; y is i32 [N] (class ids) or f32 [N, k] (targets), always in memory.
 struct Dataset {
     Tensor x;
     Tensor y;
-    int64_t numClasses = 0;  // 0 when the labels are not class ids
+    std::shared_ptr<const ElementReader> reader;  // streamed features (x empty)
+    int64_t numClasses = 0;                       // 0 when the labels are not class ids
     std::vector<std::string> classNames;
-    int64_t size() const { return x.empty() ? 0 : x.dim(0); }
+    int64_t size() const;
     Shape sampleShape() const;  // x's shape without the leading N
+    DType xType() const;
+    int64_t sampleValues() const { return numElements(sampleShape()); }
+    bool streamed() const { return reader != nullptr; }
 };
+
+// A streamed dataset's samples decoded into memory (`threads` 0: every schedulable core), after a
+// check that they fit the memory budget (`where` names the source in that error). A sample that
+// does not read is an error, or, with `skipBad`, left out with its label (`skipped` counts them,
+// `firstSkipped` is the first one's error). An in-memory dataset is returned as it is.
+struct Materialized {
+    Dataset data;
+    int64_t skipped = 0;
+    std::string firstSkipped;
+};
+Result<Materialized> materialize(const Dataset& d, const std::string& where, bool skipBad = false,
+                                 int64_t threads = 0);
+// Samples [first, first + count) of a streamed dataset's reader.
+std::shared_ptr<const ElementReader> sliceReader(std::shared_ptr<const ElementReader> base,
+                                                 int64_t first, int64_t count);
 
 struct DataSplits {
     Dataset train;
@@ -44,7 +83,9 @@ struct DataSplits {
 // built-in "fashion_mnist" reads /usr/share/datasets/fashion-mnist and, when that is missing, says
 // to install the Debian package dataset-fashion-mnist. gzip-compressed IDX files (fashion_mnist,
 // "idx") are decoded once and then read from the decoded-source cache (decode_cache.h).
-Result<DataSplits> loadSource(const SourceConfig& cfg);
+// With `stream`, image_directory and tfrecord sources give streamed datasets (Dataset::reader),
+// decoded batch by batch in the pipeline; without, their samples are decoded here.
+Result<DataSplits> loadSource(const SourceConfig& cfg, bool stream = false);
 // The folder the built-in "fashion_mnist" source reads: $TRAINDECK_FASHION_MNIST_DIR when set,
 // else /usr/share/datasets/fashion-mnist.
 std::string fashionMnistDir();
@@ -102,6 +143,7 @@ struct PipelineStats {
     int64_t parallelCalls = 0;           // current map workers (tuned when AUTOTUNE)
     int64_t maxParallelCalls = 0;        // worker threads started: the CPU budget under AUTOTUNE
     double producerSecondsPerBatch = 0;  // one worker's time to form a batch (moving average)
+    double readSecondsPerBatch = 0;      // of it, reading (decoding) a streamed source's samples
     double consumerSecondsPerBatch = 0;  // consumer's time between next() calls, waits excluded
     int64_t consumerWaits = 0;           // batches of the current epoch the consumer waited for
     int64_t consumerWakeups = 0;         // times the consumer signalled the workers this epoch

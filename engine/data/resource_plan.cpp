@@ -250,7 +250,7 @@ Status checkPipelineResources(const Dataset& data, const PipelineConfig& cfg, in
     PipelineShape shape;
     shape.batchSize = batchSize;
     shape.samples = n;
-    shape.sampleValues = data.x.size() / n;
+    shape.sampleValues = data.sampleValues();
     shape.labelValues = data.y.size() / n;
     TD_RETURN_IF_ERROR(planPipeline(cfg, shape, plan));
     return plan.check();

@@ -363,14 +363,14 @@ Status checkLabelsFit(const SourceConfig& cfg, const DataSplits& splits, int64_t
     return Status::success();
 }
 
-Result<DataSplits> loadSource(const SourceConfig& cfg) {
+Result<DataSplits> loadSource(const SourceConfig& cfg, bool stream) {
     if (cfg.type == "fashion_mnist") return loadFashionMnist();
     // gzip-compressed IDX files go through the decoded-source cache (decode_cache.h).
     if (cfg.type == "idx") return loadArrays(cfg, &readIdxCached);
     if (cfg.type == "npy") return loadArrays(cfg, &readNpyFile);
     if (cfg.type == "csv") return loadCsv(cfg);
     if (cfg.type == "synthetic") return loadSynthetic(cfg);
-    if (cfg.type == "image_directory") return loadImageDirectory(cfg.images);
+    if (cfg.type == "image_directory") return loadImageDirectory(cfg.images, stream);
     return err("unknown data source type '" + cfg.type +
                "' (valid types: fashion_mnist, idx, npy, csv, synthetic, image_directory)");
 }

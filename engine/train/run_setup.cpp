@@ -52,10 +52,21 @@ Result<RunSetup> prepareRun(Project& p, const RunSetupOptions& opt) {
         if (!opt0.ok()) return err("training." + opt0.error());
     }
 
-    auto data = loadSource(p.data.source);
-    if (!data.ok())
-        return err(data.error().rfind("data.source", 0) == 0 ? data.error()
-                                                             : "data.source: " + data.error());
+    // Image and record sources are decoded into memory when the pipeline caches in memory (the
+    // cache would hold them decoded anyway, and a load decodes on every core), and are otherwise
+    // streamed: decoded by the pipeline's map workers each epoch, or once into a file cache.
+    auto data = loadSource(p.data.source, /*stream=*/p.data.pipeline.cache != "memory");
+    if (!data.ok()) {
+        std::string e = data.error().rfind("data.source", 0) == 0 ? data.error()
+                                                                  : "data.source: " + data.error();
+        // Decoded for a memory cache that does not fit: streaming would.
+        if (p.data.pipeline.cache == "memory" &&
+            (p.data.source.type == "image_directory" || p.data.source.type == "tfrecord") &&
+            e.find("over the budget") != std::string::npos)
+            e += "; with data.pipeline.cache \"none\" or \"file:<path>\" the samples are "
+                 "decoded as batches need them instead";
+        return err(e);
+    }
     out.splits = std::move(data).value();
     if (out.splits.validation) {
         if (p.data.validationData == "test" || p.data.validationSplit > 0)

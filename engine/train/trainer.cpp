@@ -417,7 +417,8 @@ Result<EpochMetrics> Trainer::Impl::endEpoch(FitState& st, TrainInput& in) {
     if (bound) {
         const Dataset& d = s.trainSet;
         const double cacheBytes =
-            static_cast<double>(d.x.size()) * 4.0 + static_cast<double>(d.y.size()) * 4.0;
+            static_cast<double>(d.size()) * static_cast<double>(d.sampleValues()) * 4.0 +
+            static_cast<double>(d.y.size()) * 4.0;
         em.inputBoundAdvice = inputBoundAdvice(ps, s.project.data.pipeline, cacheBytes);
     }
     bus->publish(em);

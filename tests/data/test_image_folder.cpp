@@ -15,6 +15,7 @@
 #include <QTemporaryDir>
 #include <QtTest>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -529,6 +530,113 @@ class TestImageFolder : public QObject {
         none.directory = empty.string();
         none.labelsInferred = false;
         expectError(none, "no images in " + empty.string());
+        fs::remove_all(empty);
+        // A BMP cut short (stb_image would read the missing rows as black).
+        std::vector<uint8_t> rgb(8 * 8 * 3, 200);
+        writeBmp((root / "a" / "whole.bmp").string(), 8, 8, rgb);
+        {
+            std::ifstream f((root / "a" / "whole.bmp").string(), std::ios::binary);
+            std::string bytes((std::istreambuf_iterator<char>(f)), {});
+            writeText((root / "a" / "cut.bmp").string(), bytes.substr(0, 100));
+        }
+        expectError(cfg, (root / "a" / "cut.bmp").string() +
+                             ": truncated BMP file: its header says 246 bytes, the file has 100");
+        // Streamed, a file that does not decode is met when a batch reads it, and named there;
+        // skip_bad_files finds it at load.
+        auto streamed = loadImageDirectory(cfg, /*stream=*/true);
+        QVERIFY2(streamed.ok(), streamed.ok() ? "" : streamed.error().c_str());
+        QVERIFY(streamed->train.streamed());
+        auto pipe = Pipeline::create(streamed->train, PipelineConfig{.cache = "none"}, 2, false, 1);
+        QVERIFY2(pipe.ok(), pipe.ok() ? "" : pipe.error().c_str());
+        QVERIFY((*pipe)->beginEpoch(0).ok());
+        std::string failure;
+        for (int b = 0; b < 10 && failure.empty(); ++b) {
+            auto batch = (*pipe)->next();
+            if (!batch.ok())
+                failure = batch.error();
+            else if (!*batch)
+                break;
+        }
+        QVERIFY2(failure.find((root / "a" / "cut.bmp").string() + ": truncated BMP file") !=
+                     std::string::npos,
+                 failure.c_str());
+        QVERIFY2(failure.find("skip_bad_files") != std::string::npos, failure.c_str());
+        ImageDirectoryConfig skipStreamed = cfg;
+        skipStreamed.skipBadFiles = true;
+        auto kept = loadImageDirectory(skipStreamed, /*stream=*/true);
+        QVERIFY2(kept.ok(), kept.ok() ? "" : kept.error().c_str());
+        QCOMPARE(kept->train.size(), int64_t(6));  // a: 0-2, whole.bmp; b: 0; c: 0
+    }
+
+    // The same folder streamed (each file decoded when a batch reads it, on the map workers) and
+    // decoded at load give the same batches: shuffled, with each cache, across epochs, through a
+    // validation split of the stream.
+    void streamedBatchesEqualDecodedOnes() {
+        QTemporaryDir dir;
+        const fs::path root = dir.path().toStdString();
+        int seed = 0;
+        for (const char* cls : {"x", "y", "z"}) {
+            fs::create_directories(root / cls);
+            for (int i = 0; i < 23; ++i)
+                writePng((root / cls / (std::to_string(i) + ".png")).string(), 9, 7, 3,
+                         pattern(9, 7, 3, ++seed));
+        }
+        SourceConfig s;
+        s.type = "image_directory";
+        s.images.directory = root.string();
+        s.images.height = 5;
+        s.images.width = 6;
+        s.images.seed = 3;
+        auto decoded = loadSource(s);
+        auto streamed = loadSource(s, /*stream=*/true);
+        QVERIFY2(decoded.ok() && streamed.ok(), decoded.ok() ? "" : decoded.error().c_str());
+        QVERIFY(!decoded->train.streamed() && streamed->train.streamed());
+        QCOMPARE(streamed->train.sampleShape(), (Shape{5, 6, 3}));
+        auto materialized = materialize(streamed->train, "folder");
+        QVERIFY(materialized.ok());
+        QCOMPARE(std::memcmp(materialized->data.x.raw(), decoded->train.x.raw(),
+                             decoded->train.x.bytes()),
+                 0);
+        const std::string cacheFile = (root / "cache.bin").string();
+        for (const std::string& cache :
+             {std::string("none"), std::string("memory"), "file:" + cacheFile}) {
+            PipelineConfig pc;
+            pc.cache = cache;
+            pc.shuffleBuffer = 17;
+            pc.map = {MapStep{.op = "scale", .factor = 1.0 / 255}};
+            auto [dTrain, dVal] = splitTail(decoded->train, 0.2);
+            auto [sTrain, sVal] = splitTail(streamed->train, 0.2);
+            QVERIFY(sVal.streamed());
+            for (auto [d, st] : {std::pair{dTrain, sTrain}, std::pair{dVal, sVal}}) {
+                fs::remove(cacheFile);
+                fs::remove(cacheFile + "-streamed");
+                PipelineConfig streamedPc = pc;
+                if (cache != "none" && cache != "memory") streamedPc.cache += "-streamed";
+                auto a = Pipeline::create(d, pc, 8, true, 5);
+                auto b = Pipeline::create(st, streamedPc, 8, true, 5);
+                QVERIFY2(a.ok() && b.ok(), b.ok() ? cache.c_str() : b.error().c_str());
+                for (int epoch = 0; epoch < 3; ++epoch) {
+                    QVERIFY((*a)->beginEpoch(epoch).ok() && (*b)->beginEpoch(epoch).ok());
+                    for (int64_t k = 0;; ++k) {
+                        auto ba = (*a)->next();
+                        auto bb = (*b)->next();
+                        QVERIFY2(ba.ok() && bb.ok(), bb.ok() ? "" : bb.error().c_str());
+                        QCOMPARE(*ba == nullptr, *bb == nullptr);
+                        if (!*ba) break;
+                        QCOMPARE((*bb)->x.shape(), (*ba)->x.shape());
+                        QVERIFY2(std::memcmp((*ba)->x.raw(), (*bb)->x.raw(), (*ba)->x.bytes()) == 0,
+                                 qPrintable(QString::fromStdString(cache) +
+                                            QString(" epoch %1 batch %2").arg(epoch).arg(k)));
+                        QVERIFY(std::memcmp((*ba)->y.raw(), (*bb)->y.raw(), (*ba)->y.bytes()) == 0);
+                    }
+                    const PipelineStats st2 = (*b)->stats();
+                    if (cache == "none" || epoch == 0)
+                        QCOMPARE(st2.epochSourceElements, st.size());
+                    else
+                        QCOMPARE(st2.epochCacheElements, st.size());
+                }
+            }
+        }
     }
 };
 
