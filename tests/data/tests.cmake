@@ -11,3 +11,12 @@ target_link_libraries(test_data_limits PRIVATE ZLIB::ZLIB)
 td_add_test(test_image_folder SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_image_folder.cpp
             LABELS unit data LIBS traindeck_data)
 target_link_libraries(test_image_folder PRIVATE JPEG::JPEG PNG::PNG nlohmann_json::nlohmann_json)
+# TFRecord files and tf.train.Example; GZIP fixtures written with zlib.
+td_add_test(test_tfrecord SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tfrecord.cpp
+            LABELS unit data LIBS traindeck_data)
+target_link_libraries(test_tfrecord PRIVATE ZLIB::ZLIB)
+# Streaming an image folder larger than the memory budget through the CLI (peak memory of the
+# process, the refusal of a memory cache, a bad file met mid-epoch).
+td_add_test(test_streaming SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_streaming.cpp
+            LABELS integration data cli LIBS traindeck_core)
+add_dependencies(test_streaming traindeck)

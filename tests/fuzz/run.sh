@@ -3,13 +3,13 @@
 # merges what was found into the committed corpus (tests/fuzz/corpus/<name>, minimised with
 # -merge=1). Crash inputs land in tests/fuzz/crashes/<name>/; commit them with the fix, and the
 # replay_<name> CTest test keeps them fixed.
-#   tests/fuzz/run.sh [idx|csv|npy|project|keras|keras_archive|checkpoint|all] [seconds per target, default 600]
+#   tests/fuzz/run.sh [idx|csv|npy|tfrecord|project|keras|keras_archive|checkpoint|all] [seconds per target, default 600]
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$root"
 which="${1:-all}"
 secs="${2:-600}"
-targets=(idx csv npy project keras keras_archive checkpoint)
+targets=(idx csv npy tfrecord project keras keras_archive checkpoint)
 if [ "$which" != all ]; then targets=("$which"); fi
 launcher=()
 if command -v ccache > /dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi

@@ -3,7 +3,7 @@
 #                  tests/fuzz/corpus/<name> and tests/fuzz/crashes/<name> (label unit)
 #   fuzz_<name>:   libFuzzer binary, only with -DTRAINDECK_FUZZ=ON (clang)
 set(TD_FUZZ_TARGETS idx:traindeck_data csv:traindeck_data npy:traindeck_data
-    project:traindeck_io keras:traindeck_io keras_archive:traindeck_io
+    tfrecord:traindeck_data project:traindeck_io keras:traindeck_io keras_archive:traindeck_io
     checkpoint:traindeck_train)
 foreach(entry ${TD_FUZZ_TARGETS})
   string(REPLACE ":" ";" parts ${entry})
