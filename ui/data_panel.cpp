@@ -34,8 +34,22 @@ namespace td::ui {
 namespace {
 
 constexpr int kPreviewSamples = 48;
-const QStringList kSourceTypes{"fashion_mnist", "idx",       "csv",
-                               "npy",           "synthetic", "image_directory"};
+const QStringList kSourceTypes{"fashion_mnist",   "idx",     "csv", "npy", "synthetic",
+                               "image_directory", "tfrecord"};
+
+// File patterns as typed: separated by ';'.
+std::vector<std::string> patternsOf(const QString& text) {
+    std::vector<std::string> out;
+    for (const QString& p : text.split(';', Qt::SkipEmptyParts))
+        if (!p.trimmed().isEmpty()) out.push_back(p.trimmed().toStdString());
+    return out;
+}
+
+QString joinPatterns(const std::vector<std::string>& patterns) {
+    QStringList l;
+    for (const std::string& p : patterns) l << QString::fromStdString(p);
+    return l.join("; ");
+}
 
 QString q(const std::string& s) {
     return QString::fromStdString(s);
@@ -110,6 +124,7 @@ DataPanel::DataPanel(ProjectController* project, QWidget* parent)
     sourceType_->addItem(tr("NumPy .npy arrays"), "npy");
     sourceType_->addItem(tr("Synthetic (generated)"), "synthetic");
     sourceType_->addItem(tr("Image folder (a sub-folder per class)"), "image_directory");
+    sourceType_->addItem(tr("TFRecord shards (tf.train.Example)"), "tfrecord");
     pages_ = new QStackedWidget;
     buildSourcePages();
     connect(sourceType_, &QComboBox::activated, this, [this](int i) {
@@ -311,6 +326,59 @@ void DataPanel::buildSourcePages() {
     for (QComboBox* c : {imgColor_, imgLabels_})
         connect(c, &QComboBox::activated, this, &DataPanel::writeSource);
     pages_->addWidget(img);
+
+    // TFRecord shards: which feature is the sample and how it decodes, which is the label (the
+    // reading order, cycle_length, block_length and shuffle_files, in the project file).
+    auto* rec = new QWidget;
+    auto* rf = new QFormLayout(rec);
+    recFiles_ = new QLineEdit;
+    recFiles_->setObjectName("recordFiles");
+    recFiles_->setPlaceholderText(tr("shards/train-*.tfrecord"));
+    recFiles_->setToolTip(tr("Glob patterns of the training shards, separated by ';'."));
+    recTestFiles_ = new QLineEdit;
+    recTestFiles_->setPlaceholderText(tr("optional: shards/test-*.tfrecord"));
+    recCompression_ = new QComboBox;
+    recCompression_->addItem(tr("none"), "");
+    recCompression_->addItem(tr("GZIP"), "GZIP");
+    recX_ = new QLineEdit;
+    recX_->setObjectName("recordFeature");
+    recDecode_ = new QComboBox;
+    recDecode_->addItem(tr("encoded image (JPEG, PNG, BMP, GIF)"), "image");
+    recDecode_->addItem(tr("raw uint8 bytes"), "raw");
+    recDecode_->addItem(tr("float list"), "float");
+    recHeight_ = new QSpinBox;
+    recWidth_ = new QSpinBox;
+    for (QSpinBox* s : {recHeight_, recWidth_}) {
+        s->setRange(1, 16384);
+        s->setSuffix(tr(" px"));
+    }
+    auto* recSize = new QHBoxLayout;
+    recSize->addWidget(recHeight_);
+    recSize->addWidget(new QLabel(tr("×")));
+    recSize->addWidget(recWidth_);
+    recColor_ = new QComboBox;
+    recColor_->addItem(tr("grayscale"), "grayscale");
+    recColor_->addItem(tr("RGB"), "rgb");
+    recColor_->addItem(tr("RGBA"), "rgba");
+    recShape_ = new QLineEdit;
+    recShape_->setPlaceholderText(tr("e.g. 28, 28, 1"));
+    recY_ = new QLineEdit;
+    rf->addRow(tr("Shards"), recFiles_);
+    rf->addRow(tr("Test shards"), recTestFiles_);
+    rf->addRow(tr("Compression"), recCompression_);
+    rf->addRow(tr("Sample feature"), recX_);
+    rf->addRow(tr("Decoded as"), recDecode_);
+    rf->addRow(tr("Image size (h × w)"), recSize);
+    rf->addRow(tr("Colour"), recColor_);
+    rf->addRow(tr("Shape (raw, float)"), recShape_);
+    rf->addRow(tr("Label feature (int64)"), recY_);
+    for (QLineEdit* e : {recFiles_, recTestFiles_, recX_, recShape_, recY_})
+        connect(e, &QLineEdit::editingFinished, this, &DataPanel::writeSource);
+    for (QSpinBox* s : {recHeight_, recWidth_})
+        connect(s, &QSpinBox::valueChanged, this, &DataPanel::writeSource);
+    for (QComboBox* c : {recCompression_, recDecode_, recColor_})
+        connect(c, &QComboBox::activated, this, &DataPanel::writeSource);
+    pages_->addWidget(rec);
 }
 
 QWidget* DataPanel::buildPipeline() {
@@ -464,6 +532,19 @@ void DataPanel::reload() {
     imgLabels_->setCurrentIndex(std::max(0, imgLabels_->findData(q(im.labelMode))));
     imgValidation_->setValue(im.validationSplit);
     imgSeed_->setValue(static_cast<int>(std::min<uint32_t>(im.seed.value_or(0), INT32_MAX)));
+    const td::TfRecordConfig& rc = s.records;
+    recFiles_->setText(joinPatterns(rc.files));
+    recTestFiles_->setText(joinPatterns(rc.testFiles));
+    recCompression_->setCurrentIndex(std::max(0, recCompression_->findData(q(rc.compression))));
+    recX_->setText(q(rc.xFeature));
+    recDecode_->setCurrentIndex(std::max(0, recDecode_->findData(q(rc.xDecode))));
+    recHeight_->setValue(static_cast<int>(rc.xDecode == "image" ? rc.image.height : 28));
+    recWidth_->setValue(static_cast<int>(rc.xDecode == "image" ? rc.image.width : 28));
+    recColor_->setCurrentIndex(std::max(0, recColor_->findData(q(rc.image.colorMode))));
+    QStringList recDims;
+    for (int64_t v : rc.xShape) recDims << QString::number(v);
+    recShape_->setText(recDims.join(", "));
+    recY_->setText(q(rc.yFeature));
 
     const td::PipelineConfig& p = d.pipeline;
     const td::MapStep* sc = findStep(p.map, "scale");
@@ -555,6 +636,21 @@ void DataPanel::writeSource() {
                     im.seed = static_cast<uint32_t>(imgSeed_->value());
                 else
                     im.seed.reset();
+            } else if (type == "tfrecord") {
+                td::TfRecordConfig& rc = s.records;
+                rc.files = patternsOf(recFiles_->text());
+                rc.testFiles = patternsOf(recTestFiles_->text());
+                rc.compression = recCompression_->currentData().toString().toStdString();
+                rc.xFeature = recX_->text().trimmed().toStdString();
+                rc.xDecode = recDecode_->currentData().toString().toStdString();
+                rc.image.height = recHeight_->value();
+                rc.image.width = recWidth_->value();
+                rc.image.colorMode = recColor_->currentData().toString().toStdString();
+                td::Shape recShape;
+                for (const QString& d : recShape_->text().split(',', Qt::SkipEmptyParts))
+                    if (d.trimmed().toLongLong() > 0) recShape.push_back(d.trimmed().toLongLong());
+                rc.xShape = recShape;
+                rc.yFeature = recY_->text().trimmed().toStdString();
             }
         },
         this);

@@ -107,6 +107,16 @@ class DataPanel : public QWidget {
     QComboBox* imgLabels_;
     QDoubleSpinBox* imgValidation_;
     QSpinBox* imgSeed_;
+    QLineEdit* recFiles_;
+    QLineEdit* recTestFiles_;
+    QComboBox* recCompression_;
+    QLineEdit* recX_;
+    QComboBox* recDecode_;
+    QSpinBox* recHeight_;
+    QSpinBox* recWidth_;
+    QComboBox* recColor_;
+    QLineEdit* recShape_;
+    QLineEdit* recY_;
 
     QCheckBox* scaleOn_;
     QDoubleSpinBox* scale_;

@@ -46,6 +46,12 @@ QString dataProblem(const td::DataConfig& data) {
     } else if (s.type == "csv") {
         problems << fileProblem(s.trainPath, QObject::tr("CSV training file"), true)
                  << fileProblem(s.testPath, QObject::tr("CSV test file"), false);
+    } else if (s.type == "tfrecord") {
+        if (s.records.files.empty()) problems << QObject::tr("choose the TFRecord shards");
+        if (s.records.xFeature.empty() || s.records.yFeature.empty())
+            problems << QObject::tr("name the sample and label features of the TFRecord shards");
+        if (s.records.xDecode != "image" && s.records.xShape.empty())
+            problems << QObject::tr("give the shape of the TFRecord samples");
     } else if (s.type == "image_directory") {
         auto folder = [&](const std::string& path, const QString& what, bool required) {
             if (path.empty()) return required ? QObject::tr("choose the %1").arg(what) : QString();

@@ -41,10 +41,35 @@ struct ImageDirectoryConfig {
     bool operator==(const ImageDirectoryConfig&) const = default;
 };
 
+// TFRecord shards of tf.train.Example (engine/data/tfrecord_source.h): which feature holds the
+// sample and how it is decoded, which holds the label, and how the shards are read (tf.data's
+// interleave, the shard list shuffled each epoch).
+struct TfRecordConfig {
+    std::vector<std::string> files;      // glob patterns, absolute once loaded from a project
+    std::vector<std::string> testFiles;  // optional: the test split
+    std::string compression;             // "" (none) or "GZIP"
+    std::string xFeature = "image";
+    std::string xDecode = "image";   // "image" (encoded JPEG/PNG/BMP/GIF), "raw" (bytes), "float"
+    std::string rawDtype = "uint8";  // raw: "uint8" or "float32" (little-endian)
+    Shape xShape;                    // raw and float: the sample's shape
+    // decode "image": color_mode, image_size, interpolation, crop_to_aspect_ratio and
+    // pad_to_aspect_ratio as image_directory reads them (the other fields are unused).
+    ImageDirectoryConfig image;
+    std::string yFeature = "label";
+    std::string yDecode = "int64";  // "int64": class ids; "float": targets of yWidth values
+    int64_t yWidth = 1;
+    int64_t cycleLength = 0;   // shards read at once; 0: all of them, at most 16
+    int64_t blockLength = 1;   // records taken from a shard before the next
+    bool shuffleFiles = true;  // the shard list shuffled each epoch (when training shuffles)
+
+    bool operator==(const TfRecordConfig&) const = default;
+};
+
 struct SourceConfig {
-    // "fashion_mnist" (built-in), "idx", "csv", "npy", "synthetic", "image_directory"
+    // "fashion_mnist" (built-in), "idx", "csv", "npy", "synthetic", "image_directory", "tfrecord"
     std::string type = "fashion_mnist";
     ImageDirectoryConfig images;  // image_directory
+    TfRecordConfig records;       // tfrecord
     // idx: images/labels files (gzip or raw); npy: x/y arrays; csv: trainPath/testPath.
     std::string trainImages, trainLabels, testImages, testLabels;
     std::string trainPath, testPath;                     // csv

@@ -30,6 +30,17 @@ DType Dataset::xType() const {
 
 namespace {
 
+// An epoch order of a whole source restricted to its samples [first, first + count).
+std::vector<int32_t> restrictOrder(const std::vector<int32_t>& order, int64_t first,
+                                   int64_t count) {
+    if (order.empty()) return {};
+    std::vector<int32_t> out;
+    out.reserve(static_cast<size_t>(count));
+    for (int32_t i : order)
+        if (i >= first && i < first + count) out.push_back(static_cast<int32_t>(i - first));
+    return out;
+}
+
 // Samples [first, first + count) of another reader.
 class SliceReader final : public ElementReader {
   public:
@@ -42,6 +53,9 @@ class SliceReader final : public ElementReader {
     std::string identity() const override {
         return base_->identity() + "[" + std::to_string(first_) + ", +" + std::to_string(count_) +
                ")";
+    }
+    std::vector<int32_t> epochOrder(uint64_t seed) const override {
+        return restrictOrder(base_->epochOrder(seed), first_, count_);
     }
 
   private:
@@ -109,6 +123,9 @@ Result<Materialized> materialize(const Dataset& d, const std::string& where, boo
     out.data.reader.reset();
     if (static_cast<int64_t>(good.size()) == n) {
         out.data.x = std::move(x);
+        out.data.epochOrder = [reader = d.reader](uint64_t seed) {
+            return reader->epochOrder(seed);
+        };
         return out;
     }
     const auto m = static_cast<int64_t>(good.size());
@@ -143,6 +160,14 @@ std::pair<Dataset, Dataset> splitTail(const Dataset& d, double fraction) {
     } else {
         head.x = d.x.slice(0, splitAt);
         tail.x = d.x.slice(splitAt, n);
+    }
+    if (d.epochOrder) {
+        head.epochOrder = [f = d.epochOrder, splitAt](uint64_t seed) {
+            return restrictOrder(f(seed), 0, splitAt);
+        };
+        tail.epochOrder = [f = d.epochOrder, splitAt, n](uint64_t seed) {
+            return restrictOrder(f(seed), splitAt, n - splitAt);
+        };
     }
     head.y = d.y.slice(0, splitAt);
     tail.y = d.y.slice(splitAt, n);

@@ -274,9 +274,11 @@ void cropBox(int64_t h, int64_t w, int64_t th, int64_t tw, int64_t& y0, int64_t&
     x0 = static_cast<int64_t>(static_cast<float>(w - cw) / 2);
 }
 
-// One file to the target size: decoded, to f32, cropped or padded as asked, resized.
-Status loadOne(const ImageDirectoryConfig& cfg, const std::string& path, int channels, float* out) {
-    TD_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, readWholeFile(path));
+}  // namespace
+
+Status decodeToSize(const ImageDirectoryConfig& cfg, const std::string& path,
+                    const std::vector<uint8_t>& bytes, float* out) {
+    const int channels = channelsOf(cfg.colorMode);
     TD_ASSIGN_OR_RETURN(DecodedImage img, decodeImageFile(path, channels, bytes));
     if (img.height < 1 || img.width < 1) return err(path + ": the image has no pixels");
     const int64_t th = cfg.height, tw = cfg.width, c = channels;
@@ -318,6 +320,14 @@ int channelsOf(const std::string& colorMode) {
     return colorMode == "grayscale" ? 1 : colorMode == "rgba" ? 4 : 3;
 }
 
+namespace {
+
+// One file to the target size.
+Status loadOne(const ImageDirectoryConfig& cfg, const std::string& path, float* out) {
+    TD_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, readWholeFile(path));
+    return decodeToSize(cfg, path, bytes, out);
+}
+
 // The listed files of one split as a reader: each sample decoded, cropped or padded and resized
 // when read.
 class ImageFolderReader final : public ElementReader {
@@ -328,8 +338,7 @@ class ImageFolderReader final : public ElementReader {
     Shape sampleShape() const override { return {cfg_.height, cfg_.width, channels_}; }
     DType dtype() const override { return DType::F32; }
     Status read(int64_t i, void* dst) const override {
-        Status s = loadOne(cfg_, files_[static_cast<size_t>(i)], static_cast<int>(channels_),
-                           static_cast<float*>(dst));
+        Status s = loadOne(cfg_, files_[static_cast<size_t>(i)], static_cast<float*>(dst));
         if (s.ok() || cfg_.skipBadFiles) return s;
         return err(s.error() + " (set data.source.skip_bad_files to leave such files out)");
     }

@@ -50,6 +50,14 @@ Result<DecodedImage> decodeImageFile(const std::string& path, int channels);
 Result<DecodedImage> decodeImageFile(const std::string& path, int channels,
                                      const std::vector<uint8_t>& bytes);
 
+// An encoded image (any format decodeImageFile reads) to cfg's image_size and color_mode as
+// image_directory makes its samples: decoded, cropped or padded to the aspect ratio when asked,
+// resized; f32 height x width x channels, values 0..255. `name` names it in errors.
+Status decodeToSize(const ImageDirectoryConfig& cfg, const std::string& name,
+                    const std::vector<uint8_t>& bytes, float* out);
+// The channels of a color_mode: 1 (grayscale), 3 (rgb), 4 (rgba).
+int channelsOf(const std::string& colorMode);
+
 // TensorFlow's tf.image.resize of an f32 HWC image (half-pixel centers, no antialiasing):
 // bilinear, or nearest.
 void resizeImage(const float* in, int64_t height, int64_t width, int64_t channels, float* out,

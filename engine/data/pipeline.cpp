@@ -600,8 +600,9 @@ Status PipelineImpl::beginEpoch(int epoch) {
         shuffleOrder(n_, shuffleBuffer_, epochSeed, order_.data(), shuffleScratch_.data());
         // A source that reads its elements in an order of its own each epoch (shards shuffled):
         // the buffer shuffles that sequence.
-        if (reader_) {
-            const std::vector<int32_t> base = reader_->epochOrder(epochSeed);
+        if (reader_ || data_.epochOrder) {
+            const std::vector<int32_t> base =
+                data_.epochOrder ? data_.epochOrder(epochSeed) : reader_->epochOrder(epochSeed);
             if (static_cast<int64_t>(base.size()) == n_)
                 for (int32_t& i : order_) i = base[static_cast<size_t>(i)];
         }

@@ -44,7 +44,10 @@ struct Dataset {
     Tensor x;
     Tensor y;
     std::shared_ptr<const ElementReader> reader;  // streamed features (x empty)
-    int64_t numClasses = 0;                       // 0 when the labels are not class ids
+    // A decoded source whose epochs still read in an order of their own (ElementReader::
+    // epochOrder of the reader it was decoded from); unset: the reader's, if any.
+    std::function<std::vector<int32_t>(uint64_t)> epochOrder;
+    int64_t numClasses = 0;  // 0 when the labels are not class ids
     std::vector<std::string> classNames;
     int64_t size() const;
     Shape sampleShape() const;  // x's shape without the leading N

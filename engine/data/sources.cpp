@@ -15,6 +15,7 @@
 #include "engine/data/pipeline.h"
 #include "engine/data/resource_plan.h"
 #include "engine/data/sources.h"
+#include "engine/data/tfrecord_source.h"
 
 namespace td {
 namespace {
@@ -371,8 +372,10 @@ Result<DataSplits> loadSource(const SourceConfig& cfg, bool stream) {
     if (cfg.type == "csv") return loadCsv(cfg);
     if (cfg.type == "synthetic") return loadSynthetic(cfg);
     if (cfg.type == "image_directory") return loadImageDirectory(cfg.images, stream);
+    if (cfg.type == "tfrecord") return loadTfRecords(cfg.records, stream);
     return err("unknown data source type '" + cfg.type +
-               "' (valid types: fashion_mnist, idx, npy, csv, synthetic, image_directory)");
+               "' (valid types: fashion_mnist, idx, npy, csv, synthetic, image_directory, "
+               "tfrecord)");
 }
 
 }  // namespace td

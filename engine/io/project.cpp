@@ -82,8 +82,9 @@ struct Reader {
     SourceConfig source(const Json& v, const std::string& path) const {
         requireObject(v, path);
         SourceConfig s;
-        s.type = getOneOf(requireMember(v, path, "type"), child(path, "type"),
-                          {"fashion_mnist", "idx", "csv", "npy", "synthetic", "image_directory"});
+        s.type = getOneOf(
+            requireMember(v, path, "type"), child(path, "type"),
+            {"fashion_mnist", "idx", "csv", "npy", "synthetic", "image_directory", "tfrecord"});
         auto file = [&](const char* key, bool required) -> std::string {
             const Json* x = member(v, key);
             if (!x) {
@@ -123,6 +124,8 @@ struct Reader {
                 s.labelColumn = getNonEmptyString(*x, child(path, "label_column"));
         } else if (s.type == "image_directory") {
             s.images = imageDirectory(v, path, file);
+        } else if (s.type == "tfrecord") {
+            s.records = tfRecords(v, path);
         } else {  // synthetic
             checkKeys(v, path, {"type", "samples", "test_samples", "shape", "classes", "seed"});
             const char* why = "samples are indexed with 32-bit integers";
@@ -252,6 +255,104 @@ struct Reader {
         if (!c.testDirectory.empty() && !c.labelsInferred)
             fail(child(path, "test_directory"),
                  "a test folder needs labels \"inferred\" (its classes are its sub-folders)");
+        return c;
+    }
+
+    // TFRecord shards (engine/data/tfrecord_source.h).
+    TfRecordConfig tfRecords(const Json& v, const std::string& path) const {
+        checkKeys(v, path,
+                  {"type", "files", "test_files", "compression", "x", "y", "cycle_length",
+                   "block_length", "shuffle_files"});
+        TfRecordConfig c;
+        auto patterns = [&](const char* key, bool required) {
+            std::vector<std::string> out;
+            const Json* x = member(v, key);
+            if (!x) {
+                if (required) fail(child(path, key), "missing (required for a tfrecord source)");
+                return out;
+            }
+            const std::string fp = child(path, key);
+            if (x->is_string()) {
+                out.push_back(resolvePath(getNonEmptyString(*x, fp), baseDir));
+                return out;
+            }
+            requireArray(*x, fp);
+            if (x->empty()) fail(fp, "expected at least one file or pattern, got []");
+            for (size_t i = 0; i < x->size(); ++i)
+                out.push_back(resolvePath(getNonEmptyString((*x)[i], child(fp, i)), baseDir));
+            return out;
+        };
+        c.files = patterns("files", true);
+        c.testFiles = patterns("test_files", false);
+        if (const Json* x = member(v, "compression"); x && !x->is_null()) {
+            const std::string comp = getOneOf(*x, child(path, "compression"), {"GZIP", "NONE", ""});
+            c.compression = comp == "GZIP" ? "GZIP" : "";
+        }
+        auto shapeOf = [&](const Json& o, const std::string& op) {
+            const std::string sp = child(op, "shape");
+            const Json& sh = requireMember(o, op, "shape");
+            requireArray(sh, sp);
+            if (sh.empty()) fail(sp, "expected at least one dimension, got []");
+            Shape shape;
+            int64_t values = 1;
+            for (size_t i = 0; i < sh.size(); ++i) {
+                const int64_t d = getPositiveInteger(sh[i], child(sp, i));
+                if (d > (int64_t{1} << 31) / values)
+                    fail(child(sp, i), "the shape holds more than 2^31 values per sample");
+                values *= d;
+                shape.push_back(d);
+            }
+            return shape;
+        };
+        const std::string xp = child(path, "x");
+        const Json& x = requireMember(v, path, "x");
+        requireObject(x, xp);
+        c.xFeature = getNonEmptyString(requireMember(x, xp, "feature"), child(xp, "feature"));
+        c.xDecode = getOneOf(requireMember(x, xp, "decode"), child(xp, "decode"),
+                             {"image", "raw", "float"});
+        if (c.xDecode == "image") {
+            checkKeys(x, xp,
+                      {"feature", "decode", "color_mode", "image_size", "interpolation",
+                       "crop_to_aspect_ratio", "pad_to_aspect_ratio"});
+            if (!member(x, "image_size"))
+                fail(child(xp, "image_size"),
+                     "missing (decoded images are resized to [height, width])");
+            Json image = x;
+            image.erase("feature");
+            image.erase("decode");
+            image["type"] = "image_directory";
+            image["directory"] = ".";
+            auto unused = [](const char*, bool) { return std::string(); };
+            c.image = imageDirectory(image, xp, unused);
+        } else if (c.xDecode == "raw") {
+            checkKeys(x, xp, {"feature", "decode", "dtype", "shape"});
+            if (const Json* d = member(x, "dtype"))
+                c.rawDtype = getOneOf(*d, child(xp, "dtype"), {"uint8", "float32"});
+            c.xShape = shapeOf(x, xp);
+        } else {
+            checkKeys(x, xp, {"feature", "decode", "shape"});
+            c.xShape = shapeOf(x, xp);
+        }
+        const std::string yp = child(path, "y");
+        const Json& y = requireMember(v, path, "y");
+        requireObject(y, yp);
+        c.yFeature = getNonEmptyString(requireMember(y, yp, "feature"), child(yp, "feature"));
+        c.yDecode =
+            getOneOf(requireMember(y, yp, "decode"), child(yp, "decode"), {"int64", "float"});
+        if (c.yDecode == "float") {
+            checkKeys(y, yp, {"feature", "decode", "shape"});
+            const Shape shape = shapeOf(y, yp);
+            if (shape.size() != 1) fail(child(yp, "shape"), "expected [values], one dimension");
+            c.yWidth = shape[0];
+        } else {
+            checkKeys(y, yp, {"feature", "decode"});
+        }
+        if (const Json* n = member(v, "cycle_length"))
+            c.cycleLength = getPositiveInteger(*n, child(path, "cycle_length"));
+        if (const Json* n = member(v, "block_length"))
+            c.blockLength = getPositiveInteger(*n, child(path, "block_length"));
+        if (const Json* n = member(v, "shuffle_files"))
+            c.shuffleFiles = getBool(*n, child(path, "shuffle_files"));
         return c;
     }
 
@@ -986,6 +1087,29 @@ Json sourceJson(const SourceConfig& s) {
         j["seed"] = c.seed ? Json(*c.seed) : Json(nullptr);
         j["validation_split"] = c.validationSplit;
         j["skip_bad_files"] = c.skipBadFiles;
+    } else if (s.type == "tfrecord") {
+        const TfRecordConfig& c = s.records;
+        j["files"] = c.files;
+        if (!c.testFiles.empty()) j["test_files"] = c.testFiles;
+        j["compression"] = c.compression.empty() ? Json(nullptr) : Json(c.compression);
+        Json x = {{"feature", c.xFeature}, {"decode", c.xDecode}};
+        if (c.xDecode == "image") {
+            x["color_mode"] = c.image.colorMode;
+            x["image_size"] = {c.image.height, c.image.width};
+            x["interpolation"] = c.image.interpolation;
+            x["crop_to_aspect_ratio"] = c.image.cropToAspectRatio;
+            x["pad_to_aspect_ratio"] = c.image.padToAspectRatio;
+        } else {
+            if (c.xDecode == "raw") x["dtype"] = c.rawDtype;
+            x["shape"] = c.xShape;
+        }
+        j["x"] = x;
+        Json y = {{"feature", c.yFeature}, {"decode", c.yDecode}};
+        if (c.yDecode == "float") y["shape"] = {c.yWidth};
+        j["y"] = y;
+        if (c.cycleLength > 0) j["cycle_length"] = c.cycleLength;
+        j["block_length"] = c.blockLength;
+        j["shuffle_files"] = c.shuffleFiles;
     } else if (s.type == "synthetic") {
         j["samples"] = s.samples;
         j["test_samples"] = s.testSamples;
@@ -1205,6 +1329,8 @@ Status saveProject(const Project& p, const std::string& path) {
     for (std::string* f : {&s.trainImages, &s.trainLabels, &s.testImages, &s.testLabels,
                            &s.trainPath, &s.testPath, &s.images.directory, &s.images.testDirectory})
         *f = relativePath(*f, dir);
+    for (auto* list : {&s.records.files, &s.records.testFiles})
+        for (std::string& f : *list) f = relativePath(f, dir);
     if (copy.data.pipeline.cache.rfind("file:", 0) == 0)
         copy.data.pipeline.cache = "file:" + relativePath(copy.data.pipeline.cache.substr(5), dir);
     copy.initialWeights = relativePath(copy.initialWeights, dir);
@@ -1268,6 +1394,7 @@ std::string projectDifference(const Project& a, const Project& b) {
     TD_DIFF("data.source.classes", data.source.classes);
     TD_DIFF("data.source.seed", data.source.seed);
     TD_DIFF("data.source (image_directory)", data.source.images);
+    TD_DIFF("data.source (tfrecord)", data.source.records);
     if (a.data.pipeline.map.size() != b.data.pipeline.map.size()) return "data.pipeline.map";
     for (size_t i = 0; i < a.data.pipeline.map.size(); ++i) {
         const MapStep& x = a.data.pipeline.map[i];

@@ -27,6 +27,7 @@
 #include "engine/data/image_folder.h"
 #include "engine/data/pipeline.h"
 #include "engine/data/tfrecord.h"
+#include "engine/data/tfrecord_source.h"
 #include "tests/scoped_env.h"
 #include "tests/source_dir.h"
 
@@ -917,6 +918,248 @@ print("ok")
 
   private:
     static std::string statusOrEmpty(const Status& s) { return s.ok() ? std::string() : s.error(); }
+
+    // Shards whose records carry their global number as the label and as a one-byte x: the
+    // order a source reads them in is the order of its labels.
+    static std::vector<std::string> numberedShards(const std::string& dir,
+                                                   const std::vector<int64_t>& counts) {
+        std::vector<std::string> paths;
+        int64_t id = 0;
+        for (size_t f = 0; f < counts.size(); ++f) {
+            std::string file;
+            for (int64_t r = 0; r < counts[f]; ++r, ++id) {
+                ExampleFeatures e;
+                e["x"].kind = ExampleFeature::Kind::Bytes;
+                const std::string byte(1, static_cast<char>(id));
+                e["x"].bytes = {byte};
+                e["label"].kind = ExampleFeature::Kind::Int64;
+                e["label"].ints = {id};
+                appendTfRecord(file, serializeExample(e));
+            }
+            paths.push_back(dir + "/shard-" + std::to_string(f) + ".tfrecord");
+            writeFile(paths.back(), file);
+        }
+        return paths;
+    }
+
+    static TfRecordConfig numberedConfig(const std::string& dir) {
+        TfRecordConfig c;
+        c.files = {dir + "/shard-*.tfrecord"};
+        c.xFeature = "x";
+        c.xDecode = "raw";
+        c.xShape = {1};
+        return c;
+    }
+
+    static std::vector<int32_t> labelsOf(const Dataset& d) {
+        return std::vector<int32_t>(d.y.data<int32_t>(), d.y.data<int32_t>() + d.y.size());
+    }
+
+  private slots:
+
+    // tf.data's interleave, worked by hand: files of 5, 2 and 7 records, cycle 2, block 3.
+    void interleaveOrderByHand() {
+        const auto order = interleaveOrder({5, 2, 7}, {0, 1, 2}, 2, 3);
+        const std::vector<std::pair<int32_t, int64_t>> want{{0, 0}, {0, 1}, {0, 2}, {1, 0}, {1, 1},
+                                                            {0, 3}, {0, 4}, {2, 0}, {2, 1}, {2, 2},
+                                                            {2, 3}, {2, 4}, {2, 5}, {2, 6}};
+        QCOMPARE(order, want);
+        // Cycle 1 reads the files one after the other; in the order given.
+        const auto seq = interleaveOrder({2, 1}, {1, 0}, 1, 4);
+        QCOMPARE(seq, (std::vector<std::pair<int32_t, int64_t>>{{1, 0}, {0, 0}, {0, 1}}));
+    }
+
+    // The tfrecord source reads shards in the order tf.data's interleave does, for several
+    // cycle and block lengths (TensorFlow itself gives the expected order, where it is there).
+    void interleaveMatchesTensorFlow() {
+        const QString python = benchPython();
+        if (python.isEmpty()) QSKIP("no Python with TensorFlow (installer/bench.sh)");
+        if (runPython(python, {"-c", "import tensorflow"}).code != 0)
+            QSKIP("the benchmark Python has no TensorFlow");
+        QTemporaryDir dir;
+        const std::string d = dir.path().toStdString();
+        numberedShards(d, {5, 2, 7, 1, 4});
+        const QString script = R"PY(
+import glob, sys
+import tensorflow as tf
+files = sorted(glob.glob(sys.argv[1] + "/shard-*.tfrecord"))
+spec = {"label": tf.io.FixedLenFeature([], tf.int64)}
+for cycle, block in ((1, 1), (2, 3), (3, 1), (8, 2)):
+    ds = tf.data.Dataset.from_tensor_slices(files).interleave(
+        tf.data.TFRecordDataset, cycle_length=cycle, block_length=block,
+        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    print(",".join(str(int(tf.io.parse_single_example(r, spec)["label"])) for r in ds))
+)PY";
+        const PyRun r = runPython(python, {"-c", script, dir.path()});
+        QVERIFY2(r.code == 0, qPrintable(r.err));
+        const QStringList lines = r.out.trimmed().split('\n');
+        QCOMPARE(lines.size(), 4);
+        const std::vector<std::pair<int64_t, int64_t>> configs{{1, 1}, {2, 3}, {3, 1}, {8, 2}};
+        for (size_t k = 0; k < configs.size(); ++k) {
+            TfRecordConfig c = numberedConfig(d);
+            c.cycleLength = configs[k].first;
+            c.blockLength = configs[k].second;
+            auto splits = loadSource(SourceConfig{.type = "tfrecord", .records = c});
+            QVERIFY2(splits.ok(), splits.ok() ? "" : splits.error().c_str());
+            QStringList got;
+            for (int32_t v : labelsOf(splits->train)) got << QString::number(v);
+            QCOMPARE(got.join(','), lines[static_cast<int>(k)]);
+        }
+    }
+
+    // A source of shards: decoded at load and streamed give the same batches; a shuffled epoch
+    // reads the shards in an order of its own (every record once); raw, float and encoded-image
+    // features; GZIP shards.
+    void sourceReadsShards() {
+        QTemporaryDir dir;
+        const std::string d = dir.path().toStdString();
+        numberedShards(d, {9, 4, 11});
+        TfRecordConfig c = numberedConfig(d);
+        c.cycleLength = 2;
+        auto decoded = loadSource(SourceConfig{.type = "tfrecord", .records = c});
+        auto streamed = loadSource(SourceConfig{.type = "tfrecord", .records = c}, true);
+        QVERIFY2(decoded.ok() && streamed.ok(), decoded.ok() ? "" : decoded.error().c_str());
+        QVERIFY(streamed->train.streamed() && !decoded->train.streamed());
+        QCOMPARE(decoded->train.x.dtype(), DType::U8);
+        QCOMPARE(decoded->train.numClasses, int64_t(24));
+        for (int64_t i = 0; i < 24; ++i)  // x is the label's byte
+            QCOMPARE(int(decoded->train.x.data<uint8_t>()[i]), decoded->train.y.data<int32_t>()[i]);
+        PipelineConfig pc;
+        pc.cache = "none";
+        pc.shuffleBuffer = 4;
+        std::vector<std::vector<int32_t>> epochs;
+        for (const Dataset* ds : {&decoded->train, &streamed->train}) {
+            auto pipe = Pipeline::create(*ds, pc, 5, true, 11);
+            QVERIFY2(pipe.ok(), pipe.ok() ? "" : pipe.error().c_str());
+            for (int e = 0; e < 3; ++e) {
+                QVERIFY((*pipe)->beginEpoch(e).ok());
+                std::vector<int32_t> seen;
+                while (true) {
+                    auto b = (*pipe)->next();
+                    QVERIFY(b.ok());
+                    if (!*b) break;
+                    for (int64_t r = 0; r < (*b)->size; ++r) {
+                        const int32_t label = (*b)->y.data<int32_t>()[r];
+                        QCOMPARE(static_cast<int32_t>((*b)->x.data<float>()[r]), label);
+                        seen.push_back(label);
+                    }
+                }
+                epochs.push_back(seen);
+            }
+        }
+        for (int e = 0; e < 3; ++e) {
+            QCOMPARE(epochs[static_cast<size_t>(e)], epochs[static_cast<size_t>(e + 3)]);
+            std::vector<int32_t> sorted = epochs[static_cast<size_t>(e)];
+            std::sort(sorted.begin(), sorted.end());
+            for (int32_t i = 0; i < 24; ++i) QCOMPARE(sorted[static_cast<size_t>(i)], i);
+        }
+        QVERIFY(epochs[0] != epochs[1] && epochs[1] != epochs[2]);
+        // A validation split keeps the shard order's shuffle on each side, decoded or streamed.
+        {
+            auto [dHead, dTail] = splitTail(decoded->train, 0.25);
+            auto [sHead, sTail] = splitTail(streamed->train, 0.25);
+            std::vector<int32_t> first[2];
+            for (int k = 0; k < 2; ++k) {
+                auto pipe = Pipeline::create(k == 0 ? dHead : sHead, pc, 18, true, 11);
+                QVERIFY(pipe.ok() && (*pipe)->beginEpoch(2).ok());
+                auto b = (*pipe)->next();
+                QVERIFY(b.ok() && *b);
+                first[k].assign((*b)->y.data<int32_t>(), (*b)->y.data<int32_t>() + 18);
+            }
+            QCOMPARE(first[0], first[1]);
+            QVERIFY(dHead.epochOrder && !dHead.epochOrder(7).empty());
+        }
+        // Without shuffle_files the shards keep their order: only the buffer shuffles, so a
+        // record moves at most a few places ahead... and the epochs differ only by the buffer.
+        c.shuffleFiles = false;
+        auto fixed = loadSource(SourceConfig{.type = "tfrecord", .records = c}, true);
+        QVERIFY(fixed.ok());
+        PipelineConfig none = pc;
+        none.shuffleBuffer = 1;  // a buffer of one keeps the order
+        auto pipe = Pipeline::create(fixed->train, none, 24, true, 11);
+        QVERIFY(pipe.ok() && (*pipe)->beginEpoch(1).ok());
+        auto b = (*pipe)->next();
+        QVERIFY(b.ok() && *b);
+        QCOMPARE(std::vector<int32_t>((*b)->y.data<int32_t>(), (*b)->y.data<int32_t>() + 24),
+                 labelsOf(decoded->train));
+
+        // Float features, float targets, GZIP.
+        std::string file;
+        for (int r = 0; r < 3; ++r) {
+            ExampleFeatures e;
+            e["v"].kind = ExampleFeature::Kind::Float;
+            e["v"].floats = {float(r), 0.5f, -1.0f};
+            e["t"].kind = ExampleFeature::Kind::Float;
+            e["t"].floats = {float(r) * 2};
+            appendTfRecord(file, serializeExample(e));
+        }
+        writeFile(d + "/floats.tfrecord.gz", gzipBytes(file));
+        TfRecordConfig f;
+        f.files = {d + "/floats.tfrecord.gz"};
+        f.compression = "GZIP";
+        f.xFeature = "v";
+        f.xDecode = "float";
+        f.xShape = {3};
+        f.yFeature = "t";
+        f.yDecode = "float";
+        auto floats = loadSource(SourceConfig{.type = "tfrecord", .records = f});
+        QVERIFY2(floats.ok(), floats.ok() ? "" : floats.error().c_str());
+        QCOMPARE(floats->train.x.shape(), (Shape{3, 3}));
+        QCOMPARE(floats->train.x.data<float>()[6], 2.0f);
+        QCOMPARE(floats->train.y.shape(), (Shape{3, 1}));
+        QCOMPARE(floats->train.y.data<float>()[2], 4.0f);
+    }
+
+    // Bad input, each named: a pattern that matches nothing, a record without the feature, a
+    // raw feature of the wrong size, a record whose CRC does not match, an image that does not
+    // decode (met when its sample is read, streamed).
+    void sourceErrorsNameTheRecord() {
+        QTemporaryDir dir;
+        const std::string d = dir.path().toStdString();
+        const auto paths = numberedShards(d, {3, 2});
+        auto load = [&](const TfRecordConfig& c, bool stream = false) {
+            return loadSource(SourceConfig{.type = "tfrecord", .records = c}, stream);
+        };
+        auto expect = [&](const TfRecordConfig& c, const std::string& part) {
+            auto r = load(c);
+            QVERIFY2(!r.ok(), part.c_str());
+            QVERIFY2(r.error().find(part) != std::string::npos, r.error().c_str());
+        };
+        TfRecordConfig c = numberedConfig(d);
+        c.files.push_back(d + "/nothing-*.tfrecord");
+        expect(c, "data.source.files[1]: \"" + d + "/nothing-*.tfrecord\" matches no file");
+        c = numberedConfig(d);
+        c.yFeature = "class";
+        expect(c, paths[0] + ": record at offset 0: no feature \"class\" (data.source.y.feature)");
+        c = numberedConfig(d);
+        c.xShape = {2};
+        expect(c, paths[0] +
+                      ": record at offset 0: feature \"x\" has 1 bytes; data.source.x "
+                      "expects 2");
+        // A flipped byte in the second record's data.
+        std::string bytes = readFile(paths[1]);
+        const size_t second = bytes.size() / 2;
+        bytes[second + 14] = static_cast<char>(bytes[second + 14] ^ 0x40);
+        writeFile(paths[1], bytes);
+        c = numberedConfig(d);
+        expect(c,
+               paths[1] + ": record at offset " + std::to_string(second) + ": data CRC mismatch");
+        fs::remove(paths[1]);
+        // An "image" that is not one.
+        c = numberedConfig(d);
+        c.xDecode = "image";
+        c.image.colorMode = "grayscale";
+        c.image.height = c.image.width = 2;
+        auto streamed = load(c, true);
+        QVERIFY2(streamed.ok(), streamed.ok() ? "" : streamed.error().c_str());
+        std::vector<float> px(4);
+        const Status s = streamed->train.reader->read(1, px.data());
+        QVERIFY(!s.ok());
+        QVERIFY2(s.error().find(paths[0] + ": record at offset ") != std::string::npos &&
+                     s.error().find("not an image") != std::string::npos,
+                 s.error().c_str());
+        expect(c, "not an image");
+    }
 };
 
 QTEST_GUILESS_MAIN(TestTfRecord)

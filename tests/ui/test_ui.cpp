@@ -243,6 +243,7 @@ class TestUi : public QObject {
     void quitQuestionClosesWhenTheRunEnds();
     void dataPreviewGridReflows();
     void dataTabReadsImageFolders();
+    void dataTabReadsTfRecordShards();
     void monitorSaysWhenInputBound();
     void helpMenuListsShortcutsAndDocumentation();
     void projectRoundTripsUnchanged();
@@ -1085,6 +1086,49 @@ void TestUi::dataTabReadsImageFolders() {
     picker->lineEdit()->setText(folders + "/train");
     emit picker->pathEdited(folders + "/train");
     QVERIFY2(rc->startBlocker().isEmpty(), qPrintable(rc->startBlocker()));
+}
+
+// The shipped TFRecord project, on shards its script writes (20 images a split): the Data tab
+// shows the shards and decoded pictures, Start is allowed; a pattern with no match is refused.
+void TestUi::dataTabReadsTfRecordShards() {
+    const QString shards = dir_.filePath("shards");
+    QProcess script;
+    script.start(QFile::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3",
+                 {QString(td::dev::kSourceDir) + "/projects/make_tfrecords.py", "--limit", "20",
+                  "--shards", "2", "--out", shards});
+    QVERIFY(script.waitForFinished(120000));
+    QVERIFY2(script.exitCode() == 0, script.readAllStandardError().constData());
+    QFile shipped(QString(td::dev::kSourceDir) + "/projects/fashion_mnist_tfrecord_cnn.json");
+    QVERIFY(shipped.open(QIODevice::ReadOnly));
+    QString text = QString::fromUtf8(shipped.readAll());
+    text.replace("\"fashion-mnist-tfrecord/", "\"" + shards + "/");
+    const QString path = dir_.filePath("shards_project.json");
+    QVERIFY(writeFile(path, text));
+    auto w = makeWindow("shards.db");
+    QString error;
+    QVERIFY2(w->openProject(path, &error), qPrintable(error));
+    DataPanel* dp = w->dataPanel();
+    auto* type = child<QComboBox>(dp, "sourceType");
+    QVERIFY(type);
+    QCOMPARE(type->currentData().toString(), QString("tfrecord"));
+    auto* files = child<QLineEdit>(dp, "recordFiles");
+    QVERIFY(files);
+    QCOMPARE(files->text(), shards + "/train-*.tfrecord");
+    QCOMPARE(child<QLineEdit>(dp, "recordFeature")->text(), QString("image"));
+    QSignalSpy preview(dp, &DataPanel::previewLoaded);
+    w->tabs()->setCurrentIndex(MainWindow::DataTab);
+    QTRY_VERIFY_WITH_TIMEOUT(preview.count() >= 1, 30000);
+    QVERIFY(preview.last().first().toBool());
+    QCOMPARE(dp->previewSampleCount(), 20);
+    QVERIFY(child<QListWidget>(dp, "samplePreview")->count() > 0);
+    RunController* rc = w->runController();
+    QVERIFY2(rc->startBlocker().isEmpty(), qPrintable(rc->startBlocker()));
+    // A pattern that matches nothing: the preview says which.
+    files->setText(shards + "/nothing-*.tfrecord");
+    emit files->editingFinished();
+    QCOMPARE(w->projectController()->project().data.source.records.files,
+             std::vector<std::string>{(shards + "/nothing-*.tfrecord").toStdString()});
+    QTRY_VERIFY_WITH_TIMEOUT(preview.count() >= 2 && !preview.last().first().toBool(), 30000);
 }
 
 // An input-bound epoch is said above the charts, with its share and the change that would help,
