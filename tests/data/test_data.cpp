@@ -646,7 +646,7 @@ class TestData : public QObject {
         QVERIFY(!s.ok());
         QVERIFY2(QString::fromStdString(s.error()).contains(
                      "'parquet' (valid types: fashion_mnist, idx, npy, csv, synthetic, "
-                     "image_directory)"),
+                     "image_directory, tfrecord)"),
                  s.error().c_str());
     }
 
