@@ -264,7 +264,7 @@ class PipelineImpl final : public Pipeline {
 
     Status setUpCache(const PipelineConfig& cfg);
     Status produce(int64_t b, Slot& slot);
-    Status fillCache(int64_t begin, int64_t end, std::vector<uint8_t>& scratch);
+    void fillRow(int64_t i, const uint8_t* src);
     Status commitCache();
     void workerLoop();
     void stopWorkers();
@@ -640,50 +640,43 @@ void PipelineImpl::stopWorkers() {
     threads_.clear();
 }
 
-// Source rows [begin, end) after the pre steps, into the cache being filled. `scratch` holds one
-// row of a streamed source.
-Status PipelineImpl::fillCache(int64_t begin, int64_t end, std::vector<uint8_t>& scratch) {
-    const ElementView& src = sourceView_;
+// Source row i, its bytes at `src`, after the pre steps, into the cache being filled.
+void PipelineImpl::fillRow(int64_t i, const uint8_t* src) {
     if (cacheFillX_) {
-        const int64_t dstBytes = cacheLayout_.xRowBytes;
-        for (int64_t i = begin; i < end; ++i) {
-            uint8_t* d = cacheFillX_ + i * dstBytes;
-            const uint8_t* s = src.x ? src.x + i * src.xRowBytes : scratch.data();
-            if (reader_) {
-                // Unconverted rows are read straight into the cache.
-                TD_RETURN_IF_ERROR(reader_->read(i, plan_.preConverts ? scratch.data() : d));
-                if (!plan_.preConverts) continue;
-            }
-            if (plan_.preConverts) {
-                convertRow(kernels_, s, src.xType, reinterpret_cast<float*>(d), xRowElems_,
-                           plan_.pre);
-            } else {
-                std::memcpy(d, s, static_cast<size_t>(dstBytes));
-            }
-        }
+        uint8_t* d = cacheFillX_ + i * cacheLayout_.xRowBytes;
+        if (plan_.preConverts)
+            convertRow(kernels_, src, sourceView_.xType, reinterpret_cast<float*>(d), xRowElems_,
+                       plan_.pre);
+        else
+            std::memcpy(d, src, static_cast<size_t>(cacheLayout_.xRowBytes));
     }
     if (cacheFillY_) {
-        const int64_t dstBytes = cacheLayout_.yRowBytes;
-        for (int64_t i = begin; i < end; ++i) {
-            uint8_t* d = cacheFillY_ + i * dstBytes;
-            if (plan_.preOneHot) {
-                auto* row = reinterpret_cast<float*>(d);
-                std::fill(row, row + plan_.preOneHot, 0.0f);
-                row[reinterpret_cast<const int32_t*>(src.y)[i]] = 1.0f;
-            } else {
-                std::memcpy(d, src.y + i * dstBytes, static_cast<size_t>(dstBytes));
-            }
+        uint8_t* d = cacheFillY_ + i * cacheLayout_.yRowBytes;
+        if (plan_.preOneHot) {
+            auto* row = reinterpret_cast<float*>(d);
+            std::fill(row, row + plan_.preOneHot, 0.0f);
+            row[reinterpret_cast<const int32_t*>(sourceView_.y)[i]] = 1.0f;
+        } else {
+            std::memcpy(d, sourceView_.y + i * cacheLayout_.yRowBytes,
+                        static_cast<size_t>(cacheLayout_.yRowBytes));
         }
     }
-    return Status::success();
 }
 
 // Forms batch b (rows order_[b*B, b*B + size)) into `slot`; in a fill pass, also fills this
-// batch's share of the cache. Runs on a worker, or inline in next().
+// batch's share of the cache: of an in-memory source, the source rows [b*N/nb, (b+1)*N/nb); of a
+// streamed one, the rows it reads (each read once), and the last batch also the rows no batch
+// reads (drop_remainder). Runs on a worker, or inline in next().
 Status PipelineImpl::produce(int64_t b, Slot& slot) {
-    if (filling_)
-        TD_RETURN_IF_ERROR(
-            fillCache(b * n_ / numBatches_, (b + 1) * n_ / numBatches_, slot.sourceRow));
+    if (filling_ && !reader_)
+        for (int64_t i = b * n_ / numBatches_; i < (b + 1) * n_ / numBatches_; ++i)
+            fillRow(i, sourceView_.x + i * sourceView_.xRowBytes);
+    if (filling_ && reader_ && b == numBatches_ - 1)
+        for (int64_t k = std::min(n_, numBatches_ * batchSize_); k < n_; ++k) {
+            const int32_t i = order_[static_cast<size_t>(k)];
+            TD_RETURN_IF_ERROR(reader_->read(i, slot.sourceRow.data()));
+            fillRow(i, slot.sourceRow.data());
+        }
     const int64_t first = b * batchSize_;
     const int64_t rows = std::min(batchSize_, n_ - first);
     const int32_t* idx = order_.data() + first;
@@ -708,6 +701,7 @@ Status PipelineImpl::produce(int64_t b, Slot& slot) {
                 readStatus = reader_->read(idx[r], slot.sourceRow.data());
                 if (!readStatus.ok()) return;
                 const auto mapStart = Clock::now();
+                if (filling_) fillRow(idx[r], slot.sourceRow.data());
                 formRow(slot.sourceRow.data(), x + r * d);
                 mapSeconds += secondsBetween(mapStart, Clock::now());
                 if (options_.elementHook) options_.elementHook(idx[r]);
