@@ -6,9 +6,13 @@
 //             shuffle and batch size, formed inline (prefetch 0: one thread, the cost of forming
 //             batches alone) and with the project's own prefetch and workers
 //
+//   stream:   with --stream, an image or record source is streamed (each sample read and decoded
+//             when a batch needs it, on the pipeline's workers) and the pipeline caches nothing:
+//             every epoch reads, decodes, resizes and batches, as a data-loading benchmark does
+//
 //   traindeck_bench_pipeline [--project projects/fashion_mnist_mlp.json] [--loads 3]
-//                            [--epochs 3] [--repeat 3]
-// Prints one line per measurement: the median and the spread of the repeats.
+//                            [--epochs 3] [--repeat 3] [--stream]
+// Prints one line per measurement: the median and the spread of the repeats, and samples/s.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -67,6 +71,9 @@ int main(int argc, char** argv) {
     app.add_option("--epochs", epochs, "Timed epochs per pipeline measurement")
         ->check(CLI::PositiveNumber);
     app.add_option("--repeat", repeat, "Pipeline measurements")->check(CLI::PositiveNumber);
+    bool stream = false;
+    app.add_flag("--stream", stream,
+                 "Stream the source and cache nothing: every epoch reads and decodes");
     CLI11_PARSE(app, argc, argv);
 
     auto project = td::loadProject(projectPath);
@@ -74,14 +81,15 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "%s\n", project.error().c_str());
         return 1;
     }
-    const td::DataConfig& data = project.value().data;
+    td::DataConfig data = project.value().data;
+    if (stream) data.pipeline.cache = "none";
     const int64_t batch = project.value().training.batchSize;
 
     std::vector<double> loadTimes;
     td::Result<td::DataSplits> splits = td::err("not loaded");
     for (int i = 0; i < loads; ++i) {
         const auto t0 = Clock::now();
-        splits = td::loadSource(data.source);
+        splits = td::loadSource(data.source, stream);
         loadTimes.push_back(seconds(t0, Clock::now()));
         if (!splits.ok()) {
             std::fprintf(stderr, "%s\n", splits.error().c_str());
@@ -108,5 +116,9 @@ int main(int argc, char** argv) {
     }
     report("batch, inline (one thread)", inlineTimes, "us", 1e6);
     report("batch, project prefetch/workers", asyncTimes, "us", 1e6);
+    std::sort(asyncTimes.begin(), asyncTimes.end());
+    std::printf("samples/s, project prefetch/workers: %.0f (batch %lld)\n",
+                static_cast<double>(batch) / asyncTimes[asyncTimes.size() / 2],
+                static_cast<long long>(batch));
     return 0;
 }

@@ -29,6 +29,13 @@ or the framework is missing.
   reference_mlp.py --framework torch --compile --hidden 1024,1024 --batch 256
   reference_mlp.py --framework keras --precision bf16 --hidden 128 --batch 256
   reference_mlp.py --framework torch --model cnn --dropout 0.3 --batch 64
+  reference_mlp.py --framework keras --model cnn --dropout 0.3 --batch 64 --folder DIR
+
+--folder DIR trains on DIR/train and tests on DIR/test, image folders of 28x28 grayscale files
+(one sub-folder per class; projects/make_image_folders.py writes them), read each epoch through
+the framework's own reader: torchvision's ImageFolder (PIL, ToTensor) in a DataLoader with
+--loader-workers processes, or Keras' image_dataset_from_directory with map and prefetch
+AUTOTUNE; the epoch's time then includes reading and decoding the files.
 """
 import argparse
 import gzip
@@ -102,7 +109,7 @@ def train_torch(opts, hidden, train, test):
     device = torch.device(opts.device)
 
     layers = []
-    width = train[0].shape[1]
+    width = 784 if opts.folder else train[0].shape[1]
     if opts.model == "cnn":
         # PyTorch's images are channels-first; its BatchNorm momentum is Keras' 1 - momentum.
         nn = torch.nn
@@ -135,21 +142,38 @@ def train_torch(opts, hidden, train, test):
             return torch.autocast(opts.device, dtype=torch.bfloat16)
         return torch.autocast(opts.device, enabled=False)
 
-    # --device cuda: the whole training set lives on the GPU, as TrainDeck's batches would.
-    x, y = (torch.from_numpy(a).to(device) for a in train)
-    n = x.shape[0]
+    if opts.folder:
+        from torchvision import datasets, transforms
+        tfm = transforms.Compose([transforms.Grayscale(), transforms.ToTensor()])
+        data = datasets.ImageFolder(os.path.join(opts.folder, "train"), transform=tfm)
+        loader = torch.utils.data.DataLoader(
+            data, batch_size=opts.batch, shuffle=True, num_workers=opts.loader_workers,
+            persistent_workers=opts.loader_workers > 0)
+        n = len(data)
+
+        def batches():
+            for xb, yb in loader:
+                yield xb.reshape(xb.shape[0], -1).to(device), yb.to(device)
+    else:
+        # --device cuda: the whole training set lives on the GPU, as TrainDeck's batches would.
+        x, y = (torch.from_numpy(a).to(device) for a in train)
+        n = x.shape[0]
+
+        def batches():
+            order = torch.randperm(n, device=device)
+            for first in range(0, n, opts.batch):
+                idx = order[first:first + opts.batch]
+                yield x[idx], y[idx]
     epoch_seconds = []
     for _ in range(opts.epochs):
         model.train()
         start = time.perf_counter()
-        order = torch.randperm(n, device=device)
-        for first in range(0, n, opts.batch):
-            idx = order[first:first + opts.batch]
+        for xb, yb in batches():
             optimizer.zero_grad(set_to_none=True)
             with autocast():
-                logits = forward(x[idx])
+                logits = forward(xb)
             # The softmax of the last layer lives inside the loss here, as in Keras' from_logits.
-            loss = torch.nn.functional.cross_entropy(logits.float(), y[idx])
+            loss = torch.nn.functional.cross_entropy(logits.float(), yb)
             loss.backward()
             optimizer.step()
         if opts.device == "cuda":
@@ -157,10 +181,17 @@ def train_torch(opts, hidden, train, test):
         epoch_seconds.append(time.perf_counter() - start)
 
     model.eval()
-    tx, ty = (torch.from_numpy(a).to(device) for a in test)
+    if opts.folder:
+        from torchvision import datasets, transforms
+        tdata = datasets.ImageFolder(os.path.join(opts.folder, "test"), transform=transforms.Compose(
+            [transforms.Grayscale(), transforms.ToTensor()]))
+        tx = torch.stack([tdata[i][0].reshape(-1) for i in range(len(tdata))]).to(device)
+        ty = torch.tensor(tdata.targets, device=device)
+    else:
+        tx, ty = (torch.from_numpy(a).to(device) for a in test)
     with torch.no_grad(), autocast():
         accuracy = (model(tx).argmax(dim=1) == ty).float().mean().item()
-    return "torch", torch.__version__, epoch_seconds, accuracy
+    return "torch", torch.__version__, epoch_seconds, accuracy, n
 
 
 def train_keras(opts, hidden, train, test):
@@ -177,7 +208,7 @@ def train_keras(opts, hidden, train, test):
     if opts.precision == "bf16":
         keras.mixed_precision.set_global_policy("mixed_bfloat16")
 
-    model = keras.Sequential([keras.Input(shape=(train[0].shape[1],))])
+    model = keras.Sequential([keras.Input(shape=(784 if opts.folder else train[0].shape[1],))])
     L = keras.layers
     if opts.model == "cnn":
         for layer in [L.Reshape((28, 28, 1)), L.Conv2D(32, 3, activation="relu"),
@@ -210,10 +241,23 @@ def train_keras(opts, hidden, train, test):
         def on_epoch_end(self, epoch, logs=None):
             epoch_seconds.append(time.perf_counter() - self.start)
 
-    model.fit(train[0], train[1], batch_size=opts.batch, epochs=opts.epochs, shuffle=True,
-              verbose=0, callbacks=[EpochTimer()])
-    accuracy = model.evaluate(test[0], test[1], batch_size=1024, verbose=0)[1]
-    return "keras", f"{keras.__version__} (tf {tf.__version__})", epoch_seconds, accuracy
+    if opts.folder:
+        def read(split, shuffle):
+            ds = keras.utils.image_dataset_from_directory(
+                os.path.join(opts.folder, split), color_mode="grayscale", image_size=(28, 28),
+                batch_size=opts.batch, shuffle=shuffle, seed=opts.seed, verbose=False)
+            flat = ds.map(lambda x, y: (tf.reshape(x, (-1, 784)) / 255.0, y),
+                          num_parallel_calls=tf.data.AUTOTUNE)
+            return flat.prefetch(tf.data.AUTOTUNE), len(ds.file_paths)
+        data, n = read("train", True)
+        model.fit(data, epochs=opts.epochs, verbose=0, callbacks=[EpochTimer()])
+        accuracy = model.evaluate(read("test", False)[0], verbose=0)[1]
+    else:
+        n = train[0].shape[0]
+        model.fit(train[0], train[1], batch_size=opts.batch, epochs=opts.epochs, shuffle=True,
+                  verbose=0, callbacks=[EpochTimer()])
+        accuracy = model.evaluate(test[0], test[1], batch_size=1024, verbose=0)[1]
+    return "keras", f"{keras.__version__} (tf {tf.__version__})", epoch_seconds, accuracy, n
 
 
 def parse_args(argv):
@@ -236,6 +280,9 @@ def parse_args(argv):
     p.add_argument("--epochs", type=int, default=3, help="at least 2: the first is warm-up")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--folder", help="train on DIR/train, test on DIR/test (image folders)")
+    p.add_argument("--loader-workers", type=int, default=os.cpu_count() or 1,
+                   help="--folder with torch: DataLoader worker processes")
     p.add_argument("--limit", type=int, default=0,
                    help="train on the first N training images only (quick checks; 0: all 60,000)")
     opts = p.parse_args(argv)
@@ -260,12 +307,16 @@ def parse_args(argv):
 def main(argv):
     opts, hidden = parse_args(argv)
     try:
-        train = load_split(TRAIN_FILES)
-        if opts.limit:
-            train = (train[0][:opts.limit], train[1][:opts.limit])
-        test = load_split(TEST_FILES)
+        if opts.folder and opts.model != "cnn":
+            raise Refused("--folder: trains the CNN (--model cnn) on 28x28 images")
+        train = test = None
+        if not opts.folder:
+            train = load_split(TRAIN_FILES)
+            if opts.limit:
+                train = (train[0][:opts.limit], train[1][:opts.limit])
+            test = load_split(TEST_FILES)
         run = train_torch if opts.framework == "torch" else train_keras
-        framework, version, epoch_seconds, accuracy = run(opts, hidden, train, test)
+        framework, version, epoch_seconds, accuracy, samples = run(opts, hidden, train, test)
     except Refused as e:
         print(f"reference_mlp.py: {e}", file=sys.stderr)
         return 2
@@ -282,7 +333,8 @@ def main(argv):
         "threads": opts.threads,
         "seed": opts.seed,
         "flush_denormal": opts.framework == "keras" or not opts.keep_denormals,
-        "samples_per_s": round(steady_rate(train[0].shape[0], epoch_seconds), 1),
+        "folder": opts.folder or "",
+        "samples_per_s": round(steady_rate(samples, epoch_seconds), 1),
         "epoch_seconds": [round(t, 3) for t in epoch_seconds],
         "test_accuracy": round(float(accuracy), 4),
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),

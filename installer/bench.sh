@@ -23,6 +23,16 @@ if ! ready; then
   ready || { echo "bench.sh: $venv has no working PyTorch 2.x and Keras 3 after the install" >&2
              exit 1; }
 fi
+# The input-pipeline figures (bench/reference_pipeline.py, reference_mlp.py --folder): Pillow for
+# torchvision's image reading and for projects/make_image_folders.py --format jpeg; torchvision
+# without its dependencies (the PyTorch above is kept; its image-folder reader and transforms are
+# plain Python).
+"$venv/bin/python" -c "import PIL, torchvision" 2>/dev/null || {
+  "$venv/bin/python" -m pip install --quiet --progress-bar off pillow
+  "$venv/bin/python" -m pip install --quiet --progress-bar off --no-deps torchvision
+  "$venv/bin/python" -c "import PIL, torchvision" || {
+    echo "bench.sh: $venv has no working Pillow and torchvision after the install" >&2; exit 1; }
+}
 /usr/bin/python3 -c "import torch" || {
   echo "bench.sh: Debian's python3-torch does not import in /usr/bin/python3" >&2; exit 1; }
 "$root/installer/build.sh"

@@ -418,6 +418,7 @@ QWidget* DataPanel::buildPipeline() {
     form->addRow(QString(), ohRow);
 
     cache_ = new QComboBox;
+    cache_->setObjectName("cache");
     cache_->addItem(tr("none"), "none");
     cache_->addItem(tr("in memory"), "memory");
     cache_->addItem(tr("file"), "file");

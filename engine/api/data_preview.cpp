@@ -151,6 +151,18 @@ std::string describePipeline(const DataConfig& data, int64_t batchSize) {
     }
 
     std::vector<std::string> stages{data.source.type};
+    // Image and record sources: decoded at load for a memory cache, else by the map workers as
+    // batches read them (each epoch, or the first one when a file cache keeps them decoded).
+    const bool decodes = data.source.type == "image_directory" ||
+                         (data.source.type == "tfrecord" && data.source.records.xDecode == "image");
+    if (decodes && c.cache == "memory") {
+        stages.back() += " (decoded at load, every core)";
+    } else if (decodes) {
+        const std::string workers =
+            c.parallelCalls == 1 ? std::string("1 worker") : count(c.parallelCalls) + " workers";
+        stages.push_back(std::string("decode + resize (") + workers +
+                         (c.cache == "none" ? ", every epoch)" : ", first epoch)"));
+    }
     if (!pre.empty()) stages.push_back("map " + joinSteps(pre));
     if (c.cache != "none")
         stages.push_back("cache (" +

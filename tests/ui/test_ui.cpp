@@ -1123,6 +1123,17 @@ void TestUi::dataTabReadsTfRecordShards() {
     QVERIFY(child<QListWidget>(dp, "samplePreview")->count() > 0);
     RunController* rc = w->runController();
     QVERIFY2(rc->startBlocker().isEmpty(), qPrintable(rc->startBlocker()));
+    // Where the decode and the cache sit: at load for a memory cache, else on the map workers.
+    QVERIFY2(dp->pipelineDescription().startsWith(
+                 "tfrecord (decoded at load, every core) → cache (memory) → shuffle"),
+             qPrintable(dp->pipelineDescription()));
+    auto* cache = child<QComboBox>(dp, "cache");
+    QVERIFY(cache);
+    cache->setCurrentIndex(cache->findData("none"));
+    emit cache->activated(cache->currentIndex());
+    QVERIFY2(dp->pipelineDescription().startsWith(
+                 "tfrecord → decode + resize (AUTOTUNE workers, every epoch) → shuffle"),
+             qPrintable(dp->pipelineDescription()));
     // A pattern that matches nothing: the preview says which.
     files->setText(shards + "/nothing-*.tfrecord");
     emit files->editingFinished();
