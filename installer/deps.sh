@@ -32,7 +32,8 @@ if [ "$want_test" = 1 ]; then
   # clang + libclang-rt: the libFuzzer build (tests/fuzz/run.sh).
   # python3-venv: installer/pyenv.sh's environment for the export interop tests.
   # ccache: the GPU bundle's build (CTest gpu_bundle) reuses the main build's objects.
-  pkgs+=(xvfb xauth xfonts-base python3 python3-numpy python3-venv qemu-user clang libclang-rt-14-dev
+  # python3-pil: projects/make_image_folders.py --format jpeg (the colour JPEG folders).
+  pkgs+=(xvfb xauth xfonts-base python3 python3-numpy python3-pil python3-venv qemu-user clang libclang-rt-14-dev
          ccache)
 fi
 if [ "$want_bench" = 1 ]; then

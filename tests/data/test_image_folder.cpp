@@ -24,6 +24,7 @@
 
 #include "engine/data/image_folder.h"
 #include "engine/data/pipeline.h"
+#include "tests/source_dir.h"
 
 namespace fs = std::filesystem;
 using namespace td;
@@ -566,6 +567,55 @@ class TestImageFolder : public QObject {
         auto kept = loadImageDirectory(skipStreamed, /*stream=*/true);
         QVERIFY2(kept.ok(), kept.ok() ? "" : kept.error().c_str());
         QCOMPARE(kept->train.size(), int64_t(6));  // a: 0-2, whole.bmp; b: 0; c: 0
+    }
+
+    // The shipped script's colour variant (tinted RGB JPEG files, as a user makes them for the
+    // decode and resize figures), read back: every class keeps its tint through JPEG's loss, in
+    // the order Keras lists the classes, resized from 40x40 to 24x24.
+    void colourJpegFoldersFromTheScript() {
+        const QString python = QFile::exists("/usr/bin/python3")
+                                   ? QString("/usr/bin/python3")
+                                   : QStandardPaths::findExecutable("python3");
+        if (python.isEmpty()) QSKIP("no python3");
+        if (runPython(python, "import PIL").code != 0)
+            QSKIP("python3 has no Pillow (installer/deps.sh --test installs python3-pil)");
+        QTemporaryDir dir;
+        QProcess script;
+        script.start(python,
+                     {QString(td::dev::kSourceDir) + "/projects/make_image_folders.py", "--color",
+                      "--size", "40", "--format", "jpeg", "--limit", "3", "--out", dir.path()});
+        QVERIFY(script.waitForFinished(120000));
+        QVERIFY2(script.exitCode() == 0, script.readAllStandardError().constData());
+        SourceConfig s;
+        s.type = "image_directory";
+        s.images.directory = (dir.path() + "/train").toStdString();
+        s.images.height = s.images.width = 24;
+        s.images.shuffle = false;
+        auto splits = loadSource(s);
+        QVERIFY2(splits.ok(), splits.ok() ? "" : splits.error().c_str());
+        QCOMPARE(splits->train.size(), int64_t(30));
+        QCOMPARE(splits->train.classNames.size(), size_t(10));
+        // In Keras' sorted order t_shirt_top is class 8 (the script's tint (1.0, 0.55, 0.55)) and
+        // trouser class 9 ((0.55, 1.0, 0.55)): their images lean to red and to green.
+        QCOMPARE(splits->train.classNames[8], std::string("t_shirt_top"));
+        QCOMPARE(splits->train.classNames[9], std::string("trouser"));
+        auto channelSums = [&](int64_t sample) {
+            const float* px = splits->train.x.data<float>() + sample * 24 * 24 * 3;
+            double sum[3] = {0, 0, 0};
+            for (int i = 0; i < 24 * 24; ++i)
+                for (int c = 0; c < 3; ++c) sum[c] += px[i * 3 + c];
+            return std::vector<double>{sum[0], sum[1], sum[2]};
+        };
+        for (int64_t i = 0; i < 3; ++i) {
+            QCOMPARE(splits->train.y.data<int32_t>()[24 + i], 8);
+            QCOMPARE(splits->train.y.data<int32_t>()[27 + i], 9);
+            const auto red = channelSums(24 + i);
+            QVERIFY2(red[0] > 1.5 * red[1] && red[0] > 1.5 * red[2],
+                     qPrintable(QString("%1 %2 %3").arg(red[0]).arg(red[1]).arg(red[2])));
+            const auto green = channelSums(27 + i);
+            QVERIFY2(green[1] > 1.5 * green[0] && green[1] > 1.5 * green[2],
+                     qPrintable(QString("%1 %2 %3").arg(green[0]).arg(green[1]).arg(green[2])));
+        }
     }
 
     // The same folder streamed (each file decoded when a batch reads it, on the map workers) and
