@@ -44,7 +44,9 @@ struct ExportArgs {
     std::string format;  // "onnx" | "keras"; empty = from the output's extension
     std::string output;
     std::string db;  // the run store a run is looked up in (default: the per-user store)
+    bool reportToStderr = false;  // the closing "Exported ..." line on stderr (output "-")
 };
+// output "-": the file goes to standard output (--format needed), the report to standard error.
 int exportModel(const ExportArgs& a);
 int importModel(const std::string& model, const std::string& output, const std::string& like);
 int predict(const std::string& model, const std::string& input, const std::string& output,

@@ -1,10 +1,16 @@
 // traindeck export | import | predict, and train --save-model: model files in and out through
 // engine/api/export.h.
+#include <unistd.h>
+
 #include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
 #include "app/cli.h"
 #include "engine/api/export.h"
@@ -28,6 +34,16 @@ std::string extensionOf(const std::string& path) {
 }
 
 // The format a file name asks for: --format when given, else its extension.
+// Where an export's closing line goes: standard error when the model itself goes to standard
+// output.
+FILE* reportTo(const ExportArgs& a) {
+    return a.reportToStderr ? stderr : stdout;
+}
+
+const char* shownOutput(const ExportArgs& a) {
+    return a.reportToStderr ? "standard output" : a.output.c_str();
+}
+
 Result<ExportFormat> formatFor(const std::string& format, const std::string& path) {
     if (!format.empty()) return parseExportFormat(format);
     const std::string ext = extensionOf(path);
@@ -151,16 +167,17 @@ int exportRun(const ExportArgs& a, ExportFormat format) {
     const LoadedModel& m = model->model;
     const std::string when = m.stepInEpoch == 0 ? "after epoch " + std::to_string(m.epoch)
                                                 : "in epoch " + std::to_string(m.epoch + 1);
-    std::printf("Exported run %lld (%s) to %s (%s) from checkpoint %s (%s, global step %lld)\n",
-                static_cast<long long>(model->runId), model->runName.c_str(), a.output.c_str(),
-                exportFormatName(format), model->checkpointPath.c_str(), when.c_str(),
-                static_cast<long long>(m.globalStep));
+    std::fprintf(reportTo(a),
+                 "Exported run %lld (%s) to %s (%s) from checkpoint %s (%s, global step %lld)\n",
+                 static_cast<long long>(model->runId), model->runName.c_str(), shownOutput(a),
+                 exportFormatName(format), model->checkpointPath.c_str(), when.c_str(),
+                 static_cast<long long>(m.globalStep));
     return 0;
 }
 
 }  // namespace
 
-int exportModel(const ExportArgs& a) {
+static int exportToFile(const ExportArgs& a) {
     auto format = formatFor(a.format, a.output);
     if (!format.ok()) {
         printError(format.error());
@@ -213,8 +230,53 @@ int exportModel(const ExportArgs& a) {
         printError(st.error());
         return 1;
     }
-    std::printf("Exported %s (%s)\n", a.output.c_str(), exportFormatName(*format));
+    std::fprintf(reportTo(a), "Exported %s (%s)\n", shownOutput(a), exportFormatName(*format));
     return 0;
+}
+
+int exportModel(const ExportArgs& a) {
+    if (a.output != "-") return exportToFile(a);
+    // Standard output (a model fetched over SSH): written to a private temporary file first, so
+    // a failed export writes nothing, then copied; the report goes to standard error.
+    if (a.format.empty()) {
+        printError(
+            "export -o -: give --format onnx or --format keras (standard output has no "
+            "extension to tell it by)");
+        return 2;
+    }
+    auto format = parseExportFormat(a.format);
+    if (!format.ok()) {
+        printError(format.error());
+        return 2;
+    }
+    const char* dir = std::getenv("TMPDIR");
+    std::string tmp = std::string(dir && *dir ? dir : "/tmp") + "/traindeck-export-XXXXXX";
+    const std::string ext = *format == ExportFormat::Onnx ? ".onnx" : ".keras";
+    tmp += ext;
+    const int fd = ::mkstemps(tmp.data(), static_cast<int>(ext.size()));
+    if (fd < 0) {
+        printError("export -o -: cannot create a temporary file in " +
+                   std::string(dir && *dir ? dir : "/tmp") + ": " + std::strerror(errno));
+        return 1;
+    }
+    ::close(fd);
+    ExportArgs toFile = a;
+    toFile.output = tmp;
+    toFile.reportToStderr = true;
+    int rc = exportToFile(toFile);
+    if (rc == 0) {
+        std::ifstream in(tmp, std::ios::binary);
+        std::vector<char> buf(1 << 16);
+        while (in && rc == 0) {
+            in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+            const auto got = static_cast<size_t>(in.gcount());
+            if (got > 0 && std::fwrite(buf.data(), 1, got, stdout) != got) rc = 1;
+        }
+        if (std::fflush(stdout) != 0) rc = 1;
+        if (rc != 0) printError("export -o -: cannot write to standard output");
+    }
+    ::unlink(tmp.c_str());
+    return rc;
 }
 
 int importModel(const std::string& model, const std::string& output, const std::string& like) {

@@ -124,7 +124,10 @@ int main(int argc, char** argv) {
                           "Project whose model to export (with --weights)");
     exportCmd->add_option("--weights", ea.weights, "Weights for the project's model (.keras)");
     exportCmd->add_option("--format", ea.format, "onnx or keras (default: from -o's extension)");
-    exportCmd->add_option("-o,--output", ea.output, "Output file")->required();
+    exportCmd
+        ->add_option("-o,--output", ea.output,
+                     "Output file, or - for standard output (with --format)")
+        ->required();
     exportCmd->add_option("--db", ea.db, "SQLite run store a run is looked up in");
 
     std::string importModel, importOut, importLike;

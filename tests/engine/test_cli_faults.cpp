@@ -114,6 +114,7 @@ class TestCliFaults : public QObject {
     Q_OBJECT
   private slots:
     void twoStoresInOneFolder();
+    void exportToStandardOutput();
     void relativeStoreFromAnotherFolder();
     void legacyStoresMigrate();
     void signalStopsRun_data();
@@ -125,6 +126,35 @@ class TestCliFaults : public QObject {
     void messages_data();
     void messages();
 };
+
+// `export RUN -o -` (how a model is fetched over SSH): the bytes of the file export on standard
+// output, the report on standard error; without --format it is refused, writing nothing.
+void TestCliFaults::exportToStandardOutput() {
+    QTemporaryDir dir;
+    writeBlobs(dir.filePath("a.json"), [](QJsonObject& p) { setTraining(p, "epochs", 1); });
+    const QString db = dir.filePath("a.db");
+    QCOMPARE(traindeck({"train", dir.filePath("a.json"), "--db", db, "--run-name", "A"}).code, 0);
+    for (const QString format : {"onnx", "keras"}) {
+        const QString file = dir.filePath("A." + format);
+        QCOMPARE(traindeck({"export", "A", "--db", db, "-o", file}).code, 0);
+        QProcess p;
+        p.start(td::dev::kBinary, {"export", "A", "--db", db, "-o", "-", "--format", format});
+        QVERIFY(p.waitForFinished(120000));
+        QCOMPARE(p.exitCode(), 0);
+        QFile f(file);
+        QVERIFY(f.open(QIODevice::ReadOnly));
+        const QByteArray want = f.readAll();
+        QVERIFY(want.size() > 1000);
+        QVERIFY(p.readAllStandardOutput() == want);
+        QVERIFY(QString::fromUtf8(p.readAllStandardError()).contains("to standard output"));
+    }
+    QProcess p;
+    p.start(td::dev::kBinary, {"export", "A", "--db", db, "-o", "-"});
+    QVERIFY(p.waitForFinished(120000));
+    QCOMPARE(p.exitCode(), 2);
+    QVERIFY(p.readAllStandardOutput().isEmpty());
+    QVERIFY(QString::fromUtf8(p.readAllStandardError()).contains("give --format onnx"));
+}
 
 // The case: a.db and b.db in one folder, each with a run 1, of models that differ. Each
 // store has its own checkpoints; export and resume give each run its own model; a checkpoint of
