@@ -1,14 +1,19 @@
 #include "app/cli.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -68,13 +73,106 @@ const char* stopSignalName(int sig) {
                            : "a signal";
 }
 
-// loadProject, then the keys of its Keras model that were accepted but are not applied, on stderr.
+// The most a project read from standard input may hold.
+constexpr size_t kMaxStdinProject = size_t{64} << 20;
+
+// loadProject ("-": standard input, its relative paths against the working folder), then the keys
+// of its Keras model that were accepted but are not applied, on stderr.
 Result<Project> openProject(const std::string& path) {
-    auto project = loadProject(path);
+    Result<Project> project = err("");
+    if (path == "-") {
+        std::string text;
+        char buf[1 << 16];
+        size_t got = 0;
+        while ((got = std::fread(buf, 1, sizeof buf, stdin)) > 0) {
+            text.append(buf, got);
+            if (text.size() > kMaxStdinProject)
+                return err("standard input: a project of more than 64 MiB");
+        }
+        if (text.empty()) return err("standard input: no project (expected its JSON text)");
+        std::error_code ec;
+        const std::string cwd = std::filesystem::current_path(ec).string();
+        const std::string name = (ec ? std::string(".") : cwd) + "/standard input";
+        project = parseProject(text, name);
+        if (!project.ok() && project.error().rfind(name, 0) == 0)
+            return err("standard input" + project.error().substr(name.size()));
+    } else {
+        project = loadProject(path);
+    }
     if (project.ok())
         for (const std::string& w : project->warnings)
             std::fprintf(stderr, "traindeck: warning: %s: %s\n", path.c_str(), w.c_str());
     return project;
+}
+
+// `train --detach`: forks. The parent (return value >= 0, its exit status) waits until the child
+// reports its run's id on a pipe ("run N"), prints it with the log's path and returns 0; a child
+// that ends before that has failed to start: the parent prints the log's last lines and returns 2.
+// The child (return -1, `reportFd` the pipe's write end) leaves the terminal's session, reads
+// /dev/null and writes to <store folder>/logs/train-<time>-<pid>.log.
+int detach(const std::string& storePath, int& reportFd) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const fs::path dir = fs::absolute(storePath, ec).parent_path() / "logs";
+    fs::create_directories(dir, ec);
+    if (ec) {
+        printError("--detach: cannot create the log folder " + dir.string() + ": " + ec.message());
+        return 2;
+    }
+    const auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+    char stamp[32];
+    std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&now));
+    const std::string log =
+        (dir / ("train-" + std::string(stamp) + "-" + std::to_string(::getpid()) + ".log"))
+            .string();
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) {
+        printError(std::string("--detach: pipe: ") + std::strerror(errno));
+        return 2;
+    }
+    std::fflush(stdout);
+    std::fflush(stderr);
+    const pid_t pid = ::fork();
+    if (pid < 0) {
+        printError(std::string("--detach: fork: ") + std::strerror(errno));
+        return 2;
+    }
+    if (pid > 0) {
+        ::close(fds[1]);
+        std::string said;
+        char buf[256];
+        ssize_t got = 0;
+        while ((got = ::read(fds[0], buf, sizeof buf)) > 0)
+            said.append(buf, static_cast<size_t>(got));
+        ::close(fds[0]);
+        if (said.rfind("run ", 0) == 0) {
+            const std::string id = said.substr(4, said.find('\n') - 4);
+            std::printf("%s\n", id.c_str());
+            std::fprintf(stderr, "traindeck: run %s trains detached (process %d); its output: %s\n",
+                         id.c_str(), static_cast<int>(pid), log.c_str());
+            return 0;
+        }
+        int status = 0;
+        ::waitpid(pid, &status, 0);
+        std::ifstream in(log);
+        std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        if (text.size() > 4000) text = text.substr(text.size() - 4000);
+        printError("--detach: the run did not start (its output, " + log + "):\n" + text);
+        return 2;
+    }
+    ::close(fds[0]);
+    ::setsid();
+    const int in = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    const int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (in >= 0) ::dup2(in, STDIN_FILENO);
+    if (out >= 0) {
+        ::dup2(out, STDOUT_FILENO);
+        ::dup2(out, STDERR_FILENO);
+    }
+    if (in > STDERR_FILENO) ::close(in);
+    if (out > STDERR_FILENO) ::close(out);
+    reportFd = fds[1];
+    return -1;
 }
 
 std::string fmtDuration(double s) {
@@ -333,6 +431,13 @@ int train(const TrainArgs& a) {
     if (a.epochs > 0) opt.epochs = a.epochs;
     if (a.batchSize > 0) opt.batchSize = a.batchSize;
     if (a.seed >= 0) opt.seed = static_cast<uint64_t>(a.seed);
+    // --detach: the run goes on in a process of its own session (an SSH logout does not end it),
+    // its output in a log beside the store; this one says the run's id, or why it did not start.
+    int detachFd = -1;
+    if (a.detach) {
+        const int rc = detach(opt.storePath, detachFd);
+        if (rc >= 0) return rc;  // the parent
+    }
     installStopSignals();
     auto session = Session::create(*project, opt);
     if (!session.ok()) {
@@ -359,6 +464,12 @@ int train(const TrainArgs& a) {
     while (true) {
         std::vector<Event> batch = queue->waitBatch(std::chrono::milliseconds(100));
         for (const Event& e : batch) progress.onEvent(e);
+        if (detachFd >= 0 && (*session)->runId() != 0) {
+            const std::string line = "run " + std::to_string((*session)->runId()) + "\n";
+            (void)!::write(detachFd, line.data(), line.size());
+            ::close(detachFd);
+            detachFd = -1;
+        }
         if (batch.empty() && queue->closed()) break;
         if (const int sig = gStopSignal.load(); sig && !stopSignal) {
             stopSignal = sig;

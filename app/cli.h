@@ -22,6 +22,8 @@ struct TrainArgs {
     std::string resume;     // a stored run (id or name) to continue from its last good checkpoint
     std::string saveModel;  // after a successful run: the trained model as .keras or .onnx
     std::vector<std::string> disablePasses;  // added to the project's disabled_passes
+    // Train in a process of its own session, output in <store folder>/logs; print the run's id.
+    bool detach = false;
 };
 
 int train(const TrainArgs& a);

@@ -46,7 +46,11 @@ int main(int argc, char** argv) {
 
     td::cli::TrainArgs ta;
     auto* train = app.add_subcommand("train", "Train a project headless with a progress bar");
-    train->add_option("project", ta.project, "Project file (JSON); not with --resume");
+    train->add_option("project", ta.project,
+                      "Project file (JSON), or - for standard input; not with --resume");
+    train->add_flag("--detach", ta.detach,
+                    "Train in the background, beyond this session (an SSH logout): print the "
+                    "run's id, the output goes to a log beside the store");
     train->add_option("--epochs", ta.epochs, "Override training.epochs")
         ->check(wholeNumberAtLeast(1));
     train->add_option("--batch-size", ta.batchSize, "Override training.batch_size")

@@ -115,6 +115,7 @@ class TestCliFaults : public QObject {
   private slots:
     void twoStoresInOneFolder();
     void exportToStandardOutput();
+    void detachAndStandardInput();
     void relativeStoreFromAnotherFolder();
     void legacyStoresMigrate();
     void signalStopsRun_data();
@@ -154,6 +155,65 @@ void TestCliFaults::exportToStandardOutput() {
     QCOMPARE(p.exitCode(), 2);
     QVERIFY(p.readAllStandardOutput().isEmpty());
     QVERIFY(QString::fromUtf8(p.readAllStandardError()).contains("give --format onnx"));
+}
+
+// `train --detach` prints the run's id at once and the run completes in a process of its own
+// session, its output in a log beside the store; one that cannot start says why with that log.
+// `train -` reads the project from standard input (relative paths against the working folder).
+void TestCliFaults::detachAndStandardInput() {
+    QTemporaryDir dir;
+    writeBlobs(dir.filePath("a.json"), [](QJsonObject& p) { setTraining(p, "epochs", 2); });
+    const QString db = dir.filePath("runs.db");
+    Run d = traindeck({"train", dir.filePath("a.json"), "--db", db, "--detach"});
+    QVERIFY2(d.code == 0, qPrintable(d.err));
+    QCOMPARE(d.out.trimmed(), QString("1"));
+    QVERIFY2(d.err.contains("trains detached") && d.err.contains(dir.filePath("logs/train-")),
+             qPrintable(d.err));
+    bool done = false;
+    for (int i = 0; i < 600 && !done; ++i) {
+        QTest::qWait(100);
+        done = traindeck({"runs", "--db", db}).out.contains("completed");
+    }
+    QVERIFY(done);
+    const QStringList logs = QDir(dir.filePath("logs")).entryList({"train-*.log"});
+    QCOMPARE(logs.size(), 1);
+    QFile log(dir.filePath("logs/" + logs[0]));
+    QVERIFY(log.open(QIODevice::ReadOnly));
+    QVERIFY(QString::fromUtf8(log.readAll()).contains("Stored in " + db));
+
+    QFile bad(dir.filePath("bad.json"));
+    QVERIFY(bad.open(QIODevice::WriteOnly));
+    QFile good(dir.filePath("a.json"));
+    QVERIFY(good.open(QIODevice::ReadOnly));
+    QJsonObject p = QJsonDocument::fromJson(good.readAll()).object();
+    QJsonObject data = p["data"].toObject();
+    data["source"] = QJsonObject{{"type", "image_directory"}, {"directory", "/nowhere/x"}};
+    p["data"] = data;
+    bad.write(QJsonDocument(p).toJson());
+    bad.close();
+    Run f = traindeck({"train", dir.filePath("bad.json"), "--db", db, "--detach"});
+    QCOMPARE(f.code, 2);
+    QVERIFY2(f.err.contains("the run did not start") && f.err.contains("/nowhere/x does not exist"),
+             qPrintable(f.err));
+
+    QProcess s;
+    s.setWorkingDirectory(dir.path());
+    s.start(td::dev::kBinary, {"train", "-", "--db", db, "--run-name", "from stdin", "--plain"});
+    QVERIFY(s.waitForStarted());
+    good.seek(0);
+    s.write(good.readAll());
+    s.closeWriteChannel();
+    QVERIFY(s.waitForFinished(120000));
+    QVERIFY2(s.exitCode() == 0, s.readAllStandardError().constData());
+    QVERIFY(traindeck({"runs", "--db", db}).out.contains("from stdin"));
+    QProcess e;
+    e.start(td::dev::kBinary, {"train", "-", "--db", db});
+    QVERIFY(e.waitForStarted());
+    e.write("{\"format\": 1");
+    e.closeWriteChannel();
+    QVERIFY(e.waitForFinished(60000));
+    QCOMPARE(e.exitCode(), 2);
+    QVERIFY(QString::fromUtf8(e.readAllStandardError()).contains("standard input: "));
 }
 
 // The case: a.db and b.db in one folder, each with a run 1, of models that differ. Each
