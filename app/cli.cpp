@@ -55,7 +55,67 @@ extern "C" void onStopSignal(int sig) {
     }
 }
 
+// SIGUSR1 pauses a headless run between steps, SIGUSR2 continues it (`traindeck pause|continue`).
+std::atomic<int> gPauseSignal{0};  // the last of SIGUSR1 / SIGUSR2 received, until acted on
+
+extern "C" void onPauseSignal(int sig) {
+    gPauseSignal.store(sig);
+}
+
+// This process as the kernel knows it beyond its pid: its start time in clock ticks after boot
+// (/proc/PID/stat, field 22) and the boot's id. A pid reused by another process, or after a
+// reboot, does not match.
+std::string processIdentity(pid_t pid) {
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    const size_t close = text.rfind(')');  // the command name may hold spaces and parentheses
+    if (close == std::string::npos) return {};
+    std::istringstream fields(text.substr(close + 2));
+    std::string f;
+    for (int i = 3; i <= 22 && fields >> f; ++i) {
+        if (i == 22) {
+            std::ifstream boot("/proc/sys/kernel/random/boot_id");
+            std::string id;
+            boot >> id;
+            return f + " " + id;
+        }
+    }
+    return {};
+}
+
+std::string hostName() {
+    char name[256] = {};
+    if (::gethostname(name, sizeof name - 1) != 0) return {};
+    return name;
+}
+
+// <store folder>/logs/run-<id>.control: the process training the run (pid, identity, host),
+// written when the run starts and removed when it ends, for stop/pause/continue.
+std::string controlFile(const std::string& storePath, int64_t runId) {
+    std::error_code ec;
+    const auto dir = std::filesystem::absolute(storePath, ec).parent_path() / "logs";
+    const std::string store = std::filesystem::path(storePath).filename().string();
+    return (dir / (store + "-run-" + std::to_string(runId) + ".control")).string();
+}
+
+void writeControlFile(const std::string& path) {
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+    const std::string tmp = path + ".tmp" + std::to_string(::getpid());
+    {
+        std::ofstream out(tmp);
+        out << ::getpid() << "\n" << processIdentity(::getpid()) << "\n" << hostName() << "\n";
+        if (!out) return;
+    }
+    std::filesystem::rename(tmp, path, ec);
+}
+
 void installStopSignals() {
+    struct sigaction pause {};
+    pause.sa_handler = onPauseSignal;
+    sigemptyset(&pause.sa_mask);
+    pause.sa_flags = SA_RESTART;
+    for (int sig : {SIGUSR1, SIGUSR2}) sigaction(sig, &pause, nullptr);
     struct sigaction sa {};
     sa.sa_handler = onStopSignal;
     sigemptyset(&sa.sa_mask);
@@ -461,9 +521,25 @@ int train(const TrainArgs& a) {
     // Ten times a second, or when the run starts or ends: the step figures wake no thread
     // (EventQueue::waitBatch), so the progress costs the training cores nothing in between.
     int stopSignal = 0;
+    std::string control;  // the run's control file, once the run is stored
     while (true) {
         std::vector<Event> batch = queue->waitBatch(std::chrono::milliseconds(100));
         for (const Event& e : batch) progress.onEvent(e);
+        if (control.empty() && (*session)->runId() != 0 && rank == 0) {
+            control = controlFile(opt.storePath, (*session)->runId());
+            writeControlFile(control);
+        }
+        if (const int sig = gPauseSignal.exchange(0)) {
+            if (sig == SIGUSR1 && !(*session)->paused()) {
+                (*session)->pause();
+                std::fprintf(stderr,
+                             "\ntraindeck: paused after the current step (traindeck "
+                             "continue, or SIGUSR2, continues)\n");
+            } else if (sig == SIGUSR2 && (*session)->paused()) {
+                (*session)->resume();
+                std::fprintf(stderr, "\ntraindeck: continued\n");
+            }
+        }
         if (detachFd >= 0 && (*session)->runId() != 0) {
             const std::string line = "run " + std::to_string((*session)->runId()) + "\n";
             (void)!::write(detachFd, line.data(), line.size());
@@ -481,6 +557,7 @@ int train(const TrainArgs& a) {
         }
     }
     (*session)->join();
+    if (!control.empty()) ::unlink(control.c_str());
     const std::optional<RunFinished>& fin = progress.finished();
     if (!fin) {
         printError(label + ": the run ended without a final status; the store " + opt.storePath +
@@ -610,6 +687,60 @@ int deleteRun(const std::string& db, const std::string& run, bool deleteCheckpoi
                     files->size(), files->size() == 1 ? "" : "s");
     else
         std::printf("\n");
+    return 0;
+}
+
+int steer(const std::string& db, const std::string& run, const std::string& action) {
+    const std::string storePath = db.empty() ? defaultDbPath() : db;
+    auto store = RunStore::open(storePath);
+    if (!store.ok()) {
+        printError(store.error());
+        return 2;
+    }
+    auto r = (*store)->findRun(run);
+    if (!r.ok()) {
+        printError(r.error());
+        return 2;
+    }
+    const std::string what = "run " + std::to_string(r->id) + " (" + r->name + ")";
+    if (r->status != "running") {
+        printError(action + ": " + what + " is " + r->status + ", not running");
+        return 2;
+    }
+    const std::string path = controlFile(storePath, r->id);
+    std::ifstream in(path);
+    long long pid = 0;
+    std::string ticks, boot, host;
+    in >> pid >> ticks >> boot >> host;
+    if (!in || pid <= 0) {
+        printError(action + ": " + what + " has no control file (" + path +
+                   "): it is not trained by a headless `traindeck train` of this store (the "
+                   "desktop app steers its own runs), or it is on another machine" +
+                   (r->host.empty() ? std::string() : " (" + r->host + ")"));
+        return 2;
+    }
+    if (host != hostName()) {
+        printError(action + ": " + what + " trains on " + host + ", not here (" + hostName() +
+                   "): run this there");
+        return 2;
+    }
+    const auto p = static_cast<pid_t>(pid);
+    if (processIdentity(p) != ticks + " " + boot) {
+        printError(action + ": " + what + ": its process " + std::to_string(pid) +
+                   " is gone (the pid is free or another process's now); nothing was signalled");
+        return 2;
+    }
+    const int sig = action == "stop" ? SIGTERM : action == "pause" ? SIGUSR1 : SIGUSR2;
+    if (::kill(p, sig) != 0) {
+        printError(action + ": " + what + ": cannot signal process " + std::to_string(pid) + ": " +
+                   std::strerror(errno));
+        return 1;
+    }
+    std::printf("%s %s (process %lld)%s\n",
+                action == "stop"    ? "Stopping"
+                : action == "pause" ? "Pausing"
+                                    : "Continuing",
+                what.c_str(), pid, action == "continue" ? "" : " after its current step");
     return 0;
 }
 

@@ -32,6 +32,9 @@ int runs(const std::string& db, bool json);
 // Deletes a stored run; with deleteCheckpoints its checkpoint files too.
 int deleteRun(const std::string& db, const std::string& run, bool deleteCheckpoints);
 int show(const std::string& db, const std::string& run, bool json);
+// action "stop", "pause" or "continue": signals the headless process training `run` of the store
+// `db` on this machine, identified by the run's control file (pid, start time, boot id).
+int steer(const std::string& db, const std::string& run, const std::string& action);
 int devices(bool json);
 // Prints the IR after a pass, or (report) the fusion report of the training step.
 int compile(const std::string& project, const std::string& dumpAfter, bool report = false,

@@ -92,6 +92,19 @@ int main(int argc, char** argv) {
     runsDelete->add_flag("--delete-checkpoints", deleteCheckpoints,
                          "Delete the run's checkpoint files too");
 
+    std::string steerRun, steerDb;
+    CLI::App* steerCmds[3] = {};
+    const char* steerNames[3] = {"stop", "pause", "continue"};
+    const char* steerHelp[3] = {
+        "Stop a run trained headless on this machine: its step ends, a checkpoint is written",
+        "Pause a run trained headless on this machine, after its current step",
+        "Continue a paused run"};
+    for (int i = 0; i < 3; ++i) {
+        steerCmds[i] = app.add_subcommand(steerNames[i], steerHelp[i]);
+        steerCmds[i]->add_option("run", steerRun, "Run id or name")->required();
+        steerCmds[i]->add_option("--db", steerDb, "SQLite run store");
+    }
+
     std::string showRun, showDb;
     bool showJson = false;
     auto* show = app.add_subcommand("show", "Show one stored run (id or name)");
@@ -171,6 +184,8 @@ int main(int argc, char** argv) {
     if (*runsDelete) return td::cli::deleteRun(runsDb, deleteRun, deleteCheckpoints);
     if (*runs) return td::cli::runs(runsDb, json);
     if (*show) return td::cli::show(showDb, showRun, showJson);
+    for (int i = 0; i < 3; ++i)
+        if (*steerCmds[i]) return td::cli::steer(steerDb, steerRun, steerNames[i]);
     if (*devices) return td::cli::devices(devJson);
     if (*compile) return td::cli::compile(compProject, dumpAfter, compReport, compDisable);
     if (*exportCmd) return td::cli::exportModel(ea);

@@ -116,6 +116,7 @@ class TestCliFaults : public QObject {
     void twoStoresInOneFolder();
     void exportToStandardOutput();
     void detachAndStandardInput();
+    void steerHeadlessRun();
     void relativeStoreFromAnotherFolder();
     void legacyStoresMigrate();
     void signalStopsRun_data();
@@ -214,6 +215,67 @@ void TestCliFaults::detachAndStandardInput() {
     QVERIFY(e.waitForFinished(60000));
     QCOMPARE(e.exitCode(), 2);
     QVERIFY(QString::fromUtf8(e.readAllStandardError()).contains("standard input: "));
+}
+
+// stop / pause / continue from another process: the run's control file names its process
+// (pid, start time, boot id); pause holds the epochs, continue lets them go on, stop ends the run
+// as stopped with a checkpoint and removes the file. A control file whose process is gone (a
+// pid that is free, or another process's) signals nothing.
+void TestCliFaults::steerHeadlessRun() {
+    QTemporaryDir dir;
+    writeBlobs(dir.filePath("long.json"), [](QJsonObject& p) { setTraining(p, "epochs", 100000); });
+    const QString db = dir.filePath("runs.db");
+    Run d = traindeck({"train", dir.filePath("long.json"), "--db", db, "--detach"});
+    QVERIFY2(d.code == 0, qPrintable(d.err));
+    const QString id = d.out.trimmed();
+    const QString control = dir.filePath("logs/runs.db-run-" + id + ".control");
+    QTRY_VERIFY_WITH_TIMEOUT(QFile::exists(control), 30000);
+    auto epochs = [&] {
+        const Run s = traindeck({"show", id, "--db", db, "--json"});
+        return QJsonDocument::fromJson(s.out.toUtf8()).object()["epochs"].toArray().size();
+    };
+    QTRY_VERIFY_WITH_TIMEOUT(epochs() > 2, 30000);
+    Run p = traindeck({"pause", id, "--db", db});
+    QVERIFY2(p.code == 0 && p.out.contains("Pausing run " + id), qPrintable(p.out + p.err));
+    // The step in progress ends and the recorder stores what it has: then nothing moves.
+    int held = epochs();
+    for (int i = 0; i < 20; ++i) {
+        QTest::qWait(1000);
+        const int now = epochs();
+        if (now == held) break;
+        held = now;
+    }
+    QTest::qWait(1500);
+    QCOMPARE(epochs(), held);
+    QCOMPARE(traindeck({"continue", id, "--db", db}).code, 0);
+    QTRY_VERIFY_WITH_TIMEOUT(epochs() > held, 30000);
+    Run st = traindeck({"stop", id, "--db", db});
+    QVERIFY2(st.code == 0, qPrintable(st.err));
+    QTRY_VERIFY_WITH_TIMEOUT(traindeck({"runs", "--db", db}).out.contains("stopped"), 30000);
+    QTRY_VERIFY_WITH_TIMEOUT(!QFile::exists(control), 10000);
+    Run again = traindeck({"stop", id, "--db", db});
+    QCOMPARE(again.code, 2);
+    QVERIFY2(again.err.contains("is stopped, not running"), qPrintable(again.err));
+
+    // A run left 'running' whose control file names a process that is not its own: nothing is
+    // signalled. (This test's own pid with a start time it does not have.)
+    auto store = td::RunStore::open(db.toStdString());
+    QVERIFY(store.ok());
+    td::RunRecord rec;
+    rec.name = "orphan";
+    auto orphan = (*store)->createRun(rec);
+    QVERIFY(orphan.ok());
+    QFile f(dir.filePath("logs/runs.db-run-" + QString::number(*orphan) + ".control"));
+    QVERIFY(f.open(QIODevice::WriteOnly));
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    f.write(QByteArray::number(static_cast<qint64>(::getpid())) + "\n1 not-this-boot\n" + host +
+            "\n");
+    f.close();
+    Run gone = traindeck({"stop", QString::number(*orphan), "--db", db});
+    QCOMPARE(gone.code, 2);
+    QVERIFY2(gone.err.contains("is gone") && gone.err.contains("nothing was signalled"),
+             qPrintable(gone.err));
 }
 
 // The case: a.db and b.db in one folder, each with a run 1, of models that differ. Each
