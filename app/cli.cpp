@@ -30,11 +30,11 @@
 
 namespace td::cli {
 
-namespace {
-
 void printError(const std::string& msg) {
     std::fprintf(stderr, "traindeck: error: %s\n", msg.c_str());
 }
+
+namespace {
 
 // SIGTERM, SIGINT and SIGHUP stop a headless run as the app's Stop button does: the step in
 // progress finishes, a checkpoint is written, the store gets every row and the status 'stopped'.
@@ -405,6 +405,8 @@ std::string fmtTime(int64_t ms) {
     return buf;
 }
 
+}  // namespace
+
 nlohmann::json runJson(const RunRecord& r) {
     nlohmann::json j = {{"id", r.id},
                         {"name", r.name},
@@ -427,8 +429,6 @@ nlohmann::json runJson(const RunRecord& r) {
         j["best_val_accuracy"] = nullptr;
     return j;
 }
-
-}  // namespace
 
 std::string defaultDbPath() {
     if (const char* e = std::getenv("TRAINDECK_DB")) return e;

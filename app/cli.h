@@ -1,8 +1,11 @@
 // Headless subcommands of the traindeck binary.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
+
+#include "engine/core/run_records.h"
 
 namespace td {
 class Session;
@@ -26,12 +29,26 @@ struct TrainArgs {
     bool detach = false;
 };
 
+// "traindeck: error: MSG" on standard error.
+void printError(const std::string& msg);
+
 int train(const TrainArgs& a);
 int summary(const std::string& project);
 int runs(const std::string& db, bool json);
 // Deletes a stored run; with deleteCheckpoints its checkpoint files too.
 int deleteRun(const std::string& db, const std::string& run, bool deleteCheckpoints);
 int show(const std::string& db, const std::string& run, bool json);
+// A run's summary as `runs --json` and `show --json` print it (no documents).
+nlohmann::json runJson(const RunRecord& r);
+// `follow`: a run's rows as JSON lines, stored then live (cli_follow.cpp).
+struct FollowArgs {
+    std::string run;
+    std::string db;
+    long long fromStep = 0;  // steps and replica rows after this global step
+    std::string from;        // a cursor of an earlier follow: resume exactly after its line
+    int pollMs = 200;
+};
+int follow(const FollowArgs& a);
 // action "stop", "pause" or "continue": signals the headless process training `run` of the store
 // `db` on this machine, identified by the run's control file (pid, start time, boot id).
 int steer(const std::string& db, const std::string& run, const std::string& action);

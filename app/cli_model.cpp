@@ -23,10 +23,6 @@ namespace td::cli {
 
 namespace {
 
-void printError(const std::string& msg) {
-    std::fprintf(stderr, "traindeck: error: %s\n", msg.c_str());
-}
-
 std::string extensionOf(const std::string& path) {
     std::string ext = std::filesystem::path(path).extension().string();
     for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));

@@ -105,6 +105,18 @@ int main(int argc, char** argv) {
         steerCmds[i]->add_option("--db", steerDb, "SQLite run store");
     }
 
+    td::cli::FollowArgs fa;
+    auto* followCmd = app.add_subcommand(
+        "follow", "A run's rows as JSON lines: what is stored, then live until the run ends");
+    followCmd->add_option("run", fa.run, "Run id or name")->required();
+    followCmd->add_option("--db", fa.db, "SQLite run store");
+    followCmd->add_option("--from-step", fa.fromStep, "Only the rows stored after this step")
+        ->check(CLI::NonNegativeNumber);
+    followCmd->add_option("--from", fa.from,
+                          "A line's cursor from an earlier follow: continue right after it");
+    followCmd->add_option("--poll-ms", fa.pollMs, "How often to look for new rows (ms)")
+        ->check(CLI::Range(10, 10000));
+
     std::string showRun, showDb;
     bool showJson = false;
     auto* show = app.add_subcommand("show", "Show one stored run (id or name)");
@@ -184,6 +196,7 @@ int main(int argc, char** argv) {
     if (*runsDelete) return td::cli::deleteRun(runsDb, deleteRun, deleteCheckpoints);
     if (*runs) return td::cli::runs(runsDb, json);
     if (*show) return td::cli::show(showDb, showRun, showJson);
+    if (*followCmd) return td::cli::follow(fa);
     for (int i = 0; i < 3; ++i)
         if (*steerCmds[i]) return td::cli::steer(steerDb, steerRun, steerNames[i]);
     if (*devices) return td::cli::devices(devJson);

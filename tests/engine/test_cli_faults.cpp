@@ -10,6 +10,8 @@
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
+#include <QProcess>
+#include <QSet>
 #include <QStandardPaths>
 #include <QtTest>
 #include <cmath>
@@ -117,6 +119,7 @@ class TestCliFaults : public QObject {
     void exportToStandardOutput();
     void detachAndStandardInput();
     void steerHeadlessRun();
+    void followLiveRun();
     void relativeStoreFromAnotherFolder();
     void legacyStoresMigrate();
     void signalStopsRun_data();
@@ -276,6 +279,82 @@ void TestCliFaults::steerHeadlessRun() {
     QCOMPARE(gone.code, 2);
     QVERIFY2(gone.err.contains("is gone") && gone.err.contains("nothing was signalled"),
              qPrintable(gone.err));
+}
+
+// `follow` of a run another process is training: the stored rows, then live ones, ending with
+// the final status; the rows are the store's, row by row. A follow cut off mid-way and continued
+// from its last line's cursor gives the same rows as one uncut, nothing missing or twice.
+void TestCliFaults::followLiveRun() {
+    QTemporaryDir dir;
+    writeBlobs(dir.filePath("long.json"), [](QJsonObject& p) { setTraining(p, "epochs", 400); });
+    const QString db = dir.filePath("runs.db");
+    Run d = traindeck({"train", dir.filePath("long.json"), "--db", db, "--detach"});
+    QVERIFY2(d.code == 0, qPrintable(d.err));
+    const QString id = d.out.trimmed();
+    // Cut off: the first 300 lines of a live follow.
+    QProcess cut;
+    cut.start(td::dev::kBinary, {"follow", id, "--db", db, "--poll-ms", "50"});
+    QVERIFY(cut.waitForStarted());
+    QByteArray first;
+    while (first.count('\n') < 300 && cut.waitForReadyRead(30000)) first += cut.readAll();
+    cut.kill();
+    cut.waitForFinished();
+    QList<QByteArray> firstLines = first.split('\n');
+    firstLines = firstLines.mid(0, 300);
+    QVERIFY(firstLines[0].contains("\"protocol\":1"));
+    const QJsonObject last = QJsonDocument::fromJson(firstLines.last()).object();
+    const QString cursor = last["cursor"].toString();
+    QVERIFY2(!cursor.isEmpty(), firstLines.last().constData());
+    // The rest, from the cursor; and everything, in one go, once the run has ended.
+    Run rest = traindeck({"follow", id, "--db", db, "--from", cursor, "--poll-ms", "50"});
+    QVERIFY2(rest.code == 0, qPrintable(rest.err));
+    QVERIFY(rest.out.trimmed().endsWith("}"));
+    Run whole = traindeck({"follow", id, "--db", db});
+    QCOMPARE(whole.code, 0);
+    // Checkpoint rows are compared apart: a live follower also sees the checkpoints the run
+    // rotated out later.
+    auto rows = [](const QList<QByteArray>& lines, bool checkpoints = false) {
+        QStringList out;
+        for (const QByteArray& l : lines) {
+            QJsonObject o = QJsonDocument::fromJson(l).object();
+            const QString type = o["type"].toString();
+            if (type.isEmpty() || type == "hello" || type == "status") continue;
+            if ((type == "checkpoint") != checkpoints) continue;
+            o.remove("cursor");
+            out << QString::fromUtf8(QJsonDocument(o).toJson(QJsonDocument::Compact));
+        }
+        return out;
+    };
+    // The same rows (each kind in its order; the kinds interleave as the looks fell).
+    QStringList joined = rows(firstLines) + rows(rest.out.toUtf8().split('\n'));
+    QStringList all = rows(whole.out.toUtf8().split('\n'));
+    joined.sort();
+    all.sort();
+    QVERIFY(all.size() > 300);
+    QCOMPARE(joined.size(), all.size());
+    QCOMPARE(joined, all);
+    const QStringList seen = rows(firstLines, true) + rows(rest.out.toUtf8().split('\n'), true);
+    QCOMPARE(QSet<QString>(seen.begin(), seen.end()).size(), seen.size());
+    for (const QString& kept : rows(whole.out.toUtf8().split('\n'), true))
+        QVERIFY2(seen.contains(kept), qPrintable(kept));
+    const QJsonObject status =
+        QJsonDocument::fromJson(rest.out.trimmed().split('\n').last().toUtf8()).object();
+    QCOMPARE(status["type"].toString(), QString("status"));
+    QCOMPARE(status["status"].toString(), QString("completed"));
+    // The step rows are the store's.
+    auto store = td::RunStore::open(db.toStdString());
+    QVERIFY(store.ok());
+    auto steps = (*store)->steps(id.toLongLong());
+    QVERIFY(steps.ok());
+    int followed = 0;
+    for (const QString& r : all) followed += r.contains("\"type\":\"step\"") ? 1 : 0;
+    QCOMPARE(followed, static_cast<int>(steps->size()));
+    // --from-step: only what came after that step.
+    Run after = traindeck(
+        {"follow", id, "--db", db, "--from-step", QString::number(steps->back().globalStep - 1)});
+    QCOMPARE(after.code, 0);
+    QCOMPARE(after.out.count("\"type\":\"step\""), 1);
+    QCOMPARE(traindeck({"follow", id, "--db", db, "--from", "nonsense"}).code, 2);
 }
 
 // The case: a.db and b.db in one folder, each with a run 1, of models that differ. Each
