@@ -33,8 +33,9 @@ if [ "$want_test" = 1 ]; then
   # python3-venv: installer/pyenv.sh's environment for the export interop tests.
   # ccache: the GPU bundle's build (CTest gpu_bundle) reuses the main build's objects.
   # python3-pil: projects/make_image_folders.py --format jpeg (the colour JPEG folders).
+  # openssh-server, openssh-client: test_remote runs the CLI over a real sshd it starts.
   pkgs+=(xvfb xauth xfonts-base python3 python3-numpy python3-pil python3-venv qemu-user clang libclang-rt-14-dev
-         ccache)
+         ccache openssh-server openssh-client)
 fi
 if [ "$want_bench" = 1 ]; then
   pkgs+=(python3-torch libopenblas0-pthread python3-venv python3-dev)

@@ -46,3 +46,6 @@ set_tests_properties(layer_rules_catch_planted PROPERTIES LABELS unit)
 # SystemLibrary (engine/core/module_loader.h) against a real system library, glibc's libm.
 td_add_test(test_module_loader SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_module_loader.cpp
             LABELS unit engine LIBS traindeck_core ${CMAKE_DL_LIBS})
+# The CLI over a real SSH connection (a test-started sshd; skipped without openssh-server).
+td_add_test(test_remote SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_remote.cpp LABELS integration cli)
+add_dependencies(test_remote traindeck)
