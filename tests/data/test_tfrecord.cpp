@@ -595,7 +595,9 @@ class TestTfRecord : public QObject {
             auto none = parseExample(bytes, {});
             QVERIFY(none.ok() && none->empty());
             // Unpacked (proto2) encoding, with unknown fields at every level.
-            auto unpacked = parseExample(unpackedExample(sample, true), {"name", "ids", "score"});
+            // The views point into the record: it must outlive them.
+            const std::string unpackedBytes = unpackedExample(sample, true);
+            auto unpacked = parseExample(unpackedBytes, {"name", "ids", "score"});
             QVERIFY2(unpacked.ok(), unpacked.ok() ? "" : unpacked.error().c_str());
             checkSample(*unpacked, sample);
         }
