@@ -233,6 +233,14 @@ void TestCliFaults::steerHeadlessRun() {
     const QString id = d.out.trimmed();
     const QString control = dir.filePath("logs/runs.db-run-" + id + ".control");
     QTRY_VERIFY_WITH_TIMEOUT(QFile::exists(control), 30000);
+    // A failing check must not leave the detached run training (or paused) behind.
+    struct EndRun {
+        QString control;
+        ~EndRun() {
+            QFile f(control);
+            if (f.open(QIODevice::ReadOnly)) ::kill(f.readLine().trimmed().toInt(), SIGKILL);
+        }
+    } endRun{control};
     auto epochs = [&] {
         const Run s = traindeck({"show", id, "--db", db, "--json"});
         return QJsonDocument::fromJson(s.out.toUtf8()).object()["epochs"].toArray().size();
