@@ -6,6 +6,7 @@
 // project sent on standard input, export to standard output; hostile run names that would run
 // commands if they were not quoted; a host key that is not the server's, refused and explained.
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -304,6 +305,14 @@ void TestRemote::steerAndDetachOverSsh() {
                                blobsProject(100000).toUtf8());
     QVERIFY2(started.code == 0, qPrintable(started.err));
     const std::string id = started.out.trimmed().toStdString();
+    // A failing check must not leave the detached run training behind.
+    struct EndRun {
+        QString control;
+        ~EndRun() {
+            QFile f(control);
+            if (f.open(QIODevice::ReadOnly)) ::kill(f.readLine().trimmed().toInt(), SIGKILL);
+        }
+    } endRun{dir_.filePath("logs/runs.db-run-" + QString::fromStdString(id) + ".control")};
     QTRY_VERIFY_WITH_TIMEOUT(
         runSsh(server(), {"show", id, "--json"}).out.contains("\"epochs\": [\n"), 30000);
     const Ssh stop = runSsh(server(), {"stop", id});
