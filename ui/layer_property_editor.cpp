@@ -314,27 +314,7 @@ void LayerPropertyEditor::rebuild() {
                 commit();
             });
             form->addRow(tr("Rate"), rate);
-            auto* seed = new QLineEdit(spec_.seed ? QString::number(*spec_.seed) : QString());
-            seed->setObjectName("seedEdit");
-            seed->setPlaceholderText(tr("empty = from the training seed"));
-            connectText(seed, [this, seed](const QString& text) {
-                if (text.trimmed().isEmpty()) {
-                    setFieldError(seed, {});
-                    spec_.seed.reset();
-                    commit();
-                    return;
-                }
-                bool ok = false;
-                qulonglong v = text.trimmed().toULongLong(&ok);
-                if (!ok) {
-                    setFieldError(seed, tr("Seed: expected a non-negative whole number."));
-                    return;
-                }
-                setFieldError(seed, {});
-                spec_.seed = v;
-                commit();
-            });
-            form->addRow(tr("Seed"), seed);
+            addSeedRow(form);
             break;
         }
         case td::LayerType::Activation:
@@ -349,6 +329,17 @@ void LayerPropertyEditor::rebuild() {
         case td::LayerType::ZeroPadding2D:
         case td::LayerType::Rescaling:
             addImageLayerFields(form);
+            break;
+        case td::LayerType::Resizing:
+        case td::LayerType::CenterCrop:
+        case td::LayerType::RandomCrop:
+        case td::LayerType::RandomFlip:
+        case td::LayerType::RandomRotation:
+        case td::LayerType::RandomZoom:
+        case td::LayerType::RandomTranslation:
+        case td::LayerType::RandomContrast:
+        case td::LayerType::RandomBrightness:
+            addPreprocessingFields(form);
             break;
     }
     // Numbers apply when typed in full (Enter, or leaving the box), not digit by digit.
@@ -494,6 +485,195 @@ void LayerPropertyEditor::addImageLayerFields(QFormLayout* form) {
         case td::LayerType::Rescaling:
             numberRow(tr("Scale"), "rescaleSpin", &spec_.rescale, -1e6, 1e6, 0.001, 8);
             numberRow(tr("Offset"), "offsetSpin", &spec_.offset, -1e6, 1e6, 0.1, 6);
+            break;
+        default:
+            break;
+    }
+}
+
+void LayerPropertyEditor::addSeedRow(QFormLayout* form) {
+    auto* seed = new QLineEdit(spec_.seed ? QString::number(*spec_.seed) : QString());
+    seed->setObjectName("seedEdit");
+    seed->setPlaceholderText(tr("empty = from the training seed"));
+    connectText(seed, [this, seed](const QString& text) {
+        if (text.trimmed().isEmpty()) {
+            setFieldError(seed, {});
+            spec_.seed.reset();
+            commit();
+            return;
+        }
+        bool ok = false;
+        qulonglong v = text.trimmed().toULongLong(&ok);
+        if (!ok) {
+            setFieldError(seed, tr("Seed: expected a non-negative whole number."));
+            return;
+        }
+        setFieldError(seed, {});
+        spec_.seed = v;
+        commit();
+    });
+    form->addRow(tr("Seed"), seed);
+}
+
+void LayerPropertyEditor::addPreprocessingFields(QFormLayout* form) {
+    const td::LayerType type = spec_.type;
+    auto sizeRow = [&](const QString& label, const char* objectName, int64_t* field) {
+        auto* spin = new QSpinBox;
+        spin->setObjectName(objectName);
+        // 0 is accepted by the box so that it can be refused with a reason, not reverted.
+        spin->setRange(0, 65536);
+        spin->setValue(static_cast<int>(std::clamp<int64_t>(*field, 1, 65536)));
+        connect(spin, &QSpinBox::valueChanged, this, [this, spin, field, label](int v) {
+            if (v < 1) {
+                setFieldError(spin, tr("%1: at least 1 pixel.").arg(label));
+                return;
+            }
+            setFieldError(spin, {});
+            *field = v;
+            commit();
+        });
+        form->addRow(label, spin);
+    };
+    auto comboRow = [&](const QString& label, const char* objectName, const QStringList& items,
+                        int current, std::function<void(int)> apply) {
+        auto* combo = new QComboBox;
+        combo->setObjectName(objectName);
+        combo->addItems(items);
+        combo->setCurrentIndex(current);
+        connect(combo, &QComboBox::activated, this, [this, apply](int i) {
+            apply(i);
+            commit();
+        });
+        form->addRow(label, combo);
+    };
+    auto numberRow = [&](const QString& label, const char* objectName, double* field, double lo,
+                         double hi, double step) {
+        auto* spin = makeDoubleSpin(lo, hi, step, 4, *field);
+        spin->setObjectName(objectName);
+        connect(spin, &QDoubleSpinBox::valueChanged, this, [this, field](double v) {
+            *field = v;
+            commit();
+        });
+        form->addRow(label, spin);
+    };
+    // A factor's lower and upper values (Keras: `factor` as [lower, upper]), in [lo, hi].
+    auto rangeRow = [&](const QString& label, const char* objectName, td::FactorRange* range,
+                        double lo, double hi) {
+        auto* lower = makeDoubleSpin(lo, hi, 0.05, 4, range->lower);
+        auto* upper = makeDoubleSpin(lo, hi, 0.05, 4, range->upper);
+        lower->setObjectName(QString(objectName) + "Lower");
+        upper->setObjectName(QString(objectName) + "Upper");
+        lower->setPrefix(tr("from "));
+        upper->setPrefix(tr("to "));
+        auto apply = [this, lower, upper, range, label] {
+            if (lower->value() > upper->value()) {
+                setFieldError(lower, tr("%1: the lower value is above the upper one.").arg(label));
+                return;
+            }
+            setFieldError(lower, {});
+            range->lower = lower->value();
+            range->upper = upper->value();
+            commit();
+        };
+        connect(lower, &QDoubleSpinBox::valueChanged, this, apply);
+        connect(upper, &QDoubleSpinBox::valueChanged, this, apply);
+        auto* row = new QWidget;
+        auto* h = new QHBoxLayout(row);
+        h->setContentsMargins(0, 0, 0, 0);
+        h->addWidget(lower);
+        h->addWidget(upper);
+        form->addRow(label, row);
+    };
+    auto interpolationRow = [&] {
+        comboRow(tr("Interpolation"), "interpolationCombo", {"bilinear", "nearest"},
+                 spec_.interpolation == td::InterpolationKind::Nearest ? 1 : 0, [this](int i) {
+                     spec_.interpolation =
+                         i == 1 ? td::InterpolationKind::Nearest : td::InterpolationKind::Bilinear;
+                 });
+    };
+    auto fillRows = [&] {
+        const QStringList modes{"reflect", "wrap", "constant", "nearest"};
+        comboRow(tr("Fill mode"), "fillModeCombo", modes,
+                 static_cast<int>(modes.indexOf(td::fillModeName(spec_.fillMode))),
+                 [this, modes](int i) {
+                     spec_.fillMode = *td::parseFillMode(modes.at(i).toStdString());
+                 });
+        numberRow(tr("Fill value"), "fillValueSpin", &spec_.fillValue, -1e6, 1e6, 1.0);
+    };
+    switch (type) {
+        case td::LayerType::Resizing:
+            sizeRow(tr("Height"), "heightSpin", &spec_.targetHeight);
+            sizeRow(tr("Width"), "widthSpin", &spec_.targetWidth);
+            interpolationRow();
+            comboRow(tr("Aspect ratio"), "aspectRatioCombo",
+                     {tr("stretch"), tr("crop to it"), tr("pad to it")},
+                     spec_.cropToAspectRatio  ? 1
+                     : spec_.padToAspectRatio ? 2
+                                              : 0,
+                     [this](int i) {
+                         spec_.cropToAspectRatio = i == 1;
+                         spec_.padToAspectRatio = i == 2;
+                     });
+            numberRow(tr("Pad value"), "fillValueSpin", &spec_.fillValue, -1e6, 1e6, 1.0);
+            break;
+        case td::LayerType::CenterCrop:
+        case td::LayerType::RandomCrop:
+            sizeRow(tr("Height"), "heightSpin", &spec_.targetHeight);
+            sizeRow(tr("Width"), "widthSpin", &spec_.targetWidth);
+            if (type == td::LayerType::RandomCrop) addSeedRow(form);
+            break;
+        case td::LayerType::RandomFlip: {
+            const QStringList modes{"horizontal_and_vertical", "horizontal", "vertical"};
+            comboRow(tr("Mode"), "flipModeCombo", modes,
+                     static_cast<int>(modes.indexOf(td::flipModeName(spec_.flipMode))),
+                     [this, modes](int i) {
+                         spec_.flipMode = *td::parseFlipMode(modes.at(i).toStdString());
+                     });
+            addSeedRow(form);
+            break;
+        }
+        case td::LayerType::RandomRotation:
+            rangeRow(tr("Factor (turns)"), "factor", &spec_.factor, -1.0, 1.0);
+            fillRows();
+            interpolationRow();
+            addSeedRow(form);
+            break;
+        case td::LayerType::RandomZoom:
+        case td::LayerType::RandomTranslation: {
+            const bool zoom = type == td::LayerType::RandomZoom;
+            const double lo = zoom ? -0.9999 : -1.0;
+            rangeRow(tr("Height factor"), "heightFactor", &spec_.heightFactor, lo, 1.0);
+            if (zoom) {
+                auto* own = new QCheckBox;
+                own->setObjectName("ownWidthCheck");
+                own->setChecked(spec_.widthFactor.has_value());
+                own->setToolTip(tr("Off: the width is zoomed as the height."));
+                connect(own, &QCheckBox::toggled, this, [this](bool on) {
+                    if (on)
+                        spec_.widthFactor = spec_.heightFactor;
+                    else
+                        spec_.widthFactor.reset();
+                    commit();
+                    rebuild();  // the width factor's row comes and goes
+                });
+                form->addRow(tr("Own width factor"), own);
+            } else if (!spec_.widthFactor) {
+                spec_.widthFactor = td::FactorRange{};
+            }
+            if (spec_.widthFactor)
+                rangeRow(tr("Width factor"), "widthFactor", &*spec_.widthFactor, lo, 1.0);
+            fillRows();
+            interpolationRow();
+            addSeedRow(form);
+            break;
+        }
+        case td::LayerType::RandomContrast:
+        case td::LayerType::RandomBrightness:
+            rangeRow(tr("Factor"), "factor", &spec_.factor,
+                     type == td::LayerType::RandomContrast ? 0.0 : -1.0, 1.0);
+            numberRow(tr("Values from"), "valueLowSpin", &spec_.valueLow, -1e6, 1e6, 1.0);
+            numberRow(tr("Values to"), "valueHighSpin", &spec_.valueHigh, -1e6, 1e6, 1.0);
+            addSeedRow(form);
             break;
         default:
             break;

@@ -46,6 +46,10 @@ class LayerPropertyEditor : public QWidget {
     void addActivationFields(QFormLayout* form);
     // Conv2D, pooling, normalization, padding and rescaling fields.
     void addImageLayerFields(QFormLayout* form);
+    // Resizing, CenterCrop and the Random* augmentation layers' fields.
+    void addPreprocessingFields(QFormLayout* form);
+    // The layer's seed (Dropout, the Random* layers): empty = from the training seed.
+    void addSeedRow(QFormLayout* form);
     QLineEdit* addSizesRow(QFormLayout* form, const QString& label, const char* objectName,
                            td::Shape* field, int count, int64_t min,
                            const QString& emptyMeans = {});

@@ -42,7 +42,16 @@ const std::vector<td::LayerType>& supportedLayerTypes() {
                                                   td::LayerType::BatchNormalization,
                                                   td::LayerType::LayerNormalization,
                                                   td::LayerType::ZeroPadding2D,
-                                                  td::LayerType::Rescaling};
+                                                  td::LayerType::Rescaling,
+                                                  td::LayerType::Resizing,
+                                                  td::LayerType::CenterCrop,
+                                                  td::LayerType::RandomCrop,
+                                                  td::LayerType::RandomFlip,
+                                                  td::LayerType::RandomRotation,
+                                                  td::LayerType::RandomZoom,
+                                                  td::LayerType::RandomTranslation,
+                                                  td::LayerType::RandomContrast,
+                                                  td::LayerType::RandomBrightness};
     return types;
 }
 
@@ -80,6 +89,26 @@ QString layerTypeDescription(td::LayerType t) {
             return QObject::tr("Adds rows and columns of zeros around an image.");
         case td::LayerType::Rescaling:
             return QObject::tr("x * scale + offset, e.g. pixels 0..255 to 0..1.");
+        case td::LayerType::Resizing:
+            return QObject::tr("Resizes images to a height and width (bilinear or nearest).");
+        case td::LayerType::CenterCrop:
+            return QObject::tr("Crops the centre of each image to a height and width.");
+        case td::LayerType::RandomCrop:
+            return QObject::tr(
+                "Crops a random window of each image while training; the centre at "
+                "inference.");
+        case td::LayerType::RandomFlip:
+            return QObject::tr("Mirrors images at random while training.");
+        case td::LayerType::RandomRotation:
+            return QObject::tr("Rotates images by a random angle while training.");
+        case td::LayerType::RandomZoom:
+            return QObject::tr("Zooms images in or out at random while training.");
+        case td::LayerType::RandomTranslation:
+            return QObject::tr("Shifts images by a random offset while training.");
+        case td::LayerType::RandomContrast:
+            return QObject::tr("Scales each image's contrast at random while training.");
+        case td::LayerType::RandomBrightness:
+            return QObject::tr("Shifts each image's brightness at random while training.");
     }
     return {};
 }
@@ -123,6 +152,31 @@ td::LayerSpec LayerStackModel::makeLayer(td::LayerType type) const {
         case td::LayerType::Rescaling:
             l.rescale = 1.0 / 255.0;
             break;
+        // Augmentation and resizing with Keras' defaults and the arguments its guides use.
+        case td::LayerType::Resizing:
+            l.targetHeight = l.targetWidth = 32;
+            break;
+        case td::LayerType::CenterCrop:
+        case td::LayerType::RandomCrop:
+            l.targetHeight = l.targetWidth = 24;
+            break;
+        case td::LayerType::RandomRotation:
+            l.factor = td::FactorRange{-0.1, 0.1};
+            break;
+        case td::LayerType::RandomZoom:
+            l.heightFactor = td::FactorRange{-0.1, 0.1};
+            break;
+        case td::LayerType::RandomTranslation:
+            l.heightFactor = td::FactorRange{-0.1, 0.1};
+            l.widthFactor = td::FactorRange{-0.1, 0.1};
+            break;
+        case td::LayerType::RandomContrast:
+            l.factor = td::FactorRange{0.0, 0.2};
+            break;
+        case td::LayerType::RandomBrightness:
+            l.factor = td::FactorRange{-0.2, 0.2};
+            break;
+        case td::LayerType::RandomFlip:  // horizontal_and_vertical
         case td::LayerType::Flatten:
         case td::LayerType::MaxPooling2D:
         case td::LayerType::AveragePooling2D:

@@ -43,6 +43,36 @@ ActKind irActivation(ActivationKind a) {
     return ActKind::Linear;
 }
 
+FillMode irFill(FillModeKind f) {
+    switch (f) {
+        case FillModeKind::Reflect:
+            return FillMode::Reflect;
+        case FillModeKind::Wrap:
+            return FillMode::Wrap;
+        case FillModeKind::Constant:
+            return FillMode::Constant;
+        case FillModeKind::Nearest:
+            return FillMode::Nearest;
+    }
+    return FillMode::Reflect;
+}
+
+Interp irInterp(InterpolationKind k) {
+    return k == InterpolationKind::Nearest ? Interp::Nearest : Interp::Bilinear;
+}
+
+FlipMode irFlip(FlipModeKind f) {
+    switch (f) {
+        case FlipModeKind::Horizontal:
+            return FlipMode::Horizontal;
+        case FlipModeKind::Vertical:
+            return FlipMode::Vertical;
+        case FlipModeKind::HorizontalAndVertical:
+            return FlipMode::HorizontalAndVertical;
+    }
+    return FlipMode::HorizontalAndVertical;
+}
+
 NodeAttrs matmulAttrs(bool transA, bool transB) {
     NodeAttrs a;
     a.transA = transA;
@@ -165,6 +195,75 @@ Result<int> addImageLayer(Graph& g, const LayerSpec& L, int x, const Shape& outS
         default:
             return err(std::string("buildGraph: no nodes for layer type ") + layerTypeName(L.type));
     }
+}
+
+// The nodes of a preprocessing or augmentation layer reading x; returns x itself where the layer
+// is the identity (a Random* layer outside training, a Resizing to the same size). `seed` keys a
+// random layer's draws (with the step and each sample's global index).
+int addPreprocessingLayer(Graph& g, const LayerSpec& L, int x, const Shape& outShape,
+                          GraphMode mode, uint64_t seed) {
+    const Shape in = g.node(x).shape;  // [B, H, W, C]
+    auto resize = [&](const ResizeBox& b) {
+        if (b.top == 0 && b.left == 0 && b.height == in[1] && b.width == in[2] && outShape == in)
+            return x;  // the whole image at its own size: tf.image.resize copies it
+        NodeAttrs a;
+        a.box = std::vector<int64_t>{b.top, b.left, b.height, b.width};
+        // CenterCrop's and RandomCrop's smart_resize is bilinear; only Resizing pads.
+        const bool resizing = L.type == LayerType::Resizing;
+        a.interp = resizing ? irInterp(L.interpolation) : Interp::Bilinear;
+        if (resizing && L.fillValue != 0.0) a.fillValue = textNumber(L.fillValue);
+        return g.add(Op::Resize, {x}, DType::F32, outShape, a);
+    };
+    if (L.type == LayerType::Resizing || L.type == LayerType::CenterCrop)
+        return resize(resizeBoxFor(L, in[1], in[2]));
+    // Keras: a random crop only where the image is larger both ways, otherwise (and at
+    // inference) smart_resize's crop.
+    if (L.type == LayerType::RandomCrop &&
+        !(mode == GraphMode::Train && in[1] > L.targetHeight && in[2] > L.targetWidth))
+        return resize(resizeBoxFor(L, in[1], in[2]));
+    if (mode != GraphMode::Train) return x;  // Keras: the Random* layers pass inference through
+    NodeAttrs a;
+    a.seed = seed;
+    auto transform = [&] {  // the geometric ones' fill and interpolation
+        a.fill = irFill(L.fillMode);
+        a.interp = irInterp(L.interpolation);
+        if (L.fillValue != 0.0) a.fillValue = textNumber(L.fillValue);
+    };
+    auto factor = [&](const FactorRange& r) {
+        a.factorLo = textNumber(r.lower);
+        a.factorHi = textNumber(r.upper);
+    };
+    Op op = Op::RandomFlip;
+    switch (L.type) {
+        case LayerType::RandomCrop:
+            op = Op::RandomCrop;
+            break;
+        case LayerType::RandomFlip:
+            a.flip = irFlip(L.flipMode);
+            break;
+        case LayerType::RandomRotation:
+            op = Op::RandomRotation;
+            transform();
+            factor(L.factor);
+            break;
+        case LayerType::RandomZoom:
+        case LayerType::RandomTranslation:
+            op = L.type == LayerType::RandomZoom ? Op::RandomZoom : Op::RandomTranslation;
+            transform();
+            factor(L.heightFactor);
+            if (L.widthFactor) {
+                a.widthLo = textNumber(L.widthFactor->lower);
+                a.widthHi = textNumber(L.widthFactor->upper);
+            }
+            break;
+        default:  // RandomContrast, RandomBrightness
+            op = L.type == LayerType::RandomContrast ? Op::RandomContrast : Op::RandomBrightness;
+            factor(L.factor);
+            a.valueLo = textNumber(L.valueLow);
+            a.valueHi = textNumber(L.valueHigh);
+            break;
+    }
+    return g.add(op, {x}, DType::F32, outShape, a);
 }
 
 }  // namespace
@@ -310,6 +409,18 @@ Result<Graph> buildGraph(const ModelSpec& model, const ModelInfo& info, const Bu
                 break;
             case LayerType::Input:
                 break;
+            case LayerType::Resizing:
+            case LayerType::CenterCrop:
+            case LayerType::RandomCrop:
+            case LayerType::RandomFlip:
+            case LayerType::RandomRotation:
+            case LayerType::RandomZoom:
+            case LayerType::RandomTranslation:
+            case LayerType::RandomContrast:
+            case LayerType::RandomBrightness:
+                x = addPreprocessingLayer(g, L, x, outShape, opt.mode,
+                                          L.seed ? *L.seed : opt.seed * 1000003ull + layerIdx);
+                break;
             default: {
                 TD_ASSIGN_OR_RETURN(x, addImageLayer(g, L, x, outShape, opt.mode, regs));
                 x = addAct(x, L.type == LayerType::Conv2D ? L.activation : ActivationKind::Linear);
@@ -439,6 +550,14 @@ Graph insertCasts(const Graph& fwd, DType compute) {
             case Op::BatchNorm:
             case Op::LayerNorm:
             case Op::MovingAvg:
+            case Op::Resize:
+            case Op::RandomCrop:
+            case Op::RandomFlip:
+            case Op::RandomRotation:
+            case Op::RandomZoom:
+            case Op::RandomTranslation:
+            case Op::RandomContrast:
+            case Op::RandomBrightness:
                 // Computed in f32 (normalization as Keras does; the image ops have no 16-bit
                 // kernels here): their operands are cast to f32.
                 for (int& v : in) v = castTo(v, DType::F32);
@@ -660,6 +779,26 @@ Status autodiff(Graph& g, bool dynamicLossScale) {
                                       g.node(gamma).shape, eps));
                 if (hasBeta && wants(beta))
                     give(beta, g.add(Op::BiasGrad, {dy}, dt(beta), g.node(beta).shape));
+                break;
+            }
+            case Op::RandomFlip:  // a flip is its own inverse: the same flip of the gradient
+                if (wants(nd.inputs[0]))
+                    give(nd.inputs[0],
+                         g.add(Op::RandomFlip, {dy}, dt(nd.inputs[0]), nd.shape, nd.attrs));
+                break;
+            case Op::Resize: {  // a plain crop (CenterCrop): the gradient padded with zeros
+                const int x = nd.inputs[0];
+                if (!wants(x)) break;
+                const Shape& xs = g.node(x).shape;
+                const std::vector<int64_t> b = nd.attrs.box.value_or(std::vector<int64_t>{});
+                if (b.size() != 4 || b[0] < 0 || b[1] < 0 || b[2] != nd.shape[1] ||
+                    b[3] != nd.shape[2] || b[0] + b[2] > xs[1] || b[1] + b[3] > xs[2])
+                    return err("autodiff: resize %" + std::to_string(nd.id) +
+                               " resizes (only a plain crop has a gradient rule); place it "
+                               "before any layer with trainable weights");
+                NodeAttrs a;
+                a.pads = std::vector<int64_t>{b[0], xs[1] - b[0] - b[2], b[1], xs[2] - b[1] - b[3]};
+                give(x, g.add(Op::Pad2D, {dy}, dt(x), xs, a));
                 break;
             }
             case Op::Cast:  // the gradient goes back to the operand's dtype

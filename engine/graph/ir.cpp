@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "engine/graph/conv_geometry.h"
+#include "engine/graph/image_augment.h"
 
 namespace td {
 
@@ -57,6 +58,14 @@ constexpr OpEntry kOps[] = {
     {Op::LayerNorm, "layer_norm", 1, 3},
     {Op::LayerNormGrad, "layer_norm_grad", 2, 3},
     {Op::LayerNormGammaGrad, "layer_norm_gamma_grad", 2, 2},
+    {Op::Resize, "resize", 1, 1},
+    {Op::RandomCrop, "random_crop", 1, 1},
+    {Op::RandomFlip, "random_flip", 1, 1},
+    {Op::RandomRotation, "random_rotation", 1, 1},
+    {Op::RandomZoom, "random_zoom", 1, 1},
+    {Op::RandomTranslation, "random_translation", 1, 1},
+    {Op::RandomContrast, "random_contrast", 1, 1},
+    {Op::RandomBrightness, "random_brightness", 1, 1},
 };
 const OpEntry& entry(Op op) {
     for (const auto& e : kOps)
@@ -117,6 +126,16 @@ constexpr NamedKind<BufKind> kBufs[] = {
     {BufKind::Label, "label"},   {BufKind::Arena, "arena"}, {BufKind::Alias, "alias"},
     {BufKind::Shadow, "shadow"},
 };
+constexpr NamedKind<Interp> kInterps[] = {{Interp::Bilinear, "bilinear"},
+                                          {Interp::Nearest, "nearest"}};
+constexpr NamedKind<FillMode> kFills[] = {{FillMode::Reflect, "reflect"},
+                                          {FillMode::Wrap, "wrap"},
+                                          {FillMode::Constant, "constant"},
+                                          {FillMode::Nearest, "nearest"}};
+constexpr NamedKind<FlipMode> kFlips[] = {
+    {FlipMode::HorizontalAndVertical, "horizontal_and_vertical"},
+    {FlipMode::Horizontal, "horizontal"},
+    {FlipMode::Vertical, "vertical"}};
 
 template <class E, size_t N>
 const char* kindName(const NamedKind<E> (&table)[N], E k) {
@@ -159,6 +178,24 @@ const char* bufKindName(BufKind k) {
 }
 Result<BufKind> parseBufKind(const std::string& s) {
     return parseKind(kBufs, "buffer", s);
+}
+const char* interpName(Interp k) {
+    return kindName(kInterps, k);
+}
+Result<Interp> parseInterp(const std::string& s) {
+    return parseKind(kInterps, "interpolation", s);
+}
+const char* fillName(FillMode k) {
+    return kindName(kFills, k);
+}
+Result<FillMode> parseFill(const std::string& s) {
+    return parseKind(kFills, "fill mode", s);
+}
+const char* flipName(FlipMode k) {
+    return kindName(kFlips, k);
+}
+Result<FlipMode> parseFlip(const std::string& s) {
+    return parseKind(kFlips, "flip mode", s);
 }
 
 int Graph::add(Op op, std::vector<int> inputs, DType dtype, Shape shape, NodeAttrs attrs) {
@@ -238,6 +275,15 @@ std::string toText(MetricKind v) {
 std::string toText(BufKind v) {
     return bufKindName(v);
 }
+std::string toText(Interp v) {
+    return interpName(v);
+}
+std::string toText(FillMode v) {
+    return fillName(v);
+}
+std::string toText(FlipMode v) {
+    return flipName(v);
+}
 std::string toText(const std::vector<int64_t>& v) {  // "3x3"
     std::string out;
     for (size_t i = 0; i < v.size(); ++i) out += (i ? "x" : "") + std::to_string(v[i]);
@@ -311,6 +357,15 @@ Status fromText(const std::string& s, MetricKind& out) {
 Status fromText(const std::string& s, BufKind& out) {
     return kindFromText(parseBufKind(s), out);
 }
+Status fromText(const std::string& s, Interp& out) {
+    return kindFromText(parseInterp(s), out);
+}
+Status fromText(const std::string& s, FillMode& out) {
+    return kindFromText(parseFill(s), out);
+}
+Status fromText(const std::string& s, FlipMode& out) {
+    return kindFromText(parseFlip(s), out);
+}
 
 struct AttrField {
     const char* key;
@@ -336,15 +391,22 @@ constexpr AttrField kAttrFields[] = {
     field<&NodeAttrs::alpha>("alpha"),
     field<&NodeAttrs::batchStats>("batch_stats"),
     field<&NodeAttrs::biasGrad>("bias_grad"),
+    field<&NodeAttrs::box>("box"),
     field<&NodeAttrs::buf>("buf"),
     field<&NodeAttrs::byProducer>("by_producer"),
     field<&NodeAttrs::dilation>("dilation"),
     field<&NodeAttrs::dynamicScale>("dynamic_scale"),
     field<&NodeAttrs::epsilon>("epsilon"),
+    field<&NodeAttrs::factorHi>("factor_hi"),
+    field<&NodeAttrs::factorLo>("factor_lo"),
+    field<&NodeAttrs::fill>("fill"),
+    field<&NodeAttrs::fillValue>("fill_value"),
+    field<&NodeAttrs::flip>("flip"),
     field<&NodeAttrs::groups>("groups"),
     field<&NodeAttrs::hasBeta>("has_beta"),
     field<&NodeAttrs::hasBias>("has_bias"),
     field<&NodeAttrs::hasGamma>("has_gamma"),
+    field<&NodeAttrs::interp>("interp"),
     field<&NodeAttrs::k>("k"),
     field<&NodeAttrs::l1>("l1"),
     field<&NodeAttrs::l2>("l2"),
@@ -364,6 +426,10 @@ constexpr AttrField kAttrFields[] = {
     field<&NodeAttrs::transA>("trans_a"),
     field<&NodeAttrs::transB>("trans_b"),
     field<&NodeAttrs::usesOutput>("uses_output"),
+    field<&NodeAttrs::valueHi>("value_hi"),
+    field<&NodeAttrs::valueLo>("value_lo"),
+    field<&NodeAttrs::widthHi>("width_hi"),
+    field<&NodeAttrs::widthLo>("width_lo"),
     field<&NodeAttrs::window>("window"),
 };
 
@@ -669,6 +735,10 @@ std::string verifyImageOp(const Graph& g, const Node& nd) {
             return {};
         }
         default:
+            if (hasAugmentSpec(nd.op)) {
+                auto spec = augmentSpec(g, nd);
+                if (!spec.ok()) return spec.error();
+            }
             return {};
     }
 }

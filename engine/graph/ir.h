@@ -70,6 +70,23 @@ enum class Op : uint8_t {
                          //   has_gamma, has_beta
     LayerNormGrad,       // (dy, x[, gamma]) -> dx; epsilon, has_gamma
     LayerNormGammaGrad,  // (dy, x) -> [C]: sum over rows of dy * x_hat; epsilon
+    // Image preprocessing and augmentation, x [B,H,W,C] (graph/image_augment.h decodes their
+    // attributes; backend/augment_math.h holds the math every backend shares). The random ones
+    // draw each sample's transform from (seed, step, global sample index), as dropout its mask.
+    Resize,             // x -> [B,OH,OW,C]: the part `box` (top x left x height x width, may
+                        //   reach outside x: those positions read fill_value) resized as
+                        //   tf.image.resize (half-pixel centres); interp, fill_value
+    RandomCrop,         // x -> [B,OH,OW,C]: an OH x OW window at a random offset per sample; seed
+    RandomFlip,         // each sample mirrored or not; flip, seed. Its own gradient (same flip)
+    RandomRotation,     // rotated by (factor_lo..factor_hi) x 2 pi; fill, fill_value, interp, seed
+    RandomZoom,         // zoomed by 1 + (factor_lo..factor_hi) (height), 1 + (width_lo..width_hi)
+                        //   (width; absent: the height's zoom); fill, fill_value, interp, seed
+    RandomTranslation,  // shifted by (factor_lo..factor_hi) x H and (width_lo..width_hi) x W;
+                        //   fill, fill_value, interp, seed
+    RandomContrast,     // (x - mean over H,W per channel) x f + mean, f in 1 - factor_lo ..
+                        //   1 + factor_hi, clipped to value_lo..value_hi; seed
+    RandomBrightness,   // x + d x (value_hi - value_lo), d in factor_lo..factor_hi, clipped to
+                        //   value_lo..value_hi; seed
 };
 
 // Ops whose value is a view of their first operand's storage (no buffer of their own): reshape,
@@ -95,6 +112,10 @@ enum class LossKind : uint8_t {
 };
 // The metric kernel: number of correct rows (binary: fraction of correct units per row).
 enum class MetricKind : uint8_t { SparseCategorical, Categorical, Binary, SparseTopK, TopK };
+// The image ops' options (Keras' names in the text form: "bilinear", "reflect", "horizontal").
+enum class Interp : uint8_t { Bilinear, Nearest };
+enum class FillMode : uint8_t { Reflect, Wrap, Constant, Nearest };  // as ImageProjectiveTransform
+enum class FlipMode : uint8_t { HorizontalAndVertical, Horizontal, Vertical };
 // Where a value lives after MemoryPlanPass.
 // Shadow: a 16-bit copy of a parameter kept across steps, written by the optimizer update (a cast
 // folded into the update) instead of being recomputed at the start of every step.
@@ -110,6 +131,12 @@ const char* metricKindName(MetricKind k);
 Result<MetricKind> parseMetricKind(const std::string& s);
 const char* bufKindName(BufKind k);
 Result<BufKind> parseBufKind(const std::string& s);
+const char* interpName(Interp k);
+Result<Interp> parseInterp(const std::string& s);
+const char* fillName(FillMode k);
+Result<FillMode> parseFill(const std::string& s);
+const char* flipName(FlipMode k);
+Result<FlipMode> parseFlip(const std::string& s);
 
 // Typed attributes of a node. Every field is optional: a set field is printed in the text form
 // (sorted by its text name, shown after each field), an unset one is not, so text round-trips
@@ -148,6 +175,15 @@ struct NodeAttrs {
     std::optional<double> momentum;                // momentum: moving_avg
     std::optional<bool> hasGamma, hasBeta;         // has_gamma, has_beta: batch/layer_norm
     std::optional<bool> batchStats;                // batch_stats: batch_norm_grad
+    // Image preprocessing and augmentation:
+    std::optional<std::vector<int64_t>> box;   // box: resize [top,left,height,width]
+    std::optional<Interp> interp;              // interp: resize, random_rotation/zoom/transl.
+    std::optional<FillMode> fill;              // fill: random_rotation/zoom/translation
+    std::optional<double> fillValue;           // fill_value: the constant fill (absent: 0)
+    std::optional<FlipMode> flip;              // flip: random_flip
+    std::optional<double> factorLo, factorHi;  // factor_lo, factor_hi: a random factor's range
+    std::optional<double> widthLo, widthHi;    // width_lo, width_hi: zoom, translation widths
+    std::optional<double> valueLo, valueHi;    // value_lo, value_hi: contrast, brightness
 
     bool trainableOr() const { return trainable.value_or(true); }
     ActKind actOr() const { return act.value_or(ActKind::Linear); }

@@ -185,6 +185,22 @@ const char* instrOpName(InstrOp op) {
             return "layer_norm_grad";
         case InstrOp::LayerNormGammaGrad:
             return "layer_norm_gamma_grad";
+        case InstrOp::Resize:
+            return "resize";
+        case InstrOp::RandomCrop:
+            return "random_crop";
+        case InstrOp::RandomFlip:
+            return "random_flip";
+        case InstrOp::RandomRotation:
+            return "random_rotation";
+        case InstrOp::RandomZoom:
+            return "random_zoom";
+        case InstrOp::RandomTranslation:
+            return "random_translation";
+        case InstrOp::RandomContrast:
+            return "random_contrast";
+        case InstrOp::RandomBrightness:
+            return "random_brightness";
         case InstrOp::Accumulate:
             return "accumulate";
         case InstrOp::AllReduceStart:
@@ -274,8 +290,51 @@ std::optional<InstrOp> instrOpOf(Op op) {
             return InstrOp::LayerNormGrad;
         case Op::LayerNormGammaGrad:
             return InstrOp::LayerNormGammaGrad;
+        case Op::Resize:
+            return InstrOp::Resize;
+        case Op::RandomCrop:
+            return InstrOp::RandomCrop;
+        case Op::RandomFlip:
+            return InstrOp::RandomFlip;
+        case Op::RandomRotation:
+            return InstrOp::RandomRotation;
+        case Op::RandomZoom:
+            return InstrOp::RandomZoom;
+        case Op::RandomTranslation:
+            return InstrOp::RandomTranslation;
+        case Op::RandomContrast:
+            return InstrOp::RandomContrast;
+        case Op::RandomBrightness:
+            return InstrOp::RandomBrightness;
     }
     return std::nullopt;
+}
+
+// An image op's parameters as printProgram shows them.
+std::string augmentText(InstrOp op, const AugmentSpec& a) {
+    std::string out;
+    auto add = [&](const std::string& kv) { out += (out.empty() ? "" : ", ") + kv; };
+    auto range = [&](const char* name, float lo, float hi) {
+        add(std::string(name) + "=" + fmtNum(lo) + ".." + fmtNum(hi));
+    };
+    const bool geometric = op == InstrOp::RandomRotation || op == InstrOp::RandomZoom ||
+                           op == InstrOp::RandomTranslation;
+    if (op == InstrOp::Resize)
+        add("box=" + std::to_string(a.boxTop) + "x" + std::to_string(a.boxLeft) + "x" +
+            std::to_string(a.boxH) + "x" + std::to_string(a.boxW));
+    if (op == InstrOp::RandomFlip) add(std::string("flip=") + flipName(a.flip));
+    if (geometric) add(std::string("fill=") + fillName(a.fill));
+    if (op == InstrOp::Resize || geometric) {
+        add(std::string("interp=") + interpName(a.interp));
+        if (a.fillValue != 0.f) add("fill_value=" + fmtNum(a.fillValue));
+    }
+    if (geometric || op == InstrOp::RandomContrast || op == InstrOp::RandomBrightness)
+        range("factor", a.factorLo, a.factorHi);
+    if (a.ownWidth) range("width", a.widthLo, a.widthHi);
+    if (op == InstrOp::RandomContrast || op == InstrOp::RandomBrightness)
+        range("value", a.valueLo, a.valueHi);
+    if (op != InstrOp::Resize) add("seed=" + std::to_string(a.seed));
+    return out;
 }
 
 // The instruction computing node n, with its typed parameters.
@@ -441,6 +500,11 @@ Result<LoweredProgram> lower(const Graph& planned, const LowerOptions& opt) {
                 auto geo = convGeometry(g, n);
                 if (!geo.ok()) return err(where(n) + geo.error());
                 ins.geometry = *geo;
+            }
+            if (hasAugmentSpec(n.op)) {
+                auto spec = augmentSpec(g, n);
+                if (!spec.ok()) return err(where(n) + spec.error());
+                ins.augment = *spec;
             }
             if (ins.op == InstrOp::Cast && ins.out.space == Space::Shadow)
                 ins.refreshOnly = opt.update != nullptr;
@@ -674,6 +738,16 @@ std::string printProgram(const LoweredProgram& p) {
                 break;
             case InstrOp::MovingAvg:
                 os << " {momentum=" << fmtNum(ins.momentum) << "}";
+                break;
+            case InstrOp::Resize:
+            case InstrOp::RandomCrop:
+            case InstrOp::RandomFlip:
+            case InstrOp::RandomRotation:
+            case InstrOp::RandomZoom:
+            case InstrOp::RandomTranslation:
+            case InstrOp::RandomContrast:
+            case InstrOp::RandomBrightness:
+                os << " {" << augmentText(ins.op, ins.augment) << "}";
                 break;
             default:
                 break;

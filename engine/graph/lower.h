@@ -22,6 +22,7 @@
 
 #include "engine/core/result.h"
 #include "engine/graph/conv_geometry.h"
+#include "engine/graph/image_augment.h"
 #include "engine/graph/ir.h"
 #include "engine/graph/update_spec.h"
 
@@ -118,6 +119,16 @@ enum class InstrOp : uint8_t {
     LayerNorm,           // in x[, gamma][, beta]; epsilon, hasGamma, hasBeta
     LayerNormGrad,       // in dy, x[, gamma]; epsilon, hasGamma
     LayerNormGammaGrad,  // in dy, x; epsilon
+    // Image preprocessing and augmentation (in x; Instr::augment). The random ones key each
+    // sample's draws by (augment.seed, StepArgs::step, StepArgs::sampleBase + row).
+    Resize,
+    RandomCrop,
+    RandomFlip,
+    RandomRotation,
+    RandomZoom,
+    RandomTranslation,
+    RandomContrast,
+    RandomBrightness,
     // The step around the graph.
     Accumulate,      // out (Accumulator) += double(in[0] scalar) * factor
     AllReduceStart,  // collectives->allReduceStart(bucket, out (FlatGrad) data, elements)
@@ -160,6 +171,7 @@ struct Instr {
     bool hasBias = false, hasGamma = false, hasBeta = false;
     bool batchStats = false;  // BatchNormGrad
     ConvGeometry geometry;    // convolution, pooling, padding (graph/conv_geometry.h)
+    AugmentSpec augment;      // the image preprocessing ops (graph/image_augment.h)
     float epsilon = 0, momentum = 0, offset = 0;
 };
 

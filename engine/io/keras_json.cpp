@@ -4,8 +4,10 @@
 // whatever else Keras writes next to them (module, registered_name, build_config: ignored).
 // Layer classes: InputLayer, Flatten, Reshape, Dense, Dropout, Activation, Conv2D, MaxPooling2D,
 // AveragePooling2D, GlobalAveragePooling2D, BatchNormalization, LayerNormalization,
-// ZeroPadding2D, Rescaling, and the activation layers ReLU (defaults only), LeakyReLU, ELU and
-// Softmax (read as Activation layers). Images are channels_last only.
+// ZeroPadding2D, Rescaling, the image preprocessing layers Resizing, CenterCrop, RandomCrop,
+// RandomFlip, RandomRotation, RandomZoom, RandomTranslation, RandomContrast, RandomBrightness,
+// and the activation layers ReLU (defaults only), LeakyReLU, ELU and Softmax (read as Activation
+// layers). Images are channels_last only.
 //
 // Every key Keras 2.x and 3.x write into these configs is known here. A key that does not change
 // the computation is accepted: silently when it holds Keras' default (sparse false, null
@@ -18,6 +20,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 
 #include "engine/core/names.h"
 #include "engine/io/json_fields.h"
@@ -44,6 +47,15 @@ const std::vector<std::string>& supportedClasses() {
                                             "LayerNormalization",
                                             "ZeroPadding2D",
                                             "Rescaling",
+                                            "Resizing",
+                                            "CenterCrop",
+                                            "RandomCrop",
+                                            "RandomFlip",
+                                            "RandomRotation",
+                                            "RandomZoom",
+                                            "RandomTranslation",
+                                            "RandomContrast",
+                                            "RandomBrightness",
                                             "ReLU",
                                             "LeakyReLU",
                                             "ELU",
@@ -391,6 +403,21 @@ std::vector<std::string> classKeys(const std::string& className) {
                 "gamma_constraint"};
     if (className == "ZeroPadding2D") return {"padding", "data_format"};
     if (className == "Rescaling") return {"scale", "offset"};
+    // The image preprocessing layers (Keras 3's get_config; bounding_box_format only when set).
+    const std::vector<std::string> image{"data_format", "bounding_box_format"};
+    if (className == "Resizing")
+        return concat(image, {"height", "width", "interpolation", "crop_to_aspect_ratio",
+                              "pad_to_aspect_ratio", "fill_mode", "fill_value", "antialias"});
+    if (className == "CenterCrop") return concat(image, {"height", "width"});
+    if (className == "RandomCrop") return concat(image, {"height", "width", "seed"});
+    if (className == "RandomFlip") return concat(image, {"mode", "seed"});
+    if (className == "RandomRotation")
+        return concat(image, {"factor", "fill_mode", "fill_value", "interpolation", "seed"});
+    if (className == "RandomZoom" || className == "RandomTranslation")
+        return concat(image, {"height_factor", "width_factor", "fill_mode", "interpolation", "seed",
+                              "fill_value"});
+    if (className == "RandomContrast" || className == "RandomBrightness")
+        return concat(image, {"factor", "value_range", "seed"});
     return {};
 }
 
@@ -481,6 +508,78 @@ void readNormalization(const Json& cfg, const std::string& cpath, LayerSpec& lay
             fail(child(cpath, key), "a regularizer on a normalization layer is not supported");
     requireNull(cfg, cpath, "beta_constraint", "a beta constraint");
     requireNull(cfg, cpath, "gamma_constraint", "a gamma constraint");
+}
+
+// A random factor as Keras 3 normalizes it into (lower, upper). `lo`..`hi`: the bounds Keras
+// checks (each value of RandomZoom's must exceed -1: `loOpen`). The base image layers
+// (RandomRotation, RandomContrast, RandomBrightness; `perValue` false) check a pair loosely (its
+// first value at most hi, its second at least lo) and map a number f to (max(-|f|, lo), |f|);
+// RandomZoom and RandomTranslation (`perValue`) check every value and map f to (-|f|, |f|).
+FactorRange readFactor(const Json& v, const std::string& path, double lo, double hi, bool perValue,
+                       bool loOpen = false) {
+    char bounds[64];
+    std::snprintf(bounds, sizeof bounds, "%s%g, %g]", loOpen ? "(" : "[", lo, hi);
+    auto inBounds = [&](double d) { return (loOpen ? d > lo : d >= lo) && d <= hi; };
+    if (v.is_array()) {
+        if (v.size() != 2 || !v[0].is_number() || !v[1].is_number())
+            fail(path, "expected a number or two numbers [lower, upper] in " + std::string(bounds) +
+                           ", got " + describe(v));
+        const double a = v[0].get<double>(), b = v[1].get<double>();
+        if (perValue ? !(inBounds(a) && inBounds(b)) : (a > hi || b < lo))
+            fail(path, "expected values in " + std::string(bounds) + ", got " + describe(v));
+        return FactorRange{std::min(a, b), std::max(a, b)};
+    }
+    if (!v.is_number() || !inBounds(v.get<double>()))
+        fail(path, "expected a number or two numbers [lower, upper] in " + std::string(bounds) +
+                       ", got " + describe(v));
+    const double f = std::fabs(v.get<double>());
+    return FactorRange{perValue ? -f : std::max(-f, lo), f};
+}
+
+// value_range: two numbers [low, high] (RandomBrightness sorts them, as Keras does).
+void readValueRange(const Json& cfg, const std::string& cpath, LayerSpec& layer, bool sort) {
+    const Json* v = member(cfg, "value_range");
+    if (!v || v->is_null()) return;
+    const std::string path = child(cpath, "value_range");
+    if (!v->is_array() || v->size() != 2 || !(*v)[0].is_number() || !(*v)[1].is_number())
+        fail(path, "expected two numbers [low, high], got " + describe(*v));
+    layer.valueLow = (*v)[0].get<double>();
+    layer.valueHigh = (*v)[1].get<double>();
+    if (sort && layer.valueLow > layer.valueHigh) std::swap(layer.valueLow, layer.valueHigh);
+    if (!(layer.valueLow < layer.valueHigh))
+        fail(path, "expected two numbers [low, high] with low < high, got " + describe(*v));
+}
+
+// interpolation "bilinear" or "nearest" (Keras' other methods are refused by name).
+InterpolationKind readInterpolation(const Json& cfg, const std::string& cpath) {
+    const Json* v = member(cfg, "interpolation");
+    if (!v || v->is_null()) return InterpolationKind::Bilinear;
+    return *parseInterpolation(
+        getOneOf(*v, child(cpath, "interpolation"), {"bilinear", "nearest"}));
+}
+
+FillModeKind readFillMode(const Json& cfg, const std::string& cpath) {
+    const Json* v = member(cfg, "fill_mode");
+    if (!v || v->is_null()) return FillModeKind::Reflect;
+    return *parseFillMode(
+        getOneOf(*v, child(cpath, "fill_mode"), {"reflect", "wrap", "constant", "nearest"}));
+}
+
+// The keys every image preprocessing layer shares: channels_last images; bounding boxes are not
+// part of a TrainDeck model's inputs, so a bounding_box_format changes nothing here.
+void readImagePreprocessing(const Json& cfg, const std::string& cpath, LayerSpec& layer,
+                            const Notes& notes) {
+    if (const Json* x = member(cfg, "data_format");
+        x && !x->is_null() && !(x->is_string() && x->get<std::string>() == "channels_last"))
+        fail(child(cpath, "data_format"),
+             "only \"channels_last\" images ([height, width, channels]) are supported, got " +
+                 describe(*x));
+    if (const Json* x = member(cfg, "bounding_box_format"); x && !x->is_null())
+        notes.warn(child(cpath, "bounding_box_format"),
+                   "ignored: the model's inputs are images, without bounding boxes");
+    if (const Json* x = member(cfg, "seed")) layer.seed = getOptionalSeed(*x, child(cpath, "seed"));
+    if (const Json* x = member(cfg, "fill_value"); x && !x->is_null())
+        layer.fillValue = getNumber(*x, child(cpath, "fill_value"));
 }
 
 LayerSpec readLayer(const Json& entry, const std::string& path, size_t index, const Notes& notes) {
@@ -708,6 +807,68 @@ LayerSpec readLayer(const Json& entry, const std::string& path, size_t index, co
             if (const Json* x = member(cfg, "offset"))
                 layer.offset = getNumber(*x, child(cpath, "offset"));
             break;
+        case LayerType::Resizing:
+        case LayerType::CenterCrop:
+        case LayerType::RandomCrop:
+            readImagePreprocessing(cfg, cpath, layer, notes);
+            layer.targetHeight =
+                getPositiveInteger(requireMember(cfg, cpath, "height"), child(cpath, "height"));
+            layer.targetWidth =
+                getPositiveInteger(requireMember(cfg, cpath, "width"), child(cpath, "width"));
+            if (layer.type != LayerType::Resizing) break;
+            layer.interpolation = readInterpolation(cfg, cpath);
+            for (auto [key, field] : {std::pair{"crop_to_aspect_ratio", &layer.cropToAspectRatio},
+                                      std::pair{"pad_to_aspect_ratio", &layer.padToAspectRatio}})
+                if (const Json* x = member(cfg, key); x && !x->is_null())
+                    *field = getBool(*x, child(cpath, key));
+            if (layer.cropToAspectRatio && layer.padToAspectRatio)
+                fail(cpath, "crop_to_aspect_ratio and pad_to_aspect_ratio cannot both be true");
+            if (const Json* x = member(cfg, "fill_mode"); x && !x->is_null())
+                getOneOf(*x, child(cpath, "fill_mode"), {"constant"});  // Keras' only one here
+            if (const Json* x = member(cfg, "antialias");
+                x && !x->is_null() && getBool(*x, child(cpath, "antialias")))
+                fail(child(cpath, "antialias"), "antialias true is not supported (expected false)");
+            break;
+        case LayerType::RandomFlip:
+            readImagePreprocessing(cfg, cpath, layer, notes);
+            if (const Json* x = member(cfg, "mode"); x && !x->is_null())
+                layer.flipMode =
+                    *parseFlipMode(getOneOf(*x, child(cpath, "mode"),
+                                            {"horizontal_and_vertical", "horizontal", "vertical"}));
+            break;
+        case LayerType::RandomRotation:
+        case LayerType::RandomZoom:
+        case LayerType::RandomTranslation:
+            readImagePreprocessing(cfg, cpath, layer, notes);
+            layer.fillMode = readFillMode(cfg, cpath);
+            layer.interpolation = readInterpolation(cfg, cpath);
+            if (layer.type == LayerType::RandomRotation) {
+                layer.factor = readFactor(requireMember(cfg, cpath, "factor"),
+                                          child(cpath, "factor"), -1.0, 1.0, false);
+            } else {
+                const bool zoom = layer.type == LayerType::RandomZoom;
+                layer.heightFactor =
+                    readFactor(requireMember(cfg, cpath, "height_factor"),
+                               child(cpath, "height_factor"), -1.0, 1.0, true, zoom);
+                const Json* w =
+                    zoom ? member(cfg, "width_factor") : &requireMember(cfg, cpath, "width_factor");
+                if (w && !w->is_null())
+                    layer.widthFactor =
+                        readFactor(*w, child(cpath, "width_factor"), -1.0, 1.0, true, zoom);
+                else if (!zoom)
+                    fail(child(cpath, "width_factor"),
+                         "RandomTranslation needs a width_factor (a number or [lower, upper])");
+            }
+            break;
+        case LayerType::RandomContrast:
+        case LayerType::RandomBrightness: {
+            readImagePreprocessing(cfg, cpath, layer, notes);
+            const bool contrast = layer.type == LayerType::RandomContrast;
+            layer.factor = readFactor(requireMember(cfg, cpath, "factor"), child(cpath, "factor"),
+                                      contrast ? 0.0 : -1.0, 1.0, false);
+            readValueRange(cfg, cpath, layer, !contrast);
+            break;
+        }
     }
     return layer;
 }
@@ -733,6 +894,14 @@ Json shapeJson(const Shape& s) {
 
 Json seedJson(const std::optional<uint64_t>& seed) {
     return seed ? Json(*seed) : Json(nullptr);
+}
+
+// A factor as Keras writes it: RandomRotation, RandomContrast and RandomBrightness their
+// normalized [lower, upper]; RandomZoom and RandomTranslation the number they were given when the
+// range is symmetric (`asGiven`), else the pair.
+Json factorJson(const FactorRange& r, bool asGiven) {
+    if (asGiven && r.lower == -r.upper) return r.upper;
+    return Json::array({r.lower, r.upper});
 }
 
 Json axesJson(const std::vector<int64_t>& axes) {
@@ -1016,6 +1185,51 @@ Json kerasModelToJson(const ModelSpec& model) {
             case LayerType::Rescaling:
                 cfg["scale"] = l.rescale;
                 cfg["offset"] = l.offset;
+                break;
+            case LayerType::Resizing:
+            case LayerType::CenterCrop:
+            case LayerType::RandomCrop:
+                cfg["data_format"] = "channels_last";
+                cfg["height"] = l.targetHeight;
+                cfg["width"] = l.targetWidth;
+                if (l.type == LayerType::RandomCrop) cfg["seed"] = seedJson(l.seed);
+                if (l.type != LayerType::Resizing) break;
+                cfg["interpolation"] = interpolationName(l.interpolation);
+                cfg["crop_to_aspect_ratio"] = l.cropToAspectRatio;
+                cfg["pad_to_aspect_ratio"] = l.padToAspectRatio;
+                cfg["fill_mode"] = "constant";
+                cfg["fill_value"] = l.fillValue;
+                cfg["antialias"] = false;
+                break;
+            case LayerType::RandomFlip:
+                cfg["data_format"] = "channels_last";
+                cfg["seed"] = seedJson(l.seed);
+                cfg["mode"] = flipModeName(l.flipMode);
+                break;
+            case LayerType::RandomRotation:
+                cfg["data_format"] = "channels_last";
+                cfg["factor"] = factorJson(l.factor, false);
+                cfg["fill_mode"] = fillModeName(l.fillMode);
+                cfg["fill_value"] = l.fillValue;
+                cfg["interpolation"] = interpolationName(l.interpolation);
+                cfg["seed"] = seedJson(l.seed);
+                break;
+            case LayerType::RandomZoom:
+            case LayerType::RandomTranslation:
+                cfg["data_format"] = "channels_last";
+                cfg["height_factor"] = factorJson(l.heightFactor, true);
+                cfg["width_factor"] = l.widthFactor ? factorJson(*l.widthFactor, true) : Json();
+                cfg["fill_mode"] = fillModeName(l.fillMode);
+                cfg["interpolation"] = interpolationName(l.interpolation);
+                cfg["seed"] = seedJson(l.seed);
+                cfg["fill_value"] = l.fillValue;
+                break;
+            case LayerType::RandomContrast:
+            case LayerType::RandomBrightness:
+                cfg["data_format"] = "channels_last";
+                cfg["factor"] = factorJson(l.factor, false);
+                cfg["value_range"] = Json::array({l.valueLow, l.valueHigh});
+                cfg["seed"] = seedJson(l.seed);
                 break;
         }
         Json entry{{"module", "keras.layers"},

@@ -60,6 +60,15 @@ Result<std::vector<LayerWeights>> weightLayout(const ModelSpec& model) {
             case LayerType::GlobalAveragePooling2D:
             case LayerType::ZeroPadding2D:
             case LayerType::Rescaling:
+            case LayerType::Resizing:
+            case LayerType::CenterCrop:
+            case LayerType::RandomCrop:
+            case LayerType::RandomFlip:
+            case LayerType::RandomRotation:
+            case LayerType::RandomZoom:
+            case LayerType::RandomTranslation:
+            case LayerType::RandomContrast:
+            case LayerType::RandomBrightness:
                 break;
             default:
                 return err("layer " + std::to_string(i) + " '" + l.name + "' (" + lw.typeName +

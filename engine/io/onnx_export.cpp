@@ -17,8 +17,8 @@ constexpr int kOpsetDomain = 1, kOpsetVersion = 2;
 constexpr int kGraphNode = 1, kGraphName = 2, kGraphInitializer = 5, kGraphInput = 11,
               kGraphOutput = 12;
 constexpr int kNodeInput = 1, kNodeOutput = 2, kNodeName = 3, kNodeOpType = 4, kNodeAttribute = 5;
-constexpr int kAttrName = 1, kAttrF = 2, kAttrI = 3, kAttrInts = 8, kAttrType = 20;
-constexpr int kAttrTypeFloat = 1, kAttrTypeInt = 2, kAttrTypeInts = 7;
+constexpr int kAttrName = 1, kAttrF = 2, kAttrI = 3, kAttrS = 4, kAttrInts = 8, kAttrType = 20;
+constexpr int kAttrTypeFloat = 1, kAttrTypeInt = 2, kAttrTypeString = 3, kAttrTypeInts = 7;
 constexpr int kTensorDims = 1, kTensorDataType = 2, kTensorName = 8, kTensorRawData = 9;
 constexpr int kTypeFloat = 1, kTypeInt64 = 7;
 constexpr int kValueInfoName = 1, kValueInfoType = 2;
@@ -34,7 +34,15 @@ struct Attr {
     float f = 0;
     int64_t i = 0;
     std::vector<int64_t> ints;  // an INTS attribute when not empty
+    std::string s;              // a STRING attribute when not empty
 };
+
+Attr text(const std::string& name, const std::string& value) {
+    Attr a;
+    a.name = name;
+    a.s = value;
+    return a;
+}
 
 Attr ints(const std::string& name, std::vector<int64_t> values) {
     Attr a;
@@ -61,6 +69,9 @@ class GraphWriter {
             if (!a.ints.empty()) {
                 for (int64_t v : a.ints) w.varintSigned(f::kAttrInts, v);
                 w.varint(f::kAttrType, f::kAttrTypeInts);
+            } else if (!a.s.empty()) {
+                w.bytes(f::kAttrS, a.s);
+                w.varint(f::kAttrType, f::kAttrTypeString);
             } else {
                 if (a.isFloat)
                     w.float32(f::kAttrF, a.f);
@@ -243,6 +254,57 @@ std::vector<int64_t> onnxPads(const Window2D& w) {
     return {w.pads[0], w.pads[2], w.pads[1], w.pads[3]};
 }
 
+// Resizing, CenterCrop and RandomCrop at inference: the box of the image (resizeBoxFor) cut out
+// with Slice, or padded with Pad (Resizing's pad_to_aspect_ratio, its fill_value), then resized to
+// the target with Resize as tf.image.resize does (bilinear: "linear" with half-pixel centres;
+// nearest: tf_half_pixel_for_nn, rounding down), to sizes made from the input's batch dimension.
+// A plain crop is the Slice alone; the whole image at its own size, nothing.
+void resizeNodes(GraphWriter& g, const LayerSpec& l, const LayerWeights& lw, Value& v,
+                 const std::string& prefix) {
+    const int64_t H = lw.inputShape[0], W = lw.inputShape[1], C = lw.inputShape[2];
+    const int64_t OH = lw.outputShape[0], OW = lw.outputShape[1];
+    const ResizeBox b = resizeBoxFor(l, H, W);
+    if (b.top == 0 && b.left == 0 && b.height == H && b.width == W && OH == H && OW == W) return;
+    const int64_t hAxis = v.channelsFirst ? 2 : 1, wAxis = hAxis + 1;
+    if (b.top > 0 || b.left > 0 || b.top + b.height < H || b.left + b.width < W) {
+        const int64_t top = std::max<int64_t>(b.top, 0), left = std::max<int64_t>(b.left, 0);
+        v.name = g.node("Slice", prefix + "crop",
+                        {v.name, g.initializerInt64(prefix + "crop_starts", {top, left}),
+                         g.initializerInt64(prefix + "crop_ends", {std::min(b.top + b.height, H),
+                                                                   std::min(b.left + b.width, W)}),
+                         g.initializerInt64(prefix + "crop_axes", {hAxis, wAxis})});
+    }
+    if (b.top < 0 || b.left < 0) {
+        std::vector<int64_t> pads(8, 0);  // begins of the four axes, then their ends
+        pads[static_cast<size_t>(hAxis)] = pads[static_cast<size_t>(hAxis + 4)] =
+            -std::min<int64_t>(b.top, 0);
+        pads[static_cast<size_t>(wAxis)] = pads[static_cast<size_t>(wAxis + 4)] =
+            -std::min<int64_t>(b.left, 0);
+        v.name =
+            g.node("Pad", prefix + "pad",
+                   {v.name, g.initializerInt64(prefix + "pads", pads),
+                    g.initializer(prefix + "pad_value", scalar(static_cast<float>(l.fillValue)))},
+                   {text("mode", "constant")});
+    }
+    if (b.crop) return;
+    toChannelsFirst(g, v, prefix);
+    const std::string shape = g.node("Shape", prefix + "input_shape", {v.name});
+    const std::string batch = g.node("Slice", prefix + "batch",
+                                     {shape, g.initializerInt64(prefix + "batch_starts", {0}),
+                                      g.initializerInt64(prefix + "batch_ends", {1})});
+    const std::string sizes =
+        g.node("Concat", prefix + "sizes",
+               {batch, g.initializerInt64(prefix + "channels_and_size", {C, OH, OW})},
+               {Attr{"axis", false, 0, 0}});
+    const bool nearest =
+        l.type == LayerType::Resizing && l.interpolation == InterpolationKind::Nearest;
+    std::vector<Attr> attrs{
+        text("mode", nearest ? "nearest" : "linear"),
+        text("coordinate_transformation_mode", nearest ? "tf_half_pixel_for_nn" : "half_pixel")};
+    if (nearest) attrs.push_back(text("nearest_mode", "floor"));
+    v.name = g.node("Resize", prefix + "resize", {v.name, "", "", sizes}, attrs);
+}
+
 // The activation `a` on `v`; softmax reads the channels on the last axis.
 void applyActivation(GraphWriter& g, const LayerSpec& l, ActivationKind a, Value& v,
                      const std::string& prefix) {
@@ -282,7 +344,18 @@ Status onnxLayerNodes(GraphWriter& g, const LayerSpec& l, const LayerWeights& lw
             applyActivation(g, l, l.activation, v, prefix);
             break;
         case LayerType::Dropout:
+        case LayerType::RandomFlip:
+        case LayerType::RandomRotation:
+        case LayerType::RandomZoom:
+        case LayerType::RandomTranslation:
+        case LayerType::RandomContrast:
+        case LayerType::RandomBrightness:
             break;  // identity at inference
+        case LayerType::Resizing:
+        case LayerType::CenterCrop:
+        case LayerType::RandomCrop:  // at inference: smart_resize's crop
+            resizeNodes(g, l, lw, v, prefix);
+            break;
         case LayerType::Flatten:
             toChannelsLast(g, v, prefix);
             v.name = g.node("Flatten", prefix + "flatten", {v.name}, {Attr{"axis", false, 0, 1}});

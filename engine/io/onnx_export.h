@@ -11,8 +11,11 @@
 // the average, as Keras does); GlobalAveragePooling2D -> GlobalAveragePool + Flatten;
 // ZeroPadding2D -> Pad; Rescaling -> Mul and Add by scalars; BatchNormalization ->
 // BatchNormalization with the moving statistics (gamma 1, beta 0 where the layer has none);
-// LayerNormalization -> LayerNormalization(axis -1). Images are channels-last in TrainDeck and
-// channels-first for ONNX's Conv, pooling and BatchNormalization: a run of such layers sits
+// LayerNormalization -> LayerNormalization(axis -1); Resizing, CenterCrop and RandomCrop (its
+// inference crop) -> Slice and Pad of the part resized, then Resize (linear with half-pixel
+// centres, or nearest as TensorFlow rounds) where the size changes; the Random* augmentation
+// layers -> nothing (the identity at inference, as Dropout). Images are channels-last in TrainDeck
+// and channels-first for ONNX's Conv, pooling and BatchNormalization: a run of such layers sits
 // between one Transpose in and one out. Any other layer type is refused by name.
 #pragma once
 

@@ -21,7 +21,7 @@ struct LayerTypeEntry {
     const char* prefix;
 };
 
-constexpr std::array<LayerTypeEntry, 14> kLayerTypes{{
+constexpr std::array<LayerTypeEntry, 23> kLayerTypes{{
     {LayerType::Input, "InputLayer", "input_layer"},
     {LayerType::Flatten, "Flatten", "flatten"},
     {LayerType::Reshape, "Reshape", "reshape"},
@@ -36,7 +36,49 @@ constexpr std::array<LayerTypeEntry, 14> kLayerTypes{{
     {LayerType::LayerNormalization, "LayerNormalization", "layer_normalization"},
     {LayerType::ZeroPadding2D, "ZeroPadding2D", "zero_padding2d"},
     {LayerType::Rescaling, "Rescaling", "rescaling"},
+    {LayerType::Resizing, "Resizing", "resizing"},
+    {LayerType::CenterCrop, "CenterCrop", "center_crop"},
+    {LayerType::RandomCrop, "RandomCrop", "random_crop"},
+    {LayerType::RandomFlip, "RandomFlip", "random_flip"},
+    {LayerType::RandomRotation, "RandomRotation", "random_rotation"},
+    {LayerType::RandomZoom, "RandomZoom", "random_zoom"},
+    {LayerType::RandomTranslation, "RandomTranslation", "random_translation"},
+    {LayerType::RandomContrast, "RandomContrast", "random_contrast"},
+    {LayerType::RandomBrightness, "RandomBrightness", "random_brightness"},
 }};
+
+template <class E>
+struct NamedOption {
+    E kind;
+    const char* name;
+};
+constexpr NamedOption<InterpolationKind> kInterpolations[] = {
+    {InterpolationKind::Bilinear, "bilinear"}, {InterpolationKind::Nearest, "nearest"}};
+constexpr NamedOption<FillModeKind> kFillModes[] = {{FillModeKind::Reflect, "reflect"},
+                                                    {FillModeKind::Wrap, "wrap"},
+                                                    {FillModeKind::Constant, "constant"},
+                                                    {FillModeKind::Nearest, "nearest"}};
+constexpr NamedOption<FlipModeKind> kFlipModes[] = {
+    {FlipModeKind::HorizontalAndVertical, "horizontal_and_vertical"},
+    {FlipModeKind::Horizontal, "horizontal"},
+    {FlipModeKind::Vertical, "vertical"}};
+
+template <class E, size_t N>
+const char* optionName(const NamedOption<E> (&table)[N], E k) {
+    for (const auto& e : table)
+        if (e.kind == k) return e.name;
+    return "?";
+}
+
+template <class E, size_t N>
+Result<E> parseOption(const NamedOption<E> (&table)[N], const char* what, const std::string& s) {
+    std::string valid;
+    for (const auto& e : table) {
+        if (s == e.name) return e.kind;
+        valid += std::string(valid.empty() ? "" : ", ") + e.name;
+    }
+    return err("unknown " + std::string(what) + " '" + s + "' (expected " + valid + ")");
+}
 
 struct ActivationEntry {
     ActivationKind kind;
@@ -172,6 +214,44 @@ const char* activationName(ActivationKind a) {
     return "?";
 }
 
+const char* interpolationName(InterpolationKind k) {
+    return optionName(kInterpolations, k);
+}
+Result<InterpolationKind> parseInterpolation(const std::string& name) {
+    return parseOption(kInterpolations, "interpolation", name);
+}
+const char* fillModeName(FillModeKind k) {
+    return optionName(kFillModes, k);
+}
+Result<FillModeKind> parseFillMode(const std::string& name) {
+    return parseOption(kFillModes, "fill_mode", name);
+}
+const char* flipModeName(FlipModeKind k) {
+    return optionName(kFlipModes, k);
+}
+Result<FlipModeKind> parseFlipMode(const std::string& name) {
+    return parseOption(kFlipModes, "mode", name);
+}
+
+bool isRandomImageLayer(LayerType t) {
+    switch (t) {
+        case LayerType::RandomCrop:
+        case LayerType::RandomFlip:
+        case LayerType::RandomRotation:
+        case LayerType::RandomZoom:
+        case LayerType::RandomTranslation:
+        case LayerType::RandomContrast:
+        case LayerType::RandomBrightness:
+            return true;
+        default:
+            return false;
+    }
+}
+
+bool isImagePreprocessingLayer(LayerType t) {
+    return t == LayerType::Resizing || t == LayerType::CenterCrop || isRandomImageLayer(t);
+}
+
 Result<ActivationKind> parseActivation(const std::string& name) {
     for (const auto& e : kActivations)
         if (name == e.name) return e.kind;
@@ -261,6 +341,52 @@ Shape effectiveStrides(const LayerSpec& layer) {
     if (layer.type == LayerType::MaxPooling2D || layer.type == LayerType::AveragePooling2D)
         return layer.poolSize;
     return Shape{1, 1};
+}
+
+ResizeBox smartResizeBox(int64_t h, int64_t w, int64_t th, int64_t tw, bool float32) {
+    ResizeBox b;
+    if (float32) {
+        b.height = static_cast<int64_t>(static_cast<float>(w * th) / static_cast<float>(tw));
+        b.width = static_cast<int64_t>(static_cast<float>(h * tw) / static_cast<float>(th));
+    } else {
+        b.height = static_cast<int64_t>(static_cast<double>(w * th) / static_cast<double>(tw));
+        b.width = static_cast<int64_t>(static_cast<double>(h * tw) / static_cast<double>(th));
+    }
+    b.height = std::max<int64_t>(1, std::min(h, b.height));
+    b.width = std::max<int64_t>(1, std::min(w, b.width));
+    b.top = (h - b.height) / 2;  // int(float(h - crop) / 2): both are non-negative
+    b.left = (w - b.width) / 2;
+    b.crop = b.height == th && b.width == tw;
+    return b;
+}
+
+ResizeBox resizeBoxFor(const LayerSpec& layer, int64_t h, int64_t w) {
+    const int64_t th = layer.targetHeight, tw = layer.targetWidth;
+    switch (layer.type) {
+        case LayerType::Resizing: {
+            if (layer.cropToAspectRatio) return smartResizeBox(h, w, th, tw, true);
+            ResizeBox b{0, 0, h, w, false};
+            if (layer.padToAspectRatio) {
+                // Keras 3 (TensorFlow): the short side gets int((padded - size) / 2) rows or
+                // columns of fill_value on each side, then the whole is resized.
+                const int64_t padH = std::max(
+                    h, static_cast<int64_t>(static_cast<float>(w * th) / static_cast<float>(tw)));
+                const int64_t padW = std::max(
+                    w, static_cast<int64_t>(static_cast<float>(h * tw) / static_cast<float>(th)));
+                const int64_t top = (padH - h) / 2, left = (padW - w) / 2;
+                b = ResizeBox{-top, -left, h + 2 * top, w + 2 * left, false};
+            }
+            b.crop = b.top >= 0 && b.left >= 0 && b.height == th && b.width == tw;
+            return b;
+        }
+        case LayerType::CenterCrop:
+            if (h >= th && w >= tw) return ResizeBox{(h - th) / 2, (w - tw) / 2, th, tw, true};
+            return smartResizeBox(h, w, th, tw, false);
+        case LayerType::RandomCrop:
+            return smartResizeBox(h, w, th, tw, false);
+        default:
+            return {};
+    }
 }
 
 namespace {
@@ -379,9 +505,75 @@ std::string inferImageLayer(const LayerSpec& layer, Shape& shape, LayerInfo& li,
             if (!std::isfinite(layer.rescale) || !std::isfinite(layer.offset))
                 return "scale and offset must be finite numbers";
             return {};
+        case LayerType::Resizing:
+        case LayerType::CenterCrop:
+        case LayerType::RandomCrop: {
+            if (auto e = needImage(); !e.empty()) return e;
+            if (auto e =
+                    badPair(Shape{layer.targetHeight, layer.targetWidth}, "height and width", 1);
+                !e.empty())
+                return e;
+            if (layer.cropToAspectRatio && layer.padToAspectRatio)
+                return "crop_to_aspect_ratio and pad_to_aspect_ratio cannot both be true (as in "
+                       "Keras)";
+            if (!std::isfinite(layer.fillValue)) return "fill_value must be a finite number";
+            shape = Shape{layer.targetHeight, layer.targetWidth, shape[2]};
+            if (checkedElements(shape) < 0) return "the output is too large";
+            return {};
+        }
+        case LayerType::RandomFlip:
+            return needImage();
+        case LayerType::RandomRotation:
+        case LayerType::RandomZoom:
+        case LayerType::RandomTranslation:
+        case LayerType::RandomContrast:
+        case LayerType::RandomBrightness: {
+            if (auto e = needImage(); !e.empty()) return e;
+            // Keras' bounds of each factor (RandomZoom's lower bound is excluded).
+            const bool zoom = layer.type == LayerType::RandomZoom;
+            auto badRange = [&](const FactorRange& r, const char* field) -> std::string {
+                const std::string text = std::string(field) + " [" + numberText(r.lower) + ", " +
+                                         numberText(r.upper) + "]";
+                if (!std::isfinite(r.lower) || !std::isfinite(r.upper) || r.lower > r.upper)
+                    return text + " must be two finite numbers, the lower one first";
+                if (r.lower < -1.0 || r.upper > 1.0 || (zoom && r.lower <= -1.0))
+                    return text + (zoom ? " must lie in (-1, 1]" : " must lie in [-1, 1]");
+                return {};
+            };
+            if (layer.type == LayerType::RandomZoom || layer.type == LayerType::RandomTranslation) {
+                if (auto e = badRange(layer.heightFactor, "height_factor"); !e.empty()) return e;
+                if (!layer.widthFactor && layer.type == LayerType::RandomTranslation)
+                    return "RandomTranslation needs a width_factor";
+                if (layer.widthFactor)
+                    if (auto e = badRange(*layer.widthFactor, "width_factor"); !e.empty()) return e;
+            } else if (auto e = badRange(layer.factor, "factor"); !e.empty()) {
+                return e;
+            }
+            if (layer.type == LayerType::RandomContrast ||
+                layer.type == LayerType::RandomBrightness) {
+                if (!std::isfinite(layer.valueLow) || !std::isfinite(layer.valueHigh) ||
+                    !(layer.valueLow < layer.valueHigh))
+                    return "value_range [" + numberText(layer.valueLow) + ", " +
+                           numberText(layer.valueHigh) +
+                           "] must be two finite numbers, the lower one first";
+            } else if (!std::isfinite(layer.fillValue)) {
+                return "fill_value must be a finite number";
+            }
+            return {};
+        }
         default:
             return {};
     }
+}
+
+// Whether the gradient of `layer` reaching an image [h, w, c] can pass back through it: RandomFlip
+// (the same flip of the gradient) and a CenterCrop that only crops (the gradient padded with
+// zeros). The other preprocessing layers have no input gradient, so nothing before them may need
+// one.
+bool passesGradient(const LayerSpec& layer, const Shape& in) {
+    if (layer.type == LayerType::RandomFlip) return true;
+    return layer.type == LayerType::CenterCrop && in.size() == 3 &&
+           resizeBoxFor(layer, in[0], in[1]).crop;
 }
 
 }  // namespace
@@ -432,6 +624,8 @@ Result<ModelInfo> inferShapes(ModelSpec& model) {
     info.inputShape = first.inputShape;
 
     Shape shape = first.inputShape;
+    std::string trainableBefore;  // the first layer with trainable weights, as "layer 2 'conv2d'"
+    int64_t trainableBeforeCount = 0;
     for (size_t i = 0; i < model.layers.size(); ++i) {
         const LayerSpec& layer = model.layers[i];
         const std::string label = layerLabel(i, layer.name);
@@ -445,6 +639,14 @@ Result<ModelInfo> inferShapes(ModelSpec& model) {
         if (i > 0 && !layer.inputShape.empty() && layer.inputShape != shape)
             return err(label + ": declared input shape " + shapeToString(layer.inputShape) +
                        " does not match the incoming shape " + shapeToString(shape));
+        if (isImagePreprocessingLayer(layer.type) && !trainableBefore.empty() &&
+            !passesGradient(layer, shape))
+            return err(label + ": " + layerTypeName(layer.type) +
+                       " has no input gradient, so it must come before any layer with trainable "
+                       "weights (" +
+                       trainableBefore + " has " + formatThousands(trainableBeforeCount) +
+                       "); place the preprocessing and augmentation layers right after the input "
+                       "(only RandomFlip, and a CenterCrop that crops, may follow such layers)");
 
         LayerInfo li;
         li.name = layer.name;
@@ -549,6 +751,10 @@ Result<ModelInfo> inferShapes(ModelSpec& model) {
         // BatchNormalization's moving statistics are never trainable (set by the layer above).
         if (layer.type != LayerType::BatchNormalization)
             li.trainableParams = layer.trainable ? li.params : 0;
+        if (trainableBefore.empty() && li.trainableParams > 0) {
+            trainableBefore = label;
+            trainableBeforeCount = li.trainableParams;
+        }
         info.totalParams += li.params;
         info.trainableParams += li.trainableParams;
         info.activationBytesPerSample += numElements(shape) * 4;

@@ -28,6 +28,18 @@ enum class LayerType {
     LayerNormalization,
     ZeroPadding2D,
     Rescaling,
+    // Image preprocessing and augmentation (Keras 3's keras.layers of these names): Resizing and
+    // CenterCrop always run; the Random* layers run in training steps only and are the identity
+    // in evaluation, prediction and export (RandomCrop: Keras' inference crop, smart_resize's).
+    Resizing,
+    CenterCrop,
+    RandomCrop,
+    RandomFlip,
+    RandomRotation,
+    RandomZoom,
+    RandomTranslation,
+    RandomContrast,
+    RandomBrightness,
 };
 enum class ActivationKind { Linear, Relu, LeakyRelu, Elu, Gelu, Sigmoid, Tanh, Softmax };
 
@@ -35,6 +47,31 @@ const char* layerTypeName(LayerType t);  // Keras class name: "InputLayer", "Den
 Result<LayerType> parseLayerType(const std::string& kerasClassName);
 const char* activationName(ActivationKind a);  // "linear", "relu", "leaky_relu", ...
 Result<ActivationKind> parseActivation(const std::string& name);
+
+// The image preprocessing layers' options, by Keras' names ("bilinear", "reflect", "horizontal",
+// ...). The parse functions list the valid names in their errors.
+enum class InterpolationKind { Bilinear, Nearest };
+enum class FillModeKind { Reflect, Wrap, Constant, Nearest };
+enum class FlipModeKind { HorizontalAndVertical, Horizontal, Vertical };
+const char* interpolationName(InterpolationKind k);
+Result<InterpolationKind> parseInterpolation(const std::string& name);
+const char* fillModeName(FillModeKind k);
+Result<FillModeKind> parseFillMode(const std::string& name);
+const char* flipModeName(FlipModeKind k);
+Result<FlipModeKind> parseFlipMode(const std::string& name);
+
+// The Random* layers (RandomCrop ... RandomBrightness).
+bool isRandomImageLayer(LayerType t);
+// Resizing, CenterCrop and the Random* layers: channels-last images in, computed on the device.
+bool isImagePreprocessingLayer(LayerType t);
+
+// A random factor's range as Keras keeps it after its layer normalized the argument: a number f
+// is (-f, f) (RandomContrast: (0, f)), a pair is sorted.
+struct FactorRange {
+    double lower = 0.0, upper = 0.0;
+
+    bool operator==(const FactorRange&) const = default;
+};
 
 // Keras initializer names. Accepts snake_case names ("glorot_uniform", also "zero", "uniform",
 // "normal") and Keras class names ("GlorotUniform", "Zeros", "RandomNormal"); returns the canonical
@@ -123,6 +160,25 @@ struct LayerSpec {
     // Rescaling: x * rescale + offset
     double rescale = 1.0;
     double offset = 0.0;
+    // Resizing, CenterCrop, RandomCrop: the output's height and width (Keras' height, width)
+    int64_t targetHeight = 0, targetWidth = 0;
+    // Resizing, RandomRotation, RandomZoom, RandomTranslation
+    InterpolationKind interpolation = InterpolationKind::Bilinear;
+    bool cropToAspectRatio = false, padToAspectRatio = false;  // Resizing (at most one)
+    // RandomRotation, RandomZoom, RandomTranslation: how positions outside the image are filled
+    // (Resizing's padding is always "constant", the only mode Keras has for it)
+    FillModeKind fillMode = FillModeKind::Reflect;
+    double fillValue = 0.0;  // "constant" fill, Resizing's padding
+    FlipModeKind flipMode = FlipModeKind::HorizontalAndVertical;  // RandomFlip
+    // RandomRotation (fractions of 2 pi), RandomContrast, RandomBrightness (Keras' `factor`)
+    FactorRange factor;
+    // RandomZoom, RandomTranslation: height_factor and width_factor (RandomZoom without one zooms
+    // the width as the height; RandomTranslation needs one)
+    FactorRange heightFactor;
+    std::optional<FactorRange> widthFactor;
+    // RandomContrast, RandomBrightness: value_range, the values are clipped to
+    double valueLow = 0.0, valueHigh = 255.0;
+    // Dropout and the Random* layers: `seed` above (none: derived from the training seed)
 
     bool operator==(const LayerSpec&) const = default;  // field by field (tests, round trips)
 };
@@ -178,6 +234,25 @@ Result<Window2D> windowGeometry(int64_t h, int64_t w, const Shape& kernel, const
 const InitializerSpec& initializerFor(const LayerSpec& layer, const std::string& suffix);
 // Strides as a window layer uses them (its default when empty).
 Shape effectiveStrides(const LayerSpec& layer);
+
+// The part of an h x w image that a resizing layer resizes to its target size: rows
+// [top, top + height), columns [left, left + width). It reaches outside the image where Resizing
+// pads to the aspect ratio (those positions read its fill_value). `crop` says it is a plain crop
+// of the target's size (nothing is resized).
+struct ResizeBox {
+    int64_t top = 0, left = 0, height = 0, width = 0;
+    bool crop = false;
+
+    bool operator==(const ResizeBox&) const = default;
+};
+// Keras' smart_resize: the largest centered box of the target's aspect ratio, at least one pixel
+// each way (float32: the arithmetic of TensorFlow's graph, as Resizing's crop_to_aspect_ratio;
+// else Python's doubles, as smart_resize on static shapes).
+ResizeBox smartResizeBox(int64_t h, int64_t w, int64_t targetH, int64_t targetW, bool float32);
+// Resizing (the whole image, or cropped or padded to the aspect ratio as Keras 3 does), CenterCrop
+// (a centered crop, or smart_resize where the image is smaller than the target) and RandomCrop at
+// inference (smart_resize); other layers: none (an empty box).
+ResizeBox resizeBoxFor(const LayerSpec& layer, int64_t h, int64_t w);
 
 // Keras' default name prefix of a layer type: "input_layer", "flatten", "reshape", "dense",
 // "dropout", "activation". Generated names are prefix, prefix_1, prefix_2, ... per type.

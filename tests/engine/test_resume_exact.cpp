@@ -1,7 +1,9 @@
 // Exact resume of the shipped projects as users run them: `traindeck train`, killed with SIGKILL
 // inside an epoch after the first, then `train --resume`, ends with the uninterrupted run's every
 // logged loss and final weights, bit for bit. The default project at batch 32 and 256, the wide MLP
-// (784-1024-1024-10) and the CNN project; the processes see the machine's threads as a user's do.
+// (784-1024-1024-10), the default project with augmentation layers in front (RandomFlip and
+// RandomTranslation, keyed by the step and the sample) and the CNN project; the processes see the
+// machine's threads as a user's do.
 #include <signal.h>
 
 #include <QJsonArray>
@@ -70,12 +72,17 @@ void TestResumeExact::killedAndResumedEqualsUninterrupted_data() {
     QTest::addColumn<int>("batch");
     QTest::addColumn<int>("epochs");
     QTest::addColumn<bool>("wide");
+    QTest::addColumn<bool>("augmented");
     // Epochs of the seed MLP last a tenth of a second or two: six of them, so that the kill
     // lands inside the run whatever the machine's speed.
-    QTest::newRow("default project, batch 32") << "fashion_mnist_mlp.json" << 32 << 6 << false;
-    QTest::newRow("default project, batch 256") << "fashion_mnist_mlp.json" << 256 << 6 << false;
-    QTest::newRow("wide MLP, batch 256") << "fashion_mnist_mlp.json" << 256 << 3 << true;
-    QTest::newRow("CNN project") << "fashion_mnist_cnn.json" << 0 << 2 << false;
+    QTest::newRow("default project, batch 32")
+        << "fashion_mnist_mlp.json" << 32 << 6 << false << false;
+    QTest::newRow("default project, batch 256")
+        << "fashion_mnist_mlp.json" << 256 << 6 << false << false;
+    QTest::newRow("wide MLP, batch 256") << "fashion_mnist_mlp.json" << 256 << 3 << true << false;
+    QTest::newRow("default project with augmentation, batch 256")
+        << "fashion_mnist_mlp.json" << 256 << 6 << false << true;
+    QTest::newRow("CNN project") << "fashion_mnist_cnn.json" << 0 << 2 << false << false;
 }
 
 void TestResumeExact::killedAndResumedEqualsUninterrupted() {
@@ -83,12 +90,13 @@ void TestResumeExact::killedAndResumedEqualsUninterrupted() {
     QFETCH(int, batch);
     QFETCH(int, epochs);
     QFETCH(bool, wide);
+    QFETCH(bool, augmented);
 #ifdef TD_RESUME_EXACT_SMALL_ONLY
-    if (wide || batch == 0) QSKIP("a sanitizer build: the seed MLP's rows only");
+    if (wide || augmented || batch == 0) QSKIP("a sanitizer build: the seed MLP's rows only");
 #endif
     QTemporaryDir dir;
     QString path = td::test::project(project.toUtf8().constData());
-    if (wide) {  // the 784-1024-1024-10 MLP on the default project's data and training
+    if (wide || augmented) {  // the 784-1024-1024-10 MLP, or augmentation before the Flatten
         QFile in(path);
         QVERIFY(in.open(QIODevice::ReadOnly));
         QJsonObject p = QJsonDocument::fromJson(in.readAll()).object();
@@ -96,7 +104,18 @@ void TestResumeExact::killedAndResumedEqualsUninterrupted() {
         QJsonArray layers;
         for (const QJsonValue l : config["layers"].toArray()) {
             QJsonObject layer = l.toObject();
-            if (layer["class_name"] == "Dense" && layer["config"].toObject()["units"] != 10) {
+            if (augmented && layer["class_name"] == "Flatten") {
+                layers.append(
+                    QJsonObject{{"class_name", "Reshape"},
+                                {"config", QJsonObject{{"target_shape", QJsonArray{28, 28, 1}}}}});
+                layers.append(QJsonObject{{"class_name", "RandomFlip"},
+                                          {"config", QJsonObject{{"mode", "horizontal"}}}});
+                layers.append(QJsonObject{
+                    {"class_name", "RandomTranslation"},
+                    {"config", QJsonObject{{"height_factor", 0.1}, {"width_factor", 0.1}}}});
+            }
+            if (wide && layer["class_name"] == "Dense" &&
+                layer["config"].toObject()["units"] != 10) {
                 for (const char* name : {"dense_a", "dense_b"}) {
                     QJsonObject c = layer["config"].toObject();
                     c["units"] = 1024;
@@ -110,7 +129,7 @@ void TestResumeExact::killedAndResumedEqualsUninterrupted() {
         config["layers"] = layers;
         model["config"] = config;
         p["model"] = model;
-        path = dir.filePath("wide.json");
+        path = dir.filePath(wide ? "wide.json" : "augmented.json");
         QFile out(path);
         QVERIFY(out.open(QIODevice::WriteOnly));
         out.write(QJsonDocument(p).toJson());

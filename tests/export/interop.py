@@ -6,7 +6,8 @@
    predict what Keras predicts.
 2. `traindeck export` of those files: the ONNX file passes onnx.checker (full_check) and ONNX
    Runtime predicts what `traindeck predict` does; keras.saving.load_model reads the .keras file
-   and predicts the same.
+   and predicts the same. The image models include Resizing, CenterCrop and the Random*
+   augmentation layers (the identity at inference).
 3. `traindeck import` makes a project that takes model.compile's optimizer and starts from the
    Keras weights (a run with a learning
    rate of 1e-7 ends next to them) and trains further (a normal run lowers Keras' own loss on the
@@ -74,6 +75,8 @@ def onnx_check_and_run(path, x):
     check(m.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "batch",
           f"{path}: symbolic batch dimension")
     check(all(n.op_type != "Dropout" for n in m.graph.node), f"{path}: no Dropout node")
+    check(all(not n.op_type.startswith("Random") for n in m.graph.node),
+          f"{path}: no random node (augmentation is the identity at inference)")
     sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     return sess.run(None, {"input": x.astype(np.float32)})[0]
 
@@ -183,7 +186,35 @@ cnn.fit(xc_train, yc_train, epochs=2, batch_size=32, verbose=0)
 xg = rng.normal(size=(30, 6, 6, 1)).astype(np.float32)
 gap.compile(optimizer="adam", loss="mse")
 gap.fit(xg, rng.normal(size=(30, 2)).astype(np.float32), epochs=2, batch_size=10, verbose=0)
-for name, model, xs in (("cnn", cnn, xc), ("gap", gap, xg)):
+# Preprocessing and augmentation: Resizing (cropped or padded to the aspect ratio, bilinear and
+# nearest) and CenterCrop (a crop, and smart_resize of a smaller image) become Slice, Pad and
+# Resize; the Random* layers are the identity at inference, in Keras as in the ONNX file.
+aug = keras.Sequential([
+    keras.Input((10, 13, 2)),
+    keras.layers.Resizing(8, 8, crop_to_aspect_ratio=True),
+    keras.layers.RandomFlip(),
+    keras.layers.RandomRotation(0.2),
+    keras.layers.CenterCrop(6, 5),
+    keras.layers.RandomContrast(0.3),
+    keras.layers.Conv2D(3, 2, activation="relu"),
+    keras.layers.Flatten(),
+    keras.layers.Dense(3, activation="softmax"),
+])
+aug_pad = keras.Sequential([
+    keras.Input((9, 14, 1)),
+    keras.layers.Resizing(12, 11, interpolation="nearest", pad_to_aspect_ratio=True,
+                          fill_value=0.25),
+    keras.layers.RandomTranslation(0.1, 0.2),
+    keras.layers.CenterCrop(13, 13),
+    keras.layers.RandomZoom(0.1),
+    keras.layers.Resizing(7, 9),
+    keras.layers.Flatten(),
+    keras.layers.Dense(2),
+])
+xa = rng.uniform(0, 255, size=(12, 10, 13, 2)).astype(np.float32)
+xp = rng.normal(size=(12, 9, 14, 1)).astype(np.float32)
+for name, model, xs in (("cnn", cnn, xc), ("gap", gap, xg), ("aug", aug, xa),
+                        ("aug_pad", aug_pad, xp)):
     model.save(f"{name}.keras")
     np.save(f"{name}_x.npy", xs)
     td = td_predict(f"{name}.keras", f"{name}_x.npy", f"{name}_pred.npy")

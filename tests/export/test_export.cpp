@@ -161,6 +161,38 @@ ModelSpec cnnGap() {
     return m;
 }
 
+// What Keras 3.15 writes for the image preprocessing layers (model.to_json() of a Sequential with
+// each of them, non-default arguments included).
+const char* const kKerasPreprocessingJson =
+    R"({"module": "keras", "class_name": "Sequential", "config": {"name": "sequential", "trainable": true, "dtype": {"module": "keras", "class_name": "DTypePolicy", "config": {"name": "float32"}, "registered_name": null}, "layers": [{"module": "keras.layers", "class_name": "InputLayer", "config": {"batch_shape": [null, 28, 30, 3], "dtype": "float32", "sparse": false, "ragged": false, "name": "input_layer", "optional": false}, "registered_name": null}, {"module": "keras.layers", "class_name": "Resizing", "config": {"name": "resizing", "trainable": true, "dtype": {"module": "keras", "class_name": "DTypePolicy", "config": {"name": "float32"}, "registered_name": null}, "data_format": "channels_last", "height": 24, "width": 26, "interpolation": "nearest", "crop_to_aspect_ratio": false, "pad_to_aspect_ratio": true, "fill_mode": "constant", "fill_value": 0.5, "antialias": false}, "registered_name": null, "build_config": {"input_shape": [null, 28, 30, 3]}}, {"module": "keras.layers", "class_name": "CenterCrop", "config": {"name": "center_crop", "trainable": true, "dtype": {"module": "keras", "class_name": "DTypePolicy", "config": {"name": "float32"}, "registered_name": null}, "data_format": "channels_last", "height": 20, "width": 22}, "registered_name": null, "build_config": {"input_shape": [null, 24, 26, 3]}}, {"module": "keras.layers", "class_name": "RandomCrop", "config": {"name": "random_crop", "trainable": true, "dtype": {"module": "keras", "class_name": "DTypePolicy", "config": {"name": "float32"}, "registered_name": null}, "data_format": "channels_last", "height": 16, "width": 18, "seed": 3}, "registered_name": null, "build_config": {"input_shape": [null, 20, 22, 3]}}, {"module": "keras.layers", "class_name": "RandomFlip", "config": {"name": "random_flip", "trainable": true, "dtype": {"module": "keras", "class_name": "DTypePolicy", "config": {"name": "float32"}, "registered_name": null}, "data_format": "channels_last", "seed": 1, "mode": "vertical"}, "registered_name": null, "build_config": {"input_shape": [null, 16, 18, 3]}}, {"module": "keras.layers", "class_name": "RandomRotation", "config": {"name": "random_rotation", "trainable": true, "dtype": {"module": "keras", "class_name": "DTypePolicy", "config": {"name": "float32"}, "registered_name": null}, "data_format": "channels_last", "factor": [-0.2, 0.1], "fill_mode": "wrap", "fill_value": 0.0, "interpolation": "nearest", "seed": 2}, "registered_name": null, "build_config": {"input_shape": [null, 16, 18, 3]}}, {"module": "keras.layers", "class_name": "RandomZoom", "config": {"name": "random_zoom", "trainable": true, "dtype": {"module": "keras", "class_name": "DTypePolicy", "config": {"name": "float32"}, "registered_name": null}, "data_format": "channels_last", "height_factor": 0.1, "width_factor": [-0.3, 0.2], "fill_mode": "constant", "interpolation": "bilinear", "seed": null, "fill_value": 1.0}, "registered_name": null, "build_config": {"input_shape": [null, 16, 18, 3]}}, {"module": "keras.layers", "class_name": "RandomTranslation", "config": {"name": "random_translation", "trainable": true, "dtype": {"module": "keras", "class_name": "DTypePolicy", "config": {"name": "float32"}, "registered_name": null}, "data_format": "channels_last", "height_factor": 0.1, "width_factor": 0.2, "fill_mode": "nearest", "interpolation": "bilinear", "seed": null, "fill_value": 0.0}, "registered_name": null, "build_config": {"input_shape": [null, 16, 18, 3]}}, {"module": "keras.layers", "class_name": "RandomContrast", "config": {"name": "random_contrast", "trainable": true, "dtype": {"module": "keras", "class_name": "DTypePolicy", "config": {"name": "float32"}, "registered_name": null}, "data_format": "channels_last", "factor": [0, 0.2], "value_range": [0, 1], "seed": null}, "registered_name": null, "build_config": {"input_shape": [null, 16, 18, 3]}}, {"module": "keras.layers", "class_name": "RandomBrightness", "config": {"name": "random_brightness", "trainable": true, "dtype": {"module": "keras", "class_name": "DTypePolicy", "config": {"name": "float32"}, "registered_name": null}, "data_format": "channels_last", "factor": [-0.3, 0.3], "value_range": [-1, 1], "seed": 4}, "registered_name": null, "build_config": {"input_shape": [null, 16, 18, 3]}}], "build_input_shape": [null, 28, 30, 3]}, "registered_name": null, "build_config": {"input_shape": [null, 28, 30, 3]}, "compile_config": {}})";
+
+// Input [10,13,2] -> Resizing 8x8 cropped to the aspect ratio -> RandomFlip -> CenterCrop 6x5 ->
+// RandomContrast -> Conv2D 3 2x2 -> Flatten -> Dense 3 softmax
+ModelSpec preprocessed() {
+    ModelSpec m;
+    m.name = "preprocessed";
+    LayerSpec in = layer(LayerType::Input, "input_layer");
+    in.inputShape = {10, 13, 2};
+    LayerSpec rs = layer(LayerType::Resizing, "resizing");
+    rs.targetHeight = rs.targetWidth = 8;
+    rs.cropToAspectRatio = true;
+    LayerSpec cc = layer(LayerType::CenterCrop, "center_crop");
+    cc.targetHeight = 6;
+    cc.targetWidth = 5;
+    LayerSpec ct = layer(LayerType::RandomContrast, "random_contrast");
+    ct.factor = {0.0, 0.3};
+    LayerSpec c = layer(LayerType::Conv2D, "conv2d");
+    c.filters = 3;
+    c.kernelSize = {2, 2};
+    c.strides = {1, 1};
+    LayerSpec d = layer(LayerType::Dense, "dense");
+    d.units = 3;
+    d.activation = ActivationKind::Softmax;
+    m.layers = {in, rs, layer(LayerType::RandomFlip, "random_flip"), cc,
+                ct, c,  layer(LayerType::Flatten, "flatten"),        d};
+    return m;
+}
+
 ModelWeights randomWeights(const ModelSpec& model, uint32_t seed) {
     ModelWeights w;
     w.model = model;
@@ -721,6 +753,130 @@ class TestExport : public QObject {
         TD_VERIFY_ERROR(loadKerasArchive(dir_ + "/text.keras"), "text.keras: not a zip archive");
         TD_VERIFY_ERROR(loadModelFile(dir_ + "/text.keras"),
                         "text.keras: not a model file TrainDeck reads");
+    }
+
+    // The image preprocessing layers as Keras 3 writes them: every field read, written back
+    // with the keys and values Keras wrote, and read again to the same model; what TrainDeck
+    // cannot compute is refused naming the key.
+    void kerasPreprocessingLayers() {
+        std::vector<std::string> warnings;
+        auto m = modelFromKerasJson(kKerasPreprocessingJson, &warnings);
+        TD_VERIFY_OK(m);
+        QVERIFY2(warnings.empty(), warnings.empty() ? "" : warnings[0].c_str());
+        const std::vector<LayerSpec>& L = m->layers;
+        QCOMPARE(L.size(), size_t(10));
+        QCOMPARE(L[1].type, LayerType::Resizing);
+        QCOMPARE(L[1].targetHeight, int64_t(24));
+        QCOMPARE(L[1].targetWidth, int64_t(26));
+        QCOMPARE(L[1].interpolation, InterpolationKind::Nearest);
+        QVERIFY(L[1].padToAspectRatio && !L[1].cropToAspectRatio);
+        QCOMPARE(L[1].fillValue, 0.5);
+        QCOMPARE(L[2].type, LayerType::CenterCrop);
+        QCOMPARE(L[3].seed, std::optional<uint64_t>(3));
+        QCOMPARE(L[4].flipMode, FlipModeKind::Vertical);
+        QCOMPARE(L[5].factor, (FactorRange{-0.2, 0.1}));
+        QCOMPARE(L[5].fillMode, FillModeKind::Wrap);
+        QCOMPARE(L[5].interpolation, InterpolationKind::Nearest);
+        QCOMPARE(L[6].heightFactor, (FactorRange{-0.1, 0.1}));
+        QCOMPARE(L[6].widthFactor, std::optional<FactorRange>(FactorRange{-0.3, 0.2}));
+        QCOMPARE(L[6].fillMode, FillModeKind::Constant);
+        QCOMPARE(L[6].fillValue, 1.0);
+        QCOMPARE(L[7].widthFactor, std::optional<FactorRange>(FactorRange{-0.2, 0.2}));
+        QCOMPARE(L[7].fillMode, FillModeKind::Nearest);
+        QCOMPARE(L[8].factor, (FactorRange{0.0, 0.2}));  // Keras' RandomContrast(0.2)
+        QCOMPARE(L[8].valueHigh, 1.0);
+        QCOMPARE(L[9].factor, (FactorRange{-0.3, 0.3}));
+        QCOMPARE(L[9].valueLow, -1.0);  // (1, -1) sorted, as Keras does
+        QVERIFY(inferShapes(*m).ok());
+
+        // Written back: each layer's config holds exactly Keras' keys with Keras' values.
+        const auto keras = nlohmann::ordered_json::parse(kKerasPreprocessingJson);
+        const auto ours = nlohmann::ordered_json::parse(modelToKerasJson(*m));
+        for (size_t i = 1; i < L.size(); ++i) {
+            const auto& want = keras["config"]["layers"][i]["config"];
+            const auto& got = ours["config"]["layers"][i]["config"];
+            QCOMPARE(got.size(), want.size());
+            for (auto it = want.begin(); it != want.end(); ++it)
+                QVERIFY2(got.contains(it.key()) && got[it.key()] == it.value(),
+                         qPrintable(q(L[i].name + "." + it.key() + ": " +
+                                      (got.contains(it.key()) ? got[it.key()].dump() : "none") +
+                                      ", Keras " + it.value().dump())));
+        }
+        auto again = modelFromKerasJson(modelToKerasJson(*m));
+        TD_VERIFY_OK(again);
+        QVERIFY(*again == *m);
+
+        auto refused = [](const std::string& from, const std::string& to) {
+            std::string text = kKerasPreprocessingJson;
+            const size_t at = text.find(from);
+            if (at == std::string::npos) qFatal("%s not in the fixture", from.c_str());
+            return modelFromKerasJson(text.replace(at, from.size(), to));
+        };
+        TD_VERIFY_ERROR(refused(R"("data_format": "channels_last", "height": 20)",
+                                R"("data_format": "channels_first", "height": 20)"),
+                        "layers[2].config.data_format: only \"channels_last\" images");
+        TD_VERIFY_ERROR(refused(R"("interpolation": "nearest", "crop_to_aspect_ratio")",
+                                R"("interpolation": "bicubic", "crop_to_aspect_ratio")"),
+                        "layers[1].config.interpolation: expected one of \"bilinear\", "
+                        "\"nearest\", got \"bicubic\"");
+        TD_VERIFY_ERROR(refused(R"("antialias": false)", R"("antialias": true)"),
+                        "antialias true is not supported");
+        TD_VERIFY_ERROR(refused(R"("fill_mode": "constant", "fill_value": 0.5)",
+                                R"("fill_mode": "reflect", "fill_value": 0.5)"),
+                        "layers[1].config.fill_mode: expected one of \"constant\"");
+        TD_VERIFY_ERROR(refused(R"("height_factor": 0.1, "width_factor": [-0.3, 0.2])",
+                                R"("height_factor": -1, "width_factor": [-0.3, 0.2])"),
+                        "layers[6].config.height_factor: expected a number or two numbers "
+                        "[lower, upper] in (-1, 1], got -1");
+        TD_VERIFY_ERROR(refused(R"("factor": [-0.2, 0.1])", R"("factor": 1.5)"),
+                        "layers[5].config.factor");
+        TD_VERIFY_ERROR(
+            refused(R"("seed": 1, "mode": "vertical")", R"("seed": 1, "mode": "diagonal")"),
+            "layers[4].config.mode: expected one of");
+        TD_VERIFY_ERROR(refused(R"("seed": 1, "mode": "vertical")",
+                                R"("seed": 1, "mode": "vertical", "probability": 0.5)"),
+                        "probability");
+        TD_VERIFY_ERROR(refused(R"("height_factor": 0.1, "width_factor": 0.2)",
+                                R"("height_factor": 0.1, "width_factor": null)"),
+                        "RandomTranslation needs a width_factor");
+    }
+
+    // A model with preprocessing and augmentation layers exported: the .keras file reads back to
+    // the same model and weights; ONNX has Slice and Resize for Resizing and CenterCrop and no
+    // node for the Random* layers (interop.py runs both in Keras and ONNX Runtime).
+    void preprocessingLayersExport() {
+        ModelWeights w = randomWeights(preprocessed(), 31);
+        const std::string path = dir_ + "/preprocessed.keras";
+        TD_VERIFY_OK(saveKerasArchive(w, path));
+        auto back = loadKerasArchive(path);
+        TD_VERIFY_OK(back);
+        ModelSpec named = w.model;
+        QVERIFY(inferShapes(named).ok());
+        QVERIFY(back->weights.model == named);
+        for (const auto& [name, t] : w.params)
+            QVERIFY2(sameBits(back->weights.params.at(name), t), name.c_str());
+        auto bytes = onnxModelBytes(w);
+        TD_VERIFY_OK(bytes);
+        const OnnxNodes nodes =
+            onnxNodes(parseMessage(fields(parseMessage(*bytes), 7).at(0).bytes));
+        QVERIFY2(nodes.brokenAt.empty(), nodes.brokenAt.c_str());
+        // Resizing: the centred 10x10 cut out (rows 0..10, columns 1..11), resized channels-first
+        // to sizes [batch, 2, 8, 8]; CenterCrop: rows and columns 1.. of the 8x8 (axes 2, 3).
+        QCOMPARE(nodes.ops, (std::vector<std::string>{
+                                "Slice", "Transpose", "Shape", "Slice", "Concat", "Resize", "Slice",
+                                "Conv", "Transpose", "Flatten", "Gemm", "Softmax", "Identity"}));
+        // The Random* layers only in training programs: prediction is the same with or without.
+        ModelWeights plain = w;
+        plain.model.layers.erase(plain.model.layers.begin() + 4);  // RandomContrast
+        plain.model.layers.erase(plain.model.layers.begin() + 2);  // RandomFlip
+        const Tensor x = randomInput(5, {10, 13, 2}, 32);
+        LoadedModel a, b;
+        a.weights = w;
+        b.weights = plain;
+        auto ya = predictWithModel(a, x), yb = predictWithModel(b, x);
+        TD_VERIFY_OK(ya);
+        TD_VERIFY_OK(yb);
+        QVERIFY(sameBits(*ya, *yb));
     }
 
     void onnxStructure() {

@@ -1,7 +1,8 @@
 // The op tests over every backend, against the CPU reference (as ggml's test-backend-ops):
 // whole models (MLPs with every activation, dropout, regularizers; every loss and metric kernel;
 // an image stack with strided, dilated and grouped convolutions, pooling, padding, rescaling,
-// batch and layer normalization; the example projects) in f32, bf16 and f16 (with dynamic loss
+// batch and layer normalization; every image preprocessing and augmentation op; the example
+// projects, an augmented one included) in f32, bf16 and f16 (with dynamic loss
 // scaling), with each optimizer, fused and per-parameter updates, and a gradient all-reduce
 // through the Collectives interface. Each case is compiled from the same planned graph on cpu:0
 // and on each backend under test, bound to the same parameters, batch and zeroed optimizer
@@ -394,6 +395,84 @@ ModelSpec imageStack() {
     return m;
 }
 
+// Every image preprocessing and augmentation op: Resizing (cropped and padded to the aspect
+// ratio, bilinear and nearest), a random crop, flips, rotation, zoom and translation with each of
+// their fill modes and both interpolations, contrast and brightness, then a convolution followed
+// by a RandomFlip and a CenterCrop that crops (both pass the gradient back), and a small head.
+ModelSpec augmentStack() {
+    ModelSpec m;
+    auto layer = [](LayerType t, const std::string& name) {
+        LayerSpec l;
+        l.type = t;
+        l.name = name;
+        return l;
+    };
+    auto sized = [&](LayerType t, const std::string& name, int64_t h, int64_t w) {
+        LayerSpec l = layer(t, name);
+        l.targetHeight = h;
+        l.targetWidth = w;
+        return l;
+    };
+    LayerSpec in = layer(LayerType::Input, "input");
+    in.inputShape = {13, 12, 3};
+    m.layers.push_back(in);
+    LayerSpec crop = sized(LayerType::Resizing, "resize_crop", 11, 10);
+    crop.cropToAspectRatio = true;
+    m.layers.push_back(crop);
+    m.layers.push_back(sized(LayerType::RandomCrop, "random_crop", 9, 9));
+    m.layers.push_back(layer(LayerType::RandomFlip, "flip"));
+    LayerSpec rot = layer(LayerType::RandomRotation, "rotation");
+    rot.factor = {-0.2, 0.2};
+    m.layers.push_back(rot);
+    LayerSpec zoom = layer(LayerType::RandomZoom, "zoom");
+    zoom.heightFactor = {-0.2, 0.2};
+    zoom.widthFactor = FactorRange{-0.1, 0.3};
+    zoom.fillMode = FillModeKind::Wrap;
+    zoom.interpolation = InterpolationKind::Nearest;
+    m.layers.push_back(zoom);
+    LayerSpec shift = layer(LayerType::RandomTranslation, "translation");
+    shift.heightFactor = {-0.2, 0.2};
+    shift.widthFactor = FactorRange{-0.2, 0.1};
+    shift.fillMode = FillModeKind::Constant;
+    shift.fillValue = 0.5;
+    m.layers.push_back(shift);
+    LayerSpec near = layer(LayerType::RandomRotation, "rotation_nearest");
+    near.factor = {-0.1, 0.1};
+    near.fillMode = FillModeKind::Nearest;
+    near.interpolation = InterpolationKind::Nearest;
+    m.layers.push_back(near);
+    LayerSpec contrast = layer(LayerType::RandomContrast, "contrast");
+    contrast.factor = {0.0, 0.4};
+    contrast.valueLow = -3.0;
+    contrast.valueHigh = 3.0;
+    m.layers.push_back(contrast);
+    LayerSpec bright = layer(LayerType::RandomBrightness, "brightness");
+    bright.factor = {-0.2, 0.2};
+    bright.valueLow = -1.0;
+    bright.valueHigh = 1.0;
+    m.layers.push_back(bright);
+    LayerSpec pad = sized(LayerType::Resizing, "resize_pad", 8, 10);
+    pad.padToAspectRatio = true;
+    pad.fillValue = -0.25;
+    pad.interpolation = InterpolationKind::Nearest;
+    m.layers.push_back(pad);
+    LayerSpec c = layer(LayerType::Conv2D, "conv");
+    c.filters = 4;
+    c.kernelSize = {2, 2};
+    c.activation = ActivationKind::Tanh;
+    m.layers.push_back(c);
+    LayerSpec vflip = layer(LayerType::RandomFlip, "flip_after_conv");
+    vflip.flipMode = FlipModeKind::Vertical;
+    m.layers.push_back(vflip);
+    m.layers.push_back(sized(LayerType::CenterCrop, "center_crop", 5, 6));
+    m.layers.push_back(layer(LayerType::GlobalAveragePooling2D, "gap"));
+    LayerSpec d = layer(LayerType::Dense, "out");
+    d.units = 5;
+    d.activation = ActivationKind::Softmax;
+    m.layers.push_back(d);
+    return m;
+}
+
 Result<Graph> plannedGraph(ModelSpec m, const LossConfig& loss,
                            const std::vector<std::string>& metrics, DType compute, int64_t batch,
                            bool lossScale, bool withUpdate, const std::set<std::string>& off = {},
@@ -612,14 +691,22 @@ int main() {
             plannedGraph(mlp(ActivationKind::Gelu, 0.25, false), sparse, {}, DType::BF16, 5, false,
                          false, {}, GraphMode::Predict),
             eval, tolFor(DType::BF16));
+        add("augmentation stack f32",
+            plannedGraph(augmentStack(), sparse, {"accuracy"}, DType::F32, 6, false, true), s,
+            5e-4);
+        add("augmentation stack eval f32",
+            plannedGraph(augmentStack(), sparse, {"accuracy"}, DType::F32, 6, false, false, {},
+                         GraphMode::Eval),
+            eval, 5e-4);
         s.directConv = true;
         add("image stack, direct convolutions f32",
             plannedGraph(imageStack(), sparse, {"accuracy", "sparse_top_k_categorical_accuracy"},
                          DType::F32, 6, false, true),
             s, 5e-4);
     }
-    for (const char* file : {"fashion_mnist_cnn.json", "fashion_mnist_mlp.json",
-                             "csv_iris_like.json", "synthetic_blobs.json"}) {
+    for (const char* file :
+         {"fashion_mnist_cnn.json", "fashion_mnist_mlp.json", "csv_iris_like.json",
+          "synthetic_blobs.json", "fashion_mnist_folder_cnn_augmented.json"}) {
         auto project = loadProject(std::string(td::dev::kSourceDir) + "/projects/" + file);
         if (!project.ok()) {
             buildErrors.push_back(std::string(file) + ": " + project.error());

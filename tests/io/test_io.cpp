@@ -328,8 +328,10 @@ class TestIo : public QObject {
             << "Keras model JSON: config.layers[2].class_name: layer 2 has unsupported class "
                "'LSTM' (supported: InputLayer, Flatten, Reshape, Dense, Dropout, Activation, "
                "Conv2D, MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, "
-               "BatchNormalization, LayerNormalization, ZeroPadding2D, Rescaling, ReLU, "
-               "LeakyReLU, ELU, Softmax)";
+               "BatchNormalization, LayerNormalization, ZeroPadding2D, Rescaling, Resizing, "
+               "CenterCrop, RandomCrop, RandomFlip, RandomRotation, RandomZoom, "
+               "RandomTranslation, RandomContrast, RandomBrightness, ReLU, LeakyReLU, ELU, "
+               "Softmax)";
         QTest::newRow("functional")
             << R"({"class_name":"Functional","config":{"layers":[]}})"
             << "Keras model JSON: class_name: expected \"Sequential\" (TrainDeck models are "
@@ -620,7 +622,9 @@ class TestIo : public QObject {
             << "model.config.layers[2].class_name: layer 2 has unsupported class 'LSTM' "
                "(supported: InputLayer, Flatten, Reshape, Dense, Dropout, Activation, Conv2D, "
                "MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, BatchNormalization, "
-               "LayerNormalization, ZeroPadding2D, Rescaling, ReLU, LeakyReLU, ELU, Softmax)";
+               "LayerNormalization, ZeroPadding2D, Rescaling, Resizing, CenterCrop, RandomCrop, "
+               "RandomFlip, RandomRotation, RandomZoom, RandomTranslation, RandomContrast, "
+               "RandomBrightness, ReLU, LeakyReLU, ELU, Softmax)";
         QTest::newRow("units 0") << "/model/config/layers/4/config/units"
                                  << "0"
                                  << "model.config.layers[4].config.units: expected a positive "

@@ -123,7 +123,8 @@ class TestModel : public QObject {
                  "unsupported layer class 'LSTM' (supported: InputLayer, Flatten, Reshape, "
                  "Dense, Dropout, Activation, Conv2D, MaxPooling2D, AveragePooling2D, "
                  "GlobalAveragePooling2D, BatchNormalization, LayerNormalization, ZeroPadding2D, "
-                 "Rescaling)");
+                 "Rescaling, Resizing, CenterCrop, RandomCrop, RandomFlip, RandomRotation, "
+                 "RandomZoom, RandomTranslation, RandomContrast, RandomBrightness)");
     }
 
     void activationNames_data() {
@@ -636,6 +637,194 @@ class TestModel : public QObject {
         auto info = inferShapes(m);
         QVERIFY(!info.ok());
         QCOMPARE(QString::fromStdString(info.error()), message);
+    }
+
+    // The image preprocessing layers: Keras' names, shapes (Resizing and the crops change height
+    // and width, the others keep the shape), no parameters, the summary's type names.
+    void preprocessingLayerShapes() {
+        auto sized = [](LayerType t, int64_t h, int64_t w) {
+            LayerSpec l = layerOf(t);
+            l.targetHeight = h;
+            l.targetWidth = w;
+            return l;
+        };
+        LayerSpec translation = layerOf(LayerType::RandomTranslation);
+        translation.widthFactor = FactorRange{-0.1, 0.1};
+        ModelSpec m;
+        m.layers = {input({28, 30, 3}),
+                    layerOf(LayerType::RandomFlip),
+                    layerOf(LayerType::RandomRotation),
+                    layerOf(LayerType::RandomZoom),
+                    translation,
+                    layerOf(LayerType::RandomContrast),
+                    layerOf(LayerType::RandomBrightness),
+                    sized(LayerType::Resizing, 20, 24),
+                    sized(LayerType::CenterCrop, 16, 18),
+                    sized(LayerType::RandomCrop, 12, 12),
+                    conv(4, {3, 3})};
+        auto info = inferShapes(m);
+        QVERIFY2(info.ok(), info.ok() ? "" : info.error().c_str());
+        const std::vector<Shape> want{{28, 30, 3}, {28, 30, 3}, {28, 30, 3}, {28, 30, 3},
+                                      {28, 30, 3}, {28, 30, 3}, {20, 24, 3}, {16, 18, 3},
+                                      {12, 12, 3}, {10, 10, 4}};
+        QCOMPARE(info->layers.size(), want.size());
+        for (size_t i = 0; i < want.size(); ++i) QCOMPARE(info->layers[i].outputShape, want[i]);
+        QCOMPARE(info->totalParams, int64_t(3 * 3 * 3 * 4 + 4));
+        const std::vector<std::string> names{
+            "random_flip",        "random_rotation", "random_zoom",
+            "random_translation", "random_contrast", "random_brightness",
+            "resizing",           "center_crop",     "random_crop"};
+        for (size_t i = 0; i < names.size(); ++i) QCOMPARE(m.layers[i + 1].name, names[i]);
+        const std::string summary = summaryTable(m, *info);
+        QVERIFY(summary.find("random_translation (RandomTranslation)") != std::string::npos);
+        QVERIFY(summary.find("center_crop (CenterCrop)") != std::string::npos);
+        for (const char* cls :
+             {"Resizing", "CenterCrop", "RandomCrop", "RandomFlip", "RandomRotation", "RandomZoom",
+              "RandomTranslation", "RandomContrast", "RandomBrightness"}) {
+            auto t = parseLayerType(cls);
+            QVERIFY2(t.ok(), cls);
+            QCOMPARE(QString(layerTypeName(*t)), QString(cls));
+            QVERIFY(isImagePreprocessingLayer(*t));
+            QCOMPARE(isRandomImageLayer(*t),
+                     std::string(cls) != "Resizing" && std::string(cls) != "CenterCrop");
+        }
+    }
+
+    // The part of the image each resizing layer resizes, as Keras 3 computes it.
+    void resizeBoxesAsKeras() {
+        auto sized = [](LayerType t, int64_t h, int64_t w) {
+            LayerSpec l = layerOf(t);
+            l.targetHeight = h;
+            l.targetWidth = w;
+            return l;
+        };
+        LayerSpec resize = sized(LayerType::Resizing, 8, 8);
+        QCOMPARE(resizeBoxFor(resize, 16, 9), (ResizeBox{0, 0, 16, 9, false}));
+        resize.cropToAspectRatio = true;  // the largest centred square: 9 x 9 from row 3
+        QCOMPARE(resizeBoxFor(resize, 16, 9), (ResizeBox{3, 0, 9, 9, false}));
+        resize = sized(LayerType::Resizing, 10, 10);
+        resize.padToAspectRatio = true;  // 7 x 13 padded by int((13 - 7) / 2) = 3 rows each side
+        QCOMPARE(resizeBoxFor(resize, 7, 13), (ResizeBox{-3, 0, 13, 13, false}));
+        resize = sized(LayerType::Resizing, 9, 12);
+        resize.padToAspectRatio = true;  // 12 x 9 to 3:4: 16 columns, 3 each side (int(7 / 2))
+        QCOMPARE(resizeBoxFor(resize, 12, 9), (ResizeBox{0, -3, 12, 15, false}));
+        resize = sized(LayerType::Resizing, 20, 20);
+        resize.padToAspectRatio = true;  // a strip 10 times as wide: 18 rows each side
+        QCOMPARE(resizeBoxFor(resize, 4, 40), (ResizeBox{-18, 0, 40, 40, false}));
+        // CenterCrop: a plain crop with Keras' (size - target) // 2 offsets, else smart_resize.
+        QCOMPARE(resizeBoxFor(sized(LayerType::CenterCrop, 5, 6), 10, 11),
+                 (ResizeBox{2, 2, 5, 6, true}));
+        QCOMPARE(resizeBoxFor(sized(LayerType::CenterCrop, 12, 10), 9, 14),
+                 (ResizeBox{0, 3, 9, 7, false}));  // int(9 * 10 / 12) = 7 columns
+        // RandomCrop at inference: smart_resize even where a plain crop would fit.
+        QCOMPARE(resizeBoxFor(sized(LayerType::RandomCrop, 6, 6), 10, 12),
+                 (ResizeBox{0, 1, 10, 10, false}));
+        QCOMPARE(resizeBoxFor(layerOf(LayerType::RandomFlip), 10, 12), ResizeBox{});
+    }
+
+    void preprocessingLayerErrors_data() {
+        QTest::addColumn<int>("which");
+        QTest::addColumn<QString>("message");
+        QTest::newRow("resizing a flat input")
+            << 0
+            << "layer 1 'resizing': Resizing expects an image [height, width, channels] (rank "
+               "3), got [784]; add a Reshape layer with a channel axis first";
+        QTest::newRow("no target size")
+            << 1 << "layer 1 'center_crop': height and width [0,5] must hold sizes >= 1";
+        QTest::newRow("crop and pad")
+            << 2
+            << "layer 1 'resizing': crop_to_aspect_ratio and pad_to_aspect_ratio cannot both be "
+               "true (as in Keras)";
+        QTest::newRow("reversed factor")
+            << 3
+            << "layer 1 'random_rotation': factor [0.3, 0.1] must be two finite numbers, "
+               "the lower one first";
+        QTest::newRow("zoom to nothing")
+            << 4 << "layer 1 'random_zoom': height_factor [-1, 0.2] must lie in (-1, 1]";
+        QTest::newRow("translation without width")
+            << 5 << "layer 1 'random_translation': RandomTranslation needs a width_factor";
+        QTest::newRow("empty value range")
+            << 6
+            << "layer 1 'random_brightness': value_range [1, 1] must be two finite numbers, "
+               "the lower one first";
+        QTest::newRow("augmentation after weights")
+            << 7
+            << "layer 2 'random_zoom': RandomZoom has no input gradient, so it must come before "
+               "any layer with trainable weights (layer 1 'conv2d' has 112); place the "
+               "preprocessing and augmentation layers right after the input (only RandomFlip, "
+               "and a CenterCrop that crops, may follow such layers)";
+        QTest::newRow("resizing after weights")
+            << 8
+            << "layer 2 'center_crop': CenterCrop has no input gradient, so it must come before "
+               "any layer with trainable weights (layer 1 'conv2d' has 112); place the "
+               "preprocessing and augmentation layers right after the input (only RandomFlip, "
+               "and a CenterCrop that crops, may follow such layers)";
+    }
+    void preprocessingLayerErrors() {
+        QFETCH(int, which);
+        QFETCH(QString, message);
+        Shape in{4, 4, 3};
+        std::vector<LayerSpec> layers;
+        LayerSpec l;
+        switch (which) {
+            case 0:
+                l = layerOf(LayerType::Resizing);
+                l.targetHeight = l.targetWidth = 4;
+                in = {784};
+                break;
+            case 1:
+                l = layerOf(LayerType::CenterCrop);
+                l.targetWidth = 5;
+                break;
+            case 2:
+                l = layerOf(LayerType::Resizing);
+                l.targetHeight = l.targetWidth = 4;
+                l.cropToAspectRatio = l.padToAspectRatio = true;
+                break;
+            case 3:
+                l = layerOf(LayerType::RandomRotation);
+                l.factor = {0.3, 0.1};
+                break;
+            case 4:
+                l = layerOf(LayerType::RandomZoom);
+                l.heightFactor = {-1.0, 0.2};
+                break;
+            case 5:
+                l = layerOf(LayerType::RandomTranslation);
+                break;
+            case 6:
+                l = layerOf(LayerType::RandomBrightness);
+                l.valueLow = l.valueHigh = 1.0;
+                break;
+            case 7:
+            case 8:
+                layers.push_back(conv(4, {3, 3}, true));
+                l = layerOf(which == 7 ? LayerType::RandomZoom : LayerType::CenterCrop);
+                l.targetHeight = l.targetWidth = 6;  // larger than the image: smart_resize
+                break;
+        }
+        layers.push_back(l);
+        ModelSpec m;
+        m.layers = {input(in)};
+        m.layers.insert(m.layers.end(), layers.begin(), layers.end());
+        auto r = inferShapes(m);
+        QVERIFY(!r.ok());
+        QCOMPARE(QString::fromStdString(r.error()), message);
+    }
+
+    // RandomFlip and a CenterCrop that only crops pass the gradient back: allowed anywhere.
+    void flipAndCropMayFollowWeights() {
+        LayerSpec crop = layerOf(LayerType::CenterCrop);
+        crop.targetHeight = crop.targetWidth = 2;
+        ModelSpec m;
+        m.layers = {input({6, 6, 1}), conv(4, {3, 3}), layerOf(LayerType::RandomFlip), crop};
+        auto info = inferShapes(m);
+        QVERIFY2(info.ok(), info.ok() ? "" : info.error().c_str());
+        QCOMPARE(info->outputShape, (Shape{2, 2, 4}));
+        // A frozen layer before an augmentation needs no gradient either.
+        m.layers = {input({6, 6, 1}), conv(4, {3, 3}), layerOf(LayerType::RandomZoom)};
+        m.layers[1].trainable = false;
+        QVERIFY(inferShapes(m).ok());
     }
 
     void formatThousands_data() {

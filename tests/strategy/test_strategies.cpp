@@ -1,5 +1,6 @@
 // Strategies through the public Session API: Mirrored with 2 and 4 CPU replicas equals one device
-// with the same global batch (losses at every step and final weights, dropout and L2 on); the
+// with the same global batch (losses at every step and final weights, dropout and L2 on, and
+// with augmentation layers in the training step); the
 // step loop reads nothing back from a device between log points; a global batch that does not
 // split evenly is refused; a replica that fails mid-run ends the run with its error, no hang.
 #include <QtTest>
@@ -43,6 +44,37 @@ Project blobs(const std::string& strategyJson, int64_t batch = 64, int epochs = 
   "strategy": )" + strategyJson +
                              "}";
     auto p = parseProject(text, "strategies.json");
+    if (!p.ok()) qFatal("%s", p.error().c_str());
+    return std::move(p).value();
+}
+
+// Images [8, 8, 1] through RandomFlip, RandomTranslation and RandomContrast (each sample's draw
+// keyed by the step and its global index), then a small MLP. `augment` false: the same model
+// without the three layers.
+Project augmentedImages(const std::string& strategyJson, bool augment = true) {
+    const std::string layers = augment ? R"(
+    {"class_name": "RandomFlip", "config": {"mode": "horizontal_and_vertical", "seed": 5}},
+    {"class_name": "RandomTranslation", "config": {"height_factor": 0.2, "width_factor": 0.2,
+                                                   "fill_mode": "reflect"}},
+    {"class_name": "RandomContrast", "config": {"factor": 0.3, "value_range": [-10, 10]}},)"
+                                       : "";
+    const std::string text = R"({
+  "format": "traindeck-project", "version": 1, "name": "augmented strategies",
+  "model": {"class_name": "Sequential", "config": {"name": "m", "layers": [
+    {"class_name": "InputLayer", "config": {"batch_shape": [null, 8, 8, 1]}},)" +
+                             layers + R"(
+    {"class_name": "Flatten", "config": {}},
+    {"class_name": "Dense", "config": {"units": 24, "activation": "relu"}},
+    {"class_name": "Dense", "config": {"units": 4, "activation": "softmax"}}]}},
+  "data": {"source": {"type": "synthetic", "samples": 1024, "test_samples": 128,
+                      "shape": [8, 8, 1], "classes": 4, "seed": 3},
+           "pipeline": {"map": [], "cache": "memory", "shuffle_buffer": 1024, "prefetch": 2}},
+  "training": {"epochs": 2, "batch_size": 64, "seed": 7,
+    "optimizer": {"class_name": "Adam", "config": {"learning_rate": 0.01}},
+    "metrics": ["accuracy"], "log_every_steps": 1, "evaluate_test": false},
+  "strategy": )" + strategyJson +
+                             "}";
+    auto p = parseProject(text, "augmented.json");
     if (!p.ok()) qFatal("%s", p.error().c_str());
     return std::move(p).value();
 }
@@ -270,6 +302,42 @@ class TestStrategies : public QObject {
             QVERIFY(last.replicas[r].computeSeconds > 0);
             QVERIFY(last.replicas[r].allReduceSeconds > 0);
         }
+    }
+
+    // Augmentation inside the step: each sample's flip, shift and contrast are keyed by the step
+    // and its global index, so 2 and 4 replicas draw exactly what one device draws for the same
+    // global batch (losses and weights as above), and the draws do change the run.
+    void mirroredWithAugmentationEqualsOneDevice_data() {
+        QTest::addColumn<int>("replicas");
+        QTest::newRow("2 replicas") << 2;
+        QTest::newRow("4 replicas") << 4;
+    }
+    void mirroredWithAugmentationEqualsOneDevice() {
+        QFETCH(int, replicas);
+        const Outcome one = train(augmentedImages(R"({"type": "one_device"})"));
+        QVERIFY2(one.status.ok(), one.status.error().c_str());
+        const Outcome many = train(augmentedImages(R"({"type": "mirrored", "replicas": )" +
+                                                   std::to_string(replicas) + "}"));
+        QVERIFY2(many.status.ok(), many.status.error().c_str());
+        QCOMPARE(many.devices.size(), size_t(replicas));
+        QCOMPARE(one.stepLoss.size(), size_t(2 * 16));
+        QCOMPARE(many.stepLoss.size(), one.stepLoss.size());
+        QVERIFY2(maxRelDiff(many.stepLoss, one.stepLoss) < 1e-4,
+                 qPrintable(QString::number(maxRelDiff(many.stepLoss, one.stepLoss))));
+        QCOMPARE(many.weights.size(), one.weights.size());
+        for (size_t i = 0; i < one.weights.size(); ++i) {
+            const float* a = one.weights[i].data<float>();
+            const float* b = many.weights[i].data<float>();
+            for (int64_t k = 0; k < one.weights[i].size(); ++k)
+                QVERIFY2(std::abs(a[k] - b[k]) <= 1e-4f + 1e-3f * std::abs(a[k]),
+                         qPrintable(
+                             QString("weight %1[%2]: %3 vs %4").arg(i).arg(k).arg(a[k]).arg(b[k])));
+        }
+        const Outcome plain = train(augmentedImages(R"({"type": "one_device"})", false));
+        QVERIFY2(plain.status.ok(), plain.status.error().c_str());
+        QCOMPARE(plain.stepLoss.size(), one.stepLoss.size());
+        QVERIFY2(maxRelDiff(plain.stepLoss, one.stepLoss) > 1e-3,
+                 "the augmentation layers did not change the run");
     }
 
     // The step loop reads device memory only at log points: one read of each replica's

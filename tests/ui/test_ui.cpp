@@ -229,6 +229,7 @@ class TestUi : public QObject {
     void designerBuildsModelThroughWidgets();
     void designerRejectsInvalidLayer();
     void designerBuildsCnn();
+    void designerPaletteHasAugmentationLayers();
     void designerReordersDuplicatesDeletes();
     void propertyEditorValidatesFields();
     void trainingFillsChartsAndStore();
@@ -478,6 +479,78 @@ void TestUi::designerBuildsCnn() {
     QVERIFY2(m->errorText().contains("kernel 30x30 is larger than the input 28x28"),
              qPrintable(m->errorText()));
     QVERIFY(!w->runController()->startAction()->isEnabled());
+}
+
+// Resizing, CenterCrop and the Random* augmentation layers are in the palette; added after an
+// image input they keep or change its shape as Keras does, and their arguments are edited in the
+// property form (a factor's range, the fill mode, the target size, the seed).
+void TestUi::designerPaletteHasAugmentationLayers() {
+    auto w = makeWindow("augment.db");
+    ProjectController* pc = w->projectController();
+    pc->newProject();
+    ModelDesigner* d = w->modelDesigner();
+    w->tabs()->setCurrentIndex(MainWindow::ModelTab);
+    std::set<int> listed;
+    for (int i = 0; i < d->palette()->count(); ++i)
+        listed.insert(d->palette()->item(i)->data(Qt::UserRole).toInt());
+    for (td::LayerType t :
+         {td::LayerType::Resizing, td::LayerType::CenterCrop, td::LayerType::RandomCrop,
+          td::LayerType::RandomFlip, td::LayerType::RandomRotation, td::LayerType::RandomZoom,
+          td::LayerType::RandomTranslation, td::LayerType::RandomContrast,
+          td::LayerType::RandomBrightness})
+        QVERIFY2(listed.count(static_cast<int>(t)), td::layerTypeName(t));
+    while (d->stackModel()->layerCount() > 0) {
+        d->selectRow(0);
+        d->stackView()->setFocus();
+        QTest::keyClick(d->stackView(), Qt::Key_Delete);
+    }
+    auto addFromPalette = [&](td::LayerType t) {
+        for (int i = 0; i < d->palette()->count(); ++i)
+            if (d->palette()->item(i)->data(Qt::UserRole).toInt() == static_cast<int>(t))
+                d->palette()->setCurrentRow(i);
+        QTest::mouseClick(child<QPushButton>(d, "addLayerButton"), Qt::LeftButton);
+    };
+    auto type = [&](QLineEdit* e, const char* text) {
+        e->selectAll();
+        QTest::keyClicks(e, text);
+        QTest::keyClick(e, Qt::Key_Return);
+    };
+    auto setSpin = [](QAbstractSpinBox* box, const char* text) {
+        QVERIFY(box);
+        box->selectAll();
+        QTest::keyClicks(box, text);
+        QTest::keyClick(box, Qt::Key_Return);
+    };
+    addFromPalette(td::LayerType::Input);
+    type(child<QLineEdit>(d->propertyEditor(), "shapeEdit"), "28, 28, 1");
+    addFromPalette(td::LayerType::RandomRotation);
+    setSpin(child<QDoubleSpinBox>(d->propertyEditor(), "factorUpper"), "0.25");
+    auto* fill = child<QComboBox>(d->propertyEditor(), "fillModeCombo");
+    QVERIFY(fill);
+    fill->setCurrentIndex(1);
+    emit fill->activated(1);
+    type(child<QLineEdit>(d->propertyEditor(), "seedEdit"), "42");
+    const td::LayerSpec& rotation = pc->project().model.layers[1];
+    QCOMPARE(rotation.factor, (td::FactorRange{-0.1, 0.25}));
+    QCOMPARE(rotation.fillMode, td::FillModeKind::Wrap);
+    QCOMPARE(rotation.seed, std::optional<uint64_t>(42));
+    // A lower end above the upper one is refused with the reason.
+    setSpin(child<QDoubleSpinBox>(d->propertyEditor(), "factorLower"), "0.5");
+    QVERIFY(d->propertyEditor()->validationMessage().contains("lower value is above"));
+    QCOMPARE(pc->project().model.layers[1].factor, (td::FactorRange{-0.1, 0.25}));
+    addFromPalette(td::LayerType::Resizing);
+    setSpin(child<QSpinBox>(d->propertyEditor(), "heightSpin"), "20");
+    addFromPalette(td::LayerType::RandomFlip);
+    addFromPalette(td::LayerType::CenterCrop);
+    LayerStackModel* m = d->stackModel();
+    QVERIFY2(m->valid(), qPrintable(m->errorText()));
+    QCOMPARE(m->index(1, LayerStackModel::ColOutputShape).data().toString(),
+             QString("(None, 28, 28, 1)"));
+    QCOMPARE(m->index(2, LayerStackModel::ColOutputShape).data().toString(),
+             QString("(None, 20, 32, 1)"));
+    QCOMPARE(m->index(4, LayerStackModel::ColOutputShape).data().toString(),
+             QString("(None, 24, 24, 1)"));
+    QCOMPARE(m->index(4, LayerStackModel::ColParams).data().toString(), QString("0"));
 }
 
 void TestUi::designerReordersDuplicatesDeletes() {

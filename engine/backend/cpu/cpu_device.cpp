@@ -75,6 +75,7 @@ struct CpuInstr {
     const float* d = nullptr;
     const float* e = nullptr;
     ConvGeometry geometry;  // pooling and padding (Instr::geometry)
+    AugmentSpec augment;    // the image preprocessing ops (Instr::augment)
     float epsilon = 0, momentum = 0, offset = 0;
     bool batchStats = false;
     // A convolution's weight reorders around its primitive (-1: none): into the layout the
@@ -901,6 +902,16 @@ Status CpuProgram::setupImageOp(const Instr& in, CpuInstr& ins) {
             ins.rows = 1;
             ins.cols = in.out.elements();
             break;
+        case InstrOp::Resize:
+        case InstrOp::RandomCrop:
+        case InstrOp::RandomFlip:
+        case InstrOp::RandomRotation:
+        case InstrOp::RandomZoom:
+        case InstrOp::RandomTranslation:
+        case InstrOp::RandomContrast:
+        case InstrOp::RandomBrightness:
+            ins.augment = in.augment;
+            break;
         case InstrOp::ChannelMean:
         case InstrOp::ChannelVar:
         case InstrOp::LayerNorm:
@@ -1034,6 +1045,14 @@ Status CpuProgram::build(const LoweredProgram& lp, const ProgramBindings& bind) 
             case InstrOp::LayerNorm:
             case InstrOp::LayerNormGrad:
             case InstrOp::LayerNormGammaGrad:
+            case InstrOp::Resize:
+            case InstrOp::RandomCrop:
+            case InstrOp::RandomFlip:
+            case InstrOp::RandomRotation:
+            case InstrOp::RandomZoom:
+            case InstrOp::RandomTranslation:
+            case InstrOp::RandomContrast:
+            case InstrOp::RandomBrightness:
                 TD_RETURN_IF_ERROR(setupImageOp(in, ins));
                 break;
             case InstrOp::Dropout:
@@ -1641,6 +1660,30 @@ Status CpuProgram::exec(const CpuInstr& i, const StepArgs& args) {
         case InstrOp::LayerNormGammaGrad:
             cpu::layerNormGammaGrad(i.a, static_cast<const float*>(i.b), i.out, i.rows, i.cols,
                                     i.epsilon);
+            break;
+        case InstrOp::Resize:
+            cpu::resize(i.augment, i.a, i.out);
+            break;
+        case InstrOp::RandomCrop:
+            cpu::randomCrop(i.augment, i.a, i.out, args.step, args.sampleBase);
+            break;
+        case InstrOp::RandomFlip:
+            cpu::randomFlip(i.augment, i.a, i.out, args.step, args.sampleBase);
+            break;
+        case InstrOp::RandomRotation:
+            cpu::randomRotation(i.augment, i.a, i.out, args.step, args.sampleBase);
+            break;
+        case InstrOp::RandomZoom:
+            cpu::randomZoom(i.augment, i.a, i.out, args.step, args.sampleBase);
+            break;
+        case InstrOp::RandomTranslation:
+            cpu::randomTranslation(i.augment, i.a, i.out, args.step, args.sampleBase);
+            break;
+        case InstrOp::RandomContrast:
+            cpu::randomContrast(i.augment, i.a, i.out, args.step, args.sampleBase);
+            break;
+        case InstrOp::RandomBrightness:
+            cpu::randomBrightness(i.augment, i.a, i.out, args.step, args.sampleBase);
             break;
         case InstrOp::Cast: {
             if (i.refreshOnly && !args.refreshShadows) break;

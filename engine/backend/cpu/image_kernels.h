@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "engine/graph/conv_geometry.h"
+#include "engine/graph/image_augment.h"
 
 namespace td::cpu {
 
@@ -57,5 +58,24 @@ void layerNormGrad(const float* dy, const float* x, const float* gamma, float* d
                    int64_t C, float eps);
 void layerNormGammaGrad(const float* dy, const float* x, float* dgamma, int64_t rows, int64_t C,
                         float eps);
+
+// Image preprocessing and augmentation, x [B,H,W,C] -> y [B,OH,OW,C] as `a` says
+// (graph/image_augment.h), with the per-element math every backend shares
+// (backend/augment_math.h). The random ones draw sample b's transform from (a.seed, step,
+// sampleBase + b): the same on any device and for any split of the batch across replicas.
+void resize(const AugmentSpec& a, const float* x, float* y);
+void randomCrop(const AugmentSpec& a, const float* x, float* y, int64_t step, int64_t sampleBase);
+// Also its own gradient (the same flips of dy).
+void randomFlip(const AugmentSpec& a, const float* x, float* y, int64_t step, int64_t sampleBase);
+void randomRotation(const AugmentSpec& a, const float* x, float* y, int64_t step,
+                    int64_t sampleBase);
+void randomZoom(const AugmentSpec& a, const float* x, float* y, int64_t step, int64_t sampleBase);
+void randomTranslation(const AugmentSpec& a, const float* x, float* y, int64_t step,
+                       int64_t sampleBase);
+// The channel means of each sample (over H and W, summed in double) for the contrast.
+void randomContrast(const AugmentSpec& a, const float* x, float* y, int64_t step,
+                    int64_t sampleBase);
+void randomBrightness(const AugmentSpec& a, const float* x, float* y, int64_t step,
+                      int64_t sampleBase);
 
 }  // namespace td::cpu

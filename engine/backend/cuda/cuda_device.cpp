@@ -509,6 +509,44 @@ Status CudaProgram::addInstr(const Instr& in, size_t index, const LoweredProgram
             push(TD_KERNEL(cuda::scale(st, af, outF, n, sc, off)));
             break;
         }
+        case InstrOp::Resize:
+        case InstrOp::RandomCrop:
+        case InstrOp::RandomFlip:
+        case InstrOp::RandomRotation:
+        case InstrOp::RandomZoom:
+        case InstrOp::RandomTranslation:
+        case InstrOp::RandomContrast:
+        case InstrOp::RandomBrightness: {
+            TD_RETURN_IF_ERROR(requireF32());
+            const AugmentSpec aug = in.augment;  // a copy: the launches below capture it
+            switch (in.op) {
+                case InstrOp::Resize:
+                    push(TD_KERNEL(cuda::resize(st, aug, af, outF)));
+                    break;
+                case InstrOp::RandomCrop:
+                    push(TD_KERNEL(cuda::randomCrop(st, aug, af, outF, sv)));
+                    break;
+                case InstrOp::RandomFlip:
+                    push(TD_KERNEL(cuda::randomFlip(st, aug, af, outF, sv)));
+                    break;
+                case InstrOp::RandomRotation:
+                    push(TD_KERNEL(cuda::randomRotation(st, aug, af, outF, sv)));
+                    break;
+                case InstrOp::RandomZoom:
+                    push(TD_KERNEL(cuda::randomZoom(st, aug, af, outF, sv)));
+                    break;
+                case InstrOp::RandomTranslation:
+                    push(TD_KERNEL(cuda::randomTranslation(st, aug, af, outF, sv)));
+                    break;
+                case InstrOp::RandomContrast:
+                    push(TD_KERNEL(cuda::randomContrast(st, aug, af, outF, scratchF, sv)));
+                    break;
+                default:
+                    push(TD_KERNEL(cuda::randomBrightness(st, aug, af, outF, sv)));
+                    break;
+            }
+            break;
+        }
         case InstrOp::ChannelMean:
         case InstrOp::ChannelVar:
         case InstrOp::BatchNorm:
@@ -744,6 +782,8 @@ size_t scratchNeed(const Instr& in) {
             const int64_t R = numElements(x) / std::max<int64_t>(1, C);
             return static_cast<size_t>(cuda::normScratchFloats(R, C)) * sizeof(float);
         }
+        case InstrOp::RandomContrast:
+            return static_cast<size_t>(cuda::contrastScratchFloats(in.augment)) * sizeof(float);
         default:
             return 0;
     }
@@ -1026,6 +1066,14 @@ class CudaDevice final : public Device {
             case Op::LayerNorm:
             case Op::LayerNormGrad:
             case Op::LayerNormGammaGrad:
+            case Op::Resize:
+            case Op::RandomCrop:
+            case Op::RandomFlip:
+            case Op::RandomRotation:
+            case Op::RandomZoom:
+            case Op::RandomTranslation:
+            case Op::RandomContrast:
+            case Op::RandomBrightness:
                 if (n.dtype != DType::F32)
                     return {false, desc_.id + " runs " + opName(n.op) + " in f32 only, not " +
                                        dtypeName(n.dtype)};

@@ -10,6 +10,7 @@
 
 #include "engine/backend/cuda/cuda_common.cuh"
 #include "engine/backend/cuda/cuda_kernels.h"
+#include "engine/backend/augment_math.h"
 #include "engine/backend/kernel_math.h"
 
 namespace td::cuda {
@@ -539,6 +540,172 @@ cudaError_t conv2dGradFilter(cudaStream_t s, const ConvGeometry& g, const float*
     const int64_t total = g.kh * g.kw * (g.C / g.groups) * g.F;
     const int blocks = static_cast<int>(total < 65535 ? (total < 1 ? 1 : total) : 65535);
     conv2dGradFilterKernel<<<blocks, kFilterThreads, 0, s>>>(g, x, dy, dw);
+    return cudaGetLastError();
+}
+
+// ---- image preprocessing and augmentation: one thread per output value ----------------------
+
+namespace {
+
+// Output value i of y [B,OH,OW,C] as (b, oy, ox, c).
+struct OutPos {
+    int64_t b, oy, ox, c;
+};
+__device__ inline OutPos outPos(const AugmentSpec& a, int64_t i) {
+    OutPos p;
+    p.c = i % a.C;
+    int64_t t = i / a.C;
+    p.ox = t % a.OW;
+    t /= a.OW;
+    p.oy = t % a.OH;
+    p.b = t / a.OH;
+    return p;
+}
+
+__device__ inline uint32_t sampleKey(kmath::AugmentSalt salt, const AugmentSpec& a,
+                                     const StepValues* sv, int64_t b) {
+    return kmath::augmentKey(salt, a.seed, sv->step, sv->sampleBase + b);
+}
+
+__global__ void resizeKernel(AugmentSpec a, const float* x, float* y) {
+    TD_GRID_STRIDE(i, a.B * a.OH * a.OW * a.C) {
+        const OutPos p = outPos(a, i);
+        y[i] = kmath::resizeSample(a, x + p.b * a.H * a.W * a.C, p.oy, p.ox, p.c);
+    }
+}
+
+__global__ void randomCropKernel(AugmentSpec a, const float* x, float* y, const StepValues* sv) {
+    TD_GRID_STRIDE(i, a.B * a.OH * a.OW * a.C) {
+        const OutPos p = outPos(a, i);
+        int64_t top = 0, left = 0;
+        kmath::cropOffset(a, sampleKey(kmath::kSaltCrop, a, sv, p.b), top, left);
+        y[i] = x[((p.b * a.H + top + p.oy) * a.W + left + p.ox) * a.C + p.c];
+    }
+}
+
+__global__ void randomFlipKernel(AugmentSpec a, const float* x, float* y, const StepValues* sv) {
+    TD_GRID_STRIDE(i, a.B * a.OH * a.OW * a.C) {
+        const OutPos p = outPos(a, i);
+        const bool flip = kmath::flipDrawn(sampleKey(kmath::kSaltFlip, a, sv, p.b));
+        const int64_t sy = flip && a.flip != FlipMode::Horizontal ? a.H - 1 - p.oy : p.oy;
+        const int64_t sx = flip && a.flip != FlipMode::Vertical ? a.W - 1 - p.ox : p.ox;
+        y[i] = x[((p.b * a.H + sy) * a.W + sx) * a.C + p.c];
+    }
+}
+
+__global__ void randomRotationKernel(AugmentSpec a, const float* x, float* y,
+                                     const StepValues* sv) {
+    TD_GRID_STRIDE(i, a.B * a.OH * a.OW * a.C) {
+        const OutPos p = outPos(a, i);
+        const kmath::Affine m = kmath::rotationFor(a, sampleKey(kmath::kSaltRotation, a, sv, p.b));
+        y[i] = kmath::affineSample(a, m, x + p.b * a.H * a.W * a.C, p.ox, p.oy, p.c);
+    }
+}
+
+__global__ void randomZoomKernel(AugmentSpec a, const float* x, float* y, const StepValues* sv) {
+    TD_GRID_STRIDE(i, a.B * a.OH * a.OW * a.C) {
+        const OutPos p = outPos(a, i);
+        const kmath::Affine m = kmath::zoomFor(a, sampleKey(kmath::kSaltZoom, a, sv, p.b));
+        y[i] = kmath::affineSample(a, m, x + p.b * a.H * a.W * a.C, p.ox, p.oy, p.c);
+    }
+}
+
+__global__ void randomTranslationKernel(AugmentSpec a, const float* x, float* y,
+                                        const StepValues* sv) {
+    TD_GRID_STRIDE(i, a.B * a.OH * a.OW * a.C) {
+        const OutPos p = outPos(a, i);
+        const kmath::Affine m =
+            kmath::translationFor(a, sampleKey(kmath::kSaltTranslation, a, sv, p.b));
+        y[i] = kmath::affineSample(a, m, x + p.b * a.H * a.W * a.C, p.ox, p.oy, p.c);
+    }
+}
+
+// One warp per (sample, channel): the mean over the image's positions, summed in double in a
+// fixed order (each lane its stride of positions, then the warp's sum).
+__global__ void channelMeansKernel(AugmentSpec a, const float* x, float* means) {
+    const int64_t pixels = a.H * a.W;
+    TD_FOR_ROWS(r, a.B * a.C) {
+        const int64_t b = r / a.C, c = r % a.C;
+        const float* img = x + b * pixels * a.C;
+        double s = 0.0;
+        for (int64_t q = threadIdx.x % 32; q < pixels; q += 32) s += img[q * a.C + c];
+        s = warpSumD(s);
+        if (threadIdx.x % 32 == 0) means[r] = static_cast<float>(s / static_cast<double>(pixels));
+    }
+}
+
+__global__ void randomContrastKernel(AugmentSpec a, const float* x, const float* means, float* y,
+                                     const StepValues* sv) {
+    TD_GRID_STRIDE(i, a.B * a.H * a.W * a.C) {
+        const OutPos p = outPos(a, i);
+        const float factor =
+            kmath::contrastFactor(a, sampleKey(kmath::kSaltContrast, a, sv, p.b));
+        y[i] = kmath::contrast(a, x[i], means[p.b * a.C + p.c], factor);
+    }
+}
+
+__global__ void randomBrightnessKernel(AugmentSpec a, const float* x, float* y,
+                                       const StepValues* sv) {
+    TD_GRID_STRIDE(i, a.B * a.H * a.W * a.C) {
+        const OutPos p = outPos(a, i);
+        const float delta =
+            kmath::brightnessDelta(a, sampleKey(kmath::kSaltBrightness, a, sv, p.b));
+        y[i] = kmath::brightness(a, x[i], delta);
+    }
+}
+
+}  // namespace
+
+cudaError_t resize(cudaStream_t s, const AugmentSpec& a, const float* x, float* y) {
+    resizeKernel<<<blocksFor(a.B * a.OH * a.OW * a.C), kThreads, 0, s>>>(a, x, y);
+    return cudaGetLastError();
+}
+
+cudaError_t randomCrop(cudaStream_t s, const AugmentSpec& a, const float* x, float* y,
+                       const StepValues* sv) {
+    randomCropKernel<<<blocksFor(a.B * a.OH * a.OW * a.C), kThreads, 0, s>>>(a, x, y, sv);
+    return cudaGetLastError();
+}
+
+cudaError_t randomFlip(cudaStream_t s, const AugmentSpec& a, const float* x, float* y,
+                       const StepValues* sv) {
+    randomFlipKernel<<<blocksFor(a.B * a.OH * a.OW * a.C), kThreads, 0, s>>>(a, x, y, sv);
+    return cudaGetLastError();
+}
+
+cudaError_t randomRotation(cudaStream_t s, const AugmentSpec& a, const float* x, float* y,
+                           const StepValues* sv) {
+    randomRotationKernel<<<blocksFor(a.B * a.OH * a.OW * a.C), kThreads, 0, s>>>(a, x, y, sv);
+    return cudaGetLastError();
+}
+
+cudaError_t randomZoom(cudaStream_t s, const AugmentSpec& a, const float* x, float* y,
+                       const StepValues* sv) {
+    randomZoomKernel<<<blocksFor(a.B * a.OH * a.OW * a.C), kThreads, 0, s>>>(a, x, y, sv);
+    return cudaGetLastError();
+}
+
+cudaError_t randomTranslation(cudaStream_t s, const AugmentSpec& a, const float* x, float* y,
+                              const StepValues* sv) {
+    randomTranslationKernel<<<blocksFor(a.B * a.OH * a.OW * a.C), kThreads, 0, s>>>(a, x, y, sv);
+    return cudaGetLastError();
+}
+
+int64_t contrastScratchFloats(const AugmentSpec& a) {
+    return a.B * a.C;
+}
+
+cudaError_t randomContrast(cudaStream_t s, const AugmentSpec& a, const float* x, float* y,
+                           float* scratch, const StepValues* sv) {
+    channelMeansKernel<<<rowBlocks(a.B * a.C), kThreads, 0, s>>>(a, x, scratch);
+    randomContrastKernel<<<blocksFor(a.B * a.H * a.W * a.C), kThreads, 0, s>>>(a, x, scratch, y,
+                                                                               sv);
+    return cudaGetLastError();
+}
+
+cudaError_t randomBrightness(cudaStream_t s, const AugmentSpec& a, const float* x, float* y,
+                             const StepValues* sv) {
+    randomBrightnessKernel<<<blocksFor(a.B * a.H * a.W * a.C), kThreads, 0, s>>>(a, x, y, sv);
     return cudaGetLastError();
 }
 

@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "engine/graph/conv_geometry.h"
+#include "engine/graph/image_augment.h"
 #include "engine/graph/ir.h"  // ActKind, LossKind, MetricKind
 #include "engine/graph/update_spec.h"
 
@@ -116,6 +117,27 @@ cudaError_t layerNormGrad(cudaStream_t s, const float* dy, const float* x, const
                           float* dx, int64_t rows, int64_t C, float eps);
 cudaError_t layerNormGammaGrad(cudaStream_t s, const float* dy, const float* x, float* dgamma,
                                int64_t rows, int64_t C, float eps, float* scratch);
+
+// Image preprocessing and augmentation (f32), x [B,H,W,C] -> y [B,OH,OW,C] as `a` says
+// (graph/image_augment.h), with the CPU's per-element math (backend/augment_math.h). The random
+// ones key sample b's draws by (a.seed, sv->step, sv->sampleBase + b), as cpu::randomFlip etc.
+cudaError_t resize(cudaStream_t s, const AugmentSpec& a, const float* x, float* y);
+cudaError_t randomCrop(cudaStream_t s, const AugmentSpec& a, const float* x, float* y,
+                       const StepValues* sv);
+cudaError_t randomFlip(cudaStream_t s, const AugmentSpec& a, const float* x, float* y,
+                       const StepValues* sv);
+cudaError_t randomRotation(cudaStream_t s, const AugmentSpec& a, const float* x, float* y,
+                           const StepValues* sv);
+cudaError_t randomZoom(cudaStream_t s, const AugmentSpec& a, const float* x, float* y,
+                       const StepValues* sv);
+cudaError_t randomTranslation(cudaStream_t s, const AugmentSpec& a, const float* x, float* y,
+                              const StepValues* sv);
+// `scratch`: contrastScratchFloats(a) floats (each sample's channel means).
+int64_t contrastScratchFloats(const AugmentSpec& a);
+cudaError_t randomContrast(cudaStream_t s, const AugmentSpec& a, const float* x, float* y,
+                           float* scratch, const StepValues* sv);
+cudaError_t randomBrightness(cudaStream_t s, const AugmentSpec& a, const float* x, float* y,
+                             const StepValues* sv);
 
 // Direct convolutions over channels-last images, where cuDNN cannot run one (cudnn_conv.h): one
 // thread per output value, the filter gradient one block per kernel value.
