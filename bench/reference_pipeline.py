@@ -107,8 +107,20 @@ def main():
     p.add_argument("--gray", action="store_true")
     p.add_argument("--frameworks", default="tf,torch")
     args = p.parse_args()
-    runs = []
     want = args.frameworks.split(",")
+    if len(want) > 1:
+        # One process per framework: TensorFlow and PyTorch in one process abort on their two
+        # copies of LLVM's command-line options.
+        import subprocess
+        import sys
+        for fw in want:
+            argv = [a for a in sys.argv[1:]]
+            if "--frameworks" in argv:
+                i = argv.index("--frameworks")
+                del argv[i:i + 2]
+            subprocess.run([sys.executable, __file__, *argv, "--frameworks", fw], check=False)
+        return
+    runs = []
     if args.folder and "tf" in want:
         runs.append(("tf.data image_dataset_from_directory", tf_folder))
     if args.folder and "torch" in want:
