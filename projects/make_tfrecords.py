@@ -23,38 +23,9 @@ import struct
 import sys
 import zlib
 
-# --- the IDX files and PNG, as projects/make_image_folders.py reads and writes them
-
-
-def read_idx(path):
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rb") as f:
-        data = f.read()
-    zero, dtype, ndim = struct.unpack(">HBB", data[:4])
-    if zero != 0 or dtype != 0x08:
-        sys.exit(f"{path}: not an unsigned-byte IDX file")
-    dims = struct.unpack(">" + "I" * ndim, data[4:4 + 4 * ndim])
-    return dims, data[4 + 4 * ndim:]
-
-
-def find(folder, stem):
-    for name in (stem + ".gz", stem):
-        path = os.path.join(folder, name)
-        if os.path.exists(path):
-            return path
-    sys.exit(f"{folder}: no {stem}(.gz); install Debian's dataset-fashion-mnist or set "
-             "--fashion-mnist")
-
-
-def png_gray(width, height, pixels):
-    """A PNG file of 8-bit grayscale rows."""
-    def chunk(kind, body):
-        return (struct.pack(">I", len(body)) + kind + body +
-                struct.pack(">I", zlib.crc32(kind + body) & 0xffffffff))
-    raw = b"".join(b"\x00" + pixels[y * width:(y + 1) * width] for y in range(height))
-    return (b"\x89PNG\r\n\x1a\n" +
-            chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)) +
-            chunk(b"IDAT", zlib.compress(raw, 6)) + chunk(b"IEND", b""))
+# The IDX files and PNG encoding: projects/make_image_folders.py's, beside this script.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_image_folders import find, png_bytes, read_idx  # noqa: E402
 
 
 # --- TFRecord framing: CRC-32C (Castagnoli, reflected 0x82F63B78) and TFRecord's mask
@@ -137,7 +108,7 @@ def write_split(args, split, stem):
         for i in range(s * n // shards, (s + 1) * n // shards):
             pixels = images[i * 784:(i + 1) * 784]
             image = (("image_raw", bytes_feature([pixels])) if args.raw else
-                     ("image", bytes_feature([png_gray(28, 28, pixels)])))
+                     ("image", bytes_feature([png_bytes(28, 28, 1, pixels)])))
             records.append(tfrecord(example([image, ("label", int64_feature([labels[i]]))])))
         data = b"".join(records)
         if args.gzip:
