@@ -30,6 +30,11 @@ def timed(passes, one_pass):
     return statistics.median(rates), min(rates), max(rates)
 
 
+def images_in(batches):
+    """One full pass over (images, labels) batches: how many images it gave."""
+    return sum(int(x.shape[0]) for x, _ in batches)
+
+
 def tf_folder(args):
     import tensorflow as tf
     tf.config.threading.set_inter_op_parallelism_threads(args.workers)
@@ -39,12 +44,7 @@ def tf_folder(args):
         color_mode="grayscale" if args.gray else "rgb", shuffle=False, verbose=False)
     ds = ds.prefetch(tf.data.AUTOTUNE)
 
-    def one():
-        n = 0
-        for x, _ in ds:
-            n += int(x.shape[0])
-        return n
-    return timed(args.passes, one)
+    return timed(args.passes, lambda: images_in(ds))
 
 
 def tf_records(args):
@@ -66,12 +66,7 @@ def tf_records(args):
     ds = ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE).batch(args.batch)
     ds = ds.prefetch(tf.data.AUTOTUNE)
 
-    def one():
-        n = 0
-        for x, _ in ds:
-            n += int(x.shape[0])
-        return n
-    return timed(args.passes, one)
+    return timed(args.passes, lambda: images_in(ds))
 
 
 def torch_folder(args):
@@ -88,12 +83,7 @@ def torch_folder(args):
                                          num_workers=args.workers,
                                          persistent_workers=args.workers > 0)
 
-    def one():
-        n = 0
-        for x, _ in loader:
-            n += int(x.shape[0])
-        return n
-    return timed(args.passes, one)
+    return timed(args.passes, lambda: images_in(loader))
 
 
 def main():

@@ -21,7 +21,6 @@ import gzip
 import os
 import struct
 import sys
-import zlib
 
 # The IDX files and PNG encoding: projects/make_image_folders.py's, beside this script.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
