@@ -681,7 +681,8 @@ class TestTfRecord : public QObject {
         expectContains(r.error(), "at byte 3: length 1 runs past");
 
         std::mt19937 rng(42);
-        ExampleFeatures features = sampleFeatures(tfSamples()[0]);
+        const std::vector<Sample> samples = tfSamples();  // the features view its strings
+        ExampleFeatures features = sampleFeatures(samples[0]);
         const std::string good = serializeExample(features);
         const std::vector<std::string> wanted = {"name", "ids", "score"};
         int errors = 0;
