@@ -363,6 +363,27 @@ void TestCliFaults::followLiveRun() {
     QCOMPARE(after.code, 0);
     QCOMPARE(after.out.count("\"type\":\"step\""), 1);
     QCOMPARE(traindeck({"follow", id, "--db", db, "--from", "nonsense"}).code, 2);
+
+    // A writer killed mid-run: the follower notices its process is gone and ends the stream with
+    // the status the store then gives the run, interrupted.
+    Run k = traindeck(
+        {"train", dir.filePath("long.json"), "--db", db, "--detach", "--epochs", "100000"});
+    QVERIFY2(k.code == 0, qPrintable(k.err));
+    const QString killed = k.out.trimmed();
+    const QString control = dir.filePath("logs/runs.db-run-" + killed + ".control");
+    QTRY_VERIFY_WITH_TIMEOUT(QFile::exists(control), 30000);
+    QProcess live;
+    live.start(td::dev::kBinary, {"follow", killed, "--db", db, "--poll-ms", "50"});
+    QVERIFY(live.waitForReadyRead(30000));
+    QFile c(control);
+    QVERIFY(c.open(QIODevice::ReadOnly));
+    QCOMPARE(::kill(c.readLine().trimmed().toInt(), SIGKILL), 0);
+    QVERIFY(live.waitForFinished(30000));
+    QCOMPARE(live.exitCode(), 0);
+    const QList<QByteArray> lines = live.readAllStandardOutput().trimmed().split('\n');
+    const QJsonObject end = QJsonDocument::fromJson(lines.last()).object();
+    QCOMPARE(end["type"].toString(), QString("status"));
+    QCOMPARE(end["status"].toString(), QString("interrupted"));
 }
 
 // The case: a.db and b.db in one folder, each with a run 1, of models that differ. Each
