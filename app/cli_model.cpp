@@ -156,7 +156,9 @@ int exportRun(const ExportArgs& a, ExportFormat format) {
     for (const std::string& note : model->notes)
         std::fprintf(stderr, "traindeck: warning: run %lld: %s\n",
                      static_cast<long long>(model->runId), note.c_str());
-    if (Status st = td::exportModel(model->model.weights, format, a.output); !st.ok()) {
+    if (Status st =
+            td::exportModel(model->model.weights, format, a.output, model->model.savedAtSeconds);
+        !st.ok()) {
         printError(st.error());
         return 1;
     }
@@ -180,6 +182,7 @@ static int exportToFile(const ExportArgs& a) {
         return 2;
     }
     Result<ModelWeights> weights = err("");
+    int64_t savedAtSeconds = 0;  // a checkpoint's: the same file exported twice, the same bytes
     if (!a.project.empty() || !a.weights.empty()) {
         if (a.project.empty() || a.weights.empty() || !a.source.empty()) {
             printError(
@@ -211,6 +214,7 @@ static int exportToFile(const ExportArgs& a) {
             return 2;
         }
         weights = std::move(model->weights);
+        savedAtSeconds = model->savedAtSeconds;
     } else if (!a.source.empty()) {
         return exportRun(a, *format);
     } else {
@@ -222,7 +226,7 @@ static int exportToFile(const ExportArgs& a) {
         printError(weights.error());
         return 2;
     }
-    if (Status st = td::exportModel(*weights, *format, a.output); !st.ok()) {
+    if (Status st = td::exportModel(*weights, *format, a.output, savedAtSeconds); !st.ok()) {
         printError(st.error());
         return 1;
     }

@@ -1,5 +1,7 @@
 #include "engine/api/export.h"
 
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -47,6 +49,8 @@ Result<LoadedModel> checkpointAsModel(const std::string& path, CheckpointState s
     m.globalStep = c.globalStep;
     m.epoch = c.epoch;
     m.stepInEpoch = c.stepInEpoch;
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0) m.savedAtSeconds = static_cast<int64_t>(st.st_mtime);
     return m;
 }
 
@@ -126,12 +130,13 @@ Result<ModelWeights> projectModelWeights(const Project& project, const std::stri
     return w;
 }
 
-Status exportModel(const ModelWeights& weights, ExportFormat format, const std::string& path) {
+Status exportModel(const ModelWeights& weights, ExportFormat format, const std::string& path,
+                   int64_t savedAtSeconds) {
     switch (format) {
         case ExportFormat::Onnx:
             return saveOnnxModel(weights, path);
         case ExportFormat::Keras:
-            return saveKerasArchive(weights, path);
+            return saveKerasArchive(weights, path, savedAtSeconds);
     }
     return err(path + ": unknown export format");
 }
@@ -301,7 +306,7 @@ Result<std::string> runModelUnavailable(api::RunCatalog& catalog, int64_t runId)
 Result<RunModel> exportRunModel(api::RunCatalog& catalog, int64_t runId, ExportFormat format,
                                 const std::string& path) {
     TD_ASSIGN_OR_RETURN(RunModel m, loadRunModel(catalog, runId));
-    TD_RETURN_IF_ERROR(exportModel(m.model.weights, format, path));
+    TD_RETURN_IF_ERROR(exportModel(m.model.weights, format, path, m.model.savedAtSeconds));
     return m;
 }
 

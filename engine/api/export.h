@@ -33,7 +33,10 @@ Result<ModelWeights> projectModelWeights(const Project& project, const std::stri
 
 // Writes `weights` as an ONNX model or a Keras 3 .keras file (atomically). Errors name the file
 // and, for a layer that cannot be exported, the layer.
-Status exportModel(const ModelWeights& weights, ExportFormat format, const std::string& path);
+// `savedAtSeconds` (Unix time; 0: now) is the save time a .keras file records (kerasArchiveBytes):
+// a checkpoint's model exported twice gives the same bytes.
+Status exportModel(const ModelWeights& weights, ExportFormat format, const std::string& path,
+                   int64_t savedAtSeconds = 0);
 
 // A model file opened for prediction or export.
 struct LoadedModel {
@@ -49,6 +52,9 @@ struct LoadedModel {
     int64_t globalStep = 0;
     int epoch = 0;
     int64_t stepInEpoch = 0;
+    // When a checkpoint's weights were written (its file's modification time, Unix seconds); 0
+    // for a .keras file.
+    int64_t savedAtSeconds = 0;
 };
 // Opens a model file by its content, whatever its name: a Keras 3 .keras zip archive, or a
 // TrainDeck checkpoint (.tdckpt: checked whole, its weights against its project's model). Errors

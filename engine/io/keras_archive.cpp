@@ -17,10 +17,11 @@ namespace {
 // The Keras release whose file layout this writes; load_model reads it from any Keras 3.
 constexpr const char* kKerasVersion = "3.15.1";
 
-std::string dateSaved() {
-    const std::time_t now = std::time(nullptr);
+std::string dateSaved(int64_t savedAtSeconds) {
+    const std::time_t when =
+        savedAtSeconds > 0 ? static_cast<std::time_t>(savedAtSeconds) : std::time(nullptr);
     std::tm tm{};
-    gmtime_r(&now, &tm);
+    gmtime_r(&when, &tm);
     char buf[32];
     std::strftime(buf, sizeof buf, "%Y-%m-%d@%H:%M:%S", &tm);
     return buf;
@@ -62,7 +63,7 @@ std::string slotList(const LayerWeights& lw) {
 
 }  // namespace
 
-Result<std::string> kerasArchiveBytes(const ModelWeights& weights) {
+Result<std::string> kerasArchiveBytes(const ModelWeights& weights, int64_t savedAtSeconds) {
     TD_ASSIGN_OR_RETURN(std::vector<LayerWeights> layout, weightLayout(weights.model));
     TD_RETURN_IF_ERROR(checkWeights(layout, weights.params, "model weights"));
     // A Dense or Conv2D layer's activation goes out as Keras' activation name, which carries
@@ -102,14 +103,16 @@ Result<std::string> kerasArchiveBytes(const ModelWeights& weights) {
     for (int64_t d : info.inputShape) batchShape.push_back(d);
     config["build_config"] = {{"input_shape", batchShape}};
     config["compile_config"] = nullptr;
-    const nlohmann::json metadata = {{"keras_version", kKerasVersion}, {"date_saved", dateSaved()}};
+    const nlohmann::json metadata = {{"keras_version", kKerasVersion},
+                                     {"date_saved", dateSaved(savedAtSeconds)}};
     return zipArchiveBytes({{"metadata.json", metadata.dump()},
                             {"config.json", config.dump()},
                             {"model.weights.h5", std::move(h5)}});
 }
 
-Status saveKerasArchive(const ModelWeights& weights, const std::string& path) {
-    auto bytes = kerasArchiveBytes(weights);
+Status saveKerasArchive(const ModelWeights& weights, const std::string& path,
+                        int64_t savedAtSeconds) {
+    auto bytes = kerasArchiveBytes(weights, savedAtSeconds);
     if (!bytes.ok()) return err(path + ": " + bytes.error());
     return writeFileAtomic(path, *bytes);
 }

@@ -13,9 +13,13 @@
 namespace td {
 
 // The archive's bytes; checks the weights against the model first (checkWeights).
-Result<std::string> kerasArchiveBytes(const ModelWeights& weights);
+// metadata.json's date_saved is `savedAtSeconds` (Unix time, UTC) when given, so that the same
+// weights saved at the same time give the same bytes (a stored run's model exported twice, here
+// or over SSH); 0: now.
+Result<std::string> kerasArchiveBytes(const ModelWeights& weights, int64_t savedAtSeconds = 0);
 // Atomic write (temporary file, fsync, rename). Errors name `path`.
-Status saveKerasArchive(const ModelWeights& weights, const std::string& path);
+Status saveKerasArchive(const ModelWeights& weights, const std::string& path,
+                        int64_t savedAtSeconds = 0);
 
 struct KerasArchive {
     ModelWeights weights;

@@ -1305,6 +1305,29 @@ class TestExport : public QObject {
                      r.out.find(ckpt) != std::string::npos &&
                      r.out.find("after epoch 3") != std::string::npos,
                  r.out.c_str());
+        // The same run exported again a second later: the same bytes (metadata.json dates the
+        // archive by its checkpoint's write time, not by the time of the export).
+        QTest::qWait(1100);
+        r = traindeck({"export", "iris", "--db", q(db), "-o", d + "/run_again.keras"});
+        QVERIFY2(r.code == 0, r.err.c_str());
+        QVERIFY(*readWholeFile(dir_ + "/run.keras", 1 << 20) ==
+                *readWholeFile(dir_ + "/run_again.keras", 1 << 20));
+        {
+            char when[32];
+            const std::time_t mtime = static_cast<std::time_t>(
+                QFileInfo(QString::fromStdString(ckpt)).lastModified().toSecsSinceEpoch());
+            std::tm tm{};
+            gmtime_r(&mtime, &tm);
+            std::strftime(when, sizeof when, "%Y-%m-%d@%H:%M:%S", &tm);
+            auto members =
+                readZipArchive(*readWholeFile(dir_ + "/run.keras", 1 << 20), "run.keras");
+            TD_VERIFY_OK(members);
+            QCOMPARE(QString::fromStdString(members->front().name), QString("metadata.json"));
+            QCOMPARE(
+                QString::fromStdString(
+                    nlohmann::json::parse(members->front().bytes)["date_saved"].get<std::string>()),
+                QString(when));
+        }
         r = traindeck({"export", q(std::to_string(runId)), "--db", q(db), "--format", "onnx", "-o",
                        d + "/run.onnx"});
         QVERIFY2(r.code == 0, r.err.c_str());

@@ -57,6 +57,14 @@ class Id {
     herr_t (*close_)(hid_t);
 };
 
+// Creation properties for every group and dataset written: no modification times in their
+// headers, so the same weights give the same file bytes.
+hid_t untimed(hid_t cls) {
+    const hid_t plist = H5Pcreate(cls);
+    if (plist >= 0) H5Pset_obj_track_times(plist, false);
+    return plist;
+}
+
 bool writeGroup(hid_t file, const GroupView& g, std::string* error) {
     auto fail = [error](std::string message) {
         *error = std::move(message);
@@ -65,6 +73,9 @@ bool writeGroup(hid_t file, const GroupView& g, std::string* error) {
     const std::string where = "HDF5 group '" + (g.path.empty() ? "/" : g.path) + "'";
     std::vector<std::unique_ptr<Id>> parents;
     hid_t parent = file;
+    Id gcpl(untimed(H5P_GROUP_CREATE), H5Pclose);
+    Id dcpl(untimed(H5P_DATASET_CREATE), H5Pclose);
+    if (!gcpl.ok() || !dcpl.ok()) return fail(where + ": cannot set up its creation properties");
     // Intermediate groups ("layers") may exist already.
     size_t start = 0;
     while (!g.path.empty() && start <= g.path.size()) {
@@ -74,13 +85,13 @@ bool writeGroup(hid_t file, const GroupView& g, std::string* error) {
         const bool exists = H5Lexists(parent, part.c_str(), H5P_DEFAULT) > 0;
         auto id = std::make_unique<Id>(
             exists ? H5Gopen2(parent, part.c_str(), H5P_DEFAULT)
-                   : H5Gcreate2(parent, part.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                   : H5Gcreate2(parent, part.c_str(), H5P_DEFAULT, gcpl.get(), H5P_DEFAULT),
             H5Gclose);
         if (!id->ok()) return fail(where + ": cannot create '" + part + "'");
         parent = id->get();
         parents.push_back(std::move(id));
     }
-    Id vars(H5Gcreate2(parent, "vars", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+    Id vars(H5Gcreate2(parent, "vars", H5P_DEFAULT, gcpl.get(), H5P_DEFAULT), H5Gclose);
     if (!vars.ok()) return fail(where + ": cannot create its vars group");
     {
         Id type(H5Tcopy(H5T_C_S1), H5Tclose);
@@ -102,7 +113,7 @@ bool writeGroup(hid_t file, const GroupView& g, std::string* error) {
                  H5Sclose);
         const std::string name = std::to_string(i);
         Id ds(H5Dcreate2(vars.get(), name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT,
-                         H5P_DEFAULT, H5P_DEFAULT),
+                         dcpl.get(), H5P_DEFAULT),
               H5Dclose);
         if (!space.ok() || !ds.ok() ||
             H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.values) < 0)
@@ -207,8 +218,11 @@ bool writeFile(const std::vector<GroupView>& groups, std::string* bytes, std::st
     Id fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
     if (!fapl.ok() || H5Pset_fapl_core(fapl.get(), size_t{1} << 20, 0) < 0)
         return fail("model.weights.h5: cannot set up an in-memory HDF5 file");
-    Id file(H5Fcreate(kMemoryFileName, H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
-    if (!file.ok()) return fail("model.weights.h5: cannot create an in-memory HDF5 file");
+    // The root group's header untimed too (a file creation list is a group creation list).
+    Id fcpl(untimed(H5P_FILE_CREATE), H5Pclose);
+    Id file(H5Fcreate(kMemoryFileName, H5F_ACC_TRUNC, fcpl.get(), fapl.get()), H5Fclose);
+    if (!fcpl.ok() || !file.ok())
+        return fail("model.weights.h5: cannot create an in-memory HDF5 file");
     for (const GroupView& g : groups) {
         std::string why;
         if (!writeGroup(file.get(), g, &why)) return fail("model.weights.h5: " + why);
