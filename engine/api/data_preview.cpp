@@ -145,39 +145,43 @@ std::string describePipeline(const DataConfig& data, int64_t batchSize) {
     for (const MapStep& s : c.map) {
         if (s.op == "cache") {
             afterCache = true;
-        } else {
+        } else if (s.op != "decode") {
             (afterCache ? post : pre).push_back(s);
         }
     }
 
     std::vector<std::string> stages{data.source.type};
+    const std::string workers =
+        c.parallelCalls == 1 ? std::string("1 worker") : count(c.parallelCalls) + " workers";
     // Image and record sources: decoded at load for a memory cache, else by the map workers as
-    // batches read them (each epoch, or the first one when a file cache keeps them decoded).
+    // batches read them (each epoch, or the first one when a file cache keeps them decoded). A
+    // cache before the "decode" step keeps the encoded files or records, decoded every epoch.
+    const bool files = data.source.type == "image_directory" || data.source.type == "tfrecord";
     const bool decodes = data.source.type == "image_directory" ||
                          (data.source.type == "tfrecord" && data.source.records.xDecode == "image");
-    if (decodes && c.cache == "memory") {
+    const bool encodedCache = files && cachesEncoded(c);
+    const std::string decodeStage = decodes ? "decode + resize" : "parse records";
+    if (decodes && !encodedCache && c.cache == "memory") {
         stages.back() += " (decoded at load, every core)";
-    } else if (decodes) {
-        const std::string workers =
-            c.parallelCalls == 1 ? std::string("1 worker") : count(c.parallelCalls) + " workers";
-        stages.push_back(std::string("decode + resize (") + workers +
+    } else if (decodes && !encodedCache) {
+        stages.push_back(decodeStage + " (" + workers +
                          (c.cache == "none" ? ", every epoch)" : ", first epoch)"));
     }
     if (!pre.empty()) stages.push_back("map " + joinSteps(pre));
     if (c.cache != "none")
-        stages.push_back("cache (" +
-                         (c.cache.rfind("file:", 0) == 0 ? "file " + c.cache.substr(5) : c.cache) +
-                         ")");
+        stages.push_back(
+            "cache (" + (c.cache.rfind("file:", 0) == 0 ? "file " + c.cache.substr(5) : c.cache) +
+            (encodedCache
+                 ? (data.source.type == "tfrecord" ? ", encoded records" : ", encoded files")
+                 : "") +
+            ")");
     if (c.shuffleBuffer > 0)
         stages.push_back("shuffle (buffer " + std::to_string(c.shuffleBuffer) +
                          (c.reshuffleEachIteration ? ", each epoch)" : ", once)"));
     stages.push_back("batch " + std::to_string(batchSize) +
                      (c.dropRemainder ? " (drop remainder)" : ""));
-    if (!post.empty()) {
-        const std::string workers =
-            c.parallelCalls == 1 ? std::string("1 worker") : count(c.parallelCalls) + " workers";
-        stages.push_back("map " + joinSteps(post) + " (" + workers + ")");
-    }
+    if (encodedCache) stages.push_back(decodeStage + " (" + workers + ", every epoch)");
+    if (!post.empty()) stages.push_back("map " + joinSteps(post) + " (" + workers + ")");
     if (c.prefetch != 0) stages.push_back("prefetch (" + count(c.prefetch) + ")");
 
     std::string out;

@@ -36,7 +36,8 @@ struct ImageDirectoryConfig {
     bool shuffle = true;           // the file order as Keras shuffles it with `seed`
     std::optional<uint32_t> seed;  // needed with validation_split (as in Keras)
     double validationSplit = 0.0;  // Keras' validation subset: the last int(split * n) files
-    bool skipBadFiles = false;  // a file that does not decode is left out (counted), not an error
+    // A file that does not decode is left out (counted and named in the run's log), not an error.
+    bool skipBadFiles = false;
 
     bool operator==(const ImageDirectoryConfig&) const = default;
 };
@@ -61,6 +62,10 @@ struct TfRecordConfig {
     int64_t cycleLength = 0;   // shards read at once; 0: all of them, at most 16
     int64_t blockLength = 1;   // records taken from a shard before the next
     bool shuffleFiles = true;  // the shard list shuffled each epoch (when training shuffles)
+    // A record that does not read (a CRC mismatch, a feature missing or of the wrong size, an
+    // image that does not decode), the unreadable rest of a shard after a framing error, or a
+    // shard that does not open is left out (counted and named in the run's log), not an error.
+    bool skipBadFiles = false;
 
     bool operator==(const TfRecordConfig&) const = default;
 };
@@ -85,10 +90,14 @@ struct SourceConfig {
 
 // One element-wise map step, applied in order. A "cache" step marks the cache's place among them:
 // the steps before it are applied once, when the cache is filled; without one, the cache holds the
-// source elements and every step runs on every epoch.
+// source elements and every step runs on every epoch. A "decode" step marks where an
+// image_directory or tfrecord source's files or records are decoded (without one: first, before
+// every other step); only a "cache" step may come before it, and then the cache keeps the encoded
+// bytes (file contents, records) and every epoch decodes them on the map workers.
 struct MapStep {
     std::string op;  // "scale" (x*factor), "normalize" ((x-mean)/std), "cast" (to f32),
-                     // "one_hot" (labels -> depth), "cache" (the cache's place)
+                     // "one_hot" (labels -> depth), "cache" (the cache's place), "decode" (the
+                     // decode's place)
     double factor = 1.0;
     double mean = 0.0, stddev = 1.0;
     int64_t depth = 0;
@@ -106,6 +115,22 @@ struct PipelineConfig {
     int64_t prefetch = kAutotune;       // 0 = off, N, or kAutotune
     int64_t parallelCalls = kAutotune;  // 1 = sequential, N, or kAutotune
 };
+
+// True when the pipeline caches (cache "memory" or "file:") and its "cache" step comes before a
+// "decode" step: the cache keeps encoded elements, so the source must stream (not be decoded at
+// load).
+inline bool cachesEncoded(const PipelineConfig& p) {
+    if (p.cache == "none") return false;
+    for (const MapStep& s : p.map) {
+        if (s.op == "decode") return false;
+        if (s.op == "cache") {
+            for (const MapStep& t : p.map)
+                if (t.op == "decode") return true;
+            return false;
+        }
+    }
+    return false;
+}
 
 struct DataConfig {
     SourceConfig source;

@@ -26,8 +26,9 @@ struct CacheHeader {
     uint8_t xType;
     uint8_t yType;
     uint8_t reserved[6];
-    uint64_t fingerprint;  // of the source data and the map steps before the cache
-    uint64_t rowsHash;     // of the x rows, then the y rows
+    uint64_t fingerprint;    // of the source data and the map steps before the cache
+    uint64_t rowsHash;       // of the x rows, then the y rows
+    int64_t xVariableBytes;  // CacheLayout::xVariableBytes (0 in files of fixed-size rows)
 };
 static_assert(sizeof(CacheHeader) <= kCacheHeaderBytes);
 
@@ -48,7 +49,7 @@ inline uint64_t finalMix(uint64_t h) {
 }
 
 uint64_t rowsHash(const uint8_t* base, const CacheLayout& l) {
-    const uint64_t h = hashBytes(base + l.xOffset(), static_cast<size_t>(l.rows * l.xRowBytes), 0);
+    const uint64_t h = hashBytes(base + l.xOffset(), static_cast<size_t>(l.xBytes()), 0);
     return hashBytes(base + l.yOffset(), static_cast<size_t>(l.rows * l.yRowBytes), h);
 }
 
@@ -111,8 +112,12 @@ uint64_t HashStream::digest() const {
     return hashFinish(lane_, pending_, pendingBytes_, total_);
 }
 
+uint64_t CacheLayout::xBytes() const {
+    return static_cast<uint64_t>(xVariableBytes > 0 ? xVariableBytes : rows * xRowBytes);
+}
+
 uint64_t CacheLayout::yOffset() const {
-    const uint64_t xEnd = xOffset() + static_cast<uint64_t>(rows * xRowBytes);
+    const uint64_t xEnd = xOffset() + xBytes();
     return (xEnd + kPageBytes - 1) / kPageBytes * kPageBytes;
 }
 
@@ -159,6 +164,7 @@ Status CacheFileWriter::commit(uint64_t fingerprint) {
     h.xType = static_cast<uint8_t>(layout_.xType);
     h.yType = static_cast<uint8_t>(layout_.yType);
     h.fingerprint = fingerprint;
+    h.xVariableBytes = layout_.xVariableBytes;
     h.rowsHash = rowsHash(base_, layout_);
     std::memcpy(base_, &h, sizeof h);
     // No fsync: a file cut short or damaged by a crash fails the size or rows-hash check when a
@@ -192,7 +198,7 @@ Result<std::unique_ptr<CacheFileMapping>> CacheFileMapping::open(const std::stri
     if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) {
         mismatch = "not a cache file of this version";
     } else if (h.rows != expected.rows || h.xRowBytes != expected.xRowBytes ||
-               h.yRowBytes != expected.yRowBytes ||
+               h.yRowBytes != expected.yRowBytes || h.xVariableBytes != expected.xVariableBytes ||
                h.xType != static_cast<uint8_t>(expected.xType) ||
                h.yType != static_cast<uint8_t>(expected.yType)) {
         mismatch = "its rows have another shape or type";

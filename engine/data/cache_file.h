@@ -3,8 +3,9 @@
 // written during the first complete pass and read by every later epoch and by later runs.
 //
 // Layout: a kCacheHeaderBytes header (magic, dtypes, row sizes, the fingerprint of what produced
-// the rows, a hash of the rows), the x rows from offset kCacheHeaderBytes, then the y rows from the
-// next page boundary. A file is only ever visible under its final name once complete: rows go to
+// the rows, a hash of the rows), the x rows from offset kCacheHeaderBytes (of one size, or, for
+// encoded elements, of their own sizes after an offset table), then the y rows from the next page
+// boundary. A file is only ever visible under its final name once complete: rows go to
 // "<path>.partial-<pid>-<n>", which commit() renames.
 #pragma once
 
@@ -24,7 +25,12 @@ struct CacheLayout {
     int64_t rows = 0;
     int64_t xRowBytes = 0, yRowBytes = 0;
     DType xType = DType::U8, yType = DType::I32;
+    // Rows of their own lengths (encoded elements; xRowBytes 0): the bytes of the x region, an
+    // offset table of rows + 1 uint64 values (row r is bytes [table[r], table[r + 1]) of what
+    // follows the table), then the rows. 0: rows of xRowBytes each.
+    int64_t xVariableBytes = 0;
     uint64_t xOffset() const { return kCacheHeaderBytes; }
+    uint64_t xBytes() const;
     uint64_t yOffset() const;
     uint64_t fileBytes() const;
 };

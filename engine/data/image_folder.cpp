@@ -338,9 +338,32 @@ class ImageFolderReader final : public ElementReader {
     Shape sampleShape() const override { return {cfg_.height, cfg_.width, channels_}; }
     DType dtype() const override { return DType::F32; }
     Status read(int64_t i, void* dst) const override {
-        Status s = loadOne(cfg_, files_[static_cast<size_t>(i)], static_cast<float*>(dst));
-        if (s.ok() || cfg_.skipBadFiles) return s;
-        return err(s.error() + " (set data.source.skip_bad_files to leave such files out)");
+        return withHint(loadOne(cfg_, files_[static_cast<size_t>(i)], static_cast<float*>(dst)));
+    }
+    bool hasEncoded() const override { return true; }
+    std::string elementName(int64_t i) const override { return files_[static_cast<size_t>(i)]; }
+    Result<std::vector<int64_t>> encodedSizes() const override {
+        std::vector<int64_t> sizes;
+        sizes.reserve(files_.size());
+        for (const std::string& f : files_) {
+            std::error_code ec;
+            const auto bytes = fs::file_size(f, ec);
+            if (ec) return err(f + ": cannot read its size: " + ec.message());
+            sizes.push_back(static_cast<int64_t>(bytes));
+        }
+        return sizes;
+    }
+    Status readEncoded(int64_t i, std::vector<uint8_t>& out) const override {
+        auto bytes = readWholeFile(files_[static_cast<size_t>(i)]);
+        if (!bytes.ok()) return withHint(statusOf(bytes));
+        out = std::move(bytes).value();
+        return Status::success();
+    }
+    Status decode(int64_t i, const uint8_t* bytes, size_t size, void* dst) const override {
+        thread_local std::vector<uint8_t> copy;
+        copy.assign(bytes, bytes + size);
+        return withHint(
+            decodeToSize(cfg_, files_[static_cast<size_t>(i)], copy, static_cast<float*>(dst)));
     }
     std::string identity() const override {
         std::string id = "image_directory " + std::to_string(cfg_.height) + "x" +
@@ -355,9 +378,14 @@ class ImageFolderReader final : public ElementReader {
         }
         return id;
     }
-    const std::vector<std::string>& files() const { return files_; }
 
   private:
+    // A file that does not read, without skip_bad_files: the error says how to leave it out.
+    Status withHint(Status s) const {
+        if (s.ok() || cfg_.skipBadFiles) return s;
+        return err(s.error() + " (set data.source.skip_bad_files to leave such files out)");
+    }
+
     ImageDirectoryConfig cfg_;
     std::vector<std::string> files_;
     int64_t channels_;
@@ -397,55 +425,13 @@ Dataset splitOf(const ImageDirectoryConfig& cfg, const ImageFileList& list,
 
 // A split as it will be used: decoded into memory (no `stream`), or streamed. Files that do not
 // decode are an error or, with skip_bad_files, left out; a streamed split finds them by decoding
-// every file once (into nothing), so that no batch meets one during training.
+// every file once (into nothing), so that no batch meets one during training, and the same files
+// are left out, with the same order, as when decoded at load.
 Result<Materialized> prepareSplit(const ImageDirectoryConfig& cfg, Dataset d,
                                   const std::string& where, bool stream) {
-    const auto n = d.size();
-    if (!stream || !cfg.skipBadFiles) {
-        if (!stream) return materialize(d, where, cfg.skipBadFiles);
-        return Materialized{std::move(d), 0, {}};
-    }
-    const auto& reader = static_cast<const ImageFolderReader&>(*d.reader);
-    std::vector<std::string> errors(static_cast<size_t>(n));
-    std::atomic<int64_t> next{0};
-    const int64_t threads = std::clamp<int64_t>(hardwareThreads(), 1, n);
-    auto work = [&] {
-        std::vector<float> scratch(static_cast<size_t>(d.sampleValues()));
-        for (int64_t i; (i = next.fetch_add(1)) < n;) {
-            Status s = reader.read(i, scratch.data());
-            if (!s.ok()) errors[static_cast<size_t>(i)] = s.error();
-        }
-    };
-    std::vector<std::thread> pool;
-    for (int64_t t = 1; t < threads; ++t) pool.emplace_back(work);
-    work();
-    for (std::thread& t : pool) t.join();
-    Materialized out;
-    std::vector<std::string> files;
-    std::vector<int64_t> good;
-    for (int64_t i = 0; i < n; ++i) {
-        if (errors[static_cast<size_t>(i)].empty()) {
-            files.push_back(reader.files()[static_cast<size_t>(i)]);
-            good.push_back(i);
-        } else if (out.skipped++ == 0) {
-            out.firstSkipped = errors[static_cast<size_t>(i)];
-        }
-    }
-    if (good.empty()) return err(where + ": none of its " + std::to_string(n) + " images decodes");
-    Dataset kept = d;
-    kept.reader = std::make_shared<ImageFolderReader>(cfg, std::move(files));
-    const int64_t k = d.y.size() / std::max<int64_t>(n, 1);
-    Shape yShape = d.y.shape();
-    yShape[0] = static_cast<int64_t>(good.size());
-    kept.y = Tensor(d.y.dtype(), yShape);
-    const size_t rowBytes = static_cast<size_t>(k) * dtypeSize(d.y.dtype());
-    for (size_t j = 0; j < good.size(); ++j)
-        std::memcpy(
-            static_cast<uint8_t*>(kept.y.raw()) + j * rowBytes,
-            static_cast<const uint8_t*>(d.y.raw()) + static_cast<size_t>(good[j]) * rowBytes,
-            rowBytes);
-    out.data = std::move(kept);
-    return out;
+    if (!stream) return materialize(d, where, cfg.skipBadFiles);
+    if (cfg.skipBadFiles) return dropUnreadable(d, where);
+    return Materialized{std::move(d), 0, {}};
 }
 
 }  // namespace
@@ -637,18 +623,18 @@ Result<DataSplits> loadImageDirectory(const ImageDirectoryConfig& cfg, bool stre
     DataSplits out;
     TD_ASSIGN_OR_RETURN(Materialized t, prepareSplit(cfg, splitOf(cfg, list, train, numClasses),
                                                      cfg.directory, stream));
-    out.train = std::move(t.data);
-    auto noteSkipped = [&](const Materialized& l, const std::string& what) {
-        if (l.skipped > 0)
-            out.notes.push_back("data.source.skip_bad_files: left out " +
-                                std::to_string(l.skipped) + " " + what +
-                                " file(s) that do not decode; the first: " + l.firstSkipped);
+    // With skip_bad_files, always a line with the count (none left out is said too).
+    auto noteSkipped = [&](const Materialized& l, size_t of, const std::string& what) {
+        if (cfg.skipBadFiles)
+            out.notes.push_back(skippedNote("data.source.skip_bad_files", l,
+                                            static_cast<int64_t>(of), what + " images"));
     };
-    noteSkipped(t, "training");
+    noteSkipped(t, train.size(), "training");
+    out.train = std::move(t.data);
     if (!val.empty()) {
         TD_ASSIGN_OR_RETURN(Materialized v, prepareSplit(cfg, splitOf(cfg, list, val, numClasses),
                                                          cfg.directory, stream));
-        noteSkipped(v, "validation");
+        noteSkipped(v, val.size(), "validation");
         out.validation = std::move(v.data);
     }
     if (!cfg.testDirectory.empty()) {
@@ -665,7 +651,7 @@ Result<DataSplits> loadImageDirectory(const ImageDirectoryConfig& cfg, bool stre
         TD_ASSIGN_OR_RETURN(Materialized te,
                             prepareSplit(testCfg, splitOf(testCfg, testList, all, numClasses),
                                          cfg.testDirectory, stream));
-        noteSkipped(te, "test");
+        noteSkipped(te, all.size(), "test");
         out.test = std::move(te.data);
     }
     out.notes.push_back("data.source: " + std::to_string(out.train.size()) + " training, " +

@@ -13,7 +13,12 @@
 // the cache is what every later epoch reads (shuffled anew). A memory cache of unmapped elements is
 // the in-memory source itself. A file cache is keyed by its path: one that holds the same elements
 // (header fingerprint of the source data and the pre steps, hash of the rows) is read from the
-// first epoch of a later run; anything else is rebuilt.
+// first epoch of a later run; anything else is rebuilt. A cache before the decode ({"op": "cache"},
+// {"op": "decode"}) of a streamed source keeps its encoded elements (ElementReader::readEncoded:
+// file contents, records) in a region of their own sizes after a table of offsets, planned from
+// ElementReader::encodedSizes() when the pipeline is created; a fill pass copies each element read
+// there, and every epoch decodes the elements (from the source in the fill pass, then from the
+// cache) on the map workers, into the same rows as a decoded cache would give.
 //
 // Threads. The consumer (the trainer) calls beginEpoch/next from one thread; stats() may be called
 // from any thread. With prefetch 0 everything runs inline in next() (parallelCalls is then 1).
@@ -174,6 +179,8 @@ struct MapPlan {
     bool preConverts = false;  // a cast/scale/normalize before the cache: cached x is f32
     int64_t preOneHot = 0, postOneHot = 0;
     std::string preText;  // the pre steps, for the cache fingerprint
+    // A "decode" step after the "cache" step: the cache keeps the encoded elements.
+    bool cacheBeforeDecode = false;
 };
 
 Result<MapPlan> planMap(const std::vector<MapStep>& steps, const Dataset& data) {
@@ -184,16 +191,31 @@ Result<MapPlan> planMap(const std::vector<MapStep>& steps, const Dataset& data) 
     // Without a cache step every map step runs after the cache.
     if (!hasCacheStep) afterCache = true;
     const int64_t n = data.size();
+    bool decodeSeen = false, otherSeen = false;
     for (const MapStep& step : steps) {
         AffineMap& m = afterCache ? plan.post : plan.pre;
         std::ostringstream text;
         text.precision(17);
         text << step.op;
         if (step.op == "cache") {
-            if (afterCache) return err("map step 'cache' appears twice");
+            if (afterCache && hasCacheStep) return err("map step 'cache' appears twice");
             afterCache = true;
             continue;
         }
+        // The decode's place: only a cache may come before it (other steps would act on encoded
+        // bytes). Without a streamed source, or after no cache, it marks nothing more than
+        // decoding first.
+        if (step.op == "decode") {
+            if (decodeSeen) return err("map step 'decode' appears twice");
+            if (otherSeen)
+                return err(
+                    "map step 'decode' must come before every step but 'cache' (those "
+                    "would act on encoded bytes)");
+            decodeSeen = true;
+            plan.cacheBeforeDecode = hasCacheStep && afterCache;
+            continue;
+        }
+        otherSeen = true;
         if (step.op == "cast") {
         } else if (step.op == "scale") {
             if (!std::isfinite(step.factor)) return err("map 'scale': factor must be finite");
@@ -228,7 +250,7 @@ Result<MapPlan> planMap(const std::vector<MapStep>& steps, const Dataset& data) 
             text << ' ' << step.depth;
         } else {
             return err("unknown map step '" + step.op +
-                       "' (valid steps: cast, scale, normalize, one_hot, cache)");
+                       "' (valid steps: cast, scale, normalize, one_hot, cache, decode)");
         }
         if (!afterCache) {
             if (step.op != "one_hot") plan.preConverts = true;
@@ -260,11 +282,14 @@ class PipelineImpl final : public Pipeline {
         Tensor remX, remY;               // views of the first `remainder` rows (empty when none)
         std::vector<float> preRow;       // one element after the pre steps (source read, pre != id)
         std::vector<uint8_t> sourceRow;  // one element read from a streamed source
+        std::vector<uint8_t> encoded;    // one encoded element read (a cache before the decode)
     };
 
     Status setUpCache(const PipelineConfig& cfg);
     Status produce(int64_t b, Slot& slot);
+    Status readElement(int64_t i, Slot& slot);
     void fillRow(int64_t i, const uint8_t* src);
+    void fillRowY(int64_t i);
     Status commitCache();
     void workerLoop();
     void stopWorkers();
@@ -295,6 +320,13 @@ class PipelineImpl final : public Pipeline {
     Tensor memoryCacheX_, memoryCacheY_;
     std::unique_ptr<CacheFileWriter> cacheWriter_;    // a cache file being filled (or committed)
     std::unique_ptr<CacheFileMapping> cacheMapping_;  // a committed file of an earlier run
+    // A cache before the decode: it keeps the streamed source's encoded elements, element i in
+    // bytes [encodedOffsets_[i], encodedOffsets_[i + 1]) of encodedRows_ (the cache's x region
+    // after its offset table); a fill pass writes them at encodedFill_.
+    bool encoded_ = false;
+    const uint64_t* encodedOffsets_ = nullptr;
+    const uint8_t* encodedRows_ = nullptr;
+    uint8_t* encodedFill_ = nullptr;
     bool async_ = false, autotunePrefetch_ = false, autotuneParallel_ = false;
     bool inlineEligible_ = false;      // AUTOTUNE may form epochs inline (see the top)
     std::atomic<bool> inline_{false};  // this epoch forms its batches in next()
@@ -500,17 +532,57 @@ Status PipelineImpl::setUpCache(const PipelineConfig& cfg) {
         return err("unknown pipeline cache '" + cfg.cache + "' (valid: none, memory, file:<path>)");
     }
 
-    // What the cache holds: the elements after the pre steps.
+    // What the cache holds: the elements after the pre steps, or, before the decode, the
+    // streamed source's encoded elements (each of its own size, after a table of offsets).
     cacheLayout_.rows = n_;
     cacheLayout_.xType = plan_.preConverts ? DType::F32 : data_.xType();
     cacheLayout_.xRowBytes = xRowElems_ * static_cast<int64_t>(dtypeSize(cacheLayout_.xType));
     cacheLayout_.yType = plan_.preOneHot ? DType::F32 : data_.y.dtype();
     const int64_t cacheYElems = plan_.preOneHot ? plan_.preOneHot : yRowElems_;
     cacheLayout_.yRowBytes = cacheYElems * static_cast<int64_t>(dtypeSize(cacheLayout_.yType));
+    std::vector<uint64_t> offsets;
+    if (plan_.cacheBeforeDecode) {
+        if (!reader_ || !reader_->hasEncoded())
+            return err(
+                "pipeline: a cache before 'decode' keeps the encoded files or records of an "
+                "image_directory or tfrecord source as it streams them; these samples are "
+                "already decoded in memory");
+        encoded_ = true;
+        TD_ASSIGN_OR_RETURN(std::vector<int64_t> sizes, reader_->encodedSizes());
+        TD_ASSERT(static_cast<int64_t>(sizes.size()) == n_);
+        offsets.resize(static_cast<size_t>(n_) + 1);
+        for (int64_t i = 0; i < n_; ++i)
+            offsets[static_cast<size_t>(i) + 1] =
+                offsets[static_cast<size_t>(i)] +
+                static_cast<uint64_t>(sizes[static_cast<size_t>(i)]);
+        const uint64_t tableBytes = offsets.size() * sizeof(uint64_t);
+        cacheLayout_.xType = DType::U8;
+        cacheLayout_.xRowBytes = 0;
+        cacheLayout_.xVariableBytes = static_cast<int64_t>(tableBytes + offsets.back());
+    }
+    // Points the encoded views at a cache's x region, writing its offset table when it fills.
+    auto encodedViews = [&](const uint8_t* x, uint8_t* fill) {
+        const size_t tableBytes = offsets.size() * sizeof(uint64_t);
+        if (fill) std::memcpy(fill, offsets.data(), tableBytes);
+        encodedOffsets_ = reinterpret_cast<const uint64_t*>(x);
+        encodedRows_ = x + tableBytes;
+        encodedFill_ = fill ? fill + tableBytes : nullptr;
+    };
 
     const uint8_t* x = nullptr;
     const uint8_t* y = nullptr;
-    if (cacheKind_ == CacheKind::Memory) {
+    if (cacheKind_ == CacheKind::Memory && encoded_) {
+        TD_RETURN_IF_ERROR(
+            checkFileFits("data.pipeline.cache",
+                          "a memory cache of " + std::to_string(n_) +
+                              " encoded samples (the files or records as read, before the decode)",
+                          static_cast<double>(cacheLayout_.xVariableBytes)));
+        memoryCacheX_ = Tensor(DType::U8, {cacheLayout_.xVariableBytes});
+        cacheFillX_ = static_cast<uint8_t*>(memoryCacheX_.raw());
+        encodedViews(cacheFillX_, cacheFillX_);
+        x = cacheFillX_;
+        y = sourceView_.y;
+    } else if (cacheKind_ == CacheKind::Memory) {
         // Unmapped elements already in memory: the source is the cache.
         if (plan_.preConverts || reader_) {
             TD_RETURN_IF_ERROR(checkFileFits(
@@ -540,6 +612,10 @@ Status PipelineImpl::setUpCache(const PipelineConfig& cfg) {
         std::string shapes = shapeToString(xShape) + dtypeName(data_.xType()) +
                              shapeToString(data_.y.shape()) + dtypeName(data_.y.dtype()) + "|" +
                              plan_.preText;
+        if (encoded_) {
+            shapes += "|encoded";
+            h = hashBytes(offsets.data(), offsets.size() * sizeof(uint64_t), h);
+        }
         fingerprint_ = hashBytes(shapes.data(), shapes.size(), h);
         if (::access(cachePath_.c_str(), F_OK) == 0) {
             auto mapping = CacheFileMapping::open(cachePath_, cacheLayout_, fingerprint_);
@@ -554,6 +630,7 @@ Status PipelineImpl::setUpCache(const PipelineConfig& cfg) {
         if (cacheMapping_) {
             x = cacheMapping_->x();
             y = cacheMapping_->y();
+            if (encoded_) encodedViews(x, nullptr);
         } else {
             // Fail now rather than at the first epoch when the file cannot be written.
             TD_ASSIGN_OR_RETURN(cacheWriter_, CacheFileWriter::create(cachePath_, cacheLayout_));
@@ -561,6 +638,7 @@ Status PipelineImpl::setUpCache(const PipelineConfig& cfg) {
             cacheFillY_ = cacheWriter_->y();
             x = cacheFillX_;
             y = cacheFillY_;
+            if (encoded_) encodedViews(cacheFillX_, cacheFillX_);
         }
     }
     cacheView_ = ElementView{x, cacheLayout_.xType, cacheLayout_.xRowBytes,
@@ -650,6 +728,11 @@ void PipelineImpl::fillRow(int64_t i, const uint8_t* src) {
         else
             std::memcpy(d, src, static_cast<size_t>(cacheLayout_.xRowBytes));
     }
+    fillRowY(i);
+}
+
+// Source label i (after the pre steps) into the cache being filled, where it keeps labels.
+void PipelineImpl::fillRowY(int64_t i) {
     if (cacheFillY_) {
         uint8_t* d = cacheFillY_ + i * cacheLayout_.yRowBytes;
         if (plan_.preOneHot) {
@@ -663,6 +746,32 @@ void PipelineImpl::fillRow(int64_t i, const uint8_t* src) {
     }
 }
 
+// Streamed element i into slot.sourceRow, decoded: read from the source (filling the cache in a
+// fill pass), or, from a cache before the decode, decoded from its encoded bytes there.
+Status PipelineImpl::readElement(int64_t i, Slot& slot) {
+    if (!encoded_) {
+        TD_RETURN_IF_ERROR(reader_->read(i, slot.sourceRow.data()));
+        if (filling_) fillRow(i, slot.sourceRow.data());
+        return {};
+    }
+    const uint64_t begin = encodedOffsets_[i];
+    const uint64_t size = encodedOffsets_[i + 1] - begin;
+    if (readFromCache_)
+        return reader_->decode(i, encodedRows_ + begin, static_cast<size_t>(size),
+                               slot.sourceRow.data());
+    TD_RETURN_IF_ERROR(reader_->readEncoded(i, slot.encoded));
+    if (slot.encoded.size() != size)
+        return err(reader_->elementName(i) + ": " + std::to_string(slot.encoded.size()) +
+                   " bytes read, " + std::to_string(size) +
+                   " expected (its size when the run started): it changed during the run");
+    if (filling_) {
+        std::memcpy(encodedFill_ + begin, slot.encoded.data(), static_cast<size_t>(size));
+        fillRowY(i);
+    }
+    return reader_->decode(i, slot.encoded.data(), static_cast<size_t>(size),
+                           slot.sourceRow.data());
+}
+
 // Forms batch b (rows order_[b*B, b*B + size)) into `slot`; in a fill pass, also fills this
 // batch's share of the cache: of an in-memory source, the source rows [b*N/nb, (b+1)*N/nb); of a
 // streamed one, the rows it reads (each read once), and the last batch also the rows no batch
@@ -672,15 +781,14 @@ Status PipelineImpl::produce(int64_t b, Slot& slot) {
         for (int64_t i = b * n_ / numBatches_; i < (b + 1) * n_ / numBatches_; ++i)
             fillRow(i, sourceView_.x + i * sourceView_.xRowBytes);
     if (filling_ && reader_ && b == numBatches_ - 1)
-        for (int64_t k = std::min(n_, numBatches_ * batchSize_); k < n_; ++k) {
-            const int32_t i = order_[static_cast<size_t>(k)];
-            TD_RETURN_IF_ERROR(reader_->read(i, slot.sourceRow.data()));
-            fillRow(i, slot.sourceRow.data());
-        }
+        for (int64_t k = std::min(n_, numBatches_ * batchSize_); k < n_; ++k)
+            TD_RETURN_IF_ERROR(readElement(order_[static_cast<size_t>(k)], slot));
     const int64_t first = b * batchSize_;
     const int64_t rows = std::min(batchSize_, n_ - first);
     const int32_t* idx = order_.data() + first;
     const ElementView& v = readFromCache_ ? cacheView_ : sourceView_;
+    // The type of the x rows formed: a cache before the decode gives decoded source rows.
+    const DType xType = readFromCache_ && !encoded_ ? cacheView_.xType : sourceView_.xType;
     (readFromCache_ ? epochCacheElements_ : epochSourceElements_) += rows;
 
     // x: gather + map to f32 [rows, ...]. From the source with pre steps: pre, then post.
@@ -693,15 +801,15 @@ Status PipelineImpl::produce(int64_t b, Slot& slot) {
     const int64_t prefetchable = n_ - first;
     Status readStatus;
     auto gather = [&](auto&& formRow) {
-        if (reader_ && !readFromCache_) {
-            // A streamed source: each element read (decoded) here, on the map worker.
+        if (reader_ && (!readFromCache_ || encoded_)) {
+            // A streamed source: each element read (decoded) here, on the map worker; from a
+            // cache before the decode, decoded here from its encoded bytes.
             const auto readStart = Clock::now();
             double mapSeconds = 0;
             for (int64_t r = 0; r < rows; ++r) {
-                readStatus = reader_->read(idx[r], slot.sourceRow.data());
+                readStatus = readElement(idx[r], slot);
                 if (!readStatus.ok()) return;
                 const auto mapStart = Clock::now();
-                if (filling_) fillRow(idx[r], slot.sourceRow.data());
                 formRow(slot.sourceRow.data(), x + r * d);
                 mapSeconds += secondsBetween(mapStart, Clock::now());
                 if (options_.elementHook) options_.elementHook(idx[r]);
@@ -736,15 +844,15 @@ Status PipelineImpl::produce(int64_t b, Slot& slot) {
         // As when the row is read back from the cache (below): pre, then post, each rounded.
         if (post.identity()) {
             gather([&](const uint8_t* src, float* dst) {
-                convertRow(kernels_, src, v.xType, dst, d, plan_.pre);
+                convertRow(kernels_, src, xType, dst, d, plan_.pre);
             });
         } else {
             gather([&](const uint8_t* src, float* dst) {
-                convertRow(kernels_, src, v.xType, tmp, d, plan_.pre);
+                convertRow(kernels_, src, xType, tmp, d, plan_.pre);
                 kernels_.affineF32(tmp, dst, d, a, c);
             });
         }
-    } else if (v.xType == DType::U8) {
+    } else if (xType == DType::U8) {
         gather([&](const uint8_t* src, float* dst) { kernels_.affineU8(src, dst, d, a, c); });
     } else if (post.identity()) {
         gather([&](const uint8_t* src, float* dst) {

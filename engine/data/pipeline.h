@@ -36,6 +36,20 @@ class ElementReader {
     // The order in which a shuffled epoch's elements come from the source, before the shuffle
     // buffer: empty for 0, 1, ..., n - 1. TFRecord shards shuffle their file list each epoch.
     virtual std::vector<int32_t> epochOrder(uint64_t /*seed*/) const { return {}; }
+
+    // Encoded elements, for a cache placed before the decode ({"op": "cache"}, {"op": "decode"}):
+    // the bytes sample i is decoded from (an image file's contents, a TFRecord record) and their
+    // decode, so that read(i) is decode(i, readEncoded(i)). Readers without them say false.
+    virtual bool hasEncoded() const { return false; }
+    // Every sample's encoded size, known before reading it (file sizes, record lengths): what a
+    // cache of encoded elements will hold. Errors name the file.
+    virtual Result<std::vector<int64_t>> encodedSizes() const;
+    // Sample i's encoded bytes into `out` (resized). Called from several threads at once.
+    virtual Status readEncoded(int64_t i, std::vector<uint8_t>& out) const;
+    // Sample i decoded from its encoded bytes into dst, as read() decodes it.
+    virtual Status decode(int64_t i, const uint8_t* bytes, size_t size, void* dst) const;
+    // Sample i's file (and record), for errors.
+    virtual std::string elementName(int64_t i) const { return "sample " + std::to_string(i); }
 };
 
 // A dataset: x is u8 or f32 with shape [N, ...] in memory, or, streamed, empty with `reader`
@@ -59,17 +73,35 @@ struct Dataset {
 // A streamed dataset's samples decoded into memory (`threads` 0: every schedulable core), after a
 // check that they fit the memory budget (`where` names the source in that error). A sample that
 // does not read is an error, or, with `skipBad`, left out with its label (`skipped` counts them,
-// `firstSkipped` is the first one's error). An in-memory dataset is returned as it is.
+// `skippedErrors` holds the first kNamedSkips errors, in sample order). The samples kept keep
+// their order, and a shuffled epoch's order is the reader's with the left-out samples taken out
+// where they were. An in-memory dataset is returned as it is.
+constexpr size_t kNamedSkips = 5;
 struct Materialized {
     Dataset data;
     int64_t skipped = 0;
-    std::string firstSkipped;
+    std::vector<std::string> skippedErrors;
 };
 Result<Materialized> materialize(const Dataset& d, const std::string& where, bool skipBad = false,
                                  int64_t threads = 0);
+// A streamed dataset without the samples that do not read: every sample is read (decoded) once, in
+// parallel, into nothing; those that fail are left out as materialize(d, where, true) leaves them
+// out (the same samples kept, in the same order, the same epoch orders), and the rest stay
+// streamed. An in-memory dataset is returned as it is.
+Result<Materialized> dropUnreadable(const Dataset& d, const std::string& where,
+                                    int64_t threads = 0);
+// The line for the run's log about `m`'s left-out samples: "<field>: left out 3 training
+// images that do not decode (of 120): <first errors>; ...". `what` names one ("training
+// image").
+std::string skippedNote(const std::string& field, const Materialized& m, int64_t of,
+                        const std::string& what);
 // Samples [first, first + count) of a streamed dataset's reader.
 std::shared_ptr<const ElementReader> sliceReader(std::shared_ptr<const ElementReader> base,
                                                  int64_t first, int64_t count);
+// The samples `kept` (increasing indices) of a reader, renumbered 0, 1, ...; its epoch orders are
+// the base's with the other samples taken out.
+std::shared_ptr<const ElementReader> subsetReader(std::shared_ptr<const ElementReader> base,
+                                                  std::vector<int64_t> kept);
 
 struct DataSplits {
     Dataset train;

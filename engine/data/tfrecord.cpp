@@ -322,6 +322,13 @@ Status TfRecordFile::readAt(int64_t offset, char* dst, size_t n) const {
 
 Status TfRecordFile::scan(
     const std::function<Status(int64_t offset, std::string_view data)>& onRecord) const {
+    return scan(onRecord, nullptr);
+}
+
+Status TfRecordFile::scan(
+    const std::function<Status(int64_t offset, std::string_view data)>& onRecord,
+    const std::function<void(int64_t offset, const std::string& error, bool rest)>& onDamage)
+    const {
     // buf holds the file's bytes [bufStart, bufStart + have).
     std::vector<char> buf(static_cast<size_t>(std::min<int64_t>(size_, kScanChunk)));
     int64_t bufStart = 0;
@@ -351,23 +358,36 @@ Status TfRecordFile::scan(
         have += want;
         return buf.data();
     };
+    // A framing error: the rest of the file cannot be read (reported, with onDamage).
+    auto framing = [&](int64_t offset, Error e) -> Status {
+        if (!onDamage) return e;
+        onDamage(offset, e.message, true);
+        return Status::success();
+    };
     int64_t offset = 0;
     while (offset < size_) {
         const int64_t remain = size_ - offset;
         if (remain < kTfRecordHeaderBytes) {
             if (offset == 0)
-                return err(path_ + ": not a TFRecord file (" + std::to_string(remain) +
-                           " bytes, shorter than a record's 12-byte header)");
-            return err(path_ + ": truncated " + where(offset) + ": " + std::to_string(remain) +
-                       " bytes remain, a record's header needs 12");
+                return framing(offset,
+                               err(path_ + ": not a TFRecord file (" + std::to_string(remain) +
+                                   " bytes, shorter than a record's 12-byte header)"));
+            return framing(
+                offset, err(path_ + ": truncated " + where(offset) + ": " + std::to_string(remain) +
+                            " bytes remain, a record's header needs 12"));
         }
         TD_ASSIGN_OR_RETURN(const char* header, ensure(offset, kTfRecordHeaderBytes));
-        TD_ASSIGN_OR_RETURN(const uint64_t length, checkHeader(offset, header));
-        const size_t total = static_cast<size_t>(length) + kTfRecordOverheadBytes;
+        Result<uint64_t> length = checkHeader(offset, header);
+        if (!length.ok()) return framing(offset, std::move(length).takeError());
+        const size_t total = static_cast<size_t>(*length) + kTfRecordOverheadBytes;
         TD_ASSIGN_OR_RETURN(const char* record, ensure(offset, total));
         const char* data = record + kTfRecordHeaderBytes;
-        TD_RETURN_IF_ERROR(checkData(offset, data, length));
-        TD_RETURN_IF_ERROR(onRecord(offset, std::string_view(data, length)));
+        if (Status s = checkData(offset, data, *length); !s.ok()) {
+            if (!onDamage) return s;
+            onDamage(offset, s.error(), false);
+        } else {
+            TD_RETURN_IF_ERROR(onRecord(offset, std::string_view(data, *length)));
+        }
         offset += static_cast<int64_t>(total);
     }
     return Status::success();

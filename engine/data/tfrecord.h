@@ -65,6 +65,14 @@ class TfRecordFile {
     // buffer (one record of up to kTfRecordMaxLength at most). An empty file has no records. The
     // first error (the framing's, or one onRecord returns, passed on as it is) ends the walk.
     Status scan(const std::function<Status(int64_t offset, std::string_view data)>& onRecord) const;
+    // The same, where damage is not an error but reported: a record whose data CRC does not match
+    // goes to onDamage(offset, error, false) and the walk goes on with the next record (its length
+    // checked); a framing error (a length CRC mismatch, a length over the limit, a record or
+    // header cut short) leaves the rest of the file unreadable: onDamage(offset, error, true), and
+    // the walk ends without an error. Read errors (I/O) and onRecord's errors still end it.
+    Status scan(const std::function<Status(int64_t offset, std::string_view data)>& onRecord,
+                const std::function<void(int64_t offset, const std::string& error, bool rest)>&
+                    onDamage) const;
 
     // Reads the record whose length field is at `offset` into `out` (resized to the data),
     // checking both CRCs. Thread-safe: concurrent calls on one file are fine (pread).

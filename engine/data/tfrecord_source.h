@@ -10,6 +10,11 @@
 // file and the record's offset), every label is read into memory, and each record's place is
 // kept. Sample i is the i-th record of the unshuffled interleave; streamed, reading it reads the
 // record again (checked again) and decodes its x feature, on the pipeline's map workers.
+// With skip_bad_files, what does not read (a shard that does not open, a record whose data CRC
+// does not match, the rest of a shard after a framing error, a record without its features, an x
+// that does not decode) is left out of the split instead, keeping its place in the interleave:
+// an epoch's order is the full interleave with those records taken out, decoded at load or
+// streamed (found at load by decoding every record once).
 #pragma once
 
 #include <cstdint>

@@ -262,7 +262,7 @@ struct Reader {
     TfRecordConfig tfRecords(const Json& v, const std::string& path) const {
         checkKeys(v, path,
                   {"type", "files", "test_files", "compression", "x", "y", "cycle_length",
-                   "block_length", "shuffle_files"});
+                   "block_length", "shuffle_files", "skip_bad_files"});
         TfRecordConfig c;
         auto patterns = [&](const char* key, bool required) {
             std::vector<std::string> out;
@@ -353,6 +353,8 @@ struct Reader {
             c.blockLength = getPositiveInteger(*n, child(path, "block_length"));
         if (const Json* n = member(v, "shuffle_files"))
             c.shuffleFiles = getBool(*n, child(path, "shuffle_files"));
+        if (const Json* n = member(v, "skip_bad_files"))
+            c.skipBadFiles = getBool(*n, child(path, "skip_bad_files"));
         return c;
     }
 
@@ -360,8 +362,8 @@ struct Reader {
         requireObject(v, path);
         MapStep m;
         m.op = getOneOf(requireMember(v, path, "op"), child(path, "op"),
-                        {"scale", "normalize", "cast", "one_hot", "cache"});
-        if (m.op == "cache") {
+                        {"scale", "normalize", "cast", "one_hot", "cache", "decode"});
+        if (m.op == "cache" || m.op == "decode") {
             checkKeys(v, path, {"op"});
         } else if (m.op == "scale") {
             checkKeys(v, path, {"op", "factor"});
@@ -435,6 +437,33 @@ struct Reader {
         return p;
     }
 
+    // A "decode" map step: at most once, only after "cache" steps, and only for the sources that
+    // decode files or records.
+    static void decodeStep(const DataConfig& d, const std::string& mapPath) {
+        bool seen = false;
+        for (size_t i = 0; i < d.pipeline.map.size(); ++i) {
+            const std::string& op = d.pipeline.map[i].op;
+            const std::string at = child(child(mapPath, i), "op");
+            if (op == "decode") {
+                if (seen)
+                    fail(at, "\"decode\" appears twice (it marks the one place of the decode)");
+                if (d.source.type != "image_directory" && d.source.type != "tfrecord")
+                    fail(at,
+                         "\"decode\" marks where an image_directory or tfrecord source decodes "
+                         "its files or records; a \"" +
+                             d.source.type + "\" source is read into memory at load");
+                seen = true;
+            } else if (op != "cache" && !seen &&
+                       std::any_of(d.pipeline.map.begin() + static_cast<std::ptrdiff_t>(i),
+                                   d.pipeline.map.end(),
+                                   [](const MapStep& m) { return m.op == "decode"; })) {
+                fail(at, "\"" + op +
+                             "\" before \"decode\" would act on encoded bytes; only \"cache\" "
+                             "may come before \"decode\"");
+            }
+        }
+    }
+
     DataConfig data(const Json& v, const std::string& path) const {
         requireObject(v, path);
         checkKeys(v, path, {"source", "pipeline", "validation_split", "validation_data"});
@@ -445,6 +474,7 @@ struct Reader {
         if (const Json* x = member(v, "validation_split"))
             d.validationSplit =
                 getNumberInRange(*x, child(path, "validation_split"), 0.0, 1.0, false);
+        decodeStep(d, child(child(path, "pipeline"), "map"));
         if (const Json* x = member(v, "validation_data")) {
             const std::string vpath = child(path, "validation_data");
             d.validationData = getString(*x, vpath);
@@ -1110,6 +1140,7 @@ Json sourceJson(const SourceConfig& s) {
         if (c.cycleLength > 0) j["cycle_length"] = c.cycleLength;
         j["block_length"] = c.blockLength;
         j["shuffle_files"] = c.shuffleFiles;
+        j["skip_bad_files"] = c.skipBadFiles;
     } else if (s.type == "synthetic") {
         j["samples"] = s.samples;
         j["test_samples"] = s.testSamples;

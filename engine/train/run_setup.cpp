@@ -54,17 +54,22 @@ Result<RunSetup> prepareRun(Project& p, const RunSetupOptions& opt) {
 
     // Image and record sources are decoded into memory when the pipeline caches in memory (the
     // cache would hold them decoded anyway, and a load decodes on every core), and are otherwise
-    // streamed: decoded by the pipeline's map workers each epoch, or once into a file cache.
-    auto data = loadSource(p.data.source, /*stream=*/p.data.pipeline.cache != "memory");
+    // streamed: decoded by the pipeline's map workers each epoch, or once into a file cache. A
+    // cache before the "decode" step keeps the encoded files or records: streamed, decoded each
+    // epoch.
+    auto data = loadSource(p.data.source, /*stream=*/p.data.pipeline.cache != "memory" ||
+                                              cachesEncoded(p.data.pipeline));
     if (!data.ok()) {
         std::string e = data.error().rfind("data.source", 0) == 0 ? data.error()
                                                                   : "data.source: " + data.error();
         // Decoded for a memory cache that does not fit: streaming would.
-        if (p.data.pipeline.cache == "memory" &&
+        if (p.data.pipeline.cache == "memory" && !cachesEncoded(p.data.pipeline) &&
             (p.data.source.type == "image_directory" || p.data.source.type == "tfrecord") &&
             e.find("over the budget") != std::string::npos)
             e += "; with data.pipeline.cache \"none\" or \"file:<path>\" the samples are "
-                 "decoded as batches need them instead";
+                 "decoded as batches need them instead; with [{\"op\": \"cache\"}, "
+                 "{\"op\": \"decode\"}, ...] as data.pipeline.map the memory cache keeps the "
+                 "encoded files or records (decoded each epoch)";
         return err(e);
     }
     out.splits = std::move(data).value();

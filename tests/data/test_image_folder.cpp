@@ -24,6 +24,7 @@
 
 #include "engine/data/image_folder.h"
 #include "engine/data/pipeline.h"
+#include "tests/scoped_env.h"
 #include "tests/source_dir.h"
 
 namespace fs = std::filesystem;
@@ -101,6 +102,73 @@ void writeBmp(const std::string& path, int w, int h, const std::vector<uint8_t>&
 
 void writeText(const std::string& path, const std::string& text) {
     std::ofstream(path, std::ios::binary) << text;
+}
+
+std::string readBytes(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(f)), {});
+}
+
+std::string joined(const std::vector<std::string>& lines) {
+    std::string s;
+    for (const std::string& l : lines) s += l + "\n";
+    return s;
+}
+
+bool noteWith(const std::vector<std::string>& notes, const std::string& part) {
+    for (const std::string& n : notes)
+        if (n.find(part) != std::string::npos) return true;
+    return false;
+}
+
+// Every batch of `epochs` epochs of two pipelines is the same, bit for bit (x and y); `what` names
+// the comparison in failures. Returns the batches' labels, epoch after epoch.
+std::vector<int32_t> sameBatches(Pipeline& a, Pipeline& b, int epochs, const std::string& what) {
+    std::vector<int32_t> labels;
+    for (int epoch = 0; epoch < epochs; ++epoch) {
+        if (!a.beginEpoch(epoch).ok() || !b.beginEpoch(epoch).ok()) {
+            QTest::qFail(("beginEpoch: " + what).c_str(), __FILE__, __LINE__);
+            return {};
+        }
+        for (int64_t k = 0;; ++k) {
+            auto ba = a.next();
+            auto bb = b.next();
+            const std::string at =
+                what + " epoch " + std::to_string(epoch) + " batch " + std::to_string(k);
+            if (!ba.ok() || !bb.ok()) {
+                QTest::qFail((at + ": " + (ba.ok() ? bb.error() : ba.error())).c_str(), __FILE__,
+                             __LINE__);
+                return {};
+            }
+            if ((*ba == nullptr) != (*bb == nullptr)) {
+                QTest::qFail((at + ": one pipeline ended before the other").c_str(), __FILE__,
+                             __LINE__);
+                return {};
+            }
+            if (!*ba) break;
+            if ((*ba)->x.shape() != (*bb)->x.shape() ||
+                std::memcmp((*ba)->x.raw(), (*bb)->x.raw(), (*ba)->x.bytes()) != 0 ||
+                std::memcmp((*ba)->y.raw(), (*bb)->y.raw(), (*ba)->y.bytes()) != 0) {
+                QTest::qFail((at + ": the batches differ").c_str(), __FILE__, __LINE__);
+                return {};
+            }
+            if ((*ba)->y.dtype() == DType::I32)
+                labels.insert(labels.end(), (*ba)->y.data<int32_t>(),
+                              (*ba)->y.data<int32_t>() + (*ba)->size);
+        }
+    }
+    return labels;
+}
+
+// Noise pixels (PNG cannot compress them much): `seed` picks the noise.
+std::vector<uint8_t> noise(int w, int h, int channels, uint32_t seed) {
+    std::vector<uint8_t> p(static_cast<size_t>(w * h * channels));
+    uint32_t v = seed * 2654435761u + 1;
+    for (uint8_t& b : p) {
+        v = v * 1664525u + 1013904223u;
+        b = static_cast<uint8_t>(v >> 24);
+    }
+    return p;
 }
 
 // The Python with Keras that installer/bench.sh sets up, or $TRAINDECK_KERAS_PYTHON.
@@ -501,10 +569,13 @@ class TestImageFolder : public QObject {
         auto skipped = loadImageDirectory(skip);
         QVERIFY2(skipped.ok(), skipped.ok() ? "" : skipped.error().c_str());
         QCOMPARE(skipped->train.size(), int64_t(4));
-        bool noted = false;
-        for (const std::string& n : skipped->notes)
-            noted = noted || n.find("left out 1 training file(s)") != std::string::npos;
-        QVERIFY(noted);
+        // The count, the file and why, in the run's log.
+        QVERIFY2(
+            noteWith(skipped->notes,
+                     "data.source.skip_bad_files: left out 1 of 5 training "
+                     "images: " +
+                         (root / "b" / "fake.jpg").string() + ": not an image (expected a JPEG"),
+            joined(skipped->notes).c_str());
         fs::remove(root / "b" / "fake.jpg");
         ImageDirectoryConfig binary = cfg;
         fs::create_directories(root / "c");
@@ -694,6 +765,257 @@ class TestImageFolder : public QObject {
                     }
                 }
             }
+        }
+    }
+
+    // skip_bad_files: the same files left out decoded at load and streamed (found by decoding
+    // every file once), so the same batches, shuffled, across epochs, through a validation split;
+    // the log line counts them and names each with its error. Without the option each is an
+    // error naming the file.
+    void skippedFilesGiveTheSameBatchesStreamedAndDecoded() {
+        QTemporaryDir dir;
+        const fs::path root = dir.path().toStdString();
+        int seed = 0;
+        for (const char* cls : {"p", "q", "r"}) {
+            fs::create_directories(root / cls);
+            for (int i = 0; i < 14; ++i)
+                writePng((root / cls / (std::to_string(i) + ".png")).string(), 7, 6, 3,
+                         pattern(7, 6, 3, ++seed));
+        }
+        // A PNG cut in half, text under a PNG's name, a BMP cut short; and a text file with
+        // another extension, which is not an image at all and never read.
+        const std::string cut = (root / "p" / "3.png").string();
+        const std::string text = (root / "q" / "5.png").string();
+        const std::string bmp = (root / "r" / "x.bmp").string();
+        writeText(cut, readBytes(cut).substr(0, 40));
+        writeText(text, "not a picture");
+        writeBmp(bmp, 8, 8, std::vector<uint8_t>(8 * 8 * 3, 90));
+        writeText(bmp, readBytes(bmp).substr(0, 100));
+        writeText((root / "r" / "notes.txt").string(), "ignored");
+        SourceConfig s;
+        s.type = "image_directory";
+        s.images.directory = root.string();
+        s.images.height = 5;
+        s.images.width = 4;
+        s.images.seed = 11;
+        for (bool stream : {false, true}) {
+            auto refused = loadSource(s, stream);
+            if (!stream) {
+                QVERIFY(!refused.ok());
+                QVERIFY2(refused.error().find("skip_bad_files") != std::string::npos,
+                         refused.error().c_str());
+                QVERIFY2(refused.error().find(cut) != std::string::npos ||
+                             refused.error().find(text) != std::string::npos ||
+                             refused.error().find(bmp) != std::string::npos,
+                         refused.error().c_str());
+            }
+        }
+        s.images.skipBadFiles = true;
+        auto decoded = loadSource(s);
+        auto streamed = loadSource(s, /*stream=*/true);
+        QVERIFY2(decoded.ok(), decoded.ok() ? "" : decoded.error().c_str());
+        QVERIFY2(streamed.ok(), streamed.ok() ? "" : streamed.error().c_str());
+        QVERIFY(streamed->train.streamed() && !decoded->train.streamed());
+        QCOMPARE(decoded->train.size(), int64_t(40));
+        QCOMPARE(streamed->train.size(), int64_t(40));
+        for (const auto* splits : {&*decoded, &*streamed}) {
+            const std::string notes = joined(splits->notes);
+            QVERIFY2(notes.find("data.source.skip_bad_files: left out 3 of 43 training images: ") !=
+                         std::string::npos,
+                     notes.c_str());
+            QVERIFY2(notes.find(cut + ": not a readable PNG image") != std::string::npos,
+                     notes.c_str());
+            QVERIFY2(notes.find(text + ": not an image") != std::string::npos, notes.c_str());
+            QVERIFY2(notes.find(bmp + ": truncated BMP file") != std::string::npos, notes.c_str());
+            QVERIFY2(notes.find("notes.txt") == std::string::npos, notes.c_str());
+        }
+        QCOMPARE(
+            std::memcmp(decoded->train.y.raw(), streamed->train.y.raw(), decoded->train.y.bytes()),
+            0);
+        PipelineConfig pc;
+        pc.shuffleBuffer = 16;
+        pc.map = {MapStep{.op = "scale", .factor = 1.0 / 255}};
+        PipelineConfig streamedPc = pc;
+        streamedPc.cache = "none";
+        auto [dTrain, dVal] = splitTail(decoded->train, 0.25);
+        auto [sTrain, sVal] = splitTail(streamed->train, 0.25);
+        for (auto [d, st] : {std::pair{dTrain, sTrain}, std::pair{dVal, sVal}}) {
+            auto a = Pipeline::create(d, pc, 6, true, 3);
+            auto b = Pipeline::create(st, streamedPc, 6, true, 3);
+            QVERIFY2(a.ok() && b.ok(), b.ok() ? "" : b.error().c_str());
+            const std::vector<int32_t> labels = sameBatches(**a, **b, 3, "skipped files");
+            QCOMPARE(static_cast<int64_t>(labels.size()), 3 * d.size());
+        }
+        // No bad file with the option on: a line says so.
+        fs::remove(cut);
+        fs::remove(text);
+        fs::remove(bmp);
+        auto clean = loadSource(s, /*stream=*/true);
+        QVERIFY2(clean.ok(), clean.ok() ? "" : clean.error().c_str());
+        QVERIFY2(noteWith(clean->notes, "left out 0 of 40 training images (every one reads)"),
+                 joined(clean->notes).c_str());
+    }
+
+    // A cache before the decode ({"op": "cache"}, {"op": "decode"}) keeps the files' bytes and
+    // decodes them every epoch: the batches are those of the decoded cache, bit for bit, from a
+    // memory cache and a file cache (written, then read by a second pipeline from its first
+    // epoch), shuffled, with and without drop_remainder, through a validation split.
+    void encodedCacheGivesTheDecodedBatches() {
+        QTemporaryDir dir;
+        const fs::path root = dir.path().toStdString();
+        int seed = 0;
+        for (const char* cls : {"a", "b"}) {
+            fs::create_directories(root / cls);
+            for (int i = 0; i < 19; ++i) {
+                const std::string stem = (root / cls / std::to_string(i)).string();
+                if (i % 3 == 0)
+                    writeJpeg(stem + ".jpg", 11, 9, pattern(11, 9, 3, ++seed));
+                else
+                    writePng(stem + ".png", 10, 8, 3, pattern(10, 8, 3, ++seed));
+            }
+        }
+        SourceConfig s;
+        s.type = "image_directory";
+        s.images.directory = root.string();
+        s.images.height = 6;
+        s.images.width = 7;
+        s.images.seed = 5;
+        auto decoded = loadSource(s);
+        auto streamed = loadSource(s, /*stream=*/true);
+        QVERIFY2(decoded.ok() && streamed.ok(), decoded.ok() ? "" : decoded.error().c_str());
+        const std::string cacheFile = (root / "encoded.cache").string();
+        for (bool drop : {false, true}) {
+            PipelineConfig pc;
+            pc.shuffleBuffer = 9;
+            pc.dropRemainder = drop;
+            pc.map = {MapStep{.op = "normalize", .mean = 100, .stddev = 50}};
+            PipelineConfig enc = pc;
+            enc.map.insert(enc.map.begin(), {MapStep{.op = "cache"}, MapStep{.op = "decode"}});
+            QVERIFY(cachesEncoded(enc));
+            auto [dTrain, dVal] = splitTail(decoded->train, 0.2);
+            auto [sTrain, sVal] = splitTail(streamed->train, 0.2);
+            for (auto [d, st] : {std::pair{dTrain, sTrain}, std::pair{dVal, sVal}}) {
+                for (const std::string& cache : {std::string("memory"), "file:" + cacheFile}) {
+                    fs::remove(cacheFile);
+                    enc.cache = cache;
+                    const std::string what = cache + (drop ? " drop" : "");
+                    auto a = Pipeline::create(d, pc, 4, true, 9);
+                    auto b = Pipeline::create(st, enc, 4, true, 9);
+                    QVERIFY2(a.ok() && b.ok(), b.ok() ? "" : b.error().c_str());
+                    sameBatches(**a, **b, 3, what);
+                    const int64_t batched = drop ? st.size() / 4 * 4 : st.size();
+                    const PipelineStats stats = (*b)->stats();
+                    QVERIFY(stats.cacheComplete);
+                    QCOMPARE(stats.epochCacheElements, batched);  // the last epoch, from the cache
+                    QVERIFY(stats.readSecondsPerBatch > 0);       // decoded again
+                    if (cache == "memory") continue;
+                    // The file is trusted by a later pipeline: every epoch from the cache.
+                    QVERIFY(fs::exists(cacheFile));
+                    auto again = Pipeline::create(st, enc, 4, true, 9);
+                    auto a2 = Pipeline::create(d, pc, 4, true, 9);
+                    QVERIFY2(again.ok() && a2.ok(), again.ok() ? "" : again.error().c_str());
+                    QVERIFY2((*again)->messages().empty(), joined((*again)->messages()).c_str());
+                    sameBatches(**a2, **again, 2, what + " reread");
+                    QCOMPARE((*again)->stats().epochSourceElements, int64_t(0));
+                    QVERIFY((*again)->stats().readingCacheFile);
+                    // A decoded-cache file at the same path is not taken for it, nor it for one.
+                    PipelineConfig decodedFile = pc;
+                    decodedFile.cache = cache;
+                    auto other = Pipeline::create(st, decodedFile, 4, true, 9);
+                    QVERIFY2(other.ok(), other.ok() ? "" : other.error().c_str());
+                    QCOMPARE((*other)->messages().size(), size_t(1));
+                }
+            }
+        }
+        // Samples already in memory have no encoded form to cache.
+        PipelineConfig enc;
+        enc.map = {MapStep{.op = "cache"}, MapStep{.op = "decode"}};
+        auto refused = Pipeline::create(decoded->train, enc, 4, true, 9);
+        QVERIFY(!refused.ok());
+        QVERIFY2(refused.error().find("a cache before 'decode' keeps the encoded files") !=
+                     std::string::npos,
+                 refused.error().c_str());
+        // Only the cache may come before the decode.
+        enc.map = {MapStep{.op = "scale", .factor = 2}, MapStep{.op = "decode"}};
+        refused = Pipeline::create(streamed->train, enc, 4, true, 9);
+        QVERIFY(!refused.ok());
+        QVERIFY2(refused.error().find("'decode' must come before every step but 'cache'") !=
+                     std::string::npos,
+                 refused.error().c_str());
+    }
+
+    // The memory budget counts an encoded memory cache by its encoded bytes: accepted where the
+    // decoded samples would not fit (both refused with their sizes), refused with its own sizes
+    // when the encoded bytes do not fit either.
+    void encodedMemoryCacheMeetsTheBudget() {
+        QTemporaryDir dir;
+        const fs::path root = dir.path().toStdString();
+        // 60 PNGs of noise, 64x64 RGB: about 12 KiB each encoded (740 KiB in all), 48 KiB each
+        // decoded to float32 (2.8 MiB in all).
+        int64_t encodedBytes = 0;
+        for (int c = 0; c < 2; ++c) {
+            fs::create_directories(root / std::to_string(c));
+            for (int i = 0; i < 30; ++i) {
+                const std::string path =
+                    (root / std::to_string(c) / (std::to_string(i) + ".png")).string();
+                writePng(path, 64, 64, 3, noise(64, 64, 3, static_cast<uint32_t>(c * 100 + i)));
+                encodedBytes += static_cast<int64_t>(fs::file_size(path));
+            }
+        }
+        QVERIFY2(encodedBytes > 600 * 1024 && encodedBytes < 900 * 1024,
+                 qPrintable(QString::number(encodedBytes)));
+        SourceConfig s;
+        s.type = "image_directory";
+        s.images.directory = root.string();
+        s.images.height = s.images.width = 64;
+        s.images.seed = 2;
+        auto streamed = loadSource(s, /*stream=*/true);
+        QVERIFY2(streamed.ok(), streamed.ok() ? "" : streamed.error().c_str());
+        PipelineConfig enc;
+        enc.map = {MapStep{.op = "cache"}, MapStep{.op = "decode"},
+                   MapStep{.op = "scale", .factor = 1.0 / 255}};
+        enc.prefetch = 0;
+        enc.shuffleBuffer = 60;
+        PipelineConfig dec = enc;
+        dec.map.erase(dec.map.begin(), dec.map.begin() + 2);
+        {
+            const td::test::ScopedEnv budget("TRAINDECK_MEMORY_BUDGET", "2M");
+            // Decoded: refused at load and as a memory cache of the stream, with the sizes.
+            auto atLoad = loadSource(s);
+            QVERIFY(!atLoad.ok());
+            QVERIFY2(atLoad.error().find("60 decoded samples of [64,64,3] f32 values") !=
+                             std::string::npos &&
+                         atLoad.error().find("over the budget of 2.0 MiB") != std::string::npos,
+                     atLoad.error().c_str());
+            auto decodedCache = Pipeline::create(streamed->train, dec, 2, true, 1);
+            QVERIFY(!decodedCache.ok());
+            QVERIFY2(decodedCache.error().find("data.pipeline.cache") != std::string::npos,
+                     decodedCache.error().c_str());
+            // Encoded: fits, and trains two epochs, the second from the cache.
+            auto fits = Pipeline::create(streamed->train, enc, 2, true, 1);
+            QVERIFY2(fits.ok(), fits.ok() ? "" : fits.error().c_str());
+            for (int epoch = 0; epoch < 2; ++epoch) {
+                QVERIFY((*fits)->beginEpoch(epoch).ok());
+                int64_t rows = 0;
+                while (true) {
+                    auto b = (*fits)->next();
+                    QVERIFY2(b.ok(), b.ok() ? "" : b.error().c_str());
+                    if (!*b) break;
+                    rows += (*b)->size;
+                }
+                QCOMPARE(rows, int64_t(60));
+            }
+            QCOMPARE((*fits)->stats().epochCacheElements, int64_t(60));
+        }
+        {
+            const td::test::ScopedEnv budget("TRAINDECK_MEMORY_BUDGET", "512K");
+            auto over = Pipeline::create(streamed->train, enc, 2, true, 1);
+            QVERIFY(!over.ok());
+            QVERIFY2(
+                over.error().find("data.pipeline.cache: needs about") != std::string::npos &&
+                    over.error().find("over the budget of 512.0 KiB") != std::string::npos &&
+                    over.error().find("a memory cache of 60 encoded samples") != std::string::npos,
+                over.error().c_str());
         }
     }
 };

@@ -8,10 +8,13 @@
 #include <QTemporaryDir>
 #include <QtTest>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <regex>
 #include <string>
 #include <utility>
 
+#include "engine/api/data_preview.h"
 #include "engine/api/session.h"
 #include "engine/data/pipeline.h"
 #include "tests/scoped_env.h"
@@ -91,6 +94,7 @@ class TestPipelineTraining : public QObject {
     void cacheStepInTheProjectFile();
     void inlineEpochsTrainAsWorkerEpochs();
     void inputBoundEpochsSaySo();
+    void skipBadFilesAndDecodeStepInTheProjectFile();
 };
 
 void TestPipelineTraining::fileCacheReadAfterTheFirstEpochAndByTheNextRun() {
@@ -293,6 +297,148 @@ void TestPipelineTraining::inputBoundEpochsSaySo() {
     const Status st = (*s)->fit();
     QVERIFY(!st.ok());
     QVERIFY2(st.error().find(kSlowBatchFaultEnv) != std::string::npos, st.error().c_str());
+}
+
+namespace {
+
+// A 24-bit 8x8 BMP whose pixels are `level` plus a pattern of `seed`.
+void writeBmp(const std::string& path, int level, int seed) {
+    constexpr int kSide = 8, kStride = 24;
+    std::vector<uint8_t> b(54 + kStride * kSide, 0);
+    auto put32 = [&](size_t at, uint32_t v) {
+        for (int i = 0; i < 4; ++i)
+            b[at + static_cast<size_t>(i)] = static_cast<uint8_t>(v >> (8 * i));
+    };
+    b[0] = 'B';
+    b[1] = 'M';
+    put32(2, static_cast<uint32_t>(b.size()));
+    put32(10, 54);
+    put32(14, 40);
+    put32(18, kSide);
+    put32(22, kSide);
+    b[26] = 1;
+    b[28] = 24;
+    for (size_t i = 54; i < b.size(); ++i)
+        b[i] = static_cast<uint8_t>(
+            level + static_cast<int>((i * 7 + static_cast<size_t>(seed) * 13) % 50));
+    std::ofstream(path, std::ios::binary)
+        .write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+}
+
+std::string folderProject(const std::string& folder, const std::string& map,
+                          const std::string& cache) {
+    return R"({"format": "traindeck-project", "version": 1, "name": "folder",
+ "model": {"class_name": "Sequential", "config": {"name": "m", "layers": [
+  {"class_name": "InputLayer", "config": {"name": "in", "batch_shape": [null, 8, 8, 3]}},
+  {"class_name": "Flatten", "config": {"name": "f"}},
+  {"class_name": "Dense", "config": {"name": "d", "units": 2, "activation": "softmax"}}]}},
+ "data": {"source": {"type": "image_directory", "directory": ")" +
+           folder + R"(", "image_size": [8, 8], "seed": 3, "skip_bad_files": true},
+  "pipeline": {"map": )" +
+           map + R"(, "cache": ")" + cache + R"(", "shuffle_buffer": 64}},
+ "training": {"epochs": 3, "batch_size": 8, "seed": 5,
+  "optimizer": {"class_name": "SGD", "config": {"learning_rate": 0.05}},
+  "loss": {"class_name": "SparseCategoricalCrossentropy", "config": {}},
+  "evaluate_test": false}})";
+}
+
+}  // namespace
+
+// skip_bad_files and a "decode" map step from a project file: parsed, saved and compared (a
+// change of either is a difference), refused where they make no sense, described with the cache
+// before the decode; trained, the run's log counts and names the files left out, and a memory
+// cache of the encoded files trains on exactly the batches of the decoded cache (the same
+// losses), the first epoch from the files, the later ones from the cache.
+void TestPipelineTraining::skipBadFilesAndDecodeStepInTheProjectFile() {
+    QTemporaryDir dir;
+    const std::filesystem::path root = dir.path().toStdString();
+    for (int c = 0; c < 2; ++c) {
+        std::filesystem::create_directories(root / ("c" + std::to_string(c)));
+        for (int i = 0; i < 20; ++i)
+            writeBmp((root / ("c" + std::to_string(c)) / (std::to_string(i) + ".bmp")).string(),
+                     c * 120, i);
+    }
+    const std::string bad = (root / "c1" / "4.bmp").string();
+    std::filesystem::resize_file(bad, 60);
+    const std::string scale = R"({"op": "scale", "factor": 0.00392156862745098})";
+    const std::string encodedMap = R"([{"op": "cache"}, {"op": "decode"}, )" + scale + "]";
+    auto encoded = parseProject(folderProject(root.string(), encodedMap, "memory"));
+    QVERIFY2(encoded.ok(), encoded.ok() ? "" : encoded.error().c_str());
+    QVERIFY(encoded->data.source.images.skipBadFiles);
+    QCOMPARE(encoded->data.pipeline.map.size(), size_t(3));
+    QCOMPARE(encoded->data.pipeline.map[1].op, std::string("decode"));
+    QVERIFY(cachesEncoded(encoded->data.pipeline));
+    auto again = parseProject(projectToJson(*encoded));
+    QVERIFY2(again.ok(), again.ok() ? "" : again.error().c_str());
+    QCOMPARE(projectDifference(*encoded, *again), std::string());
+    Project changed = *encoded;
+    changed.data.source.images.skipBadFiles = false;
+    QCOMPARE(projectDifference(*encoded, changed), std::string("data.source (image_directory)"));
+    changed = *encoded;
+    changed.data.pipeline.map.erase(changed.data.pipeline.map.begin() + 1);
+    QCOMPARE(projectDifference(*encoded, changed), std::string("data.pipeline.map"));
+    QCOMPARE(api::describePipeline(encoded->data, 8),
+             std::string("image_directory → cache (memory, encoded files) → shuffle (buffer 64, "
+                         "each epoch) → batch 8 → decode + resize (AUTOTUNE workers, every epoch) "
+                         "→ map scale ×0.00392157 (AUTOTUNE workers) → prefetch (AUTOTUNE)"));
+    // tfrecord: skip_bad_files saved and compared too.
+    Project records = *encoded;
+    records.data.source.images = ImageDirectoryConfig{};
+    records.data.source.type = "tfrecord";
+    records.data.source.records.files = {(root / "*.tfrecord").string()};
+    records.data.source.records.xFeature = "image";
+    records.data.source.records.image.height = records.data.source.records.image.width = 8;
+    records.data.source.records.skipBadFiles = true;
+    auto recordsAgain = parseProject(projectToJson(records));
+    QVERIFY2(recordsAgain.ok(), recordsAgain.ok() ? "" : recordsAgain.error().c_str());
+    QVERIFY(recordsAgain->data.source.records.skipBadFiles);
+    QCOMPARE(projectDifference(records, *recordsAgain), std::string());
+    records.data.source.records.skipBadFiles = false;
+    QCOMPARE(projectDifference(records, *recordsAgain), std::string("data.source (tfrecord)"));
+    // Refused: a decode step where nothing is decoded, a step before it other than the cache,
+    // two of them.
+    for (const auto& [map, part] : std::vector<std::pair<std::string, std::string>>{
+             {"[" + scale + R"(, {"op": "decode"}])",
+              R"(data.pipeline.map[0].op: "scale" before "decode" would act on encoded bytes)"},
+             {R"([{"op": "decode"}, {"op": "decode"}])",
+              R"(data.pipeline.map[1].op: "decode" appears twice)"}}) {
+        auto refused = parseProject(folderProject(root.string(), map, "memory"));
+        QVERIFY(!refused.ok());
+        QVERIFY2(refused.error().find(part) != std::string::npos, refused.error().c_str());
+    }
+    {
+        Project synthetic = blobs("memory", 1);
+        synthetic.data.pipeline.map = {MapStep{.op = "decode"}};
+        const std::string json = projectToJson(synthetic);
+        auto refused = parseProject(json);
+        QVERIFY(!refused.ok());
+        QVERIFY2(refused.error().find("\"decode\" marks where an image_directory or tfrecord "
+                                      "source decodes its files or records; a \"synthetic\"") !=
+                     std::string::npos,
+                 refused.error().c_str());
+    }
+
+    // Trained: the decoded cache and the encoded one, the same losses.
+    auto decoded = parseProject(folderProject(root.string(), "[" + scale + "]", "memory"));
+    QVERIFY2(decoded.ok(), decoded.ok() ? "" : decoded.error().c_str());
+    const Run a = train(*decoded);
+    const Run b = train(*encoded);
+    QCOMPARE(a.status, RunStatus::Completed);
+    QCOMPARE(b.status, RunStatus::Completed);
+    QCOMPARE(a.losses.size(), size_t(3));
+    QCOMPARE(b.losses, a.losses);
+    for (const Run* r : {&a, &b}) {
+        bool noted = false;
+        for (const std::string& w : r->warnings)
+            noted = noted ||
+                    (w.find("data.source.skip_bad_files: left out 1 of 40 training images: " + bad +
+                            ": truncated BMP file") != std::string::npos);
+        QVERIFY(noted);
+    }
+    QCOMPARE(b.epochs.size(), size_t(3));
+    QCOMPARE(b.epochs[0].source, int64_t(39));
+    QCOMPARE(b.epochs[1].cache, int64_t(39));
+    QCOMPARE(b.epochs[2].cache, int64_t(39));
 }
 
 QTEST_GUILESS_MAIN(TestPipelineTraining)

@@ -3,10 +3,10 @@
 // process's peak resident memory stays under the budget; the same project with a memory cache is
 // refused before training, with the sizes and the way out; a file that does not decode, met by a
 // batch mid-epoch, ends the run as failed with the file named.
+#include <fcntl.h>
 #include <spawn.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <QTemporaryDir>
@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/api/runs.h"
 #include "tests/source_dir.h"
 
 extern char** environ;
@@ -114,6 +115,25 @@ std::string project(const std::string& folder, const std::string& cache, const s
   "evaluate_test": false}})";
 }
 
+// A small project over a folder of 16x16 images: `source` adds keys to the source object, `map`
+// is data.pipeline.map.
+std::string smallProject(const std::string& folder, const std::string& name,
+                         const std::string& source, const std::string& map,
+                         const std::string& cache) {
+    return R"({"format": "traindeck-project", "version": 1, "name": ")" + name + R"(",
+ "model": {"class_name": "Sequential", "config": {"name": "m", "layers": [
+  {"class_name": "InputLayer", "config": {"name": "in", "batch_shape": [null, 16, 16, 3]}},
+  {"class_name": "Flatten", "config": {"name": "f"}},
+  {"class_name": "Dense", "config": {"name": "d", "units": 3, "activation": "softmax"}}]}},
+ "data": {"source": {"type": "image_directory", "directory": ")" +
+           folder + R"(", "image_size": [16, 16], "seed": 4)" + source + R"(},
+  "pipeline": {"map": )" +
+           map + R"(, "cache": ")" + cache + R"(", "shuffle_buffer": 100}},
+ "training": {"epochs": 2, "batch_size": 8, "optimizer": {"class_name": "Adam", "config": {}},
+  "loss": {"class_name": "SparseCategoricalCrossentropy", "config": {}}, "metrics": ["accuracy"],
+  "evaluate_test": false}})";
+}
+
 }  // namespace
 
 class TestStreaming : public QObject {
@@ -171,6 +191,85 @@ class TestStreaming : public QObject {
                  f.out.c_str());
         const Child runs = runCli({"runs", "--db", db}, env, log);
         QVERIFY2(runs.out.find("failed") != std::string::npos, runs.out.c_str());
+    }
+
+    // skip_bad_files and a cache before the decode, as a user runs them: without the option a bad
+    // file ends the run naming it; with it the run trains and its log (the CLI's output and the
+    // store's) says how many files were left out and names them; a memory cache of the encoded
+    // files fills in the first epoch and feeds the second.
+    void skipBadFilesAndEncodedCacheThroughTheCli() {
+        QTemporaryDir dir;
+        const fs::path root = dir.path().toStdString();
+        std::mt19937 rng(3);
+        for (int c = 0; c < 3; ++c) {
+            fs::create_directories(root / "images" / ("c" + std::to_string(c)));
+            for (int i = 0; i < 30; ++i)
+                writeBmp(
+                    (root / "images" / ("c" + std::to_string(c)) / (std::to_string(i) + ".bmp"))
+                        .string(),
+                    16, 60 * c, rng);
+        }
+        const fs::path cut = root / "images" / "c1" / "7.bmp";
+        fs::resize_file(cut, 100);
+        const fs::path text = root / "images" / "c2" / "12.bmp";
+        std::ofstream(text.string()) << "not a bitmap";
+        const std::string images = (root / "images").string();
+        const std::string db = (root / "runs.db").string();
+        const std::string log = (root / "out.txt").string();
+        const std::string scale = R"([{"op": "scale", "factor": 0.00392156862745098}])";
+        const std::string encoded =
+            R"([{"op": "cache"}, {"op": "decode"}, {"op": "scale", "factor": 0.00392156862745098}])";
+        std::ofstream((root / "strict.json").string())
+            << smallProject(images, "strict", "", scale, "none");
+        std::ofstream((root / "skip.json").string())
+            << smallProject(images, "skip", R"(, "skip_bad_files": true)", scale, "none");
+        std::ofstream((root / "encoded.json").string())
+            << smallProject(images, "encoded", R"(, "skip_bad_files": true)", encoded, "memory");
+        const std::vector<std::string> env{"OMP_NUM_THREADS=1", "HOME=" + root.string()};
+
+        const Child strict =
+            runCli({"train", (root / "strict.json").string(), "--db", db}, env, log);
+        QVERIFY2(strict.code != 0, strict.out.c_str());
+        QVERIFY2(strict.out.find(cut.string() + ": truncated BMP file") != std::string::npos ||
+                     strict.out.find(text.string() + ": not an image") != std::string::npos,
+                 strict.out.c_str());
+        QVERIFY2(strict.out.find("set data.source.skip_bad_files") != std::string::npos,
+                 strict.out.c_str());
+
+        const std::string leftOut =
+            "data.source.skip_bad_files: left out 2 of 90 training images: ";
+        const Child skip =
+            runCli({"train", (root / "skip.json").string(), "--db", db, "--verbose"}, env, log);
+        QVERIFY2(skip.code == 0, skip.out.c_str());
+        QVERIFY2(skip.out.find(leftOut) != std::string::npos, skip.out.c_str());
+        QVERIFY2(skip.out.find(cut.string() + ": truncated BMP file") != std::string::npos,
+                 skip.out.c_str());
+        QVERIFY2(skip.out.find(text.string() + ": not an image") != std::string::npos,
+                 skip.out.c_str());
+        QVERIFY2(
+            skip.out.find("88 elements from the source, 0 from the cache") != std::string::npos,
+            skip.out.c_str());
+        // The store's log of the run keeps the line.
+        const auto runAt = skip.out.find("Run ");
+        QVERIFY2(runAt != std::string::npos, skip.out.c_str());
+        auto catalog = td::api::RunCatalog::open(db);
+        QVERIFY2(catalog.ok(), catalog.ok() ? "" : catalog.error().c_str());
+        auto logs = (*catalog)->logs(std::stoll(skip.out.substr(runAt + 4)));
+        QVERIFY2(logs.ok(), logs.ok() ? "" : logs.error().c_str());
+        bool stored = false;
+        for (const td::LogRow& row : *logs)
+            stored = stored || (row.level == "warning" && row.text.find(leftOut) == 0 &&
+                                row.text.find(cut.string()) != std::string::npos);
+        QVERIFY2(stored, skip.out.c_str());
+
+        const Child enc =
+            runCli({"train", (root / "encoded.json").string(), "--db", db, "--verbose"}, env, log);
+        QVERIFY2(enc.code == 0, enc.out.c_str());
+        QVERIFY2(enc.out.find(leftOut) != std::string::npos, enc.out.c_str());
+        QVERIFY2(enc.out.find("88 elements from the source, 0 from the cache") != std::string::npos,
+                 enc.out.c_str());
+        QVERIFY2(enc.out.find("0 elements from the source, 88 from the cache") != std::string::npos,
+                 enc.out.c_str());
     }
 };
 

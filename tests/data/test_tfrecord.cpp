@@ -1163,6 +1163,194 @@ for cycle, block in ((1, 1), (2, 3), (3, 1), (8, 2)):
                  s.error().c_str());
         expect(c, "not an image");
     }
+
+    // Same batches, bit for bit, from two pipelines over `epochs` epochs; the labels seen, in
+    // order.
+    static std::vector<int32_t> sameBatches(Pipeline& a, Pipeline& b, int epochs,
+                                            const std::string& what) {
+        std::vector<int32_t> labels;
+        for (int epoch = 0; epoch < epochs; ++epoch) {
+            if (!a.beginEpoch(epoch).ok() || !b.beginEpoch(epoch).ok()) {
+                QTest::qFail(("beginEpoch: " + what).c_str(), __FILE__, __LINE__);
+                return {};
+            }
+            for (int64_t k = 0;; ++k) {
+                auto ba = a.next();
+                auto bb = b.next();
+                const std::string at =
+                    what + " epoch " + std::to_string(epoch) + " batch " + std::to_string(k);
+                if (!ba.ok() || !bb.ok() || (*ba == nullptr) != (*bb == nullptr)) {
+                    QTest::qFail((at + ": " +
+                                  (!ba.ok()   ? ba.error()
+                                   : !bb.ok() ? bb.error()
+                                              : std::string("one ended first")))
+                                     .c_str(),
+                                 __FILE__, __LINE__);
+                    return {};
+                }
+                if (!*ba) break;
+                if (std::memcmp((*ba)->x.raw(), (*bb)->x.raw(), (*ba)->x.bytes()) != 0 ||
+                    std::memcmp((*ba)->y.raw(), (*bb)->y.raw(), (*ba)->y.bytes()) != 0) {
+                    QTest::qFail((at + ": the batches differ").c_str(), __FILE__, __LINE__);
+                    return {};
+                }
+                labels.insert(labels.end(), (*ba)->y.data<int32_t>(),
+                              (*ba)->y.data<int32_t>() + (*ba)->size);
+            }
+        }
+        return labels;
+    }
+
+    // skip_bad_files on TFRecord shards: a record whose data CRC does not match, a record without
+    // the x feature, a record whose raw x has another size (found only by decoding), the rest of
+    // a shard cut short, a file that is not TFRecord at all. Off: an error naming the file and the
+    // offset. On: left out, counted and named in the log, the same records decoded at load and
+    // streamed; each left-out record keeps its place in the interleave (the unshuffled order is
+    // the full interleave without them), so the batches are the same either way, shuffled shards
+    // included, and with a cache before the decode (memory and file).
+    void skipBadRecords() {
+        QTemporaryDir dir;
+        const std::string d = dir.path().toStdString();
+        // Shard f holds ids firstId[f]...; x is the id's byte, the label the id.
+        auto example = [](int64_t id, bool withX, size_t xBytes) {
+            ExampleFeatures e;
+            const std::string x(xBytes, static_cast<char>(id));  // the feature views it
+            if (withX) {
+                e["x"].kind = ExampleFeature::Kind::Bytes;
+                e["x"].bytes = {x};
+            }
+            e["label"].kind = ExampleFeature::Kind::Int64;
+            e["label"].ints = {id};
+            return serializeExample(e);
+        };
+        std::vector<std::string> paths;
+        std::vector<int64_t> recordOffset(18);
+        for (int f = 0; f < 3; ++f) {
+            const int64_t first[] = {0, 6, 11}, count[] = {6, 5, 7};
+            std::string file;
+            for (int64_t id = first[f]; id < first[f] + count[f]; ++id) {
+                recordOffset[static_cast<size_t>(id)] = static_cast<int64_t>(file.size());
+                appendTfRecord(file, example(id, id != 8, id == 9 ? 2 : 1));
+            }
+            if (f == 0) file[static_cast<size_t>(recordOffset[2]) + 14] ^= 0x20;  // id 2's data
+            if (f == 2) file.resize(file.size() - 5);                             // id 17 cut short
+            paths.push_back(d + "/shard-" + std::to_string(f) + ".tfrecord");
+            writeFile(paths.back(), file);
+        }
+        paths.push_back(d + "/shard-3.tfrecord");
+        writeFile(paths.back(), "this is not a TFRecord file at all");
+        TfRecordConfig c = numberedConfig(d);
+        c.cycleLength = 2;
+        c.blockLength = 2;
+        c.shuffleFiles = false;
+        auto load = [&](const TfRecordConfig& cfg, bool stream) {
+            return loadSource(SourceConfig{.type = "tfrecord", .records = cfg}, stream);
+        };
+        // Off: the first bad record is an error naming its file and offset, and the way out.
+        for (bool stream : {false, true}) {
+            auto r = load(c, stream);
+            QVERIFY(!r.ok());
+            expectContains(r.error(), paths[0] + ": record at offset " +
+                                          std::to_string(recordOffset[2]) + ": data CRC mismatch");
+            expectContains(r.error(), "set data.source.skip_bad_files");
+        }
+        c.skipBadFiles = true;
+        auto decoded = load(c, false);
+        auto streamed = load(c, true);
+        QVERIFY2(decoded.ok(), decoded.ok() ? "" : decoded.error().c_str());
+        QVERIFY2(streamed.ok(), streamed.ok() ? "" : streamed.error().c_str());
+        QVERIFY(streamed->train.streamed() && !decoded->train.streamed());
+        QCOMPARE(decoded->train.size(), int64_t(14));
+        QCOMPARE(streamed->train.size(), int64_t(14));
+        for (const DataSplits* splits : {&*decoded, &*streamed}) {
+            std::string notes;
+            for (const std::string& n : splits->notes) notes += n + "\n";
+            expectContains(notes,
+                           "data.source.skip_bad_files: left out 5 of 19 training records: ");
+            expectContains(notes, paths[0] + ": record at offset " +
+                                      std::to_string(recordOffset[2]) + ": data CRC mismatch");
+            expectContains(notes, paths[1] + ": record at offset " +
+                                      std::to_string(recordOffset[8]) + ": no feature \"x\"");
+            expectContains(notes, paths[1] + ": record at offset " +
+                                      std::to_string(recordOffset[9]) +
+                                      ": feature \"x\" has 2 bytes; data.source.x expects 1");
+            expectContains(notes, paths[2] + ": truncated record at offset " +
+                                      std::to_string(recordOffset[17]));
+            expectContains(notes, "(the rest of the file is left out)");
+            expectContains(notes, paths[3] + ": not a TFRecord file");
+            QVERIFY2(notes.find("set data.source.skip_bad_files") == std::string::npos,
+                     notes.c_str());
+        }
+        // The unshuffled order: the interleave of all four shards, each bad record (and each
+        // unreadable rest) in its place, then taken out.
+        const std::vector<std::vector<int32_t>> idsOf{
+            {0, 1, 2, 3, 4, 5}, {6, 7, 8, 9, 10}, {11, 12, 13, 14, 15, 16, -1}, {-1}};
+        std::vector<int32_t> expected;
+        for (auto [f, r] : interleaveOrder({6, 5, 7, 1}, {0, 1, 2, 3}, 2, 2)) {
+            const int32_t id = idsOf[static_cast<size_t>(f)][static_cast<size_t>(r)];
+            if (id >= 0 && id != 2 && id != 8 && id != 9) expected.push_back(id);
+        }
+        QCOMPARE(labelsOf(decoded->train), expected);
+        QCOMPARE(labelsOf(streamed->train), expected);
+        for (int64_t i = 0; i < 14; ++i)  // x is the label's byte
+            QCOMPARE(int(decoded->train.x.data<uint8_t>()[i]), expected[static_cast<size_t>(i)]);
+
+        // Shuffled shards: decoded at load, streamed, and streamed through a cache before the
+        // decode (memory, file) give the same batches.
+        c.shuffleFiles = true;
+        decoded = load(c, false);
+        streamed = load(c, true);
+        QVERIFY(decoded.ok() && streamed.ok());
+        PipelineConfig pc;
+        pc.shuffleBuffer = 3;
+        PipelineConfig none = pc;
+        none.cache = "none";
+        PipelineConfig enc = pc;
+        enc.map = {MapStep{.op = "cache"}, MapStep{.op = "decode"}};
+        {
+            auto a = Pipeline::create(decoded->train, pc, 4, true, 21);
+            auto b = Pipeline::create(streamed->train, none, 4, true, 21);
+            QVERIFY(a.ok() && b.ok());
+            const auto labels = sameBatches(**a, **b, 3, "streamed");
+            QCOMPARE(labels.size(), size_t(42));
+            std::vector<int32_t> first(labels.begin(), labels.begin() + 14);
+            QVERIFY(first != std::vector<int32_t>(labels.begin() + 14, labels.begin() + 28));
+            std::sort(first.begin(), first.end());
+            std::vector<int32_t> sortedExpected = expected;
+            std::sort(sortedExpected.begin(), sortedExpected.end());
+            QCOMPARE(first, sortedExpected);
+        }
+        for (const std::string& cache : {std::string("memory"), "file:" + d + "/records.cache"}) {
+            enc.cache = cache;
+            auto a = Pipeline::create(decoded->train, pc, 4, true, 21);
+            auto b = Pipeline::create(streamed->train, enc, 4, true, 21);
+            QVERIFY2(a.ok() && b.ok(), b.ok() ? "" : b.error().c_str());
+            sameBatches(**a, **b, 3, "encoded cache " + cache);
+            QCOMPARE((*b)->stats().epochCacheElements, int64_t(14));
+        }
+
+        // A GZIP shard whose stream is broken does not open: left out whole, counted.
+        std::string good, other;
+        for (int64_t id = 0; id < 4; ++id) appendTfRecord(good, example(id, true, 1));
+        for (int64_t id = 4; id < 7; ++id) appendTfRecord(other, example(id, true, 1));
+        writeFile(d + "/z-0.tfrecord.gz", gzipBytes(good));
+        const std::string broken = gzipBytes(other);
+        writeFile(d + "/z-1.tfrecord.gz", broken.substr(0, broken.size() / 2));
+        TfRecordConfig z = numberedConfig(d);
+        z.files = {d + "/z-*.tfrecord.gz"};
+        z.compression = "GZIP";
+        auto refused = load(z, true);
+        QVERIFY(!refused.ok());
+        expectContains(refused.error(), d + "/z-1.tfrecord.gz: truncated gzip stream");
+        z.skipBadFiles = true;
+        auto kept = load(z, true);
+        QVERIFY2(kept.ok(), kept.ok() ? "" : kept.error().c_str());
+        QCOMPARE(kept->train.size(), int64_t(4));
+        std::string notes;
+        for (const std::string& n : kept->notes) notes += n + "\n";
+        expectContains(notes, "left out 1 of 5 training records: " + d +
+                                  "/z-1.tfrecord.gz: truncated gzip stream");
+    }
 };
 
 QTEST_GUILESS_MAIN(TestTfRecord)
