@@ -423,6 +423,9 @@ nlohmann::json runJson(const RunRecord& r) {
                         {"notes", r.notes}};
     j["final_metrics"] = nlohmann::json::parse(
         r.finalMetricsJson.empty() ? "{}" : r.finalMetricsJson, nullptr, false);
+    // The effective settings (epochs, batch size, precision, strategy...): what a remote viewer
+    // shows in its table and needs for a run's progress. Summaries without documents have none.
+    if (!r.configJson.empty()) j["config"] = nlohmann::json::parse(r.configJson, nullptr, false);
     if (r.bestValAccuracy)
         j["best_val_accuracy"] = *r.bestValAccuracy;
     else
@@ -764,6 +767,9 @@ int show(const std::string& db, const std::string& run, bool json) {
         nlohmann::json j = runJson(*r);
         j["config"] =
             nlohmann::json::parse(r->configJson.empty() ? "{}" : r->configJson, nullptr, false);
+        // The project as trained (a remote viewer compares it with another run's).
+        j["project"] = nlohmann::json::parse(r->projectJson, nullptr, false);
+        if (j["project"].is_discarded()) j["project"] = nullptr;
         j["epochs"] = nlohmann::json::array();
         for (const auto& e : *epochs) {
             nlohmann::json ej = {{"epoch", e.epoch}, {"seconds", e.seconds}};

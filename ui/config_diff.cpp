@@ -1,9 +1,15 @@
 #include "ui/config_diff.h"
 
+#include <QCheckBox>
+#include <QDialog>
+#include <QDialogButtonBox>
+#include <QHeaderView>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QJsonValue>
+#include <QTableWidget>
+#include <QVBoxLayout>
 #include <map>
 
 namespace td::ui {
@@ -58,6 +64,54 @@ std::vector<ConfigDiffRow> diffJsonConfigs(const QString& leftJson, const QStrin
         out.push_back(row);
     }
     return out;
+}
+
+// The Compare dialog (modal): one row per setting, the differing ones tinted, "only differences"
+// on by default.
+void showRunComparison(QWidget* parent, const td::RunRecord& a, const QString& aLabel,
+                       const td::RunRecord& b, const QString& bLabel) {
+    auto doc = [](const td::RunRecord& r) {
+        auto orNull = [](const std::string& s) { return s.empty() ? std::string("null") : s; };
+        return QString::fromStdString("{\"project\":" + orNull(r.projectJson) +
+                                      ",\"effective\":" + orNull(r.configJson) + "}");
+    };
+    const auto rows = diffJsonConfigs(doc(a), doc(b));
+    QDialog dialog(parent);
+    dialog.setObjectName("compareRunsDialog");
+    dialog.setWindowTitle(QObject::tr("Compare %1 and %2").arg(aLabel, bLabel));
+    dialog.resize(1000, 640);
+    auto* table = new QTableWidget(static_cast<int>(rows.size()), 3);
+    table->setObjectName("compareTable");
+    table->setHorizontalHeaderLabels({QObject::tr("Setting"), aLabel, bLabel});
+    table->horizontalHeader()->setSectionResizeMode(QHeaderView::Stretch);
+    table->verticalHeader()->hide();
+    table->setEditTriggers(QAbstractItemView::NoEditTriggers);
+    int differing = 0;
+    for (int i = 0; i < static_cast<int>(rows.size()); ++i) {
+        const ConfigDiffRow& r = rows[static_cast<size_t>(i)];
+        QString cells[] = {r.path, r.left.isEmpty() ? QObject::tr("(absent)") : r.left,
+                           r.right.isEmpty() ? QObject::tr("(absent)") : r.right};
+        for (int c = 0; c < 3; ++c) {
+            auto* item = new QTableWidgetItem(cells[c]);
+            if (r.differs) item->setBackground(QColor(255, 240, 200));
+            table->setItem(i, c, item);
+        }
+        differing += r.differs;
+    }
+    auto* onlyDiff = new QCheckBox(
+        QObject::tr("Only differences (%1 of %2 settings)").arg(differing).arg(rows.size()));
+    QObject::connect(onlyDiff, &QCheckBox::toggled, table, [table, rows](bool on) {
+        for (int i = 0; i < static_cast<int>(rows.size()); ++i)
+            table->setRowHidden(i, on && !rows[static_cast<size_t>(i)].differs);
+    });
+    onlyDiff->setChecked(true);
+    auto* box = new QDialogButtonBox(QDialogButtonBox::Close);
+    QObject::connect(box, &QDialogButtonBox::rejected, &dialog, &QDialog::reject);
+    auto* layout = new QVBoxLayout(&dialog);
+    layout->addWidget(onlyDiff);
+    layout->addWidget(table);
+    layout->addWidget(box);
+    dialog.exec();
 }
 
 }  // namespace td::ui

@@ -5,6 +5,10 @@
 #include <QString>
 #include <vector>
 
+#include "engine/core/run_records.h"
+
+class QWidget;
+
 namespace td::ui {
 
 struct ConfigDiffRow {
@@ -17,5 +21,10 @@ struct ConfigDiffRow {
 // Rows for every path in either document, sorted by path. Invalid JSON becomes one row that says
 // so.
 std::vector<ConfigDiffRow> diffJsonConfigs(const QString& leftJson, const QString& rightJson);
+
+// The Compare dialog of two runs' project and effective settings (documents in `a` and `b`), each
+// side under its label ("#3 name", "gpu-box: #3 name"); modal.
+void showRunComparison(QWidget* parent, const td::RunRecord& a, const QString& aLabel,
+                       const td::RunRecord& b, const QString& bLabel);
 
 }  // namespace td::ui

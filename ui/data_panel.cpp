@@ -151,6 +151,37 @@ DataPanel::DataPanel(ProjectController* project, QWidget* parent)
     previewStatus_->setWordWrap(true);
     auto* reloadButton = new QPushButton(tr("Reload preview"));
     connect(reloadButton, &QPushButton::clicked, this, &DataPanel::loadPreview);
+    augment_ = new QCheckBox(tr("After augmentation"));
+    augment_->setObjectName("augmentPreview");
+    nextDraw_ = new QPushButton(tr("Next draw"));
+    nextDraw_->setObjectName("augmentNextDraw");
+    nextDraw_->setToolTip(
+        tr("The random layers' draws of the next training step for the same samples."));
+    nextDraw_->setEnabled(false);
+    augmentTimer_ = new QTimer(this);
+    augmentTimer_->setSingleShot(true);
+    augmentTimer_->setInterval(300);
+    connect(augmentTimer_, &QTimer::timeout, this, &DataPanel::loadAugmented);
+    connect(augment_, &QCheckBox::toggled, this, [this](bool on) {
+        nextDraw_->setEnabled(on && augment_->isEnabled());
+        if (on) {
+            loadAugmented();
+            return;
+        }
+        ++augmentGeneration_;  // a result on its way is not shown
+        augmentTimer_->stop();
+        if (augmentShown_ && shown_) showSamples(*shown_);
+        augmentShown_ = false;
+    });
+    connect(nextDraw_, &QPushButton::clicked, this, [this] {
+        ++draw_;
+        loadAugmented();
+    });
+    // Any edit may change the layers, the map steps or the seed the pictures come from.
+    connect(project_, &ProjectController::projectEdited, this, [this] {
+        updateAugmentToggle();
+        if (augment_->isChecked()) augmentTimer_->start();
+    });
     samples_ = new QListWidget;
     samples_->setObjectName("samplePreview");
     samples_->setViewMode(QListView::IconMode);
@@ -170,6 +201,8 @@ DataPanel::DataPanel(ProjectController* project, QWidget* parent)
     auto* pl = new QVBoxLayout(previewBox);
     auto* ph = new QHBoxLayout;
     ph->addWidget(previewStatus_, 1);
+    ph->addWidget(augment_);
+    ph->addWidget(nextDraw_);
     ph->addWidget(reloadButton);
     pl->addLayout(ph);
     pl->addWidget(samples_, 3);
@@ -318,6 +351,11 @@ void DataPanel::buildSourcePages() {
     imf->addRow(tr("Labels"), imgLabels_);
     imf->addRow(tr("Validation files"), imgValidation_);
     imf->addRow(tr("Seed"), imgSeed_);
+    imgSkipBad_ = new QCheckBox(tr("Skip files that do not decode (counted in the run's log)"));
+    imgSkipBad_->setObjectName("imageSkipBadFiles");
+    imgSkipBad_->setToolTip(tr("Off: a corrupt or truncated image stops the run, naming the file"));
+    imf->addRow(QString(), imgSkipBad_);
+    connect(imgSkipBad_, &QCheckBox::toggled, this, &DataPanel::writeSource);
     connect(imgDir_, &FilePicker::pathEdited, this, &DataPanel::writeSource);
     connect(imgTestDir_, &FilePicker::pathEdited, this, &DataPanel::writeSource);
     for (QSpinBox* s : {imgHeight_, imgWidth_, imgSeed_})
@@ -372,6 +410,13 @@ void DataPanel::buildSourcePages() {
     rf->addRow(tr("Colour"), recColor_);
     rf->addRow(tr("Shape (raw, float)"), recShape_);
     rf->addRow(tr("Label feature (int64)"), recY_);
+    recSkipBad_ = new QCheckBox(tr("Skip records that do not read (counted in the run's log)"));
+    recSkipBad_->setObjectName("recordSkipBadFiles");
+    recSkipBad_->setToolTip(
+        tr("Off: a bad CRC, a missing feature or an image that does not decode stops the run, "
+           "naming the file and offset"));
+    rf->addRow(QString(), recSkipBad_);
+    connect(recSkipBad_, &QCheckBox::toggled, this, &DataPanel::writeSource);
     for (QLineEdit* e : {recFiles_, recTestFiles_, recX_, recShape_, recY_})
         connect(e, &QLineEdit::editingFinished, this, &DataPanel::writeSource);
     for (QSpinBox* s : {recHeight_, recWidth_})
@@ -533,6 +578,7 @@ void DataPanel::reload() {
     imgLabels_->setCurrentIndex(std::max(0, imgLabels_->findData(q(im.labelMode))));
     imgValidation_->setValue(im.validationSplit);
     imgSeed_->setValue(static_cast<int>(std::min<uint32_t>(im.seed.value_or(0), INT32_MAX)));
+    imgSkipBad_->setChecked(im.skipBadFiles);
     const td::TfRecordConfig& rc = s.records;
     recFiles_->setText(joinPatterns(rc.files));
     recTestFiles_->setText(joinPatterns(rc.testFiles));
@@ -545,6 +591,7 @@ void DataPanel::reload() {
     QStringList recDims;
     for (int64_t v : rc.xShape) recDims << QString::number(v);
     recShape_->setText(recDims.join(", "));
+    recSkipBad_->setChecked(rc.skipBadFiles);
     recY_->setText(q(rc.yFeature));
 
     const td::PipelineConfig& p = d.pipeline;
@@ -577,7 +624,10 @@ void DataPanel::reload() {
     validateOnTest_->setChecked(d.validationData == "test");
     validation_->setEnabled(!validateOnTest_->isChecked());
     loading_ = false;
+    draw_ = 0;
     updatePipelineText();
+    updateAugmentToggle();
+    if (augment_->isChecked()) augmentTimer_->start();
     schedulePreview();
 }
 
@@ -637,6 +687,7 @@ void DataPanel::writeSource() {
                     im.seed = static_cast<uint32_t>(imgSeed_->value());
                 else
                     im.seed.reset();
+                im.skipBadFiles = imgSkipBad_->isChecked();
             } else if (type == "tfrecord") {
                 td::TfRecordConfig& rc = s.records;
                 rc.files = patternsOf(recFiles_->text());
@@ -652,6 +703,7 @@ void DataPanel::writeSource() {
                     if (d.trimmed().toLongLong() > 0) recShape.push_back(d.trimmed().toLongLong());
                 rc.xShape = recShape;
                 rc.yFeature = recY_->text().trimmed().toStdString();
+                rc.skipBadFiles = recSkipBad_->isChecked();
             }
         },
         this);
@@ -719,6 +771,8 @@ void DataPanel::loadPreview() {
         previewStatus_->setText(
             tr("<span style='color:#b00020'>%1</span>").arg(problem.toHtmlEscaped()));
         samples_->clear();
+        shown_.reset();
+        augmentShown_ = false;
         emit previewLoaded(false);
         return;
     }
@@ -735,11 +789,16 @@ void DataPanel::loadPreview() {
                     tr("<span style='color:#b00020'>%1</span>")
                         .arg(QString::fromStdString(r.error()).toHtmlEscaped()));
                 samples_->clear();
+                shown_.reset();
+                augmentShown_ = false;
                 emit previewLoaded(false);
                 return;
             }
             showPreview(r.value());
             emit previewLoaded(true);
+            // The same samples after the layers, when asked for.
+            updateAugmentToggle();
+            if (augment_->isChecked()) loadAugmented();
         });
 }
 
@@ -752,7 +811,34 @@ int DataPanel::previewSampleCount() const {
 }
 
 void DataPanel::showPreview(const td::api::DataPreview& d) {
+    shown_ = d;
+    showSamples(d);
+    // Class histogram over the whole training split.
+    histogram_->clearPlottables();
+    auto* bars = new QCPBars(histogram_->xAxis, histogram_->yAxis);
+    bars->setBrush(QColor(31, 119, 180, 180));
+    bars->setPen(QPen(QColor(31, 119, 180)));
+    QSharedPointer<QCPAxisTickerText> ticker(new QCPAxisTickerText);
+    QVector<double> keys, values;
+    for (const auto& [label, count] : d.classCounts) {
+        keys << label;
+        values << static_cast<double>(count);
+        ticker->addTick(label, q(d.className(label)));
+    }
+    bars->setData(keys, values);
+    histogram_->xAxis->setTicker(ticker);
+    histogram_->xAxis->setTickLabelRotation(d.classCounts.size() > 6 ? 45 : 0);
+    histogram_->rescaleAxes();
+    histogram_->xAxis->setRange(histogram_->xAxis->range().lower - 1,
+                                histogram_->xAxis->range().upper + 1);
+    histogram_->yAxis->setRangeLower(0);
+    histogram_->replot(QCustomPlot::rpQueuedReplot);
+}
+
+// The samples as the source holds them: pictures, or a table of their first features.
+void DataPanel::showSamples(const td::api::DataPreview& d) {
     auto className = [&](int label) { return q(d.className(label)); };
+    augmentShown_ = false;
     previewStatus_->setText(tr("%1 training samples of shape %2 (%3), %4 test samples, %5 classes.")
                                 .arg(d.trainSamples)
                                 .arg(q(td::shapeToString(d.sampleShape)))
@@ -765,22 +851,7 @@ void DataPanel::showPreview(const td::api::DataPreview& d) {
     samples_->setVisible(d.images());
     table_->setVisible(!d.images());
     if (d.images()) {
-        const int h = d.imageHeight, w = d.imageWidth, c = d.imageChannels;
-        for (int i = 0; i < shown; ++i) {
-            const std::vector<uint8_t>& px = d.pixels[static_cast<size_t>(i)];
-            QImage img(w, h, QImage::Format_RGB32);
-            for (int y = 0; y < h; ++y) {
-                for (int x = 0; x < w; ++x) {
-                    const uint8_t* v = &px[static_cast<size_t>((y * w + x) * c)];
-                    img.setPixel(x, y, c == 3 ? qRgb(v[0], v[1], v[2]) : qRgb(v[0], v[0], v[0]));
-                }
-            }
-            img = img.scaled(56, 56, Qt::KeepAspectRatio, Qt::FastTransformation);
-            const int label = d.labels[static_cast<size_t>(i)];
-            auto* item = new QListWidgetItem(QIcon(QPixmap::fromImage(img)), className(label));
-            item->setToolTip(tr("sample %1, label %2").arg(i).arg(label));
-            samples_->addItem(item);
-        }
+        showThumbnails(d.imageHeight, d.imageWidth, d.imageChannels, d.pixels, QString());
     } else if (shown > 0) {
         const int features = static_cast<int>(d.features.front().size());
         table_->setRowCount(shown);
@@ -799,26 +870,101 @@ void DataPanel::showPreview(const td::api::DataPreview& d) {
             }
         }
     }
-    // Class histogram over the whole training split.
-    histogram_->clearPlottables();
-    auto* bars = new QCPBars(histogram_->xAxis, histogram_->yAxis);
-    bars->setBrush(QColor(31, 119, 180, 180));
-    bars->setPen(QPen(QColor(31, 119, 180)));
-    QSharedPointer<QCPAxisTickerText> ticker(new QCPAxisTickerText);
-    QVector<double> keys, values;
-    for (const auto& [label, count] : d.classCounts) {
-        keys << label;
-        values << static_cast<double>(count);
-        ticker->addTick(label, className(label));
+}
+
+// One thumbnail per sample (h x w x c, 0..255), labelled with the loaded preview's labels.
+void DataPanel::showThumbnails(int h, int w, int c, const std::vector<std::vector<uint8_t>>& pixels,
+                               const QString& tooltipSuffix) {
+    samples_->clear();
+    for (size_t i = 0; i < pixels.size(); ++i) {
+        const std::vector<uint8_t>& px = pixels[i];
+        QImage img(w, h, QImage::Format_RGB32);
+        for (int y = 0; y < h; ++y) {
+            for (int x = 0; x < w; ++x) {
+                const uint8_t* v = &px[static_cast<size_t>((y * w + x) * c)];
+                img.setPixel(x, y, c == 3 ? qRgb(v[0], v[1], v[2]) : qRgb(v[0], v[0], v[0]));
+            }
+        }
+        img = img.scaled(56, 56, Qt::KeepAspectRatio, Qt::FastTransformation);
+        const bool labelled = shown_ && i < shown_->labels.size();
+        const int label = labelled ? shown_->labels[i] : -1;
+        auto* item = new QListWidgetItem(QIcon(QPixmap::fromImage(img)),
+                                         labelled ? q(shown_->className(label)) : QString());
+        item->setToolTip(
+            tr("sample %1, label %2, %3×%4%5").arg(i).arg(label).arg(h).arg(w).arg(tooltipSuffix));
+        samples_->addItem(item);
     }
-    bars->setData(keys, values);
-    histogram_->xAxis->setTicker(ticker);
-    histogram_->xAxis->setTickLabelRotation(d.classCounts.size() > 6 ? 45 : 0);
-    histogram_->rescaleAxes();
-    histogram_->xAxis->setRange(histogram_->xAxis->range().lower - 1,
-                                histogram_->xAxis->range().upper + 1);
-    histogram_->yAxis->setRangeLower(0);
-    histogram_->replot(QCustomPlot::rpQueuedReplot);
+}
+
+// The toggle is there when the model starts with layers to run on pictures.
+void DataPanel::updateAugmentToggle() {
+    const td::api::AugmentLayers layers = td::api::augmentLayers(project_->project());
+    QString why;
+    if (!layers.available()) {
+        why = q(layers.unavailable);
+    } else if (shown_ && !shown_->images()) {
+        why = tr("the samples are not pictures");
+    }
+    const bool available = why.isEmpty();
+    QStringList names;
+    for (const std::string& n : layers.names) names << q(n);
+    augment_->setEnabled(available);
+    augment_->setToolTip(
+        available ? tr("Show the samples after the model's first layers as a training step runs "
+                       "them (random layers draw): %1. Values are shown on one scale for all "
+                       "samples, the source's range carried through the map steps and Rescaling, "
+                       "clamped.")
+                        .arg(names.join(", "))
+                  : tr("Not available: %1.").arg(why));
+    if (!available && augment_->isChecked()) augment_->setChecked(false);
+    nextDraw_->setEnabled(available && augment_->isChecked());
+}
+
+// The first samples after the layers, off the GUI thread (the source is read again).
+void DataPanel::loadAugmented() {
+    augmentTimer_->stop();
+    if (!augment_->isChecked() || !augment_->isEnabled()) return;
+    const int generation = ++augmentGeneration_;
+    const td::Project project = project_->project();
+    const uint64_t draw = draw_;
+    previewStatus_->setText(tr("Running the model's first layers…"));
+    runAsync(
+        this, [project, draw] { return td::api::previewAugmented(project, kPreviewSamples, draw); },
+        [this, generation](td::Result<td::api::AugmentedPreview> r) {
+            if (generation != augmentGeneration_) return;  // untoggled, or a newer request
+            if (!r) {
+                previewStatus_->setText(
+                    tr("<span style='color:#b00020'>After augmentation: %1</span>")
+                        .arg(QString::fromStdString(r.error()).toHtmlEscaped()));
+                emit augmentedPreviewLoaded(false);
+                return;
+            }
+            showAugmented(r.value());
+            emit augmentedPreviewLoaded(true);
+        });
+}
+
+void DataPanel::showAugmented(const td::api::AugmentedPreview& a) {
+    QStringList names;
+    for (const std::string& n : a.layers) names << q(n);
+    const QString size =
+        a.imageChannels == 1
+            ? QString("%1×%2").arg(a.imageHeight).arg(a.imageWidth)
+            : QString("%1×%2×%3").arg(a.imageHeight).arg(a.imageWidth).arg(a.imageChannels);
+    previewStatus_->setText(tr("After %1 (training mode, draw %2: the draws of step %3): %4 "
+                               "samples of %5, values %6 to %7 shown black to white.")
+                                .arg(names.join(", "))
+                                .arg(a.draw)
+                                .arg(a.step)
+                                .arg(a.pixels.size())
+                                .arg(size)
+                                .arg(a.displayLow, 0, 'g', 4)
+                                .arg(a.displayHigh, 0, 'g', 4));
+    table_->setVisible(false);
+    samples_->setVisible(true);
+    showThumbnails(a.imageHeight, a.imageWidth, a.imageChannels, a.pixels,
+                   tr(", after augmentation (draw %1)").arg(a.draw));
+    augmentShown_ = true;
 }
 
 }  // namespace td::ui

@@ -1,11 +1,16 @@
 // Data panel: the source (built-in Fashion-MNIST, IDX, CSV, NPY, synthetic) with validated file
 // pickers, a preview of samples (pictures for image data) with labels and a class histogram, and
-// the input pipeline stages with AUTOTUNE where the engine has it.
+// the input pipeline stages with AUTOTUNE where the engine has it. "After augmentation" shows the
+// pictures after the model's leading preprocessing and augmentation layers as a training step
+// runs them (engine/api/augment_preview.h), one draw at a time.
 #pragma once
 
 #include <QWidget>
+#include <cstdint>
 #include <memory>
+#include <optional>
 
+#include "engine/api/augment_preview.h"
 #include "engine/api/data_preview.h"
 
 class QCheckBox;
@@ -15,6 +20,7 @@ class QDoubleSpinBox;
 class QLabel;
 class QLineEdit;
 class QListWidget;
+class QPushButton;
 class QSpinBox;
 class QStackedWidget;
 class QTableWidget;
@@ -56,9 +62,17 @@ class DataPanel : public QWidget {
     QComboBox* sourceCombo() const { return sourceType_; }
     // The pipeline's stages in words (engine's describePipeline of the current project).
     QString pipelineDescription() const;
+    // "After augmentation": disabled, with the reason as its tooltip, when the model has no
+    // leading preprocessing or augmentation layers or the samples are not pictures.
+    QCheckBox* augmentToggle() const { return augment_; }
+    // The thumbnails are those after the layers (else the samples as the source holds them).
+    bool augmentedShown() const { return augmentShown_; }
+    uint64_t augmentDraw() const { return draw_; }
 
   signals:
     void previewLoaded(bool ok);
+    // The pictures after augmentation are shown (ok) or their error is.
+    void augmentedPreviewLoaded(bool ok);
 
   protected:
     void showEvent(QShowEvent* event) override;
@@ -70,6 +84,13 @@ class DataPanel : public QWidget {
     void writeSource();
     void writePipeline();
     void showPreview(const td::api::DataPreview& preview);
+    void showSamples(const td::api::DataPreview& preview);
+    void showThumbnails(int height, int width, int channels,
+                        const std::vector<std::vector<uint8_t>>& pixels,
+                        const QString& tooltipSuffix);
+    void updateAugmentToggle();
+    void loadAugmented();
+    void showAugmented(const td::api::AugmentedPreview& augmented);
     void updatePipelineText();
     void schedulePreview();
 
@@ -107,6 +128,7 @@ class DataPanel : public QWidget {
     QComboBox* imgLabels_;
     QDoubleSpinBox* imgValidation_;
     QSpinBox* imgSeed_;
+    QCheckBox* imgSkipBad_;
     QLineEdit* recFiles_;
     QLineEdit* recTestFiles_;
     QComboBox* recCompression_;
@@ -117,6 +139,7 @@ class DataPanel : public QWidget {
     QComboBox* recColor_;
     QLineEdit* recShape_;
     QLineEdit* recY_;
+    QCheckBox* recSkipBad_;
 
     QCheckBox* scaleOn_;
     QDoubleSpinBox* scale_;
@@ -136,6 +159,14 @@ class DataPanel : public QWidget {
     QDoubleSpinBox* validation_;
     QCheckBox* validateOnTest_;
     QLabel* pipelineText_;
+
+    std::optional<td::api::DataPreview> shown_;  // the preview last loaded
+    QCheckBox* augment_;
+    QPushButton* nextDraw_;
+    QTimer* augmentTimer_;
+    uint64_t draw_ = 0;
+    int augmentGeneration_ = 0;
+    bool augmentShown_ = false;
 
     QLabel* previewStatus_;
     QListWidget* samples_;

@@ -7,6 +7,7 @@
 #include <QDir>
 #include <QFileDialog>
 #include <QFileInfo>
+#include <QInputDialog>
 #include <QLabel>
 #include <QMenuBar>
 #include <QMessageBox>
@@ -19,14 +20,17 @@
 #include <QUrl>
 
 #include "engine/api/export.h"
+#include "engine/api/projects.h"
 #include "ui/data_panel.h"
 #include "ui/latency_probe.h"
 #include "ui/model_designer.h"
 #include "ui/monitor_panel.h"
 #include "ui/project_checks.h"
 #include "ui/project_controller.h"
+#include "ui/remote_link.h"
 #include "ui/run_controller.h"
 #include "ui/runs_panel.h"
+#include "ui/servers_panel.h"
 #include "ui/settings.h"
 #include "ui/training_panel.h"
 
@@ -40,18 +44,24 @@ MainWindow::MainWindow(QWidget* parent)
     training_ = new TrainingPanel(project_);
     monitor_ = new MonitorPanel(runs_);
     runsPanel_ = new RunsPanel;
+    runSources_ = new QTabWidget;
+    runSources_->setObjectName("runSources");
+    runSources_->setDocumentMode(true);
+    runSources_->addTab(runsPanel_, tr("This computer"));
+    runSources_->setTabToolTip(0, tr("The local run store"));
     tabs_ = new QTabWidget;
     tabs_->setObjectName("mainTabs");
     tabs_->addTab(designer_, tr("&1 Model"));
     tabs_->addTab(data_, tr("&2 Data"));
     tabs_->addTab(training_, tr("&3 Training"));
     tabs_->addTab(monitor_, tr("&4 Monitor"));
-    tabs_->addTab(runsPanel_, tr("&5 Runs"));
+    tabs_->addTab(runSources_, tr("&5 Runs"));
     tabs_->setTabToolTip(ModelTab, tr("Design the layers of a Sequential model"));
     tabs_->setTabToolTip(DataTab, tr("Choose the data and the input pipeline"));
     tabs_->setTabToolTip(TrainingTab, tr("Optimizer, loss, callbacks, precision and strategy"));
     tabs_->setTabToolTip(MonitorTab, tr("Start, watch and stop training"));
-    tabs_->setTabToolTip(RunsTab, tr("Browse and compare stored runs"));
+    tabs_->setTabToolTip(RunsTab,
+                         tr("Browse and compare stored runs, here and on connected servers"));
     setCentralWidget(tabs_);
 
     latencyLabel_ = new QLabel;
@@ -154,6 +164,8 @@ void MainWindow::buildMenus() {
     file->addAction(tr("Save &As…"), this, &MainWindow::saveAs)->setShortcut(QKeySequence::SaveAs);
     file->addSeparator();
     file->addAction(tr("Open Run &Database…"), this, &MainWindow::openDatabaseDialog);
+    file->addAction(tr("&Connect to Server…"), this, &MainWindow::connectServerDialog)
+        ->setObjectName("connectServerAction");
     file->addSeparator();
     file->addAction(tr("&Import Keras Model…"), this, &MainWindow::importKerasDialog);
     file->addAction(tr("&Export Model…"), this, &MainWindow::exportModelDialog);
@@ -179,6 +191,12 @@ void MainWindow::buildMenus() {
     run->addAction(runs_->startAction());
     run->addAction(runs_->pauseAction());
     run->addAction(runs_->stopAction());
+    run->addSeparator();
+    startOnServer_ =
+        run->addAction(tr("Start on &Server…"), this, &MainWindow::startOnServerDialog);
+    startOnServer_->setObjectName("startOnServerAction");
+    startOnServer_->setEnabled(false);
+    startOnServer_->setToolTip(tr("Connect to a server first (File > Connect to Server)"));
 
     QMenu* view = menuBar()->addMenu(tr("&View"));
     for (int i = 0; i < tabs_->count(); ++i) {
@@ -540,6 +558,149 @@ void MainWindow::exportModelDialog() {
 void MainWindow::showError(const QString& title, const QString& message) {
     statusBar()->showMessage(message, 10000);
     if (interactive_) QMessageBox::warning(this, title, message);
+}
+
+RemoteFollow* MainWindow::remoteFollow() const {
+    return follow_;
+}
+
+std::vector<RemoteRunsPage*> MainWindow::serverPages() const {
+    std::vector<RemoteRunsPage*> out;
+    for (int i = 1; i < runSources_->count(); ++i)
+        if (auto* p = qobject_cast<RemoteRunsPage*>(runSources_->widget(i))) out.push_back(p);
+    return out;
+}
+
+RemoteRunsPage* MainWindow::connectServer(const td::api::RemoteServer& server, QString* error) {
+    if (td::Status st = td::api::checkRemoteServer(server); !st.ok()) {
+        if (error) *error = QString::fromStdString(st.error());
+        return nullptr;
+    }
+    for (RemoteRunsPage* p : serverPages()) {
+        const td::api::RemoteServer& s = p->link()->server();
+        if (s.host == server.host && s.port == server.port && s.store == server.store) {
+            runSources_->setCurrentWidget(p);
+            return p;
+        }
+    }
+    auto* link = new RemoteLink(server);
+    auto* page = new RemoteRunsPage(link);
+    link->setParent(page);
+    page->setInteractive(interactive_);
+    page->setLocalRunSource([this](td::RunRecord* out) {
+        const auto ids = runsPanel_->selectedRunIds();
+        if (ids.size() != 1 || !runsPanel_->catalog()) return false;
+        auto r = runsPanel_->catalog()->run(ids.front());
+        if (!r.ok()) return false;
+        *out = std::move(r).value();
+        return true;
+    });
+    connect(page, &RemoteRunsPage::watchRequested, this, [this, page](int64_t id) {
+        QString why;
+        if (!watchRemoteRun(page, id, &why)) showError(tr("Watch a run"), why);
+    });
+    connect(page, &RemoteRunsPage::disconnectRequested, this,
+            [this, page] { disconnectServer(page); });
+    connect(page, &RemoteRunsPage::message, this,
+            [this](const QString& text, bool) { statusBar()->showMessage(text, 10000); });
+    const int at = runSources_->addTab(page, link->label());
+    runSources_->setTabToolTip(at, tr("Runs on %1, over SSH").arg(link->label()));
+    runSources_->setCurrentIndex(at);
+    startOnServer_->setEnabled(true);
+    startOnServer_->setToolTip(
+        tr("Send the open project to a connected server and start it there"));
+    return page;
+}
+
+void MainWindow::disconnectServer(RemoteRunsPage* page) {
+    if (!page) return;
+    if (follow_ && follow_->parent() == page) follow_->cancel();
+    runSources_->removeTab(runSources_->indexOf(page));
+    page->deleteLater();
+    startOnServer_->setEnabled(serverPages().size() > 1 ||
+                               (serverPages().size() == 1 && serverPages().front() != page));
+}
+
+bool MainWindow::watchRemoteRun(RemoteRunsPage* page, int64_t runId, QString* error) {
+    if (runs_->busy()) {
+        if (error)
+            *error = runs_->following() && follow_
+                         ? tr("The Monitor is watching run #%1 already; stop watching it first "
+                              "(Stop ends the run there; Disconnect stops watching)")
+                               .arg(follow_->runId())
+                         : tr("A run is in progress in the Monitor");
+        return false;
+    }
+    RemoteLink* link = page->link();
+    auto* follow = new RemoteFollow(link, runId, page);
+    RunController::Steering steering;
+    steering.pause = [this, page, runId](bool pause) {
+        page->link()->pause(runId, pause, [this](const RemoteLink::Reply& r) {
+            if (!r.error.isEmpty()) showError(tr("Pause"), r.error);
+        });
+    };
+    steering.stop = [this, page, runId] {
+        page->link()->stop(runId, [this](const RemoteLink::Reply& r) {
+            if (!r.error.isEmpty()) showError(tr("Stop"), r.error);
+        });
+    };
+    if (!runs_->follow(follow->queue(), std::move(steering))) {
+        delete follow;
+        if (error) *error = tr("A run is in progress in the Monitor");
+        return false;
+    }
+    follow_ = follow;
+    connect(follow, &RemoteFollow::connectionChanged, this,
+            [this](const QString& text, bool) { statusBar()->showMessage(text, 15000); });
+    connect(runs_, &RunController::runFinished, follow, [follow] { follow->deleteLater(); });
+    follow->start();
+    tabs_->setCurrentIndex(MonitorTab);
+    return true;
+}
+
+void MainWindow::startOnServer(RemoteRunsPage* page,
+                               std::function<void(int64_t, const QString&)> done) {
+    const QByteArray project = QByteArray::fromStdString(td::api::projectText(project_->project()));
+    const QString name = QString::fromStdString(project_->project().name);
+    page->link()->startDetached(
+        project, name,
+        [this, page = QPointer<RemoteRunsPage>(page), done](int64_t id, const QString& error) {
+            if (!error.isEmpty()) {
+                showError(tr("Start on Server"), error);
+            } else if (page) {
+                statusBar()->showMessage(
+                    tr("Started run #%1 on %2").arg(id).arg(page->link()->label()), 10000);
+                page->refresh();
+                QString why;
+                if (!watchRemoteRun(page, id, &why)) statusBar()->showMessage(why, 10000);
+            }
+            if (done) done(id, error);
+        });
+}
+
+void MainWindow::connectServerDialog() {
+    ConnectDialog dialog(this);
+    if (dialog.exec() != QDialog::Accepted) return;
+    QString error;
+    if (!connectServer(dialog.server(), &error)) showError(tr("Connect to Server"), error);
+    tabs_->setCurrentIndex(RunsTab);
+}
+
+void MainWindow::startOnServerDialog() {
+    const auto pages = serverPages();
+    if (pages.empty()) return;
+    RemoteRunsPage* page = qobject_cast<RemoteRunsPage*>(runSources_->currentWidget());
+    if (!page && pages.size() == 1) page = pages.front();
+    if (!page) {
+        QStringList names;
+        for (RemoteRunsPage* p : pages) names << p->link()->label();
+        bool ok = false;
+        const QString pick = QInputDialog::getItem(
+            this, tr("Start on Server"), tr("Start the project on:"), names, 0, false, &ok);
+        if (!ok) return;
+        page = pages[static_cast<size_t>(names.indexOf(pick))];
+    }
+    startOnServer(page);
 }
 
 }  // namespace td::ui

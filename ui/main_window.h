@@ -4,6 +4,10 @@
 #pragma once
 
 #include <QMainWindow>
+#include <QPointer>
+#include <functional>
+
+#include "engine/api/remote.h"
 
 class QAction;
 class QLabel;
@@ -16,6 +20,8 @@ class DataPanel;
 class ModelDesigner;
 class MonitorPanel;
 class ProjectController;
+class RemoteFollow;
+class RemoteRunsPage;
 class RunController;
 class RunsPanel;
 class TrainingPanel;
@@ -36,6 +42,22 @@ class MainWindow : public QMainWindow {
     MonitorPanel* monitorPanel() const { return monitor_; }
     RunsPanel* runsPanel() const { return runsPanel_; }
     QTabWidget* tabs() const { return tabs_; }
+    // The Runs tab's pages: "This computer" (runsPanel()), then one per connected server.
+    QTabWidget* runSources() const { return runSources_; }
+
+    // File > Connect to Server: a page for the server in the Runs tab (the one already there for
+    // the same host, port and store). Errors (a host ssh would not take) go to `error`.
+    RemoteRunsPage* connectServer(const td::api::RemoteServer& server, QString* error = nullptr);
+    void disconnectServer(RemoteRunsPage* page);
+    std::vector<RemoteRunsPage*> serverPages() const;
+    // The Monitor follows run `runId` of the page's server live (RemoteFollow), with Pause and
+    // Stop acting there. False (and why) while a run is shown.
+    bool watchRemoteRun(RemoteRunsPage* page, int64_t runId, QString* error = nullptr);
+    RemoteFollow* remoteFollow() const;
+    // Run > Start on Server: the open project sent to `train - --detach` there; the new run is
+    // watched. `done` gets its id, or the error.
+    void startOnServer(RemoteRunsPage* page,
+                       std::function<void(int64_t, const QString&)> done = {});
 
     // Dialogs (unsaved changes, stop the run?) are skipped when not interactive (tests, scripts).
     void setInteractive(bool on);
@@ -82,6 +104,8 @@ class MainWindow : public QMainWindow {
     void updateTitle();
     void updateStartBlocker();
     void showError(const QString& title, const QString& message);
+    void connectServerDialog();
+    void startOnServerDialog();
 
     ProjectController* project_;
     RunController* runs_;
@@ -91,6 +115,9 @@ class MainWindow : public QMainWindow {
     TrainingPanel* training_;
     MonitorPanel* monitor_;
     RunsPanel* runsPanel_;
+    QTabWidget* runSources_;
+    QAction* startOnServer_ = nullptr;
+    QPointer<RemoteFollow> follow_;
     QMenu* recentMenu_ = nullptr;
     QMenu* examplesMenu_ = nullptr;
     QAction* undoAction_ = nullptr;

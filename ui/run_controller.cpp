@@ -48,12 +48,14 @@ void RunController::updateActions() {
     start_->setEnabled(state_ == State::Idle && blocker_.isEmpty());
     start_->setToolTip(blocker_.isEmpty() ? tr("Start training (F5)")
                                           : tr("Cannot start: %1").arg(blocker_));
-    pause_->setEnabled(state_ == State::Running || state_ == State::Paused);
+    const bool steerable = session_ || steering_.pause;
+    pause_->setEnabled(steerable && (state_ == State::Running || state_ == State::Paused));
     pause_->setText(state_ == State::Paused ? tr("&Resume") : tr("&Pause"));
     pause_->setIcon(QApplication::style()->standardIcon(
         state_ == State::Paused ? QStyle::SP_MediaPlay : QStyle::SP_MediaPause));
-    stop_->setEnabled(state_ == State::Preparing || state_ == State::Running ||
-                      state_ == State::Paused);
+    stop_->setEnabled(state_ == State::Preparing ||
+                      ((session_ || steering_.stop || !queue_) &&
+                       (state_ == State::Running || state_ == State::Paused)));
 }
 
 bool RunController::start(const td::Project& project, const QString& storePath, QString* error) {
@@ -93,35 +95,13 @@ EventBatch storedHistory(const std::string& store, int64_t runId, int64_t global
     if (auto steps = (*catalog)->steps(runId); steps.ok()) {
         for (const td::StepRow& r : *steps) {
             if (r.globalStep > globalStep) break;
-            td::StepMetrics m;
-            m.epoch = r.epoch;
-            m.step = r.step;
-            m.globalStep = r.globalStep;
-            for (const auto& [k, v] : r.metrics) {
-                if (k == "lr")
-                    m.learningRate = v;
-                else if (k == "loss_scale")
-                    m.lossScale = v;
-                else if (k == "samples_per_s")
-                    m.samplesPerSecond = v;
-                else if (k == "input_wait_s")
-                    m.inputWaitSeconds = v;
-                else if (k == "compute_s")
-                    m.computeSeconds = v;
-                else
-                    m.metrics[k] = v;
-            }
-            out.steps.push_back(std::move(m));
+            out.steps.push_back(td::api::stepEvent(r));
         }
     }
     if (auto epochs = (*catalog)->epochs(runId); epochs.ok()) {
         for (const td::EpochRow& r : *epochs) {
             if (r.epoch >= epoch) break;
-            td::EpochMetrics e;
-            e.epoch = r.epoch;
-            e.metrics = r.metrics;
-            e.seconds = r.seconds;
-            out.epochs.push_back(std::move(e));
+            out.epochs.push_back(td::api::epochEvent(r));
         }
     }
     return out;
@@ -200,10 +180,11 @@ void RunController::onPrepared(Prepared prepared) {
     setState(State::Running);
 }
 
-bool RunController::follow(std::shared_ptr<td::EventQueue> queue) {
+bool RunController::follow(std::shared_ptr<td::EventQueue> queue, Steering steering) {
     if (state_ != State::Idle || !queue) return false;
     runId_ = 0;
     queue_ = std::move(queue);
+    steering_ = std::move(steering);
     probe_->start();
     drainTimer_.start();
     setState(State::Running);
@@ -211,6 +192,15 @@ bool RunController::follow(std::shared_ptr<td::EventQueue> queue) {
 }
 
 void RunController::togglePause() {
+    if (!session_ && steering_.pause && (state_ == State::Running || state_ == State::Paused)) {
+        const bool pause = state_ == State::Running;
+        steering_.pause(pause);
+        setState(pause ? State::Paused : State::Running);
+        emit message(
+            pause ? tr("Pausing the run on the server…") : tr("Continuing the run on the server…"),
+            false);
+        return;
+    }
     if (!session_) return;
     if (state_ == State::Running) {
         session_->pause();
@@ -227,6 +217,12 @@ void RunController::stop() {
     if (state_ == State::Preparing) {
         stopWhilePreparing_ = true;
         setState(State::Stopping);
+        return;
+    }
+    if (!session_ && steering_.stop && state_ != State::Stopping && state_ != State::Idle) {
+        steering_.stop();
+        setState(State::Stopping);
+        emit message(tr("Stopping the run on the server at its next step…"), false);
         return;
     }
     if (!session_ || state_ == State::Stopping) return;
@@ -293,6 +289,7 @@ void RunController::finish(const td::RunFinished& result) {
     if (session_) session_->join();
     session_.reset();
     queue_.reset();
+    steering_ = {};
     emit message(probe_->report(), false);
     setState(State::Idle);
     emit runFinished(result);

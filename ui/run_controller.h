@@ -60,10 +60,18 @@ class RunController : public QObject {
     // off the GUI thread like start(); its rows go on in the same stored run.
     bool resume(int64_t runId, const QString& storePath, QString* error = nullptr);
     void togglePause();
-    // Shows a run this controller did not start (a replay, a test): drains `queue` on the same
-    // 40 ms timer and emits the same signals as for its own runs, until a RunFinished arrives.
-    // Returns false when a run is in progress. Pause and Stop do not reach its trainer.
-    bool follow(std::shared_ptr<td::EventQueue> queue);
+    // How Pause and Stop reach a run this controller did not start (a run on a server: they
+    // send `traindeck pause|continue|stop RUN` there). Empty functions: the actions stay off.
+    struct Steering {
+        std::function<void(bool pause)> pause;  // true: pause, false: continue
+        std::function<void()> stop;
+    };
+    // Shows a run this controller did not start (a replay, a remote run, a test): drains `queue`
+    // on the same 40 ms timer and emits the same signals as for its own runs, until a RunFinished
+    // arrives. Returns false when a run is in progress. Pause and Stop act through `steering`.
+    bool follow(std::shared_ptr<td::EventQueue> queue, Steering steering = {});
+    // Whether the run shown is one this controller follows (follow()) rather than trains.
+    bool following() const { return queue_ && !session_; }
     void stop();      // asynchronous: the run ends at the next step boundary
     void shutdown();  // blocking: stop, join and deliver the final events (window closing)
 
@@ -99,6 +107,7 @@ class RunController : public QObject {
     bool stopWhilePreparing_ = false;
     std::unique_ptr<td::Session> session_;
     std::shared_ptr<td::EventQueue> queue_;
+    Steering steering_;  // a followed run's Pause and Stop
     int64_t runId_ = 0;
     EventBatch history_;  // delivered after the next RunStarted
 };

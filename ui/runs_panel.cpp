@@ -705,49 +705,8 @@ void RunsPanel::diffSelected() {
 }
 
 void RunsPanel::showDiff(const td::RunRecord& a, const td::RunRecord& b) {
-    const int64_t ids[] = {a.id, b.id};
-    auto doc = [](const td::RunRecord& r) {
-        auto orNull = [](const std::string& s) { return s.empty() ? std::string("null") : s; };
-        return QString::fromStdString("{\"project\":" + orNull(r.projectJson) +
-                                      ",\"effective\":" + orNull(r.configJson) + "}");
-    };
-    const auto rows = diffJsonConfigs(doc(a), doc(b));
-    QDialog dialog(this);
-    dialog.setWindowTitle(tr("Compare run #%1 and run #%2").arg(ids[0]).arg(ids[1]));
-    dialog.resize(1000, 640);
-    auto* table = new QTableWidget(static_cast<int>(rows.size()), 3);
-    table->setHorizontalHeaderLabels(
-        {tr("Setting"), QString("#%1 %2").arg(ids[0]).arg(QString::fromStdString(a.name)),
-         QString("#%1 %2").arg(ids[1]).arg(QString::fromStdString(b.name))});
-    table->horizontalHeader()->setSectionResizeMode(QHeaderView::Stretch);
-    table->verticalHeader()->hide();
-    table->setEditTriggers(QAbstractItemView::NoEditTriggers);
-    int differing = 0;
-    for (int i = 0; i < static_cast<int>(rows.size()); ++i) {
-        const ConfigDiffRow& r = rows[static_cast<size_t>(i)];
-        QString cells[] = {r.path, r.left.isEmpty() ? tr("(absent)") : r.left,
-                           r.right.isEmpty() ? tr("(absent)") : r.right};
-        for (int c = 0; c < 3; ++c) {
-            auto* item = new QTableWidgetItem(cells[c]);
-            if (r.differs) item->setBackground(QColor(255, 240, 200));
-            table->setItem(i, c, item);
-        }
-        differing += r.differs;
-    }
-    auto* onlyDiff =
-        new QCheckBox(tr("Only differences (%1 of %2 settings)").arg(differing).arg(rows.size()));
-    connect(onlyDiff, &QCheckBox::toggled, table, [table, rows](bool on) {
-        for (int i = 0; i < static_cast<int>(rows.size()); ++i)
-            table->setRowHidden(i, on && !rows[static_cast<size_t>(i)].differs);
-    });
-    onlyDiff->setChecked(true);
-    auto* box = new QDialogButtonBox(QDialogButtonBox::Close);
-    connect(box, &QDialogButtonBox::rejected, &dialog, &QDialog::reject);
-    auto* layout = new QVBoxLayout(&dialog);
-    layout->addWidget(onlyDiff);
-    layout->addWidget(table);
-    layout->addWidget(box);
-    dialog.exec();
+    showRunComparison(this, a, QString("#%1 %2").arg(a.id).arg(QString::fromStdString(a.name)), b,
+                      QString("#%1 %2").arg(b.id).arg(QString::fromStdString(b.name)));
 }
 
 void RunsPanel::showError(const QString& what, const QString& message) {

@@ -141,4 +141,45 @@ Result<RunListSnapshot> RunWatcher::changedRuns(int64_t sinceDataVersion, int64_
     return impl_->reader->changedRuns(sinceDataVersion, afterId, ids);
 }
 
+StepMetrics stepEvent(const StepRow& row) {
+    StepMetrics m;
+    m.epoch = row.epoch;
+    m.step = row.step;
+    m.globalStep = row.globalStep;
+    for (const auto& [k, v] : row.metrics) {
+        if (k == "lr")
+            m.learningRate = v;
+        else if (k == "loss_scale")
+            m.lossScale = v;
+        else if (k == "skipped_steps")
+            m.skippedSteps = static_cast<int64_t>(v);
+        else if (k == "samples_per_s")
+            m.samplesPerSecond = v;
+        else if (k == "input_wait_s")
+            m.inputWaitSeconds = v;
+        else if (k == "compute_s")
+            m.computeSeconds = v;
+        else
+            m.metrics[k] = v;
+    }
+    return m;
+}
+
+EpochMetrics epochEvent(const EpochRow& row) {
+    EpochMetrics e;
+    e.epoch = row.epoch;
+    e.seconds = row.seconds;
+    for (const auto& [k, v] : row.metrics) {
+        if (k == "lr")
+            e.learningRate = v;
+        else if (k == "samples_per_s")
+            e.samplesPerSecond = v;
+        else if (k == "input_wait_share")
+            e.inputWaitSeconds = v * row.seconds;
+        else
+            e.metrics[k] = v;
+    }
+    return e;
+}
+
 }  // namespace td::api

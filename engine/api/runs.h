@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/core/events.h"
 #include "engine/core/result.h"
 #include "engine/core/run_records.h"
 
@@ -97,5 +98,10 @@ class RunWatcher {
     struct Impl;
     std::unique_ptr<Impl> impl_;
 };
+
+// A stored row as the event it was recorded from (the run recorder's inverse): a viewer shows a
+// stored, resumed or remote run's rows with the code that shows a live run's events.
+StepMetrics stepEvent(const StepRow& row);
+EpochMetrics epochEvent(const EpochRow& row);
 
 }  // namespace td::api

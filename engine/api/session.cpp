@@ -285,7 +285,12 @@ Status Session::Impl::openStore(std::unique_ptr<RunStore>& store,
                           {"fusion", p.fusion},
                           {"strategy", p.strategy.type},
                           {"optimizer", p.training.optimizer.name},
-                          {"learning_rate", p.training.optimizer.learningRate}};
+                          {"learning_rate", p.training.optimizer.learningRate},
+                          // What a viewer of the stored run (a remote Monitor) needs to show its
+                          // progress as the live run's RunStarted does.
+                          {"steps_per_epoch", trainer->stepsPerEpoch(trainSamples)},
+                          {"train_samples", trainSamples},
+                          {"validation_samples", validationSamples}};
     r.configJson = cfg.dump();
     r.startedAtMs = unixMs();
     r.host = hostName();

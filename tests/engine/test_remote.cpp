@@ -5,9 +5,7 @@
 // continued from its cursor with nothing missing or twice, stop, train - --detach with the
 // project sent on standard input, export to standard output; hostile run names that would run
 // commands if they were not quoted; a host key that is not the server's, refused and explained.
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <QDir>
@@ -24,6 +22,7 @@
 #include "engine/api/remote.h"
 #include "engine/store/run_store.h"
 #include "tests/engine/cli_process.h"
+#include "tests/engine/ssh_server.h"
 
 using td::api::RemoteServer;
 using td::test::Run;
@@ -31,63 +30,11 @@ using td::test::traindeck;
 
 namespace {
 
+using td::test::runSsh;
+using td::test::Ssh;
+
 QStringList toArgs(const std::vector<std::string>& argv) {
-    QStringList out;
-    for (size_t i = 1; i < argv.size(); ++i) out << QString::fromStdString(argv[i]);
-    return out;
-}
-
-struct Ssh {
-    int code = -1;
-    QByteArray out;
-    QString err;
-};
-
-Ssh runSsh(const RemoteServer& s, const std::vector<std::string>& args,
-           const QByteArray& input = {}, bool withDb = true) {
-    QProcess p;
-    p.start("ssh", toArgs(td::api::sshCommand(s, args, withDb)));
-    if (!p.waitForStarted()) return {};
-    if (!input.isEmpty()) p.write(input);
-    p.closeWriteChannel();
-    if (!p.waitForFinished(300000)) {
-        p.kill();
-        p.waitForFinished();
-    }
-    return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1, p.readAllStandardOutput(),
-            QString::fromUtf8(p.readAllStandardError())};
-}
-
-// A TCP port of 127.0.0.1 free now (the kernel's pick).
-int freePort() {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) return 0;
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    int port = 0;
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
-        port = ntohs(a.sin_port);
-    ::close(fd);
-    return port;
-}
-
-bool run(const QString& program, const QStringList& args) {
-    QProcess p;
-    p.start(program, args);
-    return p.waitForFinished(60000) && p.exitCode() == 0;
-}
-
-QString blobsProject(int epochs) {
-    QFile f(td::test::project("synthetic_blobs.json"));
-    if (!f.open(QIODevice::ReadOnly)) return {};
-    QJsonObject p = QJsonDocument::fromJson(f.readAll()).object();
-    QJsonObject training = p["training"].toObject();
-    training["epochs"] = epochs;
-    p["training"] = training;
-    return QString::fromUtf8(QJsonDocument(p).toJson());
+    return td::test::sshArgs(argv);
 }
 
 }  // namespace
@@ -104,93 +51,26 @@ class TestRemote : public QObject {
     void steerAndDetachOverSsh();
     void exportToStandardOutputOverSsh();
     void unknownHostKeyIsRefused();
+    void followDecoderRefusesWhatItCannotRead();
 
   private:
-    RemoteServer server() const;
-    QTemporaryDir dir_;
-    std::unique_ptr<QProcess> sshd_;
+    RemoteServer server() const { return sshd_.server(db_); }
+    td::test::SshServer sshd_;
+    QTemporaryDir dir_;  // the store and its logs
     int port_ = 0;
     QString skip_;
     QString db_;
 };
 
 void TestRemote::initTestCase() {
-    const QString sshd = "/usr/sbin/sshd";
-    if (!QFile::exists(sshd)) {
-        skip_ = "no /usr/sbin/sshd (installer/deps.sh --test installs openssh-server)";
-        return;
-    }
-    if (QStandardPaths::findExecutable("ssh").isEmpty()) {
-        skip_ = "no ssh client (openssh-client)";
-        return;
-    }
-    const QString d = dir_.path();
-    if (!run("ssh-keygen", {"-q", "-t", "ed25519", "-N", "", "-f", d + "/host_key"}) ||
-        !run("ssh-keygen", {"-q", "-t", "ed25519", "-N", "", "-f", d + "/user_key"}) ||
-        !run("ssh-keygen", {"-q", "-t", "ed25519", "-N", "", "-f", d + "/other_host_key"})) {
-        skip_ = "ssh-keygen failed";
-        return;
-    }
-    QFile::copy(d + "/user_key.pub", d + "/authorized_keys");
-    // As root, sshd needs its privilege separation folder.
-    if (::geteuid() == 0) QDir().mkpath("/run/sshd");
-    port_ = freePort();
-    QFile cfg(d + "/sshd_config");
-    if (!cfg.open(QIODevice::WriteOnly)) return;
-    cfg.write(QString("Port %1\nListenAddress 127.0.0.1\nHostKey %2/host_key\n"
-                      "AuthorizedKeysFile %2/authorized_keys\nPasswordAuthentication no\n"
-                      "KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
-                      "PermitRootLogin prohibit-password\nPidFile %2/sshd.pid\n")
-                  .arg(port_)
-                  .arg(d)
-                  .toUtf8());
-    cfg.close();
-    sshd_ = std::make_unique<QProcess>();
-    sshd_->setProcessChannelMode(QProcess::MergedChannels);
-    sshd_->start(sshd, {"-D", "-e", "-f", d + "/sshd_config"});
-    if (!sshd_->waitForStarted(10000)) {
-        skip_ = "sshd does not start";
-        return;
-    }
-    QFile known(d + "/known_hosts");
-    QFile hostPub(d + "/host_key.pub");
-    if (!known.open(QIODevice::WriteOnly) || !hostPub.open(QIODevice::ReadOnly)) return;
-    known.write(QString("[127.0.0.1]:%1 ").arg(port_).toUtf8() + hostPub.readAll());
-    known.close();
-    QDir().mkpath(d + "/ctl");
-    db_ = d + "/runs.db";
-    // Until the server answers (or 10 s).
-    for (int i = 0; i < 50; ++i) {
-        const Ssh s = runSsh(server(), {"devices"}, {}, false);
-        if (s.code == 0) return;
-        if (sshd_->state() != QProcess::Running) break;
-        QTest::qWait(200);
-    }
-    skip_ =
-        "sshd started but no login works here: " + QString::fromUtf8(sshd_->readAll()).left(400);
+    db_ = dir_.filePath("runs.db");
+    sshd_.start();
+    skip_ = sshd_.skip();
+    port_ = sshd_.port();
 }
 
 void TestRemote::cleanupTestCase() {
-    if (sshd_) {
-        QProcess::execute("ssh", {"-o", "ControlPath=" + dir_.path() + "/ctl/%C", "-O", "exit",
-                                  "-p", QString::number(port_), "127.0.0.1"});
-        sshd_->terminate();
-        sshd_->waitForFinished(5000);
-    }
-}
-
-RemoteServer TestRemote::server() const {
-    RemoteServer s;
-    s.host = "127.0.0.1";
-    s.port = port_;
-    s.store = db_.toStdString();
-    s.traindeck = td::dev::kBinary;
-    s.controlDir = (dir_.path() + "/ctl").toStdString();
-    s.sshOptions = {"-i", (dir_.path() + "/user_key").toStdString(),
-                    "-o", "IdentitiesOnly=yes",
-                    "-o", "UserKnownHostsFile=" + (dir_.path() + "/known_hosts").toStdString(),
-                    "-o", "LogLevel=ERROR"};
-    return s;
+    sshd_.stop();
 }
 
 // Every word survives the shell as it is: /bin/sh prints the quoted words back unchanged.
@@ -222,7 +102,7 @@ void TestRemote::runsAndShowOverSsh() {
     const QString projectPath = dir_.filePath("blobs.json");
     QFile p(projectPath);
     QVERIFY(p.open(QIODevice::WriteOnly));
-    p.write(blobsProject(1).toUtf8());
+    p.write(td::test::blobsProject(1));
     p.close();
     const QString pwned = dir_.filePath("pwned");
     const QStringList names{"it's $(touch " + pwned + ")", "`touch " + pwned + "`; echo x",
@@ -259,7 +139,7 @@ void TestRemote::runsAndShowOverSsh() {
 void TestRemote::followLiveRunOverSsh() {
     if (!skip_.isEmpty()) QSKIP(qPrintable(skip_));
     const Ssh started = runSsh(server(), {"train", "-", "--detach", "--run-name", "live"},
-                               blobsProject(300).toUtf8());
+                               td::test::blobsProject(300));
     QVERIFY2(started.code == 0, qPrintable(started.err));
     const std::string id = started.out.trimmed().toStdString();
     QProcess cut;
@@ -291,6 +171,49 @@ void TestRemote::followLiveRunOverSsh() {
     QStringList want;
     for (const td::StepRow& s : *stored) want << QString::number(s.globalStep);
     QCOMPARE(followed, want);
+    // The app's reading of the same lines (FollowDecoder): one RunStarted over both
+    // connections, every stored step as the StepMetrics it was recorded from, the epochs, and a
+    // RunFinished with the run's status and final metrics.
+    td::api::FollowDecoder decoder;
+    std::vector<td::Event> events;
+    for (const QByteArray& l : firstLines) QVERIFY(decoder.feed(l.toStdString(), events).ok());
+    QCOMPARE(QString::fromStdString(decoder.cursor()), cursor);
+    decoder.reconnecting();
+    for (const QByteArray& l : rest.out.split('\n')) {
+        const td::Status st = decoder.feed(l.toStdString(), events);
+        QVERIFY2(st.ok(), st.error().c_str());
+    }
+    QVERIFY(decoder.finished());
+    auto epochs = (*store)->epochs(std::stoll(id));
+    auto run = (*store)->getRun(std::stoll(id));
+    QVERIFY(epochs.ok() && run.ok());
+    int runStarts = 0;
+    size_t stepAt = 0, epochAt = 0;
+    for (const td::Event& e : events) {
+        if (auto* rs = std::get_if<td::RunStarted>(&e)) {
+            ++runStarts;
+            QCOMPARE(rs->runName, std::string("live"));
+            QCOMPARE(rs->epochs, 300);
+            QVERIFY(rs->stepsPerEpoch > 0 && rs->batchSize > 0 && !rs->devices.empty());
+        } else if (auto* sm = std::get_if<td::StepMetrics>(&e)) {
+            QVERIFY(stepAt < stored->size());
+            const td::StepRow& row = (*stored)[stepAt++];
+            QCOMPARE(sm->globalStep, row.globalStep);
+            QCOMPARE(sm->metrics.at("loss"), row.metrics.at("loss"));
+            QCOMPARE(sm->samplesPerSecond, row.metrics.at("samples_per_s"));
+        } else if (auto* em = std::get_if<td::EpochMetrics>(&e)) {
+            QVERIFY(epochAt < epochs->size());
+            const td::EpochRow& row = (*epochs)[epochAt++];
+            QCOMPARE(em->epoch, row.epoch);
+            QCOMPARE(em->metrics.at("loss"), row.metrics.at("loss"));
+        } else if (auto* f = std::get_if<td::RunFinished>(&e)) {
+            QCOMPARE(f->status, td::RunStatus::Completed);
+            QVERIFY(f->finalMetrics.count("loss") == 1);
+        }
+    }
+    QCOMPARE(runStarts, 1);
+    QCOMPARE(stepAt, stored->size());
+    QCOMPARE(epochAt, epochs->size());
     QVERIFY(rest.out.trimmed().endsWith("}"));
     QCOMPARE(QJsonDocument::fromJson(rest.out.trimmed().split('\n').last())
                  .object()["status"]
@@ -302,7 +225,7 @@ void TestRemote::followLiveRunOverSsh() {
 void TestRemote::steerAndDetachOverSsh() {
     if (!skip_.isEmpty()) QSKIP(qPrintable(skip_));
     const Ssh started = runSsh(server(), {"train", "-", "--detach", "--run-name", "to stop"},
-                               blobsProject(100000).toUtf8());
+                               td::test::blobsProject(100000));
     QVERIFY2(started.code == 0, qPrintable(started.err));
     const std::string id = started.out.trimmed().toStdString();
     // A failing check must not leave the detached run training behind.
@@ -338,7 +261,7 @@ void TestRemote::exportToStandardOutputOverSsh() {
 void TestRemote::unknownHostKeyIsRefused() {
     if (!skip_.isEmpty()) QSKIP(qPrintable(skip_));
     QFile known(dir_.filePath("wrong_known_hosts"));
-    QFile other(dir_.filePath("other_host_key.pub"));
+    QFile other(sshd_.dir() + "/other_host_key.pub");
     QVERIFY(known.open(QIODevice::WriteOnly) && other.open(QIODevice::ReadOnly));
     known.write(QString("[127.0.0.1]:%1 ").arg(port_).toUtf8() + other.readAll());
     known.close();
@@ -363,4 +286,40 @@ void TestRemote::unknownHostKeyIsRefused() {
 }
 
 QTEST_GUILESS_MAIN(TestRemote)
+// Lines the app cannot take end the follow with a message saying what to do.
+void TestRemote::followDecoderRefusesWhatItCannotRead() {
+    std::vector<td::Event> events;
+    td::api::FollowDecoder notHello;
+    td::Status st = notHello.feed(R"({"type":"step","global_step":1})", events);
+    QVERIFY(!st.ok() && st.error().find("hello") != std::string::npos);
+    td::api::FollowDecoder newer;
+    st = newer.feed(
+        R"({"type":"hello","traindeck":"9.0","protocol":2,"run":{"id":1,"status":"running"}})",
+        events);
+    QVERIFY2(!st.ok() && st.error().find("protocol 2") != std::string::npos &&
+                 st.error().find("same TrainDeck release") != std::string::npos,
+             st.error().c_str());
+    td::api::FollowDecoder garbage;
+    QVERIFY(!garbage.feed("Welcome to the server!", events).ok());
+    QVERIFY(events.empty());
+    // A resumed stream's hello for another run is refused.
+    td::api::FollowDecoder d;
+    QVERIFY(
+        d.feed(
+             R"({"type":"hello","traindeck":"x","protocol":1,"run":{"id":4,"status":"running","devices":"cpu:0, cpu:1","config":{"epochs":3,"steps_per_epoch":10,"batch_size":8}}})",
+             events)
+            .ok());
+    QCOMPARE(events.size(), size_t(1));
+    const auto& rs = std::get<td::RunStarted>(events[0]);
+    QCOMPARE(rs.devices, (std::vector<std::string>{"cpu:0", "cpu:1"}));
+    QCOMPARE(rs.stepsPerEpoch, int64_t(10));
+    d.reconnecting();
+    QVERIFY(
+        !d.feed(
+              R"({"type":"hello","traindeck":"x","protocol":1,"run":{"id":5,"status":"running"}})",
+              events)
+             .ok());
+    QVERIFY(!td::api::runsFromJson("[{\"name\": \"no id\"}]").ok());
+}
+
 #include "test_remote.moc"

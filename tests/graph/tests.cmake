@@ -12,3 +12,7 @@ td_add_test(test_backend_ops SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_backend_ops.
 td_add_test(test_augment SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_augment.cpp
             LABELS integration graph ops LIBS traindeck_backend)
 add_dependencies(test_augment traindeck)
+# The data panel's preview after the model's leading augmentation layers (engine/api), against the
+# training program's own nodes for those layers.
+td_add_test(test_augment_preview SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_augment_preview.cpp
+            LABELS unit graph LIBS traindeck_api)

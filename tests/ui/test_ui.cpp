@@ -5,6 +5,7 @@
 #include <sqlite3.h>
 
 #include <QAction>
+#include <QCheckBox>
 #include <QComboBox>
 #include <QDoubleSpinBox>
 #include <QElapsedTimer>
@@ -245,6 +246,7 @@ class TestUi : public QObject {
     void dataPreviewGridReflows();
     void dataTabReadsImageFolders();
     void dataTabReadsTfRecordShards();
+    void dataTabShowsSamplesAfterAugmentation();
     void monitorSaysWhenInputBound();
     void helpMenuListsShortcutsAndDocumentation();
     void projectRoundTripsUnchanged();
@@ -1159,6 +1161,13 @@ void TestUi::dataTabReadsImageFolders() {
     picker->lineEdit()->setText(folders + "/train");
     emit picker->pathEdited(folders + "/train");
     QVERIFY2(rc->startBlocker().isEmpty(), qPrintable(rc->startBlocker()));
+    // Skipping bad files is a choice the project records.
+    auto* skip = child<QCheckBox>(dp, "imageSkipBadFiles");
+    QVERIFY(skip && !skip->isChecked());
+    skip->setChecked(true);
+    QVERIFY(w->projectController()->project().data.source.images.skipBadFiles);
+    skip->setChecked(false);
+    QVERIFY(!w->projectController()->project().data.source.images.skipBadFiles);
 }
 
 // The shipped TFRecord project, on shards its script writes (20 images a split): the Data tab
@@ -1196,6 +1205,10 @@ void TestUi::dataTabReadsTfRecordShards() {
     QVERIFY(child<QListWidget>(dp, "samplePreview")->count() > 0);
     RunController* rc = w->runController();
     QVERIFY2(rc->startBlocker().isEmpty(), qPrintable(rc->startBlocker()));
+    auto* skip = child<QCheckBox>(dp, "recordSkipBadFiles");
+    QVERIFY(skip && !skip->isChecked());
+    skip->setChecked(true);
+    QVERIFY(w->projectController()->project().data.source.records.skipBadFiles);
     // Where the decode and the cache sit: at load for a memory cache, else on the map workers.
     QVERIFY2(dp->pipelineDescription().startsWith(
                  "tfrecord (decoded at load, every core) → cache (memory) → shuffle"),
@@ -1213,6 +1226,124 @@ void TestUi::dataTabReadsTfRecordShards() {
     QCOMPARE(w->projectController()->project().data.source.records.files,
              std::vector<std::string>{(shards + "/nothing-*.tfrecord").toStdString()});
     QTRY_VERIFY_WITH_TIMEOUT(preview.count() >= 2 && !preview.last().first().toBool(), 30000);
+}
+
+// The shipped augmented image-folder project (RandomFlip, RandomTranslation and RandomZoom after
+// the input), on folders its script writes: "After augmentation" shows the same samples as the
+// training step's layers change them, the next draw changes them again, and unticking brings the
+// source's pictures back. A Resizing added while it is on gives pictures of its size; a model
+// without such layers has the toggle off, saying why.
+void TestUi::dataTabShowsSamplesAfterAugmentation() {
+    const QString folders = dir_.filePath("augment_folders");
+    QProcess script;
+    script.start(QFile::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3",
+                 {QString(td::dev::kSourceDir) + "/projects/make_image_folders.py", "--limit", "5",
+                  "--out", folders});
+    QVERIFY(script.waitForFinished(120000));
+    QVERIFY2(script.exitCode() == 0, script.readAllStandardError().constData());
+    QFile shipped(QString(td::dev::kSourceDir) +
+                  "/projects/fashion_mnist_folder_cnn_augmented.json");
+    QVERIFY(shipped.open(QIODevice::ReadOnly));
+    QString text = QString::fromUtf8(shipped.readAll());
+    text.replace("\"fashion-mnist-png/train\"", "\"" + folders + "/train\"");
+    text.replace("\"fashion-mnist-png/test\"", "\"" + folders + "/test\"");
+    const QString path = dir_.filePath("augmented_project.json");
+    QVERIFY(writeFile(path, text));
+    auto w = makeWindow("augment.db");
+    QString error;
+    QVERIFY2(w->openProject(path, &error), qPrintable(error));
+    DataPanel* dp = w->dataPanel();
+    QSignalSpy preview(dp, &DataPanel::previewLoaded);
+    QSignalSpy augmented(dp, &DataPanel::augmentedPreviewLoaded);
+    w->tabs()->setCurrentIndex(MainWindow::DataTab);
+    QTRY_VERIFY_WITH_TIMEOUT(preview.count() >= 1, 30000);
+    QVERIFY(preview.last().first().toBool());
+    auto* toggle = child<QCheckBox>(dp, "augmentPreview");
+    auto* next = child<QPushButton>(dp, "augmentNextDraw");
+    auto* grid = child<QListWidget>(dp, "samplePreview");
+    auto* status = child<QLabel>(dp, "previewStatus");
+    QVERIFY(toggle && next && grid && status);
+    QVERIFY(toggle->isEnabled());
+    QVERIFY(!toggle->isChecked());
+    QVERIFY(!next->isEnabled());
+    QVERIFY2(toggle->toolTip().contains("random_flip, random_translation, random_zoom"),
+             qPrintable(toggle->toolTip()));
+    auto icons = [&] {
+        QList<QImage> out;
+        for (int i = 0; i < grid->count(); ++i)
+            out << grid->item(i)->icon().pixmap(QSize(56, 56)).toImage();
+        return out;
+    };
+    auto differing = [](const QList<QImage>& a, const QList<QImage>& b) {
+        int n = 0;
+        for (int i = 0; i < std::min(a.size(), b.size()); ++i) n += a[i] != b[i] ? 1 : 0;
+        return n;
+    };
+    const QList<QImage> source = icons();
+    QCOMPARE(source.size(), 45);  // 50 files, 10% held out for validation
+    const QString label3 = grid->item(3)->text();
+    QVERIFY(!label3.isEmpty());
+
+    // On: the same samples, changed by the layers' draws (flipped, shifted, zoomed).
+    toggle->click();
+    QVERIFY(next->isEnabled());
+    QTRY_VERIFY_WITH_TIMEOUT(augmented.count() >= 1, 30000);
+    QVERIFY2(augmented.last().first().toBool(), qPrintable(status->text()));
+    QVERIFY(dp->augmentedShown());
+    const QList<QImage> first = icons();
+    QCOMPARE(first.size(), source.size());
+    QVERIFY2(differing(source, first) > source.size() / 2,
+             qPrintable(QString("%1 changed").arg(differing(source, first))));
+    QVERIFY2(status->text().contains("draw 0"), qPrintable(status->text()));
+    QVERIFY2(grid->item(0)->toolTip().contains("28×28, after augmentation"),
+             qPrintable(grid->item(0)->toolTip()));
+    QCOMPARE(grid->item(3)->text(), label3);  // the same sample, with its label
+
+    // The next draw: the same samples drawn anew.
+    next->click();
+    QTRY_VERIFY_WITH_TIMEOUT(augmented.count() >= 2, 30000);
+    QVERIFY(augmented.last().first().toBool());
+    QCOMPARE(dp->augmentDraw(), uint64_t{1});
+    QVERIFY(differing(first, icons()) > 0);
+    QVERIFY2(status->text().contains("draw 1"), qPrintable(status->text()));
+
+    // Off: the source's pictures again, exactly.
+    toggle->click();
+    QVERIFY(!dp->augmentedShown());
+    QVERIFY(!next->isEnabled());
+    QCOMPARE(differing(source, icons()), 0);
+    QCOMPARE(icons().size(), source.size());
+
+    // On again, then a Resizing in front of the augmentation: the pictures take its size.
+    toggle->click();
+    QTRY_VERIFY_WITH_TIMEOUT(augmented.count() >= 3, 30000);
+    w->projectController()->edit([](td::Project& p) {
+        td::LayerSpec resize;
+        resize.type = td::LayerType::Resizing;
+        resize.name = "resizing";
+        resize.targetHeight = 20;
+        resize.targetWidth = 36;
+        p.model.layers.insert(p.model.layers.begin() + 1, resize);
+    });
+    QTRY_VERIFY_WITH_TIMEOUT(augmented.count() >= 4, 30000);
+    QVERIFY2(augmented.last().first().toBool(), qPrintable(status->text()));
+    QVERIFY2(status->text().contains("of 20×36"), qPrintable(status->text()));
+    QVERIFY2(grid->item(0)->toolTip().contains("20×36"), qPrintable(grid->item(0)->toolTip()));
+    QCOMPARE(grid->item(0)->icon().pixmap(QSize(56, 56)).size(), QSize(56, 31));
+
+    // No preprocessing or augmentation layers left: the toggle is off and says why.
+    w->projectController()->edit([](td::Project& p) {
+        std::erase_if(p.model.layers,
+                      [](const td::LayerSpec& l) { return td::isImagePreprocessingLayer(l.type); });
+    });
+    QVERIFY(!toggle->isEnabled());
+    QVERIFY(!toggle->isChecked());
+    QVERIFY(!next->isEnabled());
+    QVERIFY(!dp->augmentedShown());
+    QVERIFY2(toggle->toolTip().contains("no preprocessing or augmentation layers"),
+             qPrintable(toggle->toolTip()));
+    QVERIFY2(toggle->toolTip().contains("'conv2d' (Conv2D)"), qPrintable(toggle->toolTip()));
+    QCOMPARE(differing(source, icons()), 0);
 }
 
 // An input-bound epoch is said above the charts, with its share and the change that would help,

@@ -22,3 +22,8 @@ add_test(NAME ui_include_check_fails
                  -P ${CMAKE_CURRENT_LIST_DIR}/check_ui_includes.cmake)
 set_tests_properties(ui_include_check_fails PROPERTIES LABELS unit
   PASS_REGULAR_EXPRESSION "include_fixture/reaches_past_api.h:5: includes engine/store/run_store.h")
+# The app watching and steering runs on a server over SSH (a test-started sshd; skipped without
+# openssh-server).
+td_add_test(test_ui_remote SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ui_remote.cpp
+            LABELS gui integration GUI)
+add_dependencies(test_ui_remote traindeck)
