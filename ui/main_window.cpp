@@ -680,9 +680,23 @@ void MainWindow::startOnServer(RemoteRunsPage* page,
 
 void MainWindow::connectServerDialog() {
     ConnectDialog dialog(this);
+    if (const QStringList last = Settings::lastServer(); last.size() == 4) {
+        td::api::RemoteServer s;
+        s.host = last[0].toStdString();
+        s.port = last[1].toInt();
+        s.store = last[2].toStdString();
+        s.traindeck = last[3].toStdString();
+        dialog.setServer(s);
+    }
     if (dialog.exec() != QDialog::Accepted) return;
+    const td::api::RemoteServer s = dialog.server();
     QString error;
-    if (!connectServer(dialog.server(), &error)) showError(tr("Connect to Server"), error);
+    if (!connectServer(s, &error)) {
+        showError(tr("Connect to Server"), error);
+        return;
+    }
+    Settings::setLastServer({QString::fromStdString(s.host), QString::number(s.port),
+                             QString::fromStdString(s.store), QString::fromStdString(s.traindeck)});
     tabs_->setCurrentIndex(RunsTab);
 }
 

@@ -72,6 +72,14 @@ void Settings::setCurrentTab(int index) {
     QSettings().setValue("window/tab", index);
 }
 
+QStringList Settings::lastServer() {
+    return QSettings().value("servers/last").toStringList();
+}
+
+void Settings::setLastServer(const QStringList& fields) {
+    QSettings().setValue("servers/last", fields);
+}
+
 QStringList Settings::runsColumns() {
     return QSettings().value("runs/columns").toStringList();
 }

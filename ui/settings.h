@@ -36,6 +36,11 @@ class Settings {
     static int currentTab();
     static void setCurrentTab(int index);
     // The Runs table's columns the user chose, by header name; empty list: never chosen.
+    // The server File > Connect to Server last connected to (host, port, store, traindeck); the
+    // dialog starts with it. Nothing else of the connection is kept (no keys, no passwords).
+    static QStringList lastServer();
+    static void setLastServer(const QStringList& fields);
+
     static QStringList runsColumns();
     static void setRunsColumns(const QStringList& shown);
     // Splitter positions by name ("model", "monitor", ...); empty: never set.

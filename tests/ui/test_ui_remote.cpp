@@ -6,12 +6,15 @@
 // the file back, Start on Server sending the open project, Compare of a remote run with a local
 // one, and a host key that is not the server's explained. Prints the latency from a step's row
 // stored on the server to its point drawn here (p50, p99).
+#include <QAction>
+#include <QComboBox>
 #include <QFile>
 #include <QFileInfo>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QLabel>
+#include <QLineEdit>
 #include <QStandardPaths>
 #include <QTemporaryDir>
 #include <QTest>
@@ -197,9 +200,12 @@ void TestUiRemote::startOnServerExportAndCompare() {
     if (!sshd_.skip().isEmpty()) QSKIP(qPrintable(sshd_.skip()));
     auto w = makeWindow();
     // The open project, sent to the server and started there.
+    // Mirrored over two CPU replicas: the per-replica charts are fed from the server's rows.
+    QJsonObject project = QJsonDocument::fromJson(td::test::blobsProject(2)).object();
+    project["strategy"] = QJsonObject{{"type", "mirrored"}, {"replicas", 2}};
     QFile f(dir_.filePath("blobs.json"));
     QVERIFY(f.open(QIODevice::WriteOnly));
-    f.write(td::test::blobsProject(2));
+    f.write(QJsonDocument(project).toJson());
     f.close();
     QString error;
     QVERIFY2(w->openProject(f.fileName(), &error), qPrintable(error));
@@ -219,7 +225,15 @@ void TestUiRemote::startOnServerExportAndCompare() {
     // Watched at once, to its end.
     QTRY_VERIFY_WITH_TIMEOUT(finished.size() == 1, 120000);
     QCOMPARE(finished[0].status, td::RunStatus::Completed);
-    QVERIFY(w->monitorPanel()->lossChart()->pointCount(1) == 2);  // both epochs drawn
+    MonitorPanel* mon = w->monitorPanel();
+    QVERIFY(mon->lossChart()->pointCount(1) == 2);  // both epochs drawn
+    QCOMPARE(mon->replicaSelector()->count(), 3);   // the mean, then each replica
+    for (const char* key : {"tp/0", "tp/1"}) {
+        const int series = mon->seriesIndex(key);
+        QVERIFY2(series >= 0 && mon->throughputChart()->pointCount(series) > 0, key);
+    }
+    const int wait1 = mon->seriesIndex("st/1/compute");
+    QVERIFY(wait1 >= 0 && mon->stepTimeChart()->pointCount(wait1) > 0);
 
     // Export model: the file the server's store has for the run, here.
     const QString keras = dir_.filePath("remote.keras");
@@ -293,6 +307,17 @@ void TestUiRemote::wrongHostKeyIsExplained() {
     QVERIFY(error.contains("not a host"));
     w->disconnectServer(page);
     QTRY_COMPARE_WITH_TIMEOUT(w->runSources()->count(), 1, 5000);
+    QVERIFY(!w->findChild<QAction*>("startOnServerAction")->isEnabled());
+    // The dialog's fields are the server as ssh takes it; no password field anywhere.
+    ConnectDialog dialog;
+    dialog.setServer(s);
+    const td::api::RemoteServer back = dialog.server();
+    QCOMPARE(back.host, s.host);
+    QCOMPARE(back.port, s.port);
+    QCOMPARE(back.store, s.store);
+    QCOMPARE(back.traindeck, s.traindeck);
+    for (QLineEdit* e : dialog.findChildren<QLineEdit*>())
+        QVERIFY(e->echoMode() == QLineEdit::Normal);
 }
 
 QTEST_MAIN(TestUiRemote)
