@@ -65,7 +65,10 @@ void setMapStep(std::vector<td::MapStep>& steps, const std::string& op, bool on,
     } else if (it != steps.end()) {
         *it = value;
     } else if (atFront) {
-        steps.insert(steps.begin(), value);
+        // After the decode (an encoded cache's "cache", "decode" pair): a step acts on pixels.
+        auto decode = std::find_if(steps.begin(), steps.end(),
+                                   [](const td::MapStep& s) { return s.op == "decode"; });
+        steps.insert(decode == steps.end() ? steps.begin() : decode + 1, value);
     } else {
         steps.push_back(value);
     }
@@ -83,6 +86,27 @@ const td::MapStep* findStep(const std::vector<td::MapStep>& steps, const std::st
     for (const auto& s : steps)
         if (s.op == op) return &s;
     return nullptr;
+}
+
+// Whether the cache keeps encoded files or records: a "cache" step before the "decode" step.
+bool encodedCache(const std::vector<td::MapStep>& steps) {
+    for (const td::MapStep& s : steps) {
+        if (s.op == "decode") return false;
+        if (s.op == "cache") return findStep(steps, "decode") != nullptr;
+    }
+    return false;
+}
+
+// On: the map starts with "cache", "decode" (the other steps after them, in their order); off:
+// neither (the cache then holds decoded samples, as without a "decode" step).
+void setEncodedCache(std::vector<td::MapStep>& steps, bool on) {
+    if (!on && !findStep(steps, "decode")) return;
+    std::erase_if(steps, [](const td::MapStep& s) { return s.op == "cache" || s.op == "decode"; });
+    if (on) steps.insert(steps.begin(), {td::MapStep{.op = "cache"}, td::MapStep{.op = "decode"}});
+}
+
+bool decodesFiles(const std::string& sourceType) {
+    return sourceType == "image_directory" || sourceType == "tfrecord";
 }
 
 }  // namespace
@@ -473,6 +497,13 @@ QWidget* DataPanel::buildPipeline() {
     cacheRow->addWidget(cache_);
     cacheRow->addWidget(cacheFile_, 1);
     form->addRow(tr("Cache"), cacheRow);
+    cacheEncoded_ = new QCheckBox(tr("keep the encoded files (decode every epoch)"));
+    cacheEncoded_->setObjectName("cacheEncoded");
+    cacheEncoded_->setToolTip(
+        tr("The cache before the decode: the image files or records as stored, a fraction of "
+           "the decoded size; the map workers decode them every epoch"));
+    form->addRow(QString(), cacheEncoded_);
+    connect(cacheEncoded_, &QCheckBox::toggled, this, &DataPanel::writePipeline);
 
     shuffle_ = new QSpinBox;
     shuffle_->setObjectName("shuffleBuffer");
@@ -614,6 +645,9 @@ void DataPanel::reload() {
         cacheFile_->clear();
     }
     cacheFile_->setEnabled(cache_->currentIndex() == 2);
+    cacheEncoded_->setChecked(encodedCache(p.map));
+    cacheEncoded_->setEnabled(decodesFiles(project_->project().data.source.type) &&
+                              cache_->currentIndex() != 0);
     shuffle_->setValue(static_cast<int>(std::min<int64_t>(p.shuffleBuffer, 100000000)));
     reshuffle_->setChecked(p.reshuffleEachIteration);
     batch_->setValue(static_cast<int>(project_->project().training.batchSize));
@@ -653,6 +687,8 @@ void DataPanel::writeSource() {
         [&](td::Project& p) {
             td::SourceConfig& s = p.data.source;
             s.type = type.toStdString();
+            // Only files and records are decoded by the pipeline; other sources are read whole.
+            if (!decodesFiles(s.type)) setEncodedCache(p.data.pipeline.map, false);
             if (type == "idx") {
                 s.trainImages = idxTrainX_->path().toStdString();
                 s.trainLabels = idxTrainY_->path().toStdString();
@@ -707,6 +743,12 @@ void DataPanel::writeSource() {
             }
         },
         this);
+    {
+        const QSignalBlocker quiet(cacheEncoded_);
+        cacheEncoded_->setChecked(encodedCache(project_->project().data.pipeline.map));
+        cacheEncoded_->setEnabled(decodesFiles(project_->project().data.source.type) &&
+                                  cache_->currentIndex() != 0);
+    }
     updatePipelineText();
     schedulePreview();
 }
@@ -714,9 +756,12 @@ void DataPanel::writeSource() {
 void DataPanel::writePipeline() {
     if (loading_) return;
     cacheFile_->setEnabled(cache_->currentIndex() == 2);
+    cacheEncoded_->setEnabled(decodesFiles(project_->project().data.source.type) &&
+                              cache_->currentIndex() != 0);
     project_->edit(
         [&](td::Project& p) {
             td::PipelineConfig& c = p.data.pipeline;
+            setEncodedCache(c.map, cacheEncoded_->isEnabled() && cacheEncoded_->isChecked());
             const td::MapStep* sc = findStep(c.map, "scale");
             const td::MapStep* nm = findStep(c.map, "normalize");
             const double factor = sc ? shownValue(scale_, sc->factor) : scale_->value();

@@ -150,6 +150,7 @@ class DataPanel : public QWidget {
     QSpinBox* oneHotDepth_;
     QComboBox* cache_;
     QLineEdit* cacheFile_;
+    QCheckBox* cacheEncoded_;
     QSpinBox* shuffle_;
     QCheckBox* reshuffle_;
     QSpinBox* batch_;

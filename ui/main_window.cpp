@@ -309,7 +309,8 @@ bool MainWindow::startTraining(QString* error) {
 }
 
 void MainWindow::closeEvent(QCloseEvent* event) {
-    if (runs_->busy() && interactive_) {
+    // Watching a run on a server ends with the window; the run goes on there.
+    if (runs_->busy() && !runs_->following() && interactive_) {
         QMessageBox box(QMessageBox::Question, tr("Training is running"),
                         tr("A run is in progress. Stop it (it is kept in the store, marked "
                            "stopped) and quit?"),
@@ -634,12 +635,15 @@ bool MainWindow::watchRemoteRun(RemoteRunsPage* page, int64_t runId, QString* er
     RemoteLink* link = page->link();
     auto* follow = new RemoteFollow(link, runId, page);
     RunController::Steering steering;
-    steering.pause = [this, page, runId](bool pause) {
+    // The page may be closed (Disconnect) while the Monitor still shows the run's last events.
+    steering.pause = [this, page = QPointer<RemoteRunsPage>(page), runId](bool pause) {
+        if (!page) return;
         page->link()->pause(runId, pause, [this](const RemoteLink::Reply& r) {
             if (!r.error.isEmpty()) showError(tr("Pause"), r.error);
         });
     };
-    steering.stop = [this, page, runId] {
+    steering.stop = [this, page = QPointer<RemoteRunsPage>(page), runId] {
+        if (!page) return;
         page->link()->stop(runId, [this](const RemoteLink::Reply& r) {
             if (!r.error.isEmpty()) showError(tr("Stop"), r.error);
         });

@@ -42,6 +42,7 @@
 #include <mutex>
 #include <set>
 
+#include "engine/api/projects.h"
 #include "engine/io/project.h"
 #include "engine/store/run_store.h"
 #include "tests/source_dir.h"
@@ -1209,6 +1210,22 @@ void TestUi::dataTabReadsTfRecordShards() {
     QVERIFY(skip && !skip->isChecked());
     skip->setChecked(true);
     QVERIFY(w->projectController()->project().data.source.records.skipBadFiles);
+    // The cache before the decode: "cache", "decode" lead the map steps, scaling stays after.
+    auto* encoded = child<QCheckBox>(dp, "cacheEncoded");
+    QVERIFY(encoded && encoded->isEnabled() && !encoded->isChecked());
+    encoded->setChecked(true);
+    auto ops = [&] {
+        QStringList out;
+        for (const td::MapStep& m : w->projectController()->project().data.pipeline.map)
+            out << QString::fromStdString(m.op);
+        return out;
+    };
+    QVERIFY2(ops().mid(0, 2) == QStringList({"cache", "decode"}), qPrintable(ops().join(",")));
+    QVERIFY(ops().contains("scale") && ops().indexOf("scale") > 1);
+    QVERIFY2(td::api::validateProject(w->projectController()->project()).ok(),
+             td::api::validateProject(w->projectController()->project()).error().c_str());
+    encoded->setChecked(false);
+    QVERIFY(!ops().contains("decode") && !ops().contains("cache"));
     // Where the decode and the cache sit: at load for a memory cache, else on the map workers.
     QVERIFY2(dp->pipelineDescription().startsWith(
                  "tfrecord (decoded at load, every core) → cache (memory) → shuffle"),
@@ -1226,6 +1243,14 @@ void TestUi::dataTabReadsTfRecordShards() {
     QCOMPARE(w->projectController()->project().data.source.records.files,
              std::vector<std::string>{(shards + "/nothing-*.tfrecord").toStdString()});
     QTRY_VERIFY_WITH_TIMEOUT(preview.count() >= 2 && !preview.last().first().toBool(), 30000);
+    cache->setCurrentIndex(cache->findData("memory"));
+    emit cache->activated(cache->currentIndex());
+    encoded->setChecked(true);
+    // A source read whole cannot have a decode step: switching to one drops the pair.
+    type->setCurrentIndex(type->findData("synthetic"));
+    emit type->activated(type->currentIndex());
+    QVERIFY2(!ops().contains("decode"), qPrintable(ops().join(",")));
+    QVERIFY(!encoded->isEnabled());
 }
 
 // The shipped augmented image-folder project (RandomFlip, RandomTranslation and RandomZoom after
