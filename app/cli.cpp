@@ -625,7 +625,22 @@ int summary(const std::string& path) {
     return 0;
 }
 
+namespace {
+
+// A store named with --db for reading must be there: a mistyped path (here or in the app's
+// Connect to Server) is an error, not a new empty store.
+bool namedStoreMissing(const std::string& db, const std::string& command) {
+    std::error_code ec;
+    if (db.empty() || std::filesystem::exists(db, ec)) return false;
+    printError(command + ": no run store at " + db +
+               " (a store is created by `traindeck train`; check the path)");
+    return true;
+}
+
+}  // namespace
+
 int runs(const std::string& db, bool json) {
+    if (namedStoreMissing(db, "runs")) return 2;
     auto store = RunStore::open(db.empty() ? defaultDbPath() : db);
     if (!store.ok()) {
         printError(store.error());
@@ -748,6 +763,7 @@ int steer(const std::string& db, const std::string& run, const std::string& acti
 }
 
 int show(const std::string& db, const std::string& run, bool json) {
+    if (namedStoreMissing(db, "show " + run)) return 2;
     auto store = RunStore::open(db.empty() ? defaultDbPath() : db);
     if (!store.ok()) {
         printError(store.error());

@@ -277,6 +277,10 @@ void TestCli::badInput_data() {
     const QString db = QDir::temp().filePath(
         QString("traindeck-cli-test-%1.db").arg(QCoreApplication::applicationPid()));
     QTest::newRow("unknown run") << QStringList{"show", "no-such-run", "--db", db} << "no-such-run";
+    // A mistyped store is not made into a new empty one by a command that only reads.
+    QTest::newRow("no store") << QStringList{"runs", "--db", db + ".typo"} << "no run store at";
+    QTest::newRow("no store to show")
+        << QStringList{"show", "1", "--db", db + ".typo"} << ".typo (a store is created by";
     QTest::newRow("bad flag") << QStringList{"train", project("synthetic_blobs.json"), "--epochs",
                                              "-3"}
                               << "epochs";
@@ -378,7 +382,11 @@ void TestCli::trainWithBadStore() {
         f.write("x");
         db = dir.filePath("plain/r.db");
     } else {
-        QCOMPARE(traindeck({"runs", "--db", db}).code, 0);  // a store with no room for the run
+        // A store (made by a first run) with no room for the next run.
+        QCOMPARE(traindeck({"train", project("synthetic_blobs.json"), "--epochs", "1", "--db", db,
+                            "--plain"})
+                     .code,
+                 0);
         env << "TRAINDECK_FAULT_STORE_PAGES=0";
     }
     Run r = traindeck({"train", project("synthetic_blobs.json"), "--db", db, "--plain"}, {}, env,
