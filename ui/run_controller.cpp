@@ -54,7 +54,7 @@ void RunController::updateActions() {
     pause_->setIcon(QApplication::style()->standardIcon(
         state_ == State::Paused ? QStyle::SP_MediaPlay : QStyle::SP_MediaPause));
     stop_->setEnabled(state_ == State::Preparing ||
-                      ((session_ || steering_.stop || !queue_) &&
+                      ((session_ || steering_.stop) &&
                        (state_ == State::Running || state_ == State::Paused)));
 }
 
