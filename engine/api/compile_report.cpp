@@ -77,6 +77,7 @@ Result<Compiled> compileOnce(const Project& p, const ModelInfo& info, const Upda
     if (!fused) co.disabled.insert(fusionPassNames().begin(), fusionPassNames().end());
     BuildOptions bo = buildOptions(p, GraphMode::Train);
     bo.fuseSoftmaxXent = co.enabled("fuse_softmax_xent");
+    bo.halfConv = cpuHalfConvolutions(bo.compute);  // the report compiles for the CPU
     const bool f16 = p.precision == PrecisionPolicy::MixedFloat16;
     TD_ASSIGN_OR_RETURN(Graph g, buildGraph(p.model, info, bo));
     TD_RETURN_IF_ERROR(autodiff(g, f16));

@@ -632,7 +632,8 @@ Result<std::string> Session::dumpIr(const std::string& afterPass) {
     // (gradient all-reduce, optimizer update, the loss and metric sums) included.
     if (afterPass == "lowered") return im.trainer->loweredTrainProgram();
     const CompileOptions co = compileOptions(im.project, true);
-    const BuildOptions bo = buildOptions(im.project, GraphMode::Train);
+    BuildOptions bo = buildOptions(im.project, GraphMode::Train);
+    bo.halfConv = im.trainer->halfConvolutions();
     TD_ASSIGN_OR_RETURN(Graph g, buildGraph(im.project.model, im.info, bo));
     if (afterPass == "forward") return printGraph(g);
     TD_RETURN_IF_ERROR(autodiff(g, im.project.precision == PrecisionPolicy::MixedFloat16));

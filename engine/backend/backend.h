@@ -164,6 +164,13 @@ class Device {
     // Sets bytes [offset, offset + bytes) of a buffer to zero, on the stream.
     virtual Status fillZero(const Buffer& dst, size_t offset, size_t bytes) = 0;
     virtual Support supportsOp(const Graph& g, const Node& n) const = 0;
+    // Whether convolutions run here in `compute` (bf16 or f16) at a speed that pays for the
+    // casts around them, as Keras' mixed policies run them (BuildOptions::halfConv). False: the
+    // graph computes them in f32.
+    virtual bool halfConvolutions(DType compute) const {
+        (void)compute;
+        return false;
+    }
     // Compiles a lowered program (graph/lower.h) bound to buffers. Callers go through
     // compileProgram, which lowers a planned graph and checks the bindings first.
     virtual Result<std::unique_ptr<Executable>> compile(const LoweredProgram& program,
@@ -208,6 +215,9 @@ Result<std::unique_ptr<Device>> openDevice(const std::string& id);
 // Backend-specific entry points (each backend's folder implements its own).
 std::unique_ptr<Device> makeCpuDevice(int threads);
 DeviceDesc cpuDeviceDesc();
+// The CPU device's halfConvolutions: bf16 where the CPU has AVX512-BF16 or AMX-BF16 and oneDNN
+// has a native (not reference) bf16 convolution for it, forward and both gradients.
+bool cpuHalfConvolutions(DType compute);
 std::vector<DeviceDesc> cudaDevices();  // empty without the CUDA backend or GPUs
 Result<std::unique_ptr<Device>> makeCudaDevice(int index);
 }  // namespace td

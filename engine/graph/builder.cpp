@@ -499,12 +499,15 @@ Result<Graph> buildGraph(const ModelSpec& model, const ModelInfo& info, const Bu
         g.outputs.emplace_back(m.key, id);
     }
     g.layerScope.clear();
-    if (opt.compute != DType::F32) g = insertCasts(g, opt.compute);
+    if (opt.compute != DType::F32) g = insertCasts(g, opt.compute, opt.halfConv);
     TD_RETURN_IF_ERROR(verifyGraph(g));
     return g;
 }
 
-Graph insertCasts(const Graph& fwd, DType compute) {
+// The shortest sum (KH * KW * C/groups terms) a 16-bit convolution computes (see insertCasts).
+constexpr int64_t kMinHalfConvDepth = 64;
+
+Graph insertCasts(const Graph& fwd, DType compute, bool halfConv) {
     Graph g;
     g.name = fwd.name;
     std::vector<int> remap(fwd.nodes.size(), -1);
@@ -521,6 +524,18 @@ Graph insertCasts(const Graph& fwd, DType compute) {
         for (int i : n.inputs) in.push_back(remap[static_cast<size_t>(i)]);
         DType dt = n.dtype;
         switch (n.op) {
+            case Op::Conv2D: {
+                // With halfConv its image and kernel in `compute`; the result in f32 either way
+                // (16-bit convolutions accumulate in f32): the bias, activation, normalization
+                // and pooling after it then read it without a cast. A convolution whose sums
+                // are short (a first layer over one or three channels) stays f32: its 16-bit
+                // kernel gains nothing there and the casts of x and dy would be all it adds.
+                const Shape& k = fwd.node(n.inputs[1]).shape;  // [KH, KW, C/groups, F]
+                const bool half = halfConv && k[0] * k[1] * k[2] >= kMinHalfConvDepth;
+                for (int& v : in) v = castTo(v, half ? compute : DType::F32);
+                dt = DType::F32;
+                break;
+            }
             case Op::MatMul:
             case Op::Dense:
                 in[0] = castTo(in[0], compute);
@@ -540,7 +555,6 @@ Graph insertCasts(const Graph& fwd, DType compute) {
             case Op::Metric:
                 in[0] = castTo(in[0], DType::F32);
                 break;
-            case Op::Conv2D:
             case Op::MaxPool:
             case Op::AvgPool:
             case Op::Pad2D:
@@ -558,8 +572,8 @@ Graph insertCasts(const Graph& fwd, DType compute) {
             case Op::RandomTranslation:
             case Op::RandomContrast:
             case Op::RandomBrightness:
-                // Computed in f32 (normalization as Keras does; the image ops have no 16-bit
-                // kernels here): their operands are cast to f32.
+                // Computed in f32 (normalization as Keras does; the other image ops have no
+                // 16-bit kernels here): their operands are cast to f32.
                 for (int& v : in) v = castTo(v, DType::F32);
                 dt = DType::F32;
                 break;
@@ -706,10 +720,14 @@ Status autodiff(Graph& g, bool dynamicLossScale) {
                                " with a fused bias or activation (run fusion after autodiff)");
                 const int x = nd.inputs[0], w = nd.inputs[1];
                 NodeAttrs a = nd.attrs;
+                // The gradients read dy in the operands' dtype (16-bit operands, an f32 result:
+                // mixed precision's convolutions), cast once for both.
+                const int dyOp =
+                    g.node(dy).dtype == dt(w) ? dy : g.add(Op::Cast, {dy}, dt(w), g.node(dy).shape);
                 if (wants(x))
-                    give(x, g.add(Op::Conv2DGradInput, {dy, w}, dt(x), g.node(x).shape, a));
+                    give(x, g.add(Op::Conv2DGradInput, {dyOp, w}, dt(x), g.node(x).shape, a));
                 if (wants(w))
-                    give(w, g.add(Op::Conv2DGradFilter, {x, dy}, dt(w), g.node(w).shape, a));
+                    give(w, g.add(Op::Conv2DGradFilter, {x, dyOp}, dt(w), g.node(w).shape, a));
                 break;
             }
             case Op::MaxPool:

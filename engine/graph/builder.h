@@ -29,6 +29,12 @@ struct BuildOptions {
     // are cast where a product reads them; softmax, loss, metrics and the model's output are f32.
     // F32: no casts.
     DType compute = DType::F32;
+    // Convolutions compute in `compute` too, as Keras' mixed policies compute them: their image
+    // and kernel are cast; their result stays f32 (the products accumulate in f32, and the
+    // normalization and pooling after them compute in f32), their gradients read dy cast to
+    // `compute`. Set where the device has 16-bit convolutions (Device::halfConvolutions);
+    // otherwise they compute in f32 with the other image ops.
+    bool halfConv = false;
     // A trailing softmax (sigmoid) that meets the matching cross-entropy is computed as one stable
     // softmax-cross-entropy from the logits (the fusion `fuse_softmax_xent`); off: the loss reads
     // the probabilities (clipped to [1e-7, 1 - 1e-7] as Keras does).
@@ -60,10 +66,11 @@ Result<LabelSpec> labelSpecFor(const LossConfig& loss, const Shape& modelOutput)
 // Parameter nodes are named "<layer>/kernel" and "<layer>/bias".
 Result<Graph> buildGraph(const ModelSpec& model, const ModelInfo& info, const BuildOptions& opt);
 
-// Mixed precision's cast insertion on a forward graph: every matrix product reads its operands in
-// `compute` (casts inserted once per value), the elementwise ops after it keep that dtype, and
-// softmax, loss, metrics and the predictions read f32. Called by buildGraph; exposed for tests.
-Graph insertCasts(const Graph& forward, DType compute);
+// Mixed precision's cast insertion on a forward graph: every matrix product (and, with
+// `halfConv`, every convolution) reads its operands in `compute` (casts inserted once per value),
+// the elementwise ops after it keep that dtype, and the other image ops, softmax, loss, metrics
+// and the predictions read f32. Called by buildGraph; exposed for tests.
+Graph insertCasts(const Graph& forward, DType compute, bool halfConv = false);
 
 // Appends the backward nodes for output "loss" and binds a gradient to every trainable param.
 // Supports losses that are sums (add) of loss and reg_loss terms.

@@ -675,6 +675,17 @@ std::string verifyImageOp(const Graph& g, const Node& nd) {
             if (nd.op == Op::Conv2D && nd.inputs.size() == 3 && in(2).shape != Shape{geo->F})
                 return "bias shape " + shapeToString(in(2).shape) + ", expected [" +
                        std::to_string(geo->F) + "]";
+            // A convolution reads its two operands in one dtype and writes it or f32, as a
+            // matrix product does; its bias is f32.
+            if (conv && in(0).dtype != in(1).dtype)
+                return std::string("operands in ") + dtypeName(in(0).dtype) + " and " +
+                       dtypeName(in(1).dtype) + " (cast one)";
+            if (conv && nd.dtype != in(0).dtype && nd.dtype != DType::F32)
+                return std::string("result in ") + dtypeName(nd.dtype) + " from " +
+                       dtypeName(in(0).dtype) + " operands (expected " + dtypeName(in(0).dtype) +
+                       " or f32)";
+            if (nd.op == Op::Conv2D && nd.inputs.size() == 3 && in(2).dtype != DType::F32)
+                return std::string("bias in ") + dtypeName(in(2).dtype) + ", expected f32";
             return {};
         }
         case Op::Scale:

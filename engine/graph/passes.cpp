@@ -302,6 +302,13 @@ bool ownKernel(Op op) {
     }
 }
 
+// Matrix products and convolutions: 16-bit operands, the result in their dtype or in f32
+// (oneDNN's and cuBLASLt's products, oneDNN's convolutions).
+bool productOp(Op op) {
+    return op == Op::MatMul || op == Op::Dense || op == Op::Conv2D || op == Op::Conv2DGradInput ||
+           op == Op::Conv2DGradFilter;
+}
+
 std::string opRef(const Graph& g, int id) {
     return std::string(opName(g.node(id).op)) + " %" + std::to_string(id);
 }
@@ -351,8 +358,7 @@ Result<bool> FoldCastsPass::run(Graph& g) {
         }
         const auto& su = users[static_cast<size_t>(p)];
         const bool widens = c.dtype == DType::F32;
-        const bool producerWrites =
-            ownKernel(src.op) || ((src.op == Op::MatMul || src.op == Op::Dense) && widens);
+        const bool producerWrites = ownKernel(src.op) || (productOp(src.op) && widens);
         if (su.size() == 1 && producerWrites && !isOutputOrGrad(g, p)) {
             // The producer writes the cast's dtype; the cast goes.
             src.dtype = c.dtype;

@@ -40,6 +40,7 @@ BuildOptions buildOptions(const Project& project, GraphMode mode) {
 Result<Graph> Trainer::Impl::buildPlanned(GraphMode mode, int64_t batch, int64_t global) const {
     const CompileOptions co = compileOptions(s.project, mode == GraphMode::Train);
     BuildOptions bo = buildOptions(s.project, mode);
+    bo.halfConv = halfConvolutions();
     bo.batch = batch;
     bo.globalBatch = global;
     bo.replicas = mode == GraphMode::Train ? totalReplicas : 1;
@@ -50,6 +51,14 @@ Result<Graph> Trainer::Impl::buildPlanned(GraphMode mode, int64_t batch, int64_t
     addStandardPasses(pm, co);
     TD_RETURN_IF_ERROR(pm.run(g));
     return g;
+}
+
+// Every replica of a run computes one graph: convolutions in the 16-bit dtype where the first
+// replica's device (every replica's kind) runs them so.
+bool Trainer::Impl::halfConvolutions() const {
+    const DType compute = compileOptions(s.project, true).compute;
+    return compute != DType::F32 && !replicas.empty() &&
+           replicas.front()->device->halfConvolutions(compute);
 }
 
 // Parameters on the host, initialized once with the project's seed, copied to every replica:

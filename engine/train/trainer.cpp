@@ -612,6 +612,10 @@ int64_t Trainer::deviceBytes() const {
     return impl_->deviceBytes();
 }
 
+bool Trainer::halfConvolutions() const {
+    return impl_->halfConvolutions();
+}
+
 Result<std::string> Trainer::loweredTrainProgram() const {
     const Impl& im = *impl_;
     const Impl::Replica& r = *im.replicas[0];

@@ -158,6 +158,9 @@ class Trainer {
     int64_t deviceBytes() const;
     // The first replica's full-batch training program, lowered, as text (printProgram).
     Result<std::string> loweredTrainProgram() const;
+    // Whether this run's programs compute convolutions in the 16-bit dtype of mixed precision
+    // (BuildOptions::halfConv: the device runs them so).
+    bool halfConvolutions() const;
     // The gradient all-reduce of one step: bytes per replica and buckets (0 with one replica).
     int64_t allReduceBytesPerStep() const;
     int gradientBuckets() const;

@@ -314,6 +314,7 @@ struct Trainer::Impl {
     // ---- programs.cpp: parameters, programs, batches
     // ---------------------------------------------
     Result<Graph> buildPlanned(GraphMode mode, int64_t batch, int64_t global) const;
+    bool halfConvolutions() const;  // BuildOptions::halfConv of this run's programs
     Status initParams(const Graph& g);
     Result<Program*> program(Replica& r, GraphMode mode, int64_t batch, int64_t global);
     Status bindShadows(Replica& r, const Graph& g, ProgramBindings& bind);

@@ -11,6 +11,7 @@
 #include <limits>
 #include <random>
 
+#include "engine/backend/backend.h"
 #include "engine/backend/cpu/update.h"
 #include "engine/core/half.h"
 #include "engine/graph/lower.h"
@@ -69,10 +70,47 @@ struct StepResult {
     std::string error;
 };
 
-// The loss and metrics of a project's training (a small MLP's default otherwise).
+// A small CNN: [6,6,2] -> Conv2D(8, 3x3 same, act) (sums of 18 terms: f32 under halfConv) ->
+// BatchNormalization -> Conv2D(8, 3x3 same, act) -> Conv2D(6, 3x3 valid, act) (72 terms each:
+// 16-bit under halfConv) -> Flatten -> Dense(3, softmax).
+ModelSpec cnn(ActivationKind act = ActivationKind::Relu) {
+    ModelSpec m;
+    LayerSpec in;
+    in.type = LayerType::Input;
+    in.name = "input";
+    in.inputShape = {6, 6, 2};
+    m.layers.push_back(in);
+    auto conv = [act](const std::string& name, int64_t filters, bool same) {
+        LayerSpec c;
+        c.type = LayerType::Conv2D;
+        c.name = name;
+        c.filters = filters;
+        c.kernelSize = {3, 3};
+        c.samePadding = same;
+        c.activation = act;
+        return c;
+    };
+    m.layers.push_back(conv("conv_a", 8, true));
+    LayerSpec bn;
+    bn.type = LayerType::BatchNormalization;
+    bn.name = "bn";
+    m.layers.push_back(bn);
+    m.layers.push_back(conv("conv_b", 8, true));
+    m.layers.push_back(conv("conv_c", 6, false));  // [4,4,6]
+    LayerSpec flat;
+    flat.type = LayerType::Flatten;
+    flat.name = "flatten";
+    m.layers.push_back(flat);
+    m.layers.push_back(dense("dense", 3, ActivationKind::Softmax));
+    return m;
+}
+
+// The loss and metrics of a project's training (a small MLP's default otherwise), and whether
+// convolutions compute in the 16-bit dtype (BuildOptions::halfConv).
 struct Objective {
     LossConfig loss;
     std::vector<std::string> metrics{"accuracy"};
+    bool halfConv = false;
 };
 
 const Objective& defaultObjective() {
@@ -91,6 +129,7 @@ Graph trainGraph(const ModelSpec& model, DType compute, bool pairLoss, bool loss
     bo.loss = obj.loss;
     bo.metrics = obj.metrics;
     bo.compute = compute;
+    bo.halfConv = obj.halfConv;
     bo.fuseSoftmaxXent = pairLoss;
     auto g = buildGraph(m, *info, bo);
     if (!g.ok()) qFatal("%s", g.error().c_str());
@@ -132,8 +171,10 @@ StepResult runStep(const ModelSpec& model, DType compute, const std::set<std::st
     const std::vector<int> pids = h.g.params();
     for (size_t i = 0; i < h.params.size(); ++i) {
         const Shape& shape = h.g.node(pids[i]).shape;
-        const float scale =
-            shape.size() == 2 ? 2.0f / std::sqrt(static_cast<float>(shape[0])) : 0.2f;
+        const int64_t fanIn = shape.size() == 2   ? shape[0]
+                              : shape.size() == 4 ? shape[0] * shape[1] * shape[2]
+                                                  : 0;
+        const float scale = fanIn > 0 ? 2.0f / std::sqrt(static_cast<float>(fanIn)) : 0.2f;
         float* p = h.param(i);
         for (size_t k = 0; k < h.params[i].bytes / 4; ++k) p[k] = nd(rng) * scale;
     }
@@ -189,6 +230,8 @@ class TestPrecision : public QObject {
     void passesOffEqualHalf_data();
     void passesOffEqualHalf();
     void halfCloseToFloat32();
+    void halfConvolutionCasts();
+    void halfConvolutionsCloseToFloat32();
     void wholeProjectsPassesOff_data();
     void wholeProjectsPassesOff();
     void updateFusedEqualsPerTensor();
@@ -469,6 +512,97 @@ void TestPrecision::halfCloseToFloat32() {
         QVERIFY(std::fabs(r.loss - f32.loss) < tol * std::fabs(f32.loss));
         QVERIFY2(relDiff(f32.grads, r.grads) < tol, dtypeName(dt));
         QVERIFY(r.loss != f32.loss);  // it did compute in 16 bits
+    }
+}
+
+// halfConv: a convolution with sums of 64 terms or more reads its image and kernel in bf16 and
+// writes f32; a shorter one stays f32; the gradients read dy cast once to bf16; after the passes
+// the gradients come out of their convolutions in f32 (the widening casts folded). Without
+// halfConv every convolution is f32 under mixed_bfloat16.
+void TestPrecision::halfConvolutionCasts() {
+    for (bool half : {false, true}) {
+        Objective obj;
+        obj.halfConv = half;
+        Graph g = trainGraph(cnn(), DType::BF16, true, false, obj);
+        QVERIFY(verifyGraph(g).ok());
+        std::map<std::string, DType> forward;  // layer -> its convolution's operand dtype
+        int gradInputs = 0, gradFilters = 0;
+        for (const Node& n : g.nodes) {
+            if (n.op == Op::Conv2D) {
+                forward[n.layer] = g.node(n.inputs[0]).dtype;
+                QCOMPARE(g.node(n.inputs[1]).dtype, g.node(n.inputs[0]).dtype);
+                QCOMPARE(n.dtype, DType::F32);
+            }
+            if (n.op == Op::Conv2DGradInput || n.op == Op::Conv2DGradFilter) {
+                const int dy = n.inputs[n.op == Op::Conv2DGradInput ? 0 : 1];
+                const int other = n.inputs[n.op == Op::Conv2DGradInput ? 1 : 0];
+                QCOMPARE(g.node(dy).dtype, g.node(other).dtype);
+                if (g.node(dy).dtype == DType::BF16) QCOMPARE(g.node(dy).op, Op::Cast);
+                (n.op == Op::Conv2DGradInput ? gradInputs : gradFilters) += 1;
+            }
+        }
+        QCOMPARE(forward.size(), size_t(3));
+        QCOMPARE(forward["conv_a"], DType::F32);  // 3 * 3 * 2 = 18 terms
+        QCOMPARE(forward["conv_b"], half ? DType::BF16 : DType::F32);
+        QCOMPARE(forward["conv_c"], half ? DType::BF16 : DType::F32);
+        QCOMPARE(gradFilters, 3);
+        QCOMPARE(gradInputs, 2);  // not of the input
+        // One cast of dy per 16-bit convolution, read by both of its gradients.
+        std::set<int> dyCasts;
+        for (const Node& n : g.nodes)
+            if (n.op == Op::Conv2DGradFilter && g.node(n.inputs[1]).op == Op::Cast)
+                dyCasts.insert(n.inputs[1]);
+        QCOMPARE(dyCasts.size(), size_t(half ? 2 : 0));
+
+        CompileOptions co;
+        co.compute = DType::BF16;
+        co.paramShadows = true;
+        PassManager pm;
+        addStandardPasses(pm, co);
+        QVERIFY(pm.run(g).ok());
+        QVERIFY(verifyGraph(g).ok());
+        for (const auto& [p, gr] : g.grads) {
+            QCOMPARE(g.node(gr).dtype, DType::F32);
+            QVERIFY2(g.node(gr).op != Op::Cast, g.node(p).attrs.name.value_or("?").c_str());
+        }
+        for (const Node& n : g.nodes)
+            if (n.op == Op::Conv2DGradInput) QCOMPARE(n.dtype, DType::F32);
+    }
+}
+
+// A step of the CNN with its deep convolutions in bf16 on this CPU: loss and gradients within
+// bf16's tolerance of float32 (tanh: with relu, a unit within a rounding of zero switches, which
+// moves a gradient by a sample's share of batch 6), not the bits of bf16 with f32 convolutions;
+// with relu, each pass off gives the same step within that tolerance.
+void TestPrecision::halfConvolutionsCloseToFloat32() {
+    if (!cpuHalfConvolutions(DType::BF16))
+        QSKIP("this CPU has no native bf16 convolution (AVX512-BF16 or AMX-BF16)");
+    Objective half;
+    half.halfConv = true;
+    const ModelSpec smooth = cnn(ActivationKind::Tanh);
+    const StepResult f32 = runStep(smooth, DType::F32, {});
+    QVERIFY2(f32.error.empty(), f32.error.c_str());
+    const StepResult f32Conv = runStep(smooth, DType::BF16, {});
+    QVERIFY2(f32Conv.error.empty(), f32Conv.error.c_str());
+    const StepResult r = runStep(smooth, DType::BF16, {}, nullptr, 1.f, false, nullptr, half);
+    QVERIFY2(r.error.empty(), r.error.c_str());
+    QVERIFY(std::isfinite(r.loss));
+    QVERIFY(std::fabs(r.loss - f32.loss) < 2e-2 * std::fabs(f32.loss));
+    const double d = relDiff(f32.grads, r.grads);
+    QVERIFY2(d < 3e-2, std::to_string(d).c_str());
+    QVERIFY(r.loss != f32Conv.loss);  // the convolutions did compute in 16 bits
+    const StepResult all = runStep(cnn(), DType::BF16, {}, nullptr, 1.f, false, nullptr, half);
+    QVERIFY2(all.error.empty(), all.error.c_str());
+    std::vector<std::set<std::string>> variants;
+    for (const auto& p : kPasses) variants.push_back({p});
+    variants.push_back(std::set<std::string>(fusionPassNames().begin(), fusionPassNames().end()));
+    for (const auto& off : variants) {
+        const StepResult v = runStep(cnn(), DType::BF16, off, nullptr, 1.f, false, nullptr, half);
+        QVERIFY2(v.error.empty(), v.error.c_str());
+        const std::string what = *off.begin() + (off.size() > 1 ? " and the rest" : "");
+        QVERIFY2(std::fabs(v.loss - all.loss) <= 6e-2 * std::fabs(all.loss), what.c_str());
+        const double dv = relDiff(all.grads, v.grads);
+        QVERIFY2(dv <= 6e-2, (what + ": relative difference " + std::to_string(dv)).c_str());
     }
 }
 

@@ -79,6 +79,33 @@ Project augmentedImages(const std::string& strategyJson, bool augment = true) {
     return std::move(p).value();
 }
 
+// A CNN in mixed_bfloat16 on the synthetic [8,8,1] images: Conv2D(8, 3x3 same, relu) (sums of 9
+// terms: f32) -> Conv2D(8, 3x3, relu) (72 terms: bf16 where the CPU has bf16 convolutions) ->
+// Flatten -> Dense(4, softmax).
+Project bf16Cnn(const std::string& strategyJson) {
+    const std::string text = R"({
+  "format": "traindeck-project", "version": 1, "name": "bf16 cnn strategies",
+  "model": {"class_name": "Sequential", "config": {"name": "m", "layers": [
+    {"class_name": "InputLayer", "config": {"batch_shape": [null, 8, 8, 1]}},
+    {"class_name": "Conv2D", "config": {"filters": 8, "kernel_size": [3, 3], "padding": "same",
+                                        "activation": "relu"}},
+    {"class_name": "Conv2D", "config": {"filters": 8, "kernel_size": [3, 3], "activation": "relu"}},
+    {"class_name": "Flatten", "config": {}},
+    {"class_name": "Dense", "config": {"units": 4, "activation": "softmax"}}]}},
+  "data": {"source": {"type": "synthetic", "samples": 1024, "test_samples": 128,
+                      "shape": [8, 8, 1], "classes": 4, "seed": 3},
+           "pipeline": {"map": [], "cache": "memory", "shuffle_buffer": 1024, "prefetch": 2}},
+  "training": {"epochs": 2, "batch_size": 64, "seed": 7,
+    "optimizer": {"class_name": "Adam", "config": {"learning_rate": 0.001}},
+    "metrics": ["accuracy"], "log_every_steps": 1, "evaluate_test": false},
+  "precision": "mixed_bfloat16",
+  "strategy": )" + strategyJson +
+                             "}";
+    auto p = parseProject(text, "bf16cnn.json");
+    if (!p.ok()) qFatal("%s", p.error().c_str());
+    return std::move(p).value();
+}
+
 // Records the final weights through a callback, as a user's callback would.
 class WeightsAtEnd : public Callback {
   public:
@@ -181,6 +208,9 @@ class CountingDevice final : public Device {
     }
     Support supportsOp(const Graph& g, const Node& n) const override {
         return inner_->supportsOp(g, n);
+    }
+    bool halfConvolutions(DType compute) const override {
+        return inner_->halfConvolutions(compute);
     }
     Result<std::unique_ptr<Executable>> compile(const LoweredProgram& p,
                                                 const ProgramBindings& b) override {
@@ -338,6 +368,40 @@ class TestStrategies : public QObject {
         QCOMPARE(plain.stepLoss.size(), one.stepLoss.size());
         QVERIFY2(maxRelDiff(plain.stepLoss, one.stepLoss) > 1e-3,
                  "the augmentation layers did not change the run");
+    }
+
+    // Mixed precision's bf16 convolutions: 2 replicas (each a half batch through the same bf16
+    // convolutions, the dy cast per replica) equal one device, as in float32 (the order of the
+    // f32 gradient sums is all that differs). The program did compute a convolution in bf16.
+    void mirroredBf16ConvolutionsEqualOneDevice() {
+        if (!cpuHalfConvolutions(DType::BF16))
+            QSKIP("this CPU has no native bf16 convolution (AVX512-BF16 or AMX-BF16)");
+        const Outcome one = train(bf16Cnn(R"({"type": "one_device"})"));
+        QVERIFY2(one.status.ok(), one.status.error().c_str());
+        const Outcome two = train(bf16Cnn(R"({"type": "mirrored", "replicas": 2})"));
+        QVERIFY2(two.status.ok(), two.status.error().c_str());
+        QCOMPARE(two.devices.size(), size_t(2));
+        QCOMPARE(one.stepLoss.size(), size_t(2 * 16));
+        QCOMPARE(two.stepLoss.size(), one.stepLoss.size());
+        QVERIFY2(maxRelDiff(two.stepLoss, one.stepLoss) < 1e-4,
+                 qPrintable(QString::number(maxRelDiff(two.stepLoss, one.stepLoss))));
+        QCOMPARE(two.weights.size(), one.weights.size());
+        for (size_t i = 0; i < one.weights.size(); ++i) {
+            const float* a = one.weights[i].data<float>();
+            const float* b = two.weights[i].data<float>();
+            for (int64_t k = 0; k < one.weights[i].size(); ++k)
+                QVERIFY2(std::abs(a[k] - b[k]) <= 1e-4f + 1e-3f * std::abs(a[k]),
+                         qPrintable(
+                             QString("weight %1[%2]: %3 vs %4").arg(i).arg(k).arg(a[k]).arg(b[k])));
+        }
+        QVERIFY(two.stepLoss.back() < two.stepLoss.front());
+        // The second convolution's kernel is read through its bf16 copy.
+        auto s = Session::create(bf16Cnn(R"({"type": "one_device"})"), SessionOptions{});
+        QVERIFY2(s.ok(), s.ok() ? "" : s.error().c_str());
+        auto ir = (*s)->dumpIr("forward");
+        QVERIFY2(ir.ok(), ir.ok() ? "" : ir.error().c_str());
+        QVERIFY2(ir->find("bf16[3,3,8,8]") != std::string::npos, ir->c_str());
+        QVERIFY2(ir->find("bf16[3,3,1,8]") == std::string::npos, ir->c_str());
     }
 
     // The step loop reads device memory only at log points: one read of each replica's

@@ -174,10 +174,24 @@ void convert(const Conversion& c, float* tmp, int64_t tmpElems) {
         else
             castF32ToF16(src, static_cast<uint16_t*>(dst), n);
     };
-    if (c.from == DType::F32) {
-        fromF32(static_cast<const float*>(c.src), c.dst, c.n);
-    } else if (c.to == DType::F32) {
-        toF32(c.src, static_cast<float*>(c.dst), c.n);
+    if (c.from == DType::F32 || c.to == DType::F32) {
+        // Elements [i, i + m): a large array in pieces across the program's OpenMP team (a
+        // program on one thread converts on it).
+        auto piece = [&](int64_t i, int64_t m) {
+            if (c.from == DType::F32)
+                fromF32(static_cast<const float*>(c.src) + i, static_cast<char*>(c.dst) + i * 2, m);
+            else
+                toF32(static_cast<const char*>(c.src) + i * 2, static_cast<float*>(c.dst) + i, m);
+        };
+        constexpr int64_t kPiece = 1 << 14;
+        if (c.n > 4 * kPiece && omp_get_max_threads() > 1) {
+            const int64_t pieces = (c.n + kPiece - 1) / kPiece;
+#pragma omp parallel for schedule(static)
+            for (int64_t k = 0; k < pieces; ++k)
+                piece(k * kPiece, std::min(kPiece, c.n - k * kPiece));
+        } else {
+            piece(0, c.n);
+        }
     } else {
         for (int64_t i = 0; i < c.n; i += tmpElems) {
             const int64_t m = std::min(tmpElems, c.n - i);
@@ -456,18 +470,18 @@ bool appendActPostOp(dnnl::post_ops& po, ActKind act, float alpha) {
 }
 
 // An image [B,H,W,C] as oneDNN sees it: logical NCHW dims, channels-last memory.
-dnnl::memory::desc imageDesc(const Shape& s) {
-    return dnnl::memory::desc({s[0], s[3], s[1], s[2]}, dnnl::memory::data_type::f32,
+dnnl::memory::desc imageDesc(const Shape& s, DType dt) {
+    return dnnl::memory::desc({s[0], s[3], s[1], s[2]}, dnnlType(dt),
                               dnnl::memory::format_tag::nhwc);
 }
 
 // A Keras kernel [KH,KW,C/groups,F] as oneDNN weights: OIHW (GOIHW with groups) over its memory.
-dnnl::memory::desc kernelDesc(const Shape& w, int64_t groups) {
+dnnl::memory::desc kernelDesc(const Shape& w, int64_t groups, DType dt) {
     const int64_t KH = w[0], KW = w[1], Cg = w[2], F = w[3];
     if (groups == 1)
-        return dnnl::memory::desc({F, Cg, KH, KW}, dnnl::memory::data_type::f32,
+        return dnnl::memory::desc({F, Cg, KH, KW}, dnnlType(dt),
                                   dnnl::memory::dims{1, F, KW * Cg * F, Cg * F});
-    return dnnl::memory::desc({groups, F / groups, Cg, KH, KW}, dnnl::memory::data_type::f32,
+    return dnnl::memory::desc({groups, F / groups, Cg, KH, KW}, dnnlType(dt),
                               dnnl::memory::dims{F / groups, 1, F, KW * Cg * F, Cg * F});
 }
 
@@ -764,22 +778,35 @@ Status CpuProgram::addMatmul(const Instr& in, CpuInstr& ins) {
 // A convolution (forward with bias and eltwise post-ops, backward data, backward weights) as a
 // oneDNN primitive over channels-last images. The weights go in the layout the primitive
 // prefers (`any`): when it differs from the Keras kernel's, a reorder runs before (the kernel
-// read) or after (the filter gradient written) on every step.
+// read) or after (the filter gradient written) on every step. Its two operands are f32, or bf16
+// (mixed_bfloat16 where cpuHalfConvolutions holds), with the result in their dtype or f32 and
+// the bias in f32.
 Status CpuProgram::addConv(const Instr& in, CpuInstr& ins) {
     using namespace dnnl;
     const std::string what = std::string(instrOpName(in.op)) + " %" + std::to_string(in.node);
-    for (const Operand& o : in.in)
-        if (o.dtype != DType::F32)
-            return err(what + ": runs in f32, got a " + dtypeName(o.dtype) + " operand");
     // conv2d: (x, k) -> y; conv2d_grad_input: (dy, k) -> dx; conv2d_grad_filter: (x, dy) -> dk.
+    const DType opType = in.in[0].dtype, outType = in.out.dtype;
+    if ((opType != DType::F32 && opType != DType::BF16) || in.in[1].dtype != opType ||
+        (outType != opType && outType != DType::F32))
+        return err(what + ": runs with f32 or bf16 operands (the result in theirs or f32), got " +
+                   dtypeName(in.in[0].dtype) + " and " + dtypeName(in.in[1].dtype) + " -> " +
+                   dtypeName(outType));
     const ConvGeometry& g = in.geometry;
     const Shape x{g.B, g.H, g.W, g.C}, y{g.B, g.OH, g.OW, g.F};
     const Shape k{g.kh, g.kw, g.C / g.groups, g.F};
     const memory::dims strides{g.sh, g.sw}, dilates{g.dh - 1, g.dw - 1}, padL{g.padTop, g.padLeft},
         padR{g.padBottom, g.padRight};
-    const memory::desc xMd = imageDesc(x), yMd = imageDesc(y), kUser = kernelDesc(k, g.groups);
-    const memory::desc kAny(kUser.dims(), memory::data_type::f32, memory::format_tag::any);
+    // The operands in opType; the result (y, dx or dk) in outType.
+    const bool filterOut = in.op == InstrOp::Conv2DGradFilter;
+    const DType kType = filterOut ? outType : opType;
+    const memory::desc xMd = imageDesc(x, opType), yMd = imageDesc(y, opType),
+                       kUser = kernelDesc(k, g.groups, kType);
+    const memory::desc xOut = imageDesc(x, outType), yOut = imageDesc(y, outType);
+    const memory::desc kAny(kUser.dims(), dnnlType(kType), memory::format_tag::any);
+    const memory::desc kAnyOp(kUser.dims(), dnnlType(opType), memory::format_tag::any);
     const bool bias = in.op == InstrOp::Conv2D && in.hasBias && in.in.size() == 3;
+    if (bias && in.in[2].dtype != DType::F32)
+        return err(what + ": a bias in f32, got " + dtypeName(in.in[2].dtype));
     const memory::desc bMd =
         bias ? memory::desc({g.F}, memory::data_type::f32, memory::format_tag::x) : memory::desc();
     primitive_attr attr;
@@ -791,13 +818,15 @@ Status CpuProgram::addConv(const Instr& in, CpuInstr& ins) {
         attr.set_post_ops(po);
     }
     try {
+        // The forward (the gradients' hint: the operands' dtype throughout).
+        const memory::desc fwdY = in.op == InstrOp::Conv2D ? yOut : yMd;
         const convolution_forward::desc fd =
             bias ? convolution_forward::desc(prop_kind::forward_training,
-                                             algorithm::convolution_direct, xMd, kAny, bMd, yMd,
+                                             algorithm::convolution_direct, xMd, kAnyOp, bMd, fwdY,
                                              strides, dilates, padL, padR)
                  : convolution_forward::desc(prop_kind::forward_training,
-                                             algorithm::convolution_direct, xMd, kAny, yMd, strides,
-                                             dilates, padL, padR);
+                                             algorithm::convolution_direct, xMd, kAnyOp, fwdY,
+                                             strides, dilates, padL, padR);
         primitive_attr fwdAttr = in.op == InstrOp::Conv2D ? attr : primitive_attr();
         fwdAttr.set_scratchpad_mode(scratchpad_mode::user);
         const convolution_forward::primitive_desc fpd(fd, fwdAttr, eng_);
@@ -809,7 +838,7 @@ Status CpuProgram::addConv(const Instr& in, CpuInstr& ins) {
             scratchMd = fpd.scratchpad_desc();
         } else if (in.op == InstrOp::Conv2DGradInput) {
             const convolution_backward_data::primitive_desc bpd(
-                convolution_backward_data::desc(algorithm::convolution_direct, xMd, kAny, yMd,
+                convolution_backward_data::desc(algorithm::convolution_direct, xOut, kAny, yMd,
                                                 strides, dilates, padL, padR),
                 attr, eng_, fpd);
             pr.p = convolution_backward_data(bpd);
@@ -826,7 +855,6 @@ Status CpuProgram::addConv(const Instr& in, CpuInstr& ins) {
         }
         pr.args[DNNL_ARG_SCRATCHPAD] = memory(scratchMd, eng_, scratchBytes(scratchMd.get_size()));
         // The kernel operand: the user's buffer, or a copy in the primitive's layout.
-        const bool filterOut = in.op == InstrOp::Conv2DGradFilter;
         void* kUserPtr = resolve(filterOut ? in.out : in.in[1]);
         memory kUserMem(kUser, eng_, kUserPtr);
         memory kMem = kUserMem;
@@ -845,13 +873,13 @@ Status CpuProgram::addConv(const Instr& in, CpuInstr& ins) {
                 pr.args[DNNL_ARG_SRC] = memory(xMd, eng_, resolve(in.in[0]));
                 pr.args[DNNL_ARG_WEIGHTS] = kMem;
                 if (bias) pr.args[DNNL_ARG_BIAS] = memory(bMd, eng_, resolve(in.in[2]));
-                pr.args[DNNL_ARG_DST] = memory(yMd, eng_, resolve(in.out));
+                pr.args[DNNL_ARG_DST] = memory(yOut, eng_, resolve(in.out));
                 noteBatchSite(in.in[0], BatchSite::Kind::PrimArg, index, DNNL_ARG_SRC);
                 break;
             case InstrOp::Conv2DGradInput:
                 pr.args[DNNL_ARG_DIFF_DST] = memory(yMd, eng_, resolve(in.in[0]));
                 pr.args[DNNL_ARG_WEIGHTS] = kMem;
-                pr.args[DNNL_ARG_DIFF_SRC] = memory(xMd, eng_, resolve(in.out));
+                pr.args[DNNL_ARG_DIFF_SRC] = memory(xOut, eng_, resolve(in.out));
                 break;
             default:
                 pr.args[DNNL_ARG_SRC] = memory(xMd, eng_, resolve(in.in[0]));
@@ -1854,6 +1882,7 @@ class CpuDevice final : public Device, public HostThreads {
                                " in f32, bf16 or f16, not " + dtypeName(n.dtype)};
         return {};
     }
+    bool halfConvolutions(DType compute) const override { return cpuHalfConvolutions(compute); }
     Result<std::unique_ptr<Executable>> compile(const LoweredProgram& lp,
                                                 const ProgramBindings& bind) override {
         TD_RETURN_IF_ERROR(checkBindings(lp, bind));
@@ -1953,6 +1982,46 @@ DeviceDesc cpuDeviceDesc() {
         return x;
     }();
     return d;
+}
+
+bool cpuHalfConvolutions(DType compute) {
+    if (compute != DType::BF16) return false;  // oneDNN 2.6 has no f16 convolution on CPUs
+    static const bool native = [] {
+        const CpuHalfSupport h = cpuHalfSupport();
+        if (!h.amxBf16 && !h.avx512Bf16) return false;  // emulated: slower than f32
+        // A convolution of the CNN's kind, forward and both gradients, each without a
+        // reference implementation.
+        using namespace dnnl;
+        try {
+            const engine eng(engine::kind::cpu, 0);
+            const auto bf16 = memory::data_type::bf16, f32 = memory::data_type::f32;
+            const memory::desc x({8, 16, 12, 12}, bf16, memory::format_tag::nhwc),
+                y({8, 32, 10, 10}, bf16, memory::format_tag::nhwc),
+                x32({8, 16, 12, 12}, f32, memory::format_tag::nhwc),
+                k({32, 16, 3, 3}, bf16, memory::format_tag::any),
+                k32({32, 16, 3, 3}, f32, memory::format_tag::any),
+                b({32}, f32, memory::format_tag::x);
+            const memory::dims s{1, 1}, d{0, 0}, p{0, 0};
+            const convolution_forward::primitive_desc f(
+                convolution_forward::desc(prop_kind::forward_training,
+                                          algorithm::convolution_direct, x, k, b, y, s, d, p, p),
+                eng);
+            const convolution_backward_data::primitive_desc bd(
+                convolution_backward_data::desc(algorithm::convolution_direct, x32, k, y, s, d, p,
+                                                p),
+                eng, f);
+            const convolution_backward_weights::primitive_desc bw(
+                convolution_backward_weights::desc(algorithm::convolution_direct, x, k32, y, s, d,
+                                                   p, p),
+                eng, f);
+            for (const char* impl : {f.impl_info_str(), bd.impl_info_str(), bw.impl_info_str()})
+                if (std::strncmp(impl, "ref", 3) == 0) return false;
+            return true;
+        } catch (const dnnl::error&) {
+            return false;
+        }
+    }();
+    return native;
 }
 
 std::unique_ptr<Device> makeCpuDevice(int threads) {
