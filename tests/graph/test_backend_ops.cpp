@@ -306,6 +306,7 @@ struct Case {
     Graph planned;
     Setup setup;
     double tol = 1e-4;
+    bool halfConv = false;  // built with bf16 convolutions: for devices that run them
 };
 
 ModelSpec mlp(ActivationKind hidden, double dropout, bool regularized,
@@ -343,7 +344,9 @@ ModelSpec mlp(ActivationKind hidden, double dropout, bool regularized,
 
 // Conv2D (strides, dilation, groups, same padding), pooling, padding, rescaling, batch and layer
 // normalization, global average pooling.
-ModelSpec imageStack() {
+// `width` 2: twice the channels, so that every convolution sums 64 terms or more (computed in
+// bf16 under halfConv).
+ModelSpec imageStack(int64_t width = 1) {
     ModelSpec m;
     auto layer = [](LayerType t, const std::string& name) {
         LayerSpec l;
@@ -352,18 +355,18 @@ ModelSpec imageStack() {
         return l;
     };
     LayerSpec in = layer(LayerType::Rescaling, "rescale");
-    in.inputShape = {11, 10, 4};
+    in.inputShape = {11, 10, 4 * width};
     in.rescale = 0.5;
     in.offset = 0.1;
     m.layers.push_back(in);
     LayerSpec c1 = layer(LayerType::Conv2D, "conv_same");
-    c1.filters = 8;
+    c1.filters = 8 * width;
     c1.samePadding = true;
     c1.activation = ActivationKind::Relu;
     m.layers.push_back(c1);
     m.layers.push_back(layer(LayerType::BatchNormalization, "bn"));
     LayerSpec c2 = layer(LayerType::Conv2D, "conv_grouped");
-    c2.filters = 8;
+    c2.filters = 8 * width;
     c2.groups = 2;
     c2.dilationRate = {2, 1};
     c2.activation = ActivationKind::Elu;
@@ -476,7 +479,7 @@ ModelSpec augmentStack() {
 Result<Graph> plannedGraph(ModelSpec m, const LossConfig& loss,
                            const std::vector<std::string>& metrics, DType compute, int64_t batch,
                            bool lossScale, bool withUpdate, const std::set<std::string>& off = {},
-                           GraphMode mode = GraphMode::Train) {
+                           GraphMode mode = GraphMode::Train, bool halfConv = false) {
     TD_ASSIGN_OR_RETURN(ModelInfo info, inferShapes(m));
     BuildOptions bo;
     bo.batch = batch;
@@ -484,6 +487,7 @@ Result<Graph> plannedGraph(ModelSpec m, const LossConfig& loss,
     bo.loss = loss;
     bo.metrics = metrics;
     bo.compute = compute;
+    bo.halfConv = halfConv;
     bo.fuseSoftmaxXent = off.count("fuse_softmax_xent") == 0;
     bo.mode = mode;
     TD_ASSIGN_OR_RETURN(Graph g, buildGraph(m, info, bo));
@@ -576,13 +580,19 @@ int main() {
                      specRms = rmsprop();
     std::vector<Case> cases;
     std::vector<std::string> buildErrors;
-    auto add = [&](const std::string& name, Result<Graph> g, Setup setup, double tol) {
+    auto add = [&](const std::string& name, Result<Graph> g, Setup setup, double tol,
+                   bool halfConv = false) {
         if (!g.ok()) {
             buildErrors.push_back(name + ": " + g.error());
             return;
         }
-        cases.push_back(Case{name, std::move(g).value(), setup, tol});
+        cases.push_back(Case{name, std::move(g).value(), setup, tol, halfConv});
     };
+    // bf16 convolutions (mixed_bfloat16 where the device runs them): cases of their own, where
+    // the reference (this CPU) has them; a backend without them skips those cases.
+    const bool halfConv = reference->halfConvolutions(DType::BF16);
+    if (!halfConv)
+        std::printf("this CPU has no native bf16 convolution: no bf16-convolution cases\n");
     LossConfig sparse;  // the default: sparse categorical cross-entropy on probabilities
     const std::vector<std::string> acc{"accuracy"};
     const std::vector<std::pair<const char*, ActivationKind>> acts = {
@@ -698,6 +708,11 @@ int main() {
             plannedGraph(augmentStack(), sparse, {"accuracy"}, DType::F32, 6, false, false, {},
                          GraphMode::Eval),
             eval, 5e-4);
+        if (halfConv)
+            add("image stack bf16, bf16 convolutions",
+                plannedGraph(imageStack(2), sparse, {"accuracy"}, DType::BF16, 6, false, true, {},
+                             GraphMode::Train, true),
+                s, tolFor(DType::BF16), true);
         s.directConv = true;
         add("image stack, direct convolutions f32",
             plannedGraph(imageStack(), sparse, {"accuracy", "sparse_top_k_categorical_accuracy"},
@@ -721,6 +736,15 @@ int main() {
                              8, false, true),
                 s, tolFor(dt) * 2);
         }
+        if (halfConv && std::string(file).find("cnn") != std::string::npos) {
+            Setup s;
+            s.update = &specAdam;
+            s.steps = 2;
+            add(std::string("project ") + file + " bf16, bf16 convolutions",
+                plannedGraph(project->model, project->training.loss, project->training.metrics,
+                             DType::BF16, 8, false, true, {}, GraphMode::Train, true),
+                s, tolFor(DType::BF16) * 2, true);
+        }
     }
 
     int failed = 0;
@@ -730,6 +754,11 @@ int main() {
     }
     for (const Backend& b : backends)
         for (const Case& c : cases) {
+            if (c.halfConv && !b.device->halfConvolutions(DType::BF16)) {
+                std::printf("skip %s on %s: it runs convolutions in f32\n", c.name.c_str(),
+                            b.name.c_str());
+                continue;
+            }
             const HostData data = makeData(c.planned, 3);
             const Outcome ref = runOn(*reference, c.planned, data, c.setup);
             Graph planned = c.planned;
