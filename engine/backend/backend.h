@@ -38,6 +38,9 @@ struct DeviceDesc {
     int64_t memoryFreeBytes = -1;   // free device memory when enumerated
     std::string driverVersion;      // CUDA version the driver supports, "13.0"
     std::string runtimeVersion;     // CUDA runtime the engine was built with, "13.0"
+    // The GPU's UUID (32 hex digits): the same physical GPU in every process, however
+    // CUDA_VISIBLE_DEVICES numbers it.
+    std::string uuid;
 };
 
 // A device allocation. Owned by the device that made it; release with Device::release.

@@ -1,5 +1,7 @@
 #include <algorithm>
 #include <cstdlib>
+#include <functional>
+#include <string>
 
 #include "engine/backend/backend.h"
 #include "engine/backend/device_collectives.h"
@@ -98,6 +100,27 @@ Result<WorkerDeviceCollectives> workerDeviceCollectives(const std::vector<Device
                 std::to_string(static_cast<int>(all[1])) + ", worker rank " + std::to_string(w) +
                 " has " + std::to_string(static_cast<int>(all[static_cast<size_t>(w) * 2 + 1])) +
                 ")");
+    // NCCL takes one rank per GPU: workers (or replicas of one worker) that share a GPU, as two
+    // processes on a one-GPU machine do, sum through the host group instead. A GPU is known by
+    // its UUID, 48 bits of whose hash travel exactly in a double.
+    const size_t local = devices.size();
+    std::vector<double> gpuOwn(local), gpus(static_cast<size_t>(n) * local);
+    for (size_t i = 0; i < local; ++i)
+        gpuOwn[i] = static_cast<double>(std::hash<std::string>{}(devices[i]->desc().uuid) &
+                                        ((uint64_t{1} << 48) - 1));
+    TD_RETURN_IF_ERROR(
+        workers.allGatherHost(gpuOwn.data(), static_cast<int64_t>(local), gpus.data()));
+    for (size_t a = 0; a < gpus.size(); ++a)
+        for (size_t b = a + 1; b < gpus.size(); ++b)
+            if (gpus[a] == gpus[b]) {
+                const size_t wa = a / local, wb = b / local;
+                out.whyNot =
+                    (wa == wb ? "worker rank " + std::to_string(wa) + " has two replicas on"
+                              : "worker ranks " + std::to_string(wa) + " and " +
+                                    std::to_string(wb) + " share") +
+                    " one GPU, and NCCL takes one rank per GPU";
+                return out;
+            }
     // Worker 0's id, one byte per value (exact in a double), and a last value saying whether
     // worker 0 could not make one (it still takes part in the exchange, so no peer waits for it).
     constexpr size_t kIdBytes = 128;  // NCCL_UNIQUE_ID_BYTES

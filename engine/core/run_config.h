@@ -15,7 +15,9 @@ const char* precisionName(PrecisionPolicy p);
 struct StrategyConfig {
     std::string type = "one_device";   // "one_device", "mirrored", "multi_worker_mirrored"
     std::vector<std::string> devices;  // e.g. {"cpu:0"}; empty = default / all detected
-    int replicas = 0;                  // mirrored on CPU: number of logical CPU replicas
+    // Mirrored on CPU: logical CPU replicas; with GPUs listed: replicas spread evenly over them
+    // (0: one per GPU).
+    int replicas = 0;
     // A collective that waits longer than this fails, naming the replica or worker that did not
     // arrive (a worker that died or hangs).
     double timeoutSeconds = 60;

@@ -99,7 +99,15 @@ Status Trainer::Impl::resolveStrategy(std::vector<std::string>& localDevices, in
                 "supported (got " +
                 cpus[0] + " and " + gpus[0] + ")");
         if (!gpus.empty()) {
-            localDevices = gpus;
+            // One replica per listed GPU, or `replicas` of them spread evenly over the GPUs in
+            // blocks (two on one GPU: the multi-replica paths on a machine with one).
+            const int n = st.replicas > 0 ? st.replicas : static_cast<int>(gpus.size());
+            if (n % static_cast<int>(gpus.size()) != 0)
+                return err("strategy.replicas: " + std::to_string(n) +
+                           " replicas do not spread evenly over the " +
+                           std::to_string(gpus.size()) + " GPUs listed in strategy.devices");
+            const int each = n / static_cast<int>(gpus.size());
+            for (const std::string& g : gpus) localDevices.insert(localDevices.end(), each, g);
         } else {
             // N logical CPU replicas, each with its share of the cores.
             int n = st.replicas;
@@ -158,6 +166,9 @@ Status Trainer::Impl::openReplicas() {
                 r.deviceCollectives = std::move((*dc)[static_cast<size_t>(i)]);
                 r.timed = std::make_unique<TimedCollectives>(*r.deviceCollectives);
             }
+        else if (ids.front().rfind("cpu", 0) != 0)
+            deviceSumNote =
+                "gradient sums between the GPU replicas go through host memory: " + dc.error();
     }
     if (group && workerCount > 1) {
         // MultiWorkerMirrored with GPUs in every worker: NCCL over all of them, bootstrapped

@@ -186,7 +186,7 @@ struct Trainer::Impl {
     std::vector<std::unique_ptr<Replica>> replicas;  // local replicas
     std::unique_ptr<ReplicaGroup> group;             // null with one replica in all
     int workerRank = 0, workerCount = 1;
-    std::string deviceSumNote;  // why GPU replicas of several workers do not sum with NCCL
+    std::string deviceSumNote;  // why GPU replicas do not sum with NCCL
     int totalReplicas = 1;
     std::unique_ptr<Optimizer> optimizer;
     UpdateSpec updateSpec;

@@ -121,6 +121,7 @@ struct Outcome {
     std::vector<Tensor> weights;
     std::vector<StepMetrics> steps;
     std::vector<std::string> devices;
+    std::vector<std::string> logs;
 };
 
 Outcome train(const Project& p, SessionOptions o = {}) {
@@ -141,6 +142,7 @@ Outcome train(const Project& p, SessionOptions o = {}) {
             out.steps.push_back(*m);
         }
         if (auto* r = std::get_if<RunStarted>(&e)) out.devices = r->devices;
+        if (auto* l = std::get_if<LogLine>(&e)) out.logs.push_back(l->text);
     }
     out.weights = w->weights;
     return out;
@@ -461,6 +463,44 @@ class TestStrategies : public QObject {
         const int uploads = 2 * 16 * replicas;           // 2 epochs of 16 steps
         QCOMPARE(eventsRecorded.load(), uploads);
         QCOMPARE(eventsWaited.load(), uploads - 2 * replicas);  // all but each buffer's first
+    }
+
+    // Mirrored with `replicas` over the GPUs listed: two replicas on one GPU (a machine with one
+    // GPU proves the multi-replica paths so), opened as two devices of that id; a count that does
+    // not spread evenly is refused naming both. Here the "GPU" is a CPU device the host cannot
+    // address, opened under the GPU's id: two replicas on it equal one device, and since it is
+    // no CUDA device the sums go through host memory, which the run's log says.
+    void gpuReplicasSpreadOverTheListedGpus() {
+        auto ids = std::make_shared<std::vector<std::string>>();
+        SessionOptions o;
+        o.openDevice = [ids](const std::string& id,
+                             int threads) -> Result<std::unique_ptr<Device>> {
+            ids->push_back(id);
+            return std::unique_ptr<Device>(new CountingDevice(makeCpuDevice(threads), -1, false));
+        };
+        const Outcome one = train(blobs(R"({"type": "one_device"})"));
+        QVERIFY2(one.status.ok(), one.status.error().c_str());
+        const Outcome two =
+            train(blobs(R"({"type": "mirrored", "devices": ["cuda:0"], "replicas": 2})"), o);
+        QVERIFY2(two.status.ok(), two.status.error().c_str());
+        QCOMPARE(*ids, (std::vector<std::string>{"cuda:0", "cuda:0"}));
+        QCOMPARE(two.devices.size(), size_t(2));
+        QCOMPARE(two.stepLoss.size(), one.stepLoss.size());
+        QVERIFY2(maxRelDiff(two.stepLoss, one.stepLoss) < 1e-4,
+                 qPrintable(QString::number(maxRelDiff(two.stepLoss, one.stepLoss))));
+        QVERIFY2(std::any_of(two.logs.begin(), two.logs.end(),
+                             [](const std::string& l) {
+                                 return l.find("go through host memory") != std::string::npos;
+                             }),
+                 "no note of the host-memory sums");
+        ids->clear();
+        const Outcome three = train(
+            blobs(R"({"type": "mirrored", "devices": ["cuda:0", "cuda:1"], "replicas": 3})"), o);
+        QVERIFY(!three.status.ok());
+        QVERIFY2(three.status.error().find("strategy.replicas: 3 replicas do not spread evenly "
+                                           "over the 2 GPUs") != std::string::npos,
+                 three.status.error().c_str());
+        QVERIFY(ids->empty());
     }
 
     // An epoch's short last batch: split unevenly when every replica gets a sample (and then

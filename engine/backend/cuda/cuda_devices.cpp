@@ -50,6 +50,12 @@ std::optional<DeviceDesc> cudaDeviceProperties(int index) {
     d.computeCapability = std::to_string(prop.major) + "." + std::to_string(prop.minor);
     d.driverVersion = cudaVersionString(driver);
     d.runtimeVersion = cudaVersionString(runtime);
+    static const char* hex = "0123456789abcdef";
+    for (char byte : prop.uuid.bytes) {
+        const auto b = static_cast<unsigned char>(byte);
+        d.uuid += hex[b >> 4];
+        d.uuid += hex[b & 15];
+    }
     return d;
 }
 

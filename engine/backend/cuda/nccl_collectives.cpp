@@ -21,6 +21,7 @@
 // where it can, and the host group is broken with that reason.
 #include <nccl.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -173,6 +174,10 @@ Result<std::vector<std::unique_ptr<Collectives>>> deviceCollectives(
     for (Device* d : devices) {
         const cudaStream_t s = cuda::streamOf(*d);
         if (!s) return err(d->desc().id + " is not a CUDA device: collectives sum host memory");
+        // NCCL takes one rank per GPU: replicas that share one sum through host memory.
+        if (std::find(ids.begin(), ids.end(), d->desc().index) != ids.end())
+            return err(d->desc().id +
+                       " holds more than one replica, and NCCL takes one rank per GPU");
         ids.push_back(d->desc().index);
         streams.push_back(s);
     }
