@@ -270,6 +270,9 @@ Outcome runReference(const std::string& python, const std::string& script, const
     if (ref.cuda) {
         argv.push_back("--device");
         argv.push_back("cuda");
+        // On the GPU the CNN's images and weights channels-last, as TrainDeck lays them out (and
+        // as cuDNN's fastest convolutions want them).
+        if (cnn) argv.push_back("--channels-last");
     }
     int rc = runChild(argv, env, &out, &o.peakRssMiB);
     if (rc != 0) {

@@ -28,7 +28,7 @@ or the framework is missing.
   reference_mlp.py --framework torch --hidden 128 --batch 32 --epochs 3 --threads 2
   reference_mlp.py --framework torch --compile --hidden 1024,1024 --batch 256
   reference_mlp.py --framework keras --precision bf16 --hidden 128 --batch 256
-  reference_mlp.py --framework torch --model cnn --dropout 0.3 --batch 64
+  reference_mlp.py --framework torch --model cnn --dropout 0.3 --batch 64 [--channels-last]
   reference_mlp.py --framework keras --model cnn --dropout 0.3 --batch 64 --folder DIR
 
 --folder DIR trains on DIR/train and tests on DIR/test, image folders of 28x28 grayscale files
@@ -113,7 +113,10 @@ def train_torch(opts, hidden, train, test):
     if opts.model == "cnn":
         # PyTorch's images are channels-first; its BatchNorm momentum is Keras' 1 - momentum.
         nn = torch.nn
-        layers = [nn.Unflatten(1, (1, 28, 28)), nn.Conv2d(1, 32, 3), nn.ReLU(),
+        layers = [nn.Unflatten(1, (1, 28, 28))]
+        if opts.channels_last:
+            layers.append(ChannelsLast())
+        layers += [nn.Conv2d(1, 32, 3), nn.ReLU(),
                   nn.BatchNorm2d(32, eps=1e-3, momentum=0.01), nn.MaxPool2d(2),
                   nn.Conv2d(32, 64, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten()]
         if opts.dropout > 0:
@@ -133,6 +136,8 @@ def train_torch(opts, hidden, train, test):
             torch.nn.init.xavier_uniform_(m.weight)
             torch.nn.init.zeros_(m.bias)
     model.to(device)
+    if opts.channels_last:
+        model.to(memory_format=torch.channels_last)
     optimizer = torch.optim.Adam(model.parameters(), lr=ADAM["lr"],
                                  betas=(ADAM["beta_1"], ADAM["beta_2"]), eps=ADAM["epsilon"])
     forward = torch.compile(model) if opts.compile else model
@@ -192,6 +197,18 @@ def train_torch(opts, hidden, train, test):
     with torch.no_grad(), autocast():
         accuracy = (model(tx).argmax(dim=1) == ty).float().mean().item()
     return "torch", torch.__version__, epoch_seconds, accuracy, n
+
+
+def ChannelsLast():
+    """A layer that lays its NCHW input out channels-last (NHWC in memory), as --channels-last
+    asks of the images (made on first use: torch is imported lazily)."""
+    import torch
+
+    class ChannelsLastLayer(torch.nn.Module):
+        def forward(self, x):
+            return x.contiguous(memory_format=torch.channels_last)
+
+    return ChannelsLastLayer()
 
 
 def train_keras(opts, hidden, train, test):
@@ -272,6 +289,9 @@ def parse_args(argv):
                    help="bf16: torch.autocast on the CPU, or the Keras policy mixed_bfloat16")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                    help="torch: train on the CPU or the first GPU (cuda)")
+    p.add_argument("--channels-last", action="store_true",
+                   help="torch --model cnn: images and convolution weights channels-last (NHWC "
+                        "in memory), as TrainDeck lays them out")
     p.add_argument("--hidden", default="128", help="comma-separated hidden widths (default 128)")
     p.add_argument("--dropout", type=float, default=0.2, help="after every hidden layer")
     p.add_argument("--keep-denormals", action="store_true",
@@ -296,6 +316,9 @@ def parse_args(argv):
         p.error(f"--dropout: expected a rate in [0, 1), got {opts.dropout}")
     if opts.limit < 0:
         p.error(f"--limit: expected a count >= 0, got {opts.limit}")
+    if opts.channels_last and (opts.framework != "torch" or opts.model != "cnn"):
+        p.error("--channels-last: for --framework torch --model cnn (Keras' images are "
+                "channels-last already)")
     for name in ("batch", "threads"):
         if getattr(opts, name) <= 0:
             p.error(f"--{name}: expected a positive integer, got {getattr(opts, name)}")
@@ -325,6 +348,7 @@ def main(argv):
         "version": version,
         "model": opts.model,
         "compile": opts.compile,
+        "channels_last": opts.channels_last,
         "precision": opts.precision,
         "hidden": hidden,
         "dropout": opts.dropout,

@@ -4,35 +4,49 @@
 # packages TrainDeck builds with (Qt, oneDNN, SQLite, nlohmann-json, CLI11) and no network:
 #
 #   tests/gpu/check.sh --bundle    here (Debian 12 with the CUDA toolkit): builds the engine, its
-#                                  test executables and traindeck_bench with the CUDA backend on
-#                                  and the GUI off into build-gpu/, and packs them with every
-#                                  shared library they need that is not glibc or CUDA, plus
-#                                  Fashion-MNIST, into build-gpu-bundle/traindeck-gpu-bundle.tar.xz
+#                                  test executables and traindeck_bench with the CUDA backend and
+#                                  MPI on and the GUI off into build-gpu/, and packs them with every
+#                                  shared library they need that is not glibc or CUDA (HDF5's
+#                                  network and crypto libraries as stubs: stub_hdf5_network), Open
+#                                  MPI's launcher (mpirun, orted, the MCA and PMIx components with
+#                                  their libraries, help texts and parameter file, under
+#                                  runtime/openmpi/; what is left out and why: bundle_openmpi) and
+#                                  Fashion-MNIST into build-gpu-bundle/traindeck-gpu-bundle.tar.xz
 #   tests/gpu/check.sh [--run]     there, from the root of a copy of the working tree with the
 #                                  archive carried along (the device tool's carry:
-#                                  build-gpu-bundle/traindeck-gpu-bundle.tar.xz, about 55 MiB, with
+#                                  build-gpu-bundle/traindeck-gpu-bundle.tar.xz, about 57 MiB, with
 #                                  the tree's 4 MiB under its 64 MiB): unpacks the bundle, points the
 #                                  loader at it and at the machine's CUDA libraries (the toolkit's
 #                                  and those in PyTorch's environment), and runs, in under 8
 #                                  minutes: `traindeck devices` against nvidia-smi, every non-GUI
-#                                  test (CTest -LE 'gui|bundle'), the benchmark beside PyTorch when
-#                                  it is importable, then prints one summary. With a GPU listed,
-#                                  the benchmark is the GPU figures: the seed MLP (batch 256) and
-#                                  784-4096-4096-10 (batch 1024) on cuda:0 in f32, mixed_bfloat16
-#                                  and f32 without CUDA Graph replay, beside PyTorch on the GPU
-#                                  (eager, torch.compile, each in f32 and bf16 autocast), then
-#                                  traindeck_bench_cuda_matmul: cuBLASLt's own rate at the large
-#                                  MLP's step products and the share of it the trainer reached,
-#                                  and test_backend_ops under compute-sanitizer's memcheck.
+#                                  test (CTest -LE 'gui|bundle'; those that need mpirun on PATH
+#                                  skip), on a GPU Mirrored with 2 replicas on cuda:0 and
+#                                  MultiWorkerMirrored with 2 processes on cuda:0 started by the
+#                                  bundle's mpirun (ompi_env), each against one device with the
+#                                  same global batch (losses from the run stores; the summary says
+#                                  which path the gradient sums took), the benchmark beside PyTorch
+#                                  when it is importable, then prints one summary. With a GPU
+#                                  listed, the benchmark is the GPU figures: the seed MLP (batch
+#                                  256), 784-4096-4096-10 (batch 1024) and the CNN project's model
+#                                  (batch 64; PyTorch channels-last) on cuda:0 in f32,
+#                                  mixed_bfloat16 and f32 without CUDA Graph replay, beside PyTorch
+#                                  on the GPU (eager, torch.compile, each in f32 and bf16
+#                                  autocast), then traindeck_bench_cuda_matmul: cuBLASLt's own rate
+#                                  at the large MLP's step products and the share of it the trainer
+#                                  reached, and test_backend_ops under compute-sanitizer's memcheck.
 #                                  Outputs go to $OUT when set, else build-gpu-bundle/out/ (at most
 #                                  8 files).
 #   tests/gpu/check.sh --verify    here: unpacks the bundle into a temporary folder and proves
 #                                  what can be proven without a GPU: every dependency of every
-#                                  executable resolves inside the bundle (or is glibc or a CUDA
-#                                  library), `traindeck devices` started from the bundle with
-#                                  LD_LIBRARY_PATH set to the bundle alone lists cpu:0 and no
-#                                  cuda: device, and an engine test executable passes from it.
-#                                  Exit 77 (skip) without the CUDA toolkit.
+#                                  executable, Open MPI's included, resolves inside the bundle (or
+#                                  is glibc or a CUDA library), `traindeck devices` started from the
+#                                  bundle with LD_LIBRARY_PATH set to the bundle alone lists cpu:0
+#                                  and no cuda: device, an engine test executable, the NVRTC test
+#                                  and the export test (HDF5) pass from it, and MultiWorkerMirrored
+#                                  with 2 workers on the CPU, started by the bundle's mpirun with
+#                                  nothing but the bundle in the environment, matches one process
+#                                  step for step, with every Open MPI object of the launch from the
+#                                  bundle (verify_mpi). Exit 77 (skip) without the CUDA toolkit.
 #
 # The build tree's paths are absolute (CTest files, the source folder compiled into the tests), so
 # the bundle records the folder it was built in; --run makes that path lead to the copy of the
@@ -83,6 +97,174 @@ is_compat_lib() {
 is_elf() { [ -f "$1" ] && [ "$(head -c 4 "$1" 2>/dev/null | od -An -c | tr -d ' ')" = '177ELF' ]; }
 
 # ------------------------------------------------------------------------------------------------
+# HDF5's network and crypto libraries. Debian's libhdf5 links libcurl and libcrypto for its
+# read-only S3 driver (ROS3) alone (8 curl functions, 3 of libcrypto's), and with them come about
+# 25 more libraries (TLS, Kerberos, LDAP, SSH, IDN, ...): 5 MB of the archive, which the device
+# tool's 64 MiB cannot spare. Nothing the GPU machine runs reads HDF5 over S3, so where libhdf5 is
+# their only user in the bundle each becomes a stub of the same name and symbol version whose
+# functions return 0 (no curl handle, no digest: the S3 driver fails to open anything; HDF5 asks
+# nothing of them otherwise), and the libraries only the real ones needed are left out.
+# stub_hdf5_network RT ELF...: RT is the runtime folder, the ELFs the bundle's executables.
+stub_hdf5_network() {
+  local rt="$1"; shift
+  local hdf5
+  hdf5=$(find "$rt/lib" -name 'libhdf5*.so.*' -print -quit)
+  [ -n "$hdf5" ] || return 0
+  command -v cc >/dev/null || { say "no C compiler: HDF5's network libraries stay in the bundle"; return 0; }
+  local tmp stubs lib ver syms f
+  tmp=$(mktemp -d)
+  stubs="$tmp/lib"
+  mkdir -p "$stubs"
+  # The version each of the two libraries gives libhdf5's symbols ("File: libcurl.so.4", then
+  # "Name: CURL_OPENSSL_4" in its version needs).
+  while read -r lib ver; do
+    case "$lib" in libcurl.so.* | libcrypto.so.*) ;; *) continue ;; esac
+    [ -f "$rt/lib/$lib" ] || continue
+    syms=$(nm -D --undefined-only "$hdf5" | awk -v v="@$ver" '{ n = $NF } substr(n, length(n) - length(v) + 1) == v { print substr(n, 1, length(n) - length(v)) }')
+    [ -n "$syms" ] || continue
+    # shellcheck disable=SC2086  # one symbol a word
+    { echo "$ver { global:"; printf '  %s;\n' $syms; echo "local: *; };"; } >"$tmp/$lib.map"
+    # shellcheck disable=SC2086
+    printf 'long %s(void) { return 0; }\n' $syms >"$tmp/$lib.c"
+    cc -shared -fPIC -O1 -s -o "$stubs/$lib" -Wl,-soname,"$lib" -Wl,--version-script="$tmp/$lib.map" \
+      "$tmp/$lib.c" || { say "could not build a stub $lib"; rm -f "$stubs/$lib"; }
+  done < <(readelf -V -W "$hdf5" | awk '{ for (i = 1; i < NF; i++) {
+      if ($i == "File:") f = $(i + 1); else if ($i == "Name:" && f != "") print f, $(i + 1) } }')
+  # The bundle with the stubs: what its executables need now, and whether anything but libhdf5
+  # still needs a stubbed library.
+  local needed users=""
+  needed=$(for f in "$@"; do LD_LIBRARY_PATH="$stubs:$rt/lib:$rt/compat" ldd "$f"; done 2>/dev/null |
+    awk '$2 == "=>" && $3 ~ /^\// {print $1}' | sort -u)
+  for f in "$stubs"/*; do
+    [ -f "$f" ] || continue
+    lib=$(basename "$f")
+    for g in "$@" $(sed "s|^|$rt/lib/|" <<<"$needed"); do
+      [ -f "$g" ] && [ "$g" != "$hdf5" ] && [ ! -e "$stubs/$(basename "$g")" ] || continue
+      if readelf -d "$g" 2>/dev/null | grep -q "NEEDED.*\[$lib\]"; then users+=" $(basename "$g") needs $lib;"; fi
+    done
+  done
+  if [ -n "$users" ] || [ -z "$(ls "$stubs")" ]; then
+    say "HDF5's network libraries stay in the bundle:${users:- no stub built}"
+  else
+    cp "$stubs"/* "$rt/lib/"
+    local dropped=()
+    for f in "$rt"/lib/*; do
+      grep -qx "$(basename "$f")" <<<"$needed" || { dropped+=("$(basename "$f")"); rm -f "$f"; }
+    done
+    say "HDF5's $(ls "$stubs" | tr '\n' ' ')stubbed; left out: ${dropped[*]}"
+  fi
+  rm -rf "$tmp"
+}
+
+# ------------------------------------------------------------------------------------------------
+# Open MPI, for MultiWorkerMirrored between processes. The executables' ldd pass carries libmpi and
+# what it links (libopen-pal, libopen-rte, hwloc, libevent) into runtime/lib; bundle_openmpi adds
+# what a relocated mpirun needs besides, under runtime/openmpi/:
+#   bin/            orterun (mpirun and mpiexec are links to it) and orted
+#   lib/            the libraries the components need that runtime/lib lacks (PMIx, munge, ...)
+#   lib/openmpi3/   the MCA components, stripped
+#   lib/pmix/       PMIx's components (Debian builds Open MPI against its separate PMIx)
+#   share/openmpi/, share/pmix/   the help texts
+#   etc/            openmpi-mca-params.conf and openmpi-default-hostfile
+# Components left out, and the libraries only they need:
+#   - network fabrics: UCX (pml, osc, atomic, spml, sshmem ucx), libfabric (btl and mtl ofi),
+#     verbs (btl openib), PSM and PSM2 (mtl psm, psm2): links between machines, with several MB of
+#     libraries and plugins of their own. Workers on one machine talk through shared memory (btl
+#     vader) and TCP, and Debian's openmpi-mca-params.conf turns most of them off anyway.
+#   - OpenSHMEM's (atomic, memheap, scoll, spml, sshmem): they need liboshmem, which an MPI program
+#     never loads.
+#   - a component whose libraries do not resolve here (said while bundling).
+# Debian's Open MPI has no CUDA-aware or Java components. PMIx's parameter file is not carried
+# (it only names Debian's component folder), nor hwloc's plugins (PCI, OpenCL, GL, libxml2): the
+# topology is the CPUs' alone, here as on the GPU machine, which has none of them.
+ompi_left_out='lib(ucp|ucs|uct|ucm)\.so|libfabric\.so|libibverbs\.so|librdmacm\.so|libpsm|libinfinipath\.so|liboshmem\.so|libmca_common_(ucx|ofi|verbs)\.so'
+
+# The environment that points the bundle's Open MPI (runtime/openmpi at $1) at itself, as NAME=VALUE
+# lines for env. Debian's build derives its folders from the prefix (bindir ${prefix}/bin, libdir
+# ${prefix}/lib/x86_64-linux-gnu/openmpi/lib, pkglibdir ${libdir}/openmpi3, pkgdatadir
+# ${datadir}/openmpi with datadir ${prefix}/share; `ompi_info --path all`) except sysconfdir, which
+# is /etc/openmpi; so OPAL_PREFIX, with libdir and sysconfdir named. Its PMIx has absolute folders:
+# PMIX_LIBDIR gives its components (${libdir}/pmix), PMIX_DATADIR its help texts (${datadir}/pmix),
+# PMIX_SYSCONFDIR keeps it from Debian's parameter file. hwloc gets a plugin folder that does not
+# exist. OMPI_MCA_plm=isolated: the workers run on this machine alone, and ORTE's default launcher
+# (plm rsh) refuses to start at all where there is no ssh or rsh, as on the GPU machine. mpirun
+# hands the variables to the workers it starts.
+ompi_env() {
+  local p="$1"
+  printf '%s\n' "OPAL_PREFIX=$p" "OPAL_LIBDIR=$p/lib" "OPAL_SYSCONFDIR=$p/etc" \
+    "PMIX_LIBDIR=$p/lib" "PMIX_DATADIR=$p/share" "PMIX_SYSCONFDIR=$p/etc" \
+    "HWLOC_PLUGINS_PATH=$p/lib/hwloc" "OMPI_MCA_plm=isolated"
+}
+# mpirun's options (TRAINDECK_MPIRUN_FLAGS of tests/distribute/mpi_launch.sh) that export those
+# variables and the loader's path to the workers by name (set, all of them, wherever it is used).
+ompi_pass_flags() {
+  local v
+  for v in LD_LIBRARY_PATH $(ompi_env . | cut -d= -f1); do printf -- '-x %s ' "$v"; done
+}
+
+bundle_openmpi() {
+  local rt="$1" om="$1/openmpi"
+  command -v ompi_info >/dev/null || die "an MPI build needs Open MPI's ompi_info (Debian: openmpi-bin)"
+  local paths bindir pkglibdir pkgdatadir sysconfdir
+  paths=$(ompi_info --parsable --path all)
+  bindir=$(sed -n 's/^path:bindir://p' <<<"$paths" | head -n1)
+  pkglibdir=$(sed -n 's/^path:pkglibdir://p' <<<"$paths" | head -n1)
+  pkgdatadir=$(sed -n 's/^path:pkgdatadir://p' <<<"$paths" | head -n1)
+  sysconfdir=$(sed -n 's/^path:sysconfdir://p' <<<"$paths" | head -n1)
+  [ -d "$pkglibdir" ] || die "Open MPI's component folder $pkglibdir is missing"
+  # mpirun: Debian's is /usr/bin/mpirun -> /etc/alternatives/mpirun -> mpirun.openmpi -> orterun.
+  local launcher
+  launcher=$(readlink -f "$(command -v mpirun || echo "$bindir/mpirun")")
+  # The alternatives may lead to another MPI's mpirun (MPICH's); the engine links Open MPI's.
+  if ! "$launcher" --version 2>&1 | grep -qE 'Open MPI|OpenRTE'; then launcher="$bindir/orterun"; fi
+  [ -x "$launcher" ] && [ -x "$bindir/orted" ] || die "no mpirun or orted in $bindir (Debian: openmpi-bin)"
+  mkdir -p "$om/bin" "$om/lib/openmpi3" "$om/lib/pmix" "$om/share" "$om/etc"
+  strip --strip-unneeded -o "$om/bin/$(basename "$launcher")" "$launcher"
+  strip --strip-unneeded -o "$om/bin/orted" "$bindir/orted"
+  local name
+  for name in mpirun mpiexec orterun; do
+    [ -e "$om/bin/$name" ] || ln -s "$(basename "$launcher")" "$om/bin/$name"
+  done
+  local c deps left=()
+  for c in "$pkglibdir"/*.so; do
+    deps=$(ldd "$c" 2>&1)
+    if grep -q 'not found' <<<"$deps" || grep -Eq "$ompi_left_out" <<<"$deps"; then
+      left+=("$(basename "$c" .so)"); continue
+    fi
+    strip --strip-unneeded -o "$om/lib/openmpi3/$(basename "$c")" "$c"
+  done
+  # PMIx: its components and help texts beside its library (Debian: /usr/lib/x86_64-linux-gnu/pmix2).
+  local pmix_lib
+  pmix_lib=$(ldd "$om"/lib/openmpi3/mca_pmix_*.so 2>/dev/null | awk '$1 ~ /^libpmix\.so/ && $3 ~ /^\// {print $3; exit}')
+  if [ -n "$pmix_lib" ]; then
+    local pmix_dir
+    pmix_dir=$(dirname "$(readlink -f "$pmix_lib")")
+    for c in "$pmix_dir"/pmix/*.so; do
+      if [ -f "$c" ]; then strip --strip-unneeded -o "$om/lib/pmix/$(basename "$c")" "$c"; fi
+    done
+    if [ -d "$pmix_dir/../share/pmix" ]; then cp -r "$pmix_dir/../share/pmix" "$om/share/pmix"; fi
+  fi
+  # The libraries all of them need, past those runtime/lib and compat/ hold already.
+  local libs path
+  libs=$(for c in "$om"/bin/* "$om"/lib/openmpi3/*.so "$om"/lib/pmix/*.so; do
+    [ -L "$c" ] || ldd "$c" 2>/dev/null; done | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u)
+  while read -r name path; do
+    [ -n "$name" ] || continue
+    if is_system_lib "$name" || is_cuda_lib "$name" || [ -e "$rt/lib/$name" ] ||
+       [ -e "$rt/compat/$name" ]; then continue; fi
+    cp -L "$path" "$om/lib/$name"
+    strip --strip-unneeded "$om/lib/$name" 2>/dev/null || true
+  done <<<"$libs"
+  cp -r "$pkgdatadir" "$om/share/openmpi"
+  for c in openmpi-mca-params.conf openmpi-default-hostfile; do
+    if [ -f "$sysconfdir/$c" ]; then cp "$sysconfdir/$c" "$om/etc/$c"; fi
+  done
+  say "Open MPI $(ompi_info --version 2>/dev/null | sed -n 's/^Open MPI v//p'):" \
+    "$(find "$om/lib/openmpi3" -name '*.so' | wc -l) components carried, ${#left[@]} left out" \
+    "(${left[*]})"
+}
+
+# ------------------------------------------------------------------------------------------------
 bundle() {
   command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] ||
     die "--bundle needs the CUDA toolkit (nvcc not found)"
@@ -93,7 +275,7 @@ bundle() {
   local start=$SECONDS
   mkdir -p "$bundle_dir"
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRAINDECK_CUDA=ON \
-    -DTRAINDECK_BUILD_GUI=OFF -DTRAINDECK_MPI=OFF -DTRAINDECK_NATIVE=OFF "${launcher[@]}" \
+    -DTRAINDECK_BUILD_GUI=OFF -DTRAINDECK_MPI=ON -DTRAINDECK_NATIVE=OFF "${launcher[@]}" \
     >"$bundle_dir/configure.log" 2>&1 || { cat "$bundle_dir/configure.log" >&2; die "configure failed"; }
   cmake --build "$build" -j "$jobs" >"$bundle_dir/build.log" 2>&1 ||
     { tail -n 40 "$bundle_dir/build.log" >&2; die "the build failed (build-gpu-bundle/build.log)"; }
@@ -132,9 +314,16 @@ bundle() {
     if is_system_lib "$name" || is_cuda_lib "$name"; then continue; fi
     if is_compat_lib "$name"; then cp -L "$path" "$rt/compat/$name"; else cp -L "$path" "$rt/lib/$name"; fi
   done <<<"$libs"
+  stub_hdf5_network "$rt" "${elves[@]}"
   # Libraries that bundled libraries load at run time: oneDNN's GPU runtime is OpenCL (its ICD
   # loader is linked, found above); nothing else is dlopen'ed outside CUDA.
   for f in "$rt"/lib/*; do strip --strip-unneeded "$f" 2>/dev/null || true; done
+  # With MPI, the launcher for MultiWorkerMirrored: runtime/openmpi (bundle_openmpi).
+  local mpi=""
+  if [ -n "$(find "$rt/lib" -name 'libmpi.so.*' -print -quit)" ]; then
+    bundle_openmpi "$rt"
+    mpi=$(ompi_info --version 2>/dev/null | sed -n 's/^Open MPI v//p')
+  fi
   # The data the suite and the benchmark read (the Debian package dataset-fashion-mnist), inflated:
   # xz packs the raw images 4 MB smaller than their gzip files; --run compresses them back.
   if [ -f "$fashion_dir/train-images-idx3-ubyte.gz" ]; then
@@ -154,18 +343,23 @@ bundle() {
     echo "cuda=$(nvcc --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
     echo "glibcxx=$(for e in "${elves[@]}"; do objdump -T "$e"; done 2>/dev/null |
       grep -o 'GLIBCXX_[0-9.]*' | sort -uV | tail -n1)"
-    echo "glibc=$(for e in "${elves[@]}" "$rt"/lib/*; do objdump -T "$e"; done 2>/dev/null |
+    echo "glibc=$(for e in "${elves[@]}" "$rt"/lib/* "$rt"/openmpi/lib/* "$rt"/openmpi/lib/*/*.so \
+      "$rt"/openmpi/bin/*; do objdump -T "$e"; done 2>/dev/null |
       grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -n1)"
+    echo "openmpi=$mpi"
   } >"$rt/manifest"
   rm -f "$archive"
   mkdir -p "$(dirname "$archive")"
   # One solid xz stream (one thread: blocks would split it) with a dictionary that spans several
-  # executables, which share most of their code. About 1.5 GB of memory while packing.
+  # executables, which share most of their code, after the x86 branch filter (call and jump
+  # targets made absolute, so that the same code at other addresses matches: 1 MB less). About
+  # 1.5 GB of memory while packing.
   (cd "$stage" && tar --sort=name -cf - build-gpu build-gpu-bundle) |
-    xz -T1 --lzma2=preset=6,dict=128MiB >"$archive.tmp"
+    xz -T1 --x86 --lzma2=preset=6,dict=128MiB >"$archive.tmp"
   mv "$archive.tmp" "$archive"
   local nlibs
   nlibs=$(find "$rt/lib" "$rt/compat" -type f | wc -l)
+  if [ -d "$rt/openmpi" ]; then nlibs="$nlibs (+ Open MPI $mpi: $(find "$rt/openmpi" -type f | wc -l) files)"; fi
   rm -rf "$stage"
   echo "bundle: $archive ($(du -h "$archive" | cut -f1); ${#elves[@]} executables, $nlibs" \
     "libraries; build $((built - start)) s, pack $((SECONDS - built)) s)"
@@ -222,6 +416,90 @@ PY
 
 join_path() { local IFS=:; echo "$*"; }
 
+# compare_losses WORK LABEL SECONDS ONE_STRATEGY TWO_STRATEGY -- ONE_COMMAND... -- TWO_COMMAND...
+# Trains tests/strategy/mwms_blobs.json twice with `traindeck train --plain`: with the strategy
+# ONE_STRATEGY through ONE_COMMAND, then TWO_STRATEGY through TWO_COMMAND (strategies as JSON, ''
+# for the project's own; each command ends with the traindeck executable, after a launcher such as
+# env or mpi_launch.sh), within SECONDS in all, and compares the loss after every step from the two
+# run stores: 48 steps each, largest relative difference under 1e-4. A multi_worker_mirrored run's
+# log must report its workers. Prints one line, "ok   LABEL: ..." or "FAIL LABEL: ...", naming the
+# path the gradient sums took when the log says, and fails with the latter. The projects, stores
+# and logs (one.log, two.log) stay in WORK.
+compare_losses() {
+  python3 - "$root/tests/strategy/mwms_blobs.json" "$@" <<'PY'
+import json, os, re, signal, sqlite3, subprocess, sys, time
+project, work, label, seconds = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+strategies, commands = sys.argv[5:7], []
+for a in sys.argv[7:]:
+    if a == "--":
+        commands.append([])
+    elif commands:
+        commands[-1].append(a)
+
+def fail(why):
+    print(f"FAIL {label}: {why}")
+    sys.exit(1)
+
+if len(commands) != 2 or not all(commands):
+    fail("compare_losses needs two commands, each after --")
+base = json.load(open(project))
+deadline = time.monotonic() + seconds
+
+def run(name, strategy, command):
+    p = dict(base)
+    if strategy:
+        p["strategy"] = json.loads(strategy)
+    path, db, log = (f"{work}/{name}.{x}" for x in ("json", "db", "log"))
+    with open(path, "w") as f:
+        json.dump(p, f, indent=1)
+    with open(log, "w") as out:
+        # A session of its own: at the deadline the whole launch stops (mpirun passes SIGTERM on
+        # to its workers), not only its first process.
+        proc = subprocess.Popen(command + ["train", path, "--plain", "--db", db], stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            rc = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            fail(f"{name}: stopped after {seconds:g} s for both runs")
+    text = open(log, errors="replace").read()
+    if rc != 0:
+        fail(f"{name}: exited {rc}: " + " | ".join(text.strip().splitlines()[-4:])[-400:])
+    losses = [v for (v,) in sqlite3.connect(db).execute(
+        "SELECT value FROM steps WHERE name = 'loss' ORDER BY global_step")]
+    return losses, text
+
+one, _ = run("one", strategies[0], commands[0])
+two, log = run("two", strategies[1], commands[1])
+if len(one) != 48 or len(two) != 48:
+    fail(f"expected 48 logged steps each, got {len(one)} and {len(two)}")
+strategy = json.loads(strategies[1]) if strategies[1] else base["strategy"]
+if strategy["type"] == "multi_worker_mirrored":
+    m = re.search(r"\d+ replicas \(multi_worker_mirrored, (\d+) workers\)", log)
+    if not m or int(m.group(1)) < 2:
+        fail("the chief did not report 2 workers (no 'replicas (multi_worker_mirrored, 2 workers)')")
+# The run's log says when the sums leave the devices (trainer: "gradient sums between ... go
+# through ...: why"); GPU replicas without that line sum with NCCL.
+note = re.search(r"gradient sums between [^:\n]* go through ([^:\n]*)", log)
+if note:
+    how = "; sums through " + note.group(1)
+elif any(d.startswith("cuda:") for d in strategy.get("devices", [])):
+    how = "; sums on the GPU (NCCL)"
+else:
+    how = ""
+worst = max(abs(a - b) / max(abs(a), 1e-6) for a, b in zip(one, two))
+verdict = "ok  " if worst < 1e-4 else "FAIL"
+print(f"{verdict} {label}: 48 steps, worst relative loss difference {worst:.2g} "
+      f"(tolerance 1e-4{how})")
+sys.exit(0 if worst < 1e-4 else 1)
+PY
+}
+
 # ------------------------------------------------------------------------------------------------
 verify() {
   if ! command -v nvcc >/dev/null && [ ! -x /usr/local/cuda/bin/nvcc ]; then
@@ -236,14 +514,15 @@ verify() {
   trap "rm -rf '$tmp'" EXIT
   unpack "$tmp" all
   local rt="$tmp/build-gpu-bundle/runtime" fail=0
-  # 1. Every dependency resolves inside the bundle, or is glibc / CUDA / libstdc++ (compat).
-  local bad
-  bad=$(find "$tmp/build-gpu" "$rt/lib" -type f | while read -r f; do
+  # 1. Every dependency resolves inside the bundle, or is glibc / CUDA / libstdc++ (compat); Open
+  # MPI's executables, components and libraries included.
+  local bad om="$rt/openmpi"
+  bad=$(find "$tmp/build-gpu" "$rt/lib" "$om" -type f 2>/dev/null | while read -r f; do
     is_elf "$f" || continue
-    LD_LIBRARY_PATH="$rt/lib:$rt/compat" ldd "$f" 2>&1 | while read -r name arrow path _; do
+    LD_LIBRARY_PATH="$rt/lib:$om/lib:$rt/compat" ldd "$f" 2>&1 | while read -r name arrow path _; do
       [ "$arrow" = "=>" ] || continue
       if is_system_lib "$name" || is_cuda_lib "$name"; then continue; fi
-      case "$path" in "$rt"/lib/* | "$rt"/compat/*) ;; *) echo "${f#"$tmp"/}: $name => $path" ;; esac
+      case "$path" in "$rt"/lib/* | "$om"/lib/* | "$rt"/compat/*) ;; *) echo "${f#"$tmp"/}: $name => $path" ;; esac
     done
   done)
   if [ -n "$bad" ]; then
@@ -264,10 +543,12 @@ verify() {
   else
     echo "FAIL: traindeck devices from the bundle: $out"; fail=1
   fi
-  # 3. An engine test executable and the NVRTC test from the bundle.
+  # 3. An engine test executable, the NVRTC test and the export test (Keras files through
+  # libtraindeck_h5.so and HDF5, whose network libraries are stubs: stub_hdf5_network) from the
+  # bundle.
   local t cuda_dirs=()
   mapfile -t cuda_dirs < <(cuda_lib_dirs | awk '!seen[$0]++')
-  for t in test_model test_nvrtc; do
+  for t in test_model test_nvrtc test_export; do
     if out=$(cd "$tmp" && env -i PATH=/usr/bin:/bin HOME="$tmp" QT_QPA_PLATFORM=offscreen \
         LD_LIBRARY_PATH="$rt/lib:$rt/compat:$(join_path "${cuda_dirs[@]}")" \
         "$tmp/build-gpu/tests/$t" 2>&1); then
@@ -276,8 +557,83 @@ verify() {
       echo "FAIL: $t from the bundle:"; tail -n 20 <<<"$out"; fail=1
     fi
   done
+  # 4. MultiWorkerMirrored through the bundle's Open MPI alone: 2 workers on the CPU started by its
+  # mpirun (through tests/distribute/mpi_launch.sh, with the flags every run takes) against one
+  # process with the same global batch, as tests/strategy/check_mwms.sh's `equal` case does; the
+  # environment, the loader's path and the launcher's all lead into the unpacked bundle.
+  if [ ! -x "$om/bin/mpirun" ]; then
+    echo "FAIL: the bundle has no Open MPI (runtime/openmpi/bin/mpirun): MultiWorkerMirrored cannot start there"
+    fail=1
+  else
+    verify_mpi "$tmp" || fail=1
+  fi
   echo "bundle: $(du -h "$archive" | cut -f1) ($archive)"
   return $fail
+}
+
+# Which Open MPI the launch used is proven two ways. LD_DEBUG=files has the loader of every process
+# of the launch (mpi_launch.sh's shell, then mpirun in its place, the workers) write down each
+# shared object it maps, the MCA components that Open MPI opens with dlopen included: none of Open
+# MPI's, PMIx's, hwloc's or libevent's may come from outside the bundle, and the workers' pml
+# component must be among them (so the trace did see them); the mpirun that mpi_launch.sh finds on
+# that PATH must be the bundle's. That works for any user and any layout. Files are not libraries,
+# so as root (where unshare works) the
+# launch also runs in a mount namespace in which the system's Open MPI folders (components, help
+# texts, parameter file, PMIx) lie under empty tmpfs and its launcher and daemon under /dev/null:
+# a lookup that missed the bundle fails there instead of finding Debian's copy; a help text
+# mpirun prints (for a program that is not there) then shows it finds its own.
+verify_mpi() {
+  local tmp="$1" rt="$1/build-gpu-bundle/runtime" mw="$1/mwms" ompi=() hide=() line rc=0
+  local om="$rt/openmpi"
+  mkdir -p "$mw/ld"
+  mapfile -t ompi < <(ompi_env "$om")
+  if [ "$(id -u)" = 0 ] && unshare -m true 2>/dev/null; then
+    # shellcheck disable=SC2016  # expanded by the namespace's shell
+    hide=(unshare -m sh -c 'mount --make-rprivate / &&
+      for d in /usr/lib/x86_64-linux-gnu/openmpi /usr/lib/x86_64-linux-gnu/pmix2 /usr/share/openmpi \
+               /etc/openmpi; do if [ -d "$d" ]; then mount -t tmpfs tmpfs "$d" || exit 1; fi; done &&
+      for f in /usr/bin/orterun /usr/bin/orted; do
+        if [ -f "$f" ]; then mount --bind /dev/null "$f" || exit 1; fi; done && exec "$@"' hide)
+  fi
+  local launch=("${hide[@]}" env -i PATH="$om/bin:/usr/bin:/bin" HOME="$tmp"
+    LD_LIBRARY_PATH="$rt/lib:$om/lib:$rt/compat" "${ompi[@]}" OMP_NUM_THREADS=1
+    TRAINDECK_MPIRUN_FLAGS="$(ompi_pass_flags)")
+  line=$(compare_losses "$mw" "MultiWorkerMirrored, 2 workers under the bundle's mpirun = one process" 300 \
+    '{"type": "one_device"}' '' \
+    -- env -i PATH=/usr/bin:/bin HOME="$tmp" LD_LIBRARY_PATH="$rt/lib:$rt/compat" "$tmp/build-gpu/traindeck" \
+    -- "${launch[@]}" LD_DEBUG=files LD_DEBUG_OUTPUT="$mw/ld/trace" \
+       "$root/tests/distribute/mpi_launch.sh" 2 "$tmp/build-gpu/traindeck") || rc=$?
+  [ -n "$line" ] || line="FAIL MultiWorkerMirrored under the bundle's mpirun: no verdict"
+  sed 's/^ok   /ok: /; s/^FAIL /FAIL: /' <<<"$line"
+  if [ "$rc" != 0 ]; then
+    tail -n 30 "$mw/two.log" 2>/dev/null | sed 's/^/  /'
+    return 1
+  fi
+  # Where every shared object of the launch came from (the loader's "calling init: PATH").
+  local objects strays ntraces launcher help
+  objects=$(sed -n 's/.*calling init: \(\/[^ ]*\).*/\1/p' "$mw"/ld/trace.* | sort -u)
+  ntraces=$(find "$mw/ld" -name 'trace.*' | wc -l)
+  strays=$(grep -E '/(lib(mpi|open-pal|open-rte|pmix|mca_common_|oshmem|hwloc|event)[^/]*|mca_[^/]*|pmix_mca_[^/]*|hwloc_[^/]*)$' \
+    <<<"$objects" | grep -v "^$tmp/" || true)
+  launcher=$("${launch[@]}" sh -c 'command -v mpirun' 2>&1 || true)
+  help=$("${launch[@]}" "$root/tests/distribute/mpi_launch.sh" 1 "$mw/absent" 2>&1 || true)
+  if [ -n "$strays" ]; then
+    echo "FAIL: the MPI launch mapped Open MPI's objects from outside the bundle:"; sed 's/^/  /' <<<"$strays"
+    return 1
+  elif [ "$launcher" != "$om/bin/mpirun" ]; then
+    echo "FAIL: the launch's mpirun is ${launcher:-none}, not the bundle's"
+    return 1
+  elif ! grep -qFx "$om/lib/openmpi3/mca_pml_ob1.so" <<<"$objects"; then
+    echo "FAIL: the loader's trace ($ntraces processes) shows no pml component of the bundle: nothing proven"
+    return 1
+  elif grep -q "You were supposed to get help" <<<"$help" || ! grep -q "could not access" <<<"$help"; then
+    echo "FAIL: the bundle's mpirun did not find its help texts:"; head -n 8 <<<"$help" | sed 's/^/  /'
+    return 1
+  fi
+  echo "ok: the launch used the bundle's Open MPI alone: $ntraces processes traced, every Open MPI," \
+    "PMIx, hwloc and libevent object from the bundle, help texts found$(
+    [ ${#hide[@]} -gt 0 ] && echo ", with the system's Open MPI hidden" ||
+      echo " (the system's Open MPI not hidden: that needs root)")"
 }
 
 # ------------------------------------------------------------------------------------------------
@@ -322,6 +678,7 @@ run() {
   local need_cxx
   need_cxx=$(sed -n 's/^glibcxx=//p' "$rt/manifest")
   local ldp="$rt/lib"
+  if [ -d "$rt/openmpi/lib" ]; then ldp="$ldp:$rt/openmpi/lib"; fi
   if [ -n "$need_cxx" ] && ! { ldconfig -p 2>/dev/null | awk '/libstdc\+\+\.so\.6 /{print $NF}' |
       head -n1 | xargs -r grep -qa "$need_cxx"; }; then
     ldp="$ldp:$rt/compat"
@@ -415,6 +772,52 @@ run() {
   skipped=$(grep -E '^ *[0-9]+/[0-9]+ Test +#' "$out/ctest.txt" | grep -c 'Skipped\|Not Run' || true)
   summary+=("     skipped: $skipped test(s), each with its reason in ctest.txt")
 
+  # 2b. On a GPU: Mirrored with 2 replicas on cuda:0 (NCCL takes one rank per GPU, so their sums
+  # go through host memory, as the run's log says) against one device with the same global batch,
+  # through the command line: the loss after every step, from the two run stores.
+  if [ "$have" -gt 0 ]; then
+    local mr="$out/.mirrored"
+    rm -rf "$mr"; mkdir -p "$mr"
+    rc=0
+    line=$(compare_losses "$mr" "Mirrored, 2 replicas on cuda:0 = one device" 180 \
+      '{"type": "one_device", "devices": ["cuda:0"]}' \
+      '{"type": "mirrored", "devices": ["cuda:0"], "replicas": 2}' \
+      -- "$build/traindeck" -- "$build/traindeck") || rc=$?
+    echo "${line:=FAIL Mirrored, 2 replicas on cuda:0: no verdict}"
+    summary+=("$line")
+    if [ "$rc" != 0 ]; then status=1; tail -n 20 "$mr/two.log" 2>/dev/null || true; fi
+    rm -rf "$mr"
+  fi
+
+  # 2c. On a GPU: MultiWorkerMirrored, 2 processes on cuda:0 started by the bundle's mpirun
+  # (through tests/distribute/mpi_launch.sh, with the flags every run takes), against one process
+  # on cuda:0 with the same global batch. NCCL takes one rank per GPU, so two workers that share one
+  # sum through MPI in host memory ("gradient sums between workers go through MPI (host memory),
+  # not NCCL: worker ranks 0 and 1 share one GPU, ..."); the summary names the path they took. The
+  # machine's own MPI settings (an image's OMPI_MCA_pml=ucx, an OPAL_PREFIX for HPC-X) would steer
+  # the bundle's Open MPI to components it lacks: none of them goes along.
+  if [ "$have" -gt 0 ]; then
+    local mw="$out/.mwms" om="$rt/openmpi" ompi=() clear=() v
+    rm -rf "$mw"; mkdir -p "$mw"
+    rc=0
+    if [ -x "$om/bin/mpirun" ]; then
+      mapfile -t ompi < <(ompi_env "$om")
+      for v in $(compgen -e | grep -E '^(OMPI_|OPAL_|PMIX_|ORTE_|HWLOC_)' || true); do clear+=(-u "$v"); done
+      line=$(compare_losses "$mw" "MultiWorkerMirrored, 2 processes on cuda:0 = one device" 180 \
+        '{"type": "one_device", "devices": ["cuda:0"]}' \
+        '{"type": "multi_worker_mirrored", "devices": ["cuda:0"], "timeout_seconds": 20}' \
+        -- "$build/traindeck" \
+        -- env "${clear[@]}" "${ompi[@]}" PATH="$om/bin:$PATH" TRAINDECK_MPIRUN_FLAGS="$(ompi_pass_flags)" \
+           "$root/tests/distribute/mpi_launch.sh" 2 "$build/traindeck") || rc=$?
+    else
+      rc=1 line="FAIL MultiWorkerMirrored, 2 processes on cuda:0: the bundle has no Open MPI (built without MPI)"
+    fi
+    echo "${line:=FAIL MultiWorkerMirrored, 2 processes on cuda:0: no verdict}"
+    summary+=("$line")
+    if [ "$rc" != 0 ]; then status=1; tail -n 30 "$mw/two.log" 2>/dev/null || true; fi
+    rm -rf "$mw"
+  fi
+
   # 3. The benchmark beside PyTorch, with whatever is there, within a time cap. PyTorch runs with
   # the loader as it was before (its own libraries), not with the bundle's.
   local bcap="${TRAINDECK_GPU_BENCH_SECONDS:-}" py="" frameworks=none torch_gpu=0
@@ -432,14 +835,16 @@ run() {
     fi
   fi
   # TrainDeck on the first GPU when the engine lists one, else on the CPU;
-  # TRAINDECK_GPU_BENCH_DEVICE chooses. On a GPU: the issue's figures, the seed MLP at batch 256
-  # and the 784-4096-4096-10 MLP at batch 1024, each in f32, mixed_bfloat16 and f32 without CUDA
-  # Graph replay, beside PyTorch on the same GPU (eager and torch.compile, f32 and bf16 autocast).
+  # TRAINDECK_GPU_BENCH_DEVICE chooses. On a GPU: the issue's figures, the seed MLP at batch 256,
+  # the 784-4096-4096-10 MLP at batch 1024 and the CNN project's model at batch 64 (last: the
+  # MLPs' figures print first should the cap stop it), each in f32, mixed_bfloat16 and f32 without
+  # CUDA Graph replay, beside PyTorch on the same GPU (eager and torch.compile, f32 and bf16
+  # autocast; the CNN channels-last).
   local bdev="${TRAINDECK_GPU_BENCH_DEVICE:-}"
   if [ -z "$bdev" ]; then bdev=cpu:0; [ "$have" -gt 0 ] && bdev=cuda:0; fi
   local models=seed-256 variants=f32 epochs=2
   if [ "${bdev%%:*}" = cuda ]; then
-    models=seed-256,large-1024 variants=f32,bf16,nograph epochs=5
+    models=seed-256,large-1024,cnn-64 variants=f32,bf16,nograph epochs=5
     [ "$torch_gpu" = 1 ] && frameworks=torch-cuda,torch-compile-cuda,torch-bf16-cuda,torch-compile-bf16-cuda
     bcap="${bcap:-300}"
   else

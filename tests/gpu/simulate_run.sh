@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Rehearses the GPU machine's half of tests/gpu/check.sh here, without a GPU: a copy of the tree
 # (tracked and untracked files that git does not ignore) with the bundle carried along, run in a
-# private mount namespace where the folder the bundle was built in and the Debian Fashion-MNIST
-# folder are hidden, as on the lent machine. Needs root (unshare -m) and a bundle
+# private mount namespace where the folder the bundle was built in, the Debian Fashion-MNIST
+# folder and the system's Open MPI are hidden, as on the lent machine: Open MPI's and PMIx's
+# folders under empty tmpfs, its libraries, launcher and daemon under /dev/null (a process that
+# reached for them fails), and mpirun and mpiexec gone from /etc/alternatives, so no mpirun is on
+# PATH (the suite's MPI tests skip, as there). Needs root (unshare -m) and a bundle
 # (tests/gpu/check.sh --bundle). Outputs in $OUT (default a temporary folder, printed).
 #   tests/gpu/simulate_run.sh [extra ctest options, e.g. -R test_cli]
 # PYTHON_BIN: a folder put first on PATH, e.g. a virtual environment's bin with PyTorch.
@@ -30,6 +33,22 @@ unshare -m bash -c '
   mount --make-rprivate /
   mount -t tmpfs tmpfs "$1"
   if [ -d /usr/share/datasets ]; then mount -t tmpfs tmpfs /usr/share/datasets; fi
+  lib=/usr/lib/x86_64-linux-gnu
+  for f in "$lib/libmpi.so.40" "$lib/libopen-pal.so.40" "$lib/libopen-rte.so.40" "$lib/libpmix.so.2" \
+           /usr/bin/orterun /usr/bin/orted; do
+    f=$(readlink -f "$f" || true)
+    if [ -f "$f" ]; then mount --bind /dev/null "$f"; fi
+  done
+  for d in "$lib/openmpi" "$lib/pmix2" /usr/share/openmpi /etc/openmpi; do
+    if [ -d "$d" ]; then mount -t tmpfs tmpfs "$d"; fi
+  done
+  if [ -e /etc/alternatives/mpirun ] || [ -L /etc/alternatives/mpirun ]; then
+    alt=$(mktemp -d)
+    cp -a /etc/alternatives/. "$alt"
+    mount -t tmpfs tmpfs /etc/alternatives
+    cp -a "$alt"/. /etc/alternatives
+    rm -rf "$alt" /etc/alternatives/mpirun /etc/alternatives/mpiexec
+  fi
   cd "$2" && tests/gpu/check.sh --run
 ' simulate "$hide" "$copy"
 echo "outputs: $out"
