@@ -24,7 +24,9 @@
 #                                  MultiWorkerMirrored with 2 processes on cuda:0 started by the
 #                                  bundle's mpirun (ompi_env), each against one device with the
 #                                  same global batch (losses from the run stores; the summary says
-#                                  which path the gradient sums took), the benchmark beside PyTorch
+#                                  which path the gradient sums took), the image-folder CNN's
+#                                  samples/s and input-wait share per epoch on the GPU (PNG folders
+#                                  written there first: input_share), the benchmark beside PyTorch
 #                                  when it is importable, then prints one summary. With a GPU
 #                                  listed, the benchmark is the GPU figures: the seed MLP (batch
 #                                  256), 784-4096-4096-10 (batch 1024) and the CNN project's model
@@ -500,6 +502,58 @@ sys.exit(0 if worst < 1e-4 else 1)
 PY
 }
 
+# input_share WORK DEVICE SECONDS: writes Fashion-MNIST as PNG folders into WORK (from
+# TRAINDECK_FASHION_MNIST_DIR or Debian's folder), trains projects/fashion_mnist_folder_cnn.json on
+# them on DEVICE for 3 epochs within SECONDS, and prints one line: "ok   input-bound share on
+# DEVICE: ..." with each epoch's samples/s and input-wait share from the run store ("warn" when
+# the trainer said an epoch was input-bound, 20% or more), or "FAIL ...".
+input_share() {
+  python3 - "$root" "$@" <<'PY'
+import json, os, sqlite3, subprocess, sys, time
+root, work, device, seconds = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+label = f"input-bound share on {device}"
+start = time.monotonic()
+
+def fail(why):
+    print(f"FAIL {label}: {why}")
+    sys.exit(1)
+
+env = dict(os.environ)
+made = subprocess.run([sys.executable, f"{root}/projects/make_image_folders.py", "--out",
+                       f"{work}/png"], capture_output=True, text=True, env=env)
+if made.returncode != 0:
+    fail("make_image_folders.py: " + (made.stdout + made.stderr).strip()[-300:])
+p = json.load(open(f"{root}/projects/fashion_mnist_folder_cnn.json"))
+p["data"]["source"]["directory"] = f"{work}/png/train"
+p["data"]["source"]["test_directory"] = f"{work}/png/test"
+p["training"]["epochs"] = 3
+p["strategy"] = {"type": "one_device", "devices": [device]}
+json.dump(p, open(f"{work}/folder.json", "w"), indent=1)
+with open(f"{work}/train.log", "w") as log:
+    try:
+        rc = subprocess.run([f"{root}/build-gpu/traindeck", "train", f"{work}/folder.json",
+                             "--plain", "--db", f"{work}/runs.db"], stdout=log,
+                            stderr=subprocess.STDOUT,
+                            timeout=max(1.0, seconds - (time.monotonic() - start))).returncode
+    except subprocess.TimeoutExpired:
+        fail(f"stopped after {seconds:g} s")
+if rc != 0:
+    fail(f"traindeck exited {rc}: " + open(f"{work}/train.log").read().strip()[-300:])
+rows = sqlite3.connect(f"{work}/runs.db").execute(
+    "SELECT epoch, metrics_json FROM epochs ORDER BY epoch").fetchall()
+if len(rows) != 3:
+    fail(f"expected 3 stored epochs, got {len(rows)}")
+parts = []
+for epoch, metrics in rows:
+    m = json.loads(metrics)
+    parts.append(f"epoch {epoch + 1}: {m.get('samples_per_s', 0):,.0f} samples/s, "
+                 f"{100 * m.get('input_wait_share', 0):.1f}% waiting")
+bound = "input-bound" in open(f"{work}/train.log").read()
+print(("warn" if bound else "ok  ") + f" {label} (folder CNN, {os.cpu_count()} cores): " +
+      "; ".join(parts) + ("; the trainer said input-bound" if bound else ""))
+PY
+}
+
 # ------------------------------------------------------------------------------------------------
 verify() {
   if ! command -v nvcc >/dev/null && [ ! -x /usr/local/cuda/bin/nvcc ]; then
@@ -816,6 +870,23 @@ run() {
     summary+=("$line")
     if [ "$rc" != 0 ]; then status=1; tail -n 30 "$mw/two.log" 2>/dev/null || true; fi
     rm -rf "$mw"
+  fi
+
+  # 2d. Does the GPU wait for input? The image-folder CNN project (Fashion-MNIST as 70,000 PNG
+  # files, written first by projects/make_image_folders.py) on the first GPU, its pipeline as the
+  # docs set it up (decoded in the parallel map on every core, a memory cache after the decode), 3
+  # epochs: samples/s and the share of each epoch's step time spent waiting for input, as stored.
+  # On a CPU-only machine, on cpu:0 (TRAINDECK_GPU_INPUT_DEVICE chooses; =none skips it).
+  local idev="${TRAINDECK_GPU_INPUT_DEVICE:-$([ "$have" -gt 0 ] && echo cuda:0 || echo cpu:0)}"
+  if [ "$idev" != none ]; then
+    local fw="$out/.folders"
+    rm -rf "$fw"; mkdir -p "$fw"
+    rc=0
+    line=$(input_share "$fw" "$idev" 240) || rc=$?
+    echo "${line:=FAIL input-bound share on $idev: no verdict}"
+    summary+=("$line")
+    if [ "$rc" != 0 ]; then status=1; tail -n 20 "$fw/train.log" 2>/dev/null || true; fi
+    rm -rf "$fw"
   fi
 
   # 3. The benchmark beside PyTorch, with whatever is there, within a time cap. PyTorch runs with
