@@ -81,8 +81,9 @@ const std::vector<std::string>& fusionPassNames() {
 }
 
 const std::vector<std::string>& cpuPassNames() {
-    static const std::vector<std::string> names{
-        "cpu_skip_zeros", "cpu_solo_pieces", "cpu_team_pieces", "cpu_split_k", "cpu_narrow_kernel"};
+    static const std::vector<std::string> names{"cpu_skip_zeros",    "cpu_solo_pieces",
+                                                "cpu_team_pieces",   "cpu_split_k",
+                                                "cpu_narrow_kernel", "cpu_share_norm_sums"};
     return names;
 }
 
@@ -419,22 +420,47 @@ Result<bool> FuseActBiasGradPass::run(Graph& g) {
         if (a.op != Op::ActGrad) {
             d.reason = "bias_grad %" + std::to_string(b.id) + " reads " + opRef(g, a.id) +
                        ", not an act_grad (a linear layer's gradient has no pass to join)";
-        } else if (a.shape.size() != 2) {
-            d.reason = "bias_grad %" + std::to_string(b.id) + " sums an image " +
-                       shapeToString(a.shape) +
-                       " over batch and positions; act_grad's pass sums rows of [B,N] only";
+        } else if (a.shape.size() < 2 || b.shape.size() != 1 || b.shape[0] != a.shape.back()) {
+            d.reason = "bias_grad %" + std::to_string(b.id) + " of " + shapeToString(b.shape) +
+                       " does not sum " + opRef(g, a.id) + " " + shapeToString(a.shape) +
+                       " per channel";
+        } else if (a.shape.size() > 2 && a.attrs.rate) {
+            d.reason = "act_grad %" + std::to_string(a.id) + " on an image applies a dropout mask";
         } else if (a.attrs.biasGrad.value_or(false)) {
             d.reason = "act_grad %" + std::to_string(a.id) + " already writes a bias gradient";
         } else {
             d.fused = true;
             d.what = "act_grad(" + std::string(actName(a.attrs.actOr())) + ") %" +
                      std::to_string(a.id) + " + bias_grad %" + std::to_string(b.id) +
-                     " -> one pass";
+                     " -> one pass" + (a.shape.size() > 2 ? " over the image's positions" : "");
             pairs.emplace_back(a.id, b.id);
         }
         record(g, d);
     }
     if (pairs.empty()) return false;
+    // A 16-bit cast that is the gradient's only other reader (the matrix product or
+    // convolution gradients under mixed precision) is written by the same pass: act_grad writes
+    // the cast's dtype, and the bias gradient sums the f32 values before they are rounded.
+    std::vector<bool> keep(g.nodes.size(), true);
+    for (auto [a, b] : pairs) {
+        std::vector<int> others;
+        for (int u : users[static_cast<size_t>(a)])
+            if (u != b) others.push_back(u);
+        if (others.size() != 1 || isOutputOrGrad(g, a)) continue;
+        Node& c = g.node(others[0]);
+        if (c.op != Op::Cast || c.dtype == DType::F32 || isOutputOrGrad(g, c.id)) continue;
+        FusionDecision d;
+        d.nodes = {c.id, a};
+        d.fused = true;
+        d.what = "cast %" + std::to_string(c.id) + " (f32 -> " + dtypeName(c.dtype) +
+                 ") written by act_grad %" + std::to_string(a) + " with its bias gradient";
+        record(g, d);
+        g.node(a).dtype = c.dtype;
+        for (int u : users[static_cast<size_t>(c.id)])
+            for (int& in : g.node(u).inputs)
+                if (in == c.id) in = a;
+        keep[static_cast<size_t>(c.id)] = false;
+    }
     // Each bias_grad moves right after its act_grad: it reads nothing else, and its value is
     // written there, so the memory plan must see it live from there.
     std::vector<int> after(g.nodes.size(), -1);
@@ -453,6 +479,12 @@ Result<bool> FuseActBiasGradPass::run(Graph& g) {
             order.push_back(after[static_cast<size_t>(n.id)]);
     }
     reorderGraph(g, order);
+    if (std::find(keep.begin(), keep.end(), false) != keep.end()) {
+        // keep is indexed by the ids before the reordering.
+        std::vector<bool> kept(g.nodes.size(), true);
+        for (size_t k = 0; k < order.size(); ++k) kept[k] = keep[static_cast<size_t>(order[k])];
+        compactGraph(g, kept);
+    }
     return true;
 }
 

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -166,6 +167,8 @@ class TestTraining : public QObject {
     void createLeavesNoOpenMPWorkers();
     void cpuPassesOffKeepTheLosses_data();
     void cpuPassesOffKeepTheLosses();
+    void cnnPassesOffKeepTheBits_data();
+    void cnnPassesOffKeepTheBits();
     void cpuPassNamesAreChecked();
 };
 
@@ -959,9 +962,104 @@ void TestTraining::cpuPassesOffKeepTheLosses() {
             "applies");
         return;
     }
+    // cpu_share_norm_sums needs a BatchNormalization: cnnPassesOffKeepTheBits shows it applies.
     for (const std::string& pass : cpuPassNames())
-        if (pass != "cpu_solo_pieces")
+        if (pass != "cpu_solo_pieces" && pass != "cpu_share_norm_sums")
             QVERIFY2(both[pass] > 0, (pass + " applies in neither row").c_str());
+}
+
+// A CNN of the shipped projects' kind on synthetic 14x14x8 images, batch 64: Conv2D 16 ReLU ->
+// BatchNormalization -> MaxPooling2D -> Conv2D 32 ReLU -> MaxPooling2D -> Flatten -> Dense 4
+// softmax, Adam, `steps` steps, every step logged.
+Project bnCnn(const std::string& precision, int steps) {
+    Project p = synthetic(int64_t{64} * steps, 1);
+    p.data.source.sampleShape = {14, 14, 8};
+    p.data.source.testSamples = 128;
+    p.training.batchSize = 64;
+    p.training.logEverySteps = 1;
+    p.training.optimizer = OptimizerConfig{};
+    p.training.callbacks.clear();
+    p.precision =
+        precision == "mixed_bfloat16" ? PrecisionPolicy::MixedBfloat16 : PrecisionPolicy::Float32;
+    auto model = modelFromKerasJson(R"({"class_name": "Sequential", "config": {"layers": [
+        {"class_name": "InputLayer", "config": {"batch_shape": [null, 14, 14, 8]}},
+        {"class_name": "Conv2D", "config": {"filters": 16, "kernel_size": [3, 3], "activation": "relu"}},
+        {"class_name": "BatchNormalization", "config": {}},
+        {"class_name": "MaxPooling2D", "config": {"pool_size": [2, 2]}},
+        {"class_name": "Conv2D", "config": {"filters": 32, "kernel_size": [3, 3], "activation": "relu"}},
+        {"class_name": "MaxPooling2D", "config": {"pool_size": [2, 2]}},
+        {"class_name": "Flatten", "config": {}},
+        {"class_name": "Dense", "config": {"units": 4, "activation": "softmax"}}]}})");
+    if (!model.ok()) qFatal("%s", model.error().c_str());
+    p.model = *model;
+    return p;
+}
+
+// The passes that join a CNN's backward passes over its images change no bit: with
+// fuse_act_bias_grad off (each ReLU gradient, its bias gradient and, under mixed_bfloat16, the
+// cast for a bf16 convolution as separate passes) or cpu_share_norm_sums off (BatchNormalization's
+// gamma and beta gradients read dy again), every step's loss and the test loss equal the default
+// exactly. The first ReLU gradient (64x12x12x16 values) runs in pieces on the team, the second
+// (64x4x4x32) in block mode on one thread; the report shows where each pass applied.
+void TestTraining::cnnPassesOffKeepTheBits_data() {
+    QTest::addColumn<QString>("precision");
+    QTest::newRow("float32") << "float32";
+    QTest::newRow("mixed_bfloat16") << "mixed_bfloat16";
+}
+
+void TestTraining::cnnPassesOffKeepTheBits() {
+    QFETCH(QString, precision);
+    const int steps = 6;
+    auto losses = [&](const std::vector<std::string>& off) {
+        Project p = bnCnn(precision.toStdString(), steps);
+        p.disabledPasses = off;
+        std::vector<double> out;
+        auto s = Session::create(p, {});
+        if (!s.ok()) {
+            QTest::qFail(s.error().c_str(), __FILE__, __LINE__);
+            return out;
+        }
+        Recorded r = runToEnd(**s);
+        for (const StepMetrics& m : r.all<StepMetrics>()) out.push_back(m.metrics.at("loss"));
+        const auto fin = r.all<RunFinished>();
+        if (fin.size() != 1 || fin[0].status != RunStatus::Completed) {
+            QTest::qFail("the run did not complete", __FILE__, __LINE__);
+            return out;
+        }
+        out.push_back(fin[0].finalMetrics.at("test_loss"));
+        return out;
+    };
+    const std::vector<double> reference = losses({});
+    QCOMPARE(reference.size(), size_t(steps + 1));
+    for (const std::string pass : {"fuse_act_bias_grad", "cpu_share_norm_sums"}) {
+        const std::vector<double> off = losses({pass});
+        if (QTest::currentTestFailed()) return;
+        QCOMPARE(off.size(), reference.size());
+        for (size_t i = 0; i < off.size(); ++i)
+            QVERIFY2(std::memcmp(&off[i], &reference[i], sizeof(double)) == 0,
+                     qPrintable(QString("%1 off, loss %2: %3 against %4")
+                                    .arg(QString::fromStdString(pass))
+                                    .arg(i)
+                                    .arg(off[i], 0, 'g', 17)
+                                    .arg(reference[i], 0, 'g', 17)));
+    }
+    auto report = api::compileReport(bnCnn(precision.toStdString(), steps));
+    QVERIFY2(report.ok(), report.ok() ? "" : report.error().c_str());
+    int overImages = 0, castsWritten = 0;
+    for (const std::string& g : report->groups) {
+        overImages += g.find("one pass over the image's positions") != std::string::npos;
+        castsWritten += g.find("written by act_grad with its bias gradient") != std::string::npos;
+    }
+    QCOMPARE(overImages, 2);
+    // Under mixed_bfloat16, both convolutions (8 x 3 x 3 and 16 x 3 x 3 terms a sum) run in bf16
+    // where the CPU has bf16 convolutions: the casts of their gradients are written by the ReLU
+    // gradients.
+    const bool halfConv = precision == "mixed_bfloat16" && cpuHalfConvolutions(DType::BF16);
+    QCOMPARE(castsWritten, halfConv ? 2 : 0);
+    int64_t shared = -1;
+    for (const auto& d : report->cpuPasses)
+        if (d.name == "cpu_share_norm_sums") shared = d.applied;
+    QCOMPARE(shared, int64_t{2});  // gamma and beta
 }
 
 // The CPU passes' names are pass names like the compiler's: an unknown one is refused by its

@@ -13,10 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "engine/backend/cpu/image_kernels.h"
 #include "engine/backend/cpu/optim_kernels.h"
 #include "engine/backend/cpu/simd_kernels.h"
 #include "engine/backend/cpu/sparse_kernels.h"
 #include "engine/core/cpu_isa.h"
+#include "engine/core/half.h"
 
 using namespace td;
 using namespace td::optim_kernels;
@@ -501,6 +503,133 @@ class TestIsa : public QObject {
             QCOMPARE(atK, atG);
             QCOMPARE(atG[0], -1);
         }
+    }
+
+    // ReLU's gradient with column sums, f32 and bf16 results: every level equals the generic one,
+    // the values equal reluGrad's, the bf16 ones floatToBf16 of them, the sums the rows added in
+    // order (of the values before rounding). Rows of 37 channels (a scalar tail on every level).
+    void reluGradSumsMatchesGeneric_data() { levelsMatchGeneric_data(); }
+    void reluGradSumsMatchesGeneric() {
+        QFETCH(td::CpuIsa, isa);
+        const auto& g = cpu::simd::kernelsFor(CpuIsa::Generic);
+        const auto& k = isa == CpuIsa::Generic ? g : cpu::simd::kernelsFor(isa);
+        const int64_t cols = 37, rows = kElements / cols, n = rows * cols;
+        const std::vector<float> dy = gradients(41), s = gradients(42);
+        for (bool bf16 : {false, true}) {
+            std::vector<float> dxK(n, 7.f), dxG(n, 7.f), sumsK(cols, 0.5f), sumsG(cols, 0.5f);
+            std::vector<uint16_t> hK(n, 7), hG(n, 7);
+            k.reluGradSums(dy.data(), s.data(), bf16 ? nullptr : dxK.data(),
+                           bf16 ? hK.data() : nullptr, sumsK.data(), rows, cols);
+            g.reluGradSums(dy.data(), s.data(), bf16 ? nullptr : dxG.data(),
+                           bf16 ? hG.data() : nullptr, sumsG.data(), rows, cols);
+            requireSame(sumsK, sumsG, "ReLU gradient column sums");
+            std::vector<float> ref(n);
+            g.reluGrad(dy.data(), s.data(), ref.data(), n);
+            std::vector<float> want(cols, 0.5f);
+            for (int64_t r = 0; r < rows; ++r)
+                for (int64_t c = 0; c < cols; ++c) want[size_t(c)] += ref[size_t(r * cols + c)];
+            requireSame(sumsG, want, "ReLU gradient column sums, rows in order");
+            if (!bf16) {
+                requireSame(dxK, dxG, "ReLU gradient");
+                requireSame(dxG, ref, "ReLU gradient against reluGrad");
+                continue;
+            }
+            QCOMPARE(hK, hG);
+            for (int64_t i = 0; i < n; ++i)
+                if (hG[size_t(i)] != floatToBf16(ref[size_t(i)]))
+                    QFAIL(qPrintable(QString("bf16 gradient %1: %2, floatToBf16 gives %3")
+                                         .arg(i)
+                                         .arg(hG[size_t(i)])
+                                         .arg(floatToBf16(ref[size_t(i)]))));
+        }
+    }
+
+    // A window of 2 x 3 positions over kElements channels (more than one chunk), with ties, -0,
+    // NaN and infinities among the values; a row stride wider than the window's row.
+    void maxWindowMatchesGeneric_data() { levelsMatchGeneric_data(); }
+    void maxWindowMatchesGeneric() {
+        QFETCH(td::CpuIsa, isa);
+        if (isa == CpuIsa::Generic) QSKIP("this CPU has no AVX2: only the generic level runs here");
+        const auto& k = cpu::simd::kernelsFor(isa);
+        const auto& g = cpu::simd::kernelsFor(CpuIsa::Generic);
+        const int64_t rows = 2, cols = 3, n = kElements, stride = 4 * n;
+        std::vector<float> x(static_cast<size_t>(rows * stride));
+        for (int64_t i = 0; i < rows; ++i)
+            for (int64_t j = 0; j < cols; ++j) {
+                const std::vector<float> v = gradients(static_cast<uint32_t>(20 + i * cols + j));
+                std::copy(v.begin(), v.end(), x.begin() + i * stride + j * n);
+            }
+        x[size_t(stride + 5)] = x[5];  // a tie between the first and a later position
+        const std::vector<float> dy = gradients(31);
+        std::vector<float> yK(n), yG(n), dxK(x.size(), 7.f), dxG(x.size(), 7.f);
+        k.maxWindow(x.data(), yK.data(), rows, cols, stride, n);
+        g.maxWindow(x.data(), yG.data(), rows, cols, stride, n);
+        requireSame(yK, yG, "max pooling window");
+        k.maxWindowGrad(x.data(), dy.data(), dxK.data(), rows, cols, stride, n);
+        g.maxWindowGrad(x.data(), dy.data(), dxG.data(), rows, cols, stride, n);
+        requireSame(dxK, dxG, "max pooling window gradient");
+        QCOMPARE(dxG[size_t(cols * n)], 7.f);  // beyond the window's row: untouched
+    }
+
+    // Max pooling and its gradient (the active level) against a scalar reference: overlapping
+    // windows, windows as wide as their stride, strides wider than the window, padding on every
+    // side, sizes that leave rows and columns in no window, and ties (the first maximum in
+    // row-major order takes the gradient). dx is filled with garbage first: every position must
+    // be written.
+    void maxPoolingMatchesReference_data() {
+        QTest::addColumn<QVector<int>>("p");  // H, W, C, kh, kw, sh, sw, top, bottom, left, right
+        QTest::newRow("2x2 stride 2") << QVector<int>{26, 26, 32, 2, 2, 2, 2, 0, 0, 0, 0};
+        QTest::newRow("2x2 stride 2, odd size") << QVector<int>{11, 9, 70, 2, 2, 2, 2, 0, 0, 0, 0};
+        QTest::newRow("3x3 stride 2, overlapping")
+            << QVector<int>{11, 10, 8, 3, 3, 2, 2, 0, 0, 0, 0};
+        QTest::newRow("2x3 stride 3x4, gaps") << QVector<int>{10, 13, 5, 2, 3, 3, 4, 0, 0, 0, 0};
+        QTest::newRow("2x2 stride 2, padded") << QVector<int>{5, 7, 3, 2, 2, 2, 2, 1, 0, 1, 0};
+        QTest::newRow("3x2 stride 3x2, padded") << QVector<int>{8, 6, 17, 3, 2, 3, 2, 1, 0, 0, 1};
+        QTest::newRow("global") << QVector<int>{5, 4, 3, 5, 4, 1, 1, 0, 0, 0, 0};
+    }
+    void maxPoolingMatchesReference() {
+        QFETCH(QVector<int>, p);
+        ConvGeometry g;
+        g.B = 3;
+        g.H = p[0], g.W = p[1], g.C = p[2], g.kh = p[3], g.kw = p[4], g.sh = p[5], g.sw = p[6];
+        g.padTop = p[7], g.padBottom = p[8], g.padLeft = p[9], g.padRight = p[10];
+        g.OH = (g.H + g.padTop + g.padBottom - g.kh) / g.sh + 1;
+        g.OW = (g.W + g.padLeft + g.padRight - g.kw) / g.sw + 1;
+        g.F = g.C;
+        std::mt19937 rng(5);
+        std::uniform_int_distribution<int> level(-6, 3);  // few levels: many ties
+        std::vector<float> x(size_t(g.B * g.H * g.W * g.C));
+        for (float& v : x) v = static_cast<float>(level(rng)) * 0.5f;
+        std::vector<float> dy(size_t(g.B * g.OH * g.OW * g.C));
+        for (size_t i = 0; i < dy.size(); ++i) dy[i] = static_cast<float>(i % 13) - 6.0f;
+        std::vector<float> y(dy.size()), dx(x.size(), std::numeric_limits<float>::quiet_NaN());
+        cpu::maxPool(g, x.data(), y.data());
+        cpu::maxPoolGrad(g, dy.data(), x.data(), dx.data());
+        std::vector<double> wantDx(x.size(), 0.0);
+        auto at = [&](int64_t b, int64_t h, int64_t w, int64_t c) {
+            return size_t(((b * g.H + h) * g.W + w) * g.C + c);
+        };
+        for (int64_t b = 0; b < g.B; ++b)
+            for (int64_t oh = 0; oh < g.OH; ++oh)
+                for (int64_t ow = 0; ow < g.OW; ++ow)
+                    for (int64_t c = 0; c < g.C; ++c) {
+                        size_t best = SIZE_MAX;
+                        for (int64_t i = 0; i < g.kh; ++i)
+                            for (int64_t j = 0; j < g.kw; ++j) {
+                                const int64_t h = oh * g.sh - g.padTop + i;
+                                const int64_t w = ow * g.sw - g.padLeft + j;
+                                if (h < 0 || h >= g.H || w < 0 || w >= g.W) continue;
+                                if (best == SIZE_MAX || x[at(b, h, w, c)] > x[best])
+                                    best = at(b, h, w, c);
+                            }
+                        QVERIFY(best != SIZE_MAX);
+                        const size_t o = size_t(((b * g.OH + oh) * g.OW + ow) * g.C + c);
+                        QCOMPARE(y[o], x[best]);
+                        wantDx[best] += dy[o];
+                    }
+        for (size_t i = 0; i < dx.size(); ++i)
+            if (dx[i] != static_cast<float>(wantDx[i]))
+                QFAIL(qPrintable(QString("dx[%1] = %2, want %3").arg(i).arg(dx[i]).arg(wantDx[i])));
     }
 
     // The generic dropout row is the keyed hash of the forward pass: about `rate` of the values

@@ -101,6 +101,12 @@ struct CpuInstr {
     // Instead a product with a short inner dimension and B transposed (the input gradient of a
     // narrow layer), by the same kernels' shortProduct: A [M,K], B [N,K], both row-major.
     bool shortInner = false;
+    // A bias gradient of an image: summed by fixed pieces across the team (cpu::channelSums, as
+    // act_grad's team rows sum it when fused).
+    bool imageSums = false;
+    // cpu_share_norm_sums: the batch_norm_grad that writes normSums_[normSums] (sum(dy), then
+    // sum(dy * x_hat)), or the norm_gamma_grad or bias_grad that copies its part (-1: none).
+    int normSums = -1;
 };
 
 // The row-wise, loss, metric and regularization instructions: those with a block form (runBlock),
@@ -141,6 +147,16 @@ struct BlockPlan {
     BlockOperand out2;       // column sums of the result (bias gradient); ptr null: none
     bool outIsSums = false;  // bias_grad itself: only column sums of in[0]
     bool whole = false;      // a reduction: every row in one block, in the whole-operand buffers
+    // Rows of an image's channels (act_grad with its bias gradient over [B,H,W,C]): the rows
+    // split into cpu::kChannelSumBlocks fixed pieces, each with its own buffers and column sums,
+    // the sums added in piece order as cpu::channelSums adds them (the same bits as the bias
+    // gradient on its own, whatever the thread count). The pieces run across the OpenMP team
+    // above kTeamRowsMin elements, else on this thread.
+    bool teamRows = false;
+    // Team rows of ReLU's gradient with f32 operands, f32 sums and an f32 or bf16 result: each
+    // piece in one pass of simd::Table::reluGradSums, without the block buffers.
+    bool reluSums = false;
+    int64_t cols = 0;
 };
 
 // Conversions around an instruction (whole arrays).
@@ -371,6 +387,11 @@ class CpuProgram final : public Executable {
     // the largest reduction's operands.
     std::vector<float> blockScratch_;
     int64_t wholeElems_ = 0;
+    // Team rows (BlockPlan::teamRows): four block buffers per OpenMP thread, and the column sums
+    // of each of cpu::kChannelSumBlocks pieces.
+    std::vector<float> teamScratch_;
+    std::vector<float> teamSums_;
+    std::vector<std::vector<float>> normSums_;           // 2 x C each (cpu_share_norm_sums)
     std::vector<std::unique_ptr<float[]>> convScratch_;  // a matmul's f32 copies of f16 operands
 
     // A product split into pieces on the WorkShare that can skip the zeros of its input x: the
@@ -400,6 +421,7 @@ class CpuProgram final : public Executable {
     // The device's rewrites (cpu_passes.h), in the order build() runs them: each returns the
     // places it changed.
     int64_t planNarrowKernels(const LoweredProgram& lp);
+    int64_t planShareNormSums(const LoweredProgram& lp);
 
     Status planBlock(const Instr& in, CpuInstr& ins);
     Status exec(const CpuInstr& i, const StepArgs& args);
@@ -420,6 +442,9 @@ class CpuProgram final : public Executable {
 };
 
 constexpr int64_t kBlockElems = 8192;  // 32 KiB of f32 per block operand: in L1/L2
+// Block mode's rows of an image go to the team above this many elements (kernels.cpp's
+// threshold for an elementwise kernel).
+constexpr int64_t kTeamRowsMin = 1 << 16;
 
 dnnl::memory::data_type dnnlType(DType d) {
     switch (d) {
@@ -1042,10 +1067,12 @@ Status CpuProgram::build(const LoweredProgram& lp, const ProgramBindings& bind) 
         // Bias, its gradient and a softmax on an image work per position: rows of its channels.
         const bool perChannel =
             in.op == InstrOp::BiasAdd || in.op == InstrOp::BiasGrad ||
-            ((in.op == InstrOp::Act || in.op == InstrOp::ActGrad) && in.act == ActKind::Softmax);
+            ((in.op == InstrOp::Act || in.op == InstrOp::ActGrad) && in.act == ActKind::Softmax) ||
+            (in.op == InstrOp::ActGrad && in.out2.space != Space::None);
         if (perChannel && in.in[0].shape.size() > 2) {
             ins.cols = in.in[0].shape.back();
             ins.rows = in.in[0].elements() / ins.cols;
+            ins.imageSums = in.op == InstrOp::BiasGrad;
         }
         switch (in.op) {
             case InstrOp::MatMul:
@@ -1146,10 +1173,18 @@ Status CpuProgram::build(const LoweredProgram& lp, const ProgramBindings& bind) 
     }
     if (!blocks_.empty())
         blockScratch_.assign(static_cast<size_t>(5 * kBlockElems + wholeElems_), 0.f);
+    int64_t teamSums = 0;
+    for (const BlockPlan& bp : blocks_)
+        if (bp.teamRows) teamSums = std::max<int64_t>(teamSums, cpu::kChannelSumBlocks * bp.cols);
+    if (teamSums > 0) {
+        teamScratch_.assign(static_cast<size_t>(omp_get_max_threads() * 4 * kBlockElems), 0.f);
+        teamSums_.assign(static_cast<size_t>(teamSums), 0.f);
+    }
     // The rewrites (cpu_passes.h), in the order of its table; a pass turned off is skipped.
     using Rewrite = int64_t (CpuProgram::*)(const LoweredProgram&);
     static constexpr std::pair<cpu::Pass, Rewrite> kRewrites[] = {
         {cpu::Pass::NarrowKernel, &CpuProgram::planNarrowKernels},
+        {cpu::Pass::ShareNormSums, &CpuProgram::planShareNormSums},
     };
     for (const auto& [pass, rewrite] : kRewrites)
         passes_.run(pass, [&, rewrite = rewrite] { return (this->*rewrite)(lp); });
@@ -1354,6 +1389,12 @@ Status CpuProgram::planBlock(const Instr& in, CpuInstr& ins) {
         if (fusedSums) bp.out2 = operand(in.out2, Rows::Broadcast);
     }
     bp.whole = whole;
+    bp.cols = cols;
+    bp.teamRows = in.op == InstrOp::ActGrad && fusedSums && !fusedMask && a.shape.size() > 2;
+    bp.reluSums = bp.teamRows && in.act == ActKind::Relu && bp.in[0].dtype == DType::F32 &&
+                  in.in.size() == 2 && bp.in[1].dtype == DType::F32 &&
+                  (bp.out.dtype == DType::F32 || bp.out.dtype == DType::BF16) &&
+                  bp.out2.dtype == DType::F32;
     if (whole) wholeElems_ = std::max(wholeElems_, 3 * rows * cols);
     if (in.op == InstrOp::Act && fusedMask) ins.rate = in.rate;
     ins.block = static_cast<int>(blocks_.size());
@@ -1400,6 +1441,55 @@ int64_t CpuProgram::planNarrowKernels(const LoweredProgram& lp) {
     return changed;
 }
 
+// A BatchNormalization trained on batch statistics already sums dy and dy * x_hat per channel for
+// its input gradient: these are its beta and gamma gradients. The norm_gamma_grad reading the
+// same dy, x, mean and var, and the bias_grad of the same dy (f32, not in block mode), copy them
+// instead of reading dy and x again, where they read the same values: the same buffers, which no
+// instruction from the batch_norm_grad on writes before they read them (the arena reuses a dead
+// value's bytes, e.g. an act_grad written over its dy).
+int64_t CpuProgram::planShareNormSums(const LoweredProgram& lp) {
+    // Whether an instruction in [from, to) writes any of the bytes of operand o.
+    auto writtenBetween = [&](size_t from, size_t to, const Operand& o) {
+        const auto* lo = static_cast<const char*>(resolve(o));
+        const char* hi = lo + o.bytes();
+        for (size_t m = from; m < to; ++m)
+            for (const Operand* w : {&lp.code[m].out, &lp.code[m].out2}) {
+                if (w->space == Space::None) continue;
+                const auto* wlo = static_cast<const char*>(resolve(*w));
+                if (wlo < hi && lo < wlo + w->bytes()) return true;
+            }
+        return false;
+    };
+    int64_t changed = 0;
+    for (size_t j = 0; j < code_.size(); ++j) {
+        CpuInstr& bn = code_[j];
+        if (bn.op != InstrOp::BatchNormGrad || !bn.batchStats) continue;
+        const auto slot = static_cast<int>(normSums_.size());
+        bool used = false;
+        for (size_t k = j + 1; k < code_.size(); ++k) {
+            CpuInstr& o = code_[k];
+            const Instr& in = lp.code[k];
+            const bool gamma = o.op == InstrOp::NormGammaGrad && o.a == bn.a && o.b == bn.b &&
+                               o.c == bn.c && o.d == bn.d && o.epsilon == bn.epsilon;
+            const bool beta = o.op == InstrOp::BiasGrad && o.imageSums && o.block < 0 &&
+                              o.a == bn.a && in.in[0].dtype == DType::F32;
+            if (!(gamma || beta) || o.rows != bn.rows || o.cols != bn.cols || o.normSums >= 0)
+                continue;
+            bool rewritten = false;
+            for (size_t operand = 0; operand < (gamma ? 4u : 1u); ++operand)
+                rewritten = rewritten || writtenBetween(j, k, lp.code[j].in[operand]);
+            if (rewritten) continue;
+            o.normSums = slot;
+            used = true;
+            ++changed;
+        }
+        if (!used) continue;
+        bn.normSums = slot;
+        normSums_.emplace_back(static_cast<size_t>(2 * bn.cols), 0.f);
+    }
+    return changed;
+}
+
 void CpuProgram::runBlock(const CpuInstr& i, const StepArgs& args) {
     const BlockPlan& bp = blocks_[static_cast<size_t>(i.block)];
     const int64_t rows = i.rows, cols = i.cols;
@@ -1438,9 +1528,9 @@ void CpuProgram::runBlock(const CpuInstr& i, const StepArgs& args) {
                                           : sums;
         std::memset(acc, 0, static_cast<size_t>(cols) * sizeof(float));
     }
-    // Rows [r0, r0 + n) through the four block buffers `buf`; adds them to the column sums when
-    // `sumRows` (the serial order: row by row, as biasGrad does).
-    auto runRows = [&](int64_t r0, int64_t n, float* const* buf, bool sumRows) {
+    // Rows [r0, r0 + n) through the four block buffers `buf`; adds them row by row to the column
+    // sums `sumsTo` (null: none).
+    auto runRows = [&](int64_t r0, int64_t n, float* const* buf, float* sumsTo) {
         const float* a = load(bp.in[0], r0, n, buf[0]);
         const void* b = nullptr;
         if (bp.inputs >= 2) {
@@ -1509,19 +1599,47 @@ void CpuProgram::runBlock(const CpuInstr& i, const StepArgs& args) {
             default:
                 TD_ASSERT_MSG(false, "instruction without a block form");
         }
-        if (acc && sumRows) {
+        if (sumsTo) {
             const float* src = bp.outIsSums ? a : out;
             for (int64_t r = 0; r < n; ++r) {
                 const float* g = src + r * cols;
 #pragma omp simd
-                for (int64_t c = 0; c < cols; ++c) acc[c] += g[c];
+                for (int64_t c = 0; c < cols; ++c) sumsTo[c] += g[c];
             }
         }
         if (!bp.outIsSums && !scalarOut && bp.out.dtype != DType::F32)
             store(bp.out, r0, out, bp.out.rowElems ? n * bp.out.rowElems : cols);
     };
-    for (int64_t r0 = 0; r0 < rows; r0 += bp.blockRows)
-        runRows(r0, std::min(bp.blockRows, rows - r0), wholeBuf, true);
+    if (bp.teamRows) {
+        const auto reluSums = cpu::simd::activeKernels().reluGradSums;
+        const int64_t pieces = std::min(cpu::kChannelSumBlocks, rows);
+        float* partial = teamSums_.data();
+#pragma omp parallel for schedule(static) if (rows * cols > kTeamRowsMin)
+        for (int64_t piece = 0; piece < pieces; ++piece) {
+            float* own = teamScratch_.data() + omp_get_thread_num() * 4 * kBlockElems;
+            float* buf[4] = {own, own + kBlockElems, own + 2 * kBlockElems, own + 3 * kBlockElems};
+            float* pieceSums = acc ? partial + piece * cols : nullptr;
+            if (pieceSums) std::memset(pieceSums, 0, static_cast<size_t>(cols) * sizeof(float));
+            const int64_t r1 = rows * (piece + 1) / pieces;
+            if (bp.reluSums) {
+                const int64_t r0 = rows * piece / pieces, at = r0 * cols;
+                const bool f32 = bp.out.dtype == DType::F32;
+                void* out = const_cast<void*>(bp.out.ptr);
+                reluSums(static_cast<const float*>(bp.in[0].ptr) + at,
+                         static_cast<const float*>(bp.in[1].ptr) + at,
+                         f32 ? static_cast<float*>(out) + at : nullptr,
+                         f32 ? nullptr : static_cast<uint16_t*>(out) + at, pieceSums, r1 - r0,
+                         cols);
+                continue;
+            }
+            for (int64_t r0 = rows * piece / pieces; r0 < r1; r0 += bp.blockRows)
+                runRows(r0, std::min(bp.blockRows, r1 - r0), buf, pieceSums);
+        }
+        if (acc) cpu::addPieceSums(partial, pieces, cols, acc);
+    } else {
+        for (int64_t r0 = 0; r0 < rows; r0 += bp.blockRows)
+            runRows(r0, std::min(bp.blockRows, rows - r0), wholeBuf, acc);
+    }
     if (acc && bp.out2.dtype != DType::F32) store(bp.out2, 0, acc, cols);
 }
 
@@ -1667,13 +1785,21 @@ Status CpuProgram::exec(const CpuInstr& i, const StepArgs& args) {
             cpu::batchNorm(i.a, static_cast<const float*>(i.b), i.c, i.d, i.e, i.out, i.rows,
                            i.cols, i.epsilon);
             break;
-        case InstrOp::BatchNormGrad:
+        case InstrOp::BatchNormGrad: {
+            float* sums =
+                i.normSums >= 0 ? normSums_[static_cast<size_t>(i.normSums)].data() : nullptr;
             cpu::batchNormGrad(i.a, static_cast<const float*>(i.b), i.c, i.d, i.e, i.out, i.rows,
-                               i.cols, i.epsilon, i.batchStats);
+                               i.cols, i.epsilon, i.batchStats, sums,
+                               sums ? sums + i.cols : nullptr);
             break;
+        }
         case InstrOp::NormGammaGrad:
-            cpu::normGammaGrad(i.a, static_cast<const float*>(i.b), i.c, i.d, i.out, i.rows, i.cols,
-                               i.epsilon);
+            if (i.normSums >= 0)
+                std::memcpy(i.out, normSums_[static_cast<size_t>(i.normSums)].data() + i.cols,
+                            static_cast<size_t>(i.cols) * sizeof(float));
+            else
+                cpu::normGammaGrad(i.a, static_cast<const float*>(i.b), i.c, i.d, i.out, i.rows,
+                                   i.cols, i.epsilon);
             break;
         case InstrOp::MovingAvg:
             cpu::movingAvg(i.out, static_cast<const float*>(i.b), i.cols, i.momentum);
@@ -1752,7 +1878,13 @@ Status CpuProgram::exec(const CpuInstr& i, const StepArgs& args) {
             cpu::regGrad(i.a, static_cast<const float*>(i.b), i.out, i.rows * i.cols, i.l1, i.l2);
             break;
         case InstrOp::BiasGrad:
-            cpu::biasGrad(i.a, i.out, i.rows, i.cols);
+            if (i.normSums >= 0)
+                std::memcpy(i.out, normSums_[static_cast<size_t>(i.normSums)].data(),
+                            static_cast<size_t>(i.cols) * sizeof(float));
+            else if (i.imageSums)
+                cpu::channelSums(i.a, i.out, i.rows, i.cols);
+            else
+                cpu::biasGrad(i.a, i.out, i.rows, i.cols);
             break;
         case InstrOp::Add:
             cpu::add(i.a, static_cast<const float*>(i.b), i.out, i.rows * i.cols);

@@ -17,6 +17,8 @@ const std::array<PassInfo, kPassCount>& passTable() {
          "a small batch's forward product splits along K, each thread its weight rows"},
         {Pass::NarrowKernel, "cpu_narrow_kernel", Rewrite,
          "narrow products and a narrow layer's input gradient on own kernels, not oneDNN"},
+        {Pass::ShareNormSums, "cpu_share_norm_sums", Rewrite,
+         "BatchNormalization's gamma and beta gradients from the sums its input gradient made"},
     }};
     return table;
 }

@@ -30,8 +30,9 @@ enum class Pass : uint8_t {
     SplitK,
     // Rewrites, in the order they run.
     NarrowKernel,
+    ShareNormSums,
 };
-constexpr size_t kPassCount = 5;
+constexpr size_t kPassCount = 6;
 
 enum class PassStage : uint8_t { Choice, Rewrite };
 

@@ -23,7 +23,7 @@ Clip clipWindow(const ConvGeometry& p, int64_t oh, int64_t ow) {
             std::min(ws + p.kw, p.W)};
 }
 
-constexpr int64_t kReduceBlocks = 64;  // fixed, so sums do not depend on the thread count
+constexpr int64_t kReduceBlocks = kChannelSumBlocks;
 
 // sums[c] = the sum of f(row, c) over every row: kReduceBlocks blocks of rows, each summed in
 // float (a few hundred rows of the CNN's activations), the blocks added in order in double.
@@ -69,22 +69,75 @@ void reduceRows2(int64_t rows, int64_t C, double* sumsA, double* sumsB, F f) {
 }  // namespace
 
 void maxPool(const ConvGeometry& p, const float* x, float* y) {
+    const auto window = simd::activeKernels().maxWindow;
 #pragma omp parallel for collapse(2) schedule(static)
     for (int64_t b = 0; b < p.B; ++b)
         for (int64_t oh = 0; oh < p.OH; ++oh)
             for (int64_t ow = 0; ow < p.OW; ++ow) {
                 const Clip w = clipWindow(p, oh, ow);
                 float* out = y + ((b * p.OH + oh) * p.OW + ow) * p.C;
-                for (int64_t c = 0; c < p.C; ++c) out[c] = -std::numeric_limits<float>::infinity();
-                for (int64_t h = w.h0; h < w.h1; ++h)
-                    for (int64_t ww = w.w0; ww < w.w1; ++ww) {
-                        const float* in = x + ((b * p.H + h) * p.W + ww) * p.C;
-                        for (int64_t c = 0; c < p.C; ++c) out[c] = std::max(out[c], in[c]);
-                    }
+                if (w.h0 >= w.h1 || w.w0 >= w.w1) {
+                    std::fill(out, out + p.C, -std::numeric_limits<float>::infinity());
+                    continue;
+                }
+                window(x + ((b * p.H + w.h0) * p.W + w.w0) * p.C, out, w.h1 - w.h0, w.w1 - w.w0,
+                       p.W * p.C, p.C);
             }
 }
 
+namespace {
+
+// Max pooling's gradient where windows do not overlap (strides at least the window): every
+// position of dx is written once, by the window that holds it (maxWindowGrad) or as a zero, one
+// band of rows per (image, output row) in parallel; no clearing pass, no scatter.
+void maxPoolGradDisjoint(const ConvGeometry& p, const float* dy, const float* x, float* dx) {
+    const auto windowGrad = simd::activeKernels().maxWindowGrad;
+    const int64_t rowElems = p.W * p.C;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t b = 0; b < p.B; ++b)
+        for (int64_t oh = 0; oh < p.OH; ++oh) {
+            // The rows this output row owns: its stride's band, the first band from row 0 and the
+            // last to the image's end.
+            const int64_t bandTop = oh == 0 ? 0 : std::max<int64_t>(oh * p.sh - p.padTop, 0);
+            const int64_t bandEnd =
+                oh == p.OH - 1 ? p.H : std::min((oh + 1) * p.sh - p.padTop, p.H);
+            const Clip rowsOf = clipWindow(p, oh, 0);
+            const float* xb = x + b * p.H * rowElems;
+            float* dxb = dx + b * p.H * rowElems;
+            for (int64_t h = bandTop; h < bandEnd; ++h) {
+                float* row = dxb + h * rowElems;
+                if (h < rowsOf.h0 || h >= rowsOf.h1) {
+                    std::memset(row, 0, static_cast<size_t>(rowElems) * sizeof(float));
+                    continue;
+                }
+                // Columns of this row in no window: before the first, between two, after the last.
+                int64_t covered = 0;
+                for (int64_t ow = 0; ow < p.OW; ++ow) {
+                    const Clip w = clipWindow(p, oh, ow);
+                    if (w.w0 > covered)
+                        std::memset(row + covered * p.C, 0,
+                                    static_cast<size_t>((w.w0 - covered) * p.C) * sizeof(float));
+                    covered = std::max(covered, w.w1);
+                }
+                if (covered < p.W)
+                    std::memset(row + covered * p.C, 0,
+                                static_cast<size_t>((p.W - covered) * p.C) * sizeof(float));
+            }
+            if (rowsOf.h0 >= rowsOf.h1) continue;
+            for (int64_t ow = 0; ow < p.OW; ++ow) {
+                const Clip w = clipWindow(p, oh, ow);
+                if (w.w0 >= w.w1) continue;
+                const int64_t at = (rowsOf.h0 * p.W + w.w0) * p.C;
+                windowGrad(xb + at, dy + ((b * p.OH + oh) * p.OW + ow) * p.C, dxb + at,
+                           rowsOf.h1 - rowsOf.h0, w.w1 - w.w0, rowElems, p.C);
+            }
+        }
+}
+
+}  // namespace
+
 void maxPoolGrad(const ConvGeometry& p, const float* dy, const float* x, float* dx) {
+    if (p.sh >= p.kh && p.sw >= p.kw) return maxPoolGradDisjoint(p, dy, x, dx);
     // One image per thread: windows of one image may overlap, images never do. Per window, the
     // running maximum and its position for every channel at once (the channels are contiguous);
     // a later position wins only when strictly greater: the first maximum in row-major order.
@@ -192,6 +245,20 @@ void pad2dGrad(const float* dy, float* dx, int64_t B, int64_t H, int64_t W, int6
                         static_cast<size_t>(W * C) * sizeof(float));
 }
 
+void addPieceSums(const float* pieceSums, int64_t pieces, int64_t C, float* sums) {
+    for (int64_t c = 0; c < C; ++c) {
+        double s = 0;
+        for (int64_t b = 0; b < pieces; ++b) s += pieceSums[b * C + c];
+        sums[c] = static_cast<float>(s);
+    }
+}
+
+void channelSums(const float* x, float* sums, int64_t rows, int64_t C) {
+    std::vector<double> s(static_cast<size_t>(C));
+    reduceRows(rows, C, s.data(), [&](int64_t r, int64_t c) { return x[r * C + c]; });
+    for (int64_t c = 0; c < C; ++c) sums[c] = static_cast<float>(s[static_cast<size_t>(c)]);
+}
+
 void scale(const float* x, float* y, int64_t n, float scale, float offset) {
 #pragma omp parallel for simd schedule(static)
     for (int64_t i = 0; i < n; ++i) y[i] = x[i] * scale + offset;
@@ -233,10 +300,13 @@ void batchNorm(const float* x, const float* mean, const float* var, const float*
 
 void batchNormGrad(const float* dy, const float* x, const float* mean, const float* var,
                    const float* gamma, float* dx, int64_t rows, int64_t C, float eps,
-                   bool batchStats) {
-    std::vector<float> inv(static_cast<size_t>(C)), k1(static_cast<size_t>(C), 0.f),
-        k2(static_cast<size_t>(C), 0.f);
-    for (int64_t c = 0; c < C; ++c) inv[static_cast<size_t>(c)] = 1.0f / std::sqrt(var[c] + eps);
+                   bool batchStats, float* sumDy, float* sumDyXhat) {
+    std::vector<float> inv(static_cast<size_t>(C)), gi(static_cast<size_t>(C)),
+        k1(static_cast<size_t>(C), 0.f), k2(static_cast<size_t>(C), 0.f);
+    for (int64_t c = 0; c < C; ++c) {
+        inv[size_t(c)] = 1.0f / std::sqrt(var[c] + eps);
+        gi[size_t(c)] = (gamma ? gamma[c] : 1.0f) * inv[size_t(c)];
+    }
     if (batchStats) {
         // sum(dy) and sum(dy * x_hat) in one pass over dy and x.
         std::vector<double> sdy(static_cast<size_t>(C)), sdyx(static_cast<size_t>(C));
@@ -249,9 +319,12 @@ void batchNormGrad(const float* dy, const float* x, const float* mean, const flo
         for (int64_t c = 0; c < C; ++c) {
             k1[size_t(c)] = static_cast<float>(sdy[size_t(c)] / rows);
             k2[size_t(c)] = static_cast<float>(sdyx[size_t(c)] / rows);
+            if (sumDy) sumDy[c] = static_cast<float>(sdy[size_t(c)]);
+            if (sumDyXhat) sumDyXhat[c] = static_cast<float>(sdyx[size_t(c)]);
         }
     }
     const float* pi = inv.data();
+    const float* pg = gi.data();
     const float* p1 = k1.data();
     const float* p2 = k2.data();
 #pragma omp parallel for schedule(static)
@@ -259,10 +332,10 @@ void batchNormGrad(const float* dy, const float* x, const float* mean, const flo
         const float* g = dy + r * C;
         const float* xr = x + r * C;
         float* d = dx + r * C;
+#pragma omp simd
         for (int64_t c = 0; c < C; ++c) {
-            const float gi = (gamma ? gamma[c] : 1.0f) * pi[c];
             const float xhat = (xr[c] - mean[c]) * pi[c];
-            d[c] = gi * (g[c] - p1[c] - xhat * p2[c]);
+            d[c] = pg[c] * (g[c] - p1[c] - xhat * p2[c]);
         }
     }
 }

@@ -17,7 +17,8 @@ namespace td::cpu {
 // y = the maximum of each window's positions inside the image (padding never wins).
 void maxPool(const ConvGeometry& p, const float* x, float* y);
 // dx = 0, then each dy added at the first maximum of its window (x read again). An image's
-// H * W * C must be below 2^31.
+// H * W * C must be below 2^31. Windows that do not overlap (strides at least the window) write
+// each position once instead, band by band.
 void maxPoolGrad(const ConvGeometry& p, const float* dy, const float* x, float* dx);
 // y = the mean over each window's positions inside the image (padding not counted).
 void avgPool(const ConvGeometry& p, const float* x, float* y);
@@ -29,6 +30,15 @@ void pad2d(const float* x, float* y, int64_t B, int64_t H, int64_t W, int64_t C,
 // dx [B,H,W,C] = the inner part of dy.
 void pad2dGrad(const float* dy, float* dx, int64_t B, int64_t H, int64_t W, int64_t C, int64_t top,
                int64_t bottom, int64_t left, int64_t right);
+
+// The fixed number of pieces a channel reduction splits its rows into (row r of `rows` in piece
+// r * pieces / rows): each piece summed row by row in float, the pieces added in order in double.
+constexpr int64_t kChannelSumBlocks = 64;
+// sums[c] = the sum of x [rows, C] over its rows (the bias gradient of an image), by pieces.
+void channelSums(const float* x, float* sums, int64_t rows, int64_t C);
+// sums[c] = pieceSums[0][c] + ... + pieceSums[pieces - 1][c], added in order in double: the last
+// step of a reduction by pieces run elsewhere (the CPU program's team rows).
+void addPieceSums(const float* pieceSums, int64_t pieces, int64_t C, float* sums);
 
 // y = x * scale + offset (n values).
 void scale(const float* x, float* y, int64_t n, float scale, float offset);
@@ -42,9 +52,11 @@ void batchNorm(const float* x, const float* mean, const float* var, const float*
 // dx of batchNorm. batchStats: mean and var are x's own, so dx also carries their gradient:
 // dx = gamma * inv * (dy - sum(dy) / rows - x_hat * sum(dy * x_hat) / rows); else
 // dx = gamma * inv * dy.
+// With batchStats, sumDy and sumDyXhat (when not null) receive sum(dy) and sum(dy * x_hat): the
+// beta and gamma gradients, as channelSums and normGammaGrad compute them.
 void batchNormGrad(const float* dy, const float* x, const float* mean, const float* var,
                    const float* gamma, float* dx, int64_t rows, int64_t C, float eps,
-                   bool batchStats);
+                   bool batchStats, float* sumDy = nullptr, float* sumDyXhat = nullptr);
 // dgamma[c] = sum over rows of dy * x_hat.
 void normGammaGrad(const float* dy, const float* x, const float* mean, const float* var,
                    float* dgamma, int64_t rows, int64_t C, float eps);

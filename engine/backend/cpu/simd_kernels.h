@@ -24,6 +24,22 @@ struct Table {
     // One position of a max-pooling window, every channel at once: where x[c] > best[c] (a later
     // position wins only when strictly greater), best[c] = x[c] and at[c] = base + c.
     void (*maxArgStep)(const float* x, float* best, int32_t* at, int64_t channels, int32_t base);
+    // ReLU's gradient over `rows` rows of `cols` channels with the column sums: v = s > 0 ? dy
+    // : 0 (branch-free, as reluGrad), written to dx in f32 or, where dx16 is not null, to dx16
+    // in bf16 rounded as floatToBf16 (engine/core/half.h); sums[c] += v row by row, in order, of
+    // the values before rounding (a bias gradient).
+    void (*reluGradSums)(const float* dy, const float* s, float* dx, uint16_t* dx16, float* sums,
+                         int64_t rows, int64_t cols);
+    // A max-pooling window of rows x cols positions, position (i, j) at x + i * rowStride + j *
+    // channels: y[c] = the maximum of channel c (the first position, then a later one where
+    // strictly greater).
+    void (*maxWindow)(const float* x, float* y, int64_t rows, int64_t cols, int64_t rowStride,
+                      int64_t channels);
+    // The gradient through such a window when windows do not overlap: dx (laid out as x) gets
+    // g[c] at the first maximum of channel c in row-major order (as maxArgStep finds it) and
+    // +0 at the window's other positions; every position of the window is written.
+    void (*maxWindowGrad)(const float* x, const float* g, float* dx, int64_t rows, int64_t cols,
+                          int64_t rowStride, int64_t channels);
     // y[i] = exp(x[i] - shift) for x[i] - shift <= 88 (softmax's rows, shifted by their max, stay
     // at or below 0). Cody-Waite reduction to
     // r in [-ln2/2, ln2/2] and a degree-7 Taylor polynomial (truncation below 2^-27): within

@@ -70,6 +70,98 @@ void maxArgStep(const float* x, float* best, int32_t* at, int64_t channels, int3
     }
 }
 
+template <bool kBf16>
+void reluGradSumsLoop(const float* dy, const float* s, float* dx, uint16_t* dx16,
+                      float* __restrict sums, int64_t rows, int64_t cols) {
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* g = dy + r * cols;
+        const float* a = s + r * cols;
+#pragma omp simd
+        for (int64_t c = 0; c < cols; ++c) {
+            const uint32_t active = 0u - static_cast<uint32_t>(a[c] > 0.f);
+            const uint32_t bits = __builtin_bit_cast(uint32_t, g[c]) & active;
+            const float v = __builtin_bit_cast(float, bits);
+            sums[c] += v;
+            if constexpr (kBf16) {
+                // floatToBf16: NaN quieted, else rounded to nearest even.
+                const bool nan = (bits & 0x7fffffffu) > 0x7f800000u;
+                const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+                dx16[r * cols + c] = static_cast<uint16_t>(nan ? (bits >> 16) | 0x40u : rounded);
+            } else {
+                dx[r * cols + c] = v;
+            }
+        }
+    }
+}
+
+void reluGradSums(const float* dy, const float* s, float* dx, uint16_t* dx16, float* sums,
+                  int64_t rows, int64_t cols) {
+    if (dx16)
+        reluGradSumsLoop<true>(dy, s, dx, dx16, sums, rows, cols);
+    else
+        reluGradSumsLoop<false>(dy, s, dx, dx16, sums, rows, cols);
+}
+
+// A max-pooling window of rows x cols positions (position (i, j) at x + i * rowStride + j *
+// channels), every channel at once in chunks that stay in registers and L1: the first position,
+// then a later one where strictly greater (the first maximum in row-major order).
+constexpr int64_t kWindowChunk = 64;
+
+void maxWindow(const float* x, float* y, int64_t rows, int64_t cols, int64_t rowStride,
+               int64_t channels) {
+    for (int64_t c0 = 0; c0 < channels; c0 += kWindowChunk) {
+        const int64_t n = channels - c0 < kWindowChunk ? channels - c0 : kWindowChunk;
+        float* out = y + c0;
+        const float* first = x + c0;
+#pragma omp simd
+        for (int64_t c = 0; c < n; ++c) out[c] = first[c];
+        for (int64_t i = 0; i < rows; ++i)
+            for (int64_t j = i == 0 ? 1 : 0; j < cols; ++j) {
+                const float* p = x + i * rowStride + j * channels + c0;
+#pragma omp simd
+                for (int64_t c = 0; c < n; ++c) out[c] = p[c] > out[c] ? p[c] : out[c];
+            }
+    }
+}
+
+void maxWindowGrad(const float* x, const float* g, float* dx, int64_t rows, int64_t cols,
+                   int64_t rowStride, int64_t channels) {
+    float best[kWindowChunk];
+    int32_t at[kWindowChunk];
+    for (int64_t c0 = 0; c0 < channels; c0 += kWindowChunk) {
+        const int64_t n = channels - c0 < kWindowChunk ? channels - c0 : kWindowChunk;
+        const float* first = x + c0;
+#pragma omp simd
+        for (int64_t c = 0; c < n; ++c) {
+            best[c] = first[c];
+            at[c] = 0;
+        }
+        for (int64_t i = 0; i < rows; ++i)
+            for (int64_t j = i == 0 ? 1 : 0; j < cols; ++j) {
+                const float* p = x + i * rowStride + j * channels + c0;
+                const auto here = static_cast<int32_t>(i * cols + j);
+#pragma omp simd
+                for (int64_t c = 0; c < n; ++c) {
+                    const bool more = p[c] > best[c];
+                    best[c] = more ? p[c] : best[c];
+                    at[c] = more ? here : at[c];
+                }
+            }
+        const float* gc = g + c0;
+        for (int64_t i = 0; i < rows; ++i)
+            for (int64_t j = 0; j < cols; ++j) {
+                float* q = dx + i * rowStride + j * channels + c0;
+                const auto here = static_cast<int32_t>(i * cols + j);
+#pragma omp simd
+                for (int64_t c = 0; c < n; ++c) {
+                    // Branch-free as dropoutRow: g ANDed with an all-ones or all-zero mask.
+                    const uint32_t hit = 0u - static_cast<uint32_t>(at[c] == here);
+                    q[c] = __builtin_bit_cast(float, __builtin_bit_cast(uint32_t, gc[c]) & hit);
+                }
+            }
+    }
+}
+
 void expShifted(const float* x, float shift, float* y, int64_t n) {
     // Round to nearest by the 1.5 * 2^23 trick (no rounding call, so the loop vectorises); ln2 in
     // two parts, the first with trailing zero bits so that k * ln2Hi is exact for |k| <= 2^11.
@@ -107,8 +199,9 @@ void expShifted(const float* x, float shift, float* y, int64_t n) {
 }  // namespace
 
 const simd::Table& table() {
-    static constexpr simd::Table t{TD_SIMD_ISA_LEVEL, &dropoutRow, &lastPartialRow,
-                                   &reluGrad,         &maxArgStep, &expShifted};
+    static constexpr simd::Table t{TD_SIMD_ISA_LEVEL, &dropoutRow,    &lastPartialRow,
+                                   &reluGrad,         &maxArgStep,    &reluGradSums,
+                                   &maxWindow,        &maxWindowGrad, &expShifted};
     return t;
 }
 

@@ -312,9 +312,12 @@ Status CudaProgram::addInstr(const Instr& in, size_t index, const LoweredProgram
             cols = numElements(s) / std::max<int64_t>(1, s[0]);
         }
     }
+    // act_grad with its bias gradient (fuse_act_bias_grad) sums an image's positions per channel;
+    // its elementwise part does not depend on how the values split into rows.
     const bool perChannel =
         in.op == InstrOp::BiasAdd || in.op == InstrOp::BiasGrad ||
-        ((in.op == InstrOp::Act || in.op == InstrOp::ActGrad) && in.act == ActKind::Softmax);
+        ((in.op == InstrOp::Act || in.op == InstrOp::ActGrad) && in.act == ActKind::Softmax) ||
+        (in.op == InstrOp::ActGrad && in.out2.space != Space::None);
     if (perChannel && in.in[0].shape.size() > 2) {
         cols = in.in[0].shape.back();
         rows = in.in[0].elements() / cols;
@@ -758,7 +761,8 @@ size_t scratchNeed(const Instr& in) {
             cols = numElements(s) / std::max<int64_t>(1, s[0]);
         }
         if ((in.op == InstrOp::BiasGrad || in.op == InstrOp::ActGrad) && s.size() > 2 &&
-            (in.op == InstrOp::BiasGrad || in.act == ActKind::Softmax)) {
+            (in.op == InstrOp::BiasGrad || in.act == ActKind::Softmax ||
+             in.out2.space != Space::None)) {
             cols = s.back();
             rows = numElements(s) / cols;
         }
