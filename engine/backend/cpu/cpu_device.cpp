@@ -387,8 +387,9 @@ class CpuProgram final : public Executable {
     // the largest reduction's operands.
     std::vector<float> blockScratch_;
     int64_t wholeElems_ = 0;
-    // Team rows (BlockPlan::teamRows): four block buffers per OpenMP thread, and the column sums
-    // of each of cpu::kChannelSumBlocks pieces.
+    // Team rows (BlockPlan::teamRows): four block buffers per OpenMP thread (sized at the first
+    // run that needs them; ReLU's one pass needs none), and the column sums of each of
+    // cpu::kChannelSumBlocks pieces.
     std::vector<float> teamScratch_;
     std::vector<float> teamSums_;
     std::vector<std::vector<float>> normSums_;           // 2 x C each (cpu_share_norm_sums)
@@ -1176,10 +1177,7 @@ Status CpuProgram::build(const LoweredProgram& lp, const ProgramBindings& bind) 
     int64_t teamSums = 0;
     for (const BlockPlan& bp : blocks_)
         if (bp.teamRows) teamSums = std::max<int64_t>(teamSums, cpu::kChannelSumBlocks * bp.cols);
-    if (teamSums > 0) {
-        teamScratch_.assign(static_cast<size_t>(omp_get_max_threads() * 4 * kBlockElems), 0.f);
-        teamSums_.assign(static_cast<size_t>(teamSums), 0.f);
-    }
+    if (teamSums > 0) teamSums_.assign(static_cast<size_t>(teamSums), 0.f);
     // The rewrites (cpu_passes.h), in the order of its table; a pass turned off is skipped.
     using Rewrite = int64_t (CpuProgram::*)(const LoweredProgram&);
     static constexpr std::pair<cpu::Pass, Rewrite> kRewrites[] = {
@@ -1614,10 +1612,11 @@ void CpuProgram::runBlock(const CpuInstr& i, const StepArgs& args) {
         const auto reluSums = cpu::simd::activeKernels().reluGradSums;
         const int64_t pieces = std::min(cpu::kChannelSumBlocks, rows);
         float* partial = teamSums_.data();
+        // Sized on the thread that runs the step (its team may differ from the compiling one's).
+        const auto need = static_cast<size_t>(omp_get_max_threads() * 4 * kBlockElems);
+        if (!bp.reluSums && teamScratch_.size() < need) teamScratch_.resize(need);
 #pragma omp parallel for schedule(static) if (rows * cols > kTeamRowsMin)
         for (int64_t piece = 0; piece < pieces; ++piece) {
-            float* own = teamScratch_.data() + omp_get_thread_num() * 4 * kBlockElems;
-            float* buf[4] = {own, own + kBlockElems, own + 2 * kBlockElems, own + 3 * kBlockElems};
             float* pieceSums = acc ? partial + piece * cols : nullptr;
             if (pieceSums) std::memset(pieceSums, 0, static_cast<size_t>(cols) * sizeof(float));
             const int64_t r1 = rows * (piece + 1) / pieces;
@@ -1632,6 +1631,8 @@ void CpuProgram::runBlock(const CpuInstr& i, const StepArgs& args) {
                          cols);
                 continue;
             }
+            float* own = teamScratch_.data() + omp_get_thread_num() * 4 * kBlockElems;
+            float* buf[4] = {own, own + kBlockElems, own + 2 * kBlockElems, own + 3 * kBlockElems};
             for (int64_t r0 = rows * piece / pieces; r0 < r1; r0 += bp.blockRows)
                 runRows(r0, std::min(bp.blockRows, r1 - r0), buf, pieceSums);
         }
