@@ -89,6 +89,26 @@ Recorded runToEnd(Session& s) {
     return r;
 }
 
+// Each logged step's running mean of the loss, then the test loss, of a run trained to its end
+// (a failed test and what is there so far where it does not complete).
+std::vector<double> stepLosses(const Project& p, const SessionOptions& o) {
+    std::vector<double> out;
+    auto s = Session::create(p, o);
+    if (!s.ok()) {
+        QTest::qFail(s.error().c_str(), __FILE__, __LINE__);
+        return out;
+    }
+    Recorded r = runToEnd(**s);
+    for (const StepMetrics& m : r.all<StepMetrics>()) out.push_back(m.metrics.at("loss"));
+    const auto fin = r.all<RunFinished>();
+    if (fin.size() != 1 || fin[0].status != RunStatus::Completed) {
+        QTest::qFail("the run did not complete", __FILE__, __LINE__);
+        return out;
+    }
+    out.push_back(fin[0].finalMetrics.at("test_loss"));
+    return out;
+}
+
 // What a subscriber saw of a run started with Session::start(): every event until the queue
 // closed, or until the deadline (a hang) when it never did.
 struct Watched {
@@ -893,7 +913,6 @@ void TestTraining::cpuPassesOffKeepTheLosses() {
     QFETCH(int, batch);
     QFETCH(int, steps);
     QFETCH(int, deviceThreads);
-    // Each step's running mean of the loss, then the test loss.
     auto losses = [&](const std::vector<std::string>& off) {
         Project p = dropoutMlp(units, batch, steps);
         p.disabledPasses = off;
@@ -903,21 +922,7 @@ void TestTraining::cpuPassesOffKeepTheLosses() {
                                            int) -> Result<std::unique_ptr<Device>> {
                 return makeCpuDevice(deviceThreads);
             };
-        std::vector<double> out;
-        auto s = Session::create(p, o);
-        if (!s.ok()) {
-            QTest::qFail(s.error().c_str(), __FILE__, __LINE__);
-            return out;
-        }
-        Recorded r = runToEnd(**s);
-        for (const StepMetrics& m : r.all<StepMetrics>()) out.push_back(m.metrics.at("loss"));
-        const auto fin = r.all<RunFinished>();
-        if (fin.size() != 1 || fin[0].status != RunStatus::Completed) {
-            QTest::qFail("the run did not complete", __FILE__, __LINE__);
-            return out;
-        }
-        out.push_back(fin[0].finalMetrics.at("test_loss"));
-        return out;
+        return stepLosses(p, o);
     };
     const std::vector<double> reference = losses({});
     QCOMPARE(reference.size(), size_t(steps + 1));
@@ -1013,21 +1018,7 @@ void TestTraining::cnnPassesOffKeepTheBits() {
     auto losses = [&](const std::vector<std::string>& off) {
         Project p = bnCnn(precision.toStdString(), steps);
         p.disabledPasses = off;
-        std::vector<double> out;
-        auto s = Session::create(p, {});
-        if (!s.ok()) {
-            QTest::qFail(s.error().c_str(), __FILE__, __LINE__);
-            return out;
-        }
-        Recorded r = runToEnd(**s);
-        for (const StepMetrics& m : r.all<StepMetrics>()) out.push_back(m.metrics.at("loss"));
-        const auto fin = r.all<RunFinished>();
-        if (fin.size() != 1 || fin[0].status != RunStatus::Completed) {
-            QTest::qFail("the run did not complete", __FILE__, __LINE__);
-            return out;
-        }
-        out.push_back(fin[0].finalMetrics.at("test_loss"));
-        return out;
+        return stepLosses(p, {});
     };
     const std::vector<double> reference = losses({});
     QCOMPARE(reference.size(), size_t(steps + 1));
