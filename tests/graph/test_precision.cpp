@@ -517,8 +517,9 @@ void TestPrecision::halfCloseToFloat32() {
 
 // halfConv: a convolution with sums of 64 terms or more reads its image and kernel in bf16 and
 // writes f32; a shorter one stays f32; the gradients read dy cast once to bf16; after the passes
-// the gradients come out of their convolutions in f32 (the widening casts folded). Without
-// halfConv every convolution is f32 under mixed_bfloat16.
+// the gradients come out of their convolutions in f32 (the widening casts folded), and the bf16
+// dy is written by the ReLU gradient with its bias gradient. Without halfConv every convolution
+// is f32 under mixed_bfloat16.
 void TestPrecision::halfConvolutionCasts() {
     for (bool half : {false, true}) {
         Objective obj;
@@ -565,8 +566,20 @@ void TestPrecision::halfConvolutionCasts() {
             QCOMPARE(g.node(gr).dtype, DType::F32);
             QVERIFY2(g.node(gr).op != Op::Cast, g.node(p).attrs.name.value_or("?").c_str());
         }
-        for (const Node& n : g.nodes)
+        // The bf16 dy of conv_b and conv_c is written by their ReLU gradient itself, with the bias
+        // gradient, in one pass (fuse_act_bias_grad): no cast left between.
+        std::set<int> dyWriters;
+        for (const Node& n : g.nodes) {
             if (n.op == Op::Conv2DGradInput) QCOMPARE(n.dtype, DType::F32);
+            if (n.op != Op::Conv2DGradInput && n.op != Op::Conv2DGradFilter) continue;
+            const Node& dy = g.node(n.inputs[n.op == Op::Conv2DGradInput ? 0 : 1]);
+            QVERIFY(dy.op != Op::Cast);
+            if (dy.dtype != DType::BF16) continue;
+            QCOMPARE(dy.op, Op::ActGrad);
+            QVERIFY(dy.attrs.biasGrad.value_or(false));
+            dyWriters.insert(dy.id);
+        }
+        QCOMPARE(dyWriters.size(), size_t(half ? 2 : 0));
     }
 }
 
