@@ -310,6 +310,21 @@ bool productOp(Op op) {
            op == Op::Conv2DGradFilter;
 }
 
+// Replaces every use of `from` (operands, outputs, gradients) by `to`, keeping `users` (from
+// g.users()) up to date.
+void redirectUses(Graph& g, std::vector<std::vector<int>>& users, int from, int to) {
+    for (int u : users[static_cast<size_t>(from)]) {
+        for (int& in : g.node(u).inputs)
+            if (in == from) in = to;
+        users[static_cast<size_t>(to)].push_back(u);
+    }
+    users[static_cast<size_t>(from)].clear();
+    for (auto& [n, o] : g.outputs)
+        if (o == from) o = to;
+    for (auto& [p, gr] : g.grads)
+        if (gr == from) gr = to;
+}
+
 std::string opRef(const Graph& g, int id) {
     return std::string(opName(g.node(id).op)) + " %" + std::to_string(id);
 }
@@ -321,19 +336,7 @@ Result<bool> FoldCastsPass::run(Graph& g) {
     bool changed = false;
     std::vector<bool> keep(g.nodes.size(), true);
     auto users = g.users();
-    // Replaces every use of `from` (operands, outputs, gradients) by `to`.
-    auto redirect = [&](int from, int to) {
-        for (int u : users[static_cast<size_t>(from)]) {
-            for (int& in : g.node(u).inputs)
-                if (in == from) in = to;
-            users[static_cast<size_t>(to)].push_back(u);
-        }
-        users[static_cast<size_t>(from)].clear();
-        for (auto& [n, o] : g.outputs)
-            if (o == from) o = to;
-        for (auto& [p, gr] : g.grads)
-            if (gr == from) gr = to;
-    };
+    auto redirect = [&](int from, int to) { redirectUses(g, users, from, to); };
     for (size_t i = 0; i < g.nodes.size(); ++i) {
         Node& c = g.nodes[i];
         if (c.op != Op::Cast || !keep[i]) continue;
@@ -456,9 +459,7 @@ Result<bool> FuseActBiasGradPass::run(Graph& g) {
                  ") written by act_grad %" + std::to_string(a) + " with its bias gradient";
         record(g, d);
         g.node(a).dtype = c.dtype;
-        for (int u : users[static_cast<size_t>(c.id)])
-            for (int& in : g.node(u).inputs)
-                if (in == c.id) in = a;
+        redirectUses(g, users, c.id, a);
         keep[static_cast<size_t>(c.id)] = false;
     }
     // Each bias_grad moves right after its act_grad: it reads nothing else, and its value is

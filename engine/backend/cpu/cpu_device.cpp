@@ -156,7 +156,6 @@ struct BlockPlan {
     // Team rows of ReLU's gradient with f32 operands, f32 sums and an f32 or bf16 result: each
     // piece in one pass of simd::Table::reluGradSums, without the block buffers.
     bool reluSums = false;
-    int64_t cols = 0;
 };
 
 // Conversions around an instruction (whole arrays).
@@ -1175,8 +1174,9 @@ Status CpuProgram::build(const LoweredProgram& lp, const ProgramBindings& bind) 
     if (!blocks_.empty())
         blockScratch_.assign(static_cast<size_t>(5 * kBlockElems + wholeElems_), 0.f);
     int64_t teamSums = 0;
-    for (const BlockPlan& bp : blocks_)
-        if (bp.teamRows) teamSums = std::max<int64_t>(teamSums, cpu::kChannelSumBlocks * bp.cols);
+    for (const CpuInstr& ins : code_)
+        if (ins.block >= 0 && blocks_[static_cast<size_t>(ins.block)].teamRows)
+            teamSums = std::max<int64_t>(teamSums, cpu::kChannelSumBlocks * ins.cols);
     if (teamSums > 0) teamSums_.assign(static_cast<size_t>(teamSums), 0.f);
     // The rewrites (cpu_passes.h), in the order of its table; a pass turned off is skipped.
     using Rewrite = int64_t (CpuProgram::*)(const LoweredProgram&);
@@ -1387,7 +1387,6 @@ Status CpuProgram::planBlock(const Instr& in, CpuInstr& ins) {
         if (fusedSums) bp.out2 = operand(in.out2, Rows::Broadcast);
     }
     bp.whole = whole;
-    bp.cols = cols;
     bp.teamRows = in.op == InstrOp::ActGrad && fusedSums && !fusedMask && a.shape.size() > 2;
     bp.reluSums = bp.teamRows && in.act == ActKind::Relu && bp.in[0].dtype == DType::F32 &&
                   in.in.size() == 2 && bp.in[1].dtype == DType::F32 &&
