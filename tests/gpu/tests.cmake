@@ -12,6 +12,15 @@ if(TARGET traindeck_bench_cuda_matmul)
   set_tests_properties(bench_cuda_matmul PROPERTIES LABELS "integration;cuda;bench"
                        SKIP_RETURN_CODE 77)
 endif()
+# The GPU pooling / BatchNormalization / conv benchmark against cuDNN: bad options refused by
+# name; on a GPU it measures and checks its results, else SKIP (77).
+if(TARGET traindeck_bench_cuda_ops)
+  add_test(NAME bench_cuda_ops
+           COMMAND ${CMAKE_CURRENT_LIST_DIR}/bench_cuda_ops_check.sh
+                   $<TARGET_FILE:traindeck_bench_cuda_ops>)
+  set_tests_properties(bench_cuda_ops PROPERTIES LABELS "integration;cuda;bench"
+                       SKIP_RETURN_CODE 77)
+endif()
 # The GPU machine's bundle (tests/gpu/check.sh --bundle), proven here without a GPU: it builds
 # with the CUDA backend forced on, and its executables start with the loader pointed at the bundle
 # alone and list no cuda: device (check.sh --verify). The bundle build shares ccache with this
