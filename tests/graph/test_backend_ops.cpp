@@ -1,13 +1,14 @@
 // The op tests over every backend, against the CPU reference (as ggml's test-backend-ops):
 // whole models (MLPs with every activation, dropout, regularizers; every loss and metric kernel;
 // an image stack with strided, dilated and grouped convolutions, pooling, padding, rescaling,
-// batch and layer normalization; every image preprocessing and augmentation op; the example
-// projects, an augmented one included) in f32, bf16 and f16 (with dynamic loss
-// scaling), with each optimizer, fused and per-parameter updates, and a gradient all-reduce
-// through the Collectives interface. Each case is compiled from the same planned graph on cpu:0
-// and on each backend under test, bound to the same parameters, batch and zeroed optimizer
-// state, and run for a few steps; the loss, metrics, predictions, gradients, parameters,
-// accumulators and loss-scale state are compared with a tolerance per dtype.
+// batch and layer normalization (on a GPU also with cuDNN's fused convolution-bias-ReLU turned
+// off, with the direct kernels instead of cuDNN, and with bf16 convolutions); every image
+// preprocessing and augmentation op; the example projects, an augmented one included) in f32, bf16
+// and f16 (with dynamic loss scaling), with each optimizer, fused and per-parameter updates, and a
+// gradient all-reduce through the Collectives interface. Each case is compiled from the same
+// planned graph on cpu:0 and on each backend under test, bound to the same parameters, batch and
+// zeroed optimizer state, and run for a few steps; the loss, metrics, predictions, gradients,
+// parameters, accumulators and loss-scale state are compared with a tolerance per dtype.
 //
 // Backends under test: every CUDA device this machine lists (the GPU check, tests/gpu/check.sh,
 // runs this test there), the CPU device on one thread (its single-thread kernels against the
@@ -69,6 +70,7 @@ struct Setup {
     bool allReduce = false;
     int steps = 3;
     bool directConv = false;    // the direct convolution kernels, not cuDNN
+    bool unfusedConv = false;   // cuDNN's convolution and the bias/ReLU kernel apart, not fused
     bool deviceReduce = false;  // allReduce on a GPU: NCCL (deviceCollectives), not host memory
 };
 
@@ -229,8 +231,10 @@ Outcome runOn(Device& dev, const Graph& planned, const HostData& data, const Set
         bind.lossScale = *ls;
     }
     if (setup.directConv) setenv("TRAINDECK_CUDA_CUDNN", "0", 1);
+    if (setup.unfusedConv) setenv("TRAINDECK_CUDA_FUSED_CONV", "0", 1);
     auto exe = compileProgram(dev, planned, bind);
     if (setup.directConv) unsetenv("TRAINDECK_CUDA_CUDNN");
+    if (setup.unfusedConv) unsetenv("TRAINDECK_CUDA_FUSED_CONV");
     CHECK_OK(exe, "compile");
     for (int s = 1; s <= setup.steps; ++s) {
         StepArgs args;
@@ -589,10 +593,12 @@ int main() {
         cases.push_back(Case{name, std::move(g).value(), setup, tol, halfConv});
     };
     // bf16 convolutions (mixed_bfloat16 where the device runs them): cases of their own, where
-    // the reference (this CPU) has them; a backend without them skips those cases.
-    const bool halfConv = reference->halfConvolutions(DType::BF16);
-    if (!halfConv)
-        std::printf("this CPU has no native bf16 convolution: no bf16-convolution cases\n");
+    // the reference (this CPU) or a GPU under test has them (the CPU runs them either way, only
+    // slower without a native kernel); a backend without them skips those cases.
+    bool halfConv = reference->halfConvolutions(DType::BF16);
+    for (const Backend& b : backends)
+        if (b.name.starts_with("cuda:") && b.device->halfConvolutions(DType::BF16)) halfConv = true;
+    if (!halfConv) std::printf("no native bf16 convolution here: no bf16-convolution cases\n");
     LossConfig sparse;  // the default: sparse categorical cross-entropy on probabilities
     const std::vector<std::string> acc{"accuracy"};
     const std::vector<std::pair<const char*, ActivationKind>> acts = {
@@ -692,6 +698,11 @@ int main() {
             plannedGraph(imageStack(), sparse, {"accuracy", "sparse_top_k_categorical_accuracy"},
                          DType::F32, 6, false, true),
             s, 5e-4);
+        Setup apart = s;
+        apart.unfusedConv = true;
+        add("image stack f32, convolution and bias/ReLU apart",
+            plannedGraph(imageStack(), sparse, {"accuracy"}, DType::F32, 6, false, true), apart,
+            5e-4);
         Setup eval;  // batch normalization with the moving statistics, no gradients
         add("image stack eval f32",
             plannedGraph(imageStack(), sparse, {"accuracy"}, DType::F32, 6, false, false, {},
@@ -714,6 +725,12 @@ int main() {
                              GraphMode::Train, true),
                 s, tolFor(DType::BF16), true);
         s.directConv = true;
+        // A GPU's direct kernels are f32: its bf16 convolutions widen, convolve and narrow.
+        if (halfConv)
+            add("image stack bf16, bf16 convolutions by the direct kernels",
+                plannedGraph(imageStack(2), sparse, {"accuracy"}, DType::BF16, 6, false, true, {},
+                             GraphMode::Train, true),
+                s, tolFor(DType::BF16), true);
         add("image stack, direct convolutions f32",
             plannedGraph(imageStack(), sparse, {"accuracy", "sparse_top_k_categorical_accuracy"},
                          DType::F32, 6, false, true),

@@ -87,32 +87,37 @@ __device__ inline RowDrop rowDrop(const DropMask& d, const StepValues* sv, int64
     return rd;
 }
 
-// Element-wise work over a [rows, cols] matrix in chunks of kRowChunk neighbouring columns of one
-// row per thread: the row's values (its dropout key) once per chunk, and the chunk's row found
-// with a 32-bit division instead of a 64-bit one per element. rowChunkItems() is the number of
-// chunks; callers use it when it fits in 31 bits (rowChunkFits), else an element loop.
+// Element-wise work over a [rows, cols] matrix in spans of kRowSpan neighbouring columns of one
+// row per warp: each lane takes every 32nd column of the span (kRowChunk of them), so the warp's
+// accesses are side by side, the row's values (its dropout key) are computed once per lane and
+// span, and the span's row is found with a 32-bit division instead of a 64-bit one per element.
+// rowChunkItems() is the number of thread items (32 per span); callers use it when it fits in 31
+// bits (rowChunkFits), else an element loop.
 constexpr int kRowChunk = 8;
+constexpr int64_t kRowSpan = 32 * kRowChunk;
 inline int64_t rowChunkItems(int64_t rows, int64_t cols) {
-    return rows * ((cols + kRowChunk - 1) / kRowChunk);
+    return rows * ((cols + kRowSpan - 1) / kRowSpan) * 32;
 }
 inline bool rowChunkFits(int64_t rows, int64_t cols) {
     return cols > 0 && rowChunkItems(rows, cols) < (int64_t{1} << 31);
 }
-// Runs BODY for each chunk [c0, c1) of row r, with r, c0 and c1 declared for it.
-#define TD_FOR_ROW_CHUNKS(r, c0, c1, rows, cols, BODY)                                        \
-    do {                                                                                      \
-        const uint32_t chunks_ = static_cast<uint32_t>(((cols) + kRowChunk - 1) / kRowChunk); \
-        const uint32_t items_ = static_cast<uint32_t>((rows)*chunks_);                        \
-        for (uint32_t it_ = blockIdx.x * blockDim.x + threadIdx.x; it_ < items_;              \
-             it_ += gridDim.x * blockDim.x) {                                                 \
-            const uint32_t rq_ = it_ / chunks_;                                               \
-            const int64_t r = rq_;                                                            \
-            const int64_t c0 = static_cast<int64_t>(it_ - rq_ * chunks_) * kRowChunk;         \
-            const int64_t c1 = c0 + kRowChunk < (cols) ? c0 + kRowChunk : (cols);             \
-            BODY                                                                              \
-        }                                                                                     \
+// Runs BODY for each lane's columns c0, c0 + 32, ... below c1 of a span of row r, with r, c0 and
+// c1 declared for it (BODY steps its column by 32). The grid-stride step is a multiple of 32
+// (blocks of whole warps), so a thread keeps its lane.
+#define TD_FOR_ROW_CHUNKS(r, c0, c1, rows, cols, BODY)                                     \
+    do {                                                                                   \
+        const uint32_t spans_ = static_cast<uint32_t>(((cols) + kRowSpan - 1) / kRowSpan); \
+        const uint32_t items_ = static_cast<uint32_t>((rows)*spans_ * 32);                 \
+        for (uint32_t it_ = blockIdx.x * blockDim.x + threadIdx.x; it_ < items_;           \
+             it_ += gridDim.x * blockDim.x) {                                              \
+            const uint32_t w_ = it_ / 32, rq_ = w_ / spans_;                               \
+            const int64_t r = rq_;                                                         \
+            const int64_t s0_ = static_cast<int64_t>(w_ - rq_ * spans_) * kRowSpan;        \
+            const int64_t c0 = s0_ + (it_ % 32);                                           \
+            const int64_t c1 = s0_ + kRowSpan < (cols) ? s0_ + kRowSpan : (cols);          \
+            BODY                                                                           \
+        }                                                                                  \
     } while (0)
-
 __device__ inline float warpSum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;

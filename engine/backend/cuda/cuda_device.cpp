@@ -156,6 +156,13 @@ class CudaProgram final : public Executable {
         if (graph_) cudaGraphDestroy(graph_);
         for (cudaEvent_t e : slotEvents_)
             if (e) cudaEventDestroy(e);
+        for (cudaEvent_t e : forkEvents_)
+            if (e) cudaEventDestroy(e);
+        if (joinEvent_) cudaEventDestroy(joinEvent_);
+        if (side_) {
+            cudaStreamSynchronize(side_);
+            cudaStreamDestroy(side_);
+        }
         printProfile();
         for (cudaEvent_t e : profileEvents_)
             if (e) cudaEventDestroy(e);
@@ -187,6 +194,10 @@ class CudaProgram final : public Executable {
     Ten ten(const Operand& o) const { return Ten{resolve(o), dtOf(o.dtype)}; }
     Status addInstr(const Instr& in, size_t index, const LoweredProgram& lp);
     Status addMatmul(const Instr& in, const std::string& what);
+    Status addConv(const Instr& in, const std::string& what);
+    Status prepareUpdate(const LoweredProgram& lp, const std::string& what);
+    Status planSideUpdate(const LoweredProgram& lp, std::vector<std::vector<int>>& forkAfter);
+    void forkUpdate(int t);
     Status enqueueAll();
     Status enqueueProfiled();
     void printProfile() const;
@@ -213,6 +224,11 @@ class CudaProgram final : public Executable {
     cuda::UpdateTensorDev* updateTensors_ = nullptr;
     std::vector<cuda::UpdateTensorDev> updateHost_;
     cuda::UpdateWork updateWork_;
+    // The update on a second stream, tensor by tensor beside the backward pass (planSideUpdate).
+    bool sideUpdate_ = false;
+    cudaStream_t side_ = nullptr;
+    std::vector<cudaEvent_t> forkEvents_;
+    cudaEvent_t joinEvent_ = nullptr;
     // Gradient all-reduce through host memory.
     Collectives* collectives_ = nullptr;
     bool deviceSums_ = false;  // the step enqueues NCCL sums: checked usable before every run
@@ -295,6 +311,264 @@ Status CudaProgram::addMatmul(const Instr& in, const std::string& what) {
         if (e_ != cudaSuccess) return err(std::string("kernel launch: ") + cudaText(e_)); \
         return Status::success();                                                         \
     }
+
+// The update's tensor table and work memory (once per program).
+Status CudaProgram::prepareUpdate(const LoweredProgram& lp, const std::string& what) {
+    update_ = *lp.update;
+    if (!updateHost_.empty() || lp.updateTensors.empty()) return Status::success();
+    const int per = update_.slotsPerParam();
+    int64_t blocks = 0;
+    for (const UpdateOperands& u : lp.updateTensors) {
+        cuda::UpdateTensorDev t;
+        t.value = static_cast<float*>(resolve(u.value));
+        t.grad = static_cast<const float*>(resolve(u.grad));
+        t.size = u.value.elements();
+        if (u.value.dtype != DType::F32 || u.grad.dtype != DType::F32)
+            return err(what + ": parameters and gradients must be f32");
+        if (static_cast<int>(u.slot.size()) < per)
+            return err(what + ": " + std::to_string(u.slot.size()) + " slots, " +
+                       std::to_string(per) + " needed");
+        for (int s = 0; s < per && s < 3; ++s)
+            t.slot[s] = static_cast<float*>(resolve(u.slot[static_cast<size_t>(s)]));
+        if (u.shadow.space == Space::Shadow) {
+            t.shadow = static_cast<uint16_t*>(resolve(u.shadow));
+            t.shadowF16 = u.shadow.dtype == DType::F16 ? 1 : 0;
+        }
+        t.firstBlock = blocks;
+        blocks += cuda::updateBlocks(t.size);
+        updateHost_.push_back(t);
+    }
+    if (blocks >= (int64_t{1} << 31)) return err(what + ": more than 2^31 blocks");
+    const size_t n = updateHost_.size();
+    if (n > 65535) return err(what + ": more than 65535 parameters");
+    TD_ASSIGN_OR_RETURN(void* tab, deviceAlloc(n * sizeof(cuda::UpdateTensorDev)));
+    updateTensors_ = static_cast<cuda::UpdateTensorDev*>(tab);
+    TD_CUDA_TRY(
+        cudaMemcpyAsync(updateTensors_, updateHost_.data(), n * sizeof(cuda::UpdateTensorDev),
+                        cudaMemcpyHostToDevice, ctx_.stream),
+        what);
+    TD_ASSIGN_OR_RETURN(void* work, deviceAlloc(n * (sizeof(double) + sizeof(float)) + 64));
+    updateWork_.norms = static_cast<double*>(work);
+    updateWork_.scales = reinterpret_cast<float*>(updateWork_.norms + n);
+    updateWork_.skip = reinterpret_cast<int32_t*>(
+        reinterpret_cast<char*>(work) + (n * (sizeof(double) + sizeof(float)) + 15) / 16 * 16);
+    return Status::success();
+}
+
+// The update off the step's critical path: where it can run tensor by tensor (no loss scaling,
+// no global norm, no all-reduce: those need every gradient first) and the program ends in one
+// update instruction, each tensor's update is started on a second stream as soon as the last
+// instruction that reads or writes its value, 16-bit shadow or gradient has been enqueued, so
+// that it runs beside the backward pass of the layers before it; the update instruction then
+// only waits for that stream. Returns, per instruction, the tensors whose update follows it
+// (`forkAfter`, empty when the update stays in place). TRAINDECK_CUDA_SIDE_UPDATE=0 keeps it in
+// place; so does TRAINDECK_PROFILE (its per-instruction times assume one stream).
+Status CudaProgram::planSideUpdate(const LoweredProgram& lp,
+                                   std::vector<std::vector<int>>& forkAfter) {
+    forkAfter.assign(lp.code.size(), {});
+    if (!lp.update || lp.updateTensors.size() < 2 || lp.lossScaled ||
+        lp.update->clip == ClipKind::GlobalNorm || !lp.buckets.empty())
+        return Status::success();
+    const char* env = std::getenv("TRAINDECK_CUDA_SIDE_UPDATE");
+    const char* prof = std::getenv("TRAINDECK_PROFILE");
+    if ((env && std::string(env) == "0") || (prof && *prof && std::string(prof) != "0"))
+        return Status::success();
+    int updates = 0;
+    size_t updateAt = 0;
+    for (size_t i = 0; i < lp.code.size(); ++i)
+        if (lp.code[i].op == InstrOp::Update) {
+            ++updates;
+            updateAt = i;
+        }
+    if (updates != 1 || lp.code[updateAt].tensor >= 0 || updateAt + 1 != lp.code.size())
+        return Status::success();
+    // The update tensor of each parameter index.
+    std::map<int, int> tensorOf;
+    for (size_t t = 0; t < lp.updateTensors.size(); ++t)
+        tensorOf[lp.updateTensors[t].param] = static_cast<int>(t);
+    std::vector<int> last(lp.updateTensors.size(), -1);
+    auto use = [&](const Operand& o, int i) {
+        if (o.space != Space::Param && o.space != Space::Shadow && o.space != Space::Grad) return;
+        auto it = tensorOf.find(o.index);
+        if (it != tensorOf.end()) last[static_cast<size_t>(it->second)] = i;
+    };
+    for (size_t i = 0; i < updateAt; ++i) {
+        const Instr& in = lp.code[i];
+        for (const Operand& o : in.in) use(o, static_cast<int>(i));
+        use(in.out, static_cast<int>(i));
+        use(in.out2, static_cast<int>(i));
+    }
+    TD_CUDA_TRY(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), "update stream");
+    TD_CUDA_TRY(cudaEventCreateWithFlags(&joinEvent_, cudaEventDisableTiming), "update stream");
+    forkEvents_.assign(lp.updateTensors.size(), nullptr);
+    for (cudaEvent_t& e : forkEvents_)
+        TD_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "update stream");
+    // A tensor no instruction uses is updated after the first one (there is always one: the
+    // update's own instruction is not counted).
+    for (size_t t = 0; t < last.size(); ++t)
+        forkAfter[static_cast<size_t>(std::max(last[t], 0))].push_back(static_cast<int>(t));
+    sideUpdate_ = true;
+    return Status::success();
+}
+
+// Starts tensor t's update on the side stream once the main stream reaches this point.
+void CudaProgram::forkUpdate(int t) {
+    cudaStream_t st = ctx_.stream, side = side_;
+    cudaEvent_t fork = forkEvents_[static_cast<size_t>(t)];
+    const UpdateSpec spec = update_;
+    const cuda::UpdateTensorDev* tensors = updateTensors_;
+    const cuda::UpdateWork work = updateWork_;
+    const cuda::StepValues* sv = stepDev_;
+    const int64_t blocks = cuda::updateBlocks(updateHost_[static_cast<size_t>(t)].size);
+    steps_.push_back(
+        {"update of tensor " + std::to_string(t) + " (update stream)", [=]() -> Status {
+             TD_CUDA_TRY(cudaEventRecord(fork, st), "update stream");
+             TD_CUDA_TRY(cudaStreamWaitEvent(side, fork, 0), "update stream");
+             const cudaError_t e =
+                 cuda::update(side, spec, tensors, t, 1, blocks, work, nullptr, sv);
+             if (e != cudaSuccess) return err("kernel launch: " + cudaText(e));
+             return Status::success();
+         }});
+}
+
+// A convolution pass. Its two operands share one dtype: f32, or bf16/f16 where the graph computes
+// convolutions in 16 bits (Device::halfConvolutions); the result is f32 or that dtype. cuDNN runs
+// it where it can, in the operands' dtype: a 16-bit result it writes in place, an f32 one (a
+// forward convolution of mixed precision) into scratch, widened by the bias/activation kernel.
+// Elsewhere (no cuDNN, TRAINDECK_CUDA_CUDNN=0, or a geometry cuDNN refuses) the direct kernels
+// run it in f32, with 16-bit operands widened into scratch first and the result narrowed after.
+Status CudaProgram::addConv(const Instr& in, const std::string& what) {
+    const bool forward = in.op == InstrOp::Conv2D;
+    const bool gradInput = in.op == InstrOp::Conv2DGradInput;
+    const bool gradFilter = in.op == InstrOp::Conv2DGradFilter;
+    const DType opType = in.in.at(0).dtype;
+    const bool half = opType == DType::BF16 || opType == DType::F16;
+    if (opType != DType::F32 && !half)
+        return err(what + ": runs on f32, bf16 or f16 operands, not " + dtypeName(opType));
+    if (in.in.at(1).dtype != opType)
+        return err(what + ": operands in " + dtypeName(opType) + " and " +
+                   dtypeName(in.in[1].dtype) + " (one dtype expected)");
+    if (in.out.dtype != DType::F32 && in.out.dtype != opType)
+        return err(what + ": writes f32 or " + dtypeName(opType) + ", not " +
+                   dtypeName(in.out.dtype));
+    const ActKind act = in.act;
+    const float alpha = in.alpha;
+    if (forward && act == ActKind::Softmax)
+        return err(what + ": activation softmax is not a post-op");
+    const Ten bias = forward && in.hasBias && in.in.size() == 3 ? ten(in.in[2]) : Ten{};
+    if (!forward && in.in.size() != 2) return err(what + ": takes two operands");
+    const ConvGeometry g = in.geometry;  // a copy: the launches below capture it
+    cudaStream_t st = ctx_.stream;
+    const cuda::StepValues* sv = stepDev_;
+    const Ten a = ten(in.in[0]), b = ten(in.in[1]), out = ten(in.out);
+    const int64_t outRows = forward ? g.B * g.OH * g.OW : 1;
+    const int64_t outN = in.out.elements();
+    const bool postOp = bias.p || act != ActKind::Linear;
+    auto launched = [](cudaError_t e, const char* kernel) -> Status {
+        if (e != cudaSuccess) return err(std::string(kernel) + ": " + cudaText(e));
+        return Status::success();
+    };
+
+    // cuDNN where it can run this convolution.
+    const char* useDnn = std::getenv("TRAINDECK_CUDA_CUDNN");
+    if (ctx_.dnn && !(useDnn && std::string(useDnn) == "0")) {
+        const cuda::ConvPass pass = gradInput    ? cuda::ConvPass::GradInput
+                                    : gradFilter ? cuda::ConvPass::GradFilter
+                                                 : cuda::ConvPass::Forward;
+        std::string whyNot;
+        auto planned =
+            cuda::DnnConv::plan(*ctx_.dnn, pass, g, dtOf(opType), ctx_.ltWorkspaceBytes, &whyNot);
+        if (!planned.ok()) return err(what + ": " + planned.error());
+        if (*planned) {
+            const cuda::DnnConv* dc = planned->get();
+            TD_ASSIGN_OR_RETURN(void* filter, deviceAlloc(static_cast<size_t>(dc->filterBytes())));
+            convs_.push_back(std::move(planned).value());
+            // The result in the operands' dtype: in place, or in scratch when it is wider.
+            Ten direct = out;
+            if (in.out.dtype != opType) {
+                TD_ASSIGN_OR_RETURN(void* p, deviceAlloc(static_cast<size_t>(outN) * 2));
+                direct = Ten{p, a.dt};
+            }
+            void* ws = ctx_.ltWorkspace;
+            // f32 with a bias and ReLU: cuDNN's fused call, where it takes it.
+            const char* fuse = std::getenv("TRAINDECK_CUDA_FUSED_CONV");
+            if (forward && !half && in.out.dtype == DType::F32 && act == ActKind::Relu && bias.p &&
+                bias.dt == cuda::Dt::F32 && !(fuse && std::string(fuse) == "0")) {
+                cuda::DnnConv* fc = convs_.back().get();
+                std::string whyNotFused;
+                TD_ASSIGN_OR_RETURN(const bool fused, fc->fuseBiasRelu(st, a.p, b.p, bias.p, out.p,
+                                                                       filter, ws, &whyNotFused));
+                if (fused) {
+                    steps_.push_back({what, [=]() -> Status {
+                                          return fc->runFused(st, a.p, b.p, bias.p, out.p, filter,
+                                                              ws);
+                                      }});
+                    return Status::success();
+                }
+            }
+            const bool widen = direct.p != out.p;
+            steps_.push_back({what, [=]() -> Status {
+                                  TD_RETURN_IF_ERROR(dc->run(st, a.p, b.p, direct.p, filter, ws));
+                                  if (forward && (postOp || widen))
+                                      return launched(
+                                          cuda::biasAct(st, direct, bias, out, outRows, g.F, act,
+                                                        alpha, cuda::DropMask{}, sv),
+                                          "bias/activation");
+                                  if (widen)
+                                      return launched(cuda::cast(st, direct, out, outN, false, sv),
+                                                      "widening the result");
+                                  return Status::success();
+                              }});
+            return Status::success();
+        }
+    }
+
+    // The direct kernels (f32).
+    if (!half) {
+        const float* af = static_cast<const float*>(a.p);
+        const float* bf = static_cast<const float*>(b.p);
+        float* outF = static_cast<float*>(out.p);
+        if (in.out.dtype != DType::F32) return err(what + ": writes f32 only");
+        if (forward) {
+            if (bias.p && bias.dt != cuda::Dt::F32) return err(what + ": takes an f32 bias only");
+            const float* biasF = static_cast<const float*>(bias.p);
+            steps_.push_back(
+                {what, TD_KERNEL(cuda::conv2d(st, g, af, bf, biasF, outF, act, alpha))});
+        } else if (gradInput) {
+            steps_.push_back({what, TD_KERNEL(cuda::conv2dGradInput(st, g, af, bf, outF))});
+        } else {
+            steps_.push_back({what, TD_KERNEL(cuda::conv2dGradFilter(st, g, af, bf, outF))});
+        }
+        return Status::success();
+    }
+    // 16-bit operands without cuDNN: widened to f32, convolved, then the bias and activation
+    // (forward) or the narrowing cast.
+    const int64_t nA = in.in[0].elements(), nB = in.in[1].elements();
+    TD_ASSIGN_OR_RETURN(void* wideA, deviceAlloc(static_cast<size_t>(nA) * 4));
+    TD_ASSIGN_OR_RETURN(void* wideB, deviceAlloc(static_cast<size_t>(nB) * 4));
+    TD_ASSIGN_OR_RETURN(void* wideOut, deviceAlloc(static_cast<size_t>(outN) * 4));
+    const Ten wa{wideA, cuda::Dt::F32}, wb{wideB, cuda::Dt::F32}, wo{wideOut, cuda::Dt::F32};
+    steps_.push_back(
+        {what, [=]() -> Status {
+             TD_RETURN_IF_ERROR(launched(cuda::cast(st, a, wa, nA, false, sv), "widening x"));
+             TD_RETURN_IF_ERROR(launched(cuda::cast(st, b, wb, nB, false, sv), "widening w"));
+             const float* af = static_cast<const float*>(wideA);
+             const float* bf = static_cast<const float*>(wideB);
+             float* of = static_cast<float*>(wideOut);
+             if (forward) {
+                 TD_RETURN_IF_ERROR(launched(
+                     cuda::conv2d(st, g, af, bf, nullptr, of, ActKind::Linear, 0.f), "conv2d"));
+                 return launched(cuda::biasAct(st, wo, bias, out, outRows, g.F, act, alpha,
+                                               cuda::DropMask{}, sv),
+                                 "bias/activation");
+             }
+             TD_RETURN_IF_ERROR(launched(gradInput ? cuda::conv2dGradInput(st, g, af, bf, of)
+                                                   : cuda::conv2dGradFilter(st, g, af, bf, of),
+                                         "convolution gradient"));
+             return launched(cuda::cast(st, wo, out, outN, false, sv), "narrowing the result");
+         }});
+    return Status::success();
+}
 
 Status CudaProgram::addInstr(const Instr& in, size_t index, const LoweredProgram& lp) {
     const std::string what = "instruction " + std::to_string(index) + " (" + instrOpName(in.op) +
@@ -427,53 +701,8 @@ Status CudaProgram::addInstr(const Instr& in, size_t index, const LoweredProgram
         }
         case InstrOp::Conv2D:
         case InstrOp::Conv2DGradInput:
-        case InstrOp::Conv2DGradFilter: {
-            TD_RETURN_IF_ERROR(requireF32());
-            const bool gradInput = in.op == InstrOp::Conv2DGradInput;
-            const bool gradFilter = in.op == InstrOp::Conv2DGradFilter;
-            const ConvGeometry g = in.geometry;  // a copy: the launches below capture it
-            if (in.op == InstrOp::Conv2D && act == ActKind::Softmax)
-                return err(what + ": activation softmax is not a post-op");
-            // cuDNN where it can run this convolution, else the direct kernels.
-            const char* useDnn = std::getenv("TRAINDECK_CUDA_CUDNN");
-            if (ctx_.dnn && !(useDnn && std::string(useDnn) == "0")) {
-                const cuda::ConvPass pass = gradInput    ? cuda::ConvPass::GradInput
-                                            : gradFilter ? cuda::ConvPass::GradFilter
-                                                         : cuda::ConvPass::Forward;
-                std::string whyNot;
-                auto planned =
-                    cuda::DnnConv::plan(*ctx_.dnn, pass, g, ctx_.ltWorkspaceBytes, &whyNot);
-                if (!planned.ok()) return err(what + ": " + planned.error());
-                if (*planned) {
-                    const cuda::DnnConv* dc = planned->get();
-                    TD_ASSIGN_OR_RETURN(void* filter,
-                                        deviceAlloc(static_cast<size_t>(dc->filterFloats()) * 4));
-                    convs_.push_back(std::move(planned).value());
-                    float* fs = static_cast<float*>(filter);
-                    void* ws = ctx_.ltWorkspace;
-                    push([=]() -> Status { return dc->run(st, af, bf, outF, fs, ws); });
-                    if (in.op == InstrOp::Conv2D) {
-                        const Ten bias = in.hasBias && in.in.size() == 3 ? ten(in.in[2]) : Ten{};
-                        if (bias.p || act != ActKind::Linear) {
-                            const int64_t rowsOut = g.B * g.OH * g.OW, F = g.F;
-                            push(TD_KERNEL(cuda::biasAct(st, out, bias, out, rowsOut, F, act, alpha,
-                                                         cuda::DropMask{}, sv)));
-                        }
-                    }
-                    break;
-                }
-            }
-            if (in.op == InstrOp::Conv2D) {
-                const float* bias = in.hasBias && in.in.size() == 3 ? at(2) : nullptr;
-                const float* wk = at(1);
-                push(TD_KERNEL(cuda::conv2d(st, g, af, wk, bias, outF, act, alpha)));
-            } else if (gradInput) {
-                push(TD_KERNEL(cuda::conv2dGradInput(st, g, af, bf, outF)));
-            } else {
-                push(TD_KERNEL(cuda::conv2dGradFilter(st, g, af, bf, outF)));
-            }
-            break;
-        }
+        case InstrOp::Conv2DGradFilter:
+            return addConv(in, what);
         case InstrOp::MaxPool:
         case InstrOp::MaxPoolGrad:
         case InstrOp::AvgPool:
@@ -680,45 +909,18 @@ Status CudaProgram::addInstr(const Instr& in, size_t index, const LoweredProgram
         }
         case InstrOp::Update: {
             if (!lp.update) return err(what + ": no update spec");
-            update_ = *lp.update;
-            const int per = update_.slotsPerParam();
-            if (updateHost_.empty() && !lp.updateTensors.empty()) {
-                int64_t start = 0;
-                for (const UpdateOperands& u : lp.updateTensors) {
-                    cuda::UpdateTensorDev t;
-                    t.value = static_cast<float*>(resolve(u.value));
-                    t.grad = static_cast<const float*>(resolve(u.grad));
-                    t.size = u.value.elements();
-                    if (u.value.dtype != DType::F32 || u.grad.dtype != DType::F32)
-                        return err(what + ": parameters and gradients must be f32");
-                    if (static_cast<int>(u.slot.size()) < per)
-                        return err(what + ": " + std::to_string(u.slot.size()) + " slots, " +
-                                   std::to_string(per) + " needed");
-                    for (int s = 0; s < per && s < 3; ++s)
-                        t.slot[s] = static_cast<float*>(resolve(u.slot[static_cast<size_t>(s)]));
-                    if (u.shadow.space == Space::Shadow) {
-                        t.shadow = static_cast<uint16_t*>(resolve(u.shadow));
-                        t.shadowF16 = u.shadow.dtype == DType::F16 ? 1 : 0;
-                    }
-                    t.start = start;
-                    start += t.size;
-                    updateHost_.push_back(t);
-                }
-                const size_t n = updateHost_.size();
-                if (n > 65535) return err(what + ": more than 65535 parameters");
-                TD_ASSIGN_OR_RETURN(void* tab, deviceAlloc(n * sizeof(cuda::UpdateTensorDev)));
-                updateTensors_ = static_cast<cuda::UpdateTensorDev*>(tab);
-                TD_CUDA_TRY(
-                    cudaMemcpyAsync(updateTensors_, updateHost_.data(),
-                                    n * sizeof(cuda::UpdateTensorDev), cudaMemcpyHostToDevice, st),
-                    what);
-                TD_ASSIGN_OR_RETURN(void* work,
-                                    deviceAlloc(n * (sizeof(double) + sizeof(float)) + 64));
-                updateWork_.norms = static_cast<double*>(work);
-                updateWork_.scales = reinterpret_cast<float*>(updateWork_.norms + n);
-                updateWork_.skip = reinterpret_cast<int32_t*>(
-                    reinterpret_cast<char*>(work) +
-                    (n * (sizeof(double) + sizeof(float)) + 15) / 16 * 16);
+            TD_RETURN_IF_ERROR(prepareUpdate(lp, what));
+            if (sideUpdate_) {
+                // Each tensor's update was started on the side stream after the last instruction
+                // that used it (forkUpdate): the step waits for them here.
+                cudaStream_t side = side_;
+                cudaEvent_t join = joinEvent_;
+                push([=]() -> Status {
+                    TD_CUDA_TRY(cudaEventRecord(join, side), "update stream");
+                    TD_CUDA_TRY(cudaStreamWaitEvent(st, join, 0), "update stream");
+                    return Status::success();
+                });
+                break;
             }
             if (updateHost_.empty()) break;
             int first = 0, count = static_cast<int>(updateHost_.size());
@@ -728,9 +930,10 @@ Status CudaProgram::addInstr(const Instr& in, size_t index, const LoweredProgram
                 first = in.tensor;
                 count = 1;
             }
-            int64_t elements = 0;
+            int64_t blocks = 0;
             for (int t = first; t < first + count; ++t)
-                elements += updateHost_[static_cast<size_t>(t)].size;
+                blocks += cuda::updateBlocks(updateHost_[static_cast<size_t>(t)].size);
+            if (blocks >= (int64_t{1} << 31)) return err(what + ": more than 2^31 blocks");
             LossScaleState* ls = nullptr;
             if (lp.lossScaled && in.tensor < 0) {
                 if (!bind_->lossScale.ptr) return err(what + ": loss scaling without lossScale");
@@ -739,7 +942,7 @@ Status CudaProgram::addInstr(const Instr& in, size_t index, const LoweredProgram
             const UpdateSpec spec = update_;
             const cuda::UpdateTensorDev* tensors = updateTensors_;
             const cuda::UpdateWork work = updateWork_;
-            push(TD_KERNEL(cuda::update(st, spec, tensors, first, count, elements, work, ls, sv)));
+            push(TD_KERNEL(cuda::update(st, spec, tensors, first, count, blocks, work, ls, sv)));
             break;
         }
     }
@@ -821,11 +1024,15 @@ Status CudaProgram::build(const LoweredProgram& lp, const ProgramBindings& bind)
     if (scratchBytes_ > 0) {
         TD_ASSIGN_OR_RETURN(scratch_, deviceAlloc(scratchBytes_));
     }
+    std::vector<std::vector<int>> forkAfter;
+    TD_RETURN_IF_ERROR(planSideUpdate(lp, forkAfter));
+    if (sideUpdate_) TD_RETURN_IF_ERROR(prepareUpdate(lp, "the update"));
     for (size_t i = 0; i < lp.code.size(); ++i) {
         const size_t first = steps_.size();
         TD_RETURN_IF_ERROR(addInstr(lp.code[i], i, lp));
         for (size_t k = first; k < steps_.size(); ++k)
             steps_[k].shape = shapeToString(lp.code[i].out.shape);
+        for (int t : forkAfter[i]) forkUpdate(t);
     }
     const char* env = std::getenv("TRAINDECK_CUDA_GRAPHS");
     useGraph_ = !hostWork_ && !(env && std::string(env) == "0");
@@ -1053,7 +1260,16 @@ class CudaDevice final : public Device {
         switch (n.op) {
             case Op::Conv2D:
             case Op::Conv2DGradInput:
-            case Op::Conv2DGradFilter:
+            case Op::Conv2DGradFilter: {
+                // Both operands in one dtype (a bias aside); the result f32 or that dtype.
+                const DType op = g.node(n.inputs.at(0)).dtype;
+                if (n.inputs.size() < 2 || g.node(n.inputs[1]).dtype != op ||
+                    (n.dtype != DType::F32 && n.dtype != op))
+                    return {false, desc_.id + " runs " + opName(n.op) +
+                                       " on two operands of one dtype, with the result in f32 "
+                                       "or that dtype"};
+                break;
+            }
             case Op::MaxPool:
             case Op::MaxPoolGrad:
             case Op::AvgPool:
@@ -1093,6 +1309,14 @@ class CudaDevice final : public Device {
         if ((n.op == Op::Dense || n.op == Op::Conv2D) && n.attrs.actOr() == ActKind::Softmax)
             return {false, desc_.id + " fuses no softmax into " + opName(n.op)};
         return {};
+    }
+    // bf16 convolutions where cuDNN is loaded: on the tensor cores, many times the f32 rate.
+    // mixed_float16 keeps its convolutions in f32: the op tests have no CPU reference for f16
+    // convolutions (oneDNN has none on CPUs) to hold them to.
+    // TRAINDECK_CUDA_HALF_CONV=0 keeps them in f32 (to measure what they gain).
+    bool halfConvolutions(DType compute) const override {
+        const char* env = std::getenv("TRAINDECK_CUDA_HALF_CONV");
+        return ctx_.dnn && compute == DType::BF16 && !(env && std::string(env) == "0");
     }
     Result<std::unique_ptr<Executable>> compile(const LoweredProgram& lp,
                                                 const ProgramBindings& bind) override {

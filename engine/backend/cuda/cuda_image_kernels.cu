@@ -8,9 +8,9 @@
 #include <cmath>
 #include <cstdint>
 
+#include "engine/backend/augment_math.h"
 #include "engine/backend/cuda/cuda_common.cuh"
 #include "engine/backend/cuda/cuda_kernels.h"
-#include "engine/backend/augment_math.h"
 #include "engine/backend/kernel_math.h"
 
 namespace td::cuda {
@@ -342,8 +342,9 @@ __global__ void conv2dGradFilterKernel(ConvGeometry g, const float* x, const flo
 }
 
 // dst[f, ky, kx, ci] = src[ky, kx, ci, f] (toKrsc), or back.
-__global__ void filterTransposeKernel(const float* src, float* dst, int64_t kh, int64_t kw,
-                                      int64_t cg, int64_t f, bool toKrsc) {
+template <class T>
+__global__ void filterTransposeKernel(const T* src, T* dst, int64_t kh, int64_t kw, int64_t cg,
+                                      int64_t f, bool toKrsc) {
     TD_GRID_STRIDE(i, kh * kw * cg * f) {
         // i indexes the Keras layout: ((ky * kw + kx) * cg + ci) * f + o.
         const int64_t o = i % f;
@@ -358,18 +359,38 @@ __global__ void filterTransposeKernel(const float* src, float* dst, int64_t kh, 
 
 }  // namespace
 
+// The filter transposes move values of 4 bytes (f32) or 2 (bf16, f16) without reading them.
+static cudaError_t filterTranspose(cudaStream_t s, const void* src, void* dst, int64_t kh,
+                                   int64_t kw, int64_t cg, int64_t f, int elementBytes,
+                                   bool toKrsc) {
+    const int64_t n = kh * kw * cg * f;
+    if (elementBytes == 2)
+        filterTransposeKernel<<<blocksFor(n), kThreads, 0, s>>>(
+            static_cast<const uint16_t*>(src), static_cast<uint16_t*>(dst), kh, kw, cg, f, toKrsc);
+    else
+        filterTransposeKernel<<<blocksFor(n), kThreads, 0, s>>>(
+            static_cast<const float*>(src), static_cast<float*>(dst), kh, kw, cg, f, toKrsc);
+    return cudaGetLastError();
+}
+
 cudaError_t kerasToKrsc(cudaStream_t s, const float* src, float* dst, int64_t kh, int64_t kw,
                         int64_t cg, int64_t f) {
-    filterTransposeKernel<<<blocksFor(kh * kw * cg * f), kThreads, 0, s>>>(src, dst, kh, kw, cg, f,
-                                                                           true);
-    return cudaGetLastError();
+    return filterTranspose(s, src, dst, kh, kw, cg, f, 4, true);
 }
 
 cudaError_t krscToKeras(cudaStream_t s, const float* src, float* dst, int64_t kh, int64_t kw,
                         int64_t cg, int64_t f) {
-    filterTransposeKernel<<<blocksFor(kh * kw * cg * f), kThreads, 0, s>>>(src, dst, kh, kw, cg, f,
-                                                                           false);
-    return cudaGetLastError();
+    return filterTranspose(s, src, dst, kh, kw, cg, f, 4, false);
+}
+
+cudaError_t kerasToKrsc(cudaStream_t s, const void* src, void* dst, int64_t kh, int64_t kw,
+                        int64_t cg, int64_t f, int elementBytes) {
+    return filterTranspose(s, src, dst, kh, kw, cg, f, elementBytes, true);
+}
+
+cudaError_t krscToKeras(cudaStream_t s, const void* src, void* dst, int64_t kh, int64_t kw,
+                        int64_t cg, int64_t f, int elementBytes) {
+    return filterTranspose(s, src, dst, kh, kw, cg, f, elementBytes, false);
 }
 
 cudaError_t maxPool(cudaStream_t s, const ConvGeometry& p, const float* x, float* y) {
@@ -638,8 +659,7 @@ __global__ void randomContrastKernel(AugmentSpec a, const float* x, const float*
                                      const StepValues* sv) {
     TD_GRID_STRIDE(i, a.B * a.H * a.W * a.C) {
         const OutPos p = outPos(a, i);
-        const float factor =
-            kmath::contrastFactor(a, sampleKey(kmath::kSaltContrast, a, sv, p.b));
+        const float factor = kmath::contrastFactor(a, sampleKey(kmath::kSaltContrast, a, sv, p.b));
         y[i] = kmath::contrast(a, x[i], means[p.b * a.C + p.c], factor);
     }
 }

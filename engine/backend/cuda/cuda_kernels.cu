@@ -23,8 +23,8 @@ namespace {
 // ---- elementwise ---------------------------------------------------------------------------
 
 // The three element-wise kernels of a dense layer's forward and backward passes come in two
-// loops: chunks of a row (TD_FOR_ROW_CHUNKS; when the chunk count fits in 31 bits, always in
-// practice) and, for larger matrices, elements with 64-bit indices. Same values either way.
+// loops: spans of a row per warp (TD_FOR_ROW_CHUNKS; when the item count fits in 31 bits, always
+// in practice) and, for larger matrices, elements with 64-bit indices. Same values either way.
 __device__ inline float biasActOne(const Ten& x, const Ten& bias, ActKind act, float alpha,
                                    const RowDrop& rd, int64_t i, int64_t c) {
     float v = ld(x, i);
@@ -37,7 +37,7 @@ __global__ void biasActKernel(Ten x, Ten bias, Ten y, int64_t rows, int64_t cols
     if (chunked) {
         TD_FOR_ROW_CHUNKS(r, c0, c1, rows, cols, {
             const RowDrop rd = rowDrop(drop, sv, r);
-            for (int64_t c = c0; c < c1; ++c)
+            for (int64_t c = c0; c < c1; c += 32)
                 st(y, r * cols + c, biasActOne(x, bias, act, alpha, rd, r * cols + c, c));
         });
         return;
@@ -53,7 +53,8 @@ __global__ void dropoutKernel(Ten x, Ten y, int64_t rows, int64_t cols, DropMask
     if (chunked) {
         TD_FOR_ROW_CHUNKS(r, c0, c1, rows, cols, {
             const RowDrop rd = rowDrop(drop, sv, r);
-            for (int64_t c = c0; c < c1; ++c) st(y, r * cols + c, rd.apply(c, ld(x, r * cols + c)));
+            for (int64_t c = c0; c < c1; c += 32)
+                st(y, r * cols + c, rd.apply(c, ld(x, r * cols + c)));
         });
         return;
     }
@@ -68,7 +69,7 @@ __global__ void actGradKernel(Ten dy, Ten saved, Ten dx, int64_t rows, int64_t c
     if (chunked) {
         TD_FOR_ROW_CHUNKS(r, c0, c1, rows, cols, {
             const RowDrop rd = rowDrop(drop, sv, r);
-            for (int64_t c = c0; c < c1; ++c) {
+            for (int64_t c = c0; c < c1; c += 32) {
                 const int64_t i = r * cols + c;
                 st(dx, i,
                    kmath::activateGrad(act, alpha, usesOutput, rd.apply(c, ld(dy, i)),

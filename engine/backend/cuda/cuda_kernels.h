@@ -154,6 +154,11 @@ cudaError_t kerasToKrsc(cudaStream_t s, const float* src, float* dst, int64_t kh
                         int64_t cg, int64_t f);
 cudaError_t krscToKeras(cudaStream_t s, const float* src, float* dst, int64_t kh, int64_t kw,
                         int64_t cg, int64_t f);
+// The same for values of `elementBytes` (4: f32, 2: bf16 or f16).
+cudaError_t kerasToKrsc(cudaStream_t s, const void* src, void* dst, int64_t kh, int64_t kw,
+                        int64_t cg, int64_t f, int elementBytes);
+cudaError_t krscToKeras(cudaStream_t s, const void* src, void* dst, int64_t kh, int64_t kw,
+                        int64_t cg, int64_t f, int elementBytes);
 
 // The optimizer update (graph/update_spec.h) over tensors [first, first + count) of `tensors`, with
 // the clipping norms computed on the device, the per-step scalars read from `sv`, and dynamic
@@ -166,15 +171,21 @@ struct UpdateTensorDev {
     uint16_t* shadow = nullptr;
     int32_t shadowF16 = 0;
     int64_t size = 0;
-    int64_t start = 0;  // elements before this tensor, counted from `first`'s range start
+    int64_t firstBlock = 0;  // the update's blocks before this tensor's (updateBlocks of each)
 };
 struct UpdateWork {
     double* norms = nullptr;  // per tensor: sum of squares of its gradient
     float* scales = nullptr;  // per tensor: the gradient scale (clipping, unscaling)
     int32_t* skip = nullptr;  // 1: this step is skipped (non-finite gradients)
 };
+// The update's blocks take kUpdateChunk elements of one tensor each: updateBlocks(size) of them
+// per tensor, and `blocks` is their sum over the tensors updated.
+constexpr int64_t kUpdateChunk = 4096;
+inline int64_t updateBlocks(int64_t size) {
+    return (size + kUpdateChunk - 1) / kUpdateChunk;
+}
 cudaError_t update(cudaStream_t s, const UpdateSpec& spec, const UpdateTensorDev* tensors,
-                   int first, int count, int64_t elements, const UpdateWork& work,
+                   int first, int count, int64_t blocks, const UpdateWork& work,
                    LossScaleState* lossScale, const StepValues* sv);
 
 }  // namespace td::cuda

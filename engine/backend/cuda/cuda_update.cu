@@ -97,45 +97,96 @@ struct RuleArgs {
     bool centered;
 };
 
+// The rule on one element: g the clipped gradient, w the decayed value; s0..s2 the element's
+// slots (null where the tensor has none), read and written in place.
+__device__ inline void applyRule(const RuleArgs& a, float g, float& w, float* s0, float* s1,
+                                 float* s2, const StepValues& v) {
+    switch (a.kind) {
+        case UpdateKind::Sgd:
+            umath::sgd(g, w, a.momentum != 0 ? s0 : nullptr, v.lr, a.momentum, a.nesterov);
+            break;
+        case UpdateKind::Adam:
+            umath::adam(g, w, *s0, *s1, s2, v.alpha, a.oneMinusB1, a.oneMinusB2, a.eps);
+            break;
+        case UpdateKind::RmsProp: {
+            const bool hasMomentum = a.momentum > 0;
+            float* mom = hasMomentum ? s1 : nullptr;
+            float* avg = a.centered ? (hasMomentum ? s2 : s1) : nullptr;
+            umath::rmsprop(g, w, *s0, mom, avg, v.lr, a.rho, a.oneMinusRho, a.eps, a.momentum);
+            break;
+        }
+    }
+}
+
+__device__ inline bool aligned16(const void* p) {
+    return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
+}
+
+// Each block updates one chunk of kUpdateChunk elements of one tensor: the tensor is found once
+// per block (the last whose firstBlock is at or below the block's), not per element. Where every
+// array of the tensor is 16-byte aligned (the shadow 8-byte), each thread moves four neighbouring
+// elements per access, the block's threads side by side; the tail of a tensor whose size is not a
+// multiple of four, and tensors that are not aligned, go one element at a time. The per-element
+// math is the same either way.
 __global__ void updateKernel(RuleArgs a, const UpdateTensorDev* tensors, int first, int count,
-                             int64_t elements, UpdateWork work, bool scaled, const StepValues* sv) {
+                             UpdateWork work, bool scaled, const StepValues* sv) {
     if (work.skip && work.skip[0]) return;
-    const int64_t base = tensors[first].start;
-    TD_GRID_STRIDE(j, elements) {
-        // The tensor holding global element base + j: the last whose start is at or below it.
-        const int64_t e = base + j;
-        int lo = first, hi = first + count - 1;
-        while (lo < hi) {
-            const int mid = (lo + hi + 1) / 2;
-            if (tensors[mid].start <= e)
-                lo = mid;
-            else
-                hi = mid - 1;
-        }
-        const UpdateTensorDev& t = tensors[lo];
-        const int64_t i = e - t.start;
-        if (i >= t.size) continue;  // (empty tensors share a start with the next)
-        const float gs = scaled ? work.scales[lo] : 1.0f;
-        const float g = umath::clippedGrad(t.grad[i], gs, a.clip);
-        float w = umath::decayed(t.value[i], a.decay, sv->wdLr);
-        switch (a.kind) {
-            case UpdateKind::Sgd:
-                umath::sgd(g, w, a.momentum != 0 ? t.slot[0] + i : nullptr, sv->lr, a.momentum,
-                           a.nesterov);
-                break;
-            case UpdateKind::Adam:
-                umath::adam(g, w, t.slot[0][i], t.slot[1][i], t.slot[2] ? t.slot[2] + i : nullptr,
-                            sv->alpha, a.oneMinusB1, a.oneMinusB2, a.eps);
-                break;
-            case UpdateKind::RmsProp: {
-                const bool hasMomentum = a.momentum > 0;
-                float* mom = hasMomentum ? t.slot[1] + i : nullptr;
-                float* avg = a.centered ? t.slot[hasMomentum ? 2 : 1] + i : nullptr;
-                umath::rmsprop(g, w, t.slot[0][i], mom, avg, sv->lr, a.rho, a.oneMinusRho, a.eps,
-                               a.momentum);
-                break;
+    const int64_t block = tensors[first].firstBlock + blockIdx.x;
+    int lo = first, hi = first + count - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (tensors[mid].firstBlock <= block)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    const UpdateTensorDev t = tensors[lo];
+    const int64_t begin = (block - t.firstBlock) * kUpdateChunk;
+    const int64_t end = begin + kUpdateChunk < t.size ? begin + kUpdateChunk : t.size;
+    if (begin >= end) return;  // (an empty tensor shares its firstBlock with the next)
+    const float gs = scaled ? work.scales[lo] : 1.0f;
+    const StepValues v = *sv;
+    bool vec = aligned16(t.value) && aligned16(t.grad) &&
+               (reinterpret_cast<uintptr_t>(t.shadow) & 7u) == 0;
+    for (int k = 0; k < 3; ++k) vec = vec && aligned16(t.slot[k]);
+    // The quads [begin / 4, quadEnd): whole quads of the chunk (begin is a multiple of four).
+    const int64_t quadEnd = vec ? end / 4 : begin / 4;
+    for (int64_t q = begin / 4 + threadIdx.x; q < quadEnd; q += blockDim.x) {
+        const float4 g4 = reinterpret_cast<const float4*>(t.grad)[q];
+        const float4 w4 = reinterpret_cast<const float4*>(t.value)[q];
+        float g[4] = {g4.x, g4.y, g4.z, g4.w}, w[4] = {w4.x, w4.y, w4.z, w4.w};
+        float sl[3][4] = {};
+        for (int k = 0; k < 3; ++k)
+            if (t.slot[k]) {
+                const float4 s4 = reinterpret_cast<const float4*>(t.slot[k])[q];
+                sl[k][0] = s4.x;
+                sl[k][1] = s4.y;
+                sl[k][2] = s4.z;
+                sl[k][3] = s4.w;
             }
+        for (int e = 0; e < 4; ++e) {
+            const float ge = umath::clippedGrad(g[e], gs, a.clip);
+            w[e] = umath::decayed(w[e], a.decay, v.wdLr);
+            applyRule(a, ge, w[e], t.slot[0] ? &sl[0][e] : nullptr, t.slot[1] ? &sl[1][e] : nullptr,
+                      t.slot[2] ? &sl[2][e] : nullptr, v);
         }
+        reinterpret_cast<float4*>(t.value)[q] = make_float4(w[0], w[1], w[2], w[3]);
+        for (int k = 0; k < 3; ++k)
+            if (t.slot[k])
+                reinterpret_cast<float4*>(t.slot[k])[q] =
+                    make_float4(sl[k][0], sl[k][1], sl[k][2], sl[k][3]);
+        if (t.shadow) {
+            uint32_t h[4];
+            for (int e = 0; e < 4; ++e) h[e] = t.shadowF16 ? floatToF16(w[e]) : floatToBf16(w[e]);
+            reinterpret_cast<uint2*>(t.shadow)[q] =
+                make_uint2(h[0] | (h[1] << 16), h[2] | (h[3] << 16));
+        }
+    }
+    for (int64_t i = (vec ? quadEnd * 4 : begin) + threadIdx.x; i < end; i += blockDim.x) {
+        const float g = umath::clippedGrad(t.grad[i], gs, a.clip);
+        float w = umath::decayed(t.value[i], a.decay, v.wdLr);
+        applyRule(a, g, w, t.slot[0] ? t.slot[0] + i : nullptr, t.slot[1] ? t.slot[1] + i : nullptr,
+                  t.slot[2] ? t.slot[2] + i : nullptr, v);
         t.value[i] = w;
         if (t.shadow) t.shadow[i] = t.shadowF16 ? floatToF16(w) : floatToBf16(w);
     }
@@ -144,7 +195,7 @@ __global__ void updateKernel(RuleArgs a, const UpdateTensorDev* tensors, int fir
 }  // namespace
 
 cudaError_t update(cudaStream_t s, const UpdateSpec& spec, const UpdateTensorDev* tensors,
-                   int first, int count, int64_t elements, const UpdateWork& work,
+                   int first, int count, int64_t blocks, const UpdateWork& work,
                    LossScaleState* lossScale, const StepValues* sv) {
     if (count <= 0) return cudaSuccess;
     const bool norms =
@@ -171,9 +222,9 @@ cudaError_t update(cudaStream_t s, const UpdateSpec& spec, const UpdateTensorDev
     a.decay = spec.decay;
     a.clip = spec.clip == ClipKind::Value ? static_cast<float>(spec.clipValue) : INFINITY;
     a.centered = spec.centered;
-    if (elements > 0)
-        updateKernel<<<blocksFor(elements), kThreads, 0, s>>>(a, tensors, first, count, elements,
-                                                              work, norms, sv);
+    if (blocks > 0)
+        updateKernel<<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(a, tensors, first, count,
+                                                                        work, norms, sv);
     return cudaGetLastError();
 }
 

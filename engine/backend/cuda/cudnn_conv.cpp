@@ -32,7 +32,11 @@ class DnnLibrary {
     X(cudnnGetConvolutionBackwardDataAlgorithm_v7)   \
     X(cudnnConvolutionBackwardData)                  \
     X(cudnnGetConvolutionBackwardFilterAlgorithm_v7) \
-    X(cudnnConvolutionBackwardFilter)
+    X(cudnnConvolutionBackwardFilter)                \
+    X(cudnnCreateActivationDescriptor)               \
+    X(cudnnSetActivationDescriptor)                  \
+    X(cudnnDestroyActivationDescriptor)              \
+    X(cudnnConvolutionBiasActivationForward)
     TD_DNN_FNS(TD_DNN_FN)
 #undef TD_DNN_FN
 
@@ -94,26 +98,29 @@ DnnConv::~DnnConv() {
 void DnnConv::destroy() {
     if (!ctx_) return;
     const DnnLibrary& lib = ctx_->lib();
-    for (void* d : {xDesc_, yDesc_})
+    for (void* d : {xDesc_, yDesc_, biasDesc_})
         if (d) lib.cudnnDestroyTensorDescriptor(static_cast<cudnnTensorDescriptor_t>(d));
+    if (actDesc_)
+        lib.cudnnDestroyActivationDescriptor(static_cast<cudnnActivationDescriptor_t>(actDesc_));
     if (wDesc_) lib.cudnnDestroyFilterDescriptor(static_cast<cudnnFilterDescriptor_t>(wDesc_));
     if (convDesc_)
         lib.cudnnDestroyConvolutionDescriptor(static_cast<cudnnConvolutionDescriptor_t>(convDesc_));
-    xDesc_ = yDesc_ = wDesc_ = convDesc_ = nullptr;
+    xDesc_ = yDesc_ = wDesc_ = convDesc_ = biasDesc_ = actDesc_ = nullptr;
 }
 
 namespace {
 
-// Picks the first algorithm cuDNN ranks that succeeded, fits the workspace and runs in FMA math
-// (no TF32); with `deterministic`, only those that give the same bits on every run.
+// Picks the first algorithm cuDNN ranks that succeeded and fits the workspace; for f32 operands
+// only those in FMA math (no TF32, no conversion to 16 bits), for 16-bit ones any; with
+// `deterministic`, only those that give the same bits on every run.
 template <class Perf>
-bool pick(const Perf* perf, int count, size_t workspaceBytes, bool deterministic, int& algo,
-          size_t& bytes) {
+bool pick(const Perf* perf, int count, size_t workspaceBytes, bool f32, bool deterministic,
+          int& algo, size_t& bytes) {
     for (int i = 0; i < count; ++i) {
         const Perf& p = perf[i];
         if (p.status != CUDNN_STATUS_SUCCESS || p.memory > workspaceBytes) continue;
-        if (p.mathType == CUDNN_TENSOR_OP_MATH ||
-            p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)
+        if (f32 && (p.mathType == CUDNN_TENSOR_OP_MATH ||
+                    p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
             continue;
         if (deterministic && p.determinism != CUDNN_DETERMINISTIC) continue;
         algo = static_cast<int>(p.algo);
@@ -127,13 +134,23 @@ bool fitsInt(int64_t v) {
     return v >= 0 && v < (int64_t{1} << 31);
 }
 
+cudnnDataType_t dnnType(Dt dt) {
+    return dt == Dt::BF16  ? CUDNN_DATA_BFLOAT16
+           : dt == Dt::F16 ? CUDNN_DATA_HALF
+                           : CUDNN_DATA_FLOAT;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<DnnConv>> DnnConv::plan(const DnnContext& ctx, ConvPass pass,
-                                               const ConvGeometry& g, size_t workspaceBytes,
+                                               const ConvGeometry& g, Dt dt, size_t workspaceBytes,
                                                std::string* whyNot) {
     const DnnLibrary& lib = ctx.lib();
     const char* what = "cuDNN convolution";
+    if (dt != Dt::F32 && dt != Dt::BF16 && dt != Dt::F16) {
+        *whyNot = "operands neither f32 nor 16-bit floats";
+        return std::unique_ptr<DnnConv>();
+    }
     if (g.padBottom != g.padTop || g.padRight != g.padLeft) {
         *whyNot = "uneven padding";
         return std::unique_ptr<DnnConv>();
@@ -147,6 +164,9 @@ Result<std::unique_ptr<DnnConv>> DnnConv::plan(const DnnContext& ctx, ConvPass p
     c->ctx_ = &ctx;
     c->pass_ = pass;
     c->g_ = g;
+    c->dt_ = dt;
+    const bool f32 = dt == Dt::F32;
+    const cudnnDataType_t type = dnnType(dt);
     const int Cg = static_cast<int>(g.C / g.groups);
     cudnnTensorDescriptor_t x = nullptr, y = nullptr;
     cudnnFilterDescriptor_t w = nullptr;
@@ -160,19 +180,18 @@ Result<std::unique_ptr<DnnConv>> DnnConv::plan(const DnnContext& ctx, ConvPass p
     TD_DNN_TRY(lib, lib.cudnnCreateConvolutionDescriptor(&cd), what);
     c->convDesc_ = cd;
     TD_DNN_TRY(lib,
-               lib.cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT,
-                                              static_cast<int>(g.B), static_cast<int>(g.C),
-                                              static_cast<int>(g.H), static_cast<int>(g.W)),
+               lib.cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NHWC, type, static_cast<int>(g.B),
+                                              static_cast<int>(g.C), static_cast<int>(g.H),
+                                              static_cast<int>(g.W)),
                what);
     TD_DNN_TRY(lib,
-               lib.cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT,
-                                              static_cast<int>(g.B), static_cast<int>(g.F),
-                                              static_cast<int>(g.OH), static_cast<int>(g.OW)),
+               lib.cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NHWC, type, static_cast<int>(g.B),
+                                              static_cast<int>(g.F), static_cast<int>(g.OH),
+                                              static_cast<int>(g.OW)),
                what);
     TD_DNN_TRY(lib,
-               lib.cudnnSetFilter4dDescriptor(w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC,
-                                              static_cast<int>(g.F), Cg, static_cast<int>(g.kh),
-                                              static_cast<int>(g.kw)),
+               lib.cudnnSetFilter4dDescriptor(w, type, CUDNN_TENSOR_NHWC, static_cast<int>(g.F), Cg,
+                                              static_cast<int>(g.kh), static_cast<int>(g.kw)),
                what);
     TD_DNN_TRY(lib,
                lib.cudnnSetConvolution2dDescriptor(
@@ -181,7 +200,10 @@ Result<std::unique_ptr<DnnConv>> DnnConv::plan(const DnnContext& ctx, ConvPass p
                    static_cast<int>(g.dw), CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
                what);
     TD_DNN_TRY(lib, lib.cudnnSetConvolutionGroupCount(cd, static_cast<int>(g.groups)), what);
-    TD_DNN_TRY(lib, lib.cudnnSetConvolutionMathType(cd, CUDNN_FMA_MATH), what);
+    // f32: plain FMA; 16-bit: the tensor cores, accumulating in f32 (the compute type above).
+    TD_DNN_TRY(lib,
+               lib.cudnnSetConvolutionMathType(cd, f32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH),
+               what);
     // cuDNN's output size must be the graph's (it is, for even padding).
     int n = 0, f = 0, oh = 0, ow = 0;
     TD_DNN_TRY(lib, lib.cudnnGetConvolution2dForwardOutputDim(cd, x, w, &n, &f, &oh, &ow), what);
@@ -199,7 +221,7 @@ Result<std::unique_ptr<DnnConv>> DnnConv::plan(const DnnContext& ctx, ConvPass p
             TD_DNN_TRY(
                 lib, lib.cudnnGetConvolutionForwardAlgorithm_v7(h, x, w, cd, y, kMax, &count, perf),
                 what);
-            found = pick(perf, count, workspaceBytes, true, c->algo_, c->workspaceBytes_);
+            found = pick(perf, count, workspaceBytes, f32, true, c->algo_, c->workspaceBytes_);
             break;
         }
         case ConvPass::GradInput: {
@@ -208,7 +230,7 @@ Result<std::unique_ptr<DnnConv>> DnnConv::plan(const DnnContext& ctx, ConvPass p
                 lib,
                 lib.cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w, y, cd, x, kMax, &count, perf),
                 what);
-            found = pick(perf, count, workspaceBytes, true, c->algo_, c->workspaceBytes_);
+            found = pick(perf, count, workspaceBytes, f32, true, c->algo_, c->workspaceBytes_);
             break;
         }
         case ConvPass::GradFilter: {
@@ -217,18 +239,80 @@ Result<std::unique_ptr<DnnConv>> DnnConv::plan(const DnnContext& ctx, ConvPass p
                        lib.cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x, y, cd, w, kMax,
                                                                          &count, perf),
                        what);
-            found = pick(perf, count, workspaceBytes, true, c->algo_, c->workspaceBytes_);
+            found = pick(perf, count, workspaceBytes, f32, true, c->algo_, c->workspaceBytes_);
             break;
         }
     }
     if (!found) {
-        *whyNot = "no deterministic f32 algorithm within the workspace";
+        *whyNot = std::string("no deterministic ") + (f32 ? "f32" : "16-bit") +
+                  " algorithm within the workspace";
         return std::unique_ptr<DnnConv>();
     }
     return c;
 }
 
-Status DnnConv::run(cudaStream_t stream, const float* a, const float* b, float* out, float* filter,
+Result<bool> DnnConv::fuseBiasRelu(cudaStream_t stream, const void* x, const void* w,
+                                   const void* bias, void* y, void* filter, void* workspace,
+                                   std::string* whyNot) {
+    if (pass_ != ConvPass::Forward || dt_ != Dt::F32) {
+        *whyNot = "only f32 forward convolutions are fused";
+        return false;
+    }
+    const DnnLibrary& lib = ctx_->lib();
+    const char* what = "cuDNN fused convolution";
+    cudnnTensorDescriptor_t b = nullptr;
+    TD_DNN_TRY(lib, lib.cudnnCreateTensorDescriptor(&b), what);
+    biasDesc_ = b;
+    TD_DNN_TRY(lib,
+               lib.cudnnSetTensor4dDescriptor(b, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, 1,
+                                              static_cast<int>(g_.F), 1, 1),
+               what);
+    cudnnActivationDescriptor_t a = nullptr;
+    TD_DNN_TRY(lib, lib.cudnnCreateActivationDescriptor(&a), what);
+    actDesc_ = a;
+    TD_DNN_TRY(lib,
+               lib.cudnnSetActivationDescriptor(a, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0),
+               what);
+    // cuDNN says only at run time whether its fused kernel takes this convolution and algorithm:
+    // one trial now, on this program's own buffers (y is rewritten by every step before it is
+    // read); refused, the convolution and the bias/activation kernel stay apart.
+    const Status tried = runFused(stream, x, w, bias, y, filter, workspace);
+    const cudaError_t synced = cudaStreamSynchronize(stream);
+    if (synced != cudaSuccess)
+        return err(std::string(what) + ": trial run: " + cudaGetErrorString(synced));
+    if (!tried.ok()) {
+        lib.cudnnDestroyTensorDescriptor(b);
+        lib.cudnnDestroyActivationDescriptor(a);
+        biasDesc_ = actDesc_ = nullptr;
+        *whyNot = tried.error();
+        return false;
+    }
+    return true;
+}
+
+Status DnnConv::runFused(cudaStream_t stream, const void* x, const void* w, const void* bias,
+                         void* y, void* filter, void* workspace) const {
+    const DnnLibrary& lib = ctx_->lib();
+    const cudnnHandle_t h = static_cast<cudnnHandle_t>(ctx_->handle());
+    const auto yd = static_cast<cudnnTensorDescriptor_t>(yDesc_);
+    const float one = 1.0f, zero = 0.0f;
+    const cudaError_t e = kerasToKrsc(stream, w, filter, g_.kh, g_.kw, g_.C / g_.groups, g_.F, 4);
+    if (e != cudaSuccess)
+        return err(std::string("kernel transposing the filter: ") + cudaGetErrorString(e));
+    // y = relu(conv(x, w) + 0 * z + bias) with z = y: alpha2 = 0, so z adds nothing.
+    TD_DNN_TRY(lib,
+               lib.cudnnConvolutionBiasActivationForward(
+                   h, &one, static_cast<cudnnTensorDescriptor_t>(xDesc_), x,
+                   static_cast<cudnnFilterDescriptor_t>(wDesc_), filter,
+                   static_cast<cudnnConvolutionDescriptor_t>(convDesc_),
+                   static_cast<cudnnConvolutionFwdAlgo_t>(algo_), workspace, workspaceBytes_, &zero,
+                   yd, y, static_cast<cudnnTensorDescriptor_t>(biasDesc_), bias,
+                   static_cast<cudnnActivationDescriptor_t>(actDesc_), yd, y),
+               "cuDNN fused convolution, bias and ReLU");
+    return Status::success();
+}
+
+Status DnnConv::run(cudaStream_t stream, const void* a, const void* b, void* out, void* filter,
                     void* workspace) const {
     const DnnLibrary& lib = ctx_->lib();
     const cudnnHandle_t h = static_cast<cudnnHandle_t>(ctx_->handle());
@@ -238,6 +322,7 @@ Status DnnConv::run(cudaStream_t stream, const float* a, const float* b, float* 
     const auto cd = static_cast<cudnnConvolutionDescriptor_t>(convDesc_);
     const float one = 1.0f, zero = 0.0f;
     const int64_t Cg = g_.C / g_.groups;
+    const int bytes = dt_ == Dt::F32 ? 4 : 2;  // per filter value
     auto launched = [](cudaError_t e) -> Status {
         if (e != cudaSuccess)
             return err(std::string("kernel transposing the filter: ") + cudaGetErrorString(e));
@@ -245,7 +330,8 @@ Status DnnConv::run(cudaStream_t stream, const float* a, const float* b, float* 
     };
     switch (pass_) {
         case ConvPass::Forward:  // a = x, b = w (Keras), out = y
-            TD_RETURN_IF_ERROR(launched(kerasToKrsc(stream, b, filter, g_.kh, g_.kw, Cg, g_.F)));
+            TD_RETURN_IF_ERROR(
+                launched(kerasToKrsc(stream, b, filter, g_.kh, g_.kw, Cg, g_.F, bytes)));
             TD_DNN_TRY(lib,
                        lib.cudnnConvolutionForward(h, &one, x, a, w, filter, cd,
                                                    static_cast<cudnnConvolutionFwdAlgo_t>(algo_),
@@ -253,7 +339,8 @@ Status DnnConv::run(cudaStream_t stream, const float* a, const float* b, float* 
                        "cuDNN convolution forward");
             break;
         case ConvPass::GradInput:  // a = dy, b = w (Keras), out = dx
-            TD_RETURN_IF_ERROR(launched(kerasToKrsc(stream, b, filter, g_.kh, g_.kw, Cg, g_.F)));
+            TD_RETURN_IF_ERROR(
+                launched(kerasToKrsc(stream, b, filter, g_.kh, g_.kw, Cg, g_.F, bytes)));
             TD_DNN_TRY(
                 lib,
                 lib.cudnnConvolutionBackwardData(h, &one, w, filter, y, a, cd,
@@ -268,7 +355,8 @@ Status DnnConv::run(cudaStream_t stream, const float* a, const float* b, float* 
                     h, &one, x, a, y, b, cd, static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo_),
                     workspace, workspaceBytes_, &zero, w, filter),
                 "cuDNN convolution backward filter");
-            TD_RETURN_IF_ERROR(launched(krscToKeras(stream, filter, out, g_.kh, g_.kw, Cg, g_.F)));
+            TD_RETURN_IF_ERROR(
+                launched(krscToKeras(stream, filter, out, g_.kh, g_.kw, Cg, g_.F, bytes)));
             break;
     }
     return Status::success();
