@@ -14,7 +14,8 @@
 //                   [--frameworks torch,torch-compile,torch-debian,keras,torch-cuda,
 //                                 torch-compile-cuda,torch-bf16-cuda,torch-compile-bf16-cuda|none]
 //                   [--python VENV/bin/python] [--python-debian /usr/bin/python3]
-//                   [--strategies one,mirrored-2,mpi-2] [--variants f32,unfused,bf16,f16,nograph]
+//                   [--strategies one,mirrored-2,mpi-2]
+//                   [--variants f32,unfused,bf16,f16,nograph,bf16-inline-update,bf16-f32-conv]
 //                   [--device cuda:0] [--matmul-rate]
 //
 // --matmul-rate runs traindeck_bench_matmul (oneDNN's products alone at the MLP's shapes, as many
@@ -27,8 +28,11 @@
 // and f16 (mixed_float16), each with its ratio to the first row; torch-bf16 and keras-bf16 are the
 // references' bf16 runs (autocast, mixed_bfloat16). On a GPU (--device cuda:N), nograph runs the
 // step instruction by instruction instead of replaying its CUDA Graph (TRAINDECK_CUDA_GRAPHS=0),
-// and the *-cuda references are PyTorch on the first GPU, eager or torch.compile, f32 or bf16
-// autocast. large-1024 (784-4096-4096-10 at batch 1024) is the GPU-sized MLP.
+// bf16-inline-update runs mixed_bfloat16 with the optimizer update after the backward pass
+// instead of beside it on a second stream (TRAINDECK_CUDA_SIDE_UPDATE=0), bf16-f32-conv with its
+// convolutions in f32 instead of bf16 (TRAINDECK_CUDA_HALF_CONV=0), and the *-cuda references are
+// PyTorch on the first GPU, eager or torch.compile, f32 or bf16 autocast. large-1024
+// (784-4096-4096-10 at batch 1024) is the GPU-sized MLP.
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -380,23 +384,29 @@ int main(int argc, char** argv) {
     app.add_option("--variants", variants,
                    "TrainDeck variants on one device: f32, unfused (fusion off), bf16 "
                    "(mixed_bfloat16), f16 (mixed_float16), nograph (on a GPU: no CUDA Graph "
-                   "replay); rows after the first print their ratio to it");
+                   "replay), bf16-inline-update and bf16-f32-conv (on a GPU: mixed_bfloat16 with "
+                   "the update after the backward pass, or with f32 convolutions); rows after the "
+                   "first print their ratio to it");
     CLI11_PARSE(app, argc, argv);
+    auto gpuOnly = [](const std::string& v) {
+        return v == "nograph" || v == "bf16-inline-update" || v == "bf16-f32-conv";
+    };
     for (const std::string& v : splitList(variants))
-        if (v != "f32" && v != "unfused" && v != "bf16" && v != "f16" && v != "nograph") {
+        if (v != "f32" && v != "unfused" && v != "bf16" && v != "f16" && !gpuOnly(v)) {
             std::fprintf(stderr,
                          "bench: --variants: unknown variant '%s' (expected f32, unfused, bf16, "
-                         "f16 or nograph)\n",
+                         "f16, nograph, bf16-inline-update or bf16-f32-conv)\n",
                          v.c_str());
             return 2;
         }
     const td::CpuHalfSupport half = td::cpuHalfSupport();
     const bool bf16Native = half.amxBf16 || half.avx512Bf16;
     for (const std::string& v : splitList(variants))
-        if (v == "nograph" && device.rfind("cuda:", 0) != 0) {
+        if (gpuOnly(v) && device.rfind("cuda:", 0) != 0) {
             std::fprintf(stderr,
-                         "bench: --variants nograph compares CUDA Graph replay with launches one "
-                         "by one: it needs --device cuda:N\n");
+                         "bench: --variants %s compares the CUDA device's ways of running a step: "
+                         "it needs --device cuda:N\n",
+                         v.c_str());
             return 2;
         }
     const auto here = std::filesystem::canonical("/proc/self/exe").parent_path();
@@ -615,6 +625,14 @@ int main(int argc, char** argv) {
             if (v == "nograph") {
                 st.env.push_back("TRAINDECK_CUDA_GRAPHS=0");
                 label = "TrainDeck without CUDA Graph";
+            }
+            if (v == "bf16-inline-update" || v == "bf16-f32-conv") {
+                pv.precision = td::PrecisionPolicy::MixedBfloat16;
+                const bool afterBackward = v == "bf16-inline-update";
+                st.env.push_back(afterBackward ? "TRAINDECK_CUDA_SIDE_UPDATE=0"
+                                               : "TRAINDECK_CUDA_HALF_CONV=0");
+                label = afterBackward ? "TrainDeck bf16, update after backward"
+                                      : "TrainDeck bf16, f32 convolutions";
             }
             Outcome o;
             if (v == "f32" && strategyRuns.front().key == "one") {

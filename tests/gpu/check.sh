@@ -33,9 +33,13 @@
 #                                  (batch 64; PyTorch channels-last) on cuda:0 in f32,
 #                                  mixed_bfloat16 and f32 without CUDA Graph replay, beside PyTorch
 #                                  on the GPU (eager, torch.compile, each in f32 and bf16
-#                                  autocast), then traindeck_bench_cuda_matmul: cuBLASLt's own rate
-#                                  at the large MLP's step products and the share of it the trainer
-#                                  reached, and test_backend_ops under compute-sanitizer's memcheck.
+#                                  autocast; TrainDeck's bf16 also with the update after the backward
+#                                  pass and with f32 convolutions), then
+#                                  traindeck_bench_cuda_matmul: cuBLASLt's own rate at the large
+#                                  MLP's step products and the share of it the trainer reached,
+#                                  traindeck_bench_cuda_ops: pooling, BatchNormalization and the
+#                                  convolutions against cuDNN's, and test_backend_ops under
+#                                  compute-sanitizer's memcheck.
 #                                  Outputs go to $OUT when set, else build-gpu-bundle/out/ (at most
 #                                  8 files).
 #   tests/gpu/check.sh --verify    here: unpacks the bundle into a temporary folder and proves
@@ -915,7 +919,7 @@ run() {
   if [ -z "$bdev" ]; then bdev=cpu:0; [ "$have" -gt 0 ] && bdev=cuda:0; fi
   local models=seed-256 variants=f32 epochs=2
   if [ "${bdev%%:*}" = cuda ]; then
-    models=seed-256,large-1024,cnn-64 variants=f32,bf16,nograph epochs=5
+    models=seed-256,large-1024,cnn-64 variants=f32,bf16,nograph,bf16-inline-update,bf16-f32-conv epochs=5
     [ "$torch_gpu" = 1 ] && frameworks=torch-cuda,torch-compile-cuda,torch-bf16-cuda,torch-compile-bf16-cuda
     bcap="${bcap:-300}"
   else
@@ -958,6 +962,19 @@ PY
     if [ "$rc" = 0 ]; then summary+=("ok   cuBLASLt at the large MLP's products:")
     else summary+=("warn cuBLASLt matmul benchmark exited $rc:"); fi
     while IFS= read -r line; do summary+=("     $line"); done < <(grep -E '^(f32|bf16):|step.s products|trainer at' "$out/matmul.txt")
+  fi
+
+  # 4b. On a GPU: the device's max pooling and BatchNormalization kernels against cuDNN's at the
+  # CNN project's shapes (batch 64), and its convolutions with bias and ReLU apart against cuDNN's
+  # fused call and in bf16.
+  if [ "${bdev%%:*}" = cuda ] && [ -x "$build/traindeck_bench_cuda_ops" ]; then
+    rc=0
+    timeout 60 "$build/traindeck_bench_cuda_ops" --batch 64 --repeat 200 --device "${bdev#cuda:}" \
+      >"$out/ops.txt" 2>&1 || rc=$?
+    cat "$out/ops.txt"
+    if [ "$rc" = 0 ]; then summary+=("ok   pooling, BatchNormalization and convolutions against cuDNN (batch 64):")
+    else summary+=("warn cuDNN comparison benchmark exited $rc:"); fi
+    while IFS= read -r line; do summary+=("     $line"); done < <(grep -E '^(max pool|batchnorm|conv[12]|check:.*FAIL|cuDNN:)' "$out/ops.txt")
   fi
 
   # 5. On a GPU, when the toolkit has compute-sanitizer: the CUDA device's tests under its memory
