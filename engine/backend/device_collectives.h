@@ -14,11 +14,14 @@
 namespace td {
 
 // Collectives that sum gradient buckets in the devices' own memory on their streams (NCCL
-// between the CUDA devices of this process), one per device in order, passing host reductions,
-// barriers and aborts on to host[i] (one group, same order). An error says why not (CPU
-// devices, no NCCL): the caller keeps `host`.
+// between the CUDA devices of this process; a kernel of the GPU's own where every replica shares
+// one GPU, which NCCL refuses), one per device in order, passing host reductions, barriers and
+// aborts on to host[i] (one group, same order). An error says why not (CPU devices, no NCCL,
+// replicas spread over several GPUs with more than one on some): the caller keeps `host`.
+// timeoutSeconds bounds how long a replica waits for the others at a shared GPU's sum.
 Result<std::vector<std::unique_ptr<Collectives>>> deviceCollectives(
-    const std::vector<Device*>& devices, const std::vector<Collectives*>& host);
+    const std::vector<Device*>& devices, const std::vector<Collectives*>& host,
+    double timeoutSeconds);
 
 // The same between the processes of a multi-worker job (MultiWorkerMirrored on GPUs): one NCCL
 // communicator over every GPU of every worker, global NCCL rank = worker rank x local GPUs + local

@@ -37,7 +37,7 @@ Result<std::unique_ptr<Device>> makeCudaDevice(int index) {
                ": this build has no CUDA backend (configure with the CUDA toolkit installed)");
 }
 Result<std::vector<std::unique_ptr<Collectives>>> deviceCollectives(
-    const std::vector<Device*>&, const std::vector<Collectives*>&) {
+    const std::vector<Device*>&, const std::vector<Collectives*>&, double) {
     return err("this build has no CUDA backend: collectives sum host memory");
 }
 std::string ncclAcrossWorkersUnavailable(const std::vector<Device*>& devices, bool& cpu) {

@@ -42,6 +42,10 @@ class Collectives {
     // another thread (NCCL's watchdog saw a peer fail or hang, and aborted the communicators)
     // fails the step with the reason instead of replaying sums on a broken communicator.
     virtual Status deviceSumsUsable() { return Status::success(); }
+    // (optional) Collectives that sum device memory: whether their sums may be captured with the
+    // step into a CUDA Graph (NCCL's can). False: each start meets the other replicas on the host
+    // (replicas sharing one GPU), so a program replays no graph and launches its step instead.
+    virtual bool capturable() const { return true; }
 
     // Blocking sum of host values across the group (metric sums at log points, per-replica
     // figures). Same order guarantee.

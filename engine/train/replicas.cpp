@@ -151,22 +151,27 @@ Status Trainer::Impl::openReplicas() {
         replicas.push_back(std::move(r));
     }
     if (group && workerCount == 1 && local > 1) {
-        // Replicas on GPUs of this process sum their gradient buckets on the GPUs (NCCL);
-        // anything else (CPU replicas, no NCCL) keeps the replica group for them.
+        // Replicas on GPUs of this process sum their gradient buckets on the GPUs (NCCL, or one
+        // GPU's own sum kernel where they all share it); anything else (CPU replicas, no NCCL,
+        // several GPUs with several replicas each) keeps the replica group for them.
         std::vector<Device*> devices;
         std::vector<Collectives*> host;
         for (int i = 0; i < local; ++i) {
             devices.push_back(replicas[static_cast<size_t>(i)]->device.get());
             host.push_back(&group->replica(i));
         }
-        auto dc = deviceCollectives(devices, host);
-        if (dc.ok())
+        auto dc = deviceCollectives(devices, host, s.project.strategy.timeoutSeconds);
+        if (dc.ok()) {
             for (int i = 0; i < local; ++i) {
                 Replica& r = *replicas[static_cast<size_t>(i)];
                 r.deviceCollectives = std::move((*dc)[static_cast<size_t>(i)]);
                 r.timed = std::make_unique<TimedCollectives>(*r.deviceCollectives);
             }
-        else if (ids.front().rfind("cpu", 0) != 0)
+            if (!replicas.front()->deviceCollectives->capturable())
+                deviceSumNote = "gradient sums between the GPU replicas go through " + ids.front() +
+                                "'s own sum kernel: its " + std::to_string(local) +
+                                " replicas share it, and NCCL takes one rank per GPU";
+        } else if (ids.front().rfind("cpu", 0) != 0)
             deviceSumNote =
                 "gradient sums between the GPU replicas go through host memory: " + dc.error();
     }

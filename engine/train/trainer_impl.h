@@ -70,6 +70,7 @@ class TimedCollectives final : public Collectives {
     }
     bool reducesDeviceMemory() const override { return inner_.reducesDeviceMemory(); }
     Status deviceSumsUsable() override { return inner_.deviceSumsUsable(); }
+    bool capturable() const override { return inner_.capturable(); }
     Status allReduceHost(double* v, int64_t n) override { return inner_.allReduceHost(v, n); }
     Status allGatherHost(const double* v, int64_t n, double* out) override {
         return inner_.allGatherHost(v, n, out);
@@ -186,7 +187,7 @@ struct Trainer::Impl {
     std::vector<std::unique_ptr<Replica>> replicas;  // local replicas
     std::unique_ptr<ReplicaGroup> group;             // null with one replica in all
     int workerRank = 0, workerCount = 1;
-    std::string deviceSumNote;  // why GPU replicas do not sum with NCCL
+    std::string deviceSumNote;  // how GPU replicas sum when not with NCCL, and why
     int totalReplicas = 1;
     std::unique_ptr<Optimizer> optimizer;
     UpdateSpec updateSpec;

@@ -1,7 +1,8 @@
-// Whole training runs on the CUDA device against the same on CPU replicas: one_device on cuda:0
-// (and mirrored over two GPUs where there are two), through the trainer (data pipeline, pinned
-// staging, the eval program, accumulators read at log points), compared by their final metrics.
-// The op-level comparison of every kernel against the CPU is tests/graph/test_backend_ops.
+// Whole training runs on the CUDA device against the same on CPU replicas: one_device on cuda:0,
+// mirrored with two replicas on cuda:0 (and over two GPUs where there are two), through the trainer
+// (data pipeline, pinned staging, the eval program, accumulators read at log points), compared by
+// their final metrics. The op-level comparison of every kernel against the CPU is
+// tests/graph/test_backend_ops.
 //
 // Without a GPU (or without the CUDA backend) it prints why and exits 77, which CTest reports as
 // skipped: never a silent pass.
@@ -49,14 +50,18 @@ int trainerCases(const std::vector<DeviceDesc>& gpus) {
     struct Run {
         std::string name, type;
         std::vector<std::string> devices;
+        int gpuReplicas;  // 0: one per listed GPU
         int cpuReplicas;
     };
-    std::vector<Run> runs = {{"trainer one_device", "one_device", {gpus[0].id}, 1}};
+    // Two replicas on one GPU sum through that GPU's own kernel (NCCL takes one rank per GPU).
+    std::vector<Run> runs = {
+        {"trainer one_device", "one_device", {gpus[0].id}, 0, 1},
+        {"trainer mirrored, 2 replicas on " + gpus[0].id, "mirrored", {gpus[0].id}, 2, 2}};
     if (gpus.size() >= 2)
-        runs.push_back({"trainer mirrored x2", "mirrored", {gpus[0].id, gpus[1].id}, 2});
+        runs.push_back({"trainer mirrored x2", "mirrored", {gpus[0].id, gpus[1].id}, 0, 2});
     int failed = 0;
     for (const Run& r : runs) {
-        auto got = trainSynthetic(r.type, r.devices, 0);
+        auto got = trainSynthetic(r.type, r.devices, r.gpuReplicas);
         auto want = r.cpuReplicas == 1 ? trainSynthetic("one_device", {"cpu:0"}, 0)
                                        : trainSynthetic("mirrored", {}, r.cpuReplicas);
         if (!got.ok() || !want.ok()) {

@@ -831,8 +831,8 @@ run() {
   summary+=("     skipped: $skipped test(s), each with its reason in ctest.txt")
 
   # 2b. On a GPU: Mirrored with 2 replicas on cuda:0 (NCCL takes one rank per GPU, so their sums
-  # go through host memory, as the run's log says) against one device with the same global batch,
-  # through the command line: the loss after every step, from the two run stores.
+  # go through cuda:0's own sum kernel, as the run's log says) against one device with the same
+  # global batch, through the command line: the loss after every step, from the two run stores.
   if [ "$have" -gt 0 ]; then
     local mr="$out/.mirrored"
     rm -rf "$mr"; mkdir -p "$mr"

@@ -216,7 +216,7 @@ Outcome runOn(Device& dev, const Graph& planned, const HostData& data, const Set
         bind.collectives = &solo;
         bind.buckets = plan.buckets;
         if (setup.deviceReduce && dev.desc().kind == DeviceKind::Cuda) {
-            auto dc = deviceCollectives({&dev}, {&solo});
+            auto dc = deviceCollectives({&dev}, {&solo}, 30);
             CHECK_OK(dc, "NCCL collectives");
             nccl = std::move((*dc)[0]);
             bind.collectives = nccl.get();

@@ -866,7 +866,9 @@ Status CudaProgram::addInstr(const Instr& in, size_t index, const LoweredProgram
             const int64_t count = in.out.elements();
             Collectives* coll = collectives_;
             if (coll->reducesDeviceMemory()) {
-                // NCCL: the sum is enqueued on this stream (and captured with the step).
+                // NCCL: the sum is enqueued on this stream (and captured with the step); the sums
+                // of replicas sharing a GPU meet on the host first (launched, not captured).
+                if (!coll->capturable()) hostWork_ = true;
                 push([=]() -> Status { return coll->allReduceStart(bucket, data, count); });
                 break;
             }

@@ -4,14 +4,25 @@
 
 #include <cuda_runtime_api.h>
 
+#include <memory>
 #include <optional>
+#include <vector>
 
 #include "engine/backend/backend.h"
+#include "engine/distribute/collectives.h"
 
 namespace td::cuda {
 
 // The stream a CUDA device runs its programs and copies on; null for any other device.
 cudaStream_t streamOf(Device& device);
+
+// Collectives for two or more replicas on one GPU (NCCL takes one rank per GPU): each bucket
+// summed on that GPU, in replica order, by one kernel over every replica's bucket once all of
+// them reached it (shared_gpu_sums.cpp). A replica that does not arrive within timeoutSeconds
+// breaks the group, naming it.
+Result<std::vector<std::unique_ptr<Collectives>>> sharedGpuCollectives(
+    const std::vector<Device*>& devices, const std::vector<Collectives*>& host,
+    double timeoutSeconds);
 
 }  // namespace td::cuda
 

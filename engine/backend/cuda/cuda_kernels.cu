@@ -89,6 +89,14 @@ int elementwiseBlocks(int64_t rows, int64_t cols) {
     return rowChunkFits(rows, cols) ? blocksFor(rowChunkItems(rows, cols)) : blocksFor(rows * cols);
 }
 
+__global__ void sumSharedKernel(SharedBuckets b, int64_t count) {
+    TD_GRID_STRIDE(i, count) {
+        float s = b.p[0][i];
+        for (int r = 1; r < b.n; ++r) s += b.p[r][i];
+        for (int r = 0; r < b.n; ++r) b.p[r][i] = s;
+    }
+}
+
 __global__ void addKernel(Ten a, Ten b, Ten y, int64_t n) {
     TD_GRID_STRIDE(i, n) {
         st(y, i, ld(a, i) + ld(b, i));
@@ -455,6 +463,12 @@ cudaError_t dropout(cudaStream_t s, Ten x, Ten y, int64_t rows, int64_t cols, Dr
                     const StepValues* sv) {
     dropoutKernel<<<elementwiseBlocks(rows, cols), kThreads, 0, s>>>(x, y, rows, cols, drop, sv,
                                                                      rowChunkFits(rows, cols));
+    return cudaGetLastError();
+}
+
+cudaError_t sumShared(cudaStream_t s, SharedBuckets buckets, int64_t count) {
+    if (count <= 0 || buckets.n <= 0) return cudaSuccess;
+    sumSharedKernel<<<blocksFor(count), kThreads, 0, s>>>(buckets, count);
     return cudaGetLastError();
 }
 

@@ -160,6 +160,15 @@ cudaError_t kerasToKrsc(cudaStream_t s, const void* src, void* dst, int64_t kh, 
 cudaError_t krscToKeras(cudaStream_t s, const void* src, void* dst, int64_t kh, int64_t kw,
                         int64_t cg, int64_t f, int elementBytes);
 
+// The replicas sharing one GPU: dst[r][i] = sum over q of src[q][i] for every replica r, summed
+// in replica order (the same bits in every replica's bucket). At most kMaxSharedReplicas.
+constexpr int kMaxSharedReplicas = 8;
+struct SharedBuckets {
+    float* p[kMaxSharedReplicas] = {};
+    int n = 0;
+};
+cudaError_t sumShared(cudaStream_t s, SharedBuckets buckets, int64_t count);
+
 // The optimizer update (graph/update_spec.h) over tensors [first, first + count) of `tensors`, with
 // the clipping norms computed on the device, the per-step scalars read from `sv`, and dynamic
 // loss scaling when lossScale is non-null (the step is skipped on the device when a gradient is

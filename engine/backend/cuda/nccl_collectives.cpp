@@ -166,15 +166,22 @@ class NcclBucketCollectives final : public Collectives {
 }  // namespace
 
 Result<std::vector<std::unique_ptr<Collectives>>> deviceCollectives(
-    const std::vector<Device*>& devices, const std::vector<Collectives*>& host) {
+    const std::vector<Device*>& devices, const std::vector<Collectives*>& host,
+    double timeoutSeconds) {
     if (devices.empty() || devices.size() != host.size())
         return err("deviceCollectives: one host collectives object per device expected");
+    // Every replica on one GPU: that GPU's own sums (NCCL takes one rank per GPU).
+    bool oneGpu = devices.size() > 1 && cuda::streamOf(*devices[0]);
+    for (Device* d : devices)
+        oneGpu = oneGpu && cuda::streamOf(*d) && d->desc().index == devices[0]->desc().index;
+    if (oneGpu) return cuda::sharedGpuCollectives(devices, host, timeoutSeconds);
     std::vector<int> ids;
     std::vector<cudaStream_t> streams;
     for (Device* d : devices) {
         const cudaStream_t s = cuda::streamOf(*d);
         if (!s) return err(d->desc().id + " is not a CUDA device: collectives sum host memory");
-        // NCCL takes one rank per GPU: replicas that share one sum through host memory.
+        // NCCL takes one rank per GPU: replicas spread over several GPUs, some holding more than
+        // one, sum through host memory.
         if (std::find(ids.begin(), ids.end(), d->desc().index) != ids.end())
             return err(d->desc().id +
                        " holds more than one replica, and NCCL takes one rank per GPU");
