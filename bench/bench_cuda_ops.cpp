@@ -354,7 +354,7 @@ void benchBatchNorm(Ctx& c, int64_t B, int64_t H, int64_t W, int64_t C) {
     float *mean = alloc<float>(c, C), *var = alloc<float>(c, C);
     float *dgamma = alloc<float>(c, C), *dbeta = alloc<float>(c, C);
     float* scratch =
-        alloc<float>(c, std::max(cuda::normScratchFloats(R, C), cuda::colSumsScratchFloats(C)));
+        alloc<float>(c, std::max(cuda::normScratchFloats(R, C), cuda::colSumsScratchFloats(R, C)));
     const cudaStream_t s = c.stream;
     const Timing fwd = c.time([&] {
         return launched({cuda::channelMean(s, x, mean, R, C, scratch),

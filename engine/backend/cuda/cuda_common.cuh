@@ -16,9 +16,8 @@ namespace td::cuda::detail {
 
 constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 4096;
-constexpr float kEps = 1e-7f;          // Keras backend epsilon
-constexpr int64_t kReduceBlocks = 64;  // row blocks of a column reduction (as the CPU's)
-constexpr int kFinalThreads = 256;     // threads of a final reduction over partial sums
+constexpr float kEps = 1e-7f;       // Keras backend epsilon
+constexpr int kFinalThreads = 256;  // threads of a final reduction over partial sums
 
 inline int blocksFor(int64_t n) {
     const int64_t b = (n + kThreads - 1) / kThreads;
@@ -144,41 +143,60 @@ inline int rowBlocks(int64_t rows) {
     for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
          i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
-// ---- column reductions: fixed row blocks summed in f32, the blocks added in order in double --
-
-// Phase 1 of a column reduction: part[b * C + c] = sum over rows of block b of f(r, c).
-template <class F>
-__global__ void colPartialKernel(int64_t rows, int64_t C, int64_t blocks, float* part, F f) {
-    const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-    const int64_t b = blockIdx.y;
-    if (c >= C || b >= blocks) return;
-    const int64_t r0 = rows * b / blocks, r1 = rows * (b + 1) / blocks;
-    float s = 0.f;
-    for (int64_t r = r0; r < r1; ++r) s += f(r, c);
-    part[b * C + c] = s;
+// ---- column reductions: fixed row pieces summed in f32, the pieces added in order in double ---
+//
+// A column reduction over [rows, C] splits the rows into reducePieces(rows) pieces of about
+// kRowsPerPiece rows. Phase 1 gives each piece and each 32 columns one block: its 8 warps take
+// every 8th row of the piece, a lane per column (a warp's loads side by side), each summing in
+// f32, and the 8 lane sums are added in warp order. Phase 2 adds a column's pieces in order in
+// double. Which thread adds which value depends on rows and C alone: the same bits on every run
+// and every GPU, and enough blocks to fill the GPU when C is small (a BatchNormalization over an
+// image's 32 channels and its B*H*W rows).
+constexpr int kColLanes = kThreads / 32;
+constexpr int64_t kRowsPerPiece = 256;
+constexpr int64_t kMaxPieces = 1024;
+inline int64_t reducePieces(int64_t rows) {
+    const int64_t p = (rows + kRowsPerPiece - 1) / kRowsPerPiece;
+    return p < 1 ? 1 : (p > kMaxPieces ? kMaxPieces : p);
 }
 
-// Phase 2: per column, the double sum of the blocks, handed to fin(c, sum).
+// Phase 1: part[p * C + c] = sum over the rows of piece p of f(r, c).
+template <class F>
+__global__ void colPartialKernel(int64_t rows, int64_t C, int64_t pieces, float* part, F f) {
+    __shared__ float lane[kColLanes][32];
+    const int tx = static_cast<int>(threadIdx.x % 32), ty = static_cast<int>(threadIdx.x / 32);
+    const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + tx;
+    const int64_t p = blockIdx.y;
+    const int64_t r0 = rows * p / pieces, r1 = rows * (p + 1) / pieces;
+    float s = 0.f;
+    if (c < C)
+        for (int64_t r = r0 + ty; r < r1; r += kColLanes) s += f(r, c);
+    lane[ty][tx] = s;
+    __syncthreads();
+    if (ty == 0 && c < C) {
+        float t = lane[0][tx];
+        for (int k = 1; k < kColLanes; ++k) t += lane[k][tx];
+        part[p * C + c] = t;
+    }
+}
+
+// Phase 2: per column, the double sum of the pieces, handed to fin(c, sum).
 template <class G>
-__global__ void colFinalKernel(int64_t C, int64_t blocks, const float* part, G fin) {
+__global__ void colFinalKernel(int64_t C, int64_t pieces, const float* part, G fin) {
     TD_GRID_STRIDE(c, C) {
         double s = 0.0;
-        for (int64_t b = 0; b < blocks; ++b) s += part[b * C + c];
+        for (int64_t p = 0; p < pieces; ++p) s += part[p * C + c];
         fin(c, s);
     }
 }
 
-inline int64_t reduceBlocks(int64_t rows) {
-    return rows < kReduceBlocks ? (rows < 1 ? 1 : rows) : kReduceBlocks;
-}
-
+// `scratch`: reducePieces(rows) * C floats.
 template <class F, class G>
 cudaError_t reduceColumns(cudaStream_t s, int64_t rows, int64_t C, float* scratch, F f, G fin) {
-    const int64_t blocks = reduceBlocks(rows);
-    const dim3 grid(static_cast<unsigned>((C + kThreads - 1) / kThreads),
-                    static_cast<unsigned>(blocks));
-    colPartialKernel<<<grid, kThreads, 0, s>>>(rows, C, blocks, scratch, f);
-    colFinalKernel<<<blocksFor(C), kThreads, 0, s>>>(C, blocks, scratch, fin);
+    const int64_t pieces = reducePieces(rows);
+    const dim3 grid(static_cast<unsigned>((C + 31) / 32), static_cast<unsigned>(pieces));
+    colPartialKernel<<<grid, kThreads, 0, s>>>(rows, C, pieces, scratch, f);
+    colFinalKernel<<<blocksFor(C), kThreads, 0, s>>>(C, pieces, scratch, fin);
     return cudaGetLastError();
 }
 

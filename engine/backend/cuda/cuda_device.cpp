@@ -975,7 +975,7 @@ size_t scratchNeed(const Instr& in) {
     switch (in.op) {
         case InstrOp::BiasGrad:
         case InstrOp::ActGrad:
-            return static_cast<size_t>(cuda::colSumsScratchFloats(cols)) * sizeof(float);
+            return static_cast<size_t>(cuda::colSumsScratchFloats(rows, cols)) * sizeof(float);
         case InstrOp::Loss:
         case InstrOp::Metric:
         case InstrOp::RegLoss:

@@ -438,7 +438,7 @@ cudaError_t scale(cudaStream_t s, const float* x, float* y, int64_t n, float sca
 int64_t normScratchFloats(int64_t rows, int64_t C) {
     // Two column reductions' partial sums and their 2C results (batch_norm_grad), or the row
     // statistics (2 per row) and one reduction's partial sums (layer_norm_gamma_grad).
-    return 2 * kReduceBlocks * C + 2 * C + 2 * rows;
+    return 2 * reducePieces(rows) * C + 2 * C + 2 * rows;
 }
 
 cudaError_t channelMean(cudaStream_t s, const float* x, float* mean, int64_t rows, int64_t C,
@@ -478,7 +478,7 @@ cudaError_t batchNormGrad(cudaStream_t s, const float* dy, const float* x, const
     if (batchStats) {
         // scratch: [partials of sum(dy)], [partials of sum(dy * x_hat)], then k1[C], k2[C].
         float* parts = scratch;
-        float* kk = scratch + 2 * kReduceBlocks * C;
+        float* kk = scratch + 2 * reducePieces(rows) * C;
         cudaError_t e = reduceColumns(
             s, rows, C, parts, [=] __device__(int64_t r, int64_t c) { return dy[r * C + c]; },
             [=] __device__(int64_t c, double sum) {
@@ -486,7 +486,7 @@ cudaError_t batchNormGrad(cudaStream_t s, const float* dy, const float* x, const
             });
         if (e != cudaSuccess) return e;
         e = reduceColumns(
-            s, rows, C, parts + kReduceBlocks * C,
+            s, rows, C, parts + reducePieces(rows) * C,
             [=] __device__(int64_t r, int64_t c) {
                 const float inv = 1.0f / sqrtf(var[c] + eps);
                 return dy[r * C + c] * (x[r * C + c] - mean[c]) * inv;

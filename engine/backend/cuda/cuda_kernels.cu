@@ -443,8 +443,8 @@ cudaError_t actGrad(cudaStream_t s, Ten dy, Ten saved, Ten dx, int64_t rows, int
     return cudaGetLastError();
 }
 
-int64_t colSumsScratchFloats(int64_t cols) {
-    return kReduceBlocks * cols;
+int64_t colSumsScratchFloats(int64_t rows, int64_t cols) {
+    return reducePieces(rows) * cols;
 }
 
 cudaError_t colSums(cudaStream_t s, Ten x, Ten out, int64_t rows, int64_t cols, float* scratch) {

@@ -54,10 +54,10 @@ cudaError_t softmax(cudaStream_t s, Ten x, Ten y, int64_t rows, int64_t cols);
 // dx = act'(.) * (dropout mask of dy); saved is y (usesOutput) or x. Softmax included (rows).
 cudaError_t actGrad(cudaStream_t s, Ten dy, Ten saved, Ten dx, int64_t rows, int64_t cols,
                     ActKind act, float alpha, bool usesOutput, DropMask drop, const StepValues* sv);
-// out[c] = sum over rows of x[r, c], summed in row blocks in a fixed order (deterministic).
-// `scratch`: colSumsScratchFloats(cols) floats.
+// out[c] = sum over rows of x[r, c], summed in row pieces in a fixed order (deterministic).
+// `scratch`: colSumsScratchFloats(rows, cols) floats.
 cudaError_t colSums(cudaStream_t s, Ten x, Ten out, int64_t rows, int64_t cols, float* scratch);
-int64_t colSumsScratchFloats(int64_t cols);
+int64_t colSumsScratchFloats(int64_t rows, int64_t cols);
 // y = a + b (n values); y = x with the dropout mask (rows x cols).
 cudaError_t add(cudaStream_t s, Ten a, Ten b, Ten y, int64_t n);
 cudaError_t dropout(cudaStream_t s, Ten x, Ten y, int64_t rows, int64_t cols, DropMask drop,
