@@ -13,6 +13,27 @@
 
 namespace td {
 
+// The part every device-memory Collectives shares: gradient buckets summed on the devices (by the
+// subclass), everything else (group size and rank, host sums, gathers, barriers) passed on to the
+// host collectives of the replica group, which the subclass's abort() also breaks.
+class DeviceSumCollectives : public Collectives {
+  public:
+    explicit DeviceSumCollectives(Collectives& host) : host_(host) {}
+    int size() const override { return host_.size(); }
+    int rank() const override { return host_.rank(); }
+    bool reducesDeviceMemory() const override { return true; }
+    Status allReduceHost(double* values, int64_t count) override {
+        return host_.allReduceHost(values, count);
+    }
+    Status allGatherHost(const double* values, int64_t count, double* out) override {
+        return host_.allGatherHost(values, count, out);
+    }
+    Status barrier() override { return host_.barrier(); }
+
+  protected:
+    Collectives& host_;
+};
+
 // Collectives that sum gradient buckets in the devices' own memory on their streams (NCCL
 // between the CUDA devices of this process; a kernel of the GPU's own where every replica shares
 // one GPU, which NCCL refuses), one per device in order, passing host reductions, barriers and

@@ -5,17 +5,7 @@
 #   bench_cuda_matmul_check.sh BUILD/traindeck_bench_cuda_matmul
 set -uo pipefail
 bin="$1"
-fail=0
-refuse() {  # expected message fragment, then the options
-  local want="$1"; shift
-  local out rc
-  out=$("$bin" "$@" 2>&1); rc=$?
-  if [ "$rc" = 0 ] || [ "$rc" = 77 ] || ! grep -q -- "$want" <<<"$out"; then
-    echo "FAIL: $* gave exit $rc and: $out"; fail=1
-  else
-    echo "ok: $* refused ($(head -n1 <<<"$out"))"
-  fi
-}
+source "$(dirname "$0")/refuse_options.sh"
 refuse "--layers" --layers 784,x
 refuse "--layers" --layers 784,0
 refuse "at least two widths" --layers 784

@@ -112,15 +112,16 @@ struct NcclComms {
     }
 };
 
-class NcclBucketCollectives final : public Collectives {
+class NcclBucketCollectives final : public DeviceSumCollectives {
   public:
     NcclBucketCollectives(std::shared_ptr<NcclComms> comms, int local, int device,
                           cudaStream_t stream, Collectives& host)
-        : comms_(std::move(comms)), local_(local), device_(device), stream_(stream), host_(host) {}
+        : DeviceSumCollectives(host),
+          comms_(std::move(comms)),
+          local_(local),
+          device_(device),
+          stream_(stream) {}
 
-    int size() const override { return host_.size(); }
-    int rank() const override { return host_.rank(); }
-    bool reducesDeviceMemory() const override { return true; }
     Status allReduceStart(int bucket, float* data, int64_t count) override {
         if (comms_->aborted) return err("all-reduce: the replica group was aborted");
         if (cudaSetDevice(device_) != cudaSuccess) {
@@ -143,13 +144,6 @@ class NcclBucketCollectives final : public Collectives {
         if (comms_->aborted) return err("all-reduce: the replica group was aborted");
         return Status::success();
     }
-    Status allReduceHost(double* values, int64_t count) override {
-        return host_.allReduceHost(values, count);
-    }
-    Status allGatherHost(const double* values, int64_t count, double* out) override {
-        return host_.allGatherHost(values, count, out);
-    }
-    Status barrier() override { return host_.barrier(); }
     void abort(const std::string& reason) override {
         host_.abort(reason);
         comms_->abort();
@@ -160,7 +154,6 @@ class NcclBucketCollectives final : public Collectives {
     int local_;
     int device_;
     cudaStream_t stream_;
-    Collectives& host_;
 };
 
 }  // namespace
@@ -362,15 +355,12 @@ struct NcclWorkerComms {
     }
 };
 
-class NcclWorkerCollectives final : public Collectives {
+class NcclWorkerCollectives final : public DeviceSumCollectives {
   public:
     NcclWorkerCollectives(std::shared_ptr<NcclWorkerComms> comms, int local, cudaStream_t stream,
                           Collectives& host)
-        : comms_(std::move(comms)), local_(local), stream_(stream), host_(host) {}
+        : DeviceSumCollectives(host), comms_(std::move(comms)), local_(local), stream_(stream) {}
 
-    int size() const override { return host_.size(); }
-    int rank() const override { return host_.rank(); }
-    bool reducesDeviceMemory() const override { return true; }
     Status allReduceStart(int bucket, float* data, int64_t count) override {
         TD_RETURN_IF_ERROR(deviceSumsUsable());
         NcclWorkerComms::Local& l = *comms_->locals[static_cast<size_t>(local_)];
@@ -442,13 +432,6 @@ class NcclWorkerCollectives final : public Collectives {
         }
         return err(why);
     }
-    Status allReduceHost(double* values, int64_t count) override {
-        return host_.allReduceHost(values, count);
-    }
-    Status allGatherHost(const double* values, int64_t count, double* out) override {
-        return host_.allGatherHost(values, count, out);
-    }
-    Status barrier() override { return host_.barrier(); }
     void abort(const std::string& reason) override {
         host_.abort(reason);
         comms_->abortComms(reason);
@@ -458,7 +441,6 @@ class NcclWorkerCollectives final : public Collectives {
     std::shared_ptr<NcclWorkerComms> comms_;
     int local_;
     cudaStream_t stream_;
-    Collectives& host_;
 };
 
 }  // namespace

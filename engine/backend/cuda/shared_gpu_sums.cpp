@@ -22,6 +22,7 @@
 
 #include "engine/backend/cuda/cuda_device.h"
 #include "engine/backend/cuda/cuda_kernels.h"
+#include "engine/backend/device_collectives.h"
 #include "engine/distribute/collectives.h"
 
 namespace td::cuda {
@@ -190,26 +191,16 @@ class SharedSums {
     std::string reason_;
 };
 
-class SharedGpuCollectives final : public Collectives {
+class SharedGpuCollectives final : public DeviceSumCollectives {
   public:
     SharedGpuCollectives(std::shared_ptr<SharedSums> sums, int local, Collectives& host)
-        : sums_(std::move(sums)), local_(local), host_(host) {}
-    int size() const override { return host_.size(); }
-    int rank() const override { return host_.rank(); }
-    bool reducesDeviceMemory() const override { return true; }
+        : DeviceSumCollectives(host), sums_(std::move(sums)), local_(local) {}
     bool capturable() const override { return false; }
     Status allReduceStart(int bucket, float* data, int64_t count) override {
         return sums_->start(local_, bucket, data, count);
     }
     Status allReduceWait(int bucket) override { return sums_->wait(local_, bucket); }
     Status deviceSumsUsable() override { return sums_->usable(); }
-    Status allReduceHost(double* values, int64_t count) override {
-        return host_.allReduceHost(values, count);
-    }
-    Status allGatherHost(const double* values, int64_t count, double* out) override {
-        return host_.allGatherHost(values, count, out);
-    }
-    Status barrier() override { return host_.barrier(); }
     void abort(const std::string& reason) override {
         host_.abort(reason);
         sums_->abort(reason);
@@ -218,7 +209,6 @@ class SharedGpuCollectives final : public Collectives {
   private:
     std::shared_ptr<SharedSums> sums_;
     int local_;
-    Collectives& host_;
 };
 
 }  // namespace
