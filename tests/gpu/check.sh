@@ -38,8 +38,9 @@
 #                                  traindeck_bench_cuda_matmul: cuBLASLt's own rate at the large
 #                                  MLP's step products and the share of it the trainer reached,
 #                                  traindeck_bench_cuda_ops: pooling, BatchNormalization and the
-#                                  convolutions against cuDNN's, and test_backend_ops under
-#                                  compute-sanitizer's memcheck.
+#                                  convolutions against cuDNN's, the CNN's bf16 step kernel by
+#                                  kernel (TRAINDECK_PROFILE=1; these three into kernels.txt), and
+#                                  test_backend_ops under compute-sanitizer's memcheck.
 #                                  Outputs go to $OUT when set, else build-gpu-bundle/out/ (at most
 #                                  8 files).
 #   tests/gpu/check.sh --verify    here: unpacks the bundle into a temporary folder and proves
@@ -957,11 +958,11 @@ PY
     rc=0
     timeout 60 "$build/traindeck_bench_cuda_matmul" --layers 784,4096,4096,10 --batch 1024 \
       --dtypes f32,bf16 --device "${bdev#cuda:}" ${rates:+--trainer-samples-per-s "$rates"} \
-      >"$out/matmul.txt" 2>&1 || rc=$?
-    cat "$out/matmul.txt"
+      >"$bundle_dir/matmul.txt" 2>&1 || rc=$?
+    cat "$bundle_dir/matmul.txt" | tee -a "$out/kernels.txt"
     if [ "$rc" = 0 ]; then summary+=("ok   cuBLASLt at the large MLP's products:")
     else summary+=("warn cuBLASLt matmul benchmark exited $rc:"); fi
-    while IFS= read -r line; do summary+=("     $line"); done < <(grep -E '^(f32|bf16):|step.s products|trainer at' "$out/matmul.txt")
+    while IFS= read -r line; do summary+=("     $line"); done < <(grep -E '^(f32|bf16):|step.s products|trainer at' "$bundle_dir/matmul.txt")
   fi
 
   # 4b. On a GPU: the device's max pooling and BatchNormalization kernels against cuDNN's at the
@@ -970,11 +971,37 @@ PY
   if [ "${bdev%%:*}" = cuda ] && [ -x "$build/traindeck_bench_cuda_ops" ]; then
     rc=0
     timeout 60 "$build/traindeck_bench_cuda_ops" --batch 64 --repeat 200 --device "${bdev#cuda:}" \
-      >"$out/ops.txt" 2>&1 || rc=$?
-    cat "$out/ops.txt"
+      >"$bundle_dir/ops.txt" 2>&1 || rc=$?
+    cat "$bundle_dir/ops.txt" | tee -a "$out/kernels.txt"
     if [ "$rc" = 0 ]; then summary+=("ok   pooling, BatchNormalization and convolutions against cuDNN (batch 64):")
     else summary+=("warn cuDNN comparison benchmark exited $rc:"); fi
-    while IFS= read -r line; do summary+=("     $line"); done < <(grep -E '^(max pool|batchnorm|conv[12]|check:.*FAIL|cuDNN:)' "$out/ops.txt")
+    while IFS= read -r line; do summary+=("     $line"); done < <(grep -E '^(max pool|batchnorm|conv[12]|check:.*FAIL|cuDNN:)' "$bundle_dir/ops.txt")
+  fi
+
+  # 4c. On a GPU: where the CNN's mixed_bfloat16 step goes, kernel by kernel (TRAINDECK_PROFILE=1:
+  # no CUDA Graph, an event between launches; each convolution's label says how it ran: cuDNN in
+  # bf16 or f32, fused, or the direct kernels and why), one epoch, into kernels.txt.
+  if [ "${bdev%%:*}" = cuda ]; then
+    local prof="$bundle_dir/profile_cnn.json"
+    rc=0
+    python3 - "$root/projects/fashion_mnist_cnn.json" "$prof" "$bdev" <<'PY' || rc=$?
+import json, sys
+p = json.load(open(sys.argv[1]))
+p["precision"] = "mixed_bfloat16"
+p["training"]["epochs"] = 1
+p["strategy"] = {"type": "one_device", "devices": [sys.argv[3]], "replicas": 0}
+json.dump(p, open(sys.argv[2], "w"), indent=1)
+PY
+    [ "$rc" = 0 ] && { TRAINDECK_PROFILE=1 timeout 90 "$build/traindeck" train "$prof" --plain \
+      --db "$bundle_dir/profile.db" >"$bundle_dir/profile.txt" 2>&1 || rc=$?; }
+    { echo "== TRAINDECK_PROFILE=1: projects/fashion_mnist_cnn.json, mixed_bfloat16, $bdev, 1 epoch =="
+      cat "$bundle_dir/profile.txt"; } >>"$out/kernels.txt"
+    tail -n 40 "$bundle_dir/profile.txt"
+    if [ "$rc" = 0 ]; then
+      summary+=("ok   the CNN's bf16 step kernel by kernel (kernels.txt): $(grep -m1 -o 'profile: .*' "$bundle_dir/profile.txt" || echo 'no profile line')")
+    else
+      summary+=("warn the CNN's profiled bf16 run exited $rc (kernels.txt)")
+    fi
   fi
 
   # 5. On a GPU, when the toolkit has compute-sanitizer: the CUDA device's tests under its memory

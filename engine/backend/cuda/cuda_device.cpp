@@ -469,13 +469,16 @@ Status CudaProgram::addConv(const Instr& in, const std::string& what) {
         return Status::success();
     };
 
-    // cuDNN where it can run this convolution.
+    // cuDNN where it can run this convolution. Each step's label says which way it runs (the
+    // profile and errors show it).
     const char* useDnn = std::getenv("TRAINDECK_CUDA_CUDNN");
+    std::string whyNot = !ctx_.dnn ? "cuDNN not loaded" : "TRAINDECK_CUDA_CUDNN=0";
+    const std::string opName = dtypeName(opType);
     if (ctx_.dnn && !(useDnn && std::string(useDnn) == "0")) {
         const cuda::ConvPass pass = gradInput    ? cuda::ConvPass::GradInput
                                     : gradFilter ? cuda::ConvPass::GradFilter
                                                  : cuda::ConvPass::Forward;
-        std::string whyNot;
+        whyNot.clear();
         auto planned =
             cuda::DnnConv::plan(*ctx_.dnn, pass, g, dtOf(opType), ctx_.ltWorkspaceBytes, &whyNot);
         if (!planned.ok()) return err(what + ": " + planned.error());
@@ -492,6 +495,7 @@ Status CudaProgram::addConv(const Instr& in, const std::string& what) {
             void* ws = ctx_.ltWorkspace;
             // f32 with a bias and ReLU: cuDNN's fused call, where it takes it.
             const char* fuse = std::getenv("TRAINDECK_CUDA_FUSED_CONV");
+            std::string notFused;
             if (forward && !half && in.out.dtype == DType::F32 && act == ActKind::Relu && bias.p &&
                 bias.dt == cuda::Dt::F32 && !(fuse && std::string(fuse) == "0")) {
                 cuda::DnnConv* fc = convs_.back().get();
@@ -499,15 +503,16 @@ Status CudaProgram::addConv(const Instr& in, const std::string& what) {
                 TD_ASSIGN_OR_RETURN(const bool fused, fc->fuseBiasRelu(st, a.p, b.p, bias.p, out.p,
                                                                        filter, ws, &whyNotFused));
                 if (fused) {
-                    steps_.push_back({what, [=]() -> Status {
+                    steps_.push_back({what + " [cuDNN, fused bias and ReLU]", [=]() -> Status {
                                           return fc->runFused(st, a.p, b.p, bias.p, out.p, filter,
                                                               ws);
                                       }});
                     return Status::success();
                 }
+                notFused = "; not fused: " + whyNotFused;
             }
             const bool widen = direct.p != out.p;
-            steps_.push_back({what, [=]() -> Status {
+            steps_.push_back({what + " [cuDNN, " + opName + notFused + "]", [=]() -> Status {
                                   TD_RETURN_IF_ERROR(dc->run(st, a.p, b.p, direct.p, filter, ws));
                                   if (forward && (postOp || widen))
                                       return launched(
@@ -524,6 +529,8 @@ Status CudaProgram::addConv(const Instr& in, const std::string& what) {
     }
 
     // The direct kernels (f32).
+    const std::string label =
+        what + " [direct kernels" + (half ? " on widened " + opName : "") + ": " + whyNot + "]";
     if (!half) {
         const float* af = static_cast<const float*>(a.p);
         const float* bf = static_cast<const float*>(b.p);
@@ -533,11 +540,11 @@ Status CudaProgram::addConv(const Instr& in, const std::string& what) {
             if (bias.p && bias.dt != cuda::Dt::F32) return err(what + ": takes an f32 bias only");
             const float* biasF = static_cast<const float*>(bias.p);
             steps_.push_back(
-                {what, TD_KERNEL(cuda::conv2d(st, g, af, bf, biasF, outF, act, alpha))});
+                {label, TD_KERNEL(cuda::conv2d(st, g, af, bf, biasF, outF, act, alpha))});
         } else if (gradInput) {
-            steps_.push_back({what, TD_KERNEL(cuda::conv2dGradInput(st, g, af, bf, outF))});
+            steps_.push_back({label, TD_KERNEL(cuda::conv2dGradInput(st, g, af, bf, outF))});
         } else {
-            steps_.push_back({what, TD_KERNEL(cuda::conv2dGradFilter(st, g, af, bf, outF))});
+            steps_.push_back({label, TD_KERNEL(cuda::conv2dGradFilter(st, g, af, bf, outF))});
         }
         return Status::success();
     }
@@ -549,7 +556,7 @@ Status CudaProgram::addConv(const Instr& in, const std::string& what) {
     TD_ASSIGN_OR_RETURN(void* wideOut, deviceAlloc(static_cast<size_t>(outN) * 4));
     const Ten wa{wideA, cuda::Dt::F32}, wb{wideB, cuda::Dt::F32}, wo{wideOut, cuda::Dt::F32};
     steps_.push_back(
-        {what, [=]() -> Status {
+        {label, [=]() -> Status {
              TD_RETURN_IF_ERROR(launched(cuda::cast(st, a, wa, nA, false, sv), "widening x"));
              TD_RETURN_IF_ERROR(launched(cuda::cast(st, b, wb, nB, false, sv), "widening w"));
              const float* af = static_cast<const float*>(wideA);
