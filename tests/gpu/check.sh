@@ -699,6 +699,7 @@ verify_mpi() {
 run() {
   local out="${OUT:-$bundle_dir/out}"
   mkdir -p "$out"
+  rm -f "$out/kernels.txt"  # appended to below
   local log="$out/run.log"
   exec > >(tee "$log") 2>&1
   local t0=$SECONDS
@@ -959,7 +960,7 @@ PY
     timeout 60 "$build/traindeck_bench_cuda_matmul" --layers 784,4096,4096,10 --batch 1024 \
       --dtypes f32,bf16 --device "${bdev#cuda:}" ${rates:+--trainer-samples-per-s "$rates"} \
       >"$bundle_dir/matmul.txt" 2>&1 || rc=$?
-    cat "$bundle_dir/matmul.txt" | tee -a "$out/kernels.txt"
+    tee -a "$out/kernels.txt" <"$bundle_dir/matmul.txt"
     if [ "$rc" = 0 ]; then summary+=("ok   cuBLASLt at the large MLP's products:")
     else summary+=("warn cuBLASLt matmul benchmark exited $rc:"); fi
     while IFS= read -r line; do summary+=("     $line"); done < <(grep -E '^(f32|bf16):|step.s products|trainer at' "$bundle_dir/matmul.txt")
@@ -972,7 +973,7 @@ PY
     rc=0
     timeout 60 "$build/traindeck_bench_cuda_ops" --batch 64 --repeat 200 --device "${bdev#cuda:}" \
       >"$bundle_dir/ops.txt" 2>&1 || rc=$?
-    cat "$bundle_dir/ops.txt" | tee -a "$out/kernels.txt"
+    tee -a "$out/kernels.txt" <"$bundle_dir/ops.txt"
     if [ "$rc" = 0 ]; then summary+=("ok   pooling, BatchNormalization and convolutions against cuDNN (batch 64):")
     else summary+=("warn cuDNN comparison benchmark exited $rc:"); fi
     while IFS= read -r line; do summary+=("     $line"); done < <(grep -E '^(max pool|batchnorm|conv[12]|check:.*FAIL|cuDNN:)' "$bundle_dir/ops.txt")
