@@ -2,7 +2,8 @@
 // metric sums). One Collectives object per replica; every replica of the group calls the same
 // operations in the same order. Implementations: an in-process group for CPU replicas on threads
 // (replica_group.h), MPI between processes (mpi_collectives.h), NCCL between GPUs (CUDA backend:
-// the GPUs of one process, or of every process of a multi-worker job).
+// the GPUs of one process, or of every process of a multi-worker job), and a GPU's own sum kernel
+// for replicas that share one GPU.
 //
 // Failure: a peer that dies or stops answering makes every wait fail within the group's timeout
 // with an error naming the rank (or replica) that did not arrive, e.g. "all-reduce: worker rank 1
