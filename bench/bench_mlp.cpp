@@ -29,8 +29,8 @@
 // references' bf16 runs (autocast, mixed_bfloat16). On a GPU (--device cuda:N), nograph runs the
 // step instruction by instruction instead of replaying its CUDA Graph (TRAINDECK_CUDA_GRAPHS=0),
 // bf16-inline-update runs mixed_bfloat16 with the optimizer update after the backward pass
-// instead of beside it on a second stream (TRAINDECK_CUDA_SIDE_UPDATE=0), bf16-f32-conv with its
-// convolutions in f32 instead of bf16 (TRAINDECK_CUDA_HALF_CONV=0; models with convolutions
+// instead of beside it on a second stream (pass cuda_side_update off), bf16-f32-conv with its
+// convolutions in f32 instead of bf16 (pass cuda_half_conv off; models with convolutions
 // only), and the *-cuda references are
 // PyTorch on the first GPU, eager or torch.compile, f32 or bf16 autocast. large-1024
 // (784-4096-4096-10 at batch 1024) is the GPU-sized MLP.
@@ -635,8 +635,7 @@ int main(int argc, char** argv) {
             if (v == "bf16-inline-update" || v == "bf16-f32-conv") {
                 pv.precision = td::PrecisionPolicy::MixedBfloat16;
                 const bool afterBackward = v == "bf16-inline-update";
-                st.env.push_back(afterBackward ? "TRAINDECK_CUDA_SIDE_UPDATE=0"
-                                               : "TRAINDECK_CUDA_HALF_CONV=0");
+                pv.disabledPasses.push_back(afterBackward ? "cuda_side_update" : "cuda_half_conv");
                 label = afterBackward ? "TrainDeck bf16, update after backward"
                                       : "TrainDeck bf16, f32 convolutions";
             }

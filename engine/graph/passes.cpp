@@ -87,9 +87,16 @@ const std::vector<std::string>& cpuPassNames() {
     return names;
 }
 
+const std::vector<std::string>& cudaPassNames() {
+    static const std::vector<std::string> names{"cuda_half_conv", "cuda_fused_conv",
+                                                "cuda_side_update"};
+    return names;
+}
+
 Status checkPassNames(const std::vector<std::string>& names) {
     std::vector<std::string> known = compilerPassNames();
     known.insert(known.end(), cpuPassNames().begin(), cpuPassNames().end());
+    known.insert(known.end(), cudaPassNames().begin(), cudaPassNames().end());
     for (const std::string& n : names) {
         if (n == "memory")
             return err("pass 'memory' cannot be turned off: every program needs its buffers");

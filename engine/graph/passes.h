@@ -130,10 +130,15 @@ const std::vector<std::string>& compilerPassNames();
 // backend checks that both lists agree). A project turns them off by name as the others; they
 // reach the device through Graph::passesOff.
 const std::vector<std::string>& cpuPassNames();
+// The CUDA device's own choices a project turns off by name as the others (they reach the device
+// through Graph::passesOff, and the trainer for cuda_half_conv): cuda_half_conv (mixed_bfloat16's
+// convolutions in bf16), cuda_fused_conv (cuDNN's fused convolution-bias-ReLU), cuda_side_update
+// (the optimizer update on a second stream beside the backward pass).
+const std::vector<std::string>& cudaPassNames();
 // The fusing passes among them (what the `fusion` switch turns off).
 const std::vector<std::string>& fusionPassNames();
-// Checks a list of pass names (compilerPassNames and cpuPassNames); the error names the unknown
-// one and lists the known ones.
+// Checks a list of pass names (compilerPassNames, cpuPassNames and cudaPassNames); the error names
+// the unknown one and lists the known ones.
 Status checkPassNames(const std::vector<std::string>& names);
 
 // Removes nodes that no output and no gradient depends on; renumbers.

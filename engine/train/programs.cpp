@@ -56,9 +56,11 @@ Result<Graph> Trainer::Impl::buildPlanned(GraphMode mode, int64_t batch, int64_t
 // Every replica of a run computes one graph: convolutions in the 16-bit dtype where the first
 // replica's device (every replica's kind) runs them so.
 bool Trainer::Impl::halfConvolutions() const {
-    const DType compute = compileOptions(s.project, true).compute;
-    return compute != DType::F32 && !replicas.empty() &&
-           replicas.front()->device->halfConvolutions(compute);
+    const CompileOptions co = compileOptions(s.project, true);
+    if (co.compute == DType::F32 || replicas.empty()) return false;
+    Device& d = *replicas.front()->device;
+    if (d.desc().kind != DeviceKind::Cpu && !co.enabled("cuda_half_conv")) return false;
+    return d.halfConvolutions(co.compute);
 }
 
 // Parameters on the host, initialized once with the project's seed, copied to every replica:

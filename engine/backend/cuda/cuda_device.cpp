@@ -224,6 +224,8 @@ class CudaProgram final : public Executable {
     cuda::UpdateTensorDev* updateTensors_ = nullptr;
     std::vector<cuda::UpdateTensorDev> updateHost_;
     cuda::UpdateWork updateWork_;
+    // cuDNN's fused convolution-bias-ReLU allowed (pass cuda_fused_conv).
+    bool fuseConv_ = true;
     // The update on a second stream, tensor by tensor beside the backward pass (planSideUpdate).
     bool sideUpdate_ = false;
     cudaStream_t side_ = nullptr;
@@ -361,18 +363,17 @@ Status CudaProgram::prepareUpdate(const LoweredProgram& lp, const std::string& w
 // instruction that reads or writes its value, 16-bit shadow or gradient has been enqueued, so
 // that it runs beside the backward pass of the layers before it; the update instruction then
 // only waits for that stream. Returns, per instruction, the tensors whose update follows it
-// (`forkAfter`, empty when the update stays in place). TRAINDECK_CUDA_SIDE_UPDATE=0 keeps it in
-// place; so does TRAINDECK_PROFILE (its per-instruction times assume one stream).
+// (`forkAfter`, empty when the update stays in place). The pass cuda_side_update turned off keeps
+// it in place; so does TRAINDECK_PROFILE (its per-instruction times assume one stream).
 Status CudaProgram::planSideUpdate(const LoweredProgram& lp,
                                    std::vector<std::vector<int>>& forkAfter) {
     forkAfter.assign(lp.code.size(), {});
     if (!lp.update || lp.updateTensors.size() < 2 || lp.lossScaled ||
-        lp.update->clip == ClipKind::GlobalNorm || !lp.buckets.empty())
+        lp.update->clip == ClipKind::GlobalNorm || !lp.buckets.empty() ||
+        lp.passesOff.count("cuda_side_update"))
         return Status::success();
-    const char* env = std::getenv("TRAINDECK_CUDA_SIDE_UPDATE");
     const char* prof = std::getenv("TRAINDECK_PROFILE");
-    if ((env && std::string(env) == "0") || (prof && *prof && std::string(prof) != "0"))
-        return Status::success();
+    if (prof && *prof && std::string(prof) != "0") return Status::success();
     int updates = 0;
     size_t updateAt = 0;
     for (size_t i = 0; i < lp.code.size(); ++i)
@@ -493,11 +494,11 @@ Status CudaProgram::addConv(const Instr& in, const std::string& what) {
                 direct = Ten{p, a.dt};
             }
             void* ws = ctx_.ltWorkspace;
-            // f32 with a bias and ReLU: cuDNN's fused call, where it takes it.
-            const char* fuse = std::getenv("TRAINDECK_CUDA_FUSED_CONV");
+            // f32 with a bias and ReLU: cuDNN's fused call, where it takes it (pass
+            // cuda_fused_conv).
             std::string notFused;
             if (forward && !half && in.out.dtype == DType::F32 && act == ActKind::Relu && bias.p &&
-                bias.dt == cuda::Dt::F32 && !(fuse && std::string(fuse) == "0")) {
+                bias.dt == cuda::Dt::F32 && fuseConv_) {
                 cuda::DnnConv* fc = convs_.back().get();
                 std::string whyNotFused;
                 TD_ASSIGN_OR_RETURN(const bool fused, fc->fuseBiasRelu(st, a.p, b.p, bias.p, out.p,
@@ -1033,6 +1034,7 @@ Status CudaProgram::build(const LoweredProgram& lp, const ProgramBindings& bind)
     if (scratchBytes_ > 0) {
         TD_ASSIGN_OR_RETURN(scratch_, deviceAlloc(scratchBytes_));
     }
+    fuseConv_ = lp.passesOff.count("cuda_fused_conv") == 0;
     std::vector<std::vector<int>> forkAfter;
     TD_RETURN_IF_ERROR(planSideUpdate(lp, forkAfter));
     if (sideUpdate_) TD_RETURN_IF_ERROR(prepareUpdate(lp, "the update"));
@@ -1322,10 +1324,9 @@ class CudaDevice final : public Device {
     // bf16 convolutions where cuDNN is loaded: on the tensor cores, many times the f32 rate.
     // mixed_float16 keeps its convolutions in f32: the op tests have no CPU reference for f16
     // convolutions (oneDNN has none on CPUs) to hold them to.
-    // TRAINDECK_CUDA_HALF_CONV=0 keeps them in f32 (to measure what they gain).
+    // (The project's pass cuda_half_conv turned off keeps them in f32: the trainer asks.)
     bool halfConvolutions(DType compute) const override {
-        const char* env = std::getenv("TRAINDECK_CUDA_HALF_CONV");
-        return ctx_.dnn && compute == DType::BF16 && !(env && std::string(env) == "0");
+        return ctx_.dnn && compute == DType::BF16;
     }
     Result<std::unique_ptr<Executable>> compile(const LoweredProgram& lp,
                                                 const ProgramBindings& bind) override {
