@@ -33,12 +33,9 @@ namespace td {
 
 namespace {
 
+using cuda::cudaText;
 using cuda::Dt;
 using cuda::Ten;
-
-std::string cudaText(cudaError_t e) {
-    return std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")";
-}
 
 // Every CUDA runtime call of the device goes through this: the error names the call and what
 // it was for.
@@ -1382,6 +1379,10 @@ class CudaDevice final : public Device {
 };
 
 }  // namespace
+
+std::string cuda::cudaText(cudaError_t e) {
+    return std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")";
+}
 
 cudaStream_t cuda::streamOf(Device& device) {
     auto* d = dynamic_cast<CudaDevice*>(&device);

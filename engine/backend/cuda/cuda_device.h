@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "engine/backend/backend.h"
@@ -15,6 +16,9 @@ namespace td::cuda {
 
 // The stream a CUDA device runs its programs and copies on; null for any other device.
 cudaStream_t streamOf(Device& device);
+
+// A CUDA runtime error as "cudaErrorName (its description)".
+std::string cudaText(cudaError_t e);
 
 // Collectives for two or more replicas on one GPU (NCCL takes one rank per GPU): each bucket
 // summed on that GPU, in replica order, by one kernel over every replica's bucket once all of

@@ -29,10 +29,6 @@ namespace td::cuda {
 
 namespace {
 
-std::string cudaText(cudaError_t e) {
-    return std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")";
-}
-
 // What the replicas of one GPU share: the meeting of each bucket and the group's sum stream.
 class SharedSums {
   public:
